@@ -1,0 +1,113 @@
+"""What each job cost: GPUs × hours × the price in force for its GPU model, pricing tier, cluster and date.
+
+Price rules (docs/metrics.md, "Cost"):
+- a price row is in force from its ``effective_from`` day until the next row of the same model, tier and
+  cluster; the earliest row also covers any time before it (traces from 2020 are priced at today's sheet
+  rather than not at all);
+- rows for the job's own cluster replace the generic rows of that model and tier (per-cluster override,
+  e.g. an on-prem amortized rate);
+- a tier with no price for the model falls back to ``on_demand`` (``price_tier`` says which was used);
+- a GPU model with no price at all leaves ``cost_usd`` NULL: such GPU-hours are reported as unpriced,
+  never as $0;
+- a job spanning a price change is split at the change;
+- only the part of a job inside the view's date range counts; running jobs are costed up to the ledger's
+  data horizon.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+import polars as pl
+
+from analytics.filters import Filters, horizon
+from analytics.query import frame
+
+JOB_COST_COLUMNS = {
+    "job_id": "job id",
+    "cluster": "",
+    "user_name": "",
+    "team": "",
+    "project": "",
+    "name": "",
+    "kind": "training | fine-tune | inference | interactive | other",
+    "gpu_model": "catalog model",
+    "gpu_count": "GPUs held (fractional for shared GPUs)",
+    "pricing_tier": "tier the job asked for",
+    "price_tier": "tier whose price was used (on_demand when the asked tier has no price)",
+    "state": "",
+    "start_ts": "UTC",
+    "end_ts": "UTC, NULL while running",
+    "span_start": "start of the part inside the view (UTC)",
+    "span_end": "end of the part inside the view (UTC)",
+    "hours": "wall hours inside the view",
+    "gpu_hours": "gpu_count × hours",
+    "cost_usd": "NULL when the GPU model has no price",
+}
+
+
+def job_costs_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str, list[object]]:
+    """The SQL (and parameters) of :func:`job_costs`, reusable as a sub-query by other analytics."""
+    where, params = filters.job_where("j")
+    lo = filters.lo or dt.datetime(1970, 1, 1)
+    hi = filters.hi or dt.datetime(9999, 1, 1)
+    as_of = as_of or dt.datetime(9999, 1, 1)
+    sql = f"""
+    WITH j AS (
+        SELECT j.*,
+               greatest(j.start_ts, ?::TIMESTAMP) AS span_start,
+               least(coalesce(j.end_ts, greatest(?::TIMESTAMP, j.start_ts)), ?::TIMESTAMP) AS span_end
+        FROM jobs j
+        WHERE j.start_ts IS NOT NULL AND {where}
+    ),
+    jv AS (SELECT * FROM j WHERE span_end > span_start),
+    jt AS (
+        SELECT jv.*,
+               CASE WHEN EXISTS (SELECT 1 FROM prices p WHERE p.gpu_model = jv.gpu_model AND p.tier = jv.pricing_tier)
+                    THEN jv.pricing_tier ELSE 'on_demand' END AS price_tier
+        FROM jv
+    ),
+    jc AS (
+        SELECT jt.*,
+               CASE WHEN EXISTS (SELECT 1 FROM prices p WHERE p.gpu_model = jt.gpu_model
+                                 AND p.tier = jt.price_tier AND p.cluster = jt.cluster)
+                    THEN jt.cluster END AS price_cluster
+        FROM jt
+    ),
+    periods AS (
+        SELECT gpu_model, tier, cluster, usd_per_gpu_hour,
+               CASE WHEN row_number() OVER w = 1 THEN TIMESTAMP '0001-01-01'
+                    ELSE effective_from::TIMESTAMP END AS p_from,
+               coalesce(lead(effective_from::TIMESTAMP) OVER w, TIMESTAMP '9999-12-31') AS p_to
+        FROM prices
+        WINDOW w AS (PARTITION BY gpu_model, tier, cluster ORDER BY effective_from)
+    ),
+    priced AS (
+        SELECT jc.job_id,
+               sum(jc.gpu_count * epoch(least(jc.span_end, p.p_to) - greatest(jc.span_start, p.p_from)) / 3600.0
+                   * p.usd_per_gpu_hour) AS cost_usd
+        FROM jc JOIN periods p
+          ON p.gpu_model = jc.gpu_model AND p.tier = jc.price_tier
+         AND p.cluster IS NOT DISTINCT FROM jc.price_cluster
+         AND p.p_from < jc.span_end AND p.p_to > jc.span_start
+        GROUP BY jc.job_id
+    )
+    SELECT jc.job_id, jc.cluster, jc.user_name, jc.team, jc.project, jc.name, jc.kind, jc.gpu_model,
+           jc.gpu_count, jc.pricing_tier, jc.price_tier, jc.state, jc.start_ts, jc.end_ts,
+           jc.span_start, jc.span_end,
+           epoch(jc.span_end - jc.span_start) / 3600.0 AS hours,
+           jc.gpu_count * epoch(jc.span_end - jc.span_start) / 3600.0 AS gpu_hours,
+           priced.cost_usd
+    FROM jc LEFT JOIN priced USING (job_id)
+    """
+    return sql, [lo, as_of, hi, *params]
+
+
+def job_costs(
+    con: duckdb.DuckDBPyConnection, *, filters: Filters = Filters(), as_of: dt.datetime | None = None
+) -> pl.DataFrame:
+    """One row per job overlapping the view: hours, GPU-hours and dollars inside it (JOB_COST_COLUMNS)."""
+    as_of = as_of or horizon(con)
+    sql, params = job_costs_sql(filters, as_of)
+    return frame(con, sql + " ORDER BY jc.start_ts, jc.job_id", params)

@@ -1,0 +1,53 @@
+"""The filters every view shares (date range, team, cluster, user), turned into bound SQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import duckdb
+
+
+@dataclass(frozen=True)
+class Filters:
+    """A view of the ledger. Dates are UTC days, both ends included; empty tuples mean "all"."""
+
+    since: dt.date | None = None
+    until: dt.date | None = None
+    teams: tuple[str, ...] = ()
+    clusters: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+
+    @property
+    def lo(self) -> dt.datetime | None:
+        return dt.datetime.combine(self.since, dt.time()) if self.since else None
+
+    @property
+    def hi(self) -> dt.datetime | None:
+        """Exclusive upper bound: midnight after ``until``."""
+        return dt.datetime.combine(self.until + dt.timedelta(days=1), dt.time()) if self.until else None
+
+    def job_where(self, alias: str = "j") -> tuple[str, list[object]]:
+        """SQL predicate (and parameters) selecting the jobs of this view by team/cluster/user."""
+        parts: list[str] = ["TRUE"]
+        params: list[object] = []
+        for column, values in (("team", self.teams), ("cluster", self.clusters), ("user_name", self.users)):
+            if values:
+                parts.append(f"{alias}.{column} IN ({', '.join('?' for _ in values)})")
+                params.extend(values)
+        return " AND ".join(parts), params
+
+
+def horizon(con: duckdb.DuckDBPyConnection) -> dt.datetime | None:
+    """The latest moment the ledger has data for: running jobs are costed up to here.
+
+    Using the data's own horizon (not the wall clock) keeps every figure reproducible: the dashboard, the
+    CLI and a report computed a minute apart agree to the cent.
+    """
+    row = con.execute(
+        """SELECT greatest(
+               (SELECT max(ts) FROM samples),
+               (SELECT max(greatest(coalesce(end_ts, start_ts), start_ts)) FROM jobs),
+               (SELECT max(coalesce(end_ts, start_ts)) FROM allocations))"""
+    ).fetchall()
+    return row[0][0]

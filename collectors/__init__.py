@@ -1,0 +1,1 @@
+"""Collectors: parse and validate a source into canonical stage tables; collectors.base lands them."""

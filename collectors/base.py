@@ -1,0 +1,486 @@
+"""The one write path: every source (a file, the demo fleet, a live collector) lands through here.
+
+A parser only *stages*: inside the caller's transaction it creates TEMP tables named ``stage_<table>``
+holding canonical columns (any subset of the target table's columns; see gpuledger/schema.py) and raises
+``FormatError(path, line, reason)`` for anything it cannot read. :func:`land` then merges the stage into the
+ledger with the same rules for every source:
+
+- samples: one row per (gpu_id, ts); a sample already in the ledger is skipped and counted as a duplicate,
+  so overlapping files never double count; ``interval_s`` is derived when the parser leaves it NULL;
+- gpus: upserted, keeping known fields and widening first/last seen; every GPU a sample names exists;
+- jobs and training runs: upserted by ``job_id`` (a newer record of the same job replaces the older one);
+  a job's allocations and train log are replaced with the job's newer ones;
+- samples are attributed to the job that held their GPU at that time, once, here;
+- the per-GPU-minute rollup is refreshed for the span the ingest touched.
+
+:func:`ingest_file` wraps a parser and :func:`land` in one transaction with provenance: the content hash
+makes re-ingesting the same bytes a no-op, ``replace=True`` first removes what an earlier version of the same
+source brought in. Any error rolls the whole file back.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import duckdb
+
+from gpuledger.errors import FormatError, UnknownFormatError
+from gpuledger.schema import INGESTED_TABLES
+
+HEAD_BYTES = 64 * 1024
+# A telemetry sample stands for the time until the next sample of its GPU, but never more than this many
+# times the GPU's typical cadence: a longer silence is a gap (unknown), not busy or idle time.
+GAP_FACTOR = 2.5
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    cluster: str | None = None  # cluster name for sources that do not carry one
+    tz: str | None = None  # IANA zone of naive local timestamps; None = this machine's zone
+    job_id: str | None = None  # tie a training log to this job
+    columns: tuple[str, ...] | None = None  # field names for header-less files (nvidia-smi noheader)
+    replace: bool = False  # drop what an earlier version of this source brought in
+    source_key: str | None = None  # what --replace matches on; default the absolute path
+    default_tier: str = "on_demand"
+    cluster_tiers: tuple[tuple[str, str], ...] = ()  # (cluster, tier) from settings
+    idle_util_pct: float = 5.0  # for the rollup's idle seconds
+
+
+@dataclass(frozen=True)
+class Sniff:
+    """How sure a parser is that it reads a file (0 = not mine, 1 = certain), and why not when it is not."""
+
+    score: float
+    complaint: str = ""
+
+
+class Parser(Protocol):
+    name: str  # the --format value
+    description: str  # one line for --help and the README
+
+    def sniff(self, path: Path, head: str) -> Sniff: ...
+
+    def stage(self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
+        """Create TEMP ``stage_*`` tables; return rows skipped on purpose, by reason."""
+        ...
+
+
+@dataclass
+class IngestReport:
+    path: str
+    format: str
+    ingest_id: int | None
+    rows: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+    already: bool = False  # same content was ingested before: nothing written
+    replaced: list[int] = field(default_factory=list)  # earlier ingests removed by --replace
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "format": self.format,
+            "ingest_id": self.ingest_id,
+            "rows": self.rows,
+            "skipped": self.skipped,
+            "already_ingested": self.already,
+            "replaced_ingests": self.replaced,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_head(path: Path) -> str:
+    with path.open("rb") as fh:
+        raw = fh.read(HEAD_BYTES)
+    if raw.startswith(b"\x1f\x8b"):
+        import gzip
+
+        with gzip.open(path, "rb") as gz:
+            raw = gz.read(HEAD_BYTES)
+    return raw.decode("utf-8", errors="replace")
+
+
+def choose_parser(path: Path, fmt: str, parsers: dict[str, Parser]) -> Parser:
+    if fmt != "auto":
+        if fmt not in parsers:
+            raise UnknownFormatError(
+                path, None, f"unknown format {fmt!r}; known: {', '.join(sorted(parsers))}"
+            )
+        return parsers[fmt]
+    if not path.exists():
+        raise FormatError(path, None, "no such file")
+    if path.stat().st_size == 0:
+        raise FormatError(path, None, "the file is empty")
+    head = read_head(path)
+    scored = [(p.sniff(path, head), p) for p in parsers.values()]
+    scored.sort(key=lambda sp: sp[0].score, reverse=True)
+    best_sniff, best = scored[0]
+    if best_sniff.score > 0:
+        return best
+    closest = next((s for s, _ in scored if s.complaint), None)
+    hint = f"; closest: {closest.complaint}" if closest else ""
+    raise UnknownFormatError(
+        path, None, f"no parser recognises this file (tried {', '.join(sorted(parsers))}){hint}"
+    )
+
+
+def _temp_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
+    rows = con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE temporary AND table_name LIKE 'stage_%'"
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def _columns(con: duckdb.DuckDBPyConnection, table: str, *, temp: bool = False) -> list[str]:
+    rows = con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND (database_name = 'temp') = ? ORDER BY column_index",
+        [table, temp],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def drop_stage(con: duckdb.DuckDBPyConnection) -> None:
+    for t in _temp_tables(con):
+        con.execute(f"DROP TABLE IF EXISTS temp.{t}")
+
+
+def _count(con: duckdb.DuckDBPyConnection, sql: str, params: list[object] | None = None) -> int:
+    return int(con.execute(sql, params or []).fetchall()[0][0])
+
+
+def _insert_from_stage(
+    con: duckdb.DuckDBPyConnection, table: str, ingest_id: int, defaults: dict[str, str] | None = None
+) -> list[str]:
+    """INSERT the stage's columns into ``table``; absent columns take ``defaults`` (SQL) or NULL."""
+    target = _columns(con, table)
+    staged = set(_columns(con, f"stage_{table}", temp=True))
+    defaults = defaults or {}
+    exprs = []
+    for col in target:
+        if col == "ingest_id":
+            exprs.append(str(ingest_id))
+        elif col in staged and col in defaults:
+            exprs.append(f"coalesce(s.{col}, {defaults[col]})")
+        elif col in staged:
+            exprs.append(f"s.{col}")
+        else:
+            exprs.append(defaults.get(col, "NULL"))
+    return exprs
+
+
+def _tier_case(opts: IngestOptions) -> str:
+    arms = " ".join(f"WHEN {quote(cluster)} THEN {quote(tier)}" for cluster, tier in opts.cluster_tiers)
+    default = quote(opts.default_tier)
+    return f"(CASE s.cluster {arms} ELSE {default} END)" if arms else default
+
+
+def quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def land(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptions) -> dict[str, int]:
+    """Merge the ``stage_*`` tables into the ledger; the caller owns the transaction. Returns rows written."""
+    staged = _temp_tables(con)
+    rows: dict[str, int] = {}
+    if "stage_samples" in staged:
+        rows.update(_land_samples(con, ingest_id))
+    if "stage_gpus" in staged or "stage_samples" in staged:
+        rows["gpus"] = _land_gpus(con, staged)
+    if "stage_jobs" in staged:
+        rows["jobs"] = _land_jobs(con, ingest_id, opts)
+    if "stage_allocations" in staged:
+        con.execute("DELETE FROM allocations WHERE job_id IN (SELECT DISTINCT job_id FROM stage_allocations)")
+        exprs = _insert_from_stage(con, "allocations", ingest_id, {"gpu_count": "1"})
+        con.execute(f"INSERT INTO allocations SELECT {', '.join(exprs)} FROM stage_allocations s")
+        rows["allocations"] = _count(con, "SELECT count(*) FROM stage_allocations")
+    if "stage_training_runs" in staged:
+        con.execute("DELETE FROM training_runs WHERE job_id IN (SELECT job_id FROM stage_training_runs)")
+        exprs = _insert_from_stage(con, "training_runs", ingest_id, {"source": "'unknown'"})
+        con.execute(f"INSERT INTO training_runs SELECT {', '.join(exprs)} FROM stage_training_runs s")
+        rows["training_runs"] = _count(con, "SELECT count(*) FROM stage_training_runs")
+    if "stage_train_log" in staged:
+        con.execute("DELETE FROM train_log WHERE job_id IN (SELECT DISTINCT job_id FROM stage_train_log)")
+        exprs = _insert_from_stage(con, "train_log", ingest_id)
+        con.execute(f"INSERT INTO train_log SELECT {', '.join(exprs)} FROM stage_train_log s")
+        rows["train_log"] = _count(con, "SELECT count(*) FROM stage_train_log")
+    for table in ("processes", "gpu_events", "capacity"):
+        if f"stage_{table}" in staged:
+            exprs = _insert_from_stage(con, table, ingest_id)
+            con.execute(f"INSERT INTO {table} SELECT {', '.join(exprs)} FROM stage_{table} s")
+            rows[table] = _count(con, f"SELECT count(*) FROM stage_{table}")
+    attribute_samples(con, ingest_id)
+    from gpuledger.rollup import refresh_rollup
+
+    refresh_rollup(con, ingest_id, idle_util_pct=opts.idle_util_pct)
+    return rows
+
+
+def _land_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> dict[str, int]:
+    staged_cols = set(_columns(con, "stage_samples", temp=True))
+    if "interval_s" not in staged_cols:
+        con.execute("ALTER TABLE stage_samples ADD COLUMN interval_s FLOAT")
+    if "job_id" not in staged_cols:
+        con.execute("ALTER TABLE stage_samples ADD COLUMN job_id VARCHAR")
+    total = _count(con, "SELECT count(*) FROM stage_samples")
+    span = con.execute("SELECT min(ts), max(ts) FROM stage_samples").fetchall()[0]
+    exprs = _insert_from_stage(con, "samples", ingest_id)
+    # Cadence per GPU = median spacing in this batch; a sample stands for the time to the next one, capped.
+    con.execute(
+        f"""
+        INSERT INTO samples
+        WITH uniq AS (
+            SELECT * FROM stage_samples s
+            QUALIFY row_number() OVER (PARTITION BY gpu_id, ts ORDER BY ts) = 1
+        ),
+        spaced AS (
+            SELECT *, epoch(lead(ts) OVER (PARTITION BY gpu_id ORDER BY ts) - ts) AS gap_s FROM uniq
+        ),
+        cadence AS (
+            SELECT gpu_id, coalesce(median(gap_s), 1.0) AS cad_s FROM spaced GROUP BY gpu_id
+        ),
+        fresh AS (
+            SELECT sp.* REPLACE (
+                coalesce(sp.interval_s,
+                         CASE WHEN sp.gap_s IS NULL OR sp.gap_s > {GAP_FACTOR} * c.cad_s
+                              THEN c.cad_s ELSE sp.gap_s END) AS interval_s)
+            FROM spaced sp JOIN cadence c USING (gpu_id)
+            WHERE NOT EXISTS (
+                SELECT 1 FROM samples o
+                WHERE o.gpu_id = sp.gpu_id AND o.ts = sp.ts
+                  AND o.ts BETWEEN ?::TIMESTAMP AND ?::TIMESTAMP
+            )
+        )
+        SELECT {", ".join(exprs)} FROM fresh s ORDER BY s.ts, s.gpu_id
+        """,
+        [span[0], span[1]],
+    )
+    written = _count(con, "SELECT count(*) FROM samples WHERE ingest_id = ?", [ingest_id])
+    return {"samples": written, "samples_duplicate": total - written}
+
+
+def _land_gpus(con: duckdb.DuckDBPyConnection, staged: set[str]) -> int:
+    before = _count(con, "SELECT count(*) FROM gpus")
+    if "stage_gpus" in staged:
+        cols = set(_columns(con, "stage_gpus", temp=True))
+        target = _columns(con, "gpus")
+        sel = ", ".join(f"s.{c}" if c in cols else f"NULL::{_type(con, 'gpus', c)} AS {c}" for c in target)
+        updates = ", ".join(
+            f"{c} = coalesce(excluded.{c}, gpus.{c})"
+            for c in target
+            if c not in ("gpu_id", "first_seen", "last_seen")
+        )
+        con.execute(
+            f"""
+            INSERT INTO gpus SELECT {sel} FROM (SELECT * FROM stage_gpus QUALIFY row_number() OVER (PARTITION BY gpu_id) = 1) s
+            ON CONFLICT (gpu_id) DO UPDATE SET {updates},
+                first_seen = least(excluded.first_seen, gpus.first_seen),
+                last_seen = greatest(excluded.last_seen, gpus.last_seen)
+            """
+        )
+    if "stage_samples" in staged:
+        con.execute(
+            """
+            INSERT INTO gpus (gpu_id, first_seen, last_seen)
+            SELECT gpu_id, min(ts), max(ts) FROM stage_samples GROUP BY gpu_id
+            ON CONFLICT (gpu_id) DO UPDATE SET
+                first_seen = least(excluded.first_seen, coalesce(gpus.first_seen, excluded.first_seen)),
+                last_seen = greatest(excluded.last_seen, coalesce(gpus.last_seen, excluded.last_seen))
+            """
+        )
+    return _count(con, "SELECT count(*) FROM gpus") - before
+
+
+def _type(con: duckdb.DuckDBPyConnection, table: str, column: str) -> str:
+    return con.execute(
+        "SELECT data_type FROM duckdb_columns() WHERE table_name = ? AND column_name = ? AND database_name <> 'temp'",
+        [table, column],
+    ).fetchall()[0][0]
+
+
+def _land_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptions) -> int:
+    defaults = {
+        "source": "'unknown'",
+        "kind": "'other'",
+        "state": "'COMPLETED'",
+        "gpu_count": "0",
+        "pricing_tier": _tier_case(opts),
+        "cluster": quote(opts.cluster) if opts.cluster else "NULL",
+    }
+    staged_cols = set(_columns(con, "stage_jobs", temp=True))
+    if "cluster" not in staged_cols:
+        con.execute("ALTER TABLE stage_jobs ADD COLUMN cluster VARCHAR")
+        if opts.cluster:
+            con.execute("UPDATE stage_jobs SET cluster = ?", [opts.cluster])
+    exprs = _insert_from_stage(con, "jobs", ingest_id, defaults)
+    con.execute("DELETE FROM jobs WHERE job_id IN (SELECT job_id FROM stage_jobs)")
+    con.execute(
+        f"""INSERT INTO jobs SELECT {", ".join(exprs)}
+            FROM (SELECT * FROM stage_jobs QUALIFY row_number() OVER (PARTITION BY job_id ORDER BY end_ts DESC NULLS FIRST) = 1) s"""
+    )
+    return _count(con, "SELECT count(*) FROM jobs WHERE ingest_id = ?", [ingest_id])
+
+
+def attribute_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
+    """Stamp each sample with the job whose allocation covers its GPU and time.
+
+    Runs for the samples this ingest brought and for the samples under the allocations it brought, so the
+    order in which telemetry and job records arrive does not matter. Samples a source already tied to a job
+    (a dcgm ``hpc_job`` label, an NVML process) keep that job.
+    """
+    con.execute(
+        """
+        UPDATE samples SET job_id = a.job_id
+        FROM allocations a
+        WHERE samples.job_id IS NULL
+          AND a.gpu_id IS NOT NULL AND samples.gpu_id = a.gpu_id
+          AND samples.ts >= a.start_ts AND (a.end_ts IS NULL OR samples.ts < a.end_ts)
+          AND (samples.ingest_id = ? OR a.ingest_id = ?)
+        """,
+        [ingest_id, ingest_id],
+    )
+
+
+def delete_ingests(con: duckdb.DuckDBPyConnection, ingest_ids: list[int], *, idle_util_pct: float) -> None:
+    """Remove everything these ingests brought in, and re-roll the GPU-minutes their samples touched."""
+    if not ingest_ids:
+        return
+    from gpuledger.rollup import refresh_windows
+
+    placeholders = ", ".join("?" for _ in ingest_ids)
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE replaced_windows AS
+            SELECT gpu_id, date_trunc('minute', min(ts)) AS lo, date_trunc('minute', max(ts)) AS hi
+            FROM samples WHERE ingest_id IN ({placeholders}) GROUP BY gpu_id""",
+        ingest_ids,
+    )
+    for table in INGESTED_TABLES:
+        con.execute(f"DELETE FROM {table} WHERE ingest_id IN ({placeholders})", ingest_ids)
+    con.execute(f"DELETE FROM ingests WHERE ingest_id IN ({placeholders})", ingest_ids)
+    refresh_windows(con, "SELECT * FROM replaced_windows", [], idle_util_pct)
+    con.execute("DROP TABLE IF EXISTS temp.replaced_windows")
+
+
+def record_ingest(
+    con: duckdb.DuckDBPyConnection,
+    ingest_id: int,
+    *,
+    path: str,
+    source_key: str,
+    sha256: str,
+    fmt: str,
+    rows: dict[str, int],
+    skipped: dict[str, int],
+) -> None:
+    con.execute(
+        "INSERT INTO ingests VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            ingest_id,
+            path,
+            source_key,
+            sha256,
+            fmt,
+            json.dumps(rows, sort_keys=True),
+            json.dumps(skipped, sort_keys=True),
+            dt.datetime.now(dt.UTC).replace(tzinfo=None),
+        ],
+    )
+
+
+def next_ingest_id(con: duckdb.DuckDBPyConnection) -> int:
+    return int(con.execute("SELECT nextval('ingest_seq')").fetchall()[0][0])
+
+
+def run_in_transaction(con: duckdb.DuckDBPyConnection, work: Callable[[], IngestReport]) -> IngestReport:
+    con.execute("BEGIN TRANSACTION")
+    try:
+        report = work()
+        con.execute("COMMIT")
+        return report
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    finally:
+        drop_stage(con)
+
+
+def ingest_file(
+    con: duckdb.DuckDBPyConnection,
+    path: str | os.PathLike[str],
+    *,
+    fmt: str = "auto",
+    opts: IngestOptions | None = None,
+    parsers: dict[str, Parser] | None = None,
+) -> IngestReport:
+    """Parse one file and land it atomically in the ledger behind ``con`` (a writer connection)."""
+    from collectors.registry import PARSERS
+
+    opts = opts or IngestOptions()
+    parsers = parsers or PARSERS
+    p = Path(path)
+    parser = choose_parser(p, fmt, parsers)
+    if not p.exists():
+        raise FormatError(p, None, "no such file")
+    if p.stat().st_size == 0:
+        raise FormatError(p, None, "the file is empty")
+    started = time.perf_counter()
+    digest = sha256_file(p)
+    key = opts.source_key or str(p.resolve())
+    seen = con.execute(
+        "SELECT ingest_id FROM ingests WHERE content_sha256 = ? ORDER BY ingest_id LIMIT 1", [digest]
+    ).fetchall()
+    if seen and not opts.replace:
+        return IngestReport(str(p), parser.name, int(seen[0][0]), already=True)
+
+    def work() -> IngestReport:
+        earlier: list[int] = []
+        if opts.replace:
+            earlier = [
+                int(r[0])
+                for r in con.execute(
+                    "SELECT ingest_id FROM ingests WHERE source_key = ? OR content_sha256 = ?", [key, digest]
+                ).fetchall()
+            ]
+            delete_ingests(con, earlier, idle_util_pct=opts.idle_util_pct)
+        ingest_id = next_ingest_id(con)
+        skipped = parser.stage(con, p, opts)
+        rows = land(con, ingest_id, opts)
+        dup = rows.pop("samples_duplicate", 0)
+        if dup:
+            skipped = {**skipped, "samples already in the ledger": dup}
+        record_ingest(
+            con,
+            ingest_id,
+            path=str(p.resolve()),
+            source_key=key,
+            sha256=digest,
+            fmt=parser.name,
+            rows=rows,
+            skipped=skipped,
+        )
+        return IngestReport(
+            str(p),
+            parser.name,
+            ingest_id,
+            rows,
+            skipped,
+            replaced=earlier,
+            seconds=time.perf_counter() - started,
+        )
+
+    return run_in_transaction(con, work)

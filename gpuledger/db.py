@@ -1,0 +1,151 @@
+"""Where the ledger lives and how processes share it.
+
+DuckDB lets one process hold a database file read-write, or many hold it read-only, never both. gpuledger
+therefore never keeps a connection open between units of work:
+
+- a **writer** (ingest, demo, a collector's flush) opens the file read-write, does its work in one
+  transaction, and closes it; if another process holds the file it retries until ``timeout_s``;
+- a **reader** (a dashboard page, ``summary``) opens the file read-only for one query batch and closes it,
+  retrying the same way while a writer holds the lock.
+
+A page load that meets an ingest therefore waits for the commit (seconds at most) and then sees the new
+data; nobody gets a lock error, and no reader holds data stale forever because the dashboard caches are
+keyed on :func:`data_version`, which changes with every commit. docs/concurrency.md has the details.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+from gpuledger.errors import DatabaseBusyError
+from gpuledger.schema import SCHEMA_VERSION, current_version, migrate
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DB = ROOT / "data" / "gpuledger.duckdb"
+MEMORY = ":memory:"
+
+
+def resolve_db(path: str | os.PathLike[str] | None = None) -> str:
+    """``--db`` wins, then ``$GPULEDGER_DB``, then ``data/gpuledger.duckdb`` in the checkout."""
+    chosen = path or os.environ.get("GPULEDGER_DB") or DEFAULT_DB
+    if str(chosen) == MEMORY:
+        return MEMORY
+    return str(Path(chosen).expanduser().resolve())
+
+
+def _is_lock_error(exc: Exception) -> bool:
+    text = str(exc)
+    return "Could not set lock" in text or "Conflicting lock" in text
+
+
+def _connect(path: str, *, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
+    deadline = time.monotonic() + timeout_s
+    delay = 0.02
+    while True:
+        try:
+            return duckdb.connect(path, read_only=read_only)
+        except duckdb.IOException as exc:
+            if not _is_lock_error(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise DatabaseBusyError(
+                    f"{path}: another gpuledger process has held the database for over {timeout_s:.0f} s"
+                ) from exc
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.5)
+
+
+def _configure(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET enable_progress_bar = false")
+
+
+@contextmanager
+def writer(path: str | None = None, *, timeout_s: float = 120.0) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-write connection with the schema migrated; closed (releasing the file) on exit.
+
+    The caller opens its own transaction(s); the migration runs in one of its own first.
+    """
+    db = resolve_db(path)
+    if db != MEMORY:
+        Path(db).parent.mkdir(parents=True, exist_ok=True)
+    con = _connect(db, read_only=False, timeout_s=timeout_s)
+    try:
+        _configure(con)
+        ensure_schema(con)
+        yield con
+    finally:
+        con.close()
+
+
+@contextmanager
+def reader(path: str | None = None, *, timeout_s: float = 120.0) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only connection for one batch of queries.
+
+    A database file that does not exist yet is created (empty, current schema) first, so a fresh install
+    can open the dashboard before any data arrives.
+    """
+    db = resolve_db(path)
+    if db == MEMORY:
+        raise ValueError("an in-memory ledger has no separate readers; pass the writer connection")
+    if not Path(db).exists():
+        with writer(db, timeout_s=timeout_s):
+            pass
+    con = _connect(db, read_only=True, timeout_s=timeout_s)
+    try:
+        _configure(con)
+        version = current_version(con)
+        if version != SCHEMA_VERSION:
+            con.close()
+            with writer(db, timeout_s=timeout_s):
+                pass
+            con = _connect(db, read_only=True, timeout_s=timeout_s)
+            _configure(con)
+        yield con
+    finally:
+        con.close()
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Migrate to the current schema and load the shipped catalog and price sheet, atomically."""
+    if current_version(con) == SCHEMA_VERSION:
+        return
+    from gpuledger.reference import load_reference
+
+    con.execute("BEGIN TRANSACTION")
+    try:
+        migrate(con)
+        load_reference(con)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def memory_ledger() -> duckdb.DuckDBPyConnection:
+    """An in-memory ledger with the current schema: for tests and the upload page."""
+    con = duckdb.connect(MEMORY)
+    _configure(con)
+    ensure_schema(con)
+    return con
+
+
+def data_version(path: str | None = None) -> tuple[int, int]:
+    """Changes whenever a writer commits: (mtime_ns, size) of the file and its WAL. Cache key for pages."""
+    db = resolve_db(path)
+    parts = [0, 0]
+    for suffix in ("", ".wal"):
+        try:
+            st = os.stat(db + suffix)
+        except FileNotFoundError:
+            continue
+        parts[0] = max(parts[0], st.st_mtime_ns)
+        parts[1] += st.st_size
+    return parts[0], parts[1]

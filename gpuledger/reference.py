@@ -1,0 +1,179 @@
+"""The GPU catalog and the price sheet: shipped as data in data/, mirrored into the ledger.
+
+The ledger's ``gpu_catalog`` and ``prices`` tables are what every cost query joins against, so a number on a
+page, in a report and in ``--json`` comes from one place. They are rebuilt from data/gpu_catalog.toml,
+data/prices.toml and the user's settings whenever the settings' fingerprint changes (:func:`sync_reference`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from gpuledger.errors import SettingsError
+from gpuledger.settings import PriceRow, Settings, parse_price_rows
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+CATALOG_FILE = DATA / "gpu_catalog.toml"
+PRICES_FILE = DATA / "prices.toml"
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    model: str
+    vendor: str
+    memory_mib: int
+    bf16_tflops: float | None
+    fp16_tflops: float
+    fp32_tflops: float
+    tdp_w: float
+    mig_capable: bool
+    match: tuple[str, ...]
+    source: str
+
+
+@functools.cache
+def catalog() -> tuple[GpuModel, ...]:
+    raw = tomllib.loads(CATALOG_FILE.read_text(encoding="utf-8"))
+    return tuple(
+        GpuModel(
+            model=name,
+            vendor=body["vendor"],
+            memory_mib=int(body["memory_mib"]),
+            bf16_tflops=body.get("bf16_tflops"),
+            fp16_tflops=float(body["fp16_tflops"]),
+            fp32_tflops=float(body["fp32_tflops"]),
+            tdp_w=float(body["tdp_w"]),
+            mig_capable=bool(body["mig_capable"]),
+            match=tuple(body["match"]),
+            source=body["source"],
+        )
+        for name, body in raw.items()
+    )
+
+
+@functools.cache
+def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
+    return tuple((re.compile(p, re.IGNORECASE), m.model) for m in catalog() for p in m.match)
+
+
+@functools.cache
+def normalize_model(name: str | None) -> str | None:
+    """Map a reported GPU name ("NVIDIA H100 80GB HBM3", "Tesla T4", "a100_3g.20gb") to a catalog model."""
+    if not name:
+        return None
+    text = name.strip().replace("_", " ")
+    models = {m.model for m in catalog()}
+    if text in models:
+        return text
+    for pattern, model in _patterns():
+        if pattern.search(text):
+            return model
+    return None
+
+
+def model_sql_case(column: str) -> str:
+    """A SQL CASE expression mapping ``column`` to a catalog model: lets collectors normalize in DuckDB."""
+    arms = []
+    models = sorted({m.model for m in catalog()})
+    quoted = ", ".join("'" + m.replace("'", "''") + "'" for m in models)
+    arms.append(f"WHEN replace({column}, '_', ' ') IN ({quoted}) THEN replace({column}, '_', ' ')")
+    for pattern, model in _patterns():
+        arms.append(
+            f"WHEN regexp_matches(replace({column}, '_', ' '), '{pattern.pattern.replace(chr(39), chr(39) * 2)}', 'i') "
+            f"THEN '{model}'"
+        )
+    return "CASE " + " ".join(arms) + " ELSE NULL END"
+
+
+@functools.cache
+def shipped_prices() -> tuple[PriceRow, ...]:
+    raw = tomllib.loads(PRICES_FILE.read_text(encoding="utf-8"))
+    return parse_price_rows(PRICES_FILE, raw.get("price", []))
+
+
+def effective_prices(settings: Settings) -> list[PriceRow]:
+    """Shipped rows, with a user row replacing the shipped one of the same (model, tier, cluster, date)."""
+    known = {m.model for m in catalog()}
+    for i, row in enumerate(settings.prices):
+        if row.gpu_model not in known:
+            raise SettingsError(
+                settings.source, f"price[{i}].gpu_model", f"{row.gpu_model!r} is not in the GPU catalog"
+            )
+    merged: dict[tuple[str, str, str | None, object], PriceRow] = {}
+    for row in (*shipped_prices(), *settings.prices):
+        merged[(row.gpu_model, row.tier, row.cluster, row.effective_from)] = row
+    return list(merged.values())
+
+
+def load_reference(con: duckdb.DuckDBPyConnection, settings: Settings | None = None) -> None:
+    """Replace the catalog and price tables; the caller owns the transaction."""
+    settings = settings or Settings()
+    con.execute("DELETE FROM gpu_catalog")
+    con.executemany(
+        "INSERT INTO gpu_catalog VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            [
+                m.model,
+                m.vendor,
+                m.memory_mib,
+                m.bf16_tflops,
+                m.fp16_tflops,
+                m.fp32_tflops,
+                m.tdp_w,
+                m.mig_capable,
+                m.source,
+            ]
+            for m in catalog()
+        ],
+    )
+    con.execute("DELETE FROM prices")
+    con.executemany(
+        "INSERT INTO prices VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            [p.gpu_model, p.tier, p.cluster, p.effective_from, p.usd_per_gpu_hour, p.source, p.source_date]
+            for p in effective_prices(settings)
+        ],
+    )
+    # Capacity declared in settings (the GPUs an organisation pays for, used or not) lives beside the
+    # capacity that traces declare; ingest_id 0 marks the settings' rows.
+    con.execute("DELETE FROM capacity WHERE ingest_id = 0")
+    declared = [
+        [cluster, cap.gpu_model, cap.gpu_count]
+        for cluster, body in settings.clusters.items()
+        for cap in body.capacity
+    ]
+    if declared:
+        con.executemany("INSERT INTO capacity VALUES (?, ?, ?, TIMESTAMP '1970-01-01', NULL, 0)", declared)
+    con.execute(
+        "INSERT OR REPLACE INTO schema_meta VALUES ('settings_fingerprint', ?)", [settings.fingerprint()]
+    )
+
+
+def reference_is_current(con: duckdb.DuckDBPyConnection, settings: Settings) -> bool:
+    rows = con.execute("SELECT value FROM schema_meta WHERE key = 'settings_fingerprint'").fetchall()
+    return bool(rows) and rows[0][0] == settings.fingerprint()
+
+
+def sync_reference(path: str | None, settings: Settings) -> bool:
+    """Make the ledger's catalog and prices reflect ``settings``; returns True when it had to write."""
+    from gpuledger.db import reader, writer
+
+    with reader(path) as con:
+        if reference_is_current(con, settings):
+            return False
+    with writer(path) as con:
+        effective_prices(settings)  # validate before touching anything
+        con.execute("BEGIN TRANSACTION")
+        try:
+            load_reference(con, settings)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    return True

@@ -1,0 +1,220 @@
+"""User settings: thresholds, energy prices, price overrides, per-cluster tier and capacity.
+
+Loaded from a TOML file (``--settings``, else ``$GPULEDGER_SETTINGS``, else ``data/settings.toml`` when it
+exists, else the defaults below) into frozen dataclasses. Every invalid value raises ``SettingsError`` naming
+its key. The file format is documented in docs/settings.md; ``data/settings.example.toml`` is a template.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuledger.errors import SettingsError
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SETTINGS = ROOT / "data" / "settings.toml"
+TIERS = ("on_demand", "spot", "reserved", "on_prem")
+
+
+@dataclass(frozen=True)
+class PriceRow:
+    gpu_model: str
+    tier: str
+    usd_per_gpu_hour: float
+    effective_from: dt.date
+    source: str
+    source_date: dt.date
+    cluster: str | None = None
+
+
+@dataclass(frozen=True)
+class Capacity:
+    gpu_model: str
+    gpu_count: float
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    tier: str | None = None  # pricing tier of jobs on this cluster that name none
+    capacity: tuple[Capacity, ...] = ()
+
+
+@dataclass(frozen=True)
+class Settings:
+    idle_util_pct: float = 5.0
+    idle_min_minutes: float = 30.0
+    target_util_pct: float = 60.0
+    usd_per_kwh: float = 0.12
+    gco2e_per_kwh: float = 390.0
+    default_tier: str = "on_demand"
+    batch_safety_fraction: float = 0.9
+    notebook_idle_stop_minutes: float = 60.0
+    prices: tuple[PriceRow, ...] = ()
+    clusters: dict[str, ClusterSettings] = field(default_factory=dict)
+    source: str = "defaults"
+
+    def fingerprint(self) -> str:
+        """Stable hash of everything that changes a number; stored with synced reference data."""
+        payload = asdict(self)
+        payload.pop("source")
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+_SCALARS: dict[str, tuple[str, str, float, float]] = {
+    # toml key -> (section, field, min, max)
+    "thresholds.idle_util_pct": ("thresholds", "idle_util_pct", 0.0, 100.0),
+    "thresholds.idle_min_minutes": ("thresholds", "idle_min_minutes", 0.0, 1440.0),
+    "thresholds.target_util_pct": ("thresholds", "target_util_pct", 0.0, 100.0),
+    "thresholds.notebook_idle_stop_minutes": ("thresholds", "notebook_idle_stop_minutes", 1.0, 10080.0),
+    "energy.usd_per_kwh": ("energy", "usd_per_kwh", 0.0, 10.0),
+    "energy.gco2e_per_kwh": ("energy", "gco2e_per_kwh", 0.0, 2000.0),
+    "recommend.batch_safety_fraction": ("recommend", "batch_safety_fraction", 0.1, 1.0),
+}
+_SECTIONS = {"thresholds", "energy", "pricing", "recommend", "price", "clusters"}
+
+
+def _number(path: Path, key: str, value: Any, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SettingsError(path, key, f"must be a number, got {value!r}")
+    if not lo <= float(value) <= hi:
+        raise SettingsError(path, key, f"must be between {lo:g} and {hi:g}, got {value!r}")
+    return float(value)
+
+
+def _date(path: Path, key: str, value: Any) -> dt.date:
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, dt.date):
+        return value
+    if isinstance(value, str):
+        try:
+            return dt.date.fromisoformat(value)
+        except ValueError:
+            pass
+    raise SettingsError(path, key, f"must be a date like 2025-01-31, got {value!r}")
+
+
+def _tier(path: Path, key: str, value: Any) -> str:
+    if value not in TIERS:
+        raise SettingsError(path, key, f"must be one of {', '.join(TIERS)}, got {value!r}")
+    return str(value)
+
+
+def parse_price_rows(path: Path, rows: Any, prefix: str = "price") -> tuple[PriceRow, ...]:
+    """Validate ``[[price]]`` rows (shared by the shipped sheet and user overrides)."""
+    if not isinstance(rows, list):
+        raise SettingsError(path, prefix, "must be an array of tables ([[price]])")
+    out = []
+    required = {"gpu_model", "tier", "usd_per_gpu_hour", "effective_from", "source"}
+    allowed = required | {"source_date", "cluster"}
+    for i, row in enumerate(rows):
+        key = f"{prefix}[{i}]"
+        if not isinstance(row, dict):
+            raise SettingsError(path, key, "must be a table")
+        missing = required - row.keys()
+        if missing:
+            raise SettingsError(path, f"{key}.{sorted(missing)[0]}", "is required")
+        unknown = row.keys() - allowed
+        if unknown:
+            raise SettingsError(path, f"{key}.{sorted(unknown)[0]}", "is not a known price field")
+        if not isinstance(row["gpu_model"], str) or not row["gpu_model"]:
+            raise SettingsError(path, f"{key}.gpu_model", "must be a GPU model name from the catalog")
+        cluster = row.get("cluster")
+        if cluster is not None and not isinstance(cluster, str):
+            raise SettingsError(path, f"{key}.cluster", "must be a string")
+        effective = _date(path, f"{key}.effective_from", row["effective_from"])
+        out.append(
+            PriceRow(
+                gpu_model=row["gpu_model"],
+                tier=_tier(path, f"{key}.tier", row["tier"]),
+                usd_per_gpu_hour=_number(
+                    path, f"{key}.usd_per_gpu_hour", row["usd_per_gpu_hour"], 0.0, 1000.0
+                ),
+                effective_from=effective,
+                source=str(row["source"]),
+                source_date=_date(path, f"{key}.source_date", row.get("source_date", effective)),
+                cluster=cluster,
+            )
+        )
+    return tuple(out)
+
+
+def _clusters(path: Path, raw: Any) -> dict[str, ClusterSettings]:
+    if not isinstance(raw, dict):
+        raise SettingsError(path, "clusters", "must be a table of [clusters.NAME] tables")
+    out: dict[str, ClusterSettings] = {}
+    for name, body in raw.items():
+        key = f"clusters.{name}"
+        if not isinstance(body, dict):
+            raise SettingsError(path, key, "must be a table")
+        unknown = body.keys() - {"tier", "capacity"}
+        if unknown:
+            raise SettingsError(path, f"{key}.{sorted(unknown)[0]}", "is not a known cluster setting")
+        tier = _tier(path, f"{key}.tier", body["tier"]) if "tier" in body else None
+        caps = []
+        for i, cap in enumerate(body.get("capacity", [])):
+            ckey = f"{key}.capacity[{i}]"
+            if not isinstance(cap, dict) or not isinstance(cap.get("gpu_model"), str):
+                raise SettingsError(path, f"{ckey}.gpu_model", "is required (a catalog GPU model)")
+            caps.append(
+                Capacity(cap["gpu_model"], _number(path, f"{ckey}.gpu_count", cap.get("gpu_count"), 0, 1e7))
+            )
+        out[name] = ClusterSettings(tier=tier, capacity=tuple(caps))
+    return out
+
+
+def from_dict(data: dict[str, Any], path: Path) -> Settings:
+    unknown = data.keys() - _SECTIONS
+    if unknown:
+        raise SettingsError(path, sorted(unknown)[0], "is not a known section")
+    values: dict[str, Any] = {}
+    for dotted, (section, fld, lo, hi) in _SCALARS.items():
+        sect = data.get(section, {})
+        if not isinstance(sect, dict):
+            raise SettingsError(path, section, "must be a table")
+        name = dotted.split(".", 1)[1]
+        if name in sect:
+            values[fld] = _number(path, dotted, sect[name], lo, hi)
+    for section in ("thresholds", "energy", "recommend"):
+        known = {k.split(".", 1)[1] for k in _SCALARS if k.startswith(section + ".")}
+        extra = set(data.get(section, {})) - known
+        if extra:
+            raise SettingsError(path, f"{section}.{sorted(extra)[0]}", "is not a known setting")
+    pricing = data.get("pricing", {})
+    if not isinstance(pricing, dict) or set(pricing) - {"default_tier"}:
+        bad = sorted(set(pricing) - {"default_tier"}) if isinstance(pricing, dict) else [""]
+        raise SettingsError(path, f"pricing.{bad[0]}".rstrip("."), "is not a known setting")
+    if "default_tier" in pricing:
+        values["default_tier"] = _tier(path, "pricing.default_tier", pricing["default_tier"])
+    if "price" in data:
+        values["prices"] = parse_price_rows(path, data["price"])
+    if "clusters" in data:
+        values["clusters"] = _clusters(path, data["clusters"])
+    settings = Settings(**values, source=str(path))
+    if settings.idle_util_pct >= settings.target_util_pct:
+        raise SettingsError(path, "thresholds.idle_util_pct", "must be below thresholds.target_util_pct")
+    return settings
+
+
+def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
+    """``--settings`` wins, then ``$GPULEDGER_SETTINGS``, then data/settings.toml, then the defaults."""
+    chosen = path or os.environ.get("GPULEDGER_SETTINGS")
+    if not chosen:
+        if not DEFAULT_SETTINGS.exists():
+            return Settings()
+        chosen = DEFAULT_SETTINGS
+    p = Path(chosen)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SettingsError(p, "(file)", "does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(p, "(syntax)", str(exc)) from None
+    return from_dict(data, p)
