@@ -1,0 +1,25 @@
+"""``gpuledger collect SOURCE``: live collection (nvml, prometheus, slurm).
+
+Each live source lives in its own collectors module exposing ``add_collect_parser(sub)``, which adds
+``collect <source>`` with ``set_defaults(func=...)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+LIVE_SOURCES = ("collectors.nvml_sampler", "collectors.prometheus_pull", "collectors.slurm_poll")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("collect", help="collect live from NVML, a Prometheus server, or Slurm accounting")
+    live = p.add_subparsers(dest="source", metavar="SOURCE", required=True)
+    for name in LIVE_SOURCES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.add_collect_parser(live)
