@@ -1,0 +1,338 @@
+"""Training logs → ``training_runs`` (one row per run) and ``train_log`` (one row per logged step).
+
+Formats: Hugging Face ``trainer_state.json`` (:class:`HfTrainerState`), LLaMA-Factory ``trainer_log.jsonl``
+(:class:`LlamaFactoryLog`) and PyTorch Lightning CSVLogger ``metrics.csv`` (+ ``hparams.yaml`` beside it)
+(:class:`LightningMetrics`). W&B run files live in collectors/wandb.py.
+
+How a log is tied to a job (docs/formats-jobs.md says the same for users):
+
+- ``--job ID`` names the job (a scheduler job ingested before or after); nothing is written to ``jobs`` then.
+- otherwise the run gets its own job, ``<source>:<run>`` where ``<run>`` is the directory holding the file
+  (the file's stem when it was renamed, e.g. ``slm_training_version_0_metrics``), with kind ``training``,
+  ``gpu_count`` 0 (these logs do not say how many GPUs ran them: tie them with ``--job`` to get cost), no
+  start/end (they carry no wall-clock time), and state ``COMPLETED`` when the log has its final summary
+  (``train_runtime``), else ``UNKNOWN``.
+  The two Hugging Face formats get different prefixes (``hf:`` and ``llamafactory:``) so one never replaces
+  the other's run record.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import duckdb
+
+from collectors.base import IngestOptions, Sniff, quote
+from collectors.common import Check, first_violation
+from gpuledger.errors import FormatError
+
+BIG_JSON = 2147483647  # maximum_object_size for read_json_objects: a trainer_state.json is one object
+
+
+def run_name(path: Path, canonical: str) -> str:
+    """The run a log belongs to: its directory for a file with the tool's own name, else the file's stem."""
+    return path.parent.name if path.name == canonical else path.stem
+
+
+def run_job_id(path: Path, canonical: str, prefix: str, opts: IngestOptions) -> str:
+    return opts.job_id or f"{prefix}:{run_name(path, canonical)}"
+
+
+def stage_own_job(con: duckdb.DuckDBPyConnection, job_id: str, source: str, finished: bool) -> None:
+    """The job row of a run that no scheduler record was named for (see the module docstring)."""
+    con.execute(
+        """CREATE TEMP TABLE stage_jobs AS SELECT ? AS job_id, ? AS source, 'training' AS kind,
+               0.0::DOUBLE AS gpu_count, ? AS state, ? AS name,
+               NULL::TIMESTAMP AS start_ts, NULL::TIMESTAMP AS end_ts""",
+        [job_id, source, "COMPLETED" if finished else "UNKNOWN", job_id.split(":", 1)[-1]],
+    )
+
+
+def _duckdb_failure(path: Path, exc: duckdb.Error, what: str) -> FormatError:
+    text = str(exc).split("\n")[0]
+    m = re.search(r"line (\d+)", text)
+    return FormatError(path, int(m.group(1)) if m else None, f"not valid {what}: {text[:250]}")
+
+
+def _num(expr: str, key: str) -> str:
+    return f"TRY_CAST(json_extract_string({expr}, '$.{key}') AS DOUBLE)"
+
+
+class HfTrainerState:
+    name = "hf_trainer_state"
+    description = "Hugging Face Trainer trainer_state.json (log_history; old and new schemas)"
+
+    def sniff(self, path: Path, head: str) -> Sniff:
+        text = head.lstrip("\ufeff").lstrip()
+        if text.startswith("{") and '"log_history"' in text and '"global_step"' in text:
+            return Sniff(0.95)
+        if path.name == "trainer_state.json":
+            return Sniff(0, "hf_trainer_state: no log_history/global_step keys")
+        return Sniff(0)
+
+    def stage(self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
+        src = str(path).replace("'", "''")
+        try:
+            con.execute(
+                f"""CREATE TEMP TABLE hf_state AS SELECT json AS s
+                    FROM read_json_objects('{src}', format='unstructured', maximum_object_size={BIG_JSON})"""
+            )
+        except duckdb.Error as exc:
+            raise _duckdb_failure(path, exc, "JSON") from None
+        ok = con.execute(
+            "SELECT count(*) FROM hf_state WHERE json_type(s, '$.log_history') = 'ARRAY'"
+        ).fetchall()[0][0]
+        if ok != 1:
+            raise FormatError(path, None, 'no "log_history" list: not a Hugging Face trainer_state.json')
+        con.execute(
+            """CREATE TEMP TABLE hf_log AS
+               SELECT generate_subscripts(h, 1) AS idx, unnest(h) AS e
+               FROM (SELECT json_extract(s, '$.log_history[*]') AS h FROM hf_state)"""
+        )
+        try:
+            first_violation(
+                con,
+                path,
+                "hf_log",
+                [Check(f"json_type(e) <> 'OBJECT' OR {_num('e', 'step')} IS NULL", "has no step number")],
+                line_col="idx",
+            )
+        except FormatError as exc:  # idx is the entry's position in log_history, not a line of the file
+            raise FormatError(path, None, f"log_history[{(exc.line or 1) - 1}] {exc.reason}") from None
+        job_id = run_job_id(path, "trainer_state.json", "hf", opts)
+        con.execute(
+            f"""
+            CREATE TEMP TABLE stage_train_log AS
+            SELECT {quote(job_id)} AS job_id, CAST({_num("e", "step")} AS BIGINT) AS step,
+                   {_num("e", "epoch")} AS epoch, {_num("e", "loss")} AS loss,
+                   {_num("e", "eval_loss")} AS eval_loss, {_num("e", "learning_rate")} AS learning_rate,
+                   -- num_input_tokens_seen 0 means token counting was off, not zero tokens
+                   nullif({_num("e", "num_input_tokens_seen")}, 0) AS tokens_seen
+            FROM hf_log
+            WHERE json_type(e, '$.train_runtime') IS NULL
+            ORDER BY idx
+            """
+        )
+        # The final summary entry (train_runtime, train_samples_per_second, total_flos) describes the run.
+        con.execute(
+            f"""
+            CREATE TEMP TABLE stage_training_runs AS
+            WITH summary AS (SELECT e FROM hf_log WHERE json_type(e, '$.train_runtime') IS NOT NULL
+                             ORDER BY idx DESC LIMIT 1),
+                 tokens AS (SELECT max(tokens_seen) AS t FROM stage_train_log)
+            SELECT {quote(job_id)} AS job_id, 'hf_trainer' AS source,
+                   CAST({_num("s", "train_batch_size")} AS INTEGER) AS batch_size,
+                   coalesce(nullif({_num("s", "num_input_tokens_seen")}, 0), (SELECT t FROM tokens)) AS tokens,
+                   coalesce({_num("s", "epoch")}, {_num("(SELECT e FROM summary)", "epoch")}) AS epochs,
+                   CAST(coalesce({_num("s", "global_step")}, {_num("(SELECT e FROM summary)", "step")}) AS BIGINT) AS steps,
+                   {_num("(SELECT e FROM summary)", "train_runtime")} AS runtime_s,
+                   {_num("(SELECT e FROM summary)", "train_samples_per_second")} AS samples_per_s,
+                   {_num("(SELECT e FROM summary)", "train_tokens_per_second")} AS tokens_per_s,
+                   coalesce({_num("s", "total_flos")}, {_num("(SELECT e FROM summary)", "total_flos")}) AS total_flos
+            FROM hf_state
+            """
+        )
+        finished = con.execute("SELECT runtime_s IS NOT NULL FROM stage_training_runs").fetchall()[0][0]
+        if not opts.job_id:
+            stage_own_job(con, job_id, "hf_trainer", bool(finished))
+        con.execute("DROP TABLE temp.hf_log")
+        con.execute("DROP TABLE temp.hf_state")
+        return {}
+
+
+def _hms_s(v: str) -> str:
+    """Python timedelta text (``4 days, 7:18:24``, ``1 day, 0:00:01``, ``0:03:29``) → seconds."""
+    pat = r"'^(?:(\d+) days?, )?(\d+):(\d{2}):(\d{2}(?:\.\d+)?)$'"
+
+    def grp(i: int) -> str:
+        return f"coalesce(TRY_CAST(nullif(regexp_extract({v}, {pat}, {i}), '') AS DOUBLE), 0)"
+
+    return (
+        f"(CASE WHEN regexp_matches({v}, {pat}) "
+        f"THEN {grp(1)} * 86400 + {grp(2)} * 3600 + {grp(3)} * 60 + {grp(4)} END)"
+    )
+
+
+class LlamaFactoryLog:
+    name = "llamafactory_log"
+    description = "LLaMA-Factory trainer_log.jsonl (current_steps, loss, elapsed_time per log line)"
+
+    def sniff(self, path: Path, head: str) -> Sniff:
+        first = head.lstrip("\ufeff").lstrip().split("\n", 1)[0]
+        if first.startswith("{") and '"current_steps"' in first and '"elapsed_time"' in first:
+            return Sniff(0.95)
+        return Sniff(0)
+
+    def stage(self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
+        src = str(path).replace("'", "''")
+        try:
+            con.execute(
+                f"""CREATE TEMP TABLE lf_log AS SELECT row_number() OVER () AS line_no, json AS e
+                    FROM read_json_objects('{src}', format='newline_delimited')"""
+            )
+        except duckdb.Error as exc:
+            raise _duckdb_failure(path, exc, "JSON Lines") from None
+        elapsed_text = "json_extract_string(e, '$.elapsed_time')"
+        first_violation(
+            con,
+            path,
+            "lf_log",
+            [
+                Check(f"{_num('e', 'current_steps')} IS NULL", "current_steps is not a number: {value}", "e"),
+                Check(
+                    f"{elapsed_text} IS NOT NULL AND {_hms_s(elapsed_text)} IS NULL",
+                    'elapsed_time is not a duration: "{value}"',
+                    elapsed_text,
+                ),
+            ],
+        )
+        job_id = run_job_id(path, "trainer_log.jsonl", "llamafactory", opts)
+        elapsed = _hms_s(elapsed_text)
+        con.execute(
+            f"""
+            CREATE TEMP TABLE stage_train_log AS
+            SELECT {quote(job_id)} AS job_id, CAST({_num("e", "current_steps")} AS BIGINT) AS step,
+                   {_num("e", "epoch")} AS epoch, {elapsed} AS elapsed_s, {_num("e", "loss")} AS loss,
+                   {_num("e", "eval_loss")} AS eval_loss, {_num("e", "learning_rate")} AS learning_rate,
+                   nullif({_num("e", "total_tokens")}, 0) AS tokens_seen
+            FROM lf_log ORDER BY line_no
+            """
+        )
+        con.execute(
+            f"""
+            CREATE TEMP TABLE stage_training_runs AS
+            SELECT {quote(job_id)} AS job_id, 'llamafactory' AS source,
+                   max(epoch) AS epochs, max(step) AS steps, max(elapsed_s) AS runtime_s,
+                   max(tokens_seen) AS tokens,
+                   max(tokens_seen) / nullif(max(elapsed_s), 0) AS tokens_per_s
+            FROM stage_train_log
+            """
+        )
+        done = con.execute(
+            f"SELECT bool_or({_num('e', 'current_steps')} >= {_num('e', 'total_steps')}) FROM lf_log"
+        ).fetchall()[0][0]
+        if not opts.job_id:
+            stage_own_job(con, job_id, "llamafactory", bool(done))
+        con.execute("DROP TABLE temp.lf_log")
+        return {}
+
+
+# hparams.yaml keys (lower case) → training_runs columns; first present wins.
+HPARAMS = {
+    "hidden_size": ("hidden_size", "d_model", "n_embd", "dim", "embed_dim"),
+    "n_layers": ("n_layers", "num_layers", "n_layer", "num_hidden_layers", "layers"),
+    "seq_len": ("seq_len", "max_seq_len", "block_size", "max_length", "context_length", "seq_length"),
+    "batch_size": ("batch_size", "train_batch_size", "per_device_train_batch_size", "micro_batch_size"),
+    "grad_accum": ("accumulate_grad_batches", "gradient_accumulation_steps", "grad_accum"),
+}
+LOSS_COLS = ("train_loss_step", "train_loss", "loss", "train/loss")
+EVAL_COLS = ("val_loss", "valid_loss", "eval_loss", "val/loss")
+
+
+def read_flat_yaml(path: Path) -> dict[str, str]:
+    """``key: value`` lines of a flat YAML file (what Lightning's save_hyperparameters writes for scalars).
+
+    Nested mappings and lists are skipped: gpuledger only reads scalar sizes from it.
+    """
+    out: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        m = re.match(r"^([A-Za-z_][\w.-]*):\s*(\S.*?)\s*$", line)
+        if m and not m.group(2).startswith(("{", "[", "&", "!", "|", ">")):
+            out[m.group(1).lower()] = m.group(2).strip("'\"")
+    return out
+
+
+def _hparams_for(path: Path) -> dict[str, int]:
+    prefix = path.name[: -len("metrics.csv")] if path.name.endswith("metrics.csv") else None
+    candidates = [path.with_name("hparams.yaml")]
+    if prefix:
+        candidates.insert(0, path.with_name(prefix + "hparams.yaml"))
+    found = next((c for c in candidates if c.is_file()), None)
+    if not found:
+        return {}
+    raw = read_flat_yaml(found)
+    out: dict[str, int] = {}
+    for column, keys in HPARAMS.items():
+        for k in keys:
+            if k in raw and re.fullmatch(r"\d+", raw[k]):
+                out[column] = int(raw[k])
+                break
+    return out
+
+
+class LightningMetrics:
+    name = "lightning_csv"
+    description = "PyTorch Lightning CSVLogger metrics.csv (+ hparams.yaml beside it)"
+
+    def sniff(self, path: Path, head: str) -> Sniff:
+        first = head.lstrip("\ufeff").split("\n", 1)[0].strip()
+        cols = [c.strip() for c in first.split(",")]
+        if "step" in cols and "epoch" in cols and "job_id" not in cols:
+            metric = any(c in LOSS_COLS or c in EVAL_COLS or "loss" in c or c.startswith("lr-") for c in cols)
+            return Sniff(0.9 if metric else 0.4)
+        return Sniff(0)
+
+    def stage(self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
+        src = str(path).replace("'", "''")
+        try:
+            con.execute(
+                f"""CREATE TEMP TABLE pl_raw AS SELECT row_number() OVER () + 1 AS line_no, *
+                    FROM read_csv('{src}', header=true, all_varchar=true, strict_mode=true, null_padding=false)"""
+            )
+        except duckdb.Error as exc:
+            raise _duckdb_failure(path, exc, "CSV") from None
+        cols = [r[0] for r in con.execute("DESCRIBE pl_raw").fetchall()]
+        if "step" not in cols:
+            raise FormatError(path, 1, 'no "step" column: not a Lightning CSVLogger metrics.csv')
+
+        def first_of(names: tuple[str, ...]) -> str:
+            present = [f"TRY_CAST(nullif(\"{c}\", '') AS DOUBLE)" for c in names if c in cols]
+            return f"coalesce({', '.join(present)})" if present else "NULL::DOUBLE"
+
+        numeric = [c for c in cols if c != "line_no"]
+        first_violation(
+            con,
+            path,
+            "pl_raw",
+            [
+                Check(
+                    f'nullif("{c}", \'\') IS NOT NULL AND TRY_CAST("{c}" AS DOUBLE) IS NULL',
+                    f'column "{c}" is not a number: "{{value}}"',
+                    f'"{c}"',
+                )
+                for c in numeric
+            ],
+        )
+        lr_cols = tuple(c for c in cols if c.startswith("lr-") or c in ("lr", "learning_rate"))
+        loss, eval_loss = first_of(LOSS_COLS), first_of(EVAL_COLS)
+        job_id = run_job_id(path, "metrics.csv", "lightning", opts)
+        con.execute(
+            f"""
+            CREATE TEMP TABLE stage_train_log AS
+            SELECT {quote(job_id)} AS job_id, CAST(TRY_CAST(step AS DOUBLE) AS BIGINT) AS step,
+                   {first_of(("epoch",))} AS epoch, {loss} AS loss, {eval_loss} AS eval_loss,
+                   {first_of(lr_cols)} AS learning_rate
+            FROM pl_raw WHERE {loss} IS NOT NULL OR {eval_loss} IS NOT NULL ORDER BY line_no
+            """
+        )
+        hp = _hparams_for(path)
+        hp_sql = "".join(f", {v}::INTEGER AS {k}" for k, v in hp.items())
+        epoch_time = first_of(("epoch_time",))
+        con.execute(
+            f"""
+            CREATE TEMP TABLE stage_training_runs AS
+            SELECT {quote(job_id)} AS job_id, 'lightning' AS source,
+                   max(TRY_CAST(epoch AS DOUBLE)) + 1 AS epochs,  -- Lightning counts epochs from 0
+                   max(CAST(TRY_CAST(step AS DOUBLE) AS BIGINT)) AS steps,
+                   sum({epoch_time}) AS runtime_s {hp_sql}
+            FROM pl_raw
+            """
+        )
+        other = con.execute(
+            f"SELECT count(*) FROM pl_raw WHERE {loss} IS NULL AND {eval_loss} IS NULL"
+        ).fetchall()[0][0]
+        if not opts.job_id:
+            stage_own_job(con, job_id, "lightning", False)
+        con.execute("DROP TABLE temp.pl_raw")
+        return {"epoch-summary rows (folded into the run)": int(other)} if other else {}

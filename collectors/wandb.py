@@ -1,0 +1,201 @@
+"""Weights & Biases run files: ``wandb-events.jsonl`` system metrics → ``samples``; ``wandb-metadata.json`` → the
+run's job and its GPUs.
+
+- GPU keys come as ``system.gpu.0.gpu`` (legacy SDK files) or ``system/gpu.0.gpu`` (current API exports); each
+  GPU index becomes ``gpu_id = wandb:<host>:<i>`` (host from ``wandb-metadata.json`` beside the file, else the
+  run directory's name). Per-GPU keys: ``gpu`` → util_pct, ``memory`` → mem_util_pct (memory controller busy,
+  like nvidia-smi utilization.memory), ``memoryAllocatedBytes`` → mem_used_mib, ``temp`` → temp_c,
+  ``powerWatts`` → power_w, ``smClock`` → sm_clock_mhz. ``memoryAllocated`` (a % of the card) is not
+  stored: without the card's size it is not MiB. ``_timestamp`` (epoch seconds) is the time.
+- the run is the job ``wandb:<run>`` (run = directory name; ``files/`` is skipped) unless ``--job`` names
+  one; samples carry that job id. Without ``--job`` the job row has kind ``training``, the metadata's GPU
+  model and count (else the number of GPU indices seen), user, project and name, and spans ``startedAt`` to
+  ``heartbeatAt`` (else the first to the last sample).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+
+from collectors.base import IngestOptions, Sniff, quote
+from collectors.common import Check, first_violation
+from collectors.training_logs import _duckdb_failure
+from gpuledger.errors import FormatError
+from gpuledger.reference import normalize_model
+
+METRICS = {
+    "gpu": "util_pct",
+    "memory": "mem_util_pct",
+    "temp": "temp_c",
+    "powerWatts": "power_w",
+    "smClock": "sm_clock_mhz",
+}
+
+
+def run_dir(path: Path) -> Path:
+    return path.parent.parent if path.parent.name == "files" else path.parent
+
+
+def read_metadata(path: Path) -> dict[str, object]:
+    meta = path if path.name == "wandb-metadata.json" else path.with_name("wandb-metadata.json")
+    if not meta.is_file():
+        return {}
+    try:
+        data = json.loads(meta.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise FormatError(
+            meta, exc.lineno if hasattr(exc, "lineno") else None, f"not valid JSON: {exc}"
+        ) from None
+    if not isinstance(data, dict):
+        raise FormatError(meta, 1, "not a W&B metadata object")
+    return data
+
+
+def _host(path: Path, meta: dict[str, object]) -> str:
+    return str(meta.get("host") or run_dir(path).name)
+
+
+def _stage_job(
+    con: duckdb.DuckDBPyConnection, job_id: str, meta: dict[str, object], gpus_seen: int, span_sql: str
+) -> None:
+    model_raw = meta.get("gpu")
+    count = meta.get("gpu_count")
+    con.execute(
+        f"""CREATE TEMP TABLE stage_jobs AS
+            SELECT ? AS job_id, 'wandb' AS source, 'training' AS kind, ? AS user_name, ? AS project, ? AS name,
+                   coalesce(?, ?) AS gpu_model, ?::DOUBLE AS gpu_count,
+                   coalesce(TRY_CAST(? AS TIMESTAMPTZ) AT TIME ZONE 'UTC', lo) AS start_ts,
+                   coalesce(TRY_CAST(? AS TIMESTAMPTZ) AT TIME ZONE 'UTC', hi) AS end_ts,
+                   CASE ? WHEN 'running' THEN 'RUNNING' WHEN 'finished' THEN 'COMPLETED'
+                          WHEN 'failed' THEN 'FAILED' WHEN 'crashed' THEN 'FAILED' ELSE 'UNKNOWN' END AS state
+            FROM ({span_sql})""",
+        [
+            job_id,
+            meta.get("username"),
+            meta.get("project"),
+            meta.get("name"),
+            normalize_model(str(model_raw)) if model_raw else None,
+            model_raw,
+            float(count) if isinstance(count, int | float) else float(gpus_seen),
+            # W&B writes naive UTC ISO times
+            f"{meta['startedAt']}Z" if meta.get("startedAt") else None,
+            f"{meta['heartbeatAt']}Z" if meta.get("heartbeatAt") else None,
+            meta.get("state"),
+        ],
+    )
+
+
+class WandbEvents:
+    name = "wandb_events"
+    description = "W&B wandb-events.jsonl system metrics (system.gpu.N.* or system/gpu.N.* keys)"
+
+    def sniff(self, path: Path, head: str) -> Sniff:
+        first = head.lstrip("\ufeff").lstrip().split("\n", 1)[0]
+        if first.startswith("{") and ('"system.gpu.' in first or '"system/gpu.' in first):
+            return Sniff(0.95)
+        if first.startswith("{") and '"_wandb"' in first and '"system.' in first:
+            return Sniff(0.6, "wandb_events: no GPU keys (system.gpu.N.*)")
+        return Sniff(0)
+
+    def stage(self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
+        src = str(path).replace("'", "''")
+        try:
+            con.execute(
+                f"""CREATE TEMP TABLE wb_raw AS SELECT row_number() OVER () AS line_no, json AS e
+                    FROM read_json_objects('{src}', format='newline_delimited')"""
+            )
+        except duckdb.Error as exc:
+            raise _duckdb_failure(path, exc, "JSON Lines") from None
+        first_violation(
+            con,
+            path,
+            "wb_raw",
+            [
+                Check(
+                    "TRY_CAST(json_extract_string(e, '$._timestamp') AS DOUBLE) IS NULL",
+                    'no numeric "_timestamp": "{value}"',
+                    "json_extract_string(e, '$._timestamp')",
+                )
+            ],
+        )
+        meta = read_metadata(path)
+        host = _host(path, meta)
+        job_id = opts.job_id or f"wandb:{run_dir(path).name}"
+        pivots = ", ".join(
+            f"max(CASE WHEN metric = {quote(k)} THEN v END) AS {col}" for k, col in METRICS.items()
+        )
+        con.execute(
+            """
+            CREATE TEMP TABLE wb_long AS
+            SELECT line_no, to_timestamp(TRY_CAST(json_extract_string(e, '$._timestamp') AS DOUBLE))
+                       AT TIME ZONE 'UTC' AS ts,
+                   TRY_CAST(regexp_extract(k, '^system[./]gpu\\.(\\d+)\\.', 1) AS INTEGER) AS gpu_index,
+                   regexp_extract(k, '^system[./]gpu\\.\\d+\\.(.+)$', 1) AS metric,
+                   TRY_CAST(json_extract_string(e, '$."' || k || '"') AS DOUBLE) AS v
+            FROM (SELECT line_no, e, unnest(json_keys(e)) AS k FROM wb_raw)
+            WHERE regexp_matches(k, '^system[./]gpu\\.\\d+\\.')
+            """
+        )
+        con.execute(
+            f"""
+            CREATE TEMP TABLE stage_samples AS
+            SELECT ts, 'wandb:' || {quote(host)} || ':' || gpu_index AS gpu_id, {pivots},
+                   max(CASE WHEN metric = 'memoryAllocatedBytes' THEN v / 1048576 END) AS mem_used_mib,
+                   {quote(job_id)} AS job_id
+            FROM wb_long GROUP BY ts, gpu_index ORDER BY ts, gpu_index
+            """
+        )
+        con.execute(
+            f"""CREATE TEMP TABLE stage_gpus AS
+                SELECT DISTINCT 'wandb:' || {quote(host)} || ':' || gpu_index AS gpu_id, {quote(host)} AS host,
+                       gpu_index, ? AS model, ? AS model_raw
+                FROM wb_long""",
+            [normalize_model(str(meta["gpu"])) if meta.get("gpu") else None, meta.get("gpu")],
+        )
+        no_gpu = con.execute(
+            "SELECT count(*) FROM wb_raw WHERE line_no NOT IN (SELECT line_no FROM wb_long)"
+        ).fetchall()[0][0]
+        if not opts.job_id:
+            seen = con.execute("SELECT count(DISTINCT gpu_index) FROM wb_long").fetchall()[0][0]
+            _stage_job(con, job_id, meta, int(seen), "SELECT min(ts) AS lo, max(ts) AS hi FROM stage_samples")
+        con.execute("DROP TABLE temp.wb_long")
+        con.execute("DROP TABLE temp.wb_raw")
+        return {"lines without GPU metrics": int(no_gpu)} if no_gpu else {}
+
+
+class WandbMetadata:
+    name = "wandb_metadata"
+    description = "W&B wandb-metadata.json (host, GPU model and count, startedAt)"
+
+    def sniff(self, path: Path, head: str) -> Sniff:
+        text = head.lstrip("\ufeff").lstrip()
+        if text.startswith("{") and '"startedAt"' in text and ('"gpu"' in text or '"host"' in text):
+            return Sniff(0.9)
+        return Sniff(0)
+
+    def stage(self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
+        meta = read_metadata(path)
+        if not meta.get("startedAt"):
+            raise FormatError(path, None, 'no "startedAt": not a W&B wandb-metadata.json')
+        host = _host(path, meta)
+        count = meta.get("gpu_count")
+        n = int(count) if isinstance(count, int | float) else 0
+        model_raw = meta.get("gpu")
+        con.execute(
+            """CREATE TEMP TABLE stage_gpus AS
+               SELECT 'wandb:' || ? || ':' || i AS gpu_id, ? AS host, i::INTEGER AS gpu_index, ? AS model,
+                      ? AS model_raw FROM range(?) t(i)""",
+            [host, host, normalize_model(str(model_raw)) if model_raw else None, model_raw, n],
+        )
+        if not opts.job_id:
+            _stage_job(
+                con,
+                f"wandb:{run_dir(path).name}",
+                meta,
+                n,
+                "SELECT NULL::TIMESTAMP AS lo, NULL::TIMESTAMP AS hi",
+            )
+        return {}

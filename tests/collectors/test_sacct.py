@@ -1,0 +1,410 @@
+"""Slurm sacct (-P, -p, --noheader with --columns, --json): jobs, step folding, TRES, host allocations, errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from collectors.base import IngestOptions, ingest_file
+from collectors.registry import PARSERS
+from collectors.sacct import expand_nodelist
+from gpuledger.errors import FormatError
+from tests.conftest import ROOT, dataset, write
+
+UTC = IngestOptions(tz="UTC")
+T = dt.datetime
+
+HEADER = "JobID|Cluster|JobName|User|Account|Partition|State|ExitCode|Submit|Start|End|Elapsed|AllocTRES|ReqTRES|NodeList|TRESUsageInMax"
+ROWS = [
+    "100|ci|train_llm|alice|nlp|gpu|COMPLETED|0:0|2025-03-01T09:00:00|2025-03-01T10:00:00|2025-03-01T12:00:00|02:00:00"
+    "|billing=8,cpu=32,gres/gpu:h100=8,gres/gpu=8,mem=500G,node=2|cpu=32,gres/gpu=8,node=2|gpu[01-02]|",
+    "100.batch|ci|batch|||gpu|COMPLETED|0:0|2025-03-01T10:00:00|2025-03-01T10:00:00|2025-03-01T12:00:00|02:00:00"
+    "|cpu=16,gres/gpu=4,node=1||gpu01|cpu=01:00:00,gres/gpumem=38888M,gres/gpuutil=97,mem=1G",
+    "100.0|ci|python|||gpu|COMPLETED|0:0|2025-03-01T10:00:05|2025-03-01T10:00:05|2025-03-01T12:00:00|01:59:55"
+    "|cpu=32,gres/gpu=8,node=2||gpu[01-02]|cpu=02:00:00,gres/gpumem=40000M,gres/gpuutil=100,mem=2G",
+    "101|ci|jupyter-lab|bob|cv|gpu|CANCELLED by 1234|0:15|2025-03-01T09:59:00|2025-03-01T10:00:00|2025-03-01T10:30:00|00:30:00"
+    "|cpu=9,gres/gpu:a100_3g.20gb=1,gres/gpu=1,mem=60G,node=1|cpu=9,gres/gpu=1|gpu07|",
+    "102|ci|sweep|carol|nlp|gpu|RUNNING|0:0|2025-03-01T11:00:00|2025-03-01T11:05:00|Unknown|00:55:00"
+    "|gres/gpu=4,node=2|gres/gpu=4,node=2|gpu[03-04]|",
+    "103|ci|waiting|dave|nlp|gpu|PENDING|0:0|2025-03-01T11:30:00|Unknown|Unknown|00:00:00"
+    "||gres/gpu=2,node=1|None assigned|",
+    "104|ci|bash|erin|cv|gpu|TIMEOUT|0:0|2025-02-27T00:00:00|2025-02-27T00:00:00||1-02:03:04"
+    "|gres/gpu=1,node=1|gres/gpu=1|gpu05|",
+]
+
+
+def sacct_file(tmp_path: Path, rows: list[str] = ROWS, header: str = HEADER, name: str = "sacct.txt") -> Path:
+    return write(tmp_path, name, "\n".join([header, *rows]) + "\n")
+
+
+def jobs(ledger) -> dict[str, tuple]:
+    rows = ledger.execute(
+        """SELECT job_id, cluster, user_name, team, partition, name, kind, gpu_model, gpu_count, start_ts,
+                  end_ts, state, exit_reason, gpu_mem_peak_mib, gpu_util_peak_pct, source FROM jobs"""
+    ).fetchall()
+    return {r[0]: r[1:] for r in rows}
+
+
+def test_parsable2_jobs_fold_steps_and_read_tres(ledger, tmp_path):
+    report = ingest_file(ledger, sacct_file(tmp_path), opts=UTC)
+    assert report.format == "sacct"
+    # 7 data rows: 5 jobs + 2 steps of job 100 folded into it
+    assert report.rows["jobs"] == 5
+    assert report.skipped == {"job steps folded into their job": 2}
+    got = jobs(ledger)
+    assert got["ci/100"] == (
+        "ci", "alice", "nlp", "gpu", "train_llm", "other", "H100-SXM-80GB", 8.0,
+        T(2025, 3, 1, 10), T(2025, 3, 1, 12), "COMPLETED", None,
+        40000.0,  # max of the steps' gres/gpumem (38888M, 40000M), already MiB
+        100.0,  # max gres/gpuutil of the steps (97, 100)
+        "sacct",
+    )  # fmt: skip
+    job101 = got["ci/101"]
+    assert job101[5:8] == ("interactive", "A100-40GB", pytest.approx(3 / 7))  # 3g.20gb MIG = 3 of 7 slices
+    assert job101[10:12] == ("CANCELLED", "by 1234; ExitCode 0:15")
+    assert got["ci/102"][8:11] == (T(2025, 3, 1, 11, 5), None, "RUNNING")  # End Unknown: still running
+    assert got["ci/103"][7:9] == (2.0, None)  # pending: AllocTRES empty, ReqTRES gres/gpu=2; no start
+    # TIMEOUT job without End: Start + Elapsed 1-02:03:04 = 1 d 2 h 3 min 4 s
+    assert got["ci/104"][8:10] == (T(2025, 2, 27), T(2025, 2, 28, 2, 3, 4))
+    assert got["ci/104"][5] == "interactive"  # JobName bash
+
+
+def test_nodelist_ranges_become_one_allocation_per_host(ledger, tmp_path):
+    ingest_file(ledger, sacct_file(tmp_path), opts=UTC)
+    rows = ledger.execute(
+        "SELECT job_id, host, gpu_id, gpu_count, start_ts, end_ts FROM allocations ORDER BY job_id, host"
+    ).fetchall()
+    assert rows == [
+        ("ci/100", "gpu01", None, 4.0, T(2025, 3, 1, 10), T(2025, 3, 1, 12)),  # 8 GPUs / 2 hosts
+        ("ci/100", "gpu02", None, 4.0, T(2025, 3, 1, 10), T(2025, 3, 1, 12)),
+        ("ci/101", "gpu07", None, pytest.approx(3 / 7), T(2025, 3, 1, 10), T(2025, 3, 1, 10, 30)),
+        ("ci/102", "gpu03", None, 2.0, T(2025, 3, 1, 11, 5), None),  # 4 GPUs / 2 hosts, running
+        ("ci/102", "gpu04", None, 2.0, T(2025, 3, 1, 11, 5), None),
+        ("ci/104", "gpu05", None, 1.0, T(2025, 2, 27), T(2025, 2, 28, 2, 3, 4)),
+    ]  # the pending job 103 has no host and no start: no allocation
+    per_job = ledger.execute(
+        "SELECT a.job_id, sum(a.gpu_count), any_value(j.gpu_count) FROM allocations a JOIN jobs j USING (job_id) GROUP BY 1"
+    ).fetchall()
+    assert all(total == pytest.approx(job) for _, total, job in per_job)
+
+
+def test_local_times_are_read_in_tz_and_stored_utc(ledger, tmp_path):
+    path = sacct_file(tmp_path, ROWS[:1])
+    ingest_file(ledger, path, opts=IngestOptions(tz="America/New_York"))
+    # 2025-03-01 10:00 EST (UTC-5) = 15:00 UTC
+    assert ledger.execute("SELECT start_ts, end_ts FROM jobs").fetchall() == [
+        (T(2025, 3, 1, 15), T(2025, 3, 1, 17))
+    ]
+
+
+def test_cluster_option_prefixes_ids_when_the_file_has_no_cluster_column(ledger, tmp_path):
+    header = "JobIDRaw|State|Start|End|AllocTRES|NodeList"
+    path = sacct_file(tmp_path, ["7|COMPLETED|1741667820|1741668146|gres/gpu=1|n1"], header)
+    ingest_file(ledger, path, opts=IngestOptions(tz="UTC", cluster="hpc"))
+    assert ledger.execute("SELECT job_id, cluster, start_ts FROM jobs").fetchall() == [
+        ("hpc/7", "hpc", T(2025, 3, 11, 4, 37))  # epoch 1741667820 = 2025-03-11 04:37:00 UTC
+    ]
+
+
+def test_trailing_pipe_form_and_any_column_order(ledger, tmp_path):
+    header = "NodeList|AllocTRES|State|Start|JobID|"
+    rows = [
+        "g[1-3]|gres/gpu=6|RUNNING|2025-01-01T00:00:00|55|",
+        "g1|gres/gpu=2|RUNNING|2025-01-01T00:00:00|55.batch|",
+    ]
+    report = ingest_file(ledger, sacct_file(tmp_path, rows, header), opts=UTC)
+    assert report.rows == {"jobs": 1, "allocations": 3}
+    assert ledger.execute("SELECT host, gpu_count FROM allocations ORDER BY host").fetchall() == [
+        ("g1", 2.0),  # 6 GPUs / 3 hosts
+        ("g2", 2.0),
+        ("g3", 2.0),
+    ]
+    assert ledger.execute("SELECT job_id, gpu_count, end_ts FROM jobs").fetchall() == [("55", 6.0, None)]
+
+
+def test_noheader_needs_columns(ledger, tmp_path):
+    body = "9|COMPLETED|2025-01-01T00:00:00|2025-01-01T01:00:00|gres/gpu:rtx2080ti=4,gres/gpu=4|n[1-2]|\n"
+    path = write(tmp_path, "noheader.txt", body)
+    with pytest.raises(FormatError, match="without a header: pass --columns"):
+        ingest_file(ledger, path, opts=UTC)
+    cols = ("JobID", "State", "Start", "End", "AllocTRES", "NodeList")
+    report = ingest_file(ledger, path, opts=IngestOptions(tz="UTC", columns=cols))
+    assert report.rows == {"jobs": 1, "allocations": 2}
+    # rtx2080ti is not in the GPU catalog: the model keeps the name Slurm gave it
+    assert ledger.execute("SELECT gpu_model, gpu_count FROM jobs").fetchall() == [("rtx2080ti", 4.0)]
+
+
+def test_legacy_allocgres_column(ledger, tmp_path):
+    path = sacct_file(tmp_path, ["3|COMPLETED|gpu:tesla:2(IDX:0-1)"], "JobID|State|AllocGRES")
+    ingest_file(ledger, path, opts=UTC)
+    assert ledger.execute("SELECT gpu_count, gpu_model FROM jobs").fetchall() == [(2.0, "tesla")]
+
+
+def test_requeued_job_keeps_its_last_record(ledger, tmp_path):
+    rows = [
+        "8|REQUEUED|2025-01-01T00:00:00|2025-01-01T01:00:00|gres/gpu=1|n1",
+        "8|COMPLETED|2025-01-01T02:00:00|2025-01-01T03:00:00|gres/gpu=1|n2",
+    ]
+    report = ingest_file(
+        ledger, sacct_file(tmp_path, rows, "JobID|State|Start|End|AllocTRES|NodeList"), opts=UTC
+    )
+    assert report.skipped == {"earlier records of a requeued job (kept the last)": 1}
+    assert ledger.execute("SELECT state, start_ts FROM jobs").fetchall() == [("COMPLETED", T(2025, 1, 1, 2))]
+    assert ledger.execute("SELECT host FROM allocations").fetchall() == [("n2",)]
+
+
+@pytest.mark.parametrize(
+    ("text", "hosts"),
+    [
+        ("gpu[01-04,07]", ["gpu01", "gpu02", "gpu03", "gpu04", "gpu07"]),
+        ("n1,n2", ["n1", "n2"]),
+        ("a[1-2],b[08-10]", ["a1", "a2", "b08", "b09", "b10"]),
+        ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]),
+        ("c3cpu-a2-u1-1", ["c3cpu-a2-u1-1"]),
+        ("None assigned", []),
+    ],
+    ids=["range-and-single", "plain-list", "two-groups-zero-pad", "product", "dashes-no-range", "pending"],
+)
+def test_expand_nodelist(text, hosts):
+    assert expand_nodelist(text) == hosts
+
+
+@pytest.mark.parametrize(
+    ("bad_row", "reason"),
+    [
+        (
+            "201|ci|x|u|a|gpu|COMPLETED|0:0|2025-03-01T09:00:00|yesterday|2025-03-01T12:00:00|02:00:00|gres/gpu=1|gres/gpu=1|n1|",
+            'column "Start" is not a time: "yesterday"',
+        ),
+        (
+            "201|ci|x|u|a|gpu|EXPLODED|0:0|2025-03-01T09:00:00|2025-03-01T10:00:00|2025-03-01T12:00:00|02:00:00|gres/gpu=1|gres/gpu=1|n1|",
+            'column "State" is not a Slurm job state: "EXPLODED"',
+        ),
+        (
+            "201|ci|x|u|a|gpu|COMPLETED|0:0|2025-03-01T09:00:00|2025-03-01T10:00:00|2025-03-01T12:00:00|2 hours|gres/gpu=1|gres/gpu=1|n1|",
+            'column "Elapsed" is not a [D-]HH:MM:SS duration: "2 hours"',
+        ),
+        (
+            "201|ci|x|u|a|gpu|COMPLETED|0:0|2025-03-01T09:00:00|2025-03-01T10:00:00|2025-03-01T12:00:00|02:00:00|gres/gpu=two|gres/gpu=1|n1|",
+            'column "AllocTRES" has an unreadable GPU count: "gres/gpu=two"',
+        ),
+        (
+            "201|ci|x|u|a|gpu|COMPLETED|0:0",
+            "expected 16 '|'-separated fields, found 8 (a truncated line, or a '|' inside a value: sacct does not escape it)",
+        ),
+        (
+            "abc|ci|x|u|a|gpu|COMPLETED|0:0|2025-03-01T09:00:00|2025-03-01T10:00:00|2025-03-01T12:00:00|02:00:00|gres/gpu=1|gres/gpu=1|n1|",
+            'JobID is not a Slurm job id: "abc"',
+        ),
+    ],
+    ids=["bad-start", "bad-state", "bad-elapsed", "bad-tres-count", "short-row", "bad-jobid"],
+)
+def test_a_bad_row_in_the_middle_names_its_line_and_leaves_the_db_unchanged(
+    ledger, tmp_path, bad_row, reason
+):
+    ingest_file(ledger, sacct_file(tmp_path, ROWS[:1], name="first.txt"), opts=UTC)
+    before = ledger.execute("SELECT count(*) FROM jobs").fetchall()
+    path = sacct_file(tmp_path, [ROWS[3], bad_row, ROWS[4]])
+    with pytest.raises(FormatError) as err:
+        ingest_file(ledger, path, opts=UTC)
+    assert str(err.value) == f"{path}:3: {reason}"  # header is line 1, the bad row line 3
+    assert ledger.execute("SELECT count(*) FROM jobs").fetchall() == before
+    assert ledger.execute("SELECT count(*) FROM ingests").fetchall() == [(1,)]
+
+
+def test_truncated_file_fails_on_its_last_line(ledger, tmp_path):
+    text = "\n".join([HEADER, *ROWS])
+    path = write(tmp_path, "cut.txt", text[: text.rindex("|gres/gpu=1,node=1")])
+    with pytest.raises(
+        FormatError, match=rf"cut.txt:{len(ROWS) + 1}: expected 16 '\|'-separated fields, found 12"
+    ):
+        ingest_file(ledger, path, opts=UTC)
+    assert ledger.execute("SELECT count(*) FROM jobs").fetchall() == [(0,)]
+
+
+def test_empty_file_and_header_only(ledger, tmp_path):
+    with pytest.raises(FormatError, match="the file is empty"):
+        ingest_file(ledger, write(tmp_path, "empty.txt", ""), fmt="sacct")
+    # a header with no rows is what sacct prints for a quiet window: nothing to land, not an error
+    report = ingest_file(ledger, write(tmp_path, "quiet.txt", HEADER + "\n"), opts=UTC)
+    assert report.rows["jobs"] == 0
+
+
+def test_reingest_is_a_noop(ledger, tmp_path):
+    path = sacct_file(tmp_path)
+    first = ingest_file(ledger, path, opts=UTC)
+    again = ingest_file(ledger, path, opts=UTC)
+    assert again.already and again.ingest_id == first.ingest_id
+    assert ledger.execute("SELECT count(*) FROM jobs").fetchall() == [(5,)]
+    assert ledger.execute("SELECT count(*) FROM allocations").fetchall() == [(6,)]
+
+
+def test_sniffing_picks_sacct_over_other_formats(tmp_path):
+    from collectors.base import choose_parser
+
+    assert choose_parser(sacct_file(tmp_path), "auto", PARSERS).name == "sacct"
+
+
+# --- sacct --json ---------------------------------------------------------------------------------------
+
+
+def _wrap(n: int | None) -> dict:
+    return {"set": n is not None, "infinite": False, "number": n or 0}
+
+
+def test_json_v0040_wrappers_sentinels_and_gpu_tres(ledger, tmp_path):
+    job = {
+        "job_id": 5001,
+        "cluster": "delta",
+        "user": "alice",
+        "account": "nlp",
+        "partition": "gpuA100",
+        "name": "jupyter-notebook",
+        "nodes": "gpua[001-002]",
+        "state": {"current": ["TIMEOUT"], "reason": "None"},
+        "exit_code": {"status": ["SIGNALED"], "return_code": _wrap(0), "signal": {"id": _wrap(15)}},
+        "time": {
+            "submission": 1741662974,
+            "start": _wrap(1741667820),
+            "end": _wrap(1741671420),
+            "elapsed": 3600,
+        },
+        "required": {"memory": -9223372036854771968},
+        "tres": {
+            "allocated": [
+                {"type": "cpu", "name": "", "id": 1, "count": 64},
+                {"type": "gres", "name": "gpu", "id": 1001, "count": 8},
+                {"type": "gres", "name": "gpu:a100", "id": 1002, "count": 8},
+            ],
+            "requested": [{"type": "gres", "name": "gpu", "id": 1001, "count": 8}],
+        },
+        "steps": [],
+    }
+    pending = {
+        "job_id": 5002,
+        "cluster": "delta",
+        "user": "bob",
+        "account": "cv",
+        "name": "wait",
+        "nodes": "None assigned",
+        "state": {"current": ["PENDING"]},
+        "time": {"submission": 1741662974, "start": _wrap(None), "end": 0, "elapsed": 0},
+        "tres": {"allocated": [], "requested": [{"type": "gres", "name": "gpu", "id": 1001, "count": 2}]},
+    }
+    path = write(
+        tmp_path, "sacct.json", json.dumps({"meta": {"Slurm": {}}, "jobs": [job, pending]}, indent=1)
+    )
+    report = ingest_file(ledger, path, opts=UTC)
+    assert report.format == "sacct_json"
+    got = jobs(ledger)
+    assert got["delta/5001"][:11] == (
+        "delta", "alice", "nlp", "gpuA100", "jupyter-notebook", "interactive", "A100-40GB", 8.0,
+        T(2025, 3, 11, 4, 37), T(2025, 3, 11, 5, 37), "TIMEOUT",
+    )  # fmt: skip
+    assert got["delta/5001"][11] == "ExitCode 0:15"
+    assert got["delta/5002"][7:10] == (2.0, None, None)  # unset start / end 0 = unknown
+    assert ledger.execute("SELECT host, gpu_count FROM allocations ORDER BY host").fetchall() == [
+        ("gpua001", 4.0),
+        ("gpua002", 4.0),
+    ]
+
+
+def test_json_without_jobs_list_is_an_error(ledger, tmp_path):
+    path = write(tmp_path, "x.json", '{"meta": {"Slurm": {}}, "jobs": {}}')
+    with pytest.raises(FormatError, match='no "jobs" list'):
+        ingest_file(ledger, path, fmt="sacct_json")
+
+
+def test_truncated_json_is_an_error_and_db_unchanged(ledger, tmp_path):
+    path = write(tmp_path, "cut.json", '{"meta": {"Slurm": {}}, "jobs": [{"job_id": 1, "state": {"curr')
+    with pytest.raises(FormatError, match="not valid sacct --json"):
+        ingest_file(ledger, path, fmt="sacct_json")
+    assert ledger.execute("SELECT count(*) FROM ingests").fetchall() == [(0,)]
+
+
+# --- real files -----------------------------------------------------------------------------------------
+
+
+def test_real_recipe_sample_from_slurm_22_05(ledger):
+    """The exact output the Slurm collector parses: sacct --parsable2 with epoch times (recipes/)."""
+    path = ROOT.parent / "shared" / "recipes" / "sacct_sample.txt"
+    if not path.exists():
+        pytest.skip(f"recipe sample not available here: {path}")
+    report = ingest_file(ledger, path, opts=IngestOptions(tz="UTC", cluster="ci"))
+    assert report.rows == {"jobs": 5, "allocations": 5}
+    rows = ledger.execute(
+        "SELECT job_id, name, team, gpu_count, start_ts, end_ts, state, exit_reason FROM jobs ORDER BY job_id"
+    ).fetchall()
+    # from the file: job 1 AllocTRES gres/gpu=4, Start 1795984264, End 1795984266 (epoch seconds)
+    start1 = dt.datetime.fromtimestamp(1795984264, dt.UTC).replace(tzinfo=None)
+    assert rows[0] == (
+        "ci/1",
+        "job-g4",
+        "research",
+        4.0,
+        start1,
+        start1 + dt.timedelta(seconds=2),
+        "COMPLETED",
+        None,
+    )
+    assert [r[3] for r in rows] == [4.0, 2.0, 1.0, 1.0, 1.0]
+    assert rows[4][6:] == ("FAILED", "ExitCode 3:0")
+    assert ledger.execute("SELECT DISTINCT host FROM allocations").fetchall() == [("vm",)]
+
+
+def test_real_alpine_sacct_json(ledger):
+    path = dataset("slurm-sacct/slurmdog_alpine_sacct.json")
+    report = ingest_file(ledger, path, opts=UTC)
+    assert report.rows == {"jobs": 1, "allocations": 0}  # a CPU job: no GPU allocation
+    row = ledger.execute(
+        "SELECT job_id, user_name, team, partition, gpu_count, submit_ts, start_ts, end_ts, state FROM jobs"
+    ).fetchall()[0]
+    # values read from the file: time.submission 1741662974, start 1741667820, end 1741668146 (elapsed 326)
+    assert row == (
+        "alpine/12079670", "naly@colostate.edu", "csu95_alpine1", "amilan", 0.0,
+        T(2025, 3, 11, 3, 16, 14), T(2025, 3, 11, 4, 37), T(2025, 3, 11, 4, 42, 26), "COMPLETED",
+    )  # fmt: skip
+
+
+def test_real_issue_excerpt_mig_and_typed_gpus(ledger, tmp_path):
+    """Block [A] of the GitHub excerpts: a MIG slice job and an H100 job, each with .batch/.extern steps."""
+    text = dataset("slurm-sacct/github_issue_excerpts_sacct_gpu_tres.txt").read_text()
+    lines = text.splitlines()
+    start = lines.index("JobID|AllocTRES")
+    block = lines[start : lines.index("#", start)]
+    report = ingest_file(ledger, write(tmp_path, "a.txt", "\n".join(block) + "\n"), opts=UTC)
+    assert report.skipped == {"job steps folded into their job": 3}
+    assert ledger.execute("SELECT job_id, gpu_model, gpu_count FROM jobs ORDER BY job_id").fetchall() == [
+        ("8117657", "A100-40GB", pytest.approx(3 / 7)),  # gres/gpu:a100_3g.20gb=1
+        ("8117678", "H100-SXM-80GB", 1.0),  # gres/gpu:h100=1
+    ]
+
+
+def test_real_kabre_file_without_jobid_is_refused(ledger):
+    path = dataset("slurm-sacct/kabre_sacct_parsable2.csv")
+    with pytest.raises(FormatError) as err:
+        ingest_file(ledger, path)
+    assert err.value.line == 1
+    assert err.value.reason.startswith(
+        "JobID is required (this sacct output has no JobID or JobIDRaw column)"
+    )
+    assert ledger.execute("SELECT count(*) FROM jobs").fetchall() == [(0,)]
+
+
+def test_real_hyak_fixed_width_asks_for_parsable(ledger):
+    path = dataset("slurm-sacct/hyak_sacct_default_fixedwidth.txt")
+    with pytest.raises(FormatError, match=r"re-run sacct with -P \(--parsable2\)"):
+        ingest_file(ledger, path)
+
+
+def test_real_riviera_noheader_without_gpu_column_is_refused(ledger):
+    path = dataset("slurm-sacct/slurmdog_riviera_sacct_31days_noheader.txt")
+    fields = (
+        "JobID|User|Group|State|Partition|AllocCPUS|ReqMem|TotalCPU|Elapsed|MaxRSS|ExitCode|NNodes|NTasks"
+    )
+    cols = tuple(fields.split("|"))
+    with pytest.raises(FormatError, match="no GPU column"):
+        ingest_file(ledger, path, opts=IngestOptions(columns=cols))
