@@ -1,0 +1,310 @@
+"""``gpuledger collect slurm``: poll Slurm accounting (``sacct``) for jobs changed since the last poll.
+
+Each poll runs ``sacct --parsable2 --allusers --allocations`` with a fixed field list (:data:`FIELDS`) and
+``-S <cursor - overlap>``. Without ``--state``, sacct's ``-S`` selects every job that was pending, running or
+ended at or after that time: new jobs, jobs still running (their elapsed time grows) and jobs that finished
+since the last poll; jobs that ended before it are not read again. The output goes through the sacct parser
+(collectors/sacct.py) and :func:`collectors.base.land`, which upserts jobs by id, so a job recorded as RUNNING
+is replaced by its finished record. The cursor (the UTC time the poll began) is stored in ``collector_state``
+under ``slurm:<cluster>`` in the same transaction as the jobs, so a failed poll leaves both untouched and the
+next one reads the same window again. The overlap (default 60 s) covers clock skew between this machine and
+slurmdbd and records committed late.
+
+sacct runs with ``TZ=UTC`` so its times need no guess about zones, and always under ``timeout``: Slurm
+clients hang while slurmdbd is down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from collectors.base import IngestOptions, land, next_ingest_id, record_ingest, run_in_transaction
+from gpuledger.db import writer
+from gpuledger.errors import CollectorError, DatabaseBusyError, LedgerError
+
+FIELDS = (
+    "JobIDRaw",
+    "JobID",
+    "JobName",
+    "User",
+    "Account",
+    "Partition",
+    "State",
+    "Submit",
+    "Start",
+    "End",
+    "Elapsed",
+    "AllocTRES",
+    "ReqTRES",
+    "NodeList",
+    "NNodes",
+    "ExitCode",
+    "Cluster",
+)
+FIRST_POLL_LOOKBACK = dt.timedelta(days=1)
+SACCT_TIME = "%Y-%m-%dT%H:%M:%S"
+
+
+@dataclass
+class PollReport:
+    collector: str
+    since: dt.datetime  # -S given to sacct (UTC)
+    polled_at: dt.datetime  # the new cursor (UTC)
+    jobs_read: int = 0  # job records sacct returned
+    ingest_id: int | None = None  # None: nothing new (no jobs, or the same records as an earlier poll)
+    rows: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+    sacct_s: float = 0.0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["since"] = self.since.isoformat()
+        out["polled_at"] = self.polled_at.isoformat()
+        return out
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+def collector_key(cluster: str | None) -> str:
+    return f"slurm:{cluster or socket.gethostname().split('.')[0]}"
+
+
+def sacct_command(
+    since: dt.datetime, *, cluster: str | None, timeout_s: float, sacct: str = "sacct"
+) -> list[str]:
+    cmd = [
+        "timeout",
+        "--kill-after=5",
+        f"{timeout_s:g}",
+        sacct,
+        "--parsable2",
+        "--allusers",
+        "--allocations",
+        f"--format={','.join(FIELDS)}",
+        "-S",
+        since.strftime(SACCT_TIME),
+        "-E",
+        "now",
+    ]
+    if cluster:
+        cmd += ["--clusters", cluster]
+    return cmd
+
+
+def run_sacct(cmd: list[str], timeout_s: float) -> str:
+    """sacct's stdout; CollectorError with sacct's own words when it fails or hangs."""
+    if shutil.which(cmd[3]) is None and not Path(cmd[3]).exists():
+        raise CollectorError(f"{cmd[3]} not found: install the Slurm client tools or run on a login node")
+    env = {**os.environ, "TZ": "UTC"}
+    env.pop("SLURM_TIME_FORMAT", None)  # ISO times; the parser reads them in UTC (TZ above)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s + 10)
+    except subprocess.TimeoutExpired:
+        proc = None
+    if proc is None or proc.returncode in (124, 137):
+        raise CollectorError(f"sacct did not answer within {timeout_s:g} s (is slurmdbd running?)")
+    if proc.returncode != 0:
+        said = (proc.stderr.strip().splitlines() or ["(no message)"])[0]
+        raise CollectorError(f"sacct failed (exit {proc.returncode}): {said}")
+    return proc.stdout
+
+
+def read_cursor(db: str | None, key: str) -> dt.datetime | None:
+    with writer(db) as con:
+        found = con.execute("SELECT cursor_ts FROM collector_state WHERE collector = ?", [key]).fetchall()
+    return found[0][0] if found else None
+
+
+def poll(
+    db: str | None,
+    *,
+    cluster: str | None = None,
+    since: dt.datetime | None = None,
+    overlap: dt.timedelta = dt.timedelta(seconds=60),
+    timeout_s: float = 60.0,
+    opts: IngestOptions | None = None,
+    sacct: str = "sacct",
+) -> PollReport:
+    """Read jobs changed since the stored cursor (or ``since``), land them, advance the cursor atomically."""
+    from collectors.sacct import SacctParsable
+
+    started = time.perf_counter()
+    key = collector_key(cluster)
+    cursor = read_cursor(db, key)
+    polled_at = utc_now()
+    if since is None:
+        since = cursor - overlap if cursor is not None else polled_at - FIRST_POLL_LOOKBACK
+    report = PollReport(key, since, polled_at)
+    t0 = time.perf_counter()
+    text = run_sacct(sacct_command(since, cluster=cluster, timeout_s=timeout_s, sacct=sacct), timeout_s)
+    report.sacct_s = time.perf_counter() - t0
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    report.jobs_read = max(len(lines) - 1, 0)
+    opts = opts or IngestOptions(cluster=cluster)
+    opts = dataclasses.replace(opts, tz="UTC", cluster=cluster or opts.cluster)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    source = f"slurm://{cluster or key.split(':', 1)[1]}"
+    detail = json.dumps({"since": since.isoformat(), "jobs_read": report.jobs_read})
+
+    with tempfile.TemporaryDirectory(prefix="gpuledger-sacct-") as tmp:
+        path = Path(tmp) / "sacct.txt"
+        path.write_text(text, encoding="utf-8")
+        with writer(db) as con:
+
+            def work() -> PollReport:
+                seen = con.execute("SELECT 1 FROM ingests WHERE content_sha256 = ?", [digest]).fetchall()
+                if report.jobs_read and not seen:
+                    ingest_id = next_ingest_id(con)
+                    report.skipped = SacctParsable().stage(con, path, opts)
+                    report.rows = land(con, ingest_id, opts)
+                    record_ingest(
+                        con,
+                        ingest_id,
+                        path=source,
+                        source_key=source,
+                        sha256=digest,
+                        fmt="sacct",
+                        rows=report.rows,
+                        skipped=report.skipped,
+                    )
+                    report.ingest_id = ingest_id
+                con.execute(
+                    "INSERT OR REPLACE INTO collector_state VALUES (?, ?, ?, ?)",
+                    [key, polled_at, utc_now(), detail],
+                )
+                return report  # type: ignore[return-value]
+
+            run_in_transaction(con, work)  # type: ignore[arg-type]
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+# ---- the CLI ----------------------------------------------------------------------------------------------
+def parse_duration(text: str) -> dt.timedelta:
+    """``90``, ``90s``, ``5m``, ``2h``, ``1d`` → a timedelta."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a duration (like 30s, 5m, 1h): {text!r}")
+    unit = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    return dt.timedelta(seconds=float(m.group(1)) * unit)
+
+
+def parse_since(text: str) -> dt.datetime:
+    """An ISO date or time, UTC when naive."""
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO date/time (YYYY-MM-DD[THH:MM]): {text!r}") from None
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.UTC).replace(tzinfo=None)
+    return value
+
+
+def add_collect_parser(sub: argparse._SubParsersAction) -> None:
+    from gpuledger.commands._common import add_db_options
+
+    p = sub.add_parser(
+        "slurm",
+        help="poll Slurm accounting (sacct) for jobs changed since the last poll",
+        description="Run sacct for the jobs that changed since the last poll (the cursor is kept in the "
+        "ledger), land them through the sacct parser (running jobs are updated when they finish), and "
+        "remember where it stopped. Needs sacct on PATH and a reachable slurmdbd.",
+    )
+    p.add_argument(
+        "--since",
+        type=parse_since,
+        help="read from this UTC time instead of the stored cursor (first poll: 1 day back)",
+    )
+    p.add_argument("--cluster", help="poll this cluster (sacct --clusters) and prefix its job ids")
+    p.add_argument(
+        "--every", type=parse_duration, help="poll repeatedly at this period (e.g. 5m) until stopped"
+    )
+    p.add_argument("--once", action="store_true", help="poll once and exit (the default without --every)")
+    p.add_argument(
+        "--overlap",
+        type=parse_duration,
+        default=dt.timedelta(seconds=60),
+        help="re-read this much before the cursor (default 60s)",
+    )
+    p.add_argument("--sacct-timeout", type=float, default=60.0, help="seconds sacct may take (default 60)")
+    p.add_argument("--json", action="store_true", help="print one JSON report per poll")
+    add_db_options(p)
+    p.set_defaults(func=run)
+
+
+def describe(r: PollReport) -> str:
+    where = f"{r.collector} since {r.since:%Y-%m-%d %H:%M:%S}"
+    if r.ingest_id is None:
+        return f"{where}: {r.jobs_read} job record(s), nothing new"
+    rows = ", ".join(f"{n:,} {t}" for t, n in r.rows.items() if n) or "no rows"
+    return f"{where}: {r.jobs_read} job record(s) → {rows} (ingest #{r.ingest_id}, {r.seconds:.2f} s)"
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuledger.commands._common import print_json
+    from gpuledger.settings import load_settings
+
+    if args.once and args.every:
+        raise LedgerError("--once and --every exclude each other")
+    settings = load_settings(args.settings)
+    opts = IngestOptions(
+        cluster=args.cluster,
+        tz="UTC",
+        default_tier=settings.default_tier,
+        cluster_tiers=tuple((c, s.tier) for c, s in settings.clusters.items() if s.tier),
+        idle_util_pct=settings.idle_util_pct,
+    )
+    stop = threading.Event()
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        since = args.since
+        while True:
+            try:
+                report = poll(
+                    args.db,
+                    cluster=args.cluster,
+                    since=since,
+                    overlap=args.overlap,
+                    timeout_s=args.sacct_timeout,
+                    opts=opts,
+                )
+            except (CollectorError, DatabaseBusyError) as exc:
+                if not args.every:
+                    raise
+                # a repeating poller outlives a slurmdbd restart: the cursor did not move, retry next period
+                print(f"warning: {exc}; retrying in {args.every}", file=sys.stderr, flush=True)
+            else:
+                since = None  # --since applies to the first successful poll only
+                if args.json:
+                    print_json(report.as_dict())
+                else:
+                    print(describe(report), flush=True)
+            if not args.every or stop.wait(args.every.total_seconds()):
+                break
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 0
