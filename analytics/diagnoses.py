@@ -1,0 +1,474 @@
+"""Diagnoses: what is wrong with a job, as a flag with the numbers that prove it.
+
+Each diagnosis is one rule over measured figures with its threshold here, in one place (docs/
+recommendations.md explains each one):
+
+- ``busy_but_unproductive``: utilization ≥ 80 % while SM-active < 40 %, or tensor-active < 5 % on a
+  training job, or MFU < 10 % (MFU from logged tokens/s with 6·N FLOPs per token);
+- ``input_bound``: a training job whose utilization keeps swinging between bursts (> 70 %) and dips
+  (< 10 %): dips ≥ 10 % of samples, bursts ≥ 30 %, and ≥ 10 % of consecutive sample pairs swing;
+- ``poor_scaling``: one run family (model, GPU model, precision, per-GPU batch, sequence length) measured
+  at several GPU counts, whose per-GPU throughput at this count is < 80 % of that at the smallest count;
+- ``throttling``: ≥ 10 % of samples carry a power or thermal throttle bit, or sit at ≥ 85 °C;
+- ``oversized_gpu``: a cheaper catalog GPU holds the job's peak memory under the safety fraction and would
+  run the same work at most 80 % busy, so the same work costs less per unit.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+import polars as pl
+
+from analytics.filters import Filters, horizon
+from analytics.job_signals import job_signals, prices_at, view_jobs_sql
+from analytics.query import frame
+from gpuledger.reference import catalog
+from gpuledger.settings import Settings
+
+THRESHOLDS = {
+    "busy_util_pct": 80.0,  # busy_but_unproductive: at least this utilization...
+    "busy_sm_active_pct": 40.0,  # ...with SM-active below this,
+    "busy_tensor_active_pct": 5.0,  # ...or tensor-active below this (training),
+    "busy_mfu_pct": 10.0,  # ...or MFU below this
+    "input_dip_share": 0.10,
+    "input_burst_share": 0.30,
+    "input_swing_rate": 0.10,
+    "input_min_samples": 20,
+    "scaling_efficiency": 0.80,
+    "throttle_share": 0.10,
+    "oversized_min_saving": 0.10,  # a candidate must be at least 10 % cheaper per GPU-hour
+    "oversized_max_busy_pct": 80.0,  # ...and run the same work at most this busy (busy × peak ÷ its peak)
+}
+TRAINING_KINDS = ("training", "fine-tune")
+DIAGNOSIS_COLUMNS = {
+    "job_id": "",
+    "name": "",
+    "user_name": "",
+    "team": "",
+    "diagnosis": "busy_but_unproductive | input_bound | poor_scaling | throttling | oversized_gpu",
+    "statistic": "name of the figure the rule tests",
+    "value": "its value",
+    "threshold": "the rule's threshold",
+    "evidence": "one sentence with the numbers",
+}
+
+
+def peak_tflops(model: str | None, precision: str | None) -> float | None:
+    """The catalog's dense peak TFLOP/s of ``model`` for ``precision`` (bf16/fp16 default)."""
+    entry = next((m for m in catalog() if m.model == model), None)
+    if entry is None:
+        return None
+    prec = (precision or "").lower()
+    if prec in ("fp32", "tf32"):
+        return entry.fp32_tflops
+    if prec == "bf16":
+        return entry.bf16_tflops
+    return entry.fp16_tflops
+
+
+def _runs(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    return frame(
+        con,
+        """SELECT r.job_id, r.model, r.params, r.precision, r.batch_size, r.seq_len, r.tokens_per_s,
+                  r.samples_per_s, r.peak_mem_mib, j.gpu_model, j.gpu_count, j.kind
+           FROM training_runs r JOIN jobs j USING (job_id)""",
+    )
+
+
+def mfu(runs: pl.DataFrame) -> pl.DataFrame:
+    """job_id, mfu_pct = tokens/s × 6·N ÷ (GPUs × dense peak for the precision) × 100, where all are known.
+
+    The attention term is left out, so this is a slight under-estimate (docs/metrics.md has the full MFU).
+    """
+    rows = []
+    for r in runs.filter(pl.col("tokens_per_s").is_not_null() & pl.col("params").is_not_null()).to_dicts():
+        peak = peak_tflops(r["gpu_model"], r["precision"])
+        if peak and r["gpu_count"]:
+            rows.append(
+                {
+                    "job_id": r["job_id"],
+                    "mfu_pct": r["tokens_per_s"] * 6 * r["params"] / (r["gpu_count"] * peak * 1e12) * 100,
+                }
+            )
+    return pl.DataFrame(rows, schema={"job_id": pl.Utf8, "mfu_pct": pl.Float64})
+
+
+SCALING_COLUMNS = {
+    "family": "model | GPU model | precision | per-GPU batch | seq len | unit",
+    "unit": "tokens or samples",
+    "gpu_count": "",
+    "runs": "runs measured at this count",
+    "tput_per_gpu": "mean per-GPU throughput (unit/s)",
+    "efficiency": "tput_per_gpu ÷ tput_per_gpu at the smallest count",
+    "usd_per_munit": "$ per 1M units at the on-demand list price of the GPU model",
+    "best_gpu_count": "the count with the highest per-GPU throughput (lowest $ per unit)",
+    "best_tput_per_gpu": "",
+}
+
+
+def scaling_table(con: duckdb.DuckDBPyConnection, *, as_of: dt.datetime | None = None) -> pl.DataFrame:
+    """Per run family measured at ≥ 2 GPU counts: throughput per GPU, efficiency, $ per unit (SCALING_COLUMNS)."""
+    runs = _runs(con).with_columns(
+        pl.when(pl.col("tokens_per_s").is_not_null())
+        .then(pl.lit("tokens"))
+        .otherwise(pl.lit("samples"))
+        .alias("unit"),
+        (pl.coalesce("tokens_per_s", "samples_per_s") / pl.col("gpu_count")).alias("tpg"),
+    )
+    runs = runs.filter(
+        pl.col("tpg").is_not_null() & (pl.col("gpu_count") > 0) & pl.col("model").is_not_null()
+    )
+    if runs.is_empty():
+        return pl.DataFrame(
+            schema={**dict.fromkeys(SCALING_COLUMNS, pl.Float64), "family": pl.Utf8, "unit": pl.Utf8}
+        )
+    runs = runs.with_columns(
+        pl.concat_str(
+            [
+                pl.col("model"),
+                pl.col("gpu_model"),
+                pl.col("precision"),
+                pl.col("batch_size").cast(pl.Utf8),
+                pl.col("seq_len").cast(pl.Utf8),
+                pl.col("unit"),
+            ],
+            separator="|",
+            ignore_nulls=True,
+        ).alias("family")
+    )
+    per = runs.group_by("family", "unit", "gpu_model", "gpu_count").agg(
+        pl.len().alias("runs"), pl.col("tpg").mean().alias("tput_per_gpu")
+    )
+    multi = (
+        per.group_by("family")
+        .agg(pl.col("gpu_count").n_unique().alias("counts"))
+        .filter(pl.col("counts") >= 2)
+    )
+    per = per.join(multi.select("family"), on="family").sort("family", "gpu_count")
+    prices = prices_at(con, as_of)
+    per = per.with_columns(
+        (pl.col("tput_per_gpu") / pl.col("tput_per_gpu").first().over("family", order_by="gpu_count")).alias(
+            "efficiency"
+        ),
+        pl.col("gpu_model")
+        .map_elements(lambda m: prices.get((m, "on_demand")), return_dtype=pl.Float64)
+        .alias("price"),
+    )
+    best = (
+        per.sort("tput_per_gpu", descending=True)
+        .group_by("family")
+        .agg(
+            pl.col("gpu_count").first().alias("best_gpu_count"),
+            pl.col("tput_per_gpu").first().alias("best_tput_per_gpu"),
+        )
+    )
+    return (
+        per.join(best, on="family")
+        .with_columns((pl.col("price") / (pl.col("tput_per_gpu") * 3600.0) * 1e6).alias("usd_per_munit"))
+        .select(list(SCALING_COLUMNS))
+        .sort("family", "gpu_count")
+    )
+
+
+RIGHT_SIZE_COLUMNS = {
+    "job_id": "",
+    "gpu_model": "current model",
+    "rate_usd_per_gpu_hour": "the job's own cost ÷ GPU-hours in the view",
+    "peak_mem_mib": "max of sampled peak and the run's logged peak",
+    "needed_tflops": "busy share × the current GPU's dense peak (TFLOP/s)",
+    "basis": "SM-active | utilization (an upper bound)",
+    "candidate": "cheapest catalog model that fits",
+    "candidate_mem_mib": "",
+    "candidate_tflops": "its dense peak for the job's precision",
+    "candidate_usd_per_gpu_hour": "list price at the job's tier (on_demand when the tier has none)",
+    "busy_pct": "SM-active (else utilization) on the current GPU",
+    "busy_pct_there": "the same work's busy share on the candidate: busy_pct × peak ÷ candidate peak",
+    "gpu_hours": "",
+    "cost_usd": "",
+}
+
+
+def right_size(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters | None = None,
+    settings: Settings | None = None,
+    as_of: dt.datetime | None = None,
+    signals: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """Jobs a cheaper catalog GPU would run at an equal or lower $ per unit of work (RIGHT_SIZE_COLUMNS).
+
+    The job's busy share is its SM-active (else its utilization, an upper bound on the FLOPs it needs) on
+    the current GPU. A candidate must: be from the same vendor and a data-centre part (RTX cards are left
+    out: their licences and form factors rarely allow the swap); hold the job's peak memory within the
+    safety fraction; run the same work at most 80 % busy (busy share × current dense peak ÷ candidate dense
+    peak for the job's precision), so the work takes no longer; and cost at least 10 % less per GPU-hour.
+    The cheapest such candidate wins. Left out: jobs at or under the idle threshold (reclaim_idle's), at or
+    over 80 % utilization (a GPU kept busy may be bound by latency, not FLOPs) and jobs holding unused GPUs
+    (fewer_gpus first: their mean understates what the used GPUs need).
+    """
+    filters = filters or Filters()
+    settings = settings or Settings()
+    as_of = as_of or horizon(con)
+    sig = (
+        signals if signals is not None else job_signals(con, filters=filters, settings=settings, as_of=as_of)
+    )
+    vj, params = view_jobs_sql(filters, as_of)
+    view = frame(con, vj, params).select(
+        "job_id", "kind", "gpu_model", "gpu_count", "pricing_tier", "gpu_hours", "cost_usd"
+    )
+    runs = _runs(con).select(
+        "job_id", "params", "precision", "tokens_per_s", pl.col("peak_mem_mib").alias("run_peak")
+    )
+    jobs = (
+        view.join(
+            sig.select(
+                "job_id", "mean_util_pct", "sm_active_pct", "peak_mem_mib", "n_samples", "unused_gpus"
+            ),
+            on="job_id",
+            how="left",
+        )
+        .join(runs, on="job_id", how="left")
+        .filter(pl.col("cost_usd").is_not_null() & (pl.col("gpu_hours") > 0))
+    )
+    prices = prices_at(con, as_of)
+    models = {m.model: m for m in catalog()}
+    out = []
+    for j in jobs.to_dicts():
+        cur = models.get(j["gpu_model"])
+        if cur is None:
+            continue
+        peaks = [p for p in (j["peak_mem_mib"], j["run_peak"]) if p is not None]
+        if not peaks:
+            continue
+        peak_mem = max(peaks)
+        util = j["mean_util_pct"]
+        if util is not None and (util <= settings.idle_util_pct or util >= THRESHOLDS["busy_util_pct"]):
+            continue  # idle jobs are reclaim_idle's; a GPU kept busy may be latency-bound, not FLOP-bound
+        if j["unused_gpus"]:
+            continue  # fewer_gpus first: the mean over unused GPUs understates what the used ones need
+        peak = peak_tflops(cur.model, j["precision"])
+        if j["sm_active_pct"] is not None:
+            busy_pct, basis = j["sm_active_pct"], "SM-active"
+        elif j["mean_util_pct"] is not None:
+            busy_pct, basis = j["mean_util_pct"], "utilization (an upper bound)"
+        else:
+            continue
+        if not peak:
+            continue
+        needed = peak * busy_pct / 100.0
+        rate = j["cost_usd"] / j["gpu_hours"]
+        best = None
+        for cand in models.values():
+            if cand.model == cur.model or cand.vendor != cur.vendor or cand.model.startswith("RTX-"):
+                continue
+            cand_peak = peak_tflops(cand.model, j["precision"])
+            price = prices.get((cand.model, j["pricing_tier"]), prices.get((cand.model, "on_demand")))
+            if cand_peak is None or price is None:
+                continue
+            busy_there = busy_pct * peak / cand_peak
+            if (
+                cand.memory_mib * settings.batch_safety_fraction < peak_mem
+                or busy_there > THRESHOLDS["oversized_max_busy_pct"]
+            ):
+                continue
+            if price > rate * (1.0 - THRESHOLDS["oversized_min_saving"]):
+                continue
+            if best is None or price < best[1]:
+                best = (cand, price, cand_peak, busy_there)
+        if best is None:
+            continue
+        cand, price, cand_peak, busy_there = best
+        out.append(
+            {
+                "job_id": j["job_id"],
+                "gpu_model": cur.model,
+                "rate_usd_per_gpu_hour": rate,
+                "peak_mem_mib": peak_mem,
+                "needed_tflops": needed,
+                "basis": basis,
+                "candidate": cand.model,
+                "candidate_mem_mib": float(cand.memory_mib),
+                "candidate_tflops": cand_peak,
+                "candidate_usd_per_gpu_hour": price,
+                "busy_pct": busy_pct,
+                "busy_pct_there": busy_there,
+                "gpu_hours": j["gpu_hours"],
+                "cost_usd": j["cost_usd"],
+            }
+        )
+    schema = {c: pl.Float64 for c in RIGHT_SIZE_COLUMNS} | {
+        c: pl.Utf8 for c in ("job_id", "gpu_model", "basis", "candidate")
+    }
+    return pl.DataFrame(out, schema=schema)
+
+
+def diagnoses(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters | None = None,
+    settings: Settings | None = None,
+    as_of: dt.datetime | None = None,
+    signals: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """Every flag raised on the jobs of the view, one row per (job, diagnosis) (DIAGNOSIS_COLUMNS)."""
+    filters = filters or Filters()
+    settings = settings or Settings()
+    as_of = as_of or horizon(con)
+    sig = (
+        signals if signals is not None else job_signals(con, filters=filters, settings=settings, as_of=as_of)
+    )
+    vj, params = view_jobs_sql(filters, as_of)
+    view = frame(con, vj, params).select(
+        "job_id", "name", "user_name", "team", "kind", "gpu_model", "gpu_count"
+    )
+    runs = _runs(con)
+    jobs = view.join(sig, on="job_id", how="left").join(mfu(runs), on="job_id", how="left")
+    t = THRESHOLDS
+    flags: list[dict[str, object]] = []
+
+    def flag(
+        j: dict[str, object], diagnosis: str, statistic: str, value: float, threshold: float, evidence: str
+    ) -> None:
+        flags.append(
+            {
+                "job_id": j["job_id"],
+                "name": j["name"],
+                "user_name": j["user_name"],
+                "team": j["team"],
+                "diagnosis": diagnosis,
+                "statistic": statistic,
+                "value": float(value),
+                "threshold": float(threshold),
+                "evidence": evidence,
+            }
+        )
+
+    for j in jobs.to_dicts():
+        who = _who(j)
+        util = j["mean_util_pct"]
+        if util is not None and util >= t["busy_util_pct"]:
+            sm, tensor, mfu_pct = j["sm_active_pct"], j["tensor_active_pct"], j["mfu_pct"]
+            if sm is not None and sm < t["busy_sm_active_pct"]:
+                flag(
+                    j,
+                    "busy_but_unproductive",
+                    "sm_active_pct",
+                    sm,
+                    t["busy_sm_active_pct"],
+                    f"{who} shows {util:.0f} % utilization but only {sm:.0f} % SM-active"
+                    + (f" and {tensor:.0f} % tensor-active" if tensor is not None else "")
+                    + ": the GPU is busy with little work per cycle (small kernels, launch or sync overhead).",
+                )
+            elif tensor is not None and tensor < t["busy_tensor_active_pct"] and j["kind"] in TRAINING_KINDS:
+                flag(
+                    j,
+                    "busy_but_unproductive",
+                    "tensor_active_pct",
+                    tensor,
+                    t["busy_tensor_active_pct"],
+                    f"{who} shows {util:.0f} % utilization but {tensor:.1f} % tensor-active: the tensor cores are "
+                    "unused (fp32 math, or no autocast).",
+                )
+            elif mfu_pct is not None and mfu_pct < t["busy_mfu_pct"]:
+                flag(
+                    j,
+                    "busy_but_unproductive",
+                    "mfu_pct",
+                    mfu_pct,
+                    t["busy_mfu_pct"],
+                    f"{who} shows {util:.0f} % utilization at {mfu_pct:.1f} % MFU: busy, but far from the "
+                    "card's peak.",
+                )
+        n = j["n_samples"] or 0
+        if (
+            j["kind"] in TRAINING_KINDS
+            and n >= t["input_min_samples"]
+            and (j["dip_share"] or 0) >= t["input_dip_share"]
+            and (j["burst_share"] or 0) >= t["input_burst_share"]
+            and (j["swing_rate"] or 0) >= t["input_swing_rate"]
+        ):
+            flag(
+                j,
+                "input_bound",
+                "swing_rate",
+                j["swing_rate"],
+                t["input_swing_rate"],
+                f"{who} swings between bursts and near-zero dips: {j['dip_share'] * 100:.0f} % of samples under "
+                f"10 %, {j['burst_share'] * 100:.0f} % over 70 %, {j['swing_rate'] * 100:.0f} % of consecutive samples "
+                "swing; the data pipeline is starving the GPU (more loader workers, prefetch, faster storage).",
+            )
+        thr, hot = j["throttled_share"], j["hot_share"]
+        if (thr or 0) >= t["throttle_share"] or (hot or 0) >= t["throttle_share"]:
+            if (thr or 0) >= (hot or 0):
+                stat, value = "throttled_share", thr
+            else:
+                stat, value = "hot_share", hot
+            temp = f", max {j['max_temp_c']:.0f} °C" if j["max_temp_c"] is not None else ""
+            flag(
+                j,
+                "throttling",
+                stat,
+                value,
+                t["throttle_share"],
+                f"{who}: {(thr or 0) * 100:.0f} % of samples power/thermal throttled, {(hot or 0) * 100:.0f} % at "
+                f"≥ 85 °C{temp}; check cooling and power caps on its host.",
+            )
+    scaling = scaling_table(con, as_of=as_of)
+    if not scaling.is_empty():
+        in_view = (
+            runs.join(view.select("job_id", "name", "user_name", "team"), on="job_id")
+            .with_columns(
+                pl.concat_str(
+                    [
+                        pl.col("model"),
+                        pl.col("gpu_model"),
+                        pl.col("precision"),
+                        pl.col("batch_size").cast(pl.Utf8),
+                        pl.col("seq_len").cast(pl.Utf8),
+                        pl.when(pl.col("tokens_per_s").is_not_null())
+                        .then(pl.lit("tokens"))
+                        .otherwise(pl.lit("samples")),
+                    ],
+                    separator="|",
+                    ignore_nulls=True,
+                ).alias("family")
+            )
+            .join(scaling, on=["family", "gpu_count"])
+            .filter(pl.col("efficiency") < t["scaling_efficiency"])
+        )
+        for j in in_view.to_dicts():
+            flag(
+                j,
+                "poor_scaling",
+                "scaling_efficiency",
+                j["efficiency"],
+                t["scaling_efficiency"],
+                f"{_who(j)} runs {j['model']} on {j['gpu_count']:g} GPUs at {j['efficiency'] * 100:.0f} % scaling "
+                f"efficiency ({j['tput_per_gpu']:,.0f} {j['unit']}/s per GPU vs {j['best_tput_per_gpu']:,.0f} at "
+                f"{j['best_gpu_count']:g} GPUs); {j['best_gpu_count']:g} GPUs give the lowest $ per {j['unit'][:-1]}.",
+            )
+    sized = right_size(con, filters=filters, settings=settings, as_of=as_of, signals=sig)
+    if not sized.is_empty():
+        for j in sized.join(view.select("job_id", "name", "user_name", "team"), on="job_id").to_dicts():
+            flag(
+                j,
+                "oversized_gpu",
+                "peak_mem_mib",
+                j["peak_mem_mib"],
+                j["candidate_mem_mib"] * settings.batch_safety_fraction,
+                f"{_who(j)} peaks at {j['peak_mem_mib'] / 1024:.1f} GiB at {j['busy_pct']:.0f} % {j['basis']} on "
+                f"{j['gpu_model']} (${j['rate_usd_per_gpu_hour']:.2f}/GPU-h); {j['candidate']} "
+                f"({j['candidate_mem_mib'] / 1024:.0f} GiB) would run it ~{j['busy_pct_there']:.0f} % busy at "
+                f"${j['candidate_usd_per_gpu_hour']:.2f}/GPU-h.",
+            )
+    schema = {c: pl.Utf8 for c in DIAGNOSIS_COLUMNS} | {"value": pl.Float64, "threshold": pl.Float64}
+    return pl.DataFrame(flags, schema=schema).sort("diagnosis", "job_id")
+
+
+def _who(j: dict[str, object]) -> str:
+    name = j.get("name")
+    label = f"Job {j['job_id']}" + (f" ({name})" if name and name != j["job_id"] else "")
+    return label

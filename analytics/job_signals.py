@@ -1,0 +1,247 @@
+"""Per-job telemetry signals inside a view, the raw material of diagnoses and recommendations.
+
+Every figure here is computed from the samples attributed to a job (``samples.job_id``) that fall inside
+the part of the job that lies in the view (``job_costs``' ``span_start``..``span_end``), so a figure and the
+dollars it is multiplied by always cover the same time. The samples of a telemetry-only GPU (no job) belong
+to its ``unattributed:<gpu_id>`` pseudo-job (analytics/cost.py). Samples with a NULL metric are left out of that
+metric's mean (NULL means "not reported", never 0).
+
+Idle stretches are analytics.utilization's (the shared waste contract, docs/metrics.md): maximal runs of
+consecutive samples of one GPU within one job, each at ``util_pct <= idle_util_pct``, with no sample gap in
+between, lasting at least ``idle_min_minutes`` in total. Reading its flagged samples keeps reclaim_idle's
+dollars and the summary's idle_allocated_usd on the same seconds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+import polars as pl
+
+from analytics.cost import job_costs_sql
+from analytics.filters import Filters, horizon
+from analytics.query import frame
+from analytics.utilization import GAP_TOLERANCE, flagged_samples_sql
+from gpuledger.settings import Settings
+
+# NVML clocks_event_reasons bits that mean the GPU slowed itself for power or heat:
+# SwPowerCap 0x4, HwSlowdown 0x8, SwThermalSlowdown 0x20, HwThermalSlowdown 0x40, HwPowerBrakeSlowdown 0x80.
+POWER_THERMAL_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+HOT_TEMP_C = 85.0
+LOW_UTIL_PCT = 10.0  # input-bound: a "dip"
+HIGH_UTIL_PCT = 70.0  # input-bound: a "burst"
+
+SIGNAL_COLUMNS = {
+    "job_id": "",
+    "held_gpu_s": "gpu_count × seconds inside the view",
+    "covered_gpu_s": "Σ interval_s of the job's samples in the view",
+    "n_samples": "samples in the view",
+    "gpus_seen": "distinct GPUs with samples",
+    "mean_util_pct": "time-weighted mean utilization.gpu over samples with util (NULL when none)",
+    "peak_mem_mib": "max memory used on any of the job's GPUs (NULL when not reported)",
+    "card_mem_mib": "memory of the card (samples' mem_total_mib, else the catalog's)",
+    "sm_active_pct": "time-weighted mean SM-active (NULL when not reported)",
+    "tensor_active_pct": "time-weighted mean tensor-pipe-active (NULL when not reported)",
+    "throttled_share": "share of samples with a power/thermal throttle bit (NULL when not reported)",
+    "hot_share": "share of samples at >= 85 °C (NULL when temperature is not reported)",
+    "max_temp_c": "",
+    "dip_share": "share of samples below 10 % utilization",
+    "burst_share": "share of samples above 70 % utilization",
+    "swing_rate": "share of consecutive sample pairs (same GPU, no gap) that swing between < 10 % and > 70 %",
+    "unused_gpus": "GPUs of the job whose mean utilization is at or under the idle threshold",
+    "idle_s": "Σ interval_s inside idle stretches (all GPUs)",
+    "idle_s_on_used_gpus": "the same, over GPUs not counted in unused_gpus",
+    "idle_stretches": "number of idle stretches",
+}
+
+
+def view_jobs_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str, list[object]]:
+    """``job_costs`` as a sub-query, plus ``held_gpu_s`` (gpu_count × in-view seconds)."""
+    sql, params = job_costs_sql(filters, as_of)
+    return (
+        f"SELECT jc.*, jc.gpu_count * epoch(jc.span_end - jc.span_start) AS held_gpu_s FROM ({sql}) jc",
+        params,
+    )
+
+
+def _samples_cte(filters: Filters, settings: Settings, as_of: dt.datetime | None) -> tuple[str, list[object]]:
+    """CTEs ``vj`` (jobs of the view), ``s`` (their samples, with analytics.utilization's idle-stretch flag
+    ``in_idle``) and ``linked`` (each sample with its predecessor on the same GPU and job)."""
+    vj, vparams = view_jobs_sql(filters, as_of)
+    flagged, fparams = flagged_samples_sql(filters, settings, as_of)
+    sql = f"""
+    vj AS ({vj}),
+    s AS (
+        SELECT f.job_id, f.gpu_id, f.ts, f.interval_s, f.util_pct, f.mem_used_mib, f.mem_total_mib,
+               f.sm_active_pct, f.tensor_active_pct, f.temp_c, f.throttle_reasons, f.in_idle
+        FROM ({flagged}) f JOIN vj ON f.job_id = vj.job_id
+        WHERE f.ts >= vj.span_start AND f.ts < vj.span_end
+    ),
+    seq AS (
+        SELECT *,
+               lag(ts) OVER w AS prev_ts, lag(interval_s) OVER w AS prev_iv, lag(util_pct) OVER w AS prev_util,
+               lag(in_idle) OVER w AS prev_in_idle
+        FROM s WINDOW w AS (PARTITION BY job_id, gpu_id ORDER BY ts)
+    ),
+    linked AS (
+        SELECT *, prev_ts IS NOT NULL AND epoch(ts - prev_ts) <= {GAP_TOLERANCE} * prev_iv AS contiguous
+        FROM seq
+    )"""
+    return sql, [*vparams, *fparams]
+
+
+def idle_stretches(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters | None = None,
+    settings: Settings | None = None,
+    as_of: dt.datetime | None = None,
+) -> pl.DataFrame:
+    """One row per idle stretch: job_id, gpu_id, start_ts, end_ts (UTC), idle_s (Σ interval_s, seconds).
+
+    Stretch membership is analytics.utilization's (the waste taxonomy's), so these seconds are the ones
+    idle_allocated_usd prices.
+    """
+    filters = filters or Filters()
+    settings = settings or Settings()
+    as_of = as_of or horizon(con)
+    ctes, params = _samples_cte(filters, settings, as_of)
+    sql = f"""
+    WITH {ctes},
+    grouped AS (
+        SELECT *, sum(CASE WHEN contiguous AND prev_in_idle THEN 0 ELSE 1 END)
+                      OVER (PARTITION BY job_id, gpu_id ORDER BY ts ROWS UNBOUNDED PRECEDING) AS run
+        FROM linked
+    )
+    SELECT job_id, gpu_id, min(ts) AS start_ts,
+           max(ts + to_microseconds((interval_s * 1e6)::BIGINT)) AS end_ts,
+           sum(interval_s) AS idle_s
+    FROM grouped WHERE in_idle
+    GROUP BY job_id, gpu_id, run
+    ORDER BY job_id, gpu_id, start_ts
+    """
+    return frame(con, sql, params)
+
+
+def job_signals(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters | None = None,
+    settings: Settings | None = None,
+    as_of: dt.datetime | None = None,
+    stretches: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """One row per job in the view with at least one attributed sample (SIGNAL_COLUMNS).
+
+    ``stretches``: this view's :func:`idle_stretches`, when the caller already has them.
+    """
+    filters = filters or Filters()
+    settings = settings or Settings()
+    as_of = as_of or horizon(con)
+    ctes, params = _samples_cte(filters, settings, as_of)
+    idle = float(settings.idle_util_pct)
+    if stretches is None:
+        stretches = idle_stretches(con, filters=filters, settings=settings, as_of=as_of)
+    sql = f"""
+    WITH {ctes},
+    per_gpu AS (
+        SELECT job_id, gpu_id,
+               sum(util_pct * interval_s) / sum(CASE WHEN util_pct IS NOT NULL THEN interval_s END) AS gpu_util
+        FROM s GROUP BY job_id, gpu_id
+    ),
+    unused AS (
+        SELECT job_id, count(*) FILTER (WHERE gpu_util <= {idle}) AS unused_gpus,
+               list(gpu_id) FILTER (WHERE gpu_util <= {idle}) AS unused_ids
+        FROM per_gpu GROUP BY job_id
+    ),
+    pairs AS (
+        SELECT job_id,
+               count(*) FILTER (WHERE contiguous AND util_pct IS NOT NULL AND prev_util IS NOT NULL) AS n_pairs,
+               count(*) FILTER (WHERE contiguous AND (
+                   (util_pct < {LOW_UTIL_PCT} AND prev_util > {HIGH_UTIL_PCT})
+                   OR (util_pct > {HIGH_UTIL_PCT} AND prev_util < {LOW_UTIL_PCT}))) AS n_swings
+        FROM linked GROUP BY job_id
+    ),
+    agg AS (
+        SELECT job_id,
+               sum(interval_s) AS covered_gpu_s,
+               count(*) AS n_samples,
+               count(DISTINCT gpu_id) AS gpus_seen,
+               sum(util_pct * interval_s) / sum(CASE WHEN util_pct IS NOT NULL THEN interval_s END)
+                   AS mean_util_pct,
+               max(mem_used_mib) AS peak_mem_mib,
+               max(mem_total_mib) AS mem_total_mib,
+               sum(sm_active_pct * interval_s) / sum(CASE WHEN sm_active_pct IS NOT NULL THEN interval_s END)
+                   AS sm_active_pct,
+               sum(tensor_active_pct * interval_s)
+                   / sum(CASE WHEN tensor_active_pct IS NOT NULL THEN interval_s END) AS tensor_active_pct,
+               avg(CASE WHEN throttle_reasons IS NOT NULL
+                        THEN (throttle_reasons & {POWER_THERMAL_MASK}::UBIGINT <> 0)::INT END) AS throttled_share,
+               avg(CASE WHEN temp_c IS NOT NULL THEN (temp_c >= {HOT_TEMP_C})::INT END) AS hot_share,
+               max(temp_c) AS max_temp_c,
+               avg(CASE WHEN util_pct IS NOT NULL THEN (util_pct < {LOW_UTIL_PCT})::INT END) AS dip_share,
+               avg(CASE WHEN util_pct IS NOT NULL THEN (util_pct > {HIGH_UTIL_PCT})::INT END) AS burst_share
+        FROM s GROUP BY job_id
+    )
+    SELECT vj.job_id, vj.held_gpu_s, agg.covered_gpu_s, agg.n_samples, agg.gpus_seen, agg.mean_util_pct,
+           agg.peak_mem_mib, coalesce(agg.mem_total_mib, c.memory_mib) AS card_mem_mib,
+           agg.sm_active_pct, agg.tensor_active_pct, agg.throttled_share, agg.hot_share, agg.max_temp_c,
+           agg.dip_share, agg.burst_share,
+           CASE WHEN pairs.n_pairs > 0 THEN pairs.n_swings / pairs.n_pairs END AS swing_rate,
+           coalesce(unused.unused_gpus, 0) AS unused_gpus, unused.unused_ids
+    FROM vj JOIN agg USING (job_id)
+    LEFT JOIN pairs USING (job_id)
+    LEFT JOIN unused USING (job_id)
+    LEFT JOIN gpu_catalog c ON c.model = vj.gpu_model
+    ORDER BY vj.job_id
+    """
+    sig = frame(con, sql, params)
+    if sig.is_empty():
+        return sig.with_columns(
+            pl.lit(0.0).alias("idle_s"),
+            pl.lit(0.0).alias("idle_s_on_used_gpus"),
+            pl.lit(0).alias("idle_stretches"),
+        ).drop("unused_ids")
+    unused = (
+        sig.select("job_id", "unused_ids")
+        .explode("unused_ids")
+        .drop_nulls()
+        .rename({"unused_ids": "gpu_id"})
+        .with_columns(pl.lit(True).alias("unused"))
+    )
+    per_job = (
+        stretches.join(unused, on=["job_id", "gpu_id"], how="left")
+        .group_by("job_id")
+        .agg(
+            pl.col("idle_s").sum().alias("idle_s"),
+            pl.col("idle_s").filter(pl.col("unused").is_null()).sum().alias("idle_s_on_used_gpus"),
+            pl.len().alias("idle_stretches"),
+        )
+    )
+    return (
+        sig.drop("unused_ids")
+        .join(per_job, on="job_id", how="left")
+        .with_columns(
+            pl.col("idle_s").fill_null(0.0),
+            pl.col("idle_s_on_used_gpus").fill_null(0.0),
+            pl.col("idle_stretches").fill_null(0).cast(pl.Int64),
+        )
+    )
+
+
+def prices_at(con: duckdb.DuckDBPyConnection, when: dt.datetime | None) -> dict[tuple[str, str], float]:
+    """Generic (any-cluster) price per (gpu_model, tier) in force on ``when``'s UTC date, US$ per GPU-hour.
+
+    The earliest row of a model and tier also covers earlier dates (the rule of analytics/cost.py).
+    """
+    day = (when or dt.datetime(9999, 1, 1)).date()
+    rows = con.execute(
+        """
+        SELECT gpu_model, tier, arg_max(usd_per_gpu_hour, effective_from) FILTER (WHERE effective_from <= ?),
+               arg_min(usd_per_gpu_hour, effective_from)
+        FROM prices WHERE cluster IS NULL GROUP BY gpu_model, tier
+        """,
+        [day],
+    ).fetchall()
+    return {(m, t): float(cur if cur is not None else first) for m, t, cur, first in rows}

@@ -1,0 +1,483 @@
+"""The recommendations engine: one list of actions, each with its evidence and its dollars per week, ranked.
+
+Kinds (stable names, docs/recommendations.md gives each rule, threshold, savings formula and confidence):
+``reclaim_idle``, ``stop_idle_notebooks``, ``right_size_gpu``, ``fewer_gpus``, ``larger_batch``,
+``use_spot``, ``mig_slice``.
+
+Money: ``saving_usd`` is what the change would have saved on the jobs of the view, priced at each job's own
+rate (its cost in the view ÷ its GPU-hours in the view); ``usd_per_week = saving_usd × 7 / view_days``, where
+the view runs from the later of ``--since`` and the first job in the view to the earlier of ``--until`` and
+the ledger's data horizon, and view_days is at least 1. Items of different kinds may concern the same
+dollars (stopping a notebook reclaims its idle time; a MIG slice and a smaller GPU are alternatives), so
+the list ranks options and is not meant to be summed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import duckdb
+import polars as pl
+
+from analytics.batch_size import batch_recommendations
+from analytics.diagnoses import THRESHOLDS, TRAINING_KINDS, right_size, scaling_table
+from analytics.filters import Filters, horizon
+from analytics.job_signals import idle_stretches, job_signals, prices_at, view_jobs_sql
+from analytics.query import frame
+from gpuledger.settings import Settings
+
+KINDS = (
+    "reclaim_idle",
+    "stop_idle_notebooks",
+    "right_size_gpu",
+    "fewer_gpus",
+    "larger_batch",
+    "use_spot",
+    "mig_slice",
+)
+SPOT_REWORK = 0.10  # spot cost is inflated by 10 % for work redone after preemptions
+CHECKPOINT_MAX_GAP_H = 2.0  # use_spot: last checkpoint at most this long before the job's end
+MIG_MAX_UTIL_PCT = 30.0  # mig_slice: only jobs using less than this share of one GPU
+# MIG profiles per catalog model: (profile, share of the GPU's compute, usable memory MiB as nvidia-smi reports)
+MIG_PROFILES: dict[str, tuple[tuple[str, float, float], ...]] = {
+    "A100-80GB": (("1g.10gb", 1 / 7, 9728), ("2g.20gb", 2 / 7, 19968), ("3g.40gb", 3 / 7, 40192)),
+    "A100-40GB": (("1g.5gb", 1 / 7, 4864), ("2g.10gb", 2 / 7, 9728), ("3g.20gb", 3 / 7, 19968)),
+    "H100-SXM-80GB": (("1g.10gb", 1 / 7, 9728), ("2g.20gb", 2 / 7, 19968), ("3g.40gb", 3 / 7, 40192)),
+    "H100-PCIe-80GB": (("1g.10gb", 1 / 7, 9728), ("2g.20gb", 2 / 7, 19968), ("3g.40gb", 3 / 7, 40192)),
+    "H200": (("1g.18gb", 1 / 7, 16896), ("2g.35gb", 2 / 7, 33792), ("3g.71gb", 3 / 7, 69632)),
+    "A30": (("1g.6gb", 1 / 4, 5632), ("2g.12gb", 2 / 4, 11520)),
+}
+BATCH_FIELDS = (
+    "current_batch_size",
+    "recommended_batch_size",
+    "predicted_peak_mem_mib",
+    "card_mem_mib",
+    "predicted_throughput_gain_pct",
+    "lr_rule",
+)
+RECOMMENDATION_COLUMNS: dict[str, pl.DataType] = {
+    "kind": pl.Utf8(),
+    "target_type": pl.Utf8(),  # job | user | team
+    "target": pl.Utf8(),
+    "user_name": pl.Utf8(),
+    "team": pl.Utf8(),
+    "evidence": pl.Utf8(),
+    "action": pl.Utf8(),
+    "saving_usd": pl.Float64(),
+    "usd_per_week": pl.Float64(),
+    "confidence": pl.Utf8(),
+    "job_ids": pl.List(pl.Utf8()),
+    "current_batch_size": pl.Int64(),
+    "recommended_batch_size": pl.Int64(),
+    "predicted_peak_mem_mib": pl.Float64(),
+    "card_mem_mib": pl.Float64(),
+    "predicted_throughput_gain_pct": pl.Float64(),
+    "lr_rule": pl.Utf8(),
+}
+
+
+def view_window(
+    con: duckdb.DuckDBPyConnection, filters: Filters, as_of: dt.datetime | None
+) -> tuple[dt.datetime, dt.datetime, float] | None:
+    """(start, end, days) of the view the savings are scaled from; None when the view has no job.
+
+    start = the later of ``--since`` and the first in-view job start; end = the earlier of the midnight after
+    ``--until`` and the data horizon; days = (end − start) in days, at least 1.
+    """
+    vj, params = view_jobs_sql(filters, as_of)
+    rows = con.execute(f"SELECT min(span_start), max(span_end) FROM ({vj})", params).fetchall()
+    first, last = rows[0]
+    if first is None:
+        return None
+    lo = max(first, filters.lo) if filters.lo else first
+    ends = [t for t in (filters.hi, as_of) if t is not None]
+    hi = min(ends) if ends else last
+    days = max((hi - lo).total_seconds() / 86400.0, 1.0)
+    return lo, hi, days
+
+
+def recommendations(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters | None = None,
+    settings: Settings | None = None,
+    as_of: dt.datetime | None = None,
+    min_usd_per_week: float = 1.0,
+) -> pl.DataFrame:
+    """All recommendations for the view, ranked by usd_per_week (RECOMMENDATION_COLUMNS).
+
+    Items saving less than ``min_usd_per_week`` are left out.
+    """
+    filters = filters or Filters()
+    settings = settings or Settings()
+    as_of = as_of or horizon(con)
+    window = view_window(con, filters, as_of)
+    if window is None:
+        return pl.DataFrame(schema=RECOMMENDATION_COLUMNS)
+    days = window[2]
+    vj, params = view_jobs_sql(filters, as_of)
+    view = frame(con, vj, params)
+    stretches = idle_stretches(con, filters=filters, settings=settings, as_of=as_of)
+    sig = job_signals(con, filters=filters, settings=settings, as_of=as_of, stretches=stretches)
+    jobs = view.join(sig.drop("held_gpu_s"), on="job_id", how="left").with_columns(
+        (pl.col("cost_usd") / pl.col("held_gpu_s")).alias("rate_usd_per_gpu_s")
+    )
+    by_id = {j["job_id"]: j for j in jobs.to_dicts()}
+    items: list[dict[str, object]] = []
+    items += _reclaim_idle(jobs, settings)
+    items += _stop_idle_notebooks(stretches, by_id, settings)
+    items += _right_size(con, by_id, filters, settings, as_of, sig)
+    items += _fewer_gpus(con, jobs, settings, as_of)
+    items += _larger_batch(con, by_id, filters, settings, as_of, _input_bound_or_unused(jobs))
+    items += _use_spot(con, jobs, as_of)
+    items += _mig_slice(jobs, settings)
+    rows = [
+        {**{c: None for c in RECOMMENDATION_COLUMNS}, **it, "usd_per_week": it["saving_usd"] * 7.0 / days}
+        for it in items
+        if it["saving_usd"] is not None and it["saving_usd"] > 0
+    ]
+    out = pl.DataFrame(rows, schema=RECOMMENDATION_COLUMNS)
+    return out.filter(pl.col("usd_per_week") >= min_usd_per_week).sort(
+        ["usd_per_week", "kind", "target"], descending=[True, False, False]
+    )
+
+
+def as_json(recs: pl.DataFrame) -> list[dict[str, object]]:
+    """The ``recommend --json`` list: batch fields only on larger_batch items, money rounded to cents."""
+    out = []
+    for r in recs.to_dicts():
+        item = {k: v for k, v in r.items() if k not in BATCH_FIELDS or r["kind"] == "larger_batch"}
+        item["saving_usd"] = round(float(r["saving_usd"]), 2)
+        item["usd_per_week"] = round(float(r["usd_per_week"]), 2)
+        out.append(item)
+    return out
+
+
+def _job_item(
+    j: dict[str, object], kind: str, evidence: str, action: str, saving: float, confidence: str
+) -> dict[str, object]:
+    return {
+        "kind": kind,
+        "target_type": "job",
+        "target": j["job_id"],
+        "user_name": j["user_name"],
+        "team": j["team"],
+        "evidence": evidence,
+        "action": action,
+        "saving_usd": saving,
+        "confidence": confidence,
+        "job_ids": [j["job_id"]],
+    }
+
+
+def _label(j: dict[str, object]) -> str:
+    name = j.get("name")
+    extra = ", ".join(str(x) for x in (name if name != j["job_id"] else None, j.get("user_name")) if x)
+    return f"Job {j['job_id']}" + (f" ({extra})" if extra else "")
+
+
+def _held(j: dict[str, object]) -> str:
+    util = j.get("mean_util_pct")
+    at = f" at {util:.0f} % utilization" if util is not None else ""
+    return f"held {j['gpu_count']:g} × {j['gpu_model']} for {j['hours']:.1f} h{at}"
+
+
+def _reclaim_idle(jobs: pl.DataFrame, settings: Settings) -> list[dict[str, object]]:
+    """Per job: idle stretches on GPUs it otherwise used; saving = rate × idle GPU-seconds."""
+    items = []
+    for j in jobs.filter(
+        (pl.col("idle_s_on_used_gpus") > 0) & pl.col("rate_usd_per_gpu_s").is_not_null()
+    ).to_dicts():
+        idle_s = j["idle_s_on_used_gpus"]
+        # samples never stand for more time than was held (the waste taxonomy's clamp)
+        clamp = min(1.0, j["held_gpu_s"] / j["covered_gpu_s"]) if j["covered_gpu_s"] else 1.0
+        saving = j["rate_usd_per_gpu_s"] * clamp * idle_s
+        notebook = j["kind"] == "interactive"
+        action = (
+            "Stop the notebook when you step away instead of holding the GPU idle; restart it when you return."
+            if notebook
+            else "Release idle GPUs: end the job when its work is done, or fix what stalls it (data, a hung step)."
+        )
+        evidence = (
+            f"{_label(j)} {_held(j)}; {idle_s / 3600:.1f} GPU-hours sat idle (≤ {settings.idle_util_pct:g} % for "
+            f"≥ {settings.idle_min_minutes:g} min, {j['idle_stretches']} stretch(es)): ${saving:,.2f} idle."
+        )
+        items.append(_job_item(j, "reclaim_idle", evidence, action, saving, "high"))
+    return items
+
+
+def _stop_idle_notebooks(
+    stretches: pl.DataFrame, by_id: dict[str, dict[str, object]], settings: Settings
+) -> list[dict[str, object]]:
+    """Per user: an auto-stop after N idle minutes saves rate × (stretch − N min) on every idle stretch of
+    their interactive jobs longer than N minutes."""
+    stop_s = settings.notebook_idle_stop_minutes * 60.0
+    per_user: dict[str, dict[str, object]] = {}
+    for st in stretches.to_dicts():
+        j = by_id.get(st["job_id"])
+        if j is None or j["kind"] != "interactive" or j["rate_usd_per_gpu_s"] is None:
+            continue
+        u = per_user.setdefault(
+            j["user_name"] or "(unknown)",
+            {
+                "team": j["team"],
+                "jobs": set(),
+                "stretches": 0,
+                "idle_s": 0.0,
+                "idle_usd": 0.0,
+                "saving": 0.0,
+                "longest": 0.0,
+                "models": set(),
+            },
+        )
+        u["jobs"].add(j["job_id"])
+        u["models"].add(j["gpu_model"])
+        u["stretches"] += 1
+        u["idle_s"] += st["idle_s"]
+        u["idle_usd"] += st["idle_s"] * j["rate_usd_per_gpu_s"]
+        u["saving"] += max(0.0, st["idle_s"] - stop_s) * j["rate_usd_per_gpu_s"]
+        u["longest"] = max(u["longest"], st["idle_s"])
+    items = []
+    for user, u in sorted(per_user.items()):
+        evidence = (
+            f"{user}'s {len(u['jobs'])} notebook(s) on {', '.join(sorted(m or '?' for m in u['models']))} sat idle "
+            f"{u['idle_s'] / 3600:.1f} GPU-hours in {u['stretches']} stretch(es) (longest {u['longest'] / 3600:.1f} h): "
+            f"${u['idle_usd']:,.2f}; stopping after {settings.notebook_idle_stop_minutes:g} idle minutes would "
+            f"have saved ${u['saving']:,.2f}."
+        )
+        action = (
+            f"Turn on idle auto-stop for {user}'s notebooks after {settings.notebook_idle_stop_minutes:g} min "
+            "(JupyterHub idle culler or the platform's idle shutdown)."
+        )
+        items.append(
+            {
+                "kind": "stop_idle_notebooks",
+                "target_type": "user",
+                "target": user,
+                "user_name": user,
+                "team": u["team"],
+                "evidence": evidence,
+                "action": action,
+                "saving_usd": u["saving"],
+                "confidence": "high",
+                "job_ids": sorted(u["jobs"]),
+            }
+        )
+    return items
+
+
+def _right_size(
+    con: duckdb.DuckDBPyConnection,
+    by_id: dict[str, dict[str, object]],
+    filters: Filters,
+    settings: Settings,
+    as_of: dt.datetime | None,
+    sig: pl.DataFrame,
+) -> list[dict[str, object]]:
+    """Per job: the cheaper catalog GPU of analytics.diagnoses.right_size; saving = GPU-hours × Δprice."""
+    items = []
+    confidence = {"SM-active": "medium"}
+    for r in right_size(con, filters=filters, settings=settings, as_of=as_of, signals=sig).to_dicts():
+        j = by_id[r["job_id"]]
+        saving = r["gpu_hours"] * (r["rate_usd_per_gpu_hour"] - r["candidate_usd_per_gpu_hour"])
+        evidence = (
+            f"{_label(j)} {_held(j)}, peaking at {r['peak_mem_mib'] / 1024:.1f} GiB of memory at "
+            f"{r['busy_pct']:.0f} % {r['basis']}; {r['candidate']} ({r['candidate_mem_mib'] / 1024:.0f} GiB) would "
+            f"run the same work ~{r['busy_pct_there']:.0f} % busy at ${r['candidate_usd_per_gpu_hour']:.2f}/GPU-h "
+            f"instead of ${r['rate_usd_per_gpu_hour']:.2f}: ${saving:,.2f} less."
+        )
+        action = f"Run it on {r['candidate']} instead of {r['gpu_model']}."
+        items.append(
+            _job_item(j, "right_size_gpu", evidence, action, saving, confidence.get(r["basis"], "low"))
+        )
+    return items
+
+
+def _fewer_gpus(
+    con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame, settings: Settings, as_of: dt.datetime | None
+) -> list[dict[str, object]]:
+    """Per job: GPUs it held but did not use (saving = cost × unused ÷ gpu_count), or a GPU count past the
+    family's best $ per token (saving = cost × (1 − tput_per_gpu ÷ best tput_per_gpu))."""
+    items = []
+    multi = jobs.filter(
+        (pl.col("gpu_count") >= 2)
+        & (pl.col("unused_gpus") >= 1)
+        & (pl.col("unused_gpus") < pl.col("gpus_seen"))
+        & pl.col("cost_usd").is_not_null()
+    )
+    for j in multi.to_dicts():
+        n, unused = j["gpu_count"], j["unused_gpus"]
+        saving = j["cost_usd"] * unused / n
+        evidence = (
+            f"{_label(j)} {_held(j)}; {unused} of its {j['gpus_seen']} measured GPUs averaged ≤ "
+            f"{settings.idle_util_pct:g} % utilization the whole time: ${saving:,.2f} for GPUs it did not use."
+        )
+        action = f"Request {n - unused:g} GPUs instead of {n:g}, or make the code use all of them."
+        items.append(
+            _job_item(j, "fewer_gpus", evidence, action, saving, "high" if j["gpus_seen"] >= n else "medium")
+        )
+    scaling = scaling_table(con, as_of=as_of)
+    if scaling.is_empty():
+        return items
+    runs = frame(
+        con,
+        """SELECT r.job_id, concat_ws('|', r.model, j.gpu_model, r.precision, r.batch_size::VARCHAR,
+                  r.seq_len::VARCHAR, CASE WHEN r.tokens_per_s IS NOT NULL THEN 'tokens' ELSE 'samples' END) AS family
+           FROM training_runs r JOIN jobs j USING (job_id) WHERE r.model IS NOT NULL""",
+    )
+    poor = (
+        jobs.join(runs, on="job_id")
+        .join(scaling.drop("unit"), on=["family", "gpu_count"])
+        .filter(
+            (pl.col("efficiency") < 0.8)
+            & (pl.col("best_gpu_count") < pl.col("gpu_count"))
+            & pl.col("cost_usd").is_not_null()
+        )
+    )
+    for j in poor.to_dicts():
+        ratio = j["tput_per_gpu"] / j["best_tput_per_gpu"]
+        saving = j["cost_usd"] * (1.0 - ratio)
+        unit = j["family"].rsplit("|", 1)[-1]
+        evidence = (
+            f"{_label(j)} {_held(j)}; this run family reaches {j['tput_per_gpu']:,.0f} {unit}/s per GPU at "
+            f"{j['gpu_count']:g} GPUs vs {j['best_tput_per_gpu']:,.0f} at {j['best_gpu_count']:g} "
+            f"({j['efficiency'] * 100:.0f} % scaling efficiency): the same {unit} on {j['best_gpu_count']:g} GPUs "
+            f"cost ${saving:,.2f} less (and take longer)."
+        )
+        action = (
+            f"Run on {j['best_gpu_count']:g} GPUs instead of {j['gpu_count']:g} unless time-to-result matters more "
+            "than cost; or fix the scaling (communication overlap, larger per-GPU batch)."
+        )
+        items.append(_job_item(j, "fewer_gpus", evidence, action, saving, "medium"))
+    return items
+
+
+def _larger_batch(
+    con: duckdb.DuckDBPyConnection,
+    by_id: dict[str, dict[str, object]],
+    filters: Filters,
+    settings: Settings,
+    as_of: dt.datetime | None,
+    skip: set[str],
+) -> list[dict[str, object]]:
+    """Per job: analytics.batch_size's plan; saving = cost × gain ÷ (1 + gain). Jobs in ``skip`` (starved of
+    input, or holding unused GPUs) are left out: a larger batch does not help a GPU that waits or idles."""
+    items = []
+    plans = batch_recommendations(con, filters=filters, settings=settings, as_of=as_of)
+    for p in plans.filter((pl.col("saving_usd") > 0) & ~pl.col("job_id").is_in(list(skip))).to_dicts():
+        j = by_id[p["job_id"]]
+        util = j.get("mean_util_pct")
+        evidence = (
+            f"{_label(j)} trains {p['model'] or 'its model'} at batch {p['current_batch_size']} per GPU on "
+            f"{p['gpu_model']}" + (f" at {util:.0f} % utilization" if util is not None else "") + "; batch "
+            f"{p['recommended_batch_size']} is predicted to peak at {p['predicted_peak_mem_mib'] / 1024:.1f} of "
+            f"{p['card_mem_mib'] / 1024:.0f} GiB (≤ {settings.batch_safety_fraction * 100:.0f} %) and raise "
+            f"throughput {p['predicted_throughput_gain_pct']:.0f} % ({p['throughput_method']}): "
+            f"${p['saving_usd']:,.2f} less for the same work."
+        )
+        action = f"Raise the per-GPU batch from {p['current_batch_size']} to {p['recommended_batch_size']}; {p['lr_rule']}."
+        item = _job_item(j, "larger_batch", evidence, action, p["saving_usd"], p["confidence"])
+        item.update({f: p[f] for f in BATCH_FIELDS})
+        items.append(item)
+    return items
+
+
+def _input_bound_or_unused(jobs: pl.DataFrame) -> set[str]:
+    """Jobs with unused GPUs or the input_bound pattern (analytics.diagnoses thresholds)."""
+    t = THRESHOLDS
+    hit = jobs.filter(
+        (pl.col("unused_gpus") > 0)
+        | (
+            (pl.col("n_samples") >= t["input_min_samples"])
+            & (pl.col("dip_share") >= t["input_dip_share"])
+            & (pl.col("burst_share") >= t["input_burst_share"])
+            & (pl.col("swing_rate") >= t["input_swing_rate"])
+        )
+    )
+    return set(hit["job_id"].to_list())
+
+
+def _use_spot(
+    con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame, as_of: dt.datetime | None
+) -> list[dict[str, object]]:
+    """Per job: checkpointed on-demand training; saving = GPU-hours × (rate − spot × (1 + rework))."""
+    prices = prices_at(con, as_of)
+    items = []
+    cands = jobs.filter(
+        pl.col("kind").is_in(TRAINING_KINDS)
+        & (pl.col("pricing_tier") == "on_demand")
+        & pl.col("cost_usd").is_not_null()
+        & (pl.col("gpu_hours") > 0)
+    )
+    ckpt = frame(con, "SELECT job_id, last_checkpoint_ts FROM jobs WHERE last_checkpoint_ts IS NOT NULL")
+    for j in cands.join(ckpt, on="job_id").to_dicts():
+        spot = prices.get((j["gpu_model"], "spot"))
+        if spot is None:
+            continue
+        end = j["end_ts"] or j["span_end"]
+        gap_h = (end - j["last_checkpoint_ts"]).total_seconds() / 3600.0
+        if gap_h < 0 or gap_h > CHECKPOINT_MAX_GAP_H:
+            continue
+        rate = j["cost_usd"] / j["gpu_hours"]
+        saving = j["gpu_hours"] * (rate - spot * (1.0 + SPOT_REWORK))
+        evidence = (
+            f"{_label(j)} {_held(j)} on demand at ${rate:.2f}/GPU-h (${j['cost_usd']:,.2f}); it checkpoints "
+            f"(last checkpoint {gap_h:.1f} h before its end), so preemption costs little: at the spot price "
+            f"${spot:.2f}/GPU-h plus {SPOT_REWORK * 100:.0f} % rework it would have cost ${saving:,.2f} less."
+        )
+        action = "Run it on spot capacity with automatic resume from the last checkpoint."
+        items.append(_job_item(j, "use_spot", evidence, action, saving, "medium"))
+    return items
+
+
+def mig_profile(
+    gpu_model: str | None, peak_mem_mib: float, needed_share: float, safety: float
+) -> tuple[str, float, float] | None:
+    """The smallest MIG profile of ``gpu_model`` whose memory × safety holds the peak and whose compute
+    share × safety covers ``needed_share`` (0–1); None when no slice smaller than the GPU fits."""
+    for name, share, mem in MIG_PROFILES.get(gpu_model or "", ()):
+        if mem * safety >= peak_mem_mib and share * safety >= needed_share:
+            return name, share, mem
+    return None
+
+
+def _mig_slice(jobs: pl.DataFrame, settings: Settings) -> list[dict[str, object]]:
+    """Per 1-GPU job on a MIG-capable card using < 30 % of it: saving = cost × (1 − slice share)."""
+    items = []
+    cands = jobs.filter(
+        (pl.col("gpu_count") <= 1)
+        & pl.col("mean_util_pct").is_not_null()
+        & (pl.col("mean_util_pct") > settings.idle_util_pct)
+        & (pl.col("mean_util_pct") < MIG_MAX_UTIL_PCT)
+        & pl.col("peak_mem_mib").is_not_null()
+        & pl.col("cost_usd").is_not_null()
+    )
+    for j in cands.to_dicts():
+        basis_pct = j["sm_active_pct"] if j["sm_active_pct"] is not None else j["mean_util_pct"]
+        found = mig_profile(
+            j["gpu_model"], j["peak_mem_mib"], basis_pct / 100.0, settings.batch_safety_fraction
+        )
+        if found is None:
+            continue
+        name, share, mem = found
+        saving = j["cost_usd"] * (1.0 - share)
+        basis = "SM-active" if j["sm_active_pct"] is not None else "utilization"
+        evidence = (
+            f"{_label(j)} {_held(j)}, peaking at {j['peak_mem_mib'] / 1024:.1f} GiB and {basis_pct:.0f} % {basis}: a "
+            f"{name} MIG slice ({mem / 1024:.1f} GiB, {_frac(share)} of the GPU) holds it, freeing "
+            f"${saving:,.2f} of GPU time for other work."
+        )
+        action = f"Run it on a {name} MIG slice of the {j['gpu_model']} and share the rest of the GPU."
+        items.append(
+            _job_item(j, "mig_slice", evidence, action, saving, "medium" if basis == "SM-active" else "low")
+        )
+    return items
+
+
+def _frac(share: float) -> str:
+    for den in (7, 4):
+        num = share * den
+        if math.isclose(num, round(num)):
+            return f"{round(num)}/{den}"
+    return f"{share:.2f}"
