@@ -11,7 +11,11 @@ Price rules (docs/metrics.md, "Cost"):
   never as $0;
 - a job spanning a price change is split at the change;
 - only the part of a job inside the view's date range counts; running jobs are costed up to the ledger's
-  data horizon.
+  data horizon;
+- telemetry-only GPUs (samples, but no allocation names the GPU or its host, and no sample of it carries a
+  known job) are costed as pseudo-jobs ``unattributed:<gpu_id>`` (user and team "unattributed", kind
+  "other", 1 GPU, on_demand for the GPU's model) held from their first sample in the view to the end of
+  their last one (its ts + interval_s), so a lone nvidia-smi log still shows what its idle time cost.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import polars as pl
 
 from analytics.filters import Filters, horizon
 from analytics.query import frame
+
+ALL_FILTERS = Filters()  # the whole ledger
 
 JOB_COST_COLUMNS = {
     "job_id": "job id",
@@ -47,18 +53,57 @@ JOB_COST_COLUMNS = {
 }
 
 
-def job_costs_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str, list[object]]:
+UNATTRIBUTED = "unattributed"
+PSEUDO_PREFIX = "unattributed:"
+
+# GPUs whose telemetry no job record claims: no allocation names the GPU (or, for host-only allocations,
+# its host) and none of its samples carries the id of a known job. Their samples belong to a pseudo-job.
+TELEMETRY_ONLY_GPUS_SQL = """
+    SELECT g.gpu_id FROM gpus g
+    WHERE NOT EXISTS (SELECT 1 FROM allocations a
+                      WHERE a.gpu_id = g.gpu_id OR (a.gpu_id IS NULL AND a.host = g.host))
+      AND NOT EXISTS (SELECT 1 FROM samples_minute m JOIN jobs jj ON jj.job_id = m.job_id
+                      WHERE m.gpu_id = g.gpu_id)
+      AND EXISTS (SELECT 1 FROM samples_minute m WHERE m.gpu_id = g.gpu_id)
+"""
+
+
+def pseudo_jobs_sql(lo: dt.datetime, hi: dt.datetime) -> tuple[str, list[object]]:
+    """Rows shaped like ``jobs`` for the telemetry-only GPUs with samples in [lo, hi)."""
+    sql = f"""
+    SELECT '{PSEUDO_PREFIX}' || s.gpu_id AS job_id, 'telemetry' AS source, any_value(g.cluster) AS cluster,
+           '{UNATTRIBUTED}' AS user_name, '{UNATTRIBUTED}' AS team, NULL::VARCHAR AS project,
+           '{PSEUDO_PREFIX}' || s.gpu_id AS name, 'other' AS kind, any_value(g.model) AS gpu_model,
+           1.0::DOUBLE AS gpu_count, 'on_demand' AS pricing_tier, NULL::TIMESTAMP AS submit_ts,
+           min(s.ts) AS start_ts, max(s.ts + to_microseconds((s.interval_s * 1e6)::BIGINT)) AS end_ts,
+           'UNKNOWN' AS state, NULL::VARCHAR AS exit_reason, NULL::TIMESTAMP AS last_checkpoint_ts,
+           NULL::BIGINT AS ingest_id
+    FROM samples s JOIN ({TELEMETRY_ONLY_GPUS_SQL}) t USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
+    WHERE s.ts >= ?::TIMESTAMP AND s.ts < ?::TIMESTAMP
+    GROUP BY s.gpu_id
+    """
+    return sql, [lo, hi]
+
+
+def job_costs_sql(
+    filters: Filters, as_of: dt.datetime | None, *, unattributed: bool = True
+) -> tuple[str, list[object]]:
     """The SQL (and parameters) of :func:`job_costs`, reusable as a sub-query by other analytics."""
     where, params = filters.job_where("j")
     lo = filters.lo or dt.datetime(1970, 1, 1)
     hi = filters.hi or dt.datetime(9999, 1, 1)
     as_of = as_of or dt.datetime(9999, 1, 1)
+    if unattributed:
+        pseudo, pseudo_params = pseudo_jobs_sql(lo, hi)
+        source = f"(SELECT * FROM jobs UNION ALL BY NAME ({pseudo}))"
+    else:
+        source, pseudo_params = "jobs", []
     sql = f"""
     WITH j AS (
         SELECT j.*,
                greatest(j.start_ts, ?::TIMESTAMP) AS span_start,
                least(coalesce(j.end_ts, greatest(?::TIMESTAMP, j.start_ts)), ?::TIMESTAMP) AS span_end
-        FROM jobs j
+        FROM {source} j
         WHERE j.start_ts IS NOT NULL AND {where}
     ),
     jv AS (SELECT * FROM j WHERE span_end > span_start),
@@ -101,13 +146,57 @@ def job_costs_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str, lis
            priced.cost_usd
     FROM jc LEFT JOIN priced USING (job_id)
     """
-    return sql, [lo, as_of, hi, *params]
+    return sql, [lo, as_of, hi, *pseudo_params, *params]
 
 
 def job_costs(
-    con: duckdb.DuckDBPyConnection, *, filters: Filters = Filters(), as_of: dt.datetime | None = None
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters = ALL_FILTERS,
+    as_of: dt.datetime | None = None,
+    unattributed: bool = True,
 ) -> pl.DataFrame:
-    """One row per job overlapping the view: hours, GPU-hours and dollars inside it (JOB_COST_COLUMNS)."""
+    """One row per job overlapping the view: hours, GPU-hours and dollars inside it (JOB_COST_COLUMNS).
+
+    Includes the ``unattributed:<gpu_id>`` pseudo-jobs of telemetry-only GPUs unless ``unattributed`` is
+    False.
+    """
     as_of = as_of or horizon(con)
-    sql, params = job_costs_sql(filters, as_of)
+    sql, params = job_costs_sql(filters, as_of, unattributed=unattributed)
     return frame(con, sql + " ORDER BY jc.start_ts, jc.job_id", params)
+
+
+COST_BY = {
+    "user": "user_name",
+    "team": "team",
+    "cluster": "cluster",
+    "gpu_model": "gpu_model",
+    "week": "week",
+}
+
+
+def cost_by(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    by: str,
+    filters: Filters = ALL_FILTERS,
+    as_of: dt.datetime | None = None,
+) -> pl.DataFrame:
+    """Job cost rolled up by ``user``, ``team``, ``cluster``, ``gpu_model`` or ``week`` (ISO week of each
+    job's in-view start). Columns: key, jobs, gpu_hours, cost_usd (priced jobs), unpriced_gpu_hours."""
+    if by not in COST_BY:
+        raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(COST_BY)}")
+    jobs = job_costs(con, filters=filters, as_of=as_of).with_columns(
+        pl.col("span_start").dt.strftime("%G-W%V").alias("week")
+    )
+    return (
+        jobs.with_columns(pl.col(COST_BY[by]).fill_null("(none)").alias("key"))
+        .group_by("key")
+        .agg(
+            pl.len().alias("jobs"),
+            pl.col("gpu_hours").sum(),
+            pl.col("cost_usd").sum(),
+            pl.col("gpu_hours").filter(pl.col("cost_usd").is_null()).sum().alias("unpriced_gpu_hours"),
+        )
+        .sort(["cost_usd", "key"], descending=[True, False])
+    )

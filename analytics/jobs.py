@@ -1,0 +1,87 @@
+"""The job table: one row per job of the view with its money, utilization, waste, energy and unit costs.
+
+It only joins what the other analytics compute (waste.py, utilization.py, unit_costs.py), so a number
+here equals the same number in the summary, the Jobs page and ``gpuledger jobs --json``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+import polars as pl
+
+from analytics.filters import Filters, horizon
+from analytics.unit_costs import job_unit_costs
+from analytics.utilization import job_utilization
+from analytics.waste import job_waste
+from gpuledger.settings import Settings
+
+ALL_FILTERS = Filters()  # the whole ledger
+DEFAULT_SETTINGS = Settings()
+
+JOBS_COLUMNS = {
+    "job_id": "",
+    "name": "",
+    "user_name": "",
+    "team": "",
+    "cluster": "",
+    "kind": "",
+    "state": "",
+    "gpu_model": "",
+    "gpu_count": "",
+    "start_ts": "UTC",
+    "end_ts": "UTC, NULL while running",
+    "gpu_hours": "held GPU-hours inside the view",
+    "cost_usd": "in-view cost (NULL when unpriced)",
+    "mean_util_pct": "time-weighted over the GPUs the job held",
+    "p95_util_pct": "",
+    "unknown_share": "held time without a utilization reading (0–1)",
+    "peak_mem_frac": "highest memory used / card (0–1)",
+    "idle_gpu_hours": "GPU-hours in idle stretches",
+    "productive_usd": "",
+    "idle_allocated_usd": "",
+    "underused_usd": "",
+    "failed_usd": "",
+    "unmeasured_usd": "",
+    "failed_lost_usd": "",
+    "waste_usd": "idle_allocated + underused + failed",
+    "energy_kwh": "",
+    "tokens_per_s_per_gpu": "",
+    "usd_per_mtok": "",
+    "mfu": "0–1",
+    "mfu_reason": "why MFU is NULL",
+}
+
+
+def jobs_table(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters = ALL_FILTERS,
+    settings: Settings = DEFAULT_SETTINGS,
+    as_of: dt.datetime | None = None,
+    sort: str = "cost",
+    limit: int | None = None,
+    percentiles: bool = True,
+) -> pl.DataFrame:
+    """One row per job of the view (JOBS_COLUMNS), most expensive (``sort="cost"``) or most wasteful
+    (``sort="waste"``) first."""
+    as_of = as_of or horizon(con)
+    w = job_waste(con, filters=filters, settings=settings, as_of=as_of)
+    u = job_utilization(con, filters=filters, settings=settings, as_of=as_of, percentiles=percentiles)
+    c = job_unit_costs(con, filters=filters, as_of=as_of)
+    out = w.join(
+        u.select("job_id", "mean_util_pct", "p95_util_pct", "unknown_share", "peak_mem_frac"),
+        on="job_id",
+        how="left",
+    )
+    out = out.join(
+        c.select("job_id", "tokens_per_s_per_gpu", "usd_per_mtok", "mfu", "mfu_reason"),
+        on="job_id",
+        how="left",
+    )
+    key = {"cost": "cost_usd", "waste": "waste_usd"}.get(sort)
+    if key is None:
+        raise ValueError(f"unknown sort {sort!r}; use cost or waste")
+    out = out.sort([key, "job_id"], descending=[True, False], nulls_last=True).select(list(JOBS_COLUMNS))
+    return out.head(limit) if limit else out

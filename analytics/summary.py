@@ -1,0 +1,106 @@
+"""The headline numbers of a view: the ``gpuledger summary --json`` contract, also the dashboard's Overview.
+
+Every figure comes from the per-job functions (analytics/waste.py, utilization.py, unit_costs.py) so the
+summary equals the sum of its parts; docs/metrics.md defines each key.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import duckdb
+
+from analytics.filters import Filters, horizon
+from analytics.unit_costs import usd_per_mtok
+from analytics.utilization import Source
+from analytics.waste import PARTS, WASTE_PARTS, job_waste_sql, unallocated
+from gpuledger.settings import Settings
+
+ALL_FILTERS = Filters()  # the whole ledger
+DEFAULT_SETTINGS = Settings()
+
+SUMMARY_KEYS = (
+    "spend_usd",
+    "gpu_hours",
+    "mean_util_pct",
+    "idle_gpu_hours",
+    "idle_usd",
+    "waste_usd",
+    "jobs",
+    "unpriced_gpu_hours",
+    "energy_kwh",
+    "co2e_kg",
+    "usd_per_mtok",
+    "waste",
+    "filters",
+    "as_of",
+)
+
+
+def _filters_dict(filters: Filters) -> dict[str, Any]:
+    return {
+        "since": filters.since.isoformat() if filters.since else None,
+        "until": filters.until.isoformat() if filters.until else None,
+        "teams": list(filters.teams),
+        "clusters": list(filters.clusters),
+        "users": list(filters.users),
+    }
+
+
+def summary(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters = ALL_FILTERS,
+    settings: Settings = DEFAULT_SETTINGS,
+    as_of: dt.datetime | None = None,
+    source: Source = "auto",
+) -> dict[str, Any]:
+    """The view's headline figures as a JSON-ready dict (keys: SUMMARY_KEYS).
+
+    - spend_usd = Σ priced job cost + unallocated capacity = Σ ``waste`` parts (to the cent);
+    - gpu_hours: held GPU-hours of the view's jobs (priced or not); unpriced_gpu_hours: those without price;
+    - mean_util_pct: time-weighted over the samples attributed to the view's jobs (NULL when none);
+    - idle_gpu_hours: GPU-hours inside idle stretches; idle_usd = waste.idle_allocated_usd;
+    - waste_usd = idle_allocated + underused + failed + unallocated;
+    - energy_kwh over the jobs' samples (NULL without power/energy readings), co2e_kg at the settings'
+      grid intensity; usd_per_mtok over jobs with token counts (NULL when none);
+    - as_of: the ledger's data horizon (running jobs are costed up to it), ISO-8601 UTC, or NULL when empty.
+    """
+    as_of = as_of or horizon(con)
+    sql, params = job_waste_sql(con, filters, settings, as_of, source)
+    parts = [p for p in PARTS if p != "unallocated_usd"]
+    row = con.execute(
+        f"""SELECT {", ".join(f"coalesce(sum({p}), 0)" for p in parts)},
+                   coalesce(sum(gpu_hours), 0),
+                   sum(effective_gpu_hours) / nullif(sum(util_covered_hours), 0) * 100.0,
+                   coalesce(sum(idle_gpu_hours), 0),
+                   count(*),
+                   coalesce(sum(gpu_hours) FILTER (WHERE cost_usd IS NULL), 0),
+                   sum(energy_kwh)
+            FROM ({sql})""",
+        params,
+    ).fetchall()[0]
+    waste = {p: float(v) for p, v in zip(parts, row[: len(parts)], strict=True)}
+    gpu_hours, mean_util, idle_h, n_jobs, unpriced_h, energy_kwh = row[len(parts) :]
+    un = unallocated(con, filters=filters, settings=settings, as_of=as_of)
+    waste["unallocated_usd"] = float(un["unallocated_usd"].fill_null(0).sum()) if un.height else 0.0
+    waste = {p: waste[p] for p in PARTS}
+    spend = sum(waste.values())
+    energy = None if energy_kwh is None else float(energy_kwh)
+    return {
+        "spend_usd": spend,
+        "gpu_hours": float(gpu_hours),
+        "mean_util_pct": None if mean_util is None else float(mean_util),
+        "idle_gpu_hours": float(idle_h),
+        "idle_usd": waste["idle_allocated_usd"],
+        "waste_usd": sum(waste[p] for p in WASTE_PARTS),
+        "jobs": int(n_jobs),
+        "unpriced_gpu_hours": float(unpriced_h),
+        "energy_kwh": energy,
+        "co2e_kg": None if energy is None else energy * settings.gco2e_per_kwh / 1000.0,
+        "usd_per_mtok": usd_per_mtok(con, filters=filters, as_of=as_of),
+        "waste": waste,
+        "filters": _filters_dict(filters),
+        "as_of": as_of.isoformat() if as_of else None,
+    }

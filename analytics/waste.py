@@ -1,0 +1,358 @@
+"""Where the money went: spend split into disjoint parts that sum exactly to spend.
+
+The taxonomy (docs/metrics.md, "Waste"; /work contract shared with the recommender and the dashboard):
+
+- spend = Σ job cost in the view (analytics/cost.py, incl. ``unattributed:<gpu>`` pseudo-jobs) + unallocated;
+- **failed_usd**: the whole in-view cost of jobs that ended FAILED, CANCELLED, TIMEOUT, OOM, NODE_FAIL,
+  BOOT_FAIL or DEADLINE and whose kind is training, fine-tune or other (a notebook or an inference service
+  that is cancelled or times out has ended normally); ``failed_lost_usd`` (information, not a part) is the
+  cost of the time since the last checkpoint where it is known;
+- for every other job, with rate = cost_usd / held_gpu_s (held_gpu_s = gpu_count × in-view seconds) and
+  f = min(1, held_gpu_s / covered_s) (samples never stand for more time than was held):
+  **idle_allocated_usd** = rate × f × idle-stretch seconds; **underused_usd** = rate × f × Σ interval_s ×
+  (target − util)/target over the other samples under target; **productive_usd** = rate × f × covered_s −
+  idle − underused; **unmeasured_usd** = cost − the three (held time without a utilization reading);
+- **unallocated_usd**: for clusters with declared capacity, capacity GPU-hours minus allocated GPU-hours of
+  that cluster and GPU model (≥ 0), at the cluster's tier; it belongs to the team and user "unallocated";
+- ``waste_usd`` = idle_allocated + underused + failed + unallocated.
+
+Jobs whose GPU model has no price have NULL money everywhere (reported as unpriced GPU-hours, never $0).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+import polars as pl
+
+from analytics.cost import job_costs_sql
+from analytics.filters import Filters, horizon
+from analytics.query import frame
+from analytics.utilization import Source, job_totals_sql
+from gpuledger.settings import Settings
+
+ALL_FILTERS = Filters()  # the whole ledger
+DEFAULT_SETTINGS = Settings()
+
+FAILED_STATES = ("FAILED", "CANCELLED", "TIMEOUT", "OOM", "NODE_FAIL", "BOOT_FAIL", "DEADLINE")
+FAILURE_KINDS = ("training", "fine-tune", "other")
+UNALLOCATED = "unallocated"
+PARTS = (
+    "productive_usd",
+    "idle_allocated_usd",
+    "underused_usd",
+    "failed_usd",
+    "unallocated_usd",
+    "unmeasured_usd",
+)
+WASTE_PARTS = ("idle_allocated_usd", "underused_usd", "failed_usd", "unallocated_usd")
+
+JOB_WASTE_COLUMNS = {
+    "job_id": "",
+    "team": "",
+    "user_name": "",
+    "cluster": "",
+    "name": "",
+    "kind": "",
+    "state": "",
+    "gpu_model": "",
+    "gpu_count": "",
+    "start_ts": "UTC (pseudo-jobs: first sample in the view)",
+    "end_ts": "UTC, NULL while running",
+    "week": "ISO week of the job's in-view start (YYYY-Www)",
+    "gpu_hours": "held GPU-hours inside the view",
+    "covered_gpu_hours": "GPU-hours with a utilization reading, clamped to held",
+    "idle_gpu_hours": "GPU-hours in idle stretches (clamped like covered)",
+    "cost_usd": "in-view cost; NULL when unpriced",
+    "failed": "true when the whole cost counts as failed",
+    "productive_usd": "",
+    "idle_allocated_usd": "",
+    "underused_usd": "",
+    "failed_usd": "",
+    "unmeasured_usd": "",
+    "failed_lost_usd": "cost since the last checkpoint of a failed job (NULL when unknown)",
+    "waste_usd": "idle_allocated + underused + failed",
+    "effective_gpu_hours": "Σ util × interval / 3600 over the job's samples in the view",
+    "util_covered_hours": "Σ interval_s / 3600 of samples with a utilization reading (not clamped)",
+    "energy_kwh": "Σ per-sample energy / 3.6e6 (NULL without power or energy readings)",
+}
+
+
+def _sql_list(values: tuple[str, ...]) -> str:
+    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+
+
+def job_waste_sql(
+    con: duckdb.DuckDBPyConnection,
+    filters: Filters,
+    settings: Settings,
+    as_of: dt.datetime | None,
+    source: Source = "auto",
+) -> tuple[str, list[object]]:
+    """SQL of :func:`job_waste` (JOB_WASTE_COLUMNS), reusable as a sub-query."""
+    jobs_sql, jobs_params = job_costs_sql(filters, as_of)
+    totals_sql, totals_params = job_totals_sql(con, filters, settings, as_of, source)
+    sql = f"""
+    WITH jc AS ({jobs_sql}), t AS ({totals_sql}),
+    b AS (
+        SELECT jc.*, t.util_cov_s, t.idle_s, t.underused_s, t.util_s, t.energy_j, lj.last_checkpoint_ts,
+               jc.gpu_count * epoch(jc.span_end - jc.span_start) AS held_s,
+               jc.state IN ({_sql_list(FAILED_STATES)}) AND jc.kind IN ({_sql_list(FAILURE_KINDS)}) AS failed
+        FROM jc LEFT JOIN t USING (job_id) LEFT JOIN jobs lj ON lj.job_id = jc.job_id
+    ),
+    r AS (
+        SELECT b.*,
+               CASE WHEN held_s > 0 THEN cost_usd / held_s ELSE 0 END AS rate,
+               CASE WHEN coalesce(util_cov_s, 0) > held_s THEN held_s / util_cov_s ELSE 1.0 END AS f
+        FROM b
+    ),
+    p AS (
+        SELECT r.*,
+               CASE WHEN failed THEN cost_usd ELSE 0 * cost_usd END AS failed_usd,
+               CASE WHEN failed THEN 0 * cost_usd ELSE rate * f * coalesce(idle_s, 0) END AS idle_allocated_usd,
+               CASE WHEN failed THEN 0 * cost_usd ELSE rate * f * coalesce(underused_s, 0) END AS underused_usd,
+               CASE WHEN failed THEN 0 * cost_usd
+                    ELSE rate * f * (coalesce(util_cov_s, 0) - coalesce(idle_s, 0) - coalesce(underused_s, 0))
+               END AS productive_usd,
+               CASE WHEN failed AND last_checkpoint_ts IS NOT NULL
+                    THEN rate * gpu_count * greatest(0, epoch(span_end - greatest(last_checkpoint_ts, span_start)))
+               END AS failed_lost_usd
+        FROM r
+    )
+    SELECT job_id, team, user_name, cluster, name, kind, state, gpu_model, gpu_count, start_ts, end_ts,
+           strftime(span_start, '%G-W%V') AS week,
+           held_s / 3600.0 AS gpu_hours,
+           f * coalesce(util_cov_s, 0) / 3600.0 AS covered_gpu_hours,
+           f * coalesce(idle_s, 0) / 3600.0 AS idle_gpu_hours,
+           cost_usd, failed,
+           productive_usd, idle_allocated_usd, underused_usd, failed_usd,
+           cost_usd - failed_usd - idle_allocated_usd - underused_usd - productive_usd AS unmeasured_usd,
+           failed_lost_usd,
+           idle_allocated_usd + underused_usd + failed_usd AS waste_usd,
+           util_s / 3600.0 AS effective_gpu_hours,
+           util_cov_s / 3600.0 AS util_covered_hours,
+           energy_j / 3.6e6 AS energy_kwh
+    FROM p
+    """
+    return sql, [*jobs_params, *totals_params]
+
+
+def job_waste(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters = ALL_FILTERS,
+    settings: Settings = DEFAULT_SETTINGS,
+    as_of: dt.datetime | None = None,
+    source: Source = "auto",
+) -> pl.DataFrame:
+    """One row per job of the view with its cost split into the taxonomy's parts (JOB_WASTE_COLUMNS)."""
+    as_of = as_of or horizon(con)
+    sql, params = job_waste_sql(con, filters, settings, as_of, source)
+    return frame(con, f"SELECT * FROM ({sql}) ORDER BY job_id", params)
+
+
+UNALLOCATED_COLUMNS = {
+    "cluster": "",
+    "gpu_model": "",
+    "tier": "tier whose price was used",
+    "capacity_gpu_hours": "declared GPUs × hours inside the view",
+    "allocated_gpu_hours": "GPU-hours held by jobs of that cluster and model inside the capacity window",
+    "unallocated_gpu_hours": "capacity − allocated, at least 0",
+    "usd_per_gpu_hour": "time-weighted price over the window (NULL when the model has no price)",
+    "unallocated_usd": "",
+}
+
+
+def _data_start(con: duckdb.DuckDBPyConnection) -> dt.datetime | None:
+    row = con.execute(
+        "SELECT least((SELECT min(ts) FROM samples), (SELECT min(start_ts) FROM jobs))"
+    ).fetchall()
+    return row[0][0]
+
+
+def unallocated(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters = ALL_FILTERS,
+    settings: Settings = DEFAULT_SETTINGS,
+    as_of: dt.datetime | None = None,
+) -> pl.DataFrame:
+    """Paid-for capacity nobody held, per cluster and GPU model (UNALLOCATED_COLUMNS).
+
+    Capacity rows come from the ``capacity`` table: the settings' ``[clusters.X] capacity`` (ingest_id 0)
+    replace a trace's node list for the same cluster and model. The window is the view's dates, bounded by
+    the ledger's data (first job or sample .. horizon) so an open-ended declaration is not counted from
+    1970. Allocated time is every job's (and pseudo-job's) of that cluster and model, whatever the team
+    filter; the result belongs to the team "unallocated", so a team or user filter that does not name it
+    gets no rows.
+    """
+    as_of = as_of or horizon(con)
+    empty = pl.DataFrame(schema={c: pl.Float64 for c in UNALLOCATED_COLUMNS}).with_columns(
+        pl.col("cluster", "gpu_model", "tier").cast(pl.Utf8)
+    )
+    if (filters.teams and UNALLOCATED not in filters.teams) or (
+        filters.users and UNALLOCATED not in filters.users
+    ):
+        return empty
+    start = _data_start(con)
+    if start is None or as_of is None:
+        return empty
+    lo = max(filters.lo or start, start)
+    hi = min(filters.hi or as_of, as_of)
+    if hi <= lo:
+        return empty
+    tiers = [(name, body.tier or settings.default_tier) for name, body in settings.clusters.items()]
+    tier_values = (
+        "SELECT * FROM (VALUES " + ", ".join("(?, ?)" for _ in tiers) + ") v(cluster, tier)"
+        if tiers
+        else "SELECT NULL::VARCHAR AS cluster, NULL::VARCHAR AS tier WHERE false"
+    )
+    tier_params: list[object] = [x for pair in tiers for x in pair]
+    all_jobs_sql, all_jobs_params = job_costs_sql(Filters(since=filters.since, until=filters.until), as_of)
+    cluster_where = ""
+    cluster_params: list[object] = []
+    if filters.clusters:
+        cluster_where = f"AND c.cluster IN ({', '.join('?' for _ in filters.clusters)})"
+        cluster_params = list(filters.clusters)
+    sql = f"""
+    WITH cap AS (
+        SELECT c.cluster, c.gpu_model, c.gpu_count,
+               greatest(c.start_ts, ?::TIMESTAMP) AS c_from,
+               least(coalesce(c.end_ts, ?::TIMESTAMP), ?::TIMESTAMP) AS c_to
+        FROM capacity c
+        WHERE (c.ingest_id = 0 OR NOT EXISTS (
+                  SELECT 1 FROM capacity d
+                  WHERE d.ingest_id = 0 AND d.cluster = c.cluster AND d.gpu_model = c.gpu_model))
+          {cluster_where}
+    ),
+    pair AS (
+        SELECT cluster, gpu_model,
+               sum(gpu_count * greatest(0, epoch(c_to - c_from))) / 3600.0 AS capacity_gpu_hours,
+               min(c_from) AS w_from, max(c_to) AS w_to
+        FROM cap WHERE c_to > c_from GROUP BY ALL
+    ),
+    alloc AS (
+        SELECT pair.cluster, pair.gpu_model,
+               coalesce(sum(jc.gpu_count * greatest(0, epoch(least(jc.span_end, pair.w_to)
+                                                         - greatest(jc.span_start, pair.w_from)))), 0)
+                   / 3600.0 AS allocated_gpu_hours
+        FROM pair LEFT JOIN ({all_jobs_sql}) jc
+          ON jc.cluster = pair.cluster AND jc.gpu_model = pair.gpu_model
+         AND jc.span_end > pair.w_from AND jc.span_start < pair.w_to
+        GROUP BY ALL
+    ),
+    tiers AS ({tier_values}),
+    t AS (
+        SELECT pair.*, coalesce(tiers.tier, ?) AS asked_tier FROM pair LEFT JOIN tiers USING (cluster)
+    ),
+    t2 AS (
+        SELECT t.*, CASE WHEN EXISTS (SELECT 1 FROM prices p WHERE p.gpu_model = t.gpu_model AND p.tier = t.asked_tier)
+                         THEN t.asked_tier ELSE 'on_demand' END AS tier
+        FROM t
+    ),
+    t3 AS (
+        SELECT t2.*, CASE WHEN EXISTS (SELECT 1 FROM prices p WHERE p.gpu_model = t2.gpu_model
+                                       AND p.tier = t2.tier AND p.cluster = t2.cluster)
+                          THEN t2.cluster END AS price_cluster
+        FROM t2
+    ),
+    periods AS (
+        SELECT gpu_model, tier, cluster, usd_per_gpu_hour,
+               CASE WHEN row_number() OVER w = 1 THEN TIMESTAMP '0001-01-01'
+                    ELSE effective_from::TIMESTAMP END AS p_from,
+               coalesce(lead(effective_from::TIMESTAMP) OVER w, TIMESTAMP '9999-12-31') AS p_to
+        FROM prices
+        WINDOW w AS (PARTITION BY gpu_model, tier, cluster ORDER BY effective_from)
+    ),
+    price AS (
+        SELECT t3.cluster, t3.gpu_model,
+               sum(p.usd_per_gpu_hour * epoch(least(t3.w_to, p.p_to) - greatest(t3.w_from, p.p_from)))
+                   / nullif(epoch(t3.w_to - t3.w_from), 0) AS usd_per_gpu_hour
+        FROM t3 JOIN periods p
+          ON p.gpu_model = t3.gpu_model AND p.tier = t3.tier AND p.cluster IS NOT DISTINCT FROM t3.price_cluster
+         AND p.p_from < t3.w_to AND p.p_to > t3.w_from
+        GROUP BY t3.cluster, t3.gpu_model, t3.w_from, t3.w_to
+    )
+    SELECT t3.cluster, t3.gpu_model, t3.tier, t3.capacity_gpu_hours, alloc.allocated_gpu_hours,
+           greatest(0, t3.capacity_gpu_hours - alloc.allocated_gpu_hours) AS unallocated_gpu_hours,
+           price.usd_per_gpu_hour,
+           greatest(0, t3.capacity_gpu_hours - alloc.allocated_gpu_hours) * price.usd_per_gpu_hour
+               AS unallocated_usd
+    FROM t3 JOIN alloc USING (cluster, gpu_model) LEFT JOIN price USING (cluster, gpu_model)
+    ORDER BY t3.cluster, t3.gpu_model
+    """
+    params = [lo, hi, hi, *cluster_params, *all_jobs_params, *tier_params, settings.default_tier]
+    return frame(con, sql, params)
+
+
+def waste_by(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    by: str = "team",
+    filters: Filters = ALL_FILTERS,
+    settings: Settings = DEFAULT_SETTINGS,
+    as_of: dt.datetime | None = None,
+    source: Source = "auto",
+) -> pl.DataFrame:
+    """The parts (PARTS, plus spend_usd and waste_usd) summed by ``team``, ``user_name``, ``cluster``,
+    ``gpu_model``, ``kind`` or ``week``. Unallocated capacity appears under the key "unallocated" (team,
+    user) or its cluster / model; by week it is not split (key "unallocated")."""
+    as_of = as_of or horizon(con)
+    jobs = job_waste(con, filters=filters, settings=settings, as_of=as_of, source=source)
+    sums = [pl.col(p).sum() for p in PARTS if p != "unallocated_usd"]
+    out = (
+        jobs.with_columns(pl.col(by).fill_null("(none)").alias("key"))
+        .group_by("key")
+        .agg(*sums, pl.lit(0.0).alias("unallocated_usd"))
+    )
+    un = unallocated(con, filters=filters, settings=settings, as_of=as_of)
+    if un.height:
+        key = {"cluster": "cluster", "gpu_model": "gpu_model"}.get(by)
+        un_rows = (
+            un.with_columns(pl.col(key).alias("key") if key else pl.lit(UNALLOCATED).alias("key"))
+            .group_by("key")
+            .agg(pl.col("unallocated_usd").sum())
+        )
+        out = (
+            pl.concat([out, un_rows], how="diagonal_relaxed")
+            .group_by("key")
+            .agg(pl.col(p).sum() for p in PARTS)
+        )
+    out = out.with_columns(
+        pl.sum_horizontal(*PARTS).alias("spend_usd"),
+        pl.sum_horizontal(*WASTE_PARTS).alias("waste_usd"),
+    )
+    return out.select("key", "spend_usd", *PARTS, "waste_usd").sort("spend_usd", descending=True)
+
+
+def waste_totals(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters = ALL_FILTERS,
+    settings: Settings = DEFAULT_SETTINGS,
+    as_of: dt.datetime | None = None,
+    source: Source = "auto",
+) -> dict[str, float]:
+    """The view's parts as plain floats (0 where not applicable), plus spend_usd, waste_usd, failed_lost_usd,
+    idle_gpu_hours and unpriced_gpu_hours."""
+    as_of = as_of or horizon(con)
+    sql, params = job_waste_sql(con, filters, settings, as_of, source)
+    row = con.execute(
+        f"""SELECT {", ".join(f"coalesce(sum({p}), 0)" for p in PARTS if p != "unallocated_usd")},
+                   coalesce(sum(failed_lost_usd), 0),
+                   coalesce(sum(idle_gpu_hours), 0),
+                   coalesce(sum(gpu_hours) FILTER (WHERE cost_usd IS NULL), 0)
+            FROM ({sql})""",
+        params,
+    ).fetchall()[0]
+    names = [p for p in PARTS if p != "unallocated_usd"]
+    out = {n: float(v) for n, v in zip(names, row[: len(names)], strict=True)}
+    out["failed_lost_usd"] = float(row[len(names)])
+    out["idle_gpu_hours"] = float(row[len(names) + 1])
+    out["unpriced_gpu_hours"] = float(row[len(names) + 2])
+    un = unallocated(con, filters=filters, settings=settings, as_of=as_of)
+    out["unallocated_usd"] = float(un["unallocated_usd"].fill_null(0).sum()) if un.height else 0.0
+    out["spend_usd"] = sum(out[p] for p in PARTS)
+    out["waste_usd"] = sum(out[p] for p in WASTE_PARTS)
+    return out

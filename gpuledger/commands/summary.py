@@ -1,0 +1,87 @@
+"""``gpuledger summary``: spend, utilization, idle and waste dollars of a view (docs/metrics.md)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from analytics.filters import Filters
+from analytics.summary import summary
+from gpuledger.commands._common import add_db_options, add_filter_options, print_json
+from gpuledger.db import reader
+from gpuledger.reference import sync_reference
+from gpuledger.settings import load_settings
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "summary",
+        help="spend, GPU-hours, utilization and waste in dollars for a date range / team / cluster",
+        description="Headline figures of the ledger (or a view of it). Waste parts sum to spend; "
+        "docs/metrics.md defines every number.",
+    )
+    add_filter_options(p)
+    p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    add_db_options(p)
+    p.set_defaults(func=run)
+
+
+def filters_from(args: argparse.Namespace) -> Filters:
+    return Filters(
+        since=args.since,
+        until=args.until,
+        teams=tuple(args.team or ()),
+        clusters=tuple(args.cluster or ()),
+        users=tuple(getattr(args, "user", None) or ()),
+    )
+
+
+def _money(v: float | None) -> str:
+    return "n/a" if v is None else f"${v:,.2f}"
+
+
+def _num(v: float | None, fmt: str = "{:,.1f}", unit: str = "") -> str:
+    return "n/a" if v is None else fmt.format(v) + unit
+
+
+def render(s: dict[str, Any]) -> str:
+    """The summary as a readable two-column table."""
+    w = s["waste"]
+    spend = s["spend_usd"] or 0.0
+
+    def share(v: float) -> str:
+        return f" ({100 * v / spend:.1f} %)" if spend else ""
+
+    rows = [
+        ("spend", _money(s["spend_usd"])),
+        ("GPU-hours", _num(s["gpu_hours"])),
+        ("unpriced GPU-hours", _num(s["unpriced_gpu_hours"])),
+        ("jobs", f"{s['jobs']:,}"),
+        ("mean utilization", _num(s["mean_util_pct"], unit=" %")),
+        ("idle GPU-hours", _num(s["idle_gpu_hours"])),
+        ("waste", _money(s["waste_usd"]) + share(s["waste_usd"])),
+        ("  productive", _money(w["productive_usd"]) + share(w["productive_usd"])),
+        ("  idle (allocated)", _money(w["idle_allocated_usd"]) + share(w["idle_allocated_usd"])),
+        ("  under-used", _money(w["underused_usd"]) + share(w["underused_usd"])),
+        ("  failed", _money(w["failed_usd"]) + share(w["failed_usd"])),
+        ("  unallocated capacity", _money(w["unallocated_usd"]) + share(w["unallocated_usd"])),
+        ("  unmeasured", _money(w["unmeasured_usd"]) + share(w["unmeasured_usd"])),
+        ("energy", _num(s["energy_kwh"], unit=" kWh")),
+        ("CO2e", _num(s["co2e_kg"], unit=" kg")),
+        ("$ per 1M tokens", _money(s["usd_per_mtok"])),
+        ("data up to", s["as_of"] or "n/a (empty ledger)"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = load_settings(args.settings)
+    sync_reference(args.db, settings)
+    with reader(args.db) as con:
+        result = summary(con, filters=filters_from(args), settings=settings)
+    if args.json:
+        print_json(result)
+    else:
+        print(render(result))
+    return 0
