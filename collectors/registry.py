@@ -3,6 +3,33 @@
 from __future__ import annotations
 
 from collectors.base import Parser
+from collectors.dcgm import DcgmText
 from collectors.jobs_table import JobsJsonl, JobsTable
+from collectors.nvidia_smi_csv import NvidiaSmiAppsCsv, NvidiaSmiCsv
+from collectors.nvidia_smi_xml import NvidiaSmiXml
+from collectors.prometheus_json import PrometheusJson
+from collectors.sacct import SacctJson, SacctParsable
+from collectors.traces import GenaiSeries2026, OpenbTrace2023, PaiTrace2020
+from collectors.training_logs import HfTrainerState, LightningMetrics, LlamaFactoryLog
+from collectors.wandb import WandbEvents, WandbMetadata
 
-PARSERS: dict[str, Parser] = {p.name: p for p in (JobsTable(), JobsJsonl())}
+PARSERS: dict[str, Parser] = {
+    p.name: p
+    for p in (
+        JobsTable(),
+        JobsJsonl(),
+        SacctParsable(),
+        SacctJson(),
+        HfTrainerState(),
+        LlamaFactoryLog(),
+        LightningMetrics(),
+        WandbEvents(),
+        WandbMetadata(),
+        PaiTrace2020(),
+        OpenbTrace2023(),
+        GenaiSeries2026(),
+    )
+}
+PARSERS.update(
+    {p.name: p for p in (NvidiaSmiCsv(), NvidiaSmiAppsCsv(), NvidiaSmiXml(), DcgmText(), PrometheusJson())}
+)

@@ -1,0 +1,556 @@
+"""nvidia-smi ``--query-gpu`` and ``--query-compute-apps`` CSV logs.
+
+What ``nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits] -l N`` writes: a header naming the
+fields (with units in brackets, ``utilization.gpu [%]``) unless ``noheader``, then one line per GPU per poll,
+values separated by ``", "``, with units (``96 %``, ``17959 MiB``, ``305.81 W``) unless ``nounits``, and
+``[N/A]`` / ``[Not Supported]`` where a GPU lacks a sensor. Timestamps are the host's local time
+(``2026/01/03 15:36:53.507``) unless a wrapper script wrote ISO-8601 with an offset.
+
+Fields read (any order, any subset; ``--columns`` names them for a header-less file and overrides a header
+that does not match its values): timestamp, index, uuid, name, pci.bus_id, hostname (not an nvidia-smi field:
+wrapper scripts add it), utilization.gpu → util_pct, utilization.memory → mem_util_pct, memory.used →
+mem_used_mib, memory.total → mem_total_mib (else used + memory.free), power.draw / power.draw.average /
+power.draw.instant → power_w (first present, in that order), temperature.gpu → temp_c, clocks.sm → sm_clock_mhz,
+clocks_event_reasons.active / clocks_throttle_reasons.active → throttle_reasons, total_energy_consumption
+(mJ) → energy_j. Other fields are ignored and named in the report.
+
+GPU identity: ``uuid`` when the file has it; else ``HOST:INDEX`` where HOST is the ``hostname`` column or
+``localhost`` (a CSV does not say which machine wrote it); a file with neither uuid nor index is one GPU,
+``HOST:0``. Naive times are read in ``--tz`` (default: this machine's zone) and stored as UTC.
+
+Speed (docs/PERF-NOTES): DuckDB's reader splits on the two-byte delimiter ``", "`` and types the timestamp and
+the index; units are stripped with ``replace`` inside ``TRY_CAST``; everything lands in one
+``CREATE TABLE … AS SELECT``. Values that are neither numbers nor N/A tokens are found by a second, pure-parse
+pass that only runs when the typed columns hold NULLs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from collectors.base import IngestOptions, Sniff, quote, read_head
+from collectors.common import NULL_TOKENS, local_zone
+from gpuledger.errors import FormatError
+from gpuledger.reference import model_sql_case
+
+SMI_TS = re.compile(r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?$")
+SMI_TS_FORMAT = "%Y/%m/%d %H:%M:%S.%g"
+_NULLS = ", ".join(quote(t) for t in NULL_TOKENS)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One accepted input field: where it goes and which units it may carry (unit → factor to canonical)."""
+
+    target: str
+    units: dict[str, float] | None = None  # None: not a number
+
+
+PCT = {"%": 1.0}
+MIB = {"MiB": 1.0, "GiB": 1024.0}
+WATT = {"W": 1.0}
+MHZ = {"MHz": 1.0}
+CELSIUS = {"C": 1.0, "°C": 1.0}
+
+# Keys are field names lower-cased with '.', '_', '-' and spaces removed, so ``gpu_utilization``,
+# ``utilization.gpu`` and ``Utilization GPU`` all find their field.
+GPU_FIELDS: dict[str, Field] = {
+    "timestamp": Field("ts"),
+    "index": Field("gpu_index"),
+    "gpuindex": Field("gpu_index"),
+    "uuid": Field("uuid"),
+    "gpuuuid": Field("uuid"),
+    "name": Field("name"),
+    "gpuname": Field("name"),
+    "pcibusid": Field("bus_id"),
+    "hostname": Field("host"),
+    "host": Field("host"),
+    "utilizationgpu": Field("util_pct", PCT),
+    "gpuutilization": Field("util_pct", PCT),
+    "gpuutil": Field("util_pct", PCT),
+    "utilizationmemory": Field("mem_util_pct", PCT),
+    "memoryutilization": Field("mem_util_pct", PCT),
+    "memoryused": Field("mem_used_mib", MIB),
+    "memorytotal": Field("mem_total_mib", MIB),
+    "memoryfree": Field("mem_free_mib", MIB),
+    "powerdraw": Field("power_draw_w", WATT),
+    "powerdrawaverage": Field("power_avg_w", WATT),
+    "powerdrawinstant": Field("power_inst_w", WATT),
+    "temperaturegpu": Field("temp_c", CELSIUS),
+    "temperature": Field("temp_c", CELSIUS),
+    "gputemp": Field("temp_c", CELSIUS),
+    "clockssm": Field("sm_clock_mhz", MHZ),
+    "clockscurrentsm": Field("sm_clock_mhz", MHZ),
+    "clockseventreasonsactive": Field("throttle_reasons"),
+    "clocksthrottlereasonsactive": Field("throttle_reasons"),
+    "totalenergyconsumption": Field("energy_j", {"mJ": 0.001, "J": 1.0}),
+}
+
+APP_FIELDS: dict[str, Field] = {
+    "timestamp": Field("ts"),
+    "gpuuuid": Field("gpu_uuid"),
+    "gpuname": Field("gpu_name"),
+    "gpubusid": Field("bus_id"),
+    "gpuserial": Field("serial"),
+    "pid": Field("pid"),
+    "processname": Field("process_name"),
+    "name": Field("process_name"),
+    "usedgpumemory": Field("used_mem_mib", MIB),
+    "usedmemory": Field("used_mem_mib", MIB),
+}
+
+# Sample columns computed from several fields, in priority order.
+_COALESCE = {"power_w": ("power_draw_w", "power_avg_w", "power_inst_w")}
+
+
+def field_key(name: str) -> str:
+    return re.sub(r"[._\- ]", "", name.strip().lower())
+
+
+def split_header(name: str) -> tuple[str, str | None]:
+    """``utilization.gpu [%]`` → (``utilization.gpu``, ``%``); ``gpu_utilization[%]`` works too."""
+    m = re.match(r"^\s*(.*?)\s*(?:\[([^\]]*)\])?\s*$", name)
+    assert m is not None
+    return m.group(1), (m.group(2) or None)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a file is laid out: field names, units from the header, delimiter, and lines before the data."""
+
+    names: tuple[str, ...]
+    units: tuple[str | None, ...]
+    delim: str
+    header_lines: int
+    smi_ts: bool  # the timestamp is nvidia-smi's YYYY/MM/DD form: let the reader type it
+
+
+def _first_lines(head: str, n: int = 2) -> list[str]:
+    return [ln for ln in head.lstrip("\ufeff").splitlines() if ln.strip()][:n]
+
+
+def _looks_like_header(line: str, fields: dict[str, Field]) -> bool:
+    names = [split_header(c)[0] for c in line.split(",")]
+    return sum(field_key(n) in fields for n in names) >= max(1, len(names) // 2)
+
+
+def read_layout(path: Path, fields: dict[str, Field], columns: tuple[str, ...] | None) -> Layout:
+    lines = _first_lines(read_head(path))
+    if not lines:
+        raise FormatError(path, None, "the file is empty")
+    has_header = _looks_like_header(lines[0], fields)
+    if columns:
+        parts = [split_header(c) for c in columns]
+    elif has_header:
+        parts = [split_header(c) for c in lines[0].split(",")]
+    else:
+        raise FormatError(
+            path, 1, "no header line: pass --columns with the fields given to --query-gpu (noheader output)"
+        )
+    data = lines[1] if has_header and len(lines) > 1 else (lines[0] if not has_header else "")
+    if has_header and not data:
+        raise FormatError(path, 2, "no data after the header (a truncated file?)")
+    n_values = data.count(",") + 1
+    if n_values != len(parts):
+        where = "--columns names" if columns else "the header names"
+        raise FormatError(
+            path, 2 if has_header else 1, f"{where} {len(parts)} fields but the line has {n_values} values"
+        )
+    delim = ", " if data.count(", ") == data.count(",") else ","
+    keys = [field_key(n) for n, _ in parts]
+    ts_pos = keys.index("timestamp") if "timestamp" in keys else None
+    first_ts = data.split(",")[ts_pos].strip() if ts_pos is not None else ""
+    return Layout(
+        names=tuple(n for n, _ in parts),
+        units=tuple(u for _, u in parts),
+        delim=delim,
+        header_lines=1 if has_header else 0,
+        smi_ts=bool(SMI_TS.match(first_ts)) and delim == ", ",
+    )
+
+
+def _raw_name(i: int) -> str:
+    return f"c{i}"
+
+
+def _read_csv_sql(path: Path, layout: Layout, types: dict[int, str]) -> str:
+    """DuckDB's reader over the file: columns c0..cN, typed where ``types`` says, else VARCHAR."""
+    cols = ", ".join(f"'{_raw_name(i)}': '{types.get(i, 'VARCHAR')}'" for i in range(len(layout.names)))
+    fmt = f", timestampformat='{SMI_TS_FORMAT}'" if any(t == "TIMESTAMP" for t in types.values()) else ""
+    return (
+        f"read_csv({quote(str(path))}, delim={quote(layout.delim)}, header={layout.header_lines == 1}, "
+        f"auto_detect=false, columns={{{cols}}}, quote='', escape='', strict_mode=true, "
+        f"null_padding=false{fmt})"
+    )
+
+
+def map_fields(
+    layout: Layout, known: dict[str, Field]
+) -> tuple[dict[str, tuple[int, Field, str | None]], list[str]]:
+    """Target → (position, field, header unit); plus the names of columns nothing reads."""
+    fields: dict[str, tuple[int, Field, str | None]] = {}
+    ignored: list[str] = []
+    for i, (name, unit) in enumerate(zip(layout.names, layout.units, strict=True)):
+        field = known.get(field_key(name))
+        if field is None or field.target in fields:
+            ignored.append(name)
+        else:
+            fields[field.target] = (i, field, unit)
+    return fields, ignored
+
+
+class Columns:
+    """SQL for each field of one file: text, numbers with units stripped, times in UTC, and bad-value tests."""
+
+    def __init__(self, path: Path, layout: Layout, fields: dict[str, tuple[int, Field, str | None]]):
+        self.path = path
+        self.layout = layout
+        self.fields = fields
+        self.padded = layout.delim == ","  # values may carry leading spaces
+        self.types: dict[int, str] = {}
+        if layout.smi_ts and "ts" in fields:
+            self.types[fields["ts"][0]] = "TIMESTAMP"
+        if "gpu_index" in fields and not self.padded:
+            self.types[fields["gpu_index"][0]] = "INTEGER"
+
+    def raw(self, target: str) -> str:
+        return _raw_name(self.fields[target][0])
+
+    def name(self, target: str) -> str:
+        return self.layout.names[self.fields[target][0]]
+
+    def text(self, target: str) -> str:
+        if target not in self.fields:
+            return "NULL::VARCHAR"
+        r = self.raw(target)
+        return f"(CASE WHEN trim({r}) IN ({_NULLS}) THEN NULL ELSE trim({r}) END)"
+
+    def integer(self, target: str) -> str:
+        if target not in self.fields:
+            return "NULL::INTEGER"
+        if self.fields[target][0] in self.types:
+            return self.raw(target)
+        return f"TRY_CAST(trim({self.raw(target)}) AS INTEGER)"
+
+    def number(self, target: str) -> str:
+        """A unit-stripping TRY_CAST; the factor converts to the canonical unit."""
+        _, field, unit = self.fields[target]
+        val = f"trim({self.raw(target)})" if self.padded else self.raw(target)
+        if field.units is None:  # a hex bitmask such as 0x0000000000000004
+            return f"TRY_CAST({val} AS UBIGINT)"
+        if unit is not None and unit not in field.units:
+            raise FormatError(
+                self.path,
+                1,
+                f"column {self.name(target)!r} is in {unit!r}; expected one of {', '.join(field.units)}",
+            )
+        suffix = unit or next(iter(field.units))
+        factor = field.units[suffix]
+        expr = f"TRY_CAST(replace({val}, {quote(' ' + suffix)}, '') AS DOUBLE)"
+        return expr if factor == 1.0 else f"({expr} * {factor})"
+
+    def ts(self, zone: str) -> str:
+        """The time as naive UTC: naive local times are read in ``zone``, ISO offsets win over it.
+
+        The zone is applied with ``timezone(zone, ts)`` rather than the session's TimeZone setting, so
+        nothing is left to reset when a bad file aborts the transaction.
+        """
+        r = self.raw("ts")
+        z = quote(zone)
+        if self.fields["ts"][0] in self.types:
+            return r if zone == "UTC" else f"timezone('UTC', timezone({z}, {r}))"
+        return self.ts_text(zone)
+
+    def ts_text(self, zone: str) -> str:
+        r = self.raw("ts")
+        z = quote(zone)
+        v = f"replace(trim({r}), '/', '-')"
+        return f"""(CASE WHEN regexp_matches({v}, '(Z|[+-][0-9]{{2}}(:?[0-9]{{2}})?)$')
+                    THEN timezone('UTC', TRY_CAST({v} AS TIMESTAMPTZ))
+                    ELSE timezone('UTC', timezone({z}, TRY_CAST({v} AS TIMESTAMP))) END)"""
+
+    def bad(self, target: str) -> str:
+        """True for a raw text value that cannot be read (the all-VARCHAR pass); N/A tokens are fine
+        except for the timestamp, which every row needs."""
+        r = self.raw(target)
+        missing = f"{r} IS NULL OR trim({r}) IN ({_NULLS})"
+        if target == "ts":
+            return f"({missing} OR {self.ts_text('UTC')} IS NULL)"
+        if target == "pid":
+            return f"({missing} OR TRY_CAST(trim({r}) AS BIGINT) IS NULL)"
+        if self.fields[target][1].units is None and target != "throttle_reasons":
+            return f"({missing})"  # a required text field
+        plain = Columns(self.path, self.layout, self.fields)
+        plain.types = {}
+        return f"(trim({r}) NOT IN ({_NULLS}) AND {plain.number(target)} IS NULL)"
+
+
+def check_zone(con: duckdb.DuckDBPyConnection, zone: str) -> None:
+    try:
+        con.execute("SELECT timezone(?, TIMESTAMP '2000-01-01')", [zone]).fetchall()
+    except duckdb.Error as exc:
+        raise FormatError("--tz", None, f"unknown time zone {zone!r}") from exc
+
+
+def null_counts(con: duckdb.DuckDBPyConnection, table: str, cols: list[str]) -> dict[str, int]:
+    sql = ", ".join(f"count(*) - count({c})" for c in cols)
+    row = con.execute(f"SELECT {sql} FROM {table}").fetchall()[0]
+    return {c: int(n) for c, n in zip(cols, row, strict=True)}
+
+
+def first_bad(con: duckdb.DuckDBPyConnection, cols: Columns, targets: list[str]) -> None:
+    """Raise for the first value (in file order) that is neither readable nor an N/A token.
+
+    A pure parse of the file with every column as text; it runs only when the typed stage holds NULLs,
+    so a clean file never pays for it.
+    """
+    arms = [cols.bad(t) for t in targets]
+    cases = " ".join(f"WHEN {a} THEN {i}" for i, a in enumerate(arms))
+    source = _read_csv_sql(cols.path, cols.layout, {})
+    found = con.execute(
+        f"""SELECT rn, which, val FROM (
+                SELECT rn, CASE {cases} END AS which,
+                       [{", ".join(cols.raw(t) for t in targets)}][which + 1] AS val
+                FROM (SELECT row_number() OVER () AS rn, * FROM {source}))
+            WHERE which IS NOT NULL ORDER BY rn LIMIT 1"""
+    ).fetchall()
+    if found:
+        rn, which, val = found[0]
+        target = targets[int(which)]
+        what = {"ts": "a time", "gpu_uuid": "a GPU UUID"}.get(target, "a number")
+        shown = "" if val is None else val.strip()
+        raise FormatError(
+            cols.path,
+            int(rn) + cols.layout.header_lines,
+            f"column {cols.name(target)!r} is not {what}: {shown!r}",
+        )
+
+
+def _reader_error(path: Path, exc: duckdb.Error) -> FormatError:
+    """DuckDB's reader message → FILE:LINE: one sentence."""
+    text = str(exc)
+    m = re.search(r"Line: (\d+)", text)
+    line = int(m.group(1)) if m else None
+    found = re.search(r"Expected Number of Columns: (\d+) Found: (\d+)", text)
+    if found:
+        return FormatError(
+            path,
+            line,
+            f"expected {found.group(1)} values, found {found.group(2)} (a truncated or mixed file?)",
+        )
+    col = re.search(r'converting column "c(\d+)"', text)
+    value = re.search(r'Could not convert string "([^"]*)"', text)
+    if col and value:
+        return FormatError(path, line, f"column {int(col.group(1)) + 1} is not valid: {value.group(1)!r}")
+    return FormatError(path, line, text.split("\n")[0][:300])
+
+
+def _sample_col(target: str) -> str:
+    """The sample column a field feeds (several power fields feed one column)."""
+    return {
+        "power_draw_w": "power_w",
+        "power_avg_w": "power_w",
+        "power_inst_w": "power_w",
+        "mem_free_mib": "mem_total_mib",
+    }.get(target, target)
+
+
+def _count(con: duckdb.DuckDBPyConnection, sql: str) -> int:
+    return int(con.execute(sql).fetchall()[0][0])
+
+
+class NvidiaSmiCsv:
+    """``nvidia-smi --query-gpu=... --format=csv`` logs → samples and GPUs."""
+
+    name = "nvidia_smi_csv"
+    description = "nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits] -l N (GPU telemetry log)"
+
+    def sniff(self, path: Path, head: str) -> Sniff:
+        lines = _first_lines(head)
+        if not lines:
+            return Sniff(0)
+        names = [field_key(split_header(c)[0]) for c in lines[0].split(",")]
+        known = [n for n in names if n in GPU_FIELDS]
+        telemetry = [n for n in known if GPU_FIELDS[n].units is not None]
+        if "timestamp" in names and telemetry and not {"pid", "usedgpumemory", "usedmemory"} & set(names):
+            return Sniff(0.9 if len(known) == len(names) else 0.7)
+        if SMI_TS.match(lines[0].split(", ")[0].strip()):
+            return Sniff(0.6)  # header-less nvidia-smi output; needs --columns
+        if telemetry:
+            return Sniff(0, "nvidia_smi_csv: header has GPU fields but no timestamp column")
+        return Sniff(0)
+
+    def stage(self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
+        layout = read_layout(path, GPU_FIELDS, opts.columns)
+        fields, ignored = map_fields(layout, GPU_FIELDS)
+        if "ts" not in fields:
+            raise FormatError(path, 1, "no timestamp column: add timestamp to --query-gpu")
+        numeric = [t for t, (_, f, _) in fields.items() if f.units is not None or t == "throttle_reasons"]
+        if not numeric:
+            raise FormatError(path, 1, "no telemetry column (utilization, memory, power, ...)")
+        col = Columns(path, layout, fields)
+        typed = {t: col.number(t) for t in numeric}
+        zone = opts.tz or local_zone()
+        host_sql = f"coalesce({col.text('host')}, 'localhost')"
+        gpu_id = f"{host_sql} || ':' || coalesce({col.integer('gpu_index')}, 0)"
+        if "uuid" in fields:
+            gpu_id = f"coalesce({col.text('uuid')}, {gpu_id})"
+        mem_total = typed.get("mem_total_mib", "NULL")
+        if "mem_free_mib" in typed and "mem_used_mib" in typed:
+            mem_total = f"coalesce({mem_total}, {typed['mem_used_mib']} + {typed['mem_free_mib']})"
+        power = [typed[c] for c in _COALESCE["power_w"] if c in typed]
+        select = {
+            "ts": col.ts(zone),
+            "gpu_id": gpu_id,
+            "util_pct": typed.get("util_pct", "NULL"),
+            "mem_util_pct": typed.get("mem_util_pct", "NULL"),
+            "mem_used_mib": typed.get("mem_used_mib", "NULL"),
+            "mem_total_mib": mem_total,
+            "power_w": f"coalesce({', '.join(power)})" if power else "NULL",
+            "energy_j": typed.get("energy_j", "NULL"),
+            "temp_c": typed.get("temp_c", "NULL"),
+            "sm_clock_mhz": typed.get("sm_clock_mhz", "NULL"),
+            "throttle_reasons": typed.get("throttle_reasons", "NULL"),
+        }
+        casts = {"ts": "TIMESTAMP", "gpu_id": "VARCHAR", "energy_j": "DOUBLE", "throttle_reasons": "UBIGINT"}
+        body = ", ".join(f"CAST({sql} AS {casts.get(c, 'FLOAT')}) AS {c}" for c, sql in select.items())
+        extras = (
+            f"{col.text('name')} AS name, {col.text('uuid')} AS uuid, {host_sql} AS host, "
+            f"{col.integer('gpu_index')} AS gpu_index"
+        )
+        check_zone(con, zone)
+        try:
+            con.execute(
+                f"CREATE TEMP TABLE stage_samples AS SELECT {body}, {extras} "
+                f"FROM {_read_csv_sql(path, layout, col.types)}"
+            )
+        except duckdb.Error as exc:
+            raise _reader_error(path, exc) from None
+        nulls = null_counts(con, "stage_samples", [c for c in select if c != "gpu_id"])
+        suspects = [t for t in ["ts", *numeric] if nulls[_sample_col(t)]]
+        if suspects:
+            first_bad(con, col, suspects)
+        if "uuid" not in fields:
+            self._check_identity(con, path, layout, fields["gpu_index"][0] if "gpu_index" in fields else None)
+        self._stage_gpus(con, opts)
+        rows = _count(con, "SELECT count(*) FROM stage_samples")
+        notes = {
+            f"{layout.names[i]}: [N/A] stored as NULL": nulls[_sample_col(t)]
+            for t, (i, _, _) in fields.items()
+            if t in numeric and nulls[_sample_col(t)]
+        }
+        for name in ignored:
+            notes[f"column {name!r} not stored (no ledger column)"] = rows
+        return notes
+
+    @staticmethod
+    def _check_identity(con: duckdb.DuckDBPyConnection, path: Path, layout: Layout, idx: int | None) -> None:
+        """Two rows for one GPU at one time mean the identity columns do not say which GPU a row is."""
+        dup = con.execute(
+            "SELECT gpu_id, ts FROM stage_samples GROUP BY gpu_id, ts HAVING count(*) > 1 LIMIT 1"
+        ).fetchall()
+        if not dup:
+            return
+        if idx is None:
+            raise FormatError(
+                path,
+                None,
+                f"several rows at {dup[0][1]} UTC but no index or uuid column says which GPU each is: "
+                "add index,uuid to --query-gpu",
+            )
+        raise FormatError(
+            path,
+            1 if layout.header_lines else None,
+            f"column {layout.names[idx]!r} should tell GPUs apart but repeats within one timestamp "
+            f"({dup[0][1]} UTC): the header does not match the values; pass --columns with the fields "
+            "in --query-gpu order",
+        )
+
+    @staticmethod
+    def _stage_gpus(con: duckdb.DuckDBPyConnection, opts: IngestOptions) -> None:
+        cluster = quote(opts.cluster) if opts.cluster else "NULL"
+        con.execute(
+            f"""CREATE TEMP TABLE stage_gpus AS
+                SELECT gpu_id, uuid, host, gpu_index, {model_sql_case("model_raw")} AS model, model_raw,
+                       memory_total_mib, {cluster}::VARCHAR AS cluster, first_seen, last_seen
+                FROM (SELECT gpu_id, any_value(uuid) AS uuid, any_value(host) AS host,
+                             any_value(gpu_index) AS gpu_index, any_value(name) AS model_raw,
+                             max(mem_total_mib)::DOUBLE AS memory_total_mib,
+                             min(ts) AS first_seen, max(ts) AS last_seen
+                      FROM stage_samples GROUP BY gpu_id)"""
+        )
+
+
+def file_time_utc(path: Path) -> str:
+    """The file's modification time as a naive-UTC SQL literal (for sources that carry no time)."""
+    stamp = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC).replace(tzinfo=None)
+    return f"TIMESTAMP '{stamp.isoformat(sep=' ')}'"
+
+
+class NvidiaSmiAppsCsv:
+    """``nvidia-smi --query-compute-apps=...`` → processes (which process held how much memory on which GPU).
+
+    Needs ``gpu_uuid`` (the process list names GPUs by UUID or bus id only; a bus id cannot be tied to the
+    GPUs other files name). Without a ``timestamp`` column the file's modification time is the snapshot time.
+    """
+
+    name = "nvidia_smi_apps_csv"
+    description = (
+        "nvidia-smi --query-compute-apps=timestamp,gpu_uuid,pid,process_name,used_memory --format=csv"
+    )
+
+    def sniff(self, path: Path, head: str) -> Sniff:
+        lines = _first_lines(head)
+        if not lines:
+            return Sniff(0)
+        names = {field_key(split_header(c)[0]) for c in lines[0].split(",")}
+        if "pid" in names and names & {"usedgpumemory", "usedmemory", "processname"}:
+            if "gpuuuid" in names:
+                return Sniff(0.9)
+            return Sniff(0, "nvidia_smi_apps_csv: add gpu_uuid to --query-compute-apps")
+        return Sniff(0)
+
+    def stage(self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
+        layout = read_layout(path, APP_FIELDS, opts.columns)
+        fields, ignored = map_fields(layout, APP_FIELDS)
+        if "gpu_uuid" not in fields:
+            raise FormatError(path, 1, "no gpu_uuid column: add gpu_uuid to --query-compute-apps")
+        col = Columns(path, layout, fields)
+        zone = opts.tz or local_zone()
+        ts = col.ts(zone) if "ts" in fields else file_time_utc(path)
+        mem = col.number("used_mem_mib") if "used_mem_mib" in fields else "NULL"
+        pid = f"TRY_CAST(trim({col.raw('pid')}) AS BIGINT)" if "pid" in fields else "NULL"
+        check_zone(con, zone)
+        try:
+            con.execute(
+                f"""CREATE TEMP TABLE stage_processes AS
+                    SELECT CAST({ts} AS TIMESTAMP) AS ts, {col.text("gpu_uuid")} AS gpu_id,
+                           CAST({pid} AS BIGINT) AS pid, {col.text("process_name")} AS process_name,
+                           CAST({mem} AS DOUBLE) AS used_mem_mib, {col.text("gpu_name")} AS gpu_name
+                    FROM {_read_csv_sql(path, layout, col.types)}"""
+            )
+        except duckdb.Error as exc:
+            raise _reader_error(path, exc) from None
+        nulls = null_counts(con, "stage_processes", ["ts", "gpu_id", "pid", "used_mem_mib"])
+        column_of = {"ts": "ts", "gpu_uuid": "gpu_id", "pid": "pid", "used_mem_mib": "used_mem_mib"}
+        suspects = [t for t, c in column_of.items() if t in fields and nulls[c]]
+        if suspects:
+            first_bad(con, col, suspects)
+        con.execute(
+            f"""CREATE TEMP TABLE stage_gpus AS
+                SELECT gpu_id, gpu_id AS uuid, {model_sql_case("model_raw")} AS model, model_raw,
+                       first_seen, last_seen
+                FROM (SELECT gpu_id, any_value(gpu_name) AS model_raw, min(ts) AS first_seen,
+                             max(ts) AS last_seen
+                      FROM stage_processes GROUP BY gpu_id)"""
+        )
+        rows = _count(con, "SELECT count(*) FROM stage_processes")
+        notes = {f"column {name!r} not stored (no ledger column)": rows for name in ignored}
+        if "ts" not in fields:
+            notes["rows timed by the file's modification time (no timestamp column)"] = rows
+        return notes

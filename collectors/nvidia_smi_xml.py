@@ -1,0 +1,283 @@
+"""``nvidia-smi -q -x`` snapshots (DTD nvsmi_device v11–v13): GPU inventory, one sample per GPU, processes.
+
+A snapshot is tens of KB, so Python's ``xml.etree`` reads it; a file may hold several snapshots back to back
+(``nvidia-smi -q -x -l 30 >> log.xml`` repeats the ``<?xml …?>`` prolog), each read at its own
+``<timestamp>`` — the host's local time, read in ``--tz`` (default: this machine's zone), stored as UTC.
+
+Per GPU: ``uuid`` (gpu_id), ``minor_number`` (gpu_index), ``product_name``, ``fb_memory_usage`` total/used
+(MiB), ``utilization`` gpu_util/memory_util (%), power from ``gpu_power_readings``/``power_readings``
+(``power_draw``, else v13's ``average_power_draw`` then ``instant_power_draw``, W), ``temperature/gpu_temp``
+(C), ``clocks/sm_clock`` (MHz), and the ``clocks_event_reasons`` (v12+) / ``clocks_throttle_reasons`` list
+folded into NVML's bitmask. MIG instances (``mig_devices``) become GPUs ``<parent uuid>/<gpu_instance_id>``
+with ``mig_profile`` (``1g.20gb``: slices from the SM count, memory rounded up to GB) and their own memory
+sample; a process with a ``gpu_instance_id`` is charged to its MIG instance.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import duckdb
+
+from collectors.base import IngestOptions, Sniff
+from collectors.common import NULL_TOKENS, local_zone
+from gpuledger.errors import FormatError
+from gpuledger.reference import normalize_model
+
+# NVML clocks-event reason bits (nvml.h nvmlClocksEventReason*), keyed by the XML element's suffix.
+REASON_BITS = {
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clocks_setting": 0x100,
+}
+# SMs per MIG compute slice, by architecture (A100/A30: 14; H100/H200: 16 for 1g, see NVIDIA MIG user guide).
+SM_SLICES = {
+    "Ampere": {14: 1, 28: 2, 42: 3, 56: 4, 98: 7},
+    "Hopper": {16: 1, 26: 2, 32: 2, 60: 3, 64: 4, 132: 7},
+}
+
+SAMPLE_COLS = {
+    "ts": "TIMESTAMP",
+    "gpu_id": "VARCHAR",
+    "util_pct": "FLOAT",
+    "mem_util_pct": "FLOAT",
+    "mem_used_mib": "FLOAT",
+    "mem_total_mib": "FLOAT",
+    "power_w": "FLOAT",
+    "temp_c": "FLOAT",
+    "sm_clock_mhz": "FLOAT",
+    "throttle_reasons": "UBIGINT",
+}
+GPU_COLS = {
+    "gpu_id": "VARCHAR",
+    "uuid": "VARCHAR",
+    "host": "VARCHAR",
+    "gpu_index": "INTEGER",
+    "model": "VARCHAR",
+    "model_raw": "VARCHAR",
+    "memory_total_mib": "DOUBLE",
+    "cluster": "VARCHAR",
+    "mig_profile": "VARCHAR",
+    "parent_gpu_id": "VARCHAR",
+    "first_seen": "TIMESTAMP",
+    "last_seen": "TIMESTAMP",
+}
+PROCESS_COLS = {
+    "ts": "TIMESTAMP",
+    "gpu_id": "VARCHAR",
+    "pid": "BIGINT",
+    "process_name": "VARCHAR",
+    "used_mem_mib": "DOUBLE",
+}
+
+
+def number(el: ET.Element | None, path: str) -> float | None:
+    """``"19968 MiB"`` → 19968.0; N/A tokens → None; anything else unreadable raises ValueError."""
+    if el is None:
+        return None
+    node = el.find(path)
+    if node is None or node.text is None:
+        return None
+    text = node.text.strip()
+    if text in NULL_TOKENS or text.startswith(("Requested functionality", "Unknown")):
+        return None
+    m = re.match(r"^(-?[0-9]+(?:\.[0-9]+)?)(?:\s*\S+)?$", text)
+    if not m:
+        raise ValueError(f"<{path}> is not a number: {text!r}")
+    return float(m.group(1))
+
+
+def text_of(el: ET.Element, path: str) -> str | None:
+    node = el.find(path)
+    if node is None or node.text is None or node.text.strip() in NULL_TOKENS:
+        return None
+    return node.text.strip()
+
+
+def mig_profile(arch: str | None, sm_count: float | None, mem_mib: float | None) -> str | None:
+    if mem_mib is None:
+        return None
+    gb = math.ceil(mem_mib / 1024)
+    slices = SM_SLICES.get(arch or "", {}).get(int(sm_count)) if sm_count else None
+    return f"{slices if slices else '?'}g.{gb}gb"
+
+
+def throttle_mask(gpu: ET.Element) -> int | None:
+    block = gpu.find("clocks_event_reasons")
+    prefix = "clocks_event_reason_"
+    if block is None:
+        block = gpu.find("clocks_throttle_reasons")
+        prefix = "clocks_throttle_reason_"
+    if block is None:
+        return None
+    mask, seen = 0, False
+    for child in block:
+        bit = REASON_BITS.get(child.tag.removeprefix(prefix))
+        state = (child.text or "").strip()
+        if bit is None or state not in ("Active", "Not Active"):
+            continue
+        seen = True
+        if state == "Active":
+            mask |= bit
+    return mask if seen else None
+
+
+def _power(gpu: ET.Element) -> float | None:
+    for block in ("gpu_power_readings", "power_readings"):
+        el = gpu.find(block)
+        for tag in ("power_draw", "average_power_draw", "instant_power_draw"):
+            value = number(el, tag)
+            if value is not None:
+                return value
+    return None
+
+
+def _snapshot_time(root: ET.Element, zone: ZoneInfo) -> dt.datetime:
+    raw = text_of(root, "timestamp")
+    if raw is None:
+        raise ValueError("no <timestamp>")
+    local = dt.datetime.strptime(" ".join(raw.split()), "%a %b %d %H:%M:%S %Y")
+    return local.replace(tzinfo=zone).astimezone(dt.UTC).replace(tzinfo=None)
+
+
+def _snapshots(text: str) -> list[tuple[int, str]]:
+    """(first line, document) for each ``<?xml`` document in the file."""
+    starts = [m.start() for m in re.finditer(r"<\?xml", text)] or [0]
+    out = []
+    for i, start in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else len(text)
+        out.append((text.count("\n", 0, start) + 1, text[start:end]))
+    return out
+
+
+class NvidiaSmiXml:
+    name = "nvidia_smi_xml"
+    description = "nvidia-smi -q -x (XML snapshot; several appended snapshots allowed)"
+
+    def sniff(self, path: Path, head: str) -> Sniff:
+        if "<nvidia_smi_log" in head:
+            return Sniff(0.95)
+        if head.lstrip().startswith("<?xml"):
+            return Sniff(0, "nvidia_smi_xml: an XML file without <nvidia_smi_log>")
+        return Sniff(0)
+
+    def stage(self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
+        try:
+            zone = ZoneInfo(opts.tz or local_zone())
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise FormatError("--tz", None, f"unknown time zone {opts.tz!r}") from exc
+        samples: list[tuple[object, ...]] = []
+        gpus: dict[str, tuple[object, ...]] = {}
+        processes: list[tuple[object, ...]] = []
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for first_line, doc in _snapshots(text):
+            try:
+                root = ET.fromstring(doc)
+            except ET.ParseError as exc:
+                line = first_line + exc.position[0] - 1
+                raise FormatError(path, line, f"not well-formed XML ({exc.msg}; a truncated file?)") from None
+            if root.tag != "nvidia_smi_log":
+                raise FormatError(path, first_line, f"expected <nvidia_smi_log>, found <{root.tag}>")
+            try:
+                ts = _snapshot_time(root, zone)
+                self._read_snapshot(root, ts, opts, samples, gpus, processes)
+            except ValueError as exc:
+                raise FormatError(path, first_line, f"snapshot: {exc}") from None
+        if not samples:
+            raise FormatError(path, None, "no <gpu> element in any snapshot")
+        _temp_table(con, "stage_samples", SAMPLE_COLS, samples)
+        _temp_table(con, "stage_gpus", GPU_COLS, list(gpus.values()))
+        if processes:
+            _temp_table(con, "stage_processes", PROCESS_COLS, processes)
+        return {}
+
+    @staticmethod
+    def _read_snapshot(
+        root: ET.Element,
+        ts: dt.datetime,
+        opts: IngestOptions,
+        samples: list[tuple[object, ...]],
+        gpus: dict[str, tuple[object, ...]],
+        processes: list[tuple[object, ...]],
+    ) -> None:
+        for gpu in root.findall("gpu"):
+            uuid = text_of(gpu, "uuid")
+            minor = number(gpu, "minor_number")
+            index = int(minor) if minor is not None else None
+            gpu_id = uuid or f"localhost:{index if index is not None else gpu.get('id')}"
+            name = text_of(gpu, "product_name")
+            fb = gpu.find("fb_memory_usage")
+            total = number(fb, "total")
+            util = gpu.find("utilization")
+            samples.append(
+                (
+                    ts,
+                    gpu_id,
+                    number(util, "gpu_util"),
+                    number(util, "memory_util"),
+                    number(fb, "used"),
+                    total,
+                    _power(gpu),
+                    number(gpu.find("temperature"), "gpu_temp"),
+                    number(gpu.find("clocks"), "sm_clock"),
+                    throttle_mask(gpu),
+                )
+            )
+            host = None if uuid else "localhost"
+            model = normalize_model(name)
+            gpus[gpu_id] = (gpu_id, uuid, host, index, model, name, total, opts.cluster, None, None, ts, ts)
+            arch = text_of(gpu, "product_architecture")
+            for mig in gpu.findall("mig_devices/mig_device"):
+                gi = text_of(mig, "gpu_instance_id")
+                mig_id = f"{gpu_id}/{gi}"
+                mfb = mig.find("fb_memory_usage")
+                mtotal = number(mfb, "total")
+                sms = number(mig.find("device_attributes/shared"), "multiprocessor_count")
+                samples.append((ts, mig_id, None, None, number(mfb, "used"), mtotal, None, None, None, None))
+                profile = mig_profile(arch, sms, mtotal)
+                gpus[mig_id] = (
+                    mig_id,
+                    None,
+                    None,
+                    None,
+                    model,
+                    name,
+                    mtotal,
+                    opts.cluster,
+                    profile,
+                    gpu_id,
+                    ts,
+                    ts,
+                )
+            for proc in gpu.findall("processes/process_info"):
+                gi = text_of(proc, "gpu_instance_id")
+                pid = number(proc, "pid")
+                processes.append(
+                    (
+                        ts,
+                        f"{gpu_id}/{gi}" if gi is not None else gpu_id,
+                        int(pid) if pid is not None else None,
+                        text_of(proc, "process_name"),
+                        number(proc, "used_memory"),
+                    )
+                )
+
+
+def _temp_table(
+    con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, str], rows: list[tuple[object, ...]]
+) -> None:
+    """A small temp table from Python rows (a snapshot holds a handful of GPUs and processes)."""
+    con.execute(f"CREATE TEMP TABLE {name} ({', '.join(f'{c} {t}' for c, t in columns.items())})")
+    placeholders = ", ".join("?" for _ in columns)
+    con.executemany(f"INSERT INTO {name} VALUES ({placeholders})", [list(r) for r in rows])

@@ -1,0 +1,293 @@
+"""nvidia-smi --query-gpu / --query-compute-apps CSV: forms, N/A, time zones, identity, errors, real files."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from collectors.base import IngestOptions, ingest_file
+from gpuledger.errors import FormatError
+from tests.conftest import dataset, write
+
+UNITS = (
+    "timestamp, index, uuid, name, utilization.gpu [%], memory.used [MiB], memory.total [MiB], power.draw [W]\n"
+    "2025/03/01 10:00:00.000, 0, GPU-aaa, NVIDIA H100 80GB HBM3, 50 %, 1000 MiB, 81559 MiB, 300.50 W\n"
+    "2025/03/01 10:00:00.000, 1, GPU-bbb, NVIDIA H100 80GB HBM3, [N/A], 2000 MiB, 81559 MiB, [Not Supported]\n"
+    "2025/03/01 10:00:10.000, 0, GPU-aaa, NVIDIA H100 80GB HBM3, 70 %, 1100 MiB, 81559 MiB, 310.00 W\n"
+    "2025/03/01 10:00:10.000, 1, GPU-bbb, NVIDIA H100 80GB HBM3, 5 %, 2100 MiB, 81559 MiB, 100.00 W\n"
+)
+UTC = IngestOptions(tz="UTC")
+
+
+def _rows(ledger, sql: str) -> list[tuple[object, ...]]:
+    return ledger.execute(sql).fetchall()
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "opts"),
+    [
+        ("units", UNITS, UTC),
+        (
+            "nounits",
+            "timestamp, index, uuid, name, utilization.gpu [%], memory.used [MiB], memory.total [MiB], power.draw [W]\n"
+            + "\n".join(
+                line.replace(" %", "").replace(" MiB", "").replace(" W", "")
+                for line in UNITS.splitlines()[1:]
+            )
+            + "\n",
+            UTC,
+        ),
+        (
+            "noheader-columns",
+            "".join(UNITS.splitlines(keepends=True)[1:]),
+            IngestOptions(
+                tz="UTC",
+                columns=(
+                    "timestamp",
+                    "index",
+                    "uuid",
+                    "name",
+                    "utilization.gpu",
+                    "memory.used",
+                    "memory.total",
+                    "power.draw",
+                ),
+            ),
+        ),
+        (
+            "field-order",
+            "power.draw [W], memory.total [MiB], memory.used [MiB], utilization.gpu [%], name, uuid, index, timestamp\n"
+            + "\n".join(", ".join(reversed(line.split(", "))) for line in UNITS.splitlines()[1:])
+            + "\n",
+            UTC,
+        ),
+    ],
+    ids=["units", "nounits", "noheader+--columns", "field-order"],
+)
+def test_forms_land_the_same_samples(ledger, tmp_path, name, text, opts):
+    path = write(tmp_path, f"{name}.csv", text)
+    report = ingest_file(ledger, path, fmt="nvidia_smi_csv", opts=opts)
+    assert report.rows["samples"] == 4
+    # [N/A] and [Not Supported] are NULL, never 0; everything else is exact
+    assert _rows(
+        ledger,
+        "SELECT ts::VARCHAR, gpu_id, util_pct, mem_used_mib, mem_total_mib, power_w FROM samples ORDER BY ts, gpu_id",
+    ) == [
+        ("2025-03-01 10:00:00", "GPU-aaa", 50.0, 1000.0, 81559.0, 300.5),
+        ("2025-03-01 10:00:00", "GPU-bbb", None, 2000.0, 81559.0, None),
+        ("2025-03-01 10:00:10", "GPU-aaa", 70.0, 1100.0, 81559.0, 310.0),
+        ("2025-03-01 10:00:10", "GPU-bbb", 5.0, 2100.0, 81559.0, 100.0),
+    ]
+    assert _rows(ledger, "SELECT gpu_id, uuid, gpu_index, model, memory_total_mib FROM gpus ORDER BY 1") == [
+        ("GPU-aaa", "GPU-aaa", 0, "H100-SXM-80GB", 81559.0),
+        ("GPU-bbb", "GPU-bbb", 1, "H100-SXM-80GB", 81559.0),
+    ]
+
+
+def test_na_values_are_counted_in_the_report(ledger, tmp_path):
+    report = ingest_file(ledger, write(tmp_path, "smi.csv", UNITS), opts=UTC)
+    assert report.format == "nvidia_smi_csv"  # auto-detected
+    assert report.skipped == {
+        "utilization.gpu: [N/A] stored as NULL": 1,
+        "power.draw: [N/A] stored as NULL": 1,
+    }
+
+
+def test_interval_is_the_gap_to_the_next_sample_capped(ledger, tmp_path):
+    # GPU 0 at 0, 10, 20, 100 s: cadence (median gap) 10 s; the 80-s silence is a gap → 10 s, last → 10 s
+    body = "".join(f"2025/03/01 10:{s // 60:02d}:{s % 60:02d}.000, 0, 40 %\n" for s in (0, 10, 20, 100))
+    path = write(tmp_path, "gaps.csv", "timestamp, index, utilization.gpu [%]\n" + body)
+    ingest_file(ledger, path, opts=UTC)
+    assert _rows(ledger, "SELECT interval_s FROM samples ORDER BY ts") == [(10.0,), (10.0,), (10.0,), (10.0,)]
+    assert _rows(ledger, "SELECT gpu_id, host, gpu_index FROM gpus") == [("localhost:0", "localhost", 0)]
+
+
+def test_local_time_is_read_in_tz_and_iso_offsets_are_honoured(ledger, tmp_path):
+    local = write(
+        tmp_path,
+        "local.csv",
+        "timestamp, index, utilization.gpu [%]\n2025/07/01 12:00:00.250, 0, 10 %\n",
+    )
+    ingest_file(ledger, local, opts=IngestOptions(tz="Europe/Paris"))  # CEST = UTC+2 in July
+    iso = write(
+        tmp_path,
+        "iso.csv",
+        "timestamp,index,utilization.gpu\n2025-07-01T12:00:00+08:00,1, 20\n",
+    )
+    ingest_file(ledger, iso, opts=IngestOptions(tz="Europe/Paris"))  # the offset wins over --tz
+    assert _rows(ledger, "SELECT gpu_id, ts::VARCHAR FROM samples ORDER BY gpu_id") == [
+        ("localhost:0", "2025-07-01 10:00:00.25"),
+        ("localhost:1", "2025-07-01 04:00:00"),
+    ]
+
+
+def test_hostname_column_names_the_gpu_and_throttle_hex_is_read(ledger, tmp_path):
+    path = write(
+        tmp_path,
+        "h.csv",
+        "timestamp, hostname, index, utilization.gpu [%], clocks_event_reasons.active, temperature.gpu, clocks.sm [MHz]\n"
+        "2025/03/01 10:00:00.000, node7, 3, 99 %, 0x0000000000000004, 71, 1980 MHz\n",
+    )
+    ingest_file(ledger, path, opts=UTC)
+    assert _rows(ledger, "SELECT gpu_id, throttle_reasons, temp_c, sm_clock_mhz FROM samples") == [
+        ("node7:3", 4, 71.0, 1980.0)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            "2025/03/01 10:00:01.000, 0, lots %, 1 MiB\n",
+            "bad.csv:3: column 'utilization.gpu' is not a number: 'lots %'",
+        ),
+        (
+            "2025/03/01 10:00:01.000, 0, 5 %, 12 KiB\n",
+            "bad.csv:3: column 'memory.used' is not a number: '12 KiB'",
+        ),
+        (
+            "2025/03/01 10:00:01.000, 0, 5 %\n",
+            "bad.csv:3: expected 4 values, found 3 (a truncated or mixed file?)",
+        ),
+        ("yesterday, 0, 5 %, 1 MiB\n", "bad.csv:3: column 1 is not valid: 'yesterday'"),
+    ],
+    ids=["word-for-number", "unknown-unit", "missing-value", "bad-time"],
+)
+def test_bad_row_in_the_middle_names_the_line_and_leaves_the_ledger_unchanged(
+    ledger, tmp_path, body, expected
+):
+    head = (
+        "timestamp, index, utilization.gpu [%], memory.used [MiB]\n2025/03/01 10:00:00.000, 0, 1 %, 1 MiB\n"
+    )
+    tail = "2025/03/01 10:00:02.000, 0, 1 %, 1 MiB\n"
+    path = write(tmp_path, "bad.csv", head + body + tail)
+    with pytest.raises(FormatError) as err:
+        ingest_file(ledger, path, opts=UTC)
+    assert str(err.value).endswith(expected)
+    assert _rows(ledger, "SELECT (SELECT count(*) FROM samples), (SELECT count(*) FROM ingests)") == [(0, 0)]
+
+
+def test_truncated_last_line_is_an_error_and_empty_file_too(ledger, tmp_path):
+    text = UNITS[: UNITS.rindex(",")]  # cut inside the last line
+    with pytest.raises(FormatError, match=r"trunc\.csv:5: expected 8 values, found 7"):
+        ingest_file(ledger, write(tmp_path, "trunc.csv", text), opts=UTC)
+    with pytest.raises(FormatError, match=r"empty\.csv: the file is empty"):
+        ingest_file(ledger, write(tmp_path, "empty.csv", ""), fmt="nvidia_smi_csv", opts=UTC)
+    assert _rows(ledger, "SELECT count(*) FROM samples") == [(0,)]
+
+
+def test_noheader_without_columns_asks_for_them(ledger, tmp_path):
+    path = write(tmp_path, "nh.csv", "".join(UNITS.splitlines(keepends=True)[1:]))
+    with pytest.raises(FormatError, match="pass --columns"):
+        ingest_file(ledger, path, opts=UTC)
+
+
+def test_reingest_is_a_noop_and_overlap_is_not_double_counted(ledger, tmp_path):
+    first = write(tmp_path, "a.csv", UNITS)
+    ingest_file(ledger, first, opts=UTC)
+    assert ingest_file(ledger, first, opts=UTC).already
+    # a second log that repeats the 10:00:10 poll and adds 10:00:20
+    lines = UNITS.splitlines(keepends=True)
+    extra = "".join(ln.replace("10:00:10", "10:00:20") for ln in lines[3:])
+    second = ingest_file(ledger, write(tmp_path, "b.csv", lines[0] + "".join(lines[3:]) + extra), opts=UTC)
+    assert second.rows["samples"] == 2
+    assert second.skipped["samples already in the ledger"] == 2
+    assert _rows(ledger, "SELECT count(*), count(DISTINCT (gpu_id, ts)) FROM samples") == [(6, 6)]
+
+
+def test_compute_apps_land_as_processes(ledger, tmp_path):
+    path = write(
+        tmp_path,
+        "apps.csv",
+        "timestamp, gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n"
+        "2025/03/01 10:00:00.000, GPU-aaa, 4242, python, 30000 MiB\n"
+        "2025/03/01 10:00:00.000, GPU-bbb, 77, /usr/bin/ollama, [N/A]\n",
+    )
+    report = ingest_file(ledger, path, opts=UTC)
+    assert report.format == "nvidia_smi_apps_csv"
+    assert _rows(
+        ledger, "SELECT ts::VARCHAR, gpu_id, pid, process_name, used_mem_mib FROM processes ORDER BY pid"
+    ) == [
+        ("2025-03-01 10:00:00", "GPU-bbb", 77, "/usr/bin/ollama", None),
+        ("2025-03-01 10:00:00", "GPU-aaa", 4242, "python", 30000.0),
+    ]
+
+
+def test_compute_apps_bad_pid_names_the_line(ledger, tmp_path):
+    path = write(
+        tmp_path,
+        "apps.csv",
+        "timestamp, gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n"
+        "2025/03/01 10:00:00.000, GPU-aaa, 1, a, 1 MiB\n"
+        "2025/03/01 10:00:00.000, GPU-aaa, x1, b, 1 MiB\n",
+    )
+    with pytest.raises(FormatError, match=r"apps\.csv:3: column 'pid' is not a number: 'x1'"):
+        ingest_file(ledger, path, opts=UTC)
+
+
+# --- real files from ../shared/datasets ---------------------------------------------------------------
+
+
+@pytest.mark.datasets
+def test_real_eobo0530_rtx4090_log(ledger):
+    path = dataset("nvidia-smi-csv/eobo0530_vlm_optimization_gpu_log.csv")
+    report = ingest_file(ledger, path, opts=IngestOptions(tz="Asia/Shanghai"))
+    assert report.rows == {"samples": 2619, "gpus": 1}
+    # file: 2026/01/03 15:36:53.507 → 16:24:53.961 local; Shanghai is UTC+8
+    assert _rows(
+        ledger, "SELECT min(ts)::VARCHAR, max(ts)::VARCHAR, count(DISTINCT gpu_id) FROM samples"
+    ) == [("2026-01-03 07:36:53.507", "2026-01-03 08:24:53.961", 1)]
+    # line 5: "2026/01/03 15:36:56.518, NVIDIA GeForce RTX 4090, 34 %, 1 %, 17304 MiB, 71.06 W"
+    assert _rows(
+        ledger,
+        "SELECT util_pct, mem_util_pct, mem_used_mib, round(power_w::DOUBLE, 2) FROM samples "
+        "WHERE ts = TIMESTAMP '2026-01-03 07:36:56.518'",
+    ) == [(34.0, 1.0, 17304.0, 71.06)]
+    assert _rows(ledger, "SELECT model, model_raw FROM gpus") == [("RTX-4090", "NVIDIA GeForce RTX 4090")]
+
+
+@pytest.mark.datasets
+def test_real_xypp3_mislabeled_header_is_refused_then_read_with_columns(ledger):
+    path = dataset("nvidia-smi-csv/xypp3_gpu_glasses_nvidia_smi.csv")
+    with pytest.raises(FormatError, match=r":1: column 'index' should tell GPUs apart"):
+        ingest_file(ledger, path)
+    cols = "timestamp,index,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"
+    report = ingest_file(ledger, path, opts=IngestOptions(columns=tuple(cols.split(","))))
+    assert report.rows == {"samples": 43, "gpus": 8}
+    # ISO times with +08:00: 2025-09-08T17:26:50+08:00 is 09:26:50 UTC whatever --tz says
+    assert _rows(ledger, "SELECT min(ts)::VARCHAR, max(mem_total_mib) FROM samples") == [
+        ("2025-09-08 09:26:50", 81559.0)
+    ]
+    # line 2: "2025-09-08T17:26:50+08:00,0, 0, 4, 81559, 74.01, 33"
+    assert _rows(
+        ledger,
+        "SELECT util_pct, mem_used_mib, round(power_w::DOUBLE, 2), temp_c FROM samples "
+        "WHERE gpu_id = 'localhost:0' AND ts = TIMESTAMP '2025-09-08 09:26:50'",
+    ) == [(0.0, 4.0, 74.01, 33.0)]
+
+
+@pytest.mark.datasets
+def test_real_anjana5anand_custom_header(ledger):
+    path = dataset("nvidia-smi-csv/anjana5anand_gpu_usage_log_resnet_224.csv")
+    report = ingest_file(ledger, path, opts=UTC)
+    assert report.rows == {"samples": 22, "gpus": 1}
+    assert _rows(ledger, "SELECT min(ts)::VARCHAR FROM samples") == [("2025-05-25 00:13:19.084",)]
+    # line 2: "2025/05/25 00:13:19.084, 0, NVIDIA RTX A5000, 10, 24564, 11325, 12909, 72"
+    assert _rows(
+        ledger,
+        "SELECT util_pct, mem_total_mib, mem_used_mib, temp_c FROM samples ORDER BY ts LIMIT 1",
+    ) == [(10.0, 24564.0, 11325.0, 72.0)]
+    start = dt.datetime(2025, 5, 25, 0, 13, 19, 84000)
+    assert _rows(ledger, "SELECT first_seen FROM gpus") == [(start,)]
+
+
+def test_a_repeated_line_lands_once_with_the_gap_to_the_next_distinct_time(ledger, tmp_path):
+    lines = UNITS.splitlines(keepends=True)
+    report = ingest_file(
+        ledger, write(tmp_path, "dup.csv", lines[0] + lines[1] + lines[1] + lines[3]), opts=UTC
+    )
+    assert report.rows["samples"] == 2
+    assert report.skipped["samples already in the ledger"] == 1
+    # 10:00:00 → 10:00:10: the kept row stands for 10 s, not for the 0 s to its duplicate
+    assert _rows(ledger, "SELECT interval_s FROM samples ORDER BY ts") == [(10.0,), (10.0,)]
