@@ -1,0 +1,655 @@
+"""``gpuledger collect prometheus``: DCGM telemetry from Prometheus (or Thanos, Mimir) as per-step rollups.
+
+Why pushdown: a 1,000-GPU fleet scraped every 15-30 s holds billions of raw samples a month. The server that
+already stores them aggregates where the data lives, so every request asks PromQL for one value per GPU per
+step over a window of one step (``/api/v1/query_range``) and only those rollups travel (see ROLLUPS:
+``avg_over_time`` for rates and levels, ``max_over_time`` for peak memory and temperature, ``last_over_time``
+for the energy counter, FB_USED + FB_FREE as the memory total). Each returned GPU-step becomes one
+``samples`` row with ``ts`` = start of its window ``(t - step, t]`` and ``interval_s`` = step.
+
+Labels → GPU, metric → column, blank sentinels → NULL: exactly as for a dcgm-exporter file, because the
+rollups go through :func:`collectors.dcgm.stage_long` (``UUID``/``uuid``, ``UUID/GPU_I_ID`` for a MIG
+instance, else ``Hostname:gpu``; ``modelName``; util from GPU_UTIL, else 100 × PROF_GR_ENGINE_ACTIVE on MIG).
+Jobs: ``job_id`` = ``hpc_job``, else ``namespace/pod`` (``exported_*`` first), prefixed ``<cluster>/`` with
+``--cluster`` so they match the Slurm collector's ids. When a GPU's job label changes inside a step
+Prometheus returns two series for that step; they are merged, averages weighted by each series' sample count
+(``count_over_time`` of GPU_UTIL), and the step goes to the job with more samples.
+
+Bounded requests: Prometheus refuses more than 11,000 points per series, so the time range is cut into chunks
+of at most 10,000 steps (``--chunk``, default one day); series per request are bounded by querying at most
+``--hosts-per-query`` hosts at a time (plus one request for series without a ``Hostname``) and by ``--match``.
+
+Incremental and resumable: each chunk is fetched (retries with exponential backoff on connection errors,
+5xx and 429), then staged, landed through :func:`collectors.base.land` and recorded (path
+``prometheus://host/api/v1/query_range?start=…``; hash over the range and the answers) in ONE transaction
+together with the cursor in ``collector_state`` (open, write, close: the dashboard keeps reading in
+between). A failure keeps every committed chunk and the cursor at the last one; the next run resumes there.
+docs/scale.md has the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import random
+import re
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from collectors.base import (
+    IngestOptions,
+    IngestReport,
+    land,
+    next_ingest_id,
+    quote,
+    record_ingest,
+    run_in_transaction,
+)
+from collectors.dcgm import stage_long
+from gpuledger.commands._common import add_db_options, print_json
+from gpuledger.db import writer
+from gpuledger.errors import CollectorError
+
+FORMAT = "prometheus"
+MAX_STEPS_PER_REQUEST = 10_000  # Prometheus caps query_range at 11,000 points per series
+BLANK_VALUE = 1e15  # DCGM reports "no value" as sentinels near 9.2e18; nothing real reaches 1e15
+
+
+@dataclass(frozen=True)
+class Rollup:
+    """One PromQL query per chunk, named for the DCGM field its values stand for (what collectors.dcgm maps).
+
+    ``expr`` has ``{sel}`` (label matchers) and ``{w}`` (the step window); ``combine`` says how two series of
+    one GPU-step merge (``avg`` weighted by their sample counts, or ``max``).
+    """
+
+    metric: str
+    expr: str
+    combine: str = "avg"
+
+
+ROLLUPS: tuple[Rollup, ...] = (
+    Rollup("DCGM_FI_DEV_GPU_UTIL", "avg_over_time(DCGM_FI_DEV_GPU_UTIL{sel}[{w}])"),
+    Rollup("count", "count_over_time(DCGM_FI_DEV_GPU_UTIL{sel}[{w}])"),  # merge weight, not stored
+    Rollup("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{sel}[{w}])"),
+    Rollup("DCGM_FI_DEV_MEM_COPY_UTIL", "avg_over_time(DCGM_FI_DEV_MEM_COPY_UTIL{sel}[{w}])"),
+    Rollup("DCGM_FI_DEV_FB_USED", "max_over_time(DCGM_FI_DEV_FB_USED{sel}[{w}])", "max"),
+    Rollup(
+        "DCGM_FI_DEV_FB_TOTAL",
+        "avg_over_time(DCGM_FI_DEV_FB_USED{sel}[{w}]) + avg_over_time(DCGM_FI_DEV_FB_FREE{sel}[{w}])",
+    ),
+    Rollup("DCGM_FI_DEV_POWER_USAGE", "avg_over_time(DCGM_FI_DEV_POWER_USAGE{sel}[{w}])"),
+    Rollup(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "last_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{sel}[{w}])",
+        "max",
+    ),
+    Rollup("DCGM_FI_DEV_GPU_TEMP", "max_over_time(DCGM_FI_DEV_GPU_TEMP{sel}[{w}])", "max"),
+    Rollup("DCGM_FI_DEV_SM_CLOCK", "avg_over_time(DCGM_FI_DEV_SM_CLOCK{sel}[{w}])"),
+    Rollup("DCGM_FI_PROF_SM_ACTIVE", "avg_over_time(DCGM_FI_PROF_SM_ACTIVE{sel}[{w}])"),
+    Rollup("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "avg_over_time(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{sel}[{w}])"),
+)
+METRIC_NAMES = tuple(sorted({m for r in ROLLUPS for m in re.findall(r"DCGM_FI_[A-Z_]+", r.expr)}))
+# Labels that name a workload, not a GPU: a change of job inside a step splits a GPU's series in two.
+JOB_LABELS = (
+    "hpc_job",
+    "pod",
+    "namespace",
+    "container",
+    "exported_pod",
+    "exported_namespace",
+    "exported_container",
+    "pod_name",
+    "pod_namespace",
+    "container_name",
+)
+
+
+@dataclass(frozen=True)
+class PullOptions:
+    url: str  # base URL of the Prometheus HTTP API (a Mimir/Thanos prefix such as /prometheus included)
+    step_s: int = 60
+    since: dt.datetime | None = None  # naive UTC; None: resume at the cursor, else 24 h ago
+    until: dt.datetime | None = None  # naive UTC; None: now minus one step (windows still filling)
+    match: str = ""  # extra label matchers, e.g. 'cluster="a",Hostname=~"gpu-.*"'
+    chunk_s: int = 86_400  # time range per transaction (capped at 10,000 steps)
+    hosts_per_query: int = 64
+    retries: int = 5
+    backoff_s: float = 1.0
+    timeout_s: float = 120.0
+    headers: tuple[tuple[str, str], ...] = ()  # e.g. (("X-Scope-OrgID", "tenant"),) for Mimir
+    job_prefix: str | None = None  # prepended to job ids; None: "<cluster>/" (the sacct ids) or nothing
+    cluster: str | None = None
+
+
+@dataclass
+class ChunkReport:
+    start: dt.datetime  # first window start (naive UTC), inclusive
+    end: dt.datetime  # last window end, exclusive; the cursor after this chunk
+    ingest_id: int | None
+    rows: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+    requests: int = 0
+    points: int = 0  # rolled-up points received (series × steps, all queries)
+    bytes: int = 0
+    fetch_s: float = 0.0  # of ``seconds``: waiting for Prometheus and saving its answers
+    seconds: float = 0.0
+    already: bool = False
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "start": self.start.isoformat(),
+            "end": self.end.isoformat(),
+            "ingest_id": self.ingest_id,
+            "rows": self.rows,
+            "skipped": self.skipped,
+            "requests": self.requests,
+            "points": self.points,
+            "bytes": self.bytes,
+            "fetch_s": round(self.fetch_s, 3),
+            "seconds": round(self.seconds, 3),
+            "already_ingested": self.already,
+        }
+
+
+@dataclass
+class PullReport:
+    collector: str
+    step_s: int
+    cursor: dt.datetime | None
+    chunks: list[ChunkReport] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "collector": self.collector,
+            "step_s": self.step_s,
+            "cursor": self.cursor.isoformat() if self.cursor else None,
+            "samples": sum(c.rows.get("samples", 0) for c in self.chunks),
+            "chunks": [c.as_dict() for c in self.chunks],
+        }
+
+
+# ---------------------------------------------------------------------------------------------- HTTP
+
+
+class PromClient:
+    """The Prometheus HTTP API over urllib: POSTed queries, retries with exponential backoff on transient errors."""
+
+    def __init__(self, opts: PullOptions) -> None:
+        self.base = opts.url.rstrip("/")
+        self.opts = opts
+        self.requests = 0
+        self.bytes = 0
+        self.retried = 0
+
+    def post(self, path: str, params: list[tuple[str, str]], *, method: str = "POST") -> bytes:
+        """POST (queries: long selectors fit) or GET (the label API) ``params``; the body as bytes."""
+        query = urllib.parse.urlencode(params)
+        data = query.encode() if method == "POST" else None
+        url = self.base + path + ("" if method == "POST" else "?" + query)
+        headers = {"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"}
+        headers.update(dict(self.opts.headers))
+        last: str = ""
+        for attempt in range(self.opts.retries + 1):
+            if attempt:
+                self.retried += 1
+                time.sleep(min(60.0, self.opts.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random() / 2))
+            request = urllib.request.Request(url, data=data, headers=headers, method=method)
+            try:
+                with urllib.request.urlopen(request, timeout=self.opts.timeout_s) as response:
+                    body = response.read()
+                self.requests += 1
+                self.bytes += len(body)
+                return body
+            except urllib.error.HTTPError as exc:
+                reason = _api_error(exc)
+                if exc.code < 500 and exc.code != 429:
+                    raise CollectorError(
+                        f"{self.base}{path}: Prometheus rejected the request: {reason}"
+                    ) from None
+                last = f"HTTP {exc.code}: {reason}"
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+                last = str(getattr(exc, "reason", exc))
+        raise CollectorError(
+            f"{self.base}{path}: no answer after {self.opts.retries + 1} tries ({last}); "
+            "committed chunks are kept, run the same command again to resume"
+        )
+
+    def label_values(self, label: str, match: str, start: float, end: float) -> list[str]:
+        body = self.post(
+            f"/api/v1/label/{label}/values",
+            [("match[]", match), ("start", f"{start}"), ("end", f"{end}")],
+            method="GET",
+        )
+        return sorted(v for v in json.loads(body).get("data") or [] if v)
+
+
+def _api_error(exc: urllib.error.HTTPError) -> str:
+    try:
+        payload = json.loads(exc.read() or b"{}")
+        return str(payload.get("error") or exc.reason)
+    except (ValueError, OSError):
+        return str(exc.reason)
+
+
+# ------------------------------------------------------------------------------------------- planning
+
+
+def parse_duration(text: str) -> int:
+    """``60``, ``60s``, ``5m``, ``1h``, ``7d`` → seconds (a positive integer)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([smhdw]?)\s*", text)
+    if not m or int(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"not a duration (like 60s, 5m, 1h, 7d): {text!r}")
+    return int(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}[m.group(2)]
+
+
+def parse_time(text: str, *, now: dt.datetime | None = None) -> dt.datetime:
+    """ISO date/time (UTC unless it has an offset), epoch seconds, or an age like ``6h``/``7d`` → naive UTC."""
+    now = now or utcnow()
+    if re.fullmatch(r"\d+[smhdw]", text.strip()):
+        return now - dt.timedelta(seconds=parse_duration(text))
+    try:
+        return dt.datetime.fromtimestamp(float(text), dt.UTC).replace(tzinfo=None)
+    except ValueError:
+        pass
+    try:
+        value = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a time (ISO 8601, epoch seconds, or an age like 6h): {text!r}"
+        ) from None
+    return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo else value
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+def _epoch(ts: dt.datetime) -> int:
+    return int(ts.replace(tzinfo=dt.UTC).timestamp())
+
+
+def _from_epoch(seconds: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).replace(tzinfo=None)
+
+
+def plan_chunks(start: int, end: int, step_s: int, chunk_s: int) -> list[tuple[int, int]]:
+    """Cut ``[start, end)`` (epoch seconds, step-aligned) into ``(a, b)`` chunks of whole steps.
+
+    A chunk's ``query_range`` evaluates ``t = a + step … b``; each window ``(t - step, t]`` becomes a sample at
+    ``t - step``, so the chunk covers ``[a, b)``. No chunk has more than 10,000 steps.
+    """
+    span = max(step_s, min(chunk_s, MAX_STEPS_PER_REQUEST * step_s) // step_s * step_s)
+    return [(a, min(a + span, end)) for a in range(start, end, span)]
+
+
+def selector(*matchers: str) -> str:
+    """``{a,b}`` from label matcher lists (empty parts dropped; braces in the input tolerated)."""
+    parts = [m.strip().strip("{}").strip().strip(",") for m in matchers]
+    parts = [p for p in parts if p]
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+def host_batches(hosts: list[str], per_query: int) -> list[str]:
+    """Host matchers that partition every series: regex batches of known hosts, then ``Hostname=""``.
+
+    One batch without a matcher when the fleet is small enough for a single request.
+    """
+    if len(hosts) <= per_query:
+        return [""]
+    batches = []
+    for i in range(0, len(hosts), per_query):
+        alternatives = "|".join(re.escape(h) for h in hosts[i : i + per_query])
+        batches.append('Hostname=~"' + alternatives.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    batches.append('Hostname=""')
+    return batches
+
+
+def collector_key(opts: PullOptions) -> str:
+    return f"prometheus:{opts.url.rstrip('/')}" + (f" {selector(opts.match)}" if opts.match.strip() else "")
+
+
+# -------------------------------------------------------------------------------------------- staging
+
+
+def stage_responses(
+    con: duckdb.DuckDBPyConnection, files: list[Path], source: str, opts: PullOptions, ingest: IngestOptions
+) -> dict[str, int]:
+    """Create ``stage_samples`` and ``stage_gpus`` from saved ``query_range`` responses (one file per query).
+
+    Set-based: DuckDB reads the JSON (one row per returned point), merges the series of one GPU-step that a
+    job change split (weighted by sample counts; the step goes to the job with more samples), and hands the
+    result as ``prom_long`` to :func:`collectors.dcgm.stage_long`, so labels map to GPUs exactly as for a
+    dcgm-exporter file. ``ts`` = window start, ``interval_s`` = step. Returns values skipped, by reason.
+    """
+    step = int(opts.step_s)
+    names = ", ".join(quote(str(f)) for f in files)
+    prefix = quote(job_prefix(opts))
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE stage_prom_points AS
+        SELECT metric, key, t,
+               CASE WHEN isnan(x) OR isinf(x) OR abs(x) >= {BLANK_VALUE} THEN NULL ELSE x END AS val
+        FROM (
+            SELECT regexp_extract(filename, '([A-Za-z_]+)-[0-9]+\\.json$', 1) AS metric,
+                   r.metric::VARCHAR AS key, v[1]::DOUBLE AS t, TRY_CAST(v[2] AS DOUBLE) AS x
+            FROM (SELECT filename, unnest(data.result) AS r
+                  FROM read_json([{names}], filename = true, maximum_object_size = 2000000000,
+                       columns = {{status: 'VARCHAR',
+                                   data: 'STRUCT(resultType VARCHAR, result STRUCT(metric JSON, "values" VARCHAR[][])[])'}})),
+                 unnest(r."values") AS p(v))
+        """
+    )
+    jobs = ", ".join(quote(j) for j in JOB_LABELS)
+
+    def label(*names: str) -> str:
+        return "coalesce(" + ", ".join(f"nullif(m[{quote(n)}], '')" for n in names) + ")"
+
+    # one row per distinct label set: the GPU's labels without the workload ones, and the job they name
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE stage_prom_keys AS
+        SELECT key, gpu_labels, gpu_labels::VARCHAR AS gkey,
+               CASE WHEN {label("hpc_job")} IS NOT NULL THEN {prefix} || {label("hpc_job")}
+                    WHEN {label("exported_pod", "pod")} IS NOT NULL
+                        THEN {prefix} || coalesce({label("exported_namespace", "namespace")} || '/', '')
+                             || {label("exported_pod", "pod")}
+               END AS job
+        FROM (SELECT key, m, map_from_entries(list_filter(map_entries(m), lambda e: e.key NOT IN ({jobs}))) AS gpu_labels
+              FROM (SELECT key, CAST(key::JSON AS MAP(VARCHAR, VARCHAR)) AS m
+                    FROM (SELECT DISTINCT key FROM stage_prom_points)))
+        """
+    )
+    maxed = ", ".join(quote(r.metric) for r in ROLLUPS if r.combine == "max")
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE stage_prom_merged AS
+        WITH weighted AS (
+            SELECT p.metric, p.t, p.val, k.gkey, k.job, coalesce(c.val, 1) AS w
+            FROM stage_prom_points p JOIN stage_prom_keys k USING (key)
+            LEFT JOIN (SELECT key, t, val FROM stage_prom_points WHERE metric = 'count') c USING (key, t)
+            WHERE p.metric <> 'count'
+        ),
+        steps AS (
+            SELECT gkey, t, nullif(arg_max(coalesce(job, ''), (w, coalesce(job, ''))), '') AS job
+            FROM weighted GROUP BY gkey, t
+        ),
+        merged AS (
+            SELECT gkey, t, metric,
+                   CASE WHEN metric IN ({maxed}) THEN max(val)
+                        ELSE sum(val * w) FILTER (WHERE val IS NOT NULL) / sum(w) FILTER (WHERE val IS NOT NULL)
+                   END AS value
+            FROM weighted GROUP BY gkey, t, metric
+        )
+        SELECT m.*, s.job FROM merged m JOIN steps s USING (gkey, t)
+        """
+    )
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE prom_long AS
+        WITH labelsets AS (  -- built once per GPU and job, not per point
+            SELECT gkey, coalesce(job, '') AS jkey,
+                   CASE WHEN job IS NULL THEN gpu_labels ELSE map_concat(gpu_labels, MAP {{'hpc_job': job}}) END
+                       AS labels
+            FROM (SELECT DISTINCT gkey, job FROM stage_prom_merged)
+            JOIN (SELECT DISTINCT gkey, gpu_labels FROM stage_prom_keys) USING (gkey)
+        )
+        SELECT row_number() OVER () AS line_no, m.metric, l.labels,
+               make_timestamp(CAST((m.t - {step}) * 1000000 AS BIGINT)) AS ts, m.value
+        FROM stage_prom_merged m JOIN labelsets l ON l.gkey = m.gkey AND l.jkey = coalesce(m.job, '')
+        """
+    )
+    if not con.execute("SELECT count(*) FROM prom_long").fetchall()[0][0]:
+        con.execute("DROP TABLE temp.prom_long")
+        return {}
+    notes = stage_long(con, Path(source), ingest)
+    con.execute("ALTER TABLE stage_samples ADD COLUMN interval_s FLOAT")
+    con.execute(f"UPDATE stage_samples SET interval_s = {float(step)}")
+    return notes
+
+
+def job_prefix(opts: PullOptions) -> str:
+    """``--job-prefix``, else ``<cluster>/`` so hpc_job ids match the Slurm collector's ``<cluster>/<JobIDRaw>``."""
+    if opts.job_prefix is not None:
+        return opts.job_prefix
+    return f"{opts.cluster}/" if opts.cluster else ""
+
+
+def _drop_intermediates(con: duckdb.DuckDBPyConnection) -> None:
+    for table in ("stage_prom_points", "stage_prom_keys", "stage_prom_merged"):
+        con.execute(f"DROP TABLE IF EXISTS temp.{table}")
+
+
+# ---------------------------------------------------------------------------------------------- pull
+
+
+def read_cursor(db: str | None, key: str) -> dt.datetime | None:
+    with writer(db) as con:
+        rows = con.execute("SELECT cursor_ts FROM collector_state WHERE collector = ?", [key]).fetchall()
+    return rows[0][0] if rows else None
+
+
+def fetch_chunk(
+    client: PromClient, opts: PullOptions, batches: list[str], a: int, b: int, folder: Path
+) -> list[Path]:
+    """Run every rollup for every host batch over ``[a, b)``; save each response body as a file."""
+    window = f"{opts.step_s * 1000 - 1}ms"  # (t - step, t]: a scrape exactly on a boundary counts once
+    files = []
+    for i, batch in enumerate(batches):
+        sel = selector(opts.match, batch)
+        for rollup in ROLLUPS:
+            query = rollup.expr.replace("{sel}", sel).replace("{w}", window)
+            body = client.post(
+                "/api/v1/query_range",
+                [
+                    ("query", query),
+                    ("start", str(a + opts.step_s)),
+                    ("end", str(b)),
+                    ("step", str(opts.step_s)),
+                ],
+            )
+            path = folder / f"{rollup.metric}-{i}.json"
+            path.write_bytes(body)
+            files.append(path)
+    return files
+
+
+def pull(
+    db: str | None,
+    opts: PullOptions,
+    *,
+    idle_util_pct: float = 5.0,
+    now: dt.datetime | None = None,
+    progress: bool = False,
+) -> PullReport:
+    """Collect ``[since, until)`` (or from the cursor on) into the ledger at ``db``, one transaction per chunk.
+
+    Returns what each chunk brought; raises :class:`CollectorError` when Prometheus stays unreachable (the
+    chunks before stay committed and the cursor with them).
+    """
+    step = opts.step_s
+    key = collector_key(opts)
+    now = now or utcnow()
+    cursor = read_cursor(db, key)
+    if opts.since is not None:
+        first = opts.since
+    elif cursor is not None:
+        first = cursor
+    else:
+        first = now - dt.timedelta(days=1)
+    last = opts.until or now - dt.timedelta(seconds=step)
+    start = -(-_epoch(first) // step) * step
+    end = _epoch(last) // step * step
+    report = PullReport(key, step, cursor)
+    if end <= start:
+        return report
+    client = PromClient(opts)
+    names = "|".join(METRIC_NAMES)
+    hosts = client.label_values("Hostname", selector(f'__name__=~"{names}"', opts.match), start, end + step)
+    batches = host_batches(hosts, opts.hosts_per_query)
+    ingest_opts = IngestOptions(cluster=opts.cluster, idle_util_pct=idle_util_pct)
+    for a, b in plan_chunks(start, end, step, opts.chunk_s):
+        began = time.perf_counter()
+        requests_before, bytes_before = client.requests, client.bytes
+        chunk = ChunkReport(_from_epoch(a), _from_epoch(b), None)
+        with tempfile.TemporaryDirectory(prefix="gpuledger-prom-") as tmp:
+            files = fetch_chunk(client, opts, batches, a, b, Path(tmp))
+            chunk.fetch_s = time.perf_counter() - began
+            chunk.requests = client.requests - requests_before
+            chunk.bytes = client.bytes - bytes_before
+            commit_chunk(db, opts, chunk, files, ingest_opts)
+        chunk.seconds = time.perf_counter() - began
+        report.chunks.append(chunk)
+        report.cursor = max(report.cursor or chunk.end, chunk.end)
+        if progress:
+            print(describe_chunk(chunk), file=sys.stderr, flush=True)
+    return report
+
+
+def commit_chunk(
+    db: str | None, opts: PullOptions, chunk: ChunkReport, files: list[Path], ingest_opts: IngestOptions
+) -> None:
+    """Stage, land and record one fetched chunk and move the cursor to its end, in one transaction.
+
+    The chunk's hash covers the collector, its range and every response body: fetching the same range again
+    with the same answers is a no-op (only the cursor is written).
+    """
+    key, step = collector_key(opts), opts.step_s
+    digest = hashlib.sha256(f"{key}|{chunk.start}|{chunk.end}|{step}".encode())
+    for f in files:
+        digest.update(f.read_bytes())
+    sha = digest.hexdigest()
+    split = urllib.parse.urlsplit(opts.url)
+    path = (
+        f"prometheus://{split.netloc}{split.path.rstrip('/')}/api/v1/query_range"
+        f"?start={chunk.start.isoformat()}Z&end={chunk.end.isoformat()}Z&step={step}s"
+        + (f"&match={urllib.parse.quote(selector(opts.match))}" if opts.match.strip() else "")
+    )
+    with writer(db) as con:
+
+        def work() -> IngestReport:
+            seen = con.execute(
+                "SELECT ingest_id FROM ingests WHERE content_sha256 = ? LIMIT 1", [sha]
+            ).fetchall()
+            if seen:
+                chunk.ingest_id, chunk.already = int(seen[0][0]), True
+            else:
+                chunk.skipped = stage_responses(con, files, path, opts, ingest_opts)
+                chunk.points = int(con.execute("SELECT count(*) FROM stage_prom_points").fetchall()[0][0])
+                _drop_intermediates(con)
+                staged = con.execute(
+                    "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = 'stage_samples'"
+                ).fetchall()[0][0]
+                if staged:
+                    chunk.ingest_id = next_ingest_id(con)
+                    rows = land(con, chunk.ingest_id, ingest_opts)
+                    dup = rows.pop("samples_duplicate", 0)
+                    if dup:
+                        chunk.skipped["samples already in the ledger"] = dup
+                    chunk.rows = rows
+                    record_ingest(
+                        con,
+                        chunk.ingest_id,
+                        path=path,
+                        source_key=key,
+                        sha256=sha,
+                        fmt=FORMAT,
+                        rows=rows,
+                        skipped=chunk.skipped,
+                    )
+            con.execute(
+                """INSERT INTO collector_state VALUES (?, ?, ?, ?)
+                   ON CONFLICT (collector) DO UPDATE SET
+                       cursor_ts = greatest(collector_state.cursor_ts, excluded.cursor_ts),
+                       updated_at = excluded.updated_at, detail_json = excluded.detail_json""",
+                [key, chunk.end, utcnow(), json.dumps({"step_s": step, "url": opts.url})],
+            )
+            return IngestReport(key, FORMAT, chunk.ingest_id)
+
+        run_in_transaction(con, work)
+
+
+def describe_chunk(chunk: ChunkReport) -> str:
+    if chunk.already:
+        what = f"already ingested (ingest #{chunk.ingest_id})"
+    else:
+        what = ", ".join(f"{n:,} {t}" for t, n in chunk.rows.items() if n) or "no data"
+    return (
+        f"{chunk.start:%Y-%m-%d %H:%M} → {chunk.end:%Y-%m-%d %H:%M} UTC: {what} "
+        f"({chunk.requests} requests, {chunk.points:,} points, {chunk.bytes / 1e6:.1f} MB, {chunk.seconds:.1f} s)"
+    )
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+
+
+def add_collect_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "prometheus",
+        help="pull DCGM GPU telemetry from Prometheus/Thanos/Mimir as per-step rollups",
+        description="Pull dcgm-exporter metrics through the Prometheus HTTP API with the aggregation done "
+        "by the server (one value per GPU per step). Incremental: without --since it resumes where the "
+        "last run stopped (first run: the last 24 h).",
+    )
+    p.add_argument("--url", required=True, help="Prometheus base URL, e.g. http://prometheus:9090")
+    p.add_argument("--since", type=parse_time, help="start (ISO time in UTC, epoch s, or an age like 7d)")
+    p.add_argument("--until", type=parse_time, help="end (default: now minus one step)")
+    p.add_argument("--step", type=parse_duration, default=60, help="rollup step (default 60s)")
+    p.add_argument("--match", default="", help="extra label matchers, e.g. 'cluster=\"a\"'")
+    p.add_argument("--chunk", type=parse_duration, default=86_400, help="time per transaction (default 1d)")
+    p.add_argument("--hosts-per-query", type=int, default=64, help="bound series per request (default 64)")
+    p.add_argument("--retries", type=int, default=5, help="retries per request, exponential backoff")
+    p.add_argument("--header", action="append", default=[], help="HTTP header 'Name: value' (repeatable)")
+    p.add_argument(
+        "--job-prefix", help="prefix for job ids from hpc_job/pod labels (default: CLUSTER/ with --cluster)"
+    )
+    p.add_argument("--cluster", help="cluster of these GPUs; job ids become CLUSTER/<hpc_job> like sacct's")
+    p.add_argument("--json", action="store_true", help="print a JSON report")
+    add_db_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuledger.settings import load_settings
+
+    headers = []
+    for h in args.header:
+        name, sep, value = h.partition(":")
+        if not sep or not name.strip():
+            raise CollectorError(f"--header {h!r}: expected 'Name: value'")
+        headers.append((name.strip(), value.strip()))
+    opts = PullOptions(
+        url=args.url,
+        step_s=args.step,
+        since=args.since,
+        until=args.until,
+        match=args.match,
+        chunk_s=args.chunk,
+        hosts_per_query=max(1, args.hosts_per_query),
+        retries=max(0, args.retries),
+        headers=tuple(headers),
+        job_prefix=args.job_prefix,
+        cluster=args.cluster,
+    )
+    settings = load_settings(args.settings)
+    report = pull(args.db, opts, idle_util_pct=settings.idle_util_pct, progress=not args.json)
+    if args.json:
+        print_json(report.as_dict())
+    elif not report.chunks:
+        print(f"{report.collector}: up to date (cursor {report.cursor})")
+    else:
+        total = sum(c.rows.get("samples", 0) for c in report.chunks)
+        print(
+            f"{report.collector}: {total:,} samples in {len(report.chunks)} chunk(s); cursor {report.cursor}"
+        )
+    return 0
