@@ -17,7 +17,8 @@ Labels: ``UUID``/``uuid`` (gpu_id; a MIG instance with ``GPU_I_ID`` is ``<uuid>/
 ``mig_profile`` from ``GPU_I_PROFILE`` and its parent GPU), else ``Hostname``/``hostname`` + ``gpu``
 (``HOST:INDEX``); ``modelName`` → model; ``hpc_job`` → the sample's job_id. Samples with no GPU label at
 all are skipped and counted. ``pod``/``namespace``/``container`` (and ``exported_*``) name Kubernetes
-workloads, which the ledger has no column for yet: they are not stored.
+workloads: a series with no ``hpc_job`` but a pod belongs to job ``namespace/pod``. With ``--cluster C`` job
+ids are prefixed ``C/``, as the sacct parser and the live Prometheus collector write them.
 
 Time: a sample's own timestamp when it has one; a file without timestamps is ONE scrape taken at the file's
 modification time (stated in the report); a series that repeats in such a file is an error, since the
@@ -73,6 +74,19 @@ def _label(*names: str) -> str:
     return "coalesce(" + ", ".join(f"nullif(labels[{quote(n)}], '')" for n in names) + ")"
 
 
+def _job_id_sql(opts: IngestOptions) -> str:
+    """The job a series belongs to: ``hpc_job`` (a Slurm job id), else ``namespace/pod`` (Kubernetes).
+
+    Prefixed ``<cluster>/`` when a cluster is given, the same ids the sacct parser and the live Prometheus
+    collector write, so samples from a file and job records from the scheduler meet.
+    """
+    prefix = quote(f"{opts.cluster}/" if opts.cluster else "")
+    pod = _label("exported_pod", "pod")
+    namespace = _label("exported_namespace", "namespace")
+    return f"""(CASE WHEN {_label("hpc_job")} IS NOT NULL THEN {prefix} || {_label("hpc_job")}
+                     WHEN {pod} IS NOT NULL THEN {prefix} || coalesce({namespace} || '/', '') || {pod} END)"""
+
+
 def stage_long(con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
     """Pivot TEMP ``prom_long(line_no, metric, labels MAP, ts TIMESTAMP, value DOUBLE)`` into stage tables.
 
@@ -90,7 +104,7 @@ def stage_long(con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) 
                    {uuid} AS uuid, {gi} AS gi, {host} AS host, {index} AS gpu_index,
                    {_label("modelName", "modelname")} AS model_raw,
                    {_label("GPU_I_PROFILE", "gpu_i_profile")} AS mig_profile,
-                   {_label("hpc_job")} AS job_id,
+                   {_job_id_sql(opts)} AS job_id,
                    CASE WHEN {uuid} IS NOT NULL THEN {uuid} || coalesce('/' || {gi}, '')
                         WHEN {index} IS NOT NULL THEN coalesce({host}, 'localhost') || ':' || {index}
                    END AS gpu_id

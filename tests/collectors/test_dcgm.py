@@ -169,3 +169,25 @@ def test_real_issue_excerpts_repeat_a_series_without_timestamps(ledger):
     with pytest.raises(FormatError, match=r"github_issue_excerpts_metrics\.txt:27: a series repeats"):
         ingest_file(ledger, dataset("dcgm-exporter/github_issue_excerpts_metrics.txt"))
     assert _rows(ledger, "SELECT count(*) FROM samples") == [(0,)]
+
+
+def test_job_ids_come_from_hpc_job_else_pod_and_carry_the_cluster_prefix(ledger, tmp_path):
+    from collectors.base import IngestOptions
+
+    path = write(
+        tmp_path,
+        "k8s.prom",
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a",Hostname="n1",hpc_job="4411"} 90 1700000000000\n'
+        'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-b",Hostname="n1",namespace="ml",pod="trainer-0"} 80 1700000000000\n'
+        'DCGM_FI_DEV_GPU_UTIL{gpu="2",UUID="GPU-c",Hostname="n1",exported_namespace="web",exported_pod="api-1",'
+        'namespace="monitoring",pod="dcgm-exporter-x"} 70 1700000000000\n'
+        'DCGM_FI_DEV_GPU_UTIL{gpu="3",UUID="GPU-d",Hostname="n1",pod=""} 0 1700000000000\n',
+    )
+    ingest_file(ledger, path, opts=IngestOptions(cluster="prod"))
+    rows = ledger.execute("SELECT gpu_id, job_id FROM samples ORDER BY gpu_id").fetchall()
+    assert rows == [
+        ("GPU-a", "prod/4411"),
+        ("GPU-b", "prod/ml/trainer-0"),
+        ("GPU-c", "prod/web/api-1"),  # the exported_* labels name the workload, not the exporter's own pod
+        ("GPU-d", None),
+    ]
