@@ -62,24 +62,27 @@ TELEMETRY_ONLY_GPUS_SQL = """
     SELECT g.gpu_id FROM gpus g
     WHERE NOT EXISTS (SELECT 1 FROM allocations a
                       WHERE a.gpu_id = g.gpu_id OR (a.gpu_id IS NULL AND a.host = g.host))
-      AND NOT EXISTS (SELECT 1 FROM samples_minute m JOIN jobs jj ON jj.job_id = m.job_id
+      AND NOT EXISTS (SELECT 1 FROM samples_day m JOIN jobs jj ON jj.job_id = m.job_id
                       WHERE m.gpu_id = g.gpu_id)
-      AND EXISTS (SELECT 1 FROM samples_minute m WHERE m.gpu_id = g.gpu_id)
+      AND EXISTS (SELECT 1 FROM samples_day m WHERE m.gpu_id = g.gpu_id)
 """
 
 
 def pseudo_jobs_sql(lo: dt.datetime, hi: dt.datetime) -> tuple[str, list[object]]:
-    """Rows shaped like ``jobs`` for the telemetry-only GPUs with samples in [lo, hi)."""
+    """Rows shaped like ``jobs`` for the telemetry-only GPUs with samples in [lo, hi).
+
+    Read from the per-day rollup (first sample, and max(ts + interval_s), of each GPU-day): ``lo`` and
+    ``hi`` are midnights, so the days inside hold exactly the samples inside."""
     sql = f"""
     SELECT '{PSEUDO_PREFIX}' || s.gpu_id AS job_id, 'telemetry' AS source, any_value(g.cluster) AS cluster,
            '{UNATTRIBUTED}' AS user_name, '{UNATTRIBUTED}' AS team, NULL::VARCHAR AS project,
            '{PSEUDO_PREFIX}' || s.gpu_id AS name, 'other' AS kind, any_value(g.model) AS gpu_model,
            1.0::DOUBLE AS gpu_count, 'on_demand' AS pricing_tier, NULL::TIMESTAMP AS submit_ts,
-           min(s.ts) AS start_ts, max(s.ts + to_microseconds((s.interval_s * 1e6)::BIGINT)) AS end_ts,
+           min(s.first_ts) AS start_ts, max(s.max_end_ts) AS end_ts,
            'UNKNOWN' AS state, NULL::VARCHAR AS exit_reason, NULL::TIMESTAMP AS last_checkpoint_ts,
            NULL::BIGINT AS ingest_id
-    FROM samples s JOIN ({TELEMETRY_ONLY_GPUS_SQL}) t USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
-    WHERE s.ts >= ?::TIMESTAMP AND s.ts < ?::TIMESTAMP
+    FROM samples_day s JOIN ({TELEMETRY_ONLY_GPUS_SQL}) t USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
+    WHERE s.day >= ?::DATE AND s.day < ?::DATE
     GROUP BY s.gpu_id
     """
     return sql, [lo, hi]

@@ -19,10 +19,17 @@ import datetime as dt
 import duckdb
 import polars as pl
 
-from analytics.cost import job_costs_sql
+from analytics.cost import PSEUDO_PREFIX, TELEMETRY_ONLY_GPUS_SQL, job_costs_sql
 from analytics.filters import Filters, horizon
 from analytics.query import frame
-from analytics.utilization import GAP_TOLERANCE, flagged_samples_sql
+from analytics.utilization import (
+    GAP_TOLERANCE,
+    Source,
+    flagged_samples_sql,
+    minute_view_sql,
+    use_rollup,
+    view_bounds,
+)
 from gpuledger.settings import Settings
 
 # NVML clocks_event_reasons bits that mean the GPU slowed itself for power or heat:
@@ -65,11 +72,42 @@ def view_jobs_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str, lis
     )
 
 
-def _samples_cte(filters: Filters, settings: Settings, as_of: dt.datetime | None) -> tuple[str, list[object]]:
+def _cut_samples_sql(filters: Filters, settings: Settings, jobs: list[str]) -> tuple[str, list[object]]:
+    """Raw samples of ``jobs`` (real jobs, never pseudo-jobs) inside the view, shaped like
+    :func:`flagged_samples_sql`'s, with ``in_idle`` read from the ``idle_runs`` rollup (same runs)."""
+    lo, hi = view_bounds(filters)
+    min_s = float(settings.idle_min_minutes) * 60.0
+    idle = float(settings.idle_util_pct)
+    marks = ", ".join("?" for _ in jobs) or "NULL"
+    sql = f"""
+    SELECT x.*, coalesce(x.util_pct <= {idle} AND r.run_s >= {min_s} AND x.ts <= r.last_ts, false) AS in_idle
+    FROM (
+        SELECT s.ts, s.gpu_id, s.job_id, s.interval_s::DOUBLE AS interval_s, s.util_pct::DOUBLE AS util_pct,
+               s.mem_used_mib::DOUBLE AS mem_used_mib,
+               coalesce(s.mem_total_mib, g.memory_total_mib, c.memory_mib) AS mem_total_mib,
+               s.sm_active_pct::DOUBLE AS sm_active_pct, s.tensor_active_pct::DOUBLE AS tensor_active_pct,
+               s.temp_c, s.throttle_reasons
+        FROM samples s LEFT JOIN gpus g USING (gpu_id) LEFT JOIN gpu_catalog c ON c.model = g.model
+        WHERE s.job_id IN ({marks}) AND s.ts >= ?::TIMESTAMP AND s.ts < ?::TIMESTAMP
+    ) x ASOF LEFT JOIN (SELECT * FROM idle_runs WHERE job_id IN ({marks})) r
+      ON x.gpu_id = r.gpu_id AND x.job_id = r.job_id AND x.ts >= r.first_ts
+    """
+    return sql, [*jobs, lo, hi, *jobs]
+
+
+def _samples_cte(
+    filters: Filters, settings: Settings, as_of: dt.datetime | None, only: list[str] | None = None
+) -> tuple[str, list[object]]:
     """CTEs ``vj`` (jobs of the view), ``s`` (their samples, with analytics.utilization's idle-stretch flag
-    ``in_idle``) and ``linked`` (each sample with its predecessor on the same GPU and job)."""
+    ``in_idle``) and ``linked`` (each sample with its predecessor on the same GPU and job).
+
+    ``only``: just these jobs, their samples read directly and the flag from the rollup (the fast path's
+    jobs whose samples a span end cuts inside a day)."""
     vj, vparams = view_jobs_sql(filters, as_of)
-    flagged, fparams = flagged_samples_sql(filters, settings, as_of)
+    if only is None:
+        flagged, fparams = flagged_samples_sql(filters, settings, as_of)
+    else:
+        flagged, fparams = _cut_samples_sql(filters, settings, only)
     sql = f"""
     vj AS ({vj}),
     s AS (
@@ -91,22 +129,84 @@ def _samples_cte(filters: Filters, settings: Settings, as_of: dt.datetime | None
     return sql, [*vparams, *fparams]
 
 
+def _split_jobs(con: duckdb.DuckDBPyConnection, filters: Filters, as_of: dt.datetime | None) -> list[str]:
+    """Jobs of the view with a rollup day holding samples outside the job's in-view span (a running job's
+    sample at the horizon, a sample a source tied to a job outside its times): the fast path reads their
+    samples; every other job's samples in the view all lie inside its span, so its day rows are exact."""
+    ctes, params = minute_view_sql(filters, as_of)
+    vj, vparams = view_jobs_sql(filters, as_of)
+    rows = con.execute(
+        f"""WITH {ctes}, jv AS ({vj})
+            SELECT DISTINCT mm.job_id FROM mm JOIN jv USING (job_id)
+            WHERE mm.first_ts < jv.span_start OR mm.last_ts >= jv.span_end ORDER BY 1""",
+        [*params, *vparams],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def _fast_stretches(
+    con: duckdb.DuckDBPyConnection,
+    filters: Filters,
+    settings: Settings,
+    as_of: dt.datetime | None,
+    cut: list[str],
+) -> pl.DataFrame:
+    """idle_stretches from the ``idle_runs`` rollup (runs of at least idle_min_minutes, their day pieces
+    inside the view summed), for the view's jobs not in ``cut``."""
+    jobs_sql, jobs_params = job_costs_sql(filters, as_of)
+    lo, hi = view_bounds(filters)
+    min_s = float(settings.idle_min_minutes) * 60.0
+    marks = ", ".join("?" for _ in cut) or "NULL"
+    sql = f"""
+    WITH vj AS (SELECT job_id FROM ({jobs_sql})), tele AS ({TELEMETRY_ONLY_GPUS_SQL}),
+    p AS (
+        SELECT CASE WHEN t.gpu_id IS NOT NULL THEN '{PSEUDO_PREFIX}' || r.gpu_id ELSE r.job_id END AS job_id,
+               r.gpu_id, r.run_start, r.first_ts, r.end_ts, r.idle_s
+        FROM idle_runs r LEFT JOIN tele t ON t.gpu_id = r.gpu_id
+        WHERE r.run_s >= {min_s} AND r.day >= ?::DATE AND r.day < ?::DATE
+    )
+    SELECT job_id, gpu_id, min(first_ts) AS start_ts, max(end_ts) AS end_ts, sum(idle_s) AS idle_s
+    FROM p WHERE job_id IN (SELECT job_id FROM vj) AND NOT coalesce(job_id IN ({marks}), false)
+    GROUP BY job_id, gpu_id, run_start
+    """
+    return frame(con, sql, [*jobs_params, lo, hi, *cut])
+
+
 def idle_stretches(
     con: duckdb.DuckDBPyConnection,
     *,
     filters: Filters | None = None,
     settings: Settings | None = None,
     as_of: dt.datetime | None = None,
+    source: Source = "auto",
 ) -> pl.DataFrame:
     """One row per idle stretch: job_id, gpu_id, start_ts, end_ts (UTC), idle_s (Σ interval_s, seconds).
 
     Stretch membership is analytics.utilization's (the waste taxonomy's), so these seconds are the ones
-    idle_allocated_usd prices.
+    idle_allocated_usd prices. ``source``: as in analytics.utilization (same rows either way).
     """
     filters = filters or Filters()
     settings = settings or Settings()
     as_of = as_of or horizon(con)
-    ctes, params = _samples_cte(filters, settings, as_of)
+    if use_rollup(con, settings, source):
+        cut = _split_jobs(con, filters, as_of)
+        fast = _fast_stretches(con, filters, settings, as_of, cut)
+        if cut:
+            fast = pl.concat(
+                [fast, _raw_stretches(con, filters, settings, as_of, cut)], how="vertical_relaxed"
+            )
+        return fast.sort("job_id", "gpu_id", "start_ts")
+    return _raw_stretches(con, filters, settings, as_of, None)
+
+
+def _raw_stretches(
+    con: duckdb.DuckDBPyConnection,
+    filters: Filters,
+    settings: Settings,
+    as_of: dt.datetime | None,
+    only: list[str] | None,
+) -> pl.DataFrame:
+    ctes, params = _samples_cte(filters, settings, as_of, only)
     sql = f"""
     WITH {ctes},
     grouped AS (
@@ -131,39 +231,104 @@ def job_signals(
     settings: Settings | None = None,
     as_of: dt.datetime | None = None,
     stretches: pl.DataFrame | None = None,
+    source: Source = "auto",
 ) -> pl.DataFrame:
     """One row per job in the view with at least one attributed sample (SIGNAL_COLUMNS).
 
-    ``stretches``: this view's :func:`idle_stretches`, when the caller already has them.
+    ``stretches``: this view's :func:`idle_stretches`, when the caller already has them. ``source``: as in
+    analytics.utilization; the fast path reads the day rollup for every job whose samples in the view all
+    lie inside its span (pair counts lose the first sample's pair per GPU, as a view-cut lag would), and
+    the samples of the few others (running jobs at the horizon).
     """
     filters = filters or Filters()
     settings = settings or Settings()
     as_of = as_of or horizon(con)
-    ctes, params = _samples_cte(filters, settings, as_of)
     idle = float(settings.idle_util_pct)
+    fast = use_rollup(con, settings, source)
     if stretches is None:
-        stretches = idle_stretches(con, filters=filters, settings=settings, as_of=as_of)
+        stretches = idle_stretches(
+            con, filters=filters, settings=settings, as_of=as_of, source="auto" if fast else "raw"
+        )
+    if fast:
+        cut = _split_jobs(con, filters, as_of)
+        ctes, params = _samples_cte(filters, settings, as_of, cut)
+        mctes, mparams = minute_view_sql(filters, as_of)
+        marks = ", ".join("?" for _ in cut) or "NULL"
+        ctes += f""",
+        {mctes},
+        dd AS (SELECT * FROM mm WHERE NOT coalesce(job_id IN ({marks}), false)),
+        per_gpu AS (
+            SELECT job_id, gpu_id, sum(util_s) * 100.0 / sum(util_cov_s) AS gpu_util FROM dd GROUP BY ALL
+            UNION ALL {_PER_GPU_RAW}
+        ),
+        pairs AS (
+            SELECT job_id, sum(np)::BIGINT AS n_pairs, sum(ns)::BIGINT AS n_swings
+            FROM (SELECT job_id, gpu_id, sum(pairs_n) - arg_min(first_pair, day) AS np,
+                         sum(swings_n) - arg_min(first_swing, day) AS ns
+                  FROM dd GROUP BY ALL)
+            GROUP BY job_id
+            UNION ALL {_PAIRS_RAW}
+        ),
+        agg AS (
+            SELECT job_id,
+                   sum(covered_s) AS covered_gpu_s,
+                   sum(n)::BIGINT AS n_samples,
+                   count(DISTINCT gpu_id) AS gpus_seen,
+                   sum(util_s) * 100.0 / sum(util_cov_s) AS mean_util_pct,
+                   max(mem_used_max_mib) AS peak_mem_mib,
+                   greatest(max(mem_total_mib), max(card_mib) FILTER (WHERE n_no_total > 0)) AS mem_total_mib,
+                   sum(sm_active_s) * 100.0 / sum(sm_cov_s) AS sm_active_pct,
+                   sum(tensor_active_s) * 100.0 / sum(tensor_cov_s) AS tensor_active_pct,
+                   sum(throttled_n) / nullif(sum(throttle_n), 0) AS throttled_share,
+                   sum(hot_n) / nullif(sum(temp_n), 0) AS hot_share,
+                   max(temp_max_c)::FLOAT AS max_temp_c,
+                   sum(dip_n) / nullif(sum(util_n), 0) AS dip_share,
+                   sum(burst_n) / nullif(sum(util_n), 0) AS burst_share
+            FROM dd GROUP BY job_id
+            UNION ALL {_AGG_RAW}
+        )"""
+        params = [*params, *mparams, *cut]
+    else:
+        ctes, params = _samples_cte(filters, settings, as_of)
+        ctes += f""",
+        per_gpu AS ({_PER_GPU_RAW}),
+        pairs AS ({_PAIRS_RAW}),
+        agg AS ({_AGG_RAW})"""
     sql = f"""
     WITH {ctes},
-    per_gpu AS (
-        SELECT job_id, gpu_id,
-               sum(util_pct * interval_s) / sum(CASE WHEN util_pct IS NOT NULL THEN interval_s END) AS gpu_util
-        FROM s GROUP BY job_id, gpu_id
-    ),
     unused AS (
         SELECT job_id, count(*) FILTER (WHERE gpu_util <= {idle}) AS unused_gpus,
                list(gpu_id) FILTER (WHERE gpu_util <= {idle}) AS unused_ids
         FROM per_gpu GROUP BY job_id
-    ),
-    pairs AS (
+    )
+    SELECT vj.job_id, vj.held_gpu_s, agg.covered_gpu_s, agg.n_samples, agg.gpus_seen, agg.mean_util_pct,
+           agg.peak_mem_mib, coalesce(agg.mem_total_mib, c.memory_mib) AS card_mem_mib,
+           agg.sm_active_pct, agg.tensor_active_pct, agg.throttled_share, agg.hot_share, agg.max_temp_c,
+           agg.dip_share, agg.burst_share,
+           CASE WHEN pairs.n_pairs > 0 THEN pairs.n_swings / pairs.n_pairs END AS swing_rate,
+           coalesce(unused.unused_gpus, 0) AS unused_gpus, unused.unused_ids
+    FROM vj JOIN agg USING (job_id)
+    LEFT JOIN pairs USING (job_id)
+    LEFT JOIN unused USING (job_id)
+    LEFT JOIN gpu_catalog c ON c.model = vj.gpu_model
+    ORDER BY vj.job_id
+    """
+    return _with_idle(frame(con, sql, params), stretches)
+
+
+# Signal sums over raw samples (CTEs ``s`` and ``linked`` of _samples_cte).
+_PER_GPU_RAW = """
+        SELECT job_id, gpu_id,
+               sum(util_pct * interval_s) / sum(CASE WHEN util_pct IS NOT NULL THEN interval_s END) AS gpu_util
+        FROM s GROUP BY job_id, gpu_id"""
+_PAIRS_RAW = f"""
         SELECT job_id,
                count(*) FILTER (WHERE contiguous AND util_pct IS NOT NULL AND prev_util IS NOT NULL) AS n_pairs,
                count(*) FILTER (WHERE contiguous AND (
                    (util_pct < {LOW_UTIL_PCT} AND prev_util > {HIGH_UTIL_PCT})
                    OR (util_pct > {HIGH_UTIL_PCT} AND prev_util < {LOW_UTIL_PCT}))) AS n_swings
-        FROM linked GROUP BY job_id
-    ),
-    agg AS (
+        FROM linked GROUP BY job_id"""
+_AGG_RAW = f"""
         SELECT job_id,
                sum(interval_s) AS covered_gpu_s,
                count(*) AS n_samples,
@@ -182,21 +347,11 @@ def job_signals(
                max(temp_c) AS max_temp_c,
                avg(CASE WHEN util_pct IS NOT NULL THEN (util_pct < {LOW_UTIL_PCT})::INT END) AS dip_share,
                avg(CASE WHEN util_pct IS NOT NULL THEN (util_pct > {HIGH_UTIL_PCT})::INT END) AS burst_share
-        FROM s GROUP BY job_id
-    )
-    SELECT vj.job_id, vj.held_gpu_s, agg.covered_gpu_s, agg.n_samples, agg.gpus_seen, agg.mean_util_pct,
-           agg.peak_mem_mib, coalesce(agg.mem_total_mib, c.memory_mib) AS card_mem_mib,
-           agg.sm_active_pct, agg.tensor_active_pct, agg.throttled_share, agg.hot_share, agg.max_temp_c,
-           agg.dip_share, agg.burst_share,
-           CASE WHEN pairs.n_pairs > 0 THEN pairs.n_swings / pairs.n_pairs END AS swing_rate,
-           coalesce(unused.unused_gpus, 0) AS unused_gpus, unused.unused_ids
-    FROM vj JOIN agg USING (job_id)
-    LEFT JOIN pairs USING (job_id)
-    LEFT JOIN unused USING (job_id)
-    LEFT JOIN gpu_catalog c ON c.model = vj.gpu_model
-    ORDER BY vj.job_id
-    """
-    sig = frame(con, sql, params)
+        FROM s GROUP BY job_id"""
+
+
+def _with_idle(sig: pl.DataFrame, stretches: pl.DataFrame) -> pl.DataFrame:
+    """Add idle_s, idle_s_on_used_gpus and idle_stretches from the view's stretches."""
     if sig.is_empty():
         return sig.with_columns(
             pl.lit(0.0).alias("idle_s"),

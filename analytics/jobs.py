@@ -13,7 +13,7 @@ import polars as pl
 
 from analytics.filters import Filters, horizon
 from analytics.unit_costs import job_unit_costs
-from analytics.utilization import job_utilization
+from analytics.utilization import Source, job_utilization
 from analytics.waste import job_waste
 from gpuledger.settings import Settings
 
@@ -63,12 +63,15 @@ def jobs_table(
     sort: str = "cost",
     limit: int | None = None,
     percentiles: bool = True,
+    source: Source = "auto",
 ) -> pl.DataFrame:
     """One row per job of the view (JOBS_COLUMNS), most expensive (``sort="cost"``) or most wasteful
     (``sort="waste"``) first."""
     as_of = as_of or horizon(con)
-    w = job_waste(con, filters=filters, settings=settings, as_of=as_of)
-    u = job_utilization(con, filters=filters, settings=settings, as_of=as_of, percentiles=percentiles)
+    w = job_waste(con, filters=filters, settings=settings, as_of=as_of, source=source)
+    u = job_utilization(
+        con, filters=filters, settings=settings, as_of=as_of, percentiles=percentiles, source=source
+    )
     c = job_unit_costs(con, filters=filters, as_of=as_of)
     out = w.join(
         u.select("job_id", "mean_util_pct", "p95_util_pct", "unknown_share", "peak_mem_frac"),

@@ -25,6 +25,7 @@ from analytics.diagnoses import THRESHOLDS, TRAINING_KINDS, right_size, scaling_
 from analytics.filters import Filters, horizon
 from analytics.job_signals import idle_stretches, job_signals, prices_at, view_jobs_sql
 from analytics.query import frame
+from analytics.utilization import Source
 from gpuledger.settings import Settings
 
 KINDS = (
@@ -104,10 +105,12 @@ def recommendations(
     settings: Settings | None = None,
     as_of: dt.datetime | None = None,
     min_usd_per_week: float = 1.0,
+    source: Source = "auto",
 ) -> pl.DataFrame:
     """All recommendations for the view, ranked by usd_per_week (RECOMMENDATION_COLUMNS).
 
-    Items saving less than ``min_usd_per_week`` are left out.
+    Items saving less than ``min_usd_per_week`` are left out. ``source``: the telemetry signals' source
+    (analytics.utilization; the same recommendations either way).
     """
     filters = filters or Filters()
     settings = settings or Settings()
@@ -118,8 +121,10 @@ def recommendations(
     days = window[2]
     vj, params = view_jobs_sql(filters, as_of)
     view = frame(con, vj, params)
-    stretches = idle_stretches(con, filters=filters, settings=settings, as_of=as_of)
-    sig = job_signals(con, filters=filters, settings=settings, as_of=as_of, stretches=stretches)
+    stretches = idle_stretches(con, filters=filters, settings=settings, as_of=as_of, source=source)
+    sig = job_signals(
+        con, filters=filters, settings=settings, as_of=as_of, stretches=stretches, source=source
+    )
     jobs = view.join(sig.drop("held_gpu_s"), on="job_id", how="left").with_columns(
         (pl.col("cost_usd") / pl.col("held_gpu_s")).alias("rate_usd_per_gpu_s")
     )

@@ -12,8 +12,10 @@ Definitions (docs/metrics.md, "Utilization"):
   ``interval_s``), lasting ``≥ idle_min_minutes`` in total. Membership is decided on the job's whole run
   of samples, then the part inside the view is counted, so a stretch does not vanish at a day boundary.
 
-The sample-level figures come from raw samples (:func:`flagged_samples_sql`): exact, one window pass over
-the view's jobs' samples. (A rollup-backed fast path is planned: see docs/metrics.md, "Speed".)
+Two sources give the same figures (docs/metrics.md, "Fast path"): raw samples (:func:`flagged_samples_sql`,
+one window pass over the view's jobs' samples) and the rollups maintained at ingest (gpuledger/rollup.py:
+per-minute sums incl. idle-stretch seconds, and a per-day utilization histogram). ``source="auto"`` reads the
+rollups whenever they were built with the settings' thresholds (:func:`fast_path`), else raw samples.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import polars as pl
 from analytics.cost import PSEUDO_PREFIX, TELEMETRY_ONLY_GPUS_SQL, job_costs_sql
 from analytics.filters import Filters, horizon
 from analytics.query import frame
+from gpuledger.rollup import rollup_matches, thresholds
 from gpuledger.settings import Settings
 
 ALL_FILTERS = Filters()  # the whole ledger
@@ -161,12 +164,85 @@ def job_totals_sql(
 ) -> tuple[str, list[object]]:
     """SQL giving TOTAL_COLUMNS per job of the view.
 
-    ``source``: "raw" reads samples; "auto" will read the per-GPU-minute rollup once it stores idle-stretch
-    membership (not built yet, so today "auto" is "raw").
+    ``source``: "raw" reads samples; "auto" reads the rollups when :func:`fast_path` allows (same figures).
     """
+    if use_rollup(con, settings, source):
+        return _fast_totals_sql(filters, as_of, "job_id")
+    return _raw_totals_sql(filters, settings, as_of)
+
+
+def fast_path(con: duckdb.DuckDBPyConnection, settings: Settings) -> bool:
+    """True when the rollups give exactly the raw-sample figures under ``settings``: they were built with
+    its thresholds, and no telemetry-only GPU carries samples of several job ids (raw samples make those one
+    pseudo-job, whose idle runs the rollup, keyed by the samples' own job id, would split)."""
+    th = thresholds(settings.idle_util_pct, settings.idle_min_minutes, settings.target_util_pct)
+    if not rollup_matches(con, th):
+        return False
+    mixed = con.execute(
+        f"""SELECT count(*) FROM (
+                SELECT gpu_id FROM samples_minute WHERE gpu_id IN ({TELEMETRY_ONLY_GPUS_SQL})
+                GROUP BY gpu_id HAVING count(DISTINCT coalesce(job_id, chr(0))) > 1)"""
+    ).fetchall()[0][0]
+    return not mixed
+
+
+def use_rollup(con: duckdb.DuckDBPyConnection, settings: Settings, source: Source) -> bool:
     if source not in ("auto", "raw"):
         raise ValueError(f"unknown source {source!r}; use auto or raw")
-    return _raw_totals_sql(filters, settings, as_of)
+    return source == "auto" and fast_path(con, settings)
+
+
+def minute_view_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str, list[object]]:
+    """CTEs ``mvj`` (job ids of the view) and ``mm``: the day rollup rows of the view's jobs inside the view, with
+    telemetry-only GPUs' rows under their pseudo-job and ``card_mib`` (the GPU's memory, else the catalog's)
+    for samples that did not report mem_total. Views start and end at midnight, so days cut them exactly."""
+    jobs_sql, jobs_params = job_costs_sql(filters, as_of)
+    lo, hi = view_bounds(filters)
+    sql = f"""
+    mvj AS (SELECT job_id FROM ({jobs_sql})),
+    mtele AS ({TELEMETRY_ONLY_GPUS_SQL}),
+    mv AS (
+        SELECT m.* REPLACE (CASE WHEN t.gpu_id IS NOT NULL THEN '{PSEUDO_PREFIX}' || m.gpu_id
+                                 ELSE m.job_id END AS job_id),
+               coalesce(g.memory_total_mib, c.memory_mib) AS card_mib
+        FROM samples_day m LEFT JOIN mtele t ON t.gpu_id = m.gpu_id LEFT JOIN gpus g ON g.gpu_id = m.gpu_id
+             LEFT JOIN gpu_catalog c ON c.model = g.model
+        WHERE m.day >= ?::DATE AND m.day < ?::DATE
+    ),
+    mm AS (SELECT * FROM mv WHERE job_id IN (SELECT job_id FROM mvj))"""
+    return sql, [*jobs_params, lo, hi]
+
+
+def _both(a: str, b: str) -> str:
+    """a + b where NULL + x = x and NULL + NULL = NULL (sums over two disjoint sets of samples)."""
+    return f"CASE WHEN {a} IS NULL AND {b} IS NULL THEN NULL ELSE coalesce({a}, 0) + coalesce({b}, 0) END"
+
+
+# TOTAL_COLUMNS (after the key) as aggregates over ``mm`` rows.
+FAST_TOTALS = f"""
+           sum(n)::BIGINT AS n_samples,
+           sum(covered_s) AS sampled_s,
+           coalesce(sum(util_cov_s), 0) AS util_cov_s,
+           sum(util_s) AS util_s,
+           coalesce(sum(idle_run_s), 0) AS idle_s,
+           coalesce(sum(underused_s), 0) AS underused_s,
+           max(util_max)::DOUBLE AS util_max_pct,
+           max(mem_used_max_mib)::DOUBLE AS mem_used_max_mib,
+           greatest(max(memk_frac_max), max(memu_max_mib / card_mib)) AS mem_frac_max,
+           {_both("sum(memk_frac_s)", "sum(memu_s / card_mib)")} AS mem_frac_s,
+           {_both("sum(memk_cov_s)", "sum(memu_cov_s) FILTER (WHERE card_mib > 0)")} AS mem_cov_s,
+           sum(sm_active_s) AS sm_active_s,
+           sum(sm_cov_s) AS sm_cov_s,
+           sum(tensor_active_s) AS tensor_active_s,
+           sum(tensor_cov_s) AS tensor_cov_s,
+           sum(energy_j) AS energy_j,
+           sum(energy_cov_s) AS energy_cov_s"""
+
+
+def _fast_totals_sql(filters: Filters, as_of: dt.datetime | None, key: str) -> tuple[str, list[object]]:
+    ctes, params = minute_view_sql(filters, as_of)
+    sql = f"WITH {ctes} SELECT {key} AS job_id, {FAST_TOTALS} FROM mm GROUP BY 1"
+    return sql, params
 
 
 def job_totals(
@@ -208,13 +284,17 @@ def job_utilization(
     settings: Settings = DEFAULT_SETTINGS,
     as_of: dt.datetime | None = None,
     percentiles: bool = True,
+    source: Source = "auto",
 ) -> pl.DataFrame:
-    """One row per job of the view (JOB_UTIL_COLUMNS). Percentiles need raw samples; pass
-    ``percentiles=False`` to skip them (NULL) on very large ledgers."""
+    """One row per job of the view (JOB_UTIL_COLUMNS). Percentiles come from the per-day utilization
+    histogram on the fast path, else from raw samples; ``percentiles=False`` leaves them NULL."""
     as_of = as_of or horizon(con)
     jobs_sql, jobs_params = job_costs_sql(filters, as_of)
-    totals_sql, totals_params = job_totals_sql(con, filters, settings, as_of)
-    if percentiles:
+    fast = use_rollup(con, settings, source)
+    totals_sql, totals_params = job_totals_sql(con, filters, settings, as_of, "auto" if fast else "raw")
+    if percentiles and fast:
+        pct_sql, fparams = _fast_percentiles_sql(filters, as_of)
+    elif percentiles:
         flagged, fparams = flagged_samples_sql(filters, settings, as_of)
         # Time-weighted percentiles: the first sample (by util) whose cumulative time reaches the share.
         pct_sql = f"""
@@ -256,6 +336,32 @@ def job_utilization(
     return frame(con, sql, [*jobs_params, *totals_params, *fparams])
 
 
+def _fast_percentiles_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str, list[object]]:
+    """p50/p95 per job from ``samples_util_hist``: the smallest reading whose cumulative seconds (readings
+    ascending) reach the share, which is what the raw per-sample definition picks."""
+    jobs_sql, jobs_params = job_costs_sql(filters, as_of)
+    lo, hi = view_bounds(filters)
+    sql = f"""
+    WITH vj AS (SELECT job_id FROM ({jobs_sql})), tele AS ({TELEMETRY_ONLY_GPUS_SQL}),
+    hv AS (
+        SELECT CASE WHEN t.gpu_id IS NOT NULL THEN '{PSEUDO_PREFIX}' || h.gpu_id ELSE h.job_id END AS job_id,
+               h.util_pct, h.seconds
+        FROM samples_util_hist h LEFT JOIN tele t ON t.gpu_id = h.gpu_id
+        WHERE h.day >= ?::DATE AND h.day < ?::DATE
+    ),
+    hj AS (SELECT job_id, util_pct, sum(seconds) AS s FROM hv WHERE job_id IN (SELECT job_id FROM vj) GROUP BY ALL)
+    SELECT job_id,
+           min(util_pct) FILTER (WHERE cum_s >= 0.5 * tot_s)::DOUBLE AS p50_util_pct,
+           min(util_pct) FILTER (WHERE cum_s >= 0.95 * tot_s)::DOUBLE AS p95_util_pct
+    FROM (SELECT job_id, util_pct,
+                 sum(s) OVER (PARTITION BY job_id ORDER BY util_pct ROWS UNBOUNDED PRECEDING) AS cum_s,
+                 sum(s) OVER (PARTITION BY job_id) AS tot_s
+          FROM hj)
+    GROUP BY job_id
+    """
+    return sql, [*jobs_params, lo, hi]
+
+
 GROUPS = {
     "team": "coalesce(jc.team, '(none)')",
     "user": "coalesce(jc.user_name, '(none)')",
@@ -286,6 +392,7 @@ def utilization_by(
     filters: Filters = ALL_FILTERS,
     settings: Settings = DEFAULT_SETTINGS,
     as_of: dt.datetime | None = None,
+    source: Source = "auto",
 ) -> pl.DataFrame:
     """Utilization rolled up by ``team``, ``user``, ``cluster``, ``gpu_model``, ``job`` (job-level sums),
     or by ``gpu``, ``day``, ``week`` (sample-level: day/week from the sample time; held GPU-hours are then
@@ -294,7 +401,7 @@ def utilization_by(
     as_of = as_of or horizon(con)
     if by in GROUPS:
         jobs_sql, jobs_params = job_costs_sql(filters, as_of)
-        totals_sql, totals_params = job_totals_sql(con, filters, settings, as_of)
+        totals_sql, totals_params = job_totals_sql(con, filters, settings, as_of, source)
         sql = f"""
         WITH jc AS ({jobs_sql}), t AS ({totals_sql})
         SELECT {GROUPS[by]} AS key,
@@ -318,10 +425,29 @@ def utilization_by(
             "day": "strftime(ts, '%Y-%m-%d')",
             "week": "strftime(ts, '%G-W%V')",
         }[by]
-        flagged, params = flagged_samples_sql(filters, settings, as_of)
         # Held time per calendar bucket: the jobs' spans cut at bucket boundaries (not the samples).
         held = _held_by_calendar_sql(by, filters, as_of) if by != "gpu" else None
-        sql = f"""
+        if use_rollup(con, settings, source):
+            fast_key = key.replace("ts,", "day,")  # a sample's day and week are its rollup day's
+            ctes, params = minute_view_sql(filters, as_of)
+            sql = f"""
+            WITH {ctes},
+            tt AS (SELECT {fast_key} AS key, {FAST_TOTALS} FROM mm GROUP BY 1),
+            t AS (
+                SELECT key, nullif(util_cov_s, 0) / 3600.0 AS covered_gpu_h,
+                       util_s / nullif(util_cov_s, 0) * 100.0 AS mean_util_pct,
+                       util_s / 3600.0 AS effective_gpu_h,
+                       idle_s / 3600.0 AS idle_gpu_h,
+                       mem_frac_max AS peak_mem_frac,
+                       mem_frac_s / nullif(mem_cov_s, 0) AS mean_mem_frac,
+                       100.0 * sm_active_s / nullif(sm_cov_s, 0) AS sm_active_pct,
+                       100.0 * tensor_active_s / nullif(tensor_cov_s, 0) AS tensor_active_pct
+                FROM tt
+            )
+            """
+        else:
+            flagged, params = flagged_samples_sql(filters, settings, as_of)
+            sql = f"""
         WITH f AS ({flagged}),
         t AS (
             SELECT {key} AS key,

@@ -163,15 +163,18 @@ def reference_is_current(con: duckdb.DuckDBPyConnection, settings: Settings) -> 
 def sync_reference(path: str | None, settings: Settings) -> bool:
     """Make the ledger's catalog and prices reflect ``settings``; returns True when it had to write."""
     from gpuledger.db import reader, writer
+    from gpuledger.rollup import ensure_rollup, rollup_matches, thresholds
 
+    th = thresholds(settings.idle_util_pct, settings.idle_min_minutes, settings.target_util_pct)
     with reader(path) as con:
-        if reference_is_current(con, settings):
+        if reference_is_current(con, settings) and rollup_matches(con, th):
             return False
     with writer(path) as con:
         effective_prices(settings)  # validate before touching anything
         con.execute("BEGIN TRANSACTION")
         try:
             load_reference(con, settings)
+            ensure_rollup(con, th)  # the fast path's rollups follow the settings' thresholds
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")

@@ -116,7 +116,10 @@ SCHEMA_V1: list[str] = [
         state           VARCHAR NOT NULL,      -- COMPLETED | RUNNING | FAILED | CANCELLED | TIMEOUT | OOM | NODE_FAIL | PENDING | ...
         exit_reason     VARCHAR,
         last_checkpoint_ts TIMESTAMP,          -- for failed runs: time lost = end - last checkpoint
-        ingest_id       BIGINT NOT NULL
+        ingest_id       BIGINT NOT NULL,
+        partition       VARCHAR,               -- scheduler partition / queue (Slurm Partition)
+        gpu_mem_peak_mib  DOUBLE,              -- per-task peak GPU memory the scheduler measured (sacct gres/gpumem)
+        gpu_util_peak_pct DOUBLE               -- peak GPU utilisation the scheduler measured (sacct gres/gpuutil)
     )
     """,
     """
@@ -228,7 +231,65 @@ SCHEMA_V1: list[str] = [
         power_cov_s  DOUBLE,
         sm_active_s  DOUBLE,
         tensor_active_s DOUBLE,
-        prof_cov_s   DOUBLE
+        prof_cov_s   DOUBLE,
+        -- the fast path's columns (gpuledger/rollup.py; docs/metrics.md "Fast path"): enough to give every
+        -- raw-sample figure of analytics/ exactly. Thresholds they were built with: schema_meta
+        -- 'rollup_thresholds'.
+        first_ts     TIMESTAMP,                -- first sample in the minute
+        last_ts      TIMESTAMP,                -- last sample in the minute
+        max_end_ts   TIMESTAMP,                -- max(ts + interval_s)
+        idle_run_s   DOUBLE,                   -- interval_s of samples inside idle stretches (runs >= idle_min_minutes)
+        underused_s  DOUBLE,                   -- Σ interval_s × (target − util)/target, util < target, outside stretches
+        sm_cov_s     DOUBLE,                   -- interval_s of samples with SM-active
+        tensor_cov_s DOUBLE,                   -- interval_s of samples with tensor-active
+        memk_frac_max DOUBLE,                  -- max(mem_used / mem_total) over samples that report mem_total
+        memk_frac_s  DOUBLE,                   -- Σ mem_used / mem_total × interval_s (same samples)
+        memk_cov_s   DOUBLE,                   -- Σ interval_s (same samples, mem_used known, mem_total > 0)
+        memu_max_mib DOUBLE,                   -- max(mem_used) over samples without mem_total (card size
+        memu_s       DOUBLE,                   --   from gpus/catalog is applied at query time)
+        memu_cov_s   DOUBLE,
+        n_no_total   INTEGER,                  -- samples without mem_total
+        energy_j     DOUBLE,                   -- Σ per-sample energy (analytics.utilization.sample_energy_sql)
+        energy_cov_s DOUBLE,
+        util_n       INTEGER,                  -- samples with a utilization reading
+        dip_n        INTEGER,                  -- ... below 10 % (job_signals.LOW_UTIL_PCT)
+        burst_n      INTEGER,                  -- ... above 70 % (job_signals.HIGH_UTIL_PCT)
+        throttle_n   INTEGER,                  -- samples with throttle_reasons
+        throttled_n  INTEGER,                  -- ... with a power/thermal bit
+        temp_n       INTEGER,
+        hot_n        INTEGER,                  -- samples at >= 85 °C
+        temp_max_c   DOUBLE,
+        pairs_n      INTEGER,                  -- samples with a contiguous predecessor (same GPU and job), both with util
+        swings_n     INTEGER,                  -- ... swinging between < 10 % and > 70 %
+        first_pair   INTEGER,                  -- pairs_n / swings_n of the minute's first sample alone
+        first_swing  INTEGER
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS samples_day AS
+        SELECT minute::DATE AS day, * EXCLUDE (minute) FROM samples_minute WHERE false
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS idle_runs (
+        gpu_id      VARCHAR NOT NULL,
+        job_id      VARCHAR,                   -- the samples' job_id (NULL: no job)
+        run_start   TIMESTAMP NOT NULL,        -- first sample of the run: with gpu_id and job_id the run's key
+        run_s       DOUBLE NOT NULL,           -- Σ interval_s of the whole run
+        run_reach_ts TIMESTAMP NOT NULL,       -- last sample ts + 1.5 × its interval_s: a later sample links only before
+        day         DATE NOT NULL,             -- one row per UTC day the run touches (a view cuts runs at midnight)
+        first_ts    TIMESTAMP NOT NULL,        -- first / last sample of the run on that day
+        last_ts     TIMESTAMP NOT NULL,
+        end_ts      TIMESTAMP NOT NULL,        -- max(ts + interval_s) on that day
+        idle_s      DOUBLE NOT NULL            -- Σ interval_s on that day
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS samples_util_hist (
+        day         DATE NOT NULL,             -- UTC day of the samples
+        gpu_id      VARCHAR NOT NULL,
+        job_id      VARCHAR,
+        util_pct    FLOAT NOT NULL,            -- one row per distinct reading: exact time-weighted percentiles
+        seconds     DOUBLE NOT NULL            -- Σ interval_s
     )
     """,
     "CREATE INDEX IF NOT EXISTS allocations_job ON allocations(job_id)",
@@ -252,6 +313,9 @@ TABLES = (
     "collector_state",
     "capacity",
     "samples_minute",
+    "samples_day",
+    "idle_runs",
+    "samples_util_hist",
 )
 
 # Tables whose rows belong to one ingest (deleted with it on --replace).

@@ -1,0 +1,215 @@
+"""The fast path (rollups maintained at ingest, gpuledger/rollup.py) gives exactly the raw-sample figures.
+
+Each ledger is built through the real write path; every figure is computed twice, ``source="raw"`` (window
+functions over samples) and ``source="auto"`` (the rollups), and must agree to 1e-6. The idle seconds are
+also worked out by hand, so a fast path that agreed with a broken raw path would still fail.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import duckdb
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from analytics import job_signals as signals_module
+from analytics.filters import Filters
+from analytics.job_signals import idle_stretches, job_signals
+from analytics.jobs import jobs_table
+from analytics.recommend import recommendations
+from analytics.summary import summary
+from analytics.utilization import fast_path, job_totals, utilization_by
+from analytics.waste import waste_by, waste_totals
+from collectors.base import delete_ingests
+from gpuledger import rollup
+from gpuledger.db import memory_ledger
+from gpuledger.rollup import ensure_rollup, stored_thresholds, thresholds
+from gpuledger.settings import Settings
+from tests.analytics.build import T0, alloc, gpu, ingest, job, series, set_test_prices
+
+DAY1 = Filters(since=T0.date() + dt.timedelta(days=1), until=T0.date() + dt.timedelta(days=1))
+DEFAULT = Settings()
+VIEWS = [Filters(), Filters(since=T0.date(), until=T0.date()), DAY1, Filters(teams=("nlp",))]
+
+
+def close(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
+    return a == b
+
+
+def same(raw: pl.DataFrame, fast: pl.DataFrame) -> None:
+    assert_frame_equal(raw, fast, check_exact=False, rel_tol=1e-9, abs_tol=1e-6)
+
+
+def assert_fast_equals_raw(con: duckdb.DuckDBPyConnection, settings: Settings = DEFAULT) -> None:
+    assert fast_path(con, settings), "the rollup should stand in for raw samples here"
+    for f in VIEWS:
+        kw = {"filters": f, "settings": settings}
+        raw, fast = summary(con, source="raw", **kw), summary(con, source="auto", **kw)
+        assert close(raw, fast), (f, raw, fast)
+        assert close(waste_totals(con, source="raw", **kw), waste_totals(con, source="auto", **kw))
+        same(job_totals(con, source="raw", **kw), job_totals(con, source="auto", **kw))
+        same(jobs_table(con, source="raw", **kw), jobs_table(con, source="auto", **kw))
+        same(waste_by(con, by="team", source="raw", **kw), waste_by(con, by="team", source="auto", **kw))
+        for by in ("team", "user", "job", "gpu", "day", "week"):
+            same(
+                utilization_by(con, by=by, source="raw", **kw),
+                utilization_by(con, by=by, source="auto", **kw),
+            )
+        same(idle_stretches(con, source="raw", **kw), idle_stretches(con, source="auto", **kw))
+        same(job_signals(con, source="raw", **kw), job_signals(con, source="auto", **kw))
+        same(
+            recommendations(con, source="raw", min_usd_per_week=0.0, **kw),
+            recommendations(con, source="auto", min_usd_per_week=0.0, **kw),
+        )
+
+
+def idle_hours(con: duckdb.DuckDBPyConnection, settings: Settings = DEFAULT) -> float:
+    return summary(con, settings=settings, source="auto")["idle_gpu_hours"]
+
+
+@pytest.fixture
+def con() -> duckdb.DuckDBPyConnection:
+    c = memory_ledger()
+    set_test_prices(c)
+    yield c
+    c.close()
+
+
+def test_constants_match_the_raw_definitions() -> None:
+    assert rollup.GAP_TOLERANCE == signals_module.GAP_TOLERANCE
+    assert rollup.LOW_UTIL_PCT == signals_module.LOW_UTIL_PCT
+    assert rollup.HIGH_UTIL_PCT == signals_module.HIGH_UTIL_PCT
+    assert rollup.POWER_THERMAL_MASK == signals_module.POWER_THERMAL_MASK
+    assert rollup.HOT_TEMP_C == signals_module.HOT_TEMP_C
+
+
+# One GPU, one 3-hour job, a sample every 45 s (so runs start and end inside minutes). Part A: 40 busy
+# samples, then 28 idle ones; part B continues with 28 idle, then busy. Each half is 28 × 45 = 1,260 s, under
+# the 30-minute minimum; together 2,520 s make one idle stretch only if the run is seen across ingests.
+A = series("n1:0", 0, [80.0] * 40 + [1.0] * 28, step_s=45.0, power_w=300.0, mem_used_mib=20000.0)
+B = series("n1:0", 68 * 0.75, [2.0] * 28 + [90.0, 5.0] * 30, step_s=45.0, power_w=310.0, mem_used_mib=21000.0)
+
+
+def jobs_and_gpu(con: duckdb.DuckDBPyConnection) -> None:
+    ingest(con, jobs=[job("j1", 0, 180)], allocations=[alloc("j1", "n1:0", 0, 180)], gpus=[gpu("n1:0")])
+
+
+@pytest.mark.parametrize("order", ["A then B", "B then A"])
+def test_idle_run_across_ingests_and_minutes(con: duckdb.DuckDBPyConnection, order: str) -> None:
+    jobs_and_gpu(con)
+    for part in (A, B) if order == "A then B" else (B, A):
+        ingest(con, samples=part)
+    assert idle_hours(con) == pytest.approx(56 * 45 / 3600)  # 2,520 s
+    assert_fast_equals_raw(con)
+
+
+def test_a_gap_splits_the_run(con: duckdb.DuckDBPyConnection) -> None:
+    jobs_and_gpu(con)
+    ingest(con, samples=A)
+    # the same idle half again, but 10 minutes late: a gap, so two runs of 1,260 s: no stretch
+    ingest(con, samples=series("n1:0", 68 * 0.75 + 10, [2.0] * 28 + [90.0] * 10, step_s=45.0))
+    assert idle_hours(con) == 0.0
+    assert_fast_equals_raw(con)
+
+
+def test_replaced_ingest_rerolls_the_runs_it_touched(con: duckdb.DuckDBPyConnection) -> None:
+    jobs_and_gpu(con)
+    ingest(con, samples=A)
+    b = ingest(con, samples=B)
+    assert idle_hours(con) == pytest.approx(2520 / 3600)
+    con.execute("BEGIN TRANSACTION")
+    delete_ingests(con, [b], idle_util_pct=5.0)
+    con.execute("COMMIT")
+    assert idle_hours(con) == 0.0  # A's 1,260 s alone are too short
+    assert_fast_equals_raw(con)
+    busy = [{**s, "util_pct": 50.0} for s in B]
+    ingest(con, samples=busy)
+    assert idle_hours(con) == 0.0
+    assert_fast_equals_raw(con)
+
+
+def test_a_threshold_change_rebuilds_the_rollup(con: duckdb.DuckDBPyConnection) -> None:
+    jobs_and_gpu(con)
+    ingest(con, samples=A)
+    ingest(con, samples=B)
+    shorter = Settings(idle_min_minutes=10.0, target_util_pct=80.0)
+    assert not fast_path(con, shorter)  # built with 30 min / 60 %: the figures would be wrong
+    th = thresholds(5.0, 10.0, 80.0)
+    assert ensure_rollup(con, th)
+    assert stored_thresholds(con) == th
+    assert idle_hours(con, shorter) == pytest.approx(2520 / 3600)
+    assert_fast_equals_raw(con, shorter)
+    # an ingest built with other thresholds than the stored ones rebuilds rather than mixing
+    ingest(con, samples=series("n1:0", 200, [0.0] * 5))
+    assert stored_thresholds(con) == thresholds(5.0, 30.0, 60.0)
+    assert not fast_path(con, shorter)
+
+
+def test_midnight_running_jobs_and_telemetry_only_gpus(con: duckdb.DuckDBPyConnection) -> None:
+    # j2 idles 40 min across midnight (a view of day 1 sees its second half only); j3 runs at the horizon;
+    # n9:0 has telemetry but no job (its pseudo-job idles 45 min); n2:0 reports memory size and DCGM fields.
+    ingest(
+        con,
+        jobs=[job("j2", 23 * 60, 25 * 60, team="cv"), job("j3", 24 * 60, None, kind="interactive")],
+        allocations=[alloc("j2", "n2:0", 23 * 60, 25 * 60), alloc("j3", "n3:0", 24 * 60, None)],
+        gpus=[gpu("n2:0"), gpu("n3:0"), gpu("n9:0")],
+    )
+    ingest(
+        con,
+        samples=series(
+            "n2:0",
+            23 * 60,
+            [70.0] * 40 + [0.0] * 40 + [95.0, 3.0] * 20,  # idle 23:40-00:20
+            mem_total_mib=81559.0,
+            mem_used_mib=1000.0,
+            sm_active_pct=30.0,
+            tensor_active_pct=2.0,
+            temp_c=86.0,
+            throttle_reasons=0x20,
+            energy_j=1.0e6,
+        ),
+    )
+    ingest(con, samples=series("n3:0", 24 * 60, [0.0] * 90 + [40.0] * 10, power_w=100.0))
+    ingest(con, samples=series("n9:0", 24 * 60 + 5, [1.0] * 45 + [60.0] * 5))
+    # Every sample stands for 60 s. j3 is held from 00:00 to the horizon (its last sample, 01:39): 99 min,
+    # but its 100 samples cover 100 min, so its figures are clamped by 99/100 (the waste contract).
+    j3_idle_min = 90 * 99 / 100
+    assert idle_hours(con) == pytest.approx((40 + j3_idle_min + 45) / 60)
+    # day 1 alone: j2's run counts (it lasts 40 min in all) but only its 20 minutes after midnight
+    assert summary(con, filters=DAY1, source="auto")["idle_gpu_hours"] == pytest.approx(
+        (20 + j3_idle_min + 45) / 60
+    )
+    assert_fast_equals_raw(con)
+
+
+def test_two_day_demo() -> None:
+    from gpuledger.demo import build_demo
+
+    con = memory_ledger()
+    try:
+        build_demo(con, days=2)
+        views = [Filters(), Filters(since=dt.date(2026, 11, 22), until=dt.date(2026, 11, 22))]
+        assert fast_path(con, Settings())
+        for f in views:
+            kw = {"filters": f}
+            assert close(summary(con, source="raw", **kw), summary(con, source="auto", **kw))
+            same(jobs_table(con, source="raw", **kw), jobs_table(con, source="auto", **kw))
+            for by in ("team", "day"):
+                same(
+                    utilization_by(con, by=by, source="raw", **kw),
+                    utilization_by(con, by=by, source="auto", **kw),
+                )
+            same(recommendations(con, source="raw", **kw), recommendations(con, source="auto", **kw))
+        raw_parts = waste_totals(con, source="raw")
+        fast_parts = waste_totals(con, source="auto")
+        assert close(raw_parts, fast_parts)
+        assert fast_parts["idle_allocated_usd"] > 0  # the planted idle notebooks are there
+    finally:
+        con.close()
