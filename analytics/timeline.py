@@ -1,0 +1,169 @@
+"""Utilization over time, for the fleet views: per-GPU per-hour heatmap, idle GPUs, one job's timeline.
+
+All three read the per-GPU-minute rollup (``samples_minute``, gpuledger/rollup.py), which stores sums, so
+each figure is an exact re-aggregation of the raw samples: mean utilization of a cell =
+``Σ util_s / Σ util_cov_s × 100`` (time-weighted over samples with a reading; a cell with no reading is
+NULL, never 0). ``idle_s`` in the rollup counts samples at or under the idle threshold the rollup was built
+with (settings ``idle_util_pct``); it is *not* the idle-stretch rule of the waste taxonomy (that needs runs
+of ≥ ``idle_min_minutes``; analytics/utilization.py and analytics/waste.py apply it).
+
+Filters: the date range selects minutes in ``[since, until + 1 day)``; cluster selects GPUs of that cluster
+(``gpus.cluster``, else the cluster of the job the minute is attributed to); team and user select minutes
+attributed to a job of that team/user (a team filter therefore hides unallocated GPU time).
+"""
+
+from __future__ import annotations
+
+import duckdb
+import polars as pl
+
+from analytics.filters import Filters
+from analytics.query import frame
+
+
+def _where(filters: Filters) -> tuple[str, list[object]]:
+    parts = ["TRUE"]
+    params: list[object] = []
+    if filters.lo:
+        parts.append("m.minute >= ?::TIMESTAMP")
+        params.append(filters.lo)
+    if filters.hi:
+        parts.append("m.minute < ?::TIMESTAMP")
+        params.append(filters.hi)
+    if filters.clusters:
+        marks = ", ".join("?" for _ in filters.clusters)
+        parts.append(f"coalesce(g.cluster, j.cluster) IN ({marks})")
+        params.extend(filters.clusters)
+    for column, values in (("team", filters.teams), ("user_name", filters.users)):
+        if values:
+            marks = ", ".join("?" for _ in values)
+            parts.append(f"j.{column} IN ({marks})")
+            params.extend(values)
+    return " AND ".join(parts), params
+
+
+ALL = Filters()  # the whole ledger
+_FROM = "samples_minute m LEFT JOIN gpus g USING (gpu_id) LEFT JOIN jobs j ON j.job_id = m.job_id"
+
+HEATMAP_COLUMNS = {
+    "gpu_id": "GPU (UUID, else host:index)",
+    "host": "host of the GPU (NULL when the source names none)",
+    "gpu_model": "catalog model (NULL when unknown)",
+    "hour": "UTC hour (start)",
+    "mean_util_pct": "time-weighted mean utilization in the hour; NULL when no sample had a reading",
+    "covered_s": "seconds of telemetry in the hour",
+}
+
+
+def gpu_hour_heatmap(
+    con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL, max_gpus: int = 400
+) -> pl.DataFrame:
+    """Mean utilization per GPU per UTC hour (HEATMAP_COLUMNS), ordered by host, GPU and hour.
+
+    At most ``max_gpus`` GPUs (the ones with the most telemetry in the view) so a heatmap stays legible.
+    """
+    where, params = _where(filters)
+    sql = f"""
+    WITH cells AS (
+        SELECT m.gpu_id, date_trunc('hour', m.minute) AS hour,
+               sum(m.util_s) / nullif(sum(m.util_cov_s), 0) * 100.0 AS mean_util_pct,
+               sum(m.covered_s) AS covered_s
+        FROM {_FROM}
+        WHERE {where}
+        GROUP BY ALL
+    ),
+    top AS (
+        SELECT gpu_id FROM cells GROUP BY gpu_id ORDER BY sum(covered_s) DESC, gpu_id LIMIT ?
+    )
+    SELECT c.gpu_id, g.host, g.model AS gpu_model, c.hour, c.mean_util_pct, c.covered_s
+    FROM cells c JOIN top USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
+    ORDER BY g.host NULLS LAST, c.gpu_id, c.hour
+    """
+    return frame(con, sql, [*params, max_gpus])
+
+
+IDLE_GPU_COLUMNS = {
+    "gpu_id": "GPU",
+    "host": "",
+    "cluster": "gpus.cluster",
+    "gpu_model": "catalog model",
+    "telemetry_h": "hours with telemetry in the view",
+    "mean_util_pct": "time-weighted mean utilization (NULL when no reading)",
+    "idle_h": "hours of samples at or under the idle threshold (any length)",
+    "idle_share": "idle_h / telemetry_h",
+    "allocated_idle_h": "idle hours while a job held the GPU",
+    "unallocated_h": "hours of telemetry attributed to no job",
+}
+
+
+def idle_gpus(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL, limit: int = 50) -> pl.DataFrame:
+    """GPUs ranked by idle hours in the view (IDLE_GPU_COLUMNS); GPUs with no idle sample are left out."""
+    where, params = _where(filters)
+    sql = f"""
+    SELECT m.gpu_id, any_value(g.host) AS host, any_value(coalesce(g.cluster, j.cluster)) AS cluster,
+           any_value(g.model) AS gpu_model,
+           sum(m.covered_s) / 3600.0 AS telemetry_h,
+           sum(m.util_s) / nullif(sum(m.util_cov_s), 0) * 100.0 AS mean_util_pct,
+           coalesce(sum(m.idle_s), 0) / 3600.0 AS idle_h,
+           coalesce(sum(m.idle_s), 0) / nullif(sum(m.covered_s), 0) AS idle_share,
+           coalesce(sum(m.idle_s) FILTER (WHERE m.job_id IS NOT NULL), 0) / 3600.0 AS allocated_idle_h,
+           coalesce(sum(m.covered_s) FILTER (WHERE m.job_id IS NULL), 0) / 3600.0 AS unallocated_h
+    FROM {_FROM}
+    WHERE {where}
+    GROUP BY m.gpu_id
+    HAVING sum(m.idle_s) > 0
+    ORDER BY idle_h DESC, m.gpu_id
+    LIMIT ?
+    """
+    return frame(con, sql, [*params, limit])
+
+
+TIMELINE_COLUMNS = {
+    "gpu_id": "GPU",
+    "ts": "UTC minute (start)",
+    "util_pct": "time-weighted mean utilization in the minute (NULL when no reading)",
+    "mem_used_mib": "highest memory used in the minute",
+    "mem_total_mib": "card memory",
+    "sm_active_pct": "time-weighted SM-active where reported (DCGM_FI_PROF_SM_ACTIVE)",
+}
+
+
+ALL_GPUS = "all GPUs (mean)"
+
+
+def job_timeline(con: duckdb.DuckDBPyConnection, job_id: str, *, per_gpu: bool = True) -> pl.DataFrame:
+    """One job's utilization per minute (TIMELINE_COLUMNS), over the samples attributed to it: one line
+    per GPU, or (``per_gpu=False``) one line, ``gpu_id`` = ALL_GPUS, the time-weighted mean over its GPUs
+    (memory: the highest of any GPU)."""
+    key = "gpu_id" if per_gpu else f"'{ALL_GPUS}'"
+    sql = f"""
+    SELECT {key} AS gpu_id, minute AS ts,
+           sum(util_s) / nullif(sum(util_cov_s), 0) * 100.0 AS util_pct,
+           max(mem_used_max_mib) AS mem_used_mib, max(mem_total_mib) AS mem_total_mib,
+           sum(sm_active_s) / nullif(sum(prof_cov_s), 0) * 100.0 AS sm_active_pct
+    FROM samples_minute WHERE job_id = ?
+    GROUP BY ALL
+    ORDER BY 1, 2
+    """
+    return frame(con, sql, [job_id])
+
+
+def gpu_timeline(
+    con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL, max_points: int = 20_000
+) -> pl.DataFrame:
+    """Utilization per GPU over time (TIMELINE_COLUMNS) for the view, coarsened from minutes to hours
+    when the view would exceed ``max_points`` rows (so an uploaded week-long log still plots quickly)."""
+    where, params = _where(filters)
+    n = con.execute(f"SELECT count(*) FROM {_FROM} WHERE {where}", params).fetchall()[0][0]
+    unit = "minute" if n <= max_points else "hour"
+    sql = f"""
+    SELECT m.gpu_id, date_trunc('{unit}', m.minute) AS ts,
+           sum(m.util_s) / nullif(sum(m.util_cov_s), 0) * 100.0 AS util_pct,
+           max(m.mem_used_max_mib) AS mem_used_mib, max(m.mem_total_mib) AS mem_total_mib,
+           sum(m.sm_active_s) / nullif(sum(m.prof_cov_s), 0) * 100.0 AS sm_active_pct
+    FROM {_FROM}
+    WHERE {where}
+    GROUP BY ALL
+    ORDER BY m.gpu_id, ts
+    """
+    return frame(con, sql, params)

@@ -1,0 +1,508 @@
+"""All of the dashboard's data access and Streamlit caching, in one place.
+
+Why one module: the cache keys are the whole concurrency story (docs/concurrency.md). Every cached function
+takes ``(db, version, ...)`` where ``version`` is :func:`gpuledger.db.data_version` — the ledger file's
+(mtime, size), which changes with every commit — so the first page load after an ingest recomputes and no
+page shows stale data forever. Each call opens :func:`gpuledger.db.reader` for one batch of queries and
+closes it, so a writer (``gpuledger ingest``, a collector) only ever waits for one batch.
+
+Functions here never compute a figure: they call the same analytics functions the CLI's ``--json`` prints
+(``analytics.summary.summary``, ``analytics.waste``, ``analytics.recommend`` …) and pass the result through.
+Arguments are hashable (``Filters`` is a frozen dataclass); the settings object is passed as ``_settings``
+(not hashed) next to its fingerprint (hashed).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+import streamlit as st
+
+from analytics.filters import Filters
+from gpuledger.db import data_version, reader, resolve_db
+from gpuledger.errors import LedgerError
+from gpuledger.settings import Settings, load_settings
+
+
+@dataclass(frozen=True)
+class Choices:
+    """What the sidebar filters can offer: the ledger's teams, clusters and first/last UTC day."""
+
+    teams: tuple[str, ...]
+    clusters: tuple[str, ...]
+    first_day: dt.date | None
+    last_day: dt.date | None
+
+
+# ---------------------------------------------------------------- the view: db, version, settings, filters
+
+
+def db() -> str:
+    """The ledger this server reads: ``$GPULEDGER_DB`` (set by ``gpuledger dashboard``) or the default."""
+    return resolve_db(None)
+
+
+def settings() -> Settings:
+    """The user's settings; a broken settings file stops the page with the error sentence."""
+    try:
+        return load_settings(None)
+    except LedgerError as exc:
+        st.error(f"{exc}\n\nFix the settings file (docs/settings.md), then reload this page.")
+        st.stop()
+        raise  # not reached
+
+
+def current_filters() -> Filters:
+    """The sidebar's filters (bound to the URL query string by app.py) as analytics Filters."""
+    state = st.session_state
+    since = state.get("since")
+    until = state.get("until")
+    if since and until and since > until:
+        since, until = until, since
+    return Filters(
+        since=since,
+        until=until,
+        teams=tuple(sorted(state.get("team") or ())),
+        clusters=tuple(sorted(state.get("cluster") or ())),
+    )
+
+
+def describe_filters(filters: Filters) -> str:
+    parts = [
+        f"{filters.since or 'start'} – {filters.until or 'latest'} (UTC)",
+        "clusters: " + (", ".join(filters.clusters) or "all"),
+        "teams: " + (", ".join(filters.teams) or "all"),
+    ]
+    return " · ".join(parts)
+
+
+def _sync(db_path: str, s: Settings) -> None:
+    _sync_reference(db_path, s.fingerprint(), s)
+
+
+@st.cache_resource(show_spinner=False)
+def _sync_reference(db_path: str, fingerprint: str, _settings: Settings) -> bool:
+    """Mirror the price sheet and catalog of these settings into the ledger, once per settings version."""
+    from gpuledger.reference import sync_reference
+
+    return sync_reference(db_path, _settings)
+
+
+def _ctx() -> tuple[str, tuple[int, int], str, Settings]:
+    path = db()
+    s = settings()
+    _sync(path, s)
+    return path, data_version(path), s.fingerprint(), s
+
+
+# ---------------------------------------------------------------- sidebar
+
+
+def filter_choices() -> Choices:
+    path, ver, _, _ = _ctx()
+    return _filter_choices(path, ver)
+
+
+@st.cache_data(show_spinner=False)
+def _filter_choices(db_path: str, ver: tuple[int, int]) -> Choices:
+    with reader(db_path) as con:
+        teams = [
+            r[0]
+            for r in con.execute(
+                "SELECT DISTINCT team FROM jobs WHERE team IS NOT NULL ORDER BY 1"
+            ).fetchall()
+        ]
+        clusters = [
+            r[0]
+            for r in con.execute(
+                """SELECT DISTINCT cluster FROM (SELECT cluster FROM jobs UNION ALL SELECT cluster FROM gpus)
+                   WHERE cluster IS NOT NULL ORDER BY 1"""
+            ).fetchall()
+        ]
+        lo, hi = con.execute(
+            """SELECT least((SELECT min(start_ts) FROM jobs), (SELECT min(ts) FROM samples))::DATE,
+                      greatest((SELECT max(coalesce(end_ts, start_ts)) FROM jobs), (SELECT max(ts) FROM samples))::DATE"""
+        ).fetchall()[0]
+    return Choices(tuple(teams), tuple(clusters), lo, hi)
+
+
+def ledger_caption() -> str:
+    path, ver, _, _ = _ctx()
+    return _ledger_caption(path, ver)
+
+
+@st.cache_data(show_spinner=False)
+def _ledger_caption(db_path: str, ver: tuple[int, int]) -> str:
+    with reader(db_path) as con:
+        jobs, samples, ingests = con.execute(
+            "SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM samples), (SELECT count(*) FROM ingests)"
+        ).fetchall()[0]
+    name = os.path.basename(db_path)
+    return f"Ledger `{name}`: {jobs:,} jobs, {samples:,} samples from {ingests:,} ingests."
+
+
+# ---------------------------------------------------------------- overview
+
+
+def has_data() -> bool:
+    path, ver, _, _ = _ctx()
+    return _has_data(path, ver)
+
+
+@st.cache_data(show_spinner=False)
+def _has_data(db_path: str, ver: tuple[int, int]) -> bool:
+    with reader(db_path) as con:
+        return bool(con.execute("SELECT EXISTS (FROM jobs) OR EXISTS (FROM samples)").fetchall()[0][0])
+
+
+def summary(filters: Filters) -> dict[str, Any]:
+    """``gpuledger summary --json`` for these filters (the same function, the same numbers)."""
+    path, ver, fp, s = _ctx()
+    return _summary(path, ver, fp, filters, s)
+
+
+@st.cache_data(show_spinner="Computing the summary…")
+def _summary(
+    db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
+) -> dict[str, Any]:
+    compute = _analytics("summary").summary
+    with reader(db_path) as con:
+        return compute(con, filters=filters, settings=_settings)
+
+
+class NotReady(Exception):
+    """An analysis whose analytics module this install does not have (yet)."""
+
+
+def _analytics(module: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(f"analytics.{module}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"analytics.{module}":
+            raise NotReady(f"analytics/{module}.py is not part of this install yet") from exc
+        raise
+
+
+# ---------------------------------------------------------------- upload: an in-memory ledger per file
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    """What the Upload page shows for one file: the ingest report and the analyses, or the error sentence."""
+
+    name: str
+    error: str | None = None
+    ingest: dict[str, Any] | None = None
+    summary: dict[str, Any] | None = None
+    jobs: pl.DataFrame | None = None
+    timeline: pl.DataFrame | None = None
+    recommendations: pl.DataFrame | None = None
+    missing: tuple[str, ...] = ()  # analyses this install lacks
+
+
+def _safe_name(name: str) -> str:
+    base = os.path.basename(name.replace("\\", "/")).strip() or "upload"
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in base)
+
+
+def _error_sentence(exc: LedgerError, tmp_path: str, name: str) -> str:
+    """The CLI's ``FILE:LINE: reason`` with the uploaded file's own name instead of the temp copy's path."""
+    from gpuledger.errors import FormatError
+
+    if isinstance(exc, FormatError):
+        return f"{name}:{exc.line}: {exc.reason}" if exc.line is not None else f"{name}: {exc.reason}"
+    return str(exc).replace(tmp_path, name)
+
+
+def analyse_upload(name: str, data: bytes, cluster: str | None, tz: str | None) -> UploadResult:
+    s = settings()
+    return _analyse_upload(name, data, cluster or None, tz or None, s.fingerprint(), s)
+
+
+@st.cache_data(show_spinner="Reading the file…", max_entries=16)
+def _analyse_upload(
+    name: str, data: bytes, cluster: str | None, tz: str | None, fp: str, _settings: Settings
+) -> UploadResult:
+    """Ingest a copy of the uploaded bytes into an in-memory ledger and run the Overview's analyses on it.
+
+    The fleet's ledger file is never touched. The copy keeps the uploaded name (parsers sniff by it too).
+    """
+    import tempfile
+
+    from collectors.base import IngestOptions, ingest_file
+    from gpuledger.db import memory_ledger
+    from gpuledger.reference import load_reference
+
+    opts = IngestOptions(
+        cluster=cluster,
+        tz=tz,
+        default_tier=_settings.default_tier,
+        cluster_tiers=tuple((c, cs.tier) for c, cs in _settings.clusters.items() if cs.tier),
+        idle_util_pct=_settings.idle_util_pct,
+    )
+    with tempfile.TemporaryDirectory(prefix="gpuledger-upload-") as tmp:
+        path = os.path.join(tmp, _safe_name(name))
+        with open(path, "wb") as fh:
+            fh.write(data)
+        con = memory_ledger()
+        try:
+            con.execute("BEGIN TRANSACTION")
+            load_reference(con, _settings)
+            con.execute("COMMIT")
+            try:
+                report = ingest_file(con, path, opts=opts)
+            except LedgerError as exc:
+                return UploadResult(name, error=_error_sentence(exc, path, name))
+            ingest = report.as_dict() | {"path": name}
+            filters = Filters()
+            missing: list[str] = []
+            out: dict[str, Any] = {}
+            for key, fn in (
+                ("summary", lambda: _analytics("summary").summary(con, filters=filters, settings=_settings)),
+                ("jobs", lambda: _jobs_table(con, filters, _settings)),
+                ("timeline", lambda: _fleet_timeline(con, filters, _settings)),
+                ("recommendations", lambda: _recommendations(con, filters, _settings)),
+            ):
+                try:
+                    out[key] = fn()
+                except NotReady as exc:
+                    missing.append(str(exc))
+            return UploadResult(name, ingest=ingest, missing=tuple(missing), **out)
+        finally:
+            con.close()
+
+
+# ---------------------------------------------------------------- weeks, waste
+
+
+def weeks_of(filters: Filters) -> list[tuple[str, Filters]]:
+    """The ISO weeks of the view, each as (``YYYY-Www``, the view's filters narrowed to that week)."""
+    c = filter_choices()
+    first = filters.since or c.first_day
+    last = filters.until or c.last_day
+    if first is None or last is None:
+        return []
+    out = []
+    monday = first - dt.timedelta(days=first.isoweekday() - 1)
+    while monday <= last:
+        y, w, _ = monday.isocalendar()
+        since = max(first, monday)
+        until = min(last, monday + dt.timedelta(days=6))
+        out.append((f"{y}-W{w:02d}", Filters(since, until, filters.teams, filters.clusters, filters.users)))
+        monday += dt.timedelta(days=7)
+    return out
+
+
+def waste_by_team_week(filters: Filters) -> pl.DataFrame:
+    """``analytics.waste.waste_by(by="team")`` for each ISO week of the view: columns week, team, spend_usd,
+    the taxonomy's parts and waste_usd. Each job's cost is cut at week boundaries by the week's filters, so
+    the rows sum exactly to the view's spend."""
+    path, ver, fp, s = _ctx()
+    return _waste_by_team_week(path, ver, fp, tuple(weeks_of(filters)), s)
+
+
+@st.cache_data(show_spinner="Splitting the spend by team and week…")
+def _waste_by_team_week(
+    db_path: str, ver: tuple[int, int], fp: str, weeks: tuple[tuple[str, Filters], ...], _settings: Settings
+) -> pl.DataFrame:
+    waste = _analytics("waste")
+    frames = []
+    with reader(db_path) as con:
+        for week, f in weeks:
+            df = waste.waste_by(con, by="team", filters=f, settings=_settings)
+            frames.append(df.rename({"key": "team"}).with_columns(pl.lit(week).alias("week")))
+    if not frames:
+        return pl.DataFrame()
+    out = pl.concat(frames, how="diagonal_relaxed")
+    return out.filter(pl.col("spend_usd").abs() > 0.005).sort("week", "team")
+
+
+def spend_by_team_week(filters: Filters) -> pl.DataFrame:
+    """week, team, cost_usd — the Overview's stacked bars (see :func:`waste_by_team_week`)."""
+    df = waste_by_team_week(filters)
+    if df.is_empty():
+        return pl.DataFrame(schema={"week": pl.String, "team": pl.String, "cost_usd": pl.Float64})
+    return df.select("week", "team", pl.col("spend_usd").alias("cost_usd"))
+
+
+def waste_by(filters: Filters, by: str) -> pl.DataFrame:
+    """``analytics.waste.waste_by`` for the view (key, spend_usd, the parts, waste_usd)."""
+    path, ver, fp, s = _ctx()
+    return _waste_by(path, ver, fp, filters, by, s)
+
+
+@st.cache_data(show_spinner=False)
+def _waste_by(
+    db_path: str, ver: tuple[int, int], fp: str, filters: Filters, by: str, _settings: Settings
+) -> pl.DataFrame:
+    with reader(db_path) as con:
+        return _analytics("waste").waste_by(con, by=by, filters=filters, settings=_settings)
+
+
+def top_wasted_jobs(filters: Filters, limit: int = 20) -> pl.DataFrame:
+    """The view's jobs with the most wasted $ (``analytics.waste.job_waste``, sorted by waste_usd)."""
+    path, ver, fp, s = _ctx()
+    return _top_wasted_jobs(path, ver, fp, filters, limit, s)
+
+
+@st.cache_data(show_spinner=False)
+def _top_wasted_jobs(
+    db_path: str, ver: tuple[int, int], fp: str, filters: Filters, limit: int, _settings: Settings
+) -> pl.DataFrame:
+    with reader(db_path) as con:
+        return _top_wasted(con, filters, _settings, limit)
+
+
+def _top_wasted(con: Any, filters: Filters, s: Settings, limit: int) -> pl.DataFrame:
+    jobs = _analytics("waste").job_waste(con, filters=filters, settings=s)
+    return jobs.filter(pl.col("waste_usd") > 0).sort("waste_usd", descending=True).head(limit)
+
+
+# ---------------------------------------------------------------- jobs
+
+
+def jobs_table(filters: Filters) -> pl.DataFrame:
+    """``analytics.jobs.jobs_table`` for the view (the same rows as ``gpuledger jobs --json``)."""
+    path, ver, fp, s = _ctx()
+    return _jobs_table_cached(path, ver, fp, filters, s)
+
+
+@st.cache_data(show_spinner="Loading jobs…")
+def _jobs_table_cached(
+    db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
+) -> pl.DataFrame:
+    with reader(db_path) as con:
+        return _jobs_table(con, filters, _settings)
+
+
+def _jobs_table(con: Any, filters: Filters, s: Settings) -> pl.DataFrame:
+    return _analytics("jobs").jobs_table(con, filters=filters, settings=s)
+
+
+def job_timeline(job_id: str, per_gpu: bool) -> pl.DataFrame:
+    """``analytics.timeline.job_timeline``: one line per GPU, or the mean over the job's GPUs."""
+    path, ver, _, _ = _ctx()
+    return _job_timeline(path, ver, job_id, per_gpu)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _job_timeline(db_path: str, ver: tuple[int, int], job_id: str, per_gpu: bool) -> pl.DataFrame:
+    from analytics.timeline import job_timeline as compute
+
+    with reader(db_path) as con:
+        return compute(con, job_id, per_gpu=per_gpu)
+
+
+# ---------------------------------------------------------------- fleet
+
+
+def fleet(filters: Filters) -> dict[str, pl.DataFrame]:
+    """heatmap (analytics.timeline.gpu_hour_heatmap), idle (idle_gpus), by_model and by_cluster
+    (analytics.utilization.utilization_by) for the view, in one reader batch."""
+    path, ver, fp, s = _ctx()
+    return _fleet(path, ver, fp, filters, s)
+
+
+@st.cache_data(show_spinner="Reading the fleet's telemetry…")
+def _fleet(
+    db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
+) -> dict[str, pl.DataFrame]:
+    from analytics.timeline import gpu_hour_heatmap, idle_gpus
+
+    util = _analytics("utilization")
+    with reader(db_path) as con:
+        return {
+            "heatmap": gpu_hour_heatmap(con, filters=filters),
+            "idle": idle_gpus(con, filters=filters),
+            "by_model": util.utilization_by(con, by="gpu_model", filters=filters, settings=_settings),
+            "by_cluster": util.utilization_by(con, by="cluster", filters=filters, settings=_settings),
+        }
+
+
+def _fleet_timeline(con: Any, filters: Filters, s: Settings) -> pl.DataFrame:
+    from analytics.timeline import gpu_timeline
+
+    return gpu_timeline(con, filters=filters)
+
+
+# ---------------------------------------------------------------- recommendations, diagnoses, training
+
+
+def _recommendations(con: Any, filters: Filters, s: Settings) -> pl.DataFrame:
+    return _analytics("recommend").recommendations(con, filters=filters, settings=s)
+
+
+def recommendations(filters: Filters) -> pl.DataFrame:
+    """``analytics.recommend.recommendations`` for the view: the ranked list ``gpuledger recommend --json`` prints."""
+    path, ver, fp, s = _ctx()
+    return _recommendations_cached(path, ver, fp, filters, s)
+
+
+@st.cache_data(show_spinner="Looking for savings…")
+def _recommendations_cached(
+    db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
+) -> pl.DataFrame:
+    with reader(db_path) as con:
+        return _recommendations(con, filters, _settings)
+
+
+def diagnoses(filters: Filters) -> pl.DataFrame:
+    """``analytics.diagnoses.diagnoses`` for the view: one row per (job, diagnosis) with its evidence."""
+    path, ver, fp, s = _ctx()
+    return _diagnoses(path, ver, fp, filters, s)
+
+
+@st.cache_data(show_spinner="Diagnosing jobs…")
+def _diagnoses(
+    db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
+) -> pl.DataFrame:
+    with reader(db_path) as con:
+        return _analytics("diagnoses").diagnoses(con, filters=filters, settings=_settings)
+
+
+def training(filters: Filters) -> dict[str, pl.DataFrame]:
+    """unit_costs (analytics.unit_costs.job_unit_costs: $ per 1M tokens, MFU per run) and batch (the larger_batch
+    recommendations of analytics.recommend) for the view."""
+    path, ver, fp, s = _ctx()
+    return _training(path, ver, fp, filters, s)
+
+
+@st.cache_data(show_spinner="Computing unit costs…")
+def _training(
+    db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
+) -> dict[str, pl.DataFrame]:
+    unit_costs = _analytics("unit_costs")
+    with reader(db_path) as con:
+        out = {"unit_costs": unit_costs.job_unit_costs(con, filters=filters)}
+        recs = _recommendations(con, filters, _settings)
+    out["batch"] = recs.filter(pl.col("kind") == "larger_batch")
+    return out
+
+
+# ---------------------------------------------------------------- reports
+
+
+def report(filters: Filters) -> dict[str, str]:
+    """The weekly report (gpuledger/report.py) for the view: {"html": ..., "md": ...}, from one analysis."""
+    path, ver, fp, s = _ctx()
+    return _report(path, ver, fp, filters, s)
+
+
+@st.cache_data(show_spinner="Writing the report…", max_entries=16)
+def _report(
+    db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
+) -> dict[str, str]:
+    from gpuledger.report import collect, render_html, render_markdown
+
+    try:
+        with reader(db_path) as con:
+            data = collect(con, filters=filters, settings=_settings)
+    except ModuleNotFoundError as exc:
+        raise NotReady(f"{exc.name} is not part of this install yet") from exc
+    return {"html": render_html(data), "md": render_markdown(data)}

@@ -1,0 +1,70 @@
+"""Recommendations: what to change, ranked by dollars per week, each with its evidence and one action
+(analytics/recommend.py, the list ``gpuledger recommend --json`` prints), and the diagnoses behind them."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from pages import _data
+from pages._ui import empty_state, no_rows, not_ready, usd
+
+KIND_LABELS = {
+    "reclaim_idle": "Reclaim idle GPUs",
+    "stop_idle_notebooks": "Stop idle notebooks",
+    "right_size_gpu": "Right-size the GPU",
+    "fewer_gpus": "Use fewer GPUs",
+    "larger_batch": "Use a larger batch",
+    "use_spot": "Run on spot",
+    "mig_slice": "Use a MIG slice",
+}
+
+st.title("Recommendations")
+if not _data.has_data():
+    empty_state()
+    st.stop()
+
+filters = _data.current_filters()
+st.caption(_data.describe_filters(filters))
+try:
+    recs = _data.recommendations(filters)
+except _data.NotReady as exc:
+    not_ready(exc)
+
+if recs.is_empty():
+    no_rows("Nothing to recommend in this view.")
+else:
+    kinds = sorted(recs["kind"].unique().to_list())
+    st.caption(
+        f"{recs.height:,} recommendations, ranked by dollars per week (the saving over the view, scaled to 7 "
+        "days; docs/recommendations.md). Items can overlap — one idle notebook may appear under two kinds — "
+        "so they are not added up."
+    )
+    chosen = st.multiselect(
+        "Kinds", kinds, format_func=lambda k: KIND_LABELS.get(k, k), key="rec_kinds", placeholder="all kinds"
+    )
+    shown = recs.filter(recs["kind"].is_in(chosen)) if chosen else recs
+    for i, r in enumerate(shown.head(100).iter_rows(named=True), start=1):
+        with st.container(border=True):
+            head, money = st.columns([4, 1])
+            head.markdown(f"**{i}. {KIND_LABELS.get(r['kind'], r['kind'])}** · {r['target']}")
+            money.markdown(f"**{usd(r['usd_per_week'])} / week**  \n{r['confidence']} confidence")
+            st.write(r["evidence"])
+            st.markdown(f"**Action:** {r['action']}")
+            if r["kind"] == "larger_batch" and r.get("recommended_batch_size") is not None:
+                st.caption(
+                    f"batch {r.get('current_batch_size')} → {r.get('recommended_batch_size')}; predicted peak "
+                    f"{r.get('predicted_peak_mem_mib') or 0:,.0f} of {r.get('card_mem_mib') or 0:,.0f} MiB; "
+                    f"throughput +{r.get('predicted_throughput_gain_pct') or 0:.0f} %; {r.get('lr_rule') or ''}"
+                )
+    if shown.height > 100:
+        st.caption(f"Showing the top 100 of {shown.height:,}.")
+
+st.subheader("Diagnoses")
+try:
+    diags = _data.diagnoses(filters)
+except _data.NotReady as exc:
+    not_ready(exc)
+if diags.is_empty():
+    no_rows("No job in this view raised a diagnosis.")
+else:
+    st.dataframe(diags.select("diagnosis", "job_id", "name", "team", "evidence"), hide_index=True)

@@ -1,0 +1,89 @@
+"""Upload: analyse one job log or telemetry file at once, without touching the fleet's ledger.
+
+The file is ingested (a temp copy, the same parsers and checks as ``gpuledger ingest``) into an in-memory
+ledger of its own, and the page shows what landed and the same analyses as the Overview, Jobs and
+Recommendations pages. A file gpuledger cannot read shows the CLI's one-line error and what to do next.
+"""
+
+from __future__ import annotations
+
+import plotly.express as px
+import streamlit as st
+
+from collectors.registry import PARSERS
+from pages import _data
+from pages._ui import KPI_WIDTHS, num, pct, usd
+
+st.title("Upload a file")
+st.write(
+    "Drop a job log or a telemetry file to see its cost, utilization and waste at once. It is analysed on "
+    "its own, in memory: the fleet's ledger is not changed (use `gpuledger ingest FILE` for that)."
+)
+with st.expander("Accepted formats"):
+    st.markdown("\n".join(f"- `{name}` — {p.description}" for name, p in sorted(PARSERS.items())))
+
+with st.expander("Options"):
+    cluster = st.text_input("Cluster name (for files that carry none)", key="upload_cluster")
+    tz = st.text_input(
+        "Time zone of naive timestamps (IANA, e.g. Europe/Berlin; empty: this server's zone for nvidia-smi, "
+        "UTC otherwise)",
+        key="upload_tz",
+    )
+
+uploaded = st.file_uploader("Job log or telemetry file", key="upload_file")
+if uploaded is None:
+    st.stop()
+
+result = _data.analyse_upload(uploaded.name, uploaded.getvalue(), cluster, tz)
+if result.error:
+    st.error(
+        f"{result.error}\n\n"
+        "Nothing was analysed. Fix the line named above (or choose the right file), then upload it again. "
+        "The accepted formats and their columns are listed above and in the README; "
+        "`gpuledger ingest --help` shows them too.",
+        icon=":material/error:",
+    )
+    st.stop()
+
+ingest = result.ingest or {}
+rows = ", ".join(f"{n:,} {table}" for table, n in (ingest.get("rows") or {}).items() if n) or "no rows"
+st.success(f"Read **{result.name}** as `{ingest.get('format')}`: {rows}.", icon=":material/check_circle:")
+for reason, n in (ingest.get("skipped") or {}).items():
+    st.caption(f"Skipped {n:,} rows: {reason}")
+for what in result.missing:
+    st.warning(f"Part of the analysis is not available: {what}.")
+
+s = result.summary
+if s is not None:
+    cols = st.columns(KPI_WIDTHS)
+    cols[0].metric("Spend", usd(s["spend_usd"]))
+    cols[1].metric("GPU-hours", num(s["gpu_hours"], 1))
+    cols[2].metric("Mean utilization", pct(s["mean_util_pct"]))
+    cols[3].metric("Idle $", usd(s["idle_usd"]))
+    cols[4].metric("Waste $", usd(s["waste_usd"]))
+    if s.get("unpriced_gpu_hours"):
+        st.caption(
+            f"{num(s['unpriced_gpu_hours'], 1)} GPU-hours have no price for their GPU model and are not in the "
+            "spend (add a price in the settings file)."
+        )
+
+if result.timeline is not None and not result.timeline.is_empty():
+    st.subheader("Utilization over time")
+    fig = px.line(
+        result.timeline,
+        x="ts",
+        y="util_pct",
+        color="gpu_id",
+        labels={"util_pct": "utilization (%)", "ts": "time (UTC)"},
+    )
+    fig.update_layout(margin={"t": 10, "b": 10}, height=320, yaxis_range=[0, 100])
+    st.plotly_chart(fig, key="upload_timeline")
+
+if result.jobs is not None and not result.jobs.is_empty():
+    st.subheader("Jobs")
+    st.dataframe(result.jobs, hide_index=True)
+
+if result.recommendations is not None and not result.recommendations.is_empty():
+    st.subheader("Recommendations")
+    for r in result.recommendations.iter_rows(named=True):
+        st.markdown(f"**{usd(r['usd_per_week'])} / week** · `{r['kind']}` · {r['evidence']} {r['action']}")

@@ -1,0 +1,105 @@
+"""Fleet views over the per-GPU-minute rollup: heatmap cells, idle GPUs, one job's timeline.
+
+A tiny ledger landed through the real write path (stage tables + collectors.base.land), with every
+expected value worked out by hand below.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from analytics.filters import Filters
+from analytics.timeline import gpu_hour_heatmap, gpu_timeline, idle_gpus, job_timeline
+from collectors.base import IngestOptions, drop_stage, land, next_ingest_id
+
+T0 = dt.datetime(2026, 11, 16, 0, 0, 0)
+
+
+@pytest.fixture
+def fleet(ledger):
+    """g0 (cluster a): 4 samples from 00:00 at 30 s, util 0, 10, 100, NULL — no job.
+    g1 (cluster b): 2 samples from 01:00 at 30 s, util 50, 3 — held by job j1 (team nlp)."""
+    ledger.execute("BEGIN TRANSACTION")
+    ledger.execute(
+        """CREATE TEMP TABLE stage_samples AS
+           SELECT * FROM (VALUES
+             (TIMESTAMP '2026-11-16 00:00:00', 'g0', 30.0::FLOAT, 0.0::FLOAT),
+             (TIMESTAMP '2026-11-16 00:00:30', 'g0', 30.0, 10.0),
+             (TIMESTAMP '2026-11-16 00:01:00', 'g0', 30.0, 100.0),
+             (TIMESTAMP '2026-11-16 00:01:30', 'g0', 30.0, NULL),
+             (TIMESTAMP '2026-11-16 01:00:00', 'g1', 30.0, 50.0),
+             (TIMESTAMP '2026-11-16 01:00:30', 'g1', 30.0, 3.0)
+           ) t(ts, gpu_id, interval_s, util_pct)"""
+    )
+    ledger.execute(
+        """CREATE TEMP TABLE stage_gpus AS SELECT * FROM (VALUES
+             ('g0', 'h0', 'H100-SXM-80GB', 'a'), ('g1', 'h1', 'L4', 'b')) t(gpu_id, host, model, cluster)"""
+    )
+    ledger.execute(
+        """CREATE TEMP TABLE stage_jobs AS SELECT 'j1' AS job_id, 'nlp' AS team, 'b' AS cluster,
+             'L4' AS gpu_model, 1.0 AS gpu_count, TIMESTAMP '2026-11-16 01:00:00' AS start_ts,
+             TIMESTAMP '2026-11-16 02:00:00' AS end_ts, 'training' AS kind"""
+    )
+    ledger.execute(
+        """CREATE TEMP TABLE stage_allocations AS SELECT 'j1' AS job_id, 'g1' AS gpu_id,
+             TIMESTAMP '2026-11-16 01:00:00' AS start_ts, TIMESTAMP '2026-11-16 02:00:00' AS end_ts"""
+    )
+    land(ledger, next_ingest_id(ledger), IngestOptions())
+    drop_stage(ledger)
+    ledger.execute("COMMIT")
+    return ledger
+
+
+def test_heatmap_cells_are_time_weighted_means_over_readings(fleet):
+    cells = gpu_hour_heatmap(fleet).select("gpu_id", "hour", "mean_util_pct", "covered_s").rows()
+    assert cells[0][:2] == ("g0", T0)
+    # g0, hour 00: (0×30 + 10×30 + 100×30) / 90 s with a reading = 36.67 %; 4 samples × 30 s of telemetry
+    assert cells[0][2] == pytest.approx((0 * 30 + 10 * 30 + 100 * 30) / 90)
+    assert cells[0][3] == 120
+    # g1, hour 01: (50×30 + 3×30) / 60 = 26.5 %
+    assert cells[1][:2] == ("g1", T0 + dt.timedelta(hours=1))
+    assert cells[1][2] == pytest.approx(26.5)
+
+
+def test_filters_select_cluster_team_and_dates(fleet):
+    assert gpu_hour_heatmap(fleet, filters=Filters(clusters=("a",)))["gpu_id"].unique().to_list() == ["g0"]
+    # a team filter keeps only minutes attributed to that team's jobs: g1 while j1 held it
+    assert gpu_hour_heatmap(fleet, filters=Filters(teams=("nlp",)))["gpu_id"].unique().to_list() == ["g1"]
+    assert gpu_hour_heatmap(fleet, filters=Filters(since=dt.date(2026, 11, 17))).is_empty()
+
+
+def test_idle_gpus_rank_by_idle_hours_and_split_allocated(fleet):
+    rows = {r["gpu_id"]: r for r in idle_gpus(fleet).iter_rows(named=True)}
+    # g0: one sample at 0 % (≤ 5) → 30 s idle of 120 s telemetry, none of it allocated, all unallocated
+    assert rows["g0"]["idle_h"] == pytest.approx(30 / 3600)
+    assert rows["g0"]["idle_share"] == pytest.approx(30 / 120)
+    assert rows["g0"]["allocated_idle_h"] == 0
+    assert rows["g0"]["unallocated_h"] == pytest.approx(120 / 3600)
+    # g1: the 3 % sample → 30 s idle, while j1 held it
+    assert rows["g1"]["allocated_idle_h"] == pytest.approx(30 / 3600)
+    assert rows["g1"]["unallocated_h"] == 0
+
+
+def test_job_timeline_has_one_point_per_gpu_minute(fleet):
+    tl = job_timeline(fleet, "j1")
+    # both g1 samples fall in minute 01:00 → one point at (50×30 + 3×30) / 60
+    assert tl.select("gpu_id", "ts").rows() == [("g1", T0 + dt.timedelta(hours=1))]
+    assert tl["util_pct"][0] == pytest.approx(26.5)
+    assert job_timeline(fleet, "no-such-job").is_empty()
+
+
+def test_gpu_timeline_coarsens_to_hours_when_asked_for_few_points(fleet):
+    minutes = gpu_timeline(fleet)
+    assert minutes.height == 3  # g0 00:00, g0 00:01, g1 01:00
+    hours = gpu_timeline(fleet, max_points=2)
+    assert hours.select("gpu_id", "ts").rows() == [("g0", T0), ("g1", T0 + dt.timedelta(hours=1))]
+    assert hours["util_pct"][0] == pytest.approx((0 * 30 + 10 * 30 + 100 * 30) / 90)
+
+
+def test_job_timeline_mean_over_gpus(fleet):
+    from analytics.timeline import ALL_GPUS
+
+    tl = job_timeline(fleet, "j1", per_gpu=False)
+    assert tl.select("gpu_id", "util_pct").rows() == [(ALL_GPUS, pytest.approx(26.5))]

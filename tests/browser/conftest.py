@@ -1,0 +1,192 @@
+"""A real ``streamlit run app.py`` on a free port over a temp ledger, driven by headless Debian Chromium.
+
+One server and one browser per session keep the suite quick. The ledger holds a small demo fleet (when
+gpuledger.demo is present) plus tests/fixtures/dashboard/jobs.csv, a hand-written jobs table whose numbers
+the tests know. Screenshots of every page land in test-artifacts/ (gitignored) for a human to look at.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.conftest import ROOT
+
+CHROMIUM = Path("/usr/bin/chromium")
+FIXTURES = ROOT / "tests" / "fixtures" / "dashboard"
+ARTIFACTS = ROOT / "test-artifacts"
+DEMO_DAYS = 2  # the smallest demo (every planted scenario), to keep the suite quick
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(here):
+            item.add_marker(pytest.mark.browser)
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    db: str
+    env: dict[str, str]
+    log: Path
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run ``gpuledger ARGS --db <this ledger>`` the way a user would, in a subprocess."""
+        done = subprocess.run(
+            [sys.executable, "-m", "gpuledger", *args, "--db", self.db],
+            env=self.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(
+                f"gpuledger {' '.join(args)} exited {done.returncode}: {done.stderr[-2000:]}"
+            )
+        return done
+
+    def summary(self, *filters: str) -> dict[str, object]:
+        return json.loads(self.cli("summary", "--json", *filters).stdout)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _build_ledger(db: str) -> None:
+    from collectors.base import ingest_file
+    from gpuledger.db import writer
+
+    with writer(db) as con:
+        try:
+            from gpuledger.demo import build_demo
+        except ImportError:
+            build_demo = None
+        if build_demo is not None:
+            build_demo(con, days=DEMO_DAYS)
+        ingest_file(con, FIXTURES / "jobs.csv")
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(
+        f"streamlit did not answer /_stcore/health in {timeout_s} s:\n{log.read_text()[-3000:]}"
+    )
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    if not CHROMIUM.exists():
+        pytest.skip("Debian chromium is not installed (/usr/bin/chromium); `make system-deps` installs it")
+    from gpuledger.commands.dashboard import streamlit_argv
+
+    tmp = tmp_path_factory.mktemp("dashboard")
+    db = str(tmp / "ledger.duckdb")
+    settings = tmp / "settings.toml"
+    settings.write_text("# defaults: the browser tests must not read a developer's data/settings.toml\n")
+    env = dict(os.environ, GPULEDGER_DB=db, GPULEDGER_SETTINGS=str(settings), PYTHONPATH=str(ROOT))
+    os.environ["GPULEDGER_SETTINGS"] = str(settings)
+    _build_ledger(db)
+    port = _free_port()
+    log = tmp / "streamlit.log"
+    argv = [*streamlit_argv(port), "--server.fileWatcherType", "none", "--server.runOnSave", "false"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, log)
+        yield Server(url, db, env, log)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    # A page that failed quietly (a swallowed exception, a deprecation) still leaves a trace in the log.
+    text = log.read_text(errors="replace")
+    for sign in ("Traceback", "Error", "Warning", "deprecated"):
+        assert sign not in text, f"the streamlit server logged {sign!r}:\n{text[-3000:]}"
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.skip("Debian chromium is not installed (/usr/bin/chromium); `make system-deps` installs it")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1600})
+    pg = context.new_page()
+    yield pg
+    context.close()
+
+
+def wait_for_app(page: Page, timeout_ms: int = 60_000) -> None:
+    """Wait until the script run triggered by the last navigation or interaction has finished."""
+    page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=timeout_ms)
+    page.wait_for_timeout(300)  # let the last deltas render
+
+
+def open_page(page: Page, server: Server, path: str = "", query: str = "") -> None:
+    url = f"{server.url}/{path}" + (f"?{query}" if query else "")
+    page.goto(url)
+    wait_for_app(page)
+
+
+def assert_no_exception(page: Page) -> None:
+    boxes = page.locator("[data-testid='stException']")
+    assert boxes.count() == 0, boxes.first.inner_text()
+
+
+def screenshot(page: Page, name: str) -> Path:
+    """Save the page, once its plotly charts have drawn (they render after the script run ends)."""
+    page.wait_for_function(
+        """() => [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
+                 .every(e => e.querySelector('.main-svg'))""",
+        timeout=20_000,
+    )
+    page.wait_for_timeout(700)  # data grids paint on a canvas a moment later
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path

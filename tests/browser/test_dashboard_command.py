@@ -1,0 +1,55 @@
+"""``gpuledger dashboard`` itself (the README's run command) on an empty ledger: it serves the app, and the
+Overview tells the user how to load data instead of drawing empty charts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from playwright.sync_api import Browser
+
+from tests.browser.conftest import ROOT, _free_port, _wait_healthy, screenshot, wait_for_app
+
+
+def test_dashboard_command_serves_the_empty_state(browser: Browser, tmp_path: Path) -> None:
+    port = _free_port()
+    db = tmp_path / "empty.duckdb"
+    log = tmp_path / "dashboard.log"
+    env = dict(os.environ, GPULEDGER_SETTINGS=str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gpuledger",
+                "dashboard",
+                "--no-demo",
+                "--port",
+                str(port),
+                "--db",
+                str(db),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}", proc, log)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(f"http://127.0.0.1:{port}/")
+        wait_for_app(page)
+        screenshot(page, "overview-empty")
+        body = page.get_by_test_id("stMain").inner_text()
+        assert "No data in the ledger yet" in body
+        assert "gpuledger demo" in body and "gpuledger ingest FILE" in body
+        assert page.locator("[data-testid='stException']").count() == 0
+        page.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert db.exists()  # the command resolved and created the ledger it served
+    assert f"serving {db}" in log.read_text()

@@ -1,0 +1,80 @@
+"""The layer boundary: only the dashboard (app.py and pages/) may import streamlit.
+
+ruff's TID251 ban (pyproject.toml) flags it at lint time; this test makes the suite fail too, by walking the
+AST of every project module, so a ``from streamlit import x`` inside a function or an ``importlib`` string is
+caught as well.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("gpuledger", "analytics", "collectors", "bench")
+ALLOWED = ("app.py", "pages/")
+
+
+def _streamlit_imports(path: Path) -> list[int]:
+    """Line numbers where ``path`` imports streamlit (import, from-import, or importlib.import_module)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            if any(a.name.split(".")[0] == "streamlit" for a in node.names):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            if node.module and node.module.split(".")[0] == "streamlit" and node.level == 0:
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and node.args:
+            first = node.args[0]
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            if (
+                name in ("import_module", "__import__")
+                and isinstance(first, ast.Constant)
+                and str(first.value).split(".")[0] == "streamlit"
+            ):
+                lines.append(node.lineno)
+    return lines
+
+
+def _project_modules() -> list[Path]:
+    files = [p for pkg in PACKAGES if (ROOT / pkg).is_dir() for p in (ROOT / pkg).rglob("*.py")]
+    return sorted(p for p in files if ".venv" not in p.parts)
+
+
+def test_streamlit_is_imported_only_by_the_dashboard() -> None:
+    offenders = [
+        f"{p.relative_to(ROOT)}:{line}" for p in _project_modules() for line in _streamlit_imports(p)
+    ]
+    assert offenders == [], "streamlit belongs to app.py and pages/ only: " + ", ".join(offenders)
+
+
+def test_the_dashboard_itself_is_seen_importing_streamlit() -> None:
+    # Guards the walker: if it stopped recognising imports, the test above could never fail.
+    assert _streamlit_imports(ROOT / "app.py")
+    assert all(_streamlit_imports(p) for p in (ROOT / "pages").glob("[!_]*.py"))
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import streamlit as st\n",
+        "import streamlit.components.v1\n",
+        "from streamlit import cache_data\n",
+        "def f():\n    from streamlit.testing.v1 import AppTest\n",
+        "import importlib\nimportlib.import_module('streamlit')\n",
+    ],
+)
+def test_walker_catches_each_import_form(tmp_path: Path, source: str) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(source, encoding="utf-8")
+    assert _streamlit_imports(path) != []
+
+
+def test_walker_ignores_lookalikes(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text("import streamlit_like\nfrom .streamlit import x\ntext = 'import streamlit'\n")
+    assert _streamlit_imports(path) == []

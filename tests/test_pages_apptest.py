@@ -1,0 +1,85 @@
+"""A quick in-process smoke test of every page (streamlit.testing AppTest), on a small hand-written ledger.
+
+The browser tests (tests/browser/) drive the real server in Chromium; this one runs in a second and catches
+a page that raises before the slower suite starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from collectors.base import ingest_file
+from gpuledger.db import ROOT, writer
+
+JOBS = ROOT / "tests" / "fixtures" / "dashboard" / "jobs.csv"
+PAGES = {
+    "pages/overview.py": "Overview",
+    "pages/waste.py": "Waste",
+    "pages/jobs.py": "Jobs",
+    "pages/fleet.py": "Fleet",
+    "pages/recommendations.py": "Recommendations",
+    "pages/training.py": "Training",
+    "pages/upload.py": "Upload a file",
+    "pages/reports.py": "Weekly report",
+}
+
+
+@pytest.fixture(scope="module")
+def small_ledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp = tmp_path_factory.mktemp("apptest")
+    db = str(tmp / "ledger.duckdb")
+    with writer(db) as con:
+        ingest_file(con, JOBS)
+    settings = tmp / "settings.toml"
+    settings.write_text("")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GPULEDGER_DB", db)
+    mp.setenv("GPULEDGER_SETTINGS", str(settings))
+    yield db
+    mp.undo()
+
+
+def run_page(page: str, query: dict[str, list[str]] | None = None) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    for key, values in (query or {}).items():
+        at.query_params[key] = values
+    at.run()
+    if page != "pages/overview.py":
+        at.switch_page(page)
+        at.run()
+    return at
+
+
+@pytest.mark.parametrize("page", list(PAGES))
+def test_page_runs_without_exception(small_ledger: str, page: str) -> None:
+    at = run_page(page)
+    assert not at.exception, at.exception
+    assert at.title[0].value == PAGES[page]
+    assert not [w.value for w in at.warning if "not available" in w.value]
+
+
+def test_overview_shows_the_fixture_spend(small_ledger: str) -> None:
+    at = run_page("pages/overview.py")
+    spend = next(m for m in at.metric if m.label == "Spend")
+    # by hand from tests/fixtures/dashboard/jobs.csv: H100 8×10 + 1×12 + 4×24 = 188 GPU-h × $2.99 = $562.12,
+    # L4 2×6 h = $8.52, A10G 1×12 h = $12.07 (the shipped on-demand prices): $582.71
+    assert spend.value == "$582.71"
+
+
+def test_query_string_sets_the_filters(small_ledger: str) -> None:
+    at = run_page("pages/overview.py", {"team": ["vision"]})
+    spend = next(m for m in at.metric if m.label == "Spend")
+    assert spend.value == "$20.59"  # dash-3 $8.52 + dash-4 $12.072 (1 × 12 h A10G at $1.006)
+
+
+def test_empty_ledger_shows_how_to_load_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPULEDGER_DB", str(tmp_path / "empty.duckdb"))
+    monkeypatch.setenv("GPULEDGER_SETTINGS", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    at = run_page("pages/overview.py")
+    assert not at.exception
+    assert "gpuledger demo" in at.info[0].value
