@@ -6,7 +6,11 @@ Price rules (docs/metrics.md, "Cost"):
   rather than not at all);
 - rows for the job's own cluster replace the generic rows of that model and tier (per-cluster override,
   e.g. an on-prem amortized rate);
-- a tier with no price for the model falls back to ``on_demand`` (``price_tier`` says which was used);
+- a tier with no price for the model (generic or for the job's cluster) falls back to ``on_demand``
+  (``price_tier`` says which was used);
+- prices come from the shipped sheet, from sources that declare their own (``stage_prices``: the demo's
+  on-prem rate) and from the user's settings; for the same model, tier, cluster and day the settings win,
+  then the source, then the sheet;
 - a GPU model with no price at all leaves ``cost_usd`` NULL: such GPU-hours are reported as unpriced,
   never as $0;
 - a job spanning a price change is split at the change;
@@ -88,6 +92,40 @@ def pseudo_jobs_sql(lo: dt.datetime, hi: dt.datetime) -> tuple[str, list[object]
     return sql, [lo, hi]
 
 
+# Rows of the same (model, tier, cluster, day) from several origins: the user's settings win over a price a
+# source declared (e.g. the demo's on-prem rate), which wins over the shipped sheet.
+PRICE_PERIODS_CTE = """
+    periods AS (
+        SELECT gpu_model, tier, cluster, usd_per_gpu_hour,
+               CASE WHEN row_number() OVER w = 1 THEN TIMESTAMP '0001-01-01'
+                    ELSE effective_from::TIMESTAMP END AS p_from,
+               coalesce(lead(effective_from::TIMESTAMP) OVER w, TIMESTAMP '9999-12-31') AS p_to
+        FROM (SELECT * FROM prices
+              QUALIFY row_number() OVER (
+                  PARTITION BY gpu_model, tier, cluster, effective_from
+                  ORDER BY CASE origin WHEN 'settings' THEN 0 WHEN 'ingest' THEN 1 ELSE 2 END,
+                           ingest_id DESC NULLS LAST) = 1)
+        WINDOW w AS (PARTITION BY gpu_model, tier, cluster ORDER BY effective_from)
+    )"""
+
+
+def price_tier_sql(alias: str, tier: str) -> str:
+    """The tier whose price applies: the asked one when the model has a price for it (generic, or for the
+    row's own cluster), else on_demand."""
+    return f"""(CASE WHEN EXISTS (SELECT 1 FROM prices p WHERE p.gpu_model = {alias}.gpu_model
+                                  AND p.tier = {tier}
+                                  AND (p.cluster IS NULL OR p.cluster = {alias}.cluster))
+                     THEN {tier} ELSE 'on_demand' END)"""
+
+
+def price_cluster_sql(alias: str, tier: str) -> str:
+    """The row's cluster when that cluster has its own rows for the model and tier (they replace the generic
+    ones there), else NULL (the generic rows)."""
+    return f"""(CASE WHEN EXISTS (SELECT 1 FROM prices p WHERE p.gpu_model = {alias}.gpu_model
+                                  AND p.tier = {tier} AND p.cluster = {alias}.cluster)
+                     THEN {alias}.cluster END)"""
+
+
 def job_costs_sql(
     filters: Filters, as_of: dt.datetime | None, *, unattributed: bool = True
 ) -> tuple[str, list[object]]:
@@ -110,27 +148,9 @@ def job_costs_sql(
         WHERE j.start_ts IS NOT NULL AND {where}
     ),
     jv AS (SELECT * FROM j WHERE span_end > span_start),
-    jt AS (
-        SELECT jv.*,
-               CASE WHEN EXISTS (SELECT 1 FROM prices p WHERE p.gpu_model = jv.gpu_model AND p.tier = jv.pricing_tier)
-                    THEN jv.pricing_tier ELSE 'on_demand' END AS price_tier
-        FROM jv
-    ),
-    jc AS (
-        SELECT jt.*,
-               CASE WHEN EXISTS (SELECT 1 FROM prices p WHERE p.gpu_model = jt.gpu_model
-                                 AND p.tier = jt.price_tier AND p.cluster = jt.cluster)
-                    THEN jt.cluster END AS price_cluster
-        FROM jt
-    ),
-    periods AS (
-        SELECT gpu_model, tier, cluster, usd_per_gpu_hour,
-               CASE WHEN row_number() OVER w = 1 THEN TIMESTAMP '0001-01-01'
-                    ELSE effective_from::TIMESTAMP END AS p_from,
-               coalesce(lead(effective_from::TIMESTAMP) OVER w, TIMESTAMP '9999-12-31') AS p_to
-        FROM prices
-        WINDOW w AS (PARTITION BY gpu_model, tier, cluster ORDER BY effective_from)
-    ),
+    jt AS (SELECT jv.*, {price_tier_sql("jv", "jv.pricing_tier")} AS price_tier FROM jv),
+    jc AS (SELECT jt.*, {price_cluster_sql("jt", "jt.price_tier")} AS price_cluster FROM jt),
+    {PRICE_PERIODS_CTE.strip()},
     priced AS (
         SELECT jc.job_id,
                sum(jc.gpu_count * epoch(least(jc.span_end, p.p_to) - greatest(jc.span_start, p.p_from)) / 3600.0

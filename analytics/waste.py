@@ -26,10 +26,18 @@ import datetime as dt
 import duckdb
 import polars as pl
 
-from analytics.cost import job_costs_sql
+from analytics.cost import (
+    PRICE_PERIODS_CTE,
+    PSEUDO_PREFIX,
+    TELEMETRY_ONLY_GPUS_SQL,
+    UNATTRIBUTED,
+    job_costs_sql,
+    price_cluster_sql,
+    price_tier_sql,
+)
 from analytics.filters import Filters, horizon
 from analytics.query import frame
-from analytics.utilization import Source, job_totals_sql
+from analytics.utilization import Source, job_bucket_totals_sql, job_totals_sql
 from gpuledger.settings import Settings
 
 ALL_FILTERS = Filters()  # the whole ledger
@@ -93,13 +101,19 @@ def job_waste_sql(
     """SQL of :func:`job_waste` (JOB_WASTE_COLUMNS), reusable as a sub-query."""
     jobs_sql, jobs_params = job_costs_sql(filters, as_of)
     totals_sql, totals_params = job_totals_sql(con, filters, settings, as_of, source)
-    sql = f"""
+    return _parts_sql(jobs_sql, totals_sql, "job_id"), [*jobs_params, *totals_params]
+
+
+def _parts_sql(jobs_sql: str, totals_sql: str, key: str) -> str:
+    """The taxonomy over ``jobs_sql`` (job_costs columns: one row per ``key``) and ``totals_sql``
+    (TOTAL_COLUMNS per ``key``): JOB_WASTE_COLUMNS, one row per ``key``."""
+    return f"""
     WITH jc AS ({jobs_sql}), t AS ({totals_sql}),
     b AS (
         SELECT jc.*, t.util_cov_s, t.idle_s, t.underused_s, t.util_s, t.energy_j, lj.last_checkpoint_ts,
                jc.gpu_count * epoch(jc.span_end - jc.span_start) AS held_s,
                jc.state IN ({_sql_list(FAILED_STATES)}) AND jc.kind IN ({_sql_list(FAILURE_KINDS)}) AS failed
-        FROM jc LEFT JOIN t USING (job_id) LEFT JOIN jobs lj ON lj.job_id = jc.job_id
+        FROM jc LEFT JOIN t USING ({key}) LEFT JOIN jobs lj ON lj.job_id = jc.job_id
     ),
     r AS (
         SELECT b.*,
@@ -135,7 +149,6 @@ def job_waste_sql(
            energy_j / 3.6e6 AS energy_kwh
     FROM p
     """
-    return sql, [*jobs_params, *totals_params]
 
 
 def job_waste(
@@ -246,25 +259,9 @@ def unallocated(
     t AS (
         SELECT pair.*, coalesce(tiers.tier, ?) AS asked_tier FROM pair LEFT JOIN tiers USING (cluster)
     ),
-    t2 AS (
-        SELECT t.*, CASE WHEN EXISTS (SELECT 1 FROM prices p WHERE p.gpu_model = t.gpu_model AND p.tier = t.asked_tier)
-                         THEN t.asked_tier ELSE 'on_demand' END AS tier
-        FROM t
-    ),
-    t3 AS (
-        SELECT t2.*, CASE WHEN EXISTS (SELECT 1 FROM prices p WHERE p.gpu_model = t2.gpu_model
-                                       AND p.tier = t2.tier AND p.cluster = t2.cluster)
-                          THEN t2.cluster END AS price_cluster
-        FROM t2
-    ),
-    periods AS (
-        SELECT gpu_model, tier, cluster, usd_per_gpu_hour,
-               CASE WHEN row_number() OVER w = 1 THEN TIMESTAMP '0001-01-01'
-                    ELSE effective_from::TIMESTAMP END AS p_from,
-               coalesce(lead(effective_from::TIMESTAMP) OVER w, TIMESTAMP '9999-12-31') AS p_to
-        FROM prices
-        WINDOW w AS (PARTITION BY gpu_model, tier, cluster ORDER BY effective_from)
-    ),
+    t2 AS (SELECT t.*, {price_tier_sql("t", "t.asked_tier")} AS tier FROM t),
+    t3 AS (SELECT t2.*, {price_cluster_sql("t2", "t2.tier")} AS price_cluster FROM t2),
+    {PRICE_PERIODS_CTE.strip()},
     price AS (
         SELECT t3.cluster, t3.gpu_model,
                sum(p.usd_per_gpu_hour * epoch(least(t3.w_to, p.p_to) - greatest(t3.w_from, p.p_from)))
@@ -324,6 +321,175 @@ def waste_by(
         pl.sum_horizontal(*WASTE_PARTS).alias("waste_usd"),
     )
     return out.select("key", "spend_usd", *PARTS, "waste_usd").sort("spend_usd", descending=True)
+
+
+WEEK_KEYS = ("team", "user_name", "cluster", "gpu_model", "kind")
+
+
+def view_weeks(con: duckdb.DuckDBPyConnection, filters: Filters) -> list[tuple[str, Filters]]:
+    """The ISO weeks of the view, each as (``YYYY-Www``, the view's filters narrowed to that week).
+
+    An open end of the view is the ledger's first (last) UTC day with a job or a sample; the first and last
+    week are cut there, so the weeks together are exactly the view. Empty when the ledger is."""
+    first, last = filters.since, filters.until
+    if first is None or last is None:
+        lo, hi = con.execute(
+            """SELECT least((SELECT min(start_ts) FROM jobs), (SELECT min(ts) FROM samples))::DATE,
+                      greatest((SELECT max(coalesce(end_ts, start_ts)) FROM jobs),
+                               (SELECT max(ts) FROM samples))::DATE"""
+        ).fetchall()[0]
+        first, last = first or lo, last or hi
+    if first is None or last is None:
+        return []
+    out = []
+    monday = first - dt.timedelta(days=first.isoweekday() - 1)
+    while monday <= last:  # one row per week (a handful), not per job
+        y, w, _ = monday.isocalendar()
+        since, until = max(first, monday), min(last, monday + dt.timedelta(days=6))
+        out.append((f"{y}-W{w:02d}", Filters(since, until, filters.teams, filters.clusters, filters.users)))
+        monday += dt.timedelta(days=7)
+    return out
+
+
+def _buckets_sql(weeks: list[tuple[str, Filters]]) -> tuple[str, list[object]]:
+    """The weeks as SQL rows (week, w_lo, w_hi): [midnight of since, midnight after until)."""
+    rows = ", ".join("(?, ?::TIMESTAMP, ?::TIMESTAMP)" for _ in weeks)
+    params: list[object] = [x for week, f in weeks for x in (week, f.lo, f.hi)]
+    return f"SELECT * FROM (VALUES {rows}) v(week, w_lo, w_hi)", params
+
+
+def _job_week_costs_sql(
+    filters: Filters, as_of: dt.datetime | None, buckets: tuple[str, list[object]]
+) -> tuple[str, list[object]]:
+    """job_costs columns (plus ``week``) per (job, week): each job's in-view span cut at the week bounds and
+    priced per piece with the price periods of analytics/cost.py, so a piece costs what ``job_costs`` gives
+    for the view narrowed to that week. Telemetry-only GPUs get one pseudo-job per week, from their first
+    sample in that week to the end of their last one there (as :func:`analytics.cost.pseudo_jobs_sql` does
+    for a one-week view)."""
+    real_sql, real_params = job_costs_sql(filters, as_of, unattributed=False)
+    where, where_params = filters.job_where("pj")
+    sql = f"""
+    WITH wk AS ({buckets[0]}),
+    real AS ({real_sql}),
+    pseudo AS (
+        SELECT wk.week, '{PSEUDO_PREFIX}' || s.gpu_id AS job_id, any_value(g.cluster) AS cluster,
+               '{UNATTRIBUTED}' AS user_name, '{UNATTRIBUTED}' AS team, NULL::VARCHAR AS project,
+               '{PSEUDO_PREFIX}' || s.gpu_id AS name, 'other' AS kind, any_value(g.model) AS gpu_model,
+               1.0::DOUBLE AS gpu_count, 'on_demand' AS pricing_tier, 'UNKNOWN' AS state,
+               min(s.first_ts) AS start_ts, max(s.max_end_ts) AS end_ts,
+               any_value(wk.w_lo) AS w_lo, any_value(wk.w_hi) AS w_hi
+        FROM samples_day s JOIN ({TELEMETRY_ONLY_GPUS_SQL}) t USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
+             JOIN wk ON s.day >= wk.w_lo::DATE AND s.day < wk.w_hi::DATE
+        GROUP BY wk.week, s.gpu_id
+    ),
+    pieces AS (
+        SELECT r.job_id, wk.week, r.cluster, r.user_name, r.team, r.project, r.name, r.kind, r.gpu_model,
+               r.gpu_count, r.pricing_tier, r.price_tier, r.state, r.start_ts, r.end_ts,
+               greatest(r.span_start, wk.w_lo) AS span_start, least(r.span_end, wk.w_hi) AS span_end
+        FROM real r JOIN wk ON r.span_start < wk.w_hi AND r.span_end > wk.w_lo
+        UNION ALL BY NAME
+        SELECT pj.* EXCLUDE (w_lo, w_hi), {price_tier_sql("pj", "pj.pricing_tier")} AS price_tier,
+               greatest(pj.start_ts, pj.w_lo) AS span_start,
+               least(coalesce(pj.end_ts, greatest(?::TIMESTAMP, pj.start_ts)), pj.w_hi) AS span_end
+        FROM pseudo pj
+        WHERE pj.start_ts IS NOT NULL AND {where}
+    ),
+    pc AS (
+        SELECT *, {price_cluster_sql("pieces", "pieces.price_tier")} AS price_cluster
+        FROM pieces WHERE span_end > span_start
+    ),
+    {PRICE_PERIODS_CTE.strip()},
+    priced AS (
+        SELECT pc.job_id, pc.week,
+               sum(pc.gpu_count * epoch(least(pc.span_end, p.p_to) - greatest(pc.span_start, p.p_from)) / 3600.0
+                   * p.usd_per_gpu_hour) AS cost_usd
+        FROM pc JOIN periods p
+          ON p.gpu_model = pc.gpu_model AND p.tier = pc.price_tier
+         AND p.cluster IS NOT DISTINCT FROM pc.price_cluster
+         AND p.p_from < pc.span_end AND p.p_to > pc.span_start
+        GROUP BY pc.job_id, pc.week
+    )
+    SELECT pc.* EXCLUDE (price_cluster),
+           epoch(pc.span_end - pc.span_start) / 3600.0 AS hours,
+           pc.gpu_count * epoch(pc.span_end - pc.span_start) / 3600.0 AS gpu_hours,
+           priced.cost_usd
+    FROM pc LEFT JOIN priced USING (job_id, week)
+    """
+    as_of_param = as_of or dt.datetime(9999, 1, 1)
+    return sql, [*buckets[1], *real_params, as_of_param, *where_params]
+
+
+def job_waste_by_week(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters = ALL_FILTERS,
+    settings: Settings = DEFAULT_SETTINGS,
+    as_of: dt.datetime | None = None,
+    source: Source = "auto",
+) -> pl.DataFrame:
+    """JOB_WASTE_COLUMNS per (job, ISO week of the view), each job cut at week boundaries: a row equals the
+    job's :func:`job_waste` row for the view narrowed to that week (:func:`view_weeks`), computed in one
+    query instead of one per week. ``week`` is the week of the piece."""
+    as_of = as_of or horizon(con)
+    weeks = view_weeks(con, filters)
+    if not weeks:  # an empty ledger
+        return job_waste(con, filters=filters, settings=settings, as_of=as_of).clear()
+    buckets = _buckets_sql(weeks)
+    jobs_sql, jobs_params = _job_week_costs_sql(filters, as_of, buckets)
+    totals_sql, totals_params = job_bucket_totals_sql(con, filters, settings, as_of, buckets, source)
+    sql = _parts_sql(jobs_sql, totals_sql, "job_id, week")
+    return frame(con, f"SELECT * FROM ({sql}) ORDER BY week, job_id", [*jobs_params, *totals_params])
+
+
+def waste_by_week(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    by: str = "team",
+    filters: Filters = ALL_FILTERS,
+    settings: Settings = DEFAULT_SETTINGS,
+    as_of: dt.datetime | None = None,
+    source: Source = "auto",
+) -> pl.DataFrame:
+    """Columns week, key (``by``: team, user_name, cluster, gpu_model or kind), spend_usd, PARTS, waste_usd:
+    each week's rows equal ``waste_by(by=by)`` for the view narrowed to that week (:func:`view_weeks`), so
+    every job's cost is cut at week boundaries (unlike ``waste_by(by="week")``, which puts a whole job in the
+    week it starts) and all rows sum exactly to the view's spend. Unallocated capacity is computed per week,
+    under the key "unallocated" (team, user, kind) or its cluster / GPU model. Ordered by week, then spend
+    (largest first)."""
+    if by not in WEEK_KEYS:
+        raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(WEEK_KEYS)}")
+    as_of = as_of or horizon(con)
+    jobs = job_waste_by_week(con, filters=filters, settings=settings, as_of=as_of, source=source)
+    sums = [pl.col(p).sum() for p in PARTS if p != "unallocated_usd"]
+    out = (
+        jobs.with_columns(pl.col(by).fill_null("(none)").alias("key"))
+        .group_by("week", "key")
+        .agg(*sums, pl.lit(0.0).alias("unallocated_usd"))
+    )
+    key = {"cluster": "cluster", "gpu_model": "gpu_model"}.get(by)
+    un = [
+        unallocated(con, filters=f, settings=settings, as_of=as_of).with_columns(pl.lit(week).alias("week"))
+        for week, f in view_weeks(con, filters)
+    ]
+    un_rows = pl.concat(un, how="diagonal_relaxed") if un else pl.DataFrame()
+    if un_rows.height:
+        un_rows = (
+            un_rows.with_columns(pl.col(key).alias("key") if key else pl.lit(UNALLOCATED).alias("key"))
+            .group_by("week", "key")
+            .agg(pl.col("unallocated_usd").sum())
+        )
+        out = (
+            pl.concat([out, un_rows], how="diagonal_relaxed")
+            .group_by("week", "key")
+            .agg(pl.col(p).sum() for p in PARTS)
+        )
+    out = out.with_columns(
+        pl.sum_horizontal(*PARTS).alias("spend_usd"),
+        pl.sum_horizontal(*WASTE_PARTS).alias("waste_usd"),
+    )
+    return out.select("week", "key", "spend_usd", *PARTS, "waste_usd").sort(
+        ["week", "spend_usd", "key"], descending=[False, True, False]
+    )
 
 
 def waste_totals(

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from collectors.base import IngestOptions, land, next_ingest_id, record_ingest  # noqa: E402
+from collectors.base import IngestOptions, land, next_ingest_id, record_ingest, split_sample_notes  # noqa: E402
 from gpuledger.commands.export import export_parquet  # noqa: E402
 from gpuledger.db import writer  # noqa: E402
 
@@ -61,8 +61,7 @@ def main() -> int:
                     FROM range({args.gpus}) a(g), range({steps}) b(k) ORDER BY ts, gpu_id"""
                 )
                 ingest_id = next_ingest_id(con)
-                rows = land(con, ingest_id, IngestOptions())
-                rows.pop("samples_duplicate", None)
+                rows, _ = split_sample_notes(land(con, ingest_id, IngestOptions()))
                 record_ingest(
                     con,
                     ingest_id,

@@ -5,8 +5,9 @@ holding canonical columns (any subset of the target table's columns; see gpuledg
 ``FormatError(path, line, reason)`` for anything it cannot read. :func:`land` then merges the stage into the
 ledger with the same rules for every source:
 
-- samples: one row per (gpu_id, ts); a sample already in the ledger is skipped and counted as a duplicate,
-  so overlapping files never double count; ``interval_s`` is derived when the parser leaves it NULL;
+- samples: one row per (gpu_id, ts); a sample already in the ledger is not a second row, so overlapping
+  files never double count, but it fills that row's NULL columns (a second series for the same GPU and
+  times adds its columns); ``interval_s`` is derived when the parser leaves it NULL;
 - gpus: upserted, keeping known fields and widening first/last seen; every GPU a sample names exists;
 - jobs and training runs: upserted by ``job_id`` (a newer record of the same job replaces the older one);
   a job's allocations and train log are replaced with the job's newer ones;
@@ -24,11 +25,12 @@ import datetime as dt
 import hashlib
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TextIO
 
 import duckdb
 
@@ -39,6 +41,10 @@ HEAD_BYTES = 64 * 1024
 # A telemetry sample stands for the time until the next sample of its GPU, but never more than this many
 # times the GPU's typical cadence: a longer silence is a gap (unknown), not busy or idle time.
 GAP_FACTOR = 2.5
+# Files this big get a progress bar on a terminal; smaller ones land before one would be drawn.
+PROGRESS_MIN_BYTES = 4 * 2**20
+# Sample columns a second series for the same (gpu_id, ts) never changes (see _land_samples).
+_MERGE_KEEP = frozenset({"ts", "gpu_id", "interval_s", "ingest_id"})
 
 
 @dataclass(frozen=True)
@@ -46,12 +52,16 @@ class IngestOptions:
     cluster: str | None = None  # cluster name for sources that do not carry one
     tz: str | None = None  # IANA zone of naive local timestamps; None = this machine's zone
     job_id: str | None = None  # tie a training log to this job
+    host: str | None = None  # host name for sources that carry none (nvidia-smi CSV: HOST:INDEX)
+    quiet: bool = False  # no progress bar (it shows only on a terminal, for files of PROGRESS_MIN_BYTES+)
     columns: tuple[str, ...] | None = None  # field names for header-less files (nvidia-smi noheader)
     replace: bool = False  # drop what an earlier version of this source brought in
     source_key: str | None = None  # what --replace matches on; default the absolute path
     default_tier: str = "on_demand"
     cluster_tiers: tuple[tuple[str, str], ...] = ()  # (cluster, tier) from settings
     idle_util_pct: float = 5.0  # for the rollup's idle seconds
+    idle_min_minutes: float = 30.0  # for the rollup's idle stretches (settings thresholds.idle_min_minutes)
+    target_util_pct: float = 60.0  # for the rollup's under-used seconds (settings thresholds.target_util_pct)
 
 
 @dataclass(frozen=True)
@@ -202,6 +212,9 @@ def land(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptions) ->
         rows.update(_land_samples(con, ingest_id))
     if "stage_gpus" in staged or "stage_samples" in staged:
         rows["gpus"] = _land_gpus(con, staged)
+    if "stage_samples" in staged:
+        # landed: give its memory (~2 GB for 10 M rows) to attribution and the rollup, which run next
+        con.execute("DROP TABLE temp.stage_samples")
     if "stage_jobs" in staged:
         rows["jobs"] = _land_jobs(con, ingest_id, opts)
     if "stage_allocations" in staged:
@@ -219,6 +232,12 @@ def land(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptions) ->
         exprs = _insert_from_stage(con, "train_log", ingest_id)
         con.execute(f"INSERT INTO train_log SELECT {', '.join(exprs)} FROM stage_train_log s")
         rows["train_log"] = _count(con, "SELECT count(*) FROM stage_train_log")
+    if "stage_prices" in staged:
+        # A source that declares its own price (an on-prem amortized rate) brings dated rows like the sheet's;
+        # they belong to this ingest (removed with it) and rank between the sheet and the user's settings.
+        exprs = _insert_from_stage(con, "prices", ingest_id, {"origin": "'ingest'"})
+        con.execute(f"INSERT INTO prices SELECT {', '.join(exprs)} FROM stage_prices s")
+        rows["prices"] = _count(con, "SELECT count(*) FROM stage_prices")
     for table in ("processes", "gpu_events", "capacity"):
         if f"stage_{table}" in staged:
             exprs = _insert_from_stage(con, table, ingest_id)
@@ -227,17 +246,52 @@ def land(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptions) ->
     attribute_samples(con, ingest_id)
     from gpuledger.rollup import refresh_rollup
 
-    refresh_rollup(con, ingest_id, idle_util_pct=opts.idle_util_pct)
+    refresh_rollup(
+        con,
+        ingest_id,
+        idle_util_pct=opts.idle_util_pct,
+        idle_min_minutes=opts.idle_min_minutes,
+        target_util_pct=opts.target_util_pct,
+    )
+    _refresh_merged(con, opts)
     return rows
 
 
+def _refresh_merged(con: duckdb.DuckDBPyConnection, opts: IngestOptions) -> None:
+    """Re-roll the GPU-times whose ledger samples got values from this ingest's overlapping samples.
+
+    Those rows keep their earlier ingest_id, so the ingest's own refresh window does not name them.
+    """
+    if not con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = 'merged_windows'"
+    ).fetchall()[0][0]:
+        return
+    from gpuledger.rollup import refresh_windows, thresholds
+
+    refresh_windows(
+        con,
+        "SELECT * FROM merged_windows",
+        [],
+        thresholds(opts.idle_util_pct, opts.idle_min_minutes, opts.target_util_pct),
+    )
+    con.execute("DROP TABLE temp.merged_windows")
+
+
 def _land_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> dict[str, int]:
-    """Insert the staged samples: one per (gpu_id, ts), none already in the ledger, interval_s derived.
+    """Insert the staged samples: one per (gpu_id, ts), interval_s derived; merge those already there.
 
     Cadence per GPU = median spacing in this batch; a sample stands for the time to the next one, capped at
     GAP_FACTOR × cadence (the last one, and one before a longer silence, get the cadence). Built for speed
     on tens of millions of rows: the window runs over a narrow (rowid, gpu_id, ts) projection joined back
     by rowid, and duplicates (a zero gap) are removed, and the gaps recomputed, only when there are some.
+
+    A staged sample whose (gpu_id, ts) is already in the ledger is never a second row (that would double
+    count its interval): it fills the ledger row's NULL columns instead (``coalesce(old, new)``, column by
+    column; ``interval_s`` and ``ingest_id`` stay), so a second series for the same GPU and times — GenAI
+    duty cycle then memory, or dcgm then nvidia-smi — adds its columns. Returns rows written
+    (``samples``), staged samples that filled something (``samples_merged``, only when some did; their
+    (gpu_id, min ts, max ts) left in TEMP ``merged_windows`` for the rollup) and the rest
+    (``samples_duplicate``: exact repeats, samples with nothing to add, a (gpu_id, ts) twice in the batch).
     """
     staged_cols = set(_columns(con, "stage_samples", temp=True))
     if "interval_s" not in staged_cols:
@@ -258,8 +312,12 @@ def _land_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> dict[str, i
         )
         source = "stage_samples_uniq"
         con.execute(gaps_sql.format(source=source))
+    overlap, merged = _merge_overlap(con, source, lo, hi)
+    # only samples not in the ledger are inserted; without overlap there is nothing to exclude
+    fresh_only = "WHERE NOT EXISTS (SELECT 1 FROM stage_overlap v WHERE v.rid = sp.rowid)" if overlap else ""
     exprs = _insert_from_stage(con, "samples", ingest_id)
-    con.execute(
+    written = _count(
+        con,
         f"""
         INSERT INTO samples
         WITH cadence AS (
@@ -271,20 +329,51 @@ def _land_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> dict[str, i
                          CASE WHEN g.gap_s IS NULL OR g.gap_s > {GAP_FACTOR} * c.cad_s
                               THEN c.cad_s ELSE g.gap_s END) AS interval_s)
             FROM {source} sp JOIN stage_gaps g ON g.rid = sp.rowid JOIN cadence c ON c.gpu_id = g.gpu_id
-            WHERE NOT EXISTS (
-                SELECT 1 FROM samples o
-                WHERE o.gpu_id = sp.gpu_id AND o.ts = sp.ts
-                  AND o.ts BETWEEN ?::TIMESTAMP AND ?::TIMESTAMP
-            )
+            {fresh_only}
         )
         SELECT {", ".join(exprs)} FROM fresh s ORDER BY s.ts, s.gpu_id
         """,
+    )
+    for t in ("stage_gaps", "stage_samples_uniq", "stage_overlap"):
+        con.execute(f"DROP TABLE IF EXISTS temp.{t}")
+    counts = {"samples": written, "samples_duplicate": total - written - merged}
+    return counts | ({"samples_merged": merged} if merged else {})
+
+
+def _merge_overlap(con: duckdb.DuckDBPyConnection, source: str, lo: object, hi: object) -> tuple[int, int]:
+    """Find staged samples already in the ledger and fill the ledger rows' NULLs from them.
+
+    Leaves TEMP ``stage_overlap`` (rid: the staged row, fills: it adds a value) when there is any overlap,
+    and ``merged_windows`` (gpu_id, lo, hi) when something was filled. Returns (overlapping, filling)
+    sample counts. The join reads only ledger samples inside the batch's time span (zone maps skip the
+    rest), so a batch of new times costs one empty probe.
+    """
+    con.execute("DROP TABLE IF EXISTS temp.merged_windows")
+    cols = set(_columns(con, source, temp=True))
+    merge = [c for c in _columns(con, "samples") if c in cols and c not in _MERGE_KEEP]
+    fills = " OR ".join(f"(o.{c} IS NULL AND sp.{c} IS NOT NULL)" for c in merge) or "false"
+    con.execute(
+        f"""CREATE TEMP TABLE stage_overlap AS
+            SELECT sp.rowid AS rid, sp.gpu_id, sp.ts, ({fills}) AS fills
+            FROM {source} sp JOIN samples o ON o.gpu_id = sp.gpu_id AND o.ts = sp.ts
+            WHERE o.ts BETWEEN ?::TIMESTAMP AND ?::TIMESTAMP""",
         [lo, hi],
     )
-    con.execute("DROP TABLE temp.stage_gaps")
-    con.execute("DROP TABLE IF EXISTS temp.stage_samples_uniq")
-    written = _count(con, "SELECT count(*) FROM samples WHERE ingest_id = ?", [ingest_id])
-    return {"samples": written, "samples_duplicate": total - written}
+    overlap, merged = con.execute("SELECT count(*), count(*) FILTER (fills) FROM stage_overlap").fetchall()[0]
+    if merged:
+        sets = ", ".join(f"{c} = coalesce(samples.{c}, n.{c})" for c in merge)
+        con.execute(
+            f"""UPDATE samples SET {sets}
+                FROM (SELECT sp.* FROM {source} sp JOIN stage_overlap v ON v.rid = sp.rowid WHERE v.fills) n
+                WHERE samples.gpu_id = n.gpu_id AND samples.ts = n.ts
+                  AND samples.ts BETWEEN ?::TIMESTAMP AND ?::TIMESTAMP""",
+            [lo, hi],
+        )
+        con.execute(
+            """CREATE TEMP TABLE merged_windows AS
+               SELECT gpu_id, min(ts) AS lo, max(ts) AS hi FROM stage_overlap WHERE fills GROUP BY gpu_id"""
+        )
+    return int(overlap), int(merged)
 
 
 def _land_gpus(con: duckdb.DuckDBPyConnection, staged: set[str]) -> int:
@@ -349,6 +438,19 @@ def _land_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptio
     return _count(con, "SELECT count(*) FROM jobs WHERE ingest_id = ?", [ingest_id])
 
 
+SAMPLE_NOTES = {
+    "samples_merged": "samples merged into existing rows (their empty columns filled)",
+    "samples_duplicate": "samples already in the ledger",
+}
+
+
+def split_sample_notes(rows: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """Split :func:`land`'s counts into rows written and the notes about samples it did not add as rows."""
+    written = {k: v for k, v in rows.items() if k not in SAMPLE_NOTES}
+    notes = {SAMPLE_NOTES[k]: v for k, v in rows.items() if k in SAMPLE_NOTES and v}
+    return written, notes
+
+
 def attribute_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
     """Stamp each sample with the job whose allocation covers its GPU and time.
 
@@ -369,23 +471,37 @@ def attribute_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
     )
 
 
-def delete_ingests(con: duckdb.DuckDBPyConnection, ingest_ids: list[int], *, idle_util_pct: float) -> None:
+def delete_ingests(
+    con: duckdb.DuckDBPyConnection,
+    ingest_ids: list[int],
+    *,
+    idle_util_pct: float,
+    idle_min_minutes: float = 30.0,
+    target_util_pct: float = 60.0,
+) -> None:
     """Remove everything these ingests brought in, and re-roll the GPU-minutes their samples touched."""
     if not ingest_ids:
         return
-    from gpuledger.rollup import refresh_windows
+    from gpuledger.rollup import refresh_windows, thresholds
 
     placeholders = ", ".join("?" for _ in ingest_ids)
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE replaced_windows AS
-            SELECT gpu_id, date_trunc('minute', min(ts)) AS lo, date_trunc('minute', max(ts)) AS hi
+            SELECT gpu_id, min(ts) AS lo,
+                   max(ts + to_microseconds((ceil(1.5 * interval_s::DOUBLE * 1e6) + 1000000)::BIGINT)) AS hi
             FROM samples WHERE ingest_id IN ({placeholders}) GROUP BY gpu_id""",
         ingest_ids,
     )
     for table in INGESTED_TABLES:
         con.execute(f"DELETE FROM {table} WHERE ingest_id IN ({placeholders})", ingest_ids)
     con.execute(f"DELETE FROM ingests WHERE ingest_id IN ({placeholders})", ingest_ids)
-    refresh_windows(con, "SELECT * FROM replaced_windows", [], idle_util_pct)
+    # hi reaches past the last removed sample: the sample after it lost its predecessor (pairs, idle runs)
+    refresh_windows(
+        con,
+        "SELECT * FROM replaced_windows",
+        [],
+        thresholds(idle_util_pct, idle_min_minutes, target_util_pct),
+    )
     con.execute("DROP TABLE IF EXISTS temp.replaced_windows")
 
 
@@ -469,13 +585,17 @@ def ingest_file(
                     "SELECT ingest_id FROM ingests WHERE source_key = ? OR content_sha256 = ?", [key, digest]
                 ).fetchall()
             ]
-            delete_ingests(con, earlier, idle_util_pct=opts.idle_util_pct)
+            delete_ingests(
+                con,
+                earlier,
+                idle_util_pct=opts.idle_util_pct,
+                idle_min_minutes=opts.idle_min_minutes,
+                target_util_pct=opts.target_util_pct,
+            )
         ingest_id = next_ingest_id(con)
         skipped = parser.stage(con, p, opts)
-        rows = land(con, ingest_id, opts)
-        dup = rows.pop("samples_duplicate", 0)
-        if dup:
-            skipped = {**skipped, "samples already in the ledger": dup}
+        rows, notes = split_sample_notes(land(con, ingest_id, opts))
+        skipped = {**skipped, **notes}
         record_ingest(
             con,
             ingest_id,
@@ -496,4 +616,31 @@ def ingest_file(
             seconds=time.perf_counter() - started,
         )
 
-    return run_in_transaction(con, work)
+    progress = wants_progress(opts, p.stat().st_size)
+    if progress:
+        con.execute("SET enable_progress_bar = true")
+        con.execute("SET enable_progress_bar_print = true")
+    try:
+        return run_in_transaction(con, work)
+    finally:
+        if progress:
+            con.execute("SET enable_progress_bar = false")
+
+
+def wants_progress(opts: IngestOptions, size_bytes: int, streams: tuple[TextIO, ...] | None = None) -> bool:
+    """Show DuckDB's progress bar while this file stages and lands?
+
+    Only for files of PROGRESS_MIN_BYTES or more (DuckDB draws it for statements running over 2 s), not
+    with ``quiet``, and only when stdout and stderr are both a terminal: DuckDB draws on stdout, so a
+    piped or redirected run (``--json > report.json``) stays clean.
+    """
+    if opts.quiet or size_bytes < PROGRESS_MIN_BYTES:
+        return False
+    return all(_is_terminal(s) for s in (streams or (sys.stdout, sys.stderr)))
+
+
+def _is_terminal(stream: TextIO | None) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (ValueError, OSError):  # a closed or detached stream
+        return False

@@ -74,21 +74,28 @@ def _label(*names: str) -> str:
     return "coalesce(" + ", ".join(f"nullif(labels[{quote(n)}], '')" for n in names) + ")"
 
 
-def _job_id_sql(opts: IngestOptions) -> str:
+def _job_id_sql(opts: IngestOptions, job_prefix: str | None = None) -> str:
     """The job a series belongs to: ``hpc_job`` (a Slurm job id), else ``namespace/pod`` (Kubernetes).
 
     Prefixed ``<cluster>/`` when a cluster is given, the same ids the sacct parser and the live Prometheus
     collector write, so samples from a file and job records from the scheduler meet.
     """
-    prefix = quote(f"{opts.cluster}/" if opts.cluster else "")
+    if job_prefix is None:
+        job_prefix = f"{opts.cluster}/" if opts.cluster else ""
+    prefix = quote(job_prefix)
     pod = _label("exported_pod", "pod")
     namespace = _label("exported_namespace", "namespace")
     return f"""(CASE WHEN {_label("hpc_job")} IS NOT NULL THEN {prefix} || {_label("hpc_job")}
                      WHEN {pod} IS NOT NULL THEN {prefix} || coalesce({namespace} || '/', '') || {pod} END)"""
 
 
-def stage_long(con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
+def stage_long(
+    con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions, *, job_prefix: str | None = None
+) -> dict[str, int]:
     """Pivot TEMP ``prom_long(line_no, metric, labels MAP, ts TIMESTAMP, value DOUBLE)`` into stage tables.
+
+    ``job_prefix`` goes before job ids (default ``<cluster>/`` when a cluster is given); a caller whose
+    ``hpc_job`` labels already carry their final id passes "".
 
     Creates stage_samples, stage_gpus and (when an XID appears) stage_gpu_events; returns notes by reason.
     """
@@ -104,7 +111,7 @@ def stage_long(con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) 
                    {uuid} AS uuid, {gi} AS gi, {host} AS host, {index} AS gpu_index,
                    {_label("modelName", "modelname")} AS model_raw,
                    {_label("GPU_I_PROFILE", "gpu_i_profile")} AS mig_profile,
-                   {_job_id_sql(opts)} AS job_id,
+                   {_job_id_sql(opts, job_prefix)} AS job_id,
                    CASE WHEN {uuid} IS NOT NULL THEN {uuid} || coalesce('/' || {gi}, '')
                         WHEN {index} IS NOT NULL THEN coalesce({host}, 'localhost') || ':' || {index}
                    END AS gpu_id

@@ -222,7 +222,7 @@ class JobsTable:
                         f'"{name}"',
                     )
                 )
-        for name, typ in RUN_NUMERIC.items():
+        for name, _typ in RUN_NUMERIC.items():
             if name in cols:
                 checks.append(
                     Check(
@@ -300,6 +300,14 @@ def _line_of(message: str) -> int | None:
 
 
 def _first_sentence(message: str) -> str:
+    """DuckDB's reader error → what is wrong with the line (its first line only says "CSV Error on Line: 3")."""
+    fields = re.search(r"Expected Number of Columns: (\d+) Found: (\d+)", message)
+    if fields:
+        want, got = int(fields.group(1)), int(fields.group(2))
+        why = "a truncated line?" if got < want else "a comma inside an unquoted value?"
+        return f"expected {want} fields, found {got} ({why})"
+    if "unterminated quote" in message:
+        return "a quoted value is never closed (unterminated quote)"
     text = message.split("\n")[0]
     text = re.sub(r"^[A-Za-z ]*Error: ", "", text)
     return text[:300]

@@ -14,9 +14,10 @@ power.draw.instant → power_w (first present, in that order), temperature.gpu �
 clocks_event_reasons.active / clocks_throttle_reasons.active → throttle_reasons, total_energy_consumption
 (mJ) → energy_j. Other fields are ignored and named in the report.
 
-GPU identity: ``uuid`` when the file has it; else ``HOST:INDEX`` where HOST is the ``hostname`` column or
-``localhost`` (a CSV does not say which machine wrote it); a file with neither uuid nor index is one GPU,
-``HOST:0``. Naive times are read in ``--tz`` (default: this machine's zone) and stored as UTC.
+GPU identity: ``uuid`` when the file has it; else ``HOST:INDEX`` where HOST is the ``hostname`` column, else
+``--host`` (a CSV does not say which machine wrote it, so two machines' ``localhost:0`` would be one GPU),
+else ``localhost``; a file with neither uuid nor index is one GPU, ``HOST:0``. Naive times are read in
+``--tz`` (default: this machine's zone) and stored as UTC.
 
 Speed (docs/PERF-NOTES): DuckDB's reader splits on the two-byte delimiter ``", "`` and types the timestamp and
 the index; units are stripped with ``replace`` inside ``TRY_CAST``; everything lands in one
@@ -396,7 +397,7 @@ class NvidiaSmiCsv:
         col = Columns(path, layout, fields)
         typed = {t: col.number(t) for t in numeric}
         zone = opts.tz or local_zone()
-        host_sql = f"coalesce({col.text('host')}, 'localhost')"
+        host_sql = f"coalesce({col.text('host')}, {quote(opts.host or 'localhost')})"
         gpu_id = f"{host_sql} || ':' || coalesce({col.integer('gpu_index')}, 0)"
         if "uuid" in fields:
             gpu_id = f"coalesce({col.text('uuid')}, {gpu_id})"

@@ -38,7 +38,15 @@ from typing import Any, Protocol
 import duckdb
 import pyarrow as pa
 
-from collectors.base import GAP_FACTOR, IngestOptions, land, next_ingest_id, record_ingest, run_in_transaction
+from collectors.base import (
+    GAP_FACTOR,
+    IngestOptions,
+    land,
+    next_ingest_id,
+    record_ingest,
+    run_in_transaction,
+    split_sample_notes,
+)
 from collectors.nvml_api import DeviceInfo, DeviceLost, NvmlApi, PynvmlApi
 from collectors.proc_jobs import ProcJobs, jobs_from_mapping_dir
 from gpuledger.db import writer
@@ -339,8 +347,7 @@ class NvmlSampler:
 
         ingest_id = next_ingest_id(con)
         self._stage(con)
-        rows = land(con, ingest_id, self.opts)
-        rows.pop("samples_duplicate", None)
+        rows, notes = split_sample_notes(land(con, ingest_id, self.opts))
         span = self.samples.data["ts"]
         marker = f"{self.host}|{span[0] if span else ''}|{span[-1] if span else ''}|{uuid.uuid4()}"
         record_ingest(
@@ -351,7 +358,10 @@ class NvmlSampler:
             sha256=hashlib.sha256(marker.encode()).hexdigest(),
             fmt=FORMAT,
             rows=rows,
-            skipped={"lost GPU reads": self.summary.lost_reads} if self.summary.lost_reads else {},
+            skipped={
+                **notes,
+                **({"lost GPU reads": self.summary.lost_reads} if self.summary.lost_reads else {}),
+            },
         )
         if span:
             con.execute(

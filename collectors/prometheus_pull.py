@@ -54,6 +54,7 @@ from collectors.base import (
     quote,
     record_ingest,
     run_in_transaction,
+    split_sample_notes,
 )
 from collectors.dcgm import stage_long
 from gpuledger.commands._common import add_db_options, print_json
@@ -412,7 +413,7 @@ def stage_responses(
     if not con.execute("SELECT count(*) FROM prom_long").fetchall()[0][0]:
         con.execute("DROP TABLE temp.prom_long")
         return {}
-    notes = stage_long(con, Path(source), ingest)
+    notes = stage_long(con, Path(source), ingest, job_prefix="")  # ids are final: prefixed above
     con.execute("ALTER TABLE stage_samples ADD COLUMN interval_s FLOAT")
     con.execute(f"UPDATE stage_samples SET interval_s = {float(step)}")
     return notes
@@ -552,10 +553,8 @@ def commit_chunk(
                 ).fetchall()[0][0]
                 if staged:
                     chunk.ingest_id = next_ingest_id(con)
-                    rows = land(con, chunk.ingest_id, ingest_opts)
-                    dup = rows.pop("samples_duplicate", 0)
-                    if dup:
-                        chunk.skipped["samples already in the ledger"] = dup
+                    rows, notes = split_sample_notes(land(con, chunk.ingest_id, ingest_opts))
+                    chunk.skipped.update(notes)
                     chunk.rows = rows
                     record_ingest(
                         con,

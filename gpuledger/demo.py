@@ -27,8 +27,10 @@ from collectors.base import (
     delete_ingests,
     land,
     next_ingest_id,
+    quote,
     record_ingest,
     run_in_transaction,
+    split_sample_notes,
 )
 from gpuledger.demo_fleet import (
     DAY,
@@ -208,27 +210,20 @@ def _stage_fleet(con: duckdb.DuckDBPyConnection, fleet: Fleet, lo: dt.datetime, 
     )
 
 
-def _price_onprem(con: duckdb.DuckDBPyConnection, lo: dt.datetime) -> None:
+def _stage_onprem_price(lo: dt.datetime) -> str:
     """borealis's amortized A100 price, as per-cluster rows for the tiers its GPU-hours can be priced at.
 
     on_prem prices its jobs; on_demand is the tier analytics fall back to for capacity nobody allocated
-    (when settings name no tier for the cluster), and an owned GPU costs the same whoever asks. Reloading
-    the price sheet after a settings change drops these rows (borealis then falls back to on-demand prices).
+    (when settings name no tier for the cluster), and an owned GPU costs the same whoever asks. The rows are
+    staged like any source-declared price, so they belong to the demo's ingest and survive settings changes.
     """
-    con.execute("DELETE FROM prices WHERE cluster = 'borealis' AND gpu_model = 'A100-80GB'")
-    con.executemany(
-        "INSERT INTO prices VALUES ('A100-80GB', ?, 'borealis', ?, ?, ?, ?)",
-        [
-            [
-                tier,
-                (lo - dt.timedelta(days=365)).date(),
-                ONPREM_PRICE_USD,
-                ONPREM_PRICE_SOURCE,
-                dt.date(2026, 1, 15),
-            ]
-            for tier in ("on_prem", "on_demand")
-        ],
+    rows = ", ".join(
+        f"('A100-80GB', '{tier}', 'borealis', DATE '{(lo - dt.timedelta(days=365)).date()}', "
+        f"{ONPREM_PRICE_USD}, {quote(ONPREM_PRICE_SOURCE)}, DATE '2026-01-15')"
+        for tier in ("on_prem", "on_demand")
     )
+    return f"""CREATE TEMP TABLE stage_prices AS SELECT * FROM (VALUES {rows})
+               v(gpu_model, tier, cluster, effective_from, usd_per_gpu_hour, source, source_date)"""
 
 
 def build_demo(
@@ -280,10 +275,8 @@ def build_demo(
         _stage_fleet(con, fleet, lo, hi)
         _stage_jobs(con, fleet, jobs, lo, window_s)
         _stage_telemetry(con, fleet, jobs, lo, window_s, seed)
-        rows = land(con, ingest_id, opts)
-        dup = rows.pop("samples_duplicate", 0)
-        skipped = {"samples already in the ledger": dup} if dup else {}
-        _price_onprem(con, lo)
+        con.execute(_stage_onprem_price(lo))
+        rows, skipped = split_sample_notes(land(con, ingest_id, opts))
         path = f"demo://fleet?days={days}&seed={seed}&end={end}"
         record_ingest(
             con,

@@ -35,6 +35,7 @@ class GpuModel:
     mig_capable: bool
     match: tuple[str, ...]
     source: str
+    interconnect: str = "pcie"  # nvlink | xgmi | pcie: the GPU-to-GPU link (data/gpu_catalog.toml)
 
 
 @functools.cache
@@ -52,6 +53,7 @@ def catalog() -> tuple[GpuModel, ...]:
             mig_capable=bool(body["mig_capable"]),
             match=tuple(body["match"]),
             source=body["source"],
+            interconnect=body.get("interconnect", "pcie"),
         )
         for name, body in raw.items()
     )
@@ -132,11 +134,22 @@ def load_reference(con: duckdb.DuckDBPyConnection, settings: Settings | None = N
             for m in catalog()
         ],
     )
-    con.execute("DELETE FROM prices")
+    # Rows a source declared (origin 'ingest') stay: they belong to their ingest.
+    con.execute("DELETE FROM prices WHERE ingest_id IS NULL")
+    from_settings = set(settings.prices)
     con.executemany(
-        "INSERT INTO prices VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO prices VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)",
         [
-            [p.gpu_model, p.tier, p.cluster, p.effective_from, p.usd_per_gpu_hour, p.source, p.source_date]
+            [
+                p.gpu_model,
+                p.tier,
+                p.cluster,
+                p.effective_from,
+                p.usd_per_gpu_hour,
+                p.source,
+                p.source_date,
+                "settings" if p in from_settings else "sheet",
+            ]
             for p in effective_prices(settings)
         ],
     )

@@ -58,7 +58,9 @@ SCHEMA_V1: list[str] = [
         effective_from    DATE NOT NULL,      -- in force from this UTC date until the next row's
         usd_per_gpu_hour  DOUBLE NOT NULL,
         source            VARCHAR NOT NULL,   -- where the number comes from
-        source_date       DATE NOT NULL
+        source_date       DATE NOT NULL,
+        origin            VARCHAR NOT NULL,   -- sheet (data/prices.toml) | settings | ingest (a source declared it)
+        ingest_id         BIGINT              -- the ingest that declared it (origin ingest); NULL otherwise
     )
     """,
     """
@@ -320,6 +322,7 @@ TABLES = (
 
 # Tables whose rows belong to one ingest (deleted with it on --replace).
 INGESTED_TABLES = (
+    "prices",
     "samples",
     "jobs",
     "allocations",

@@ -121,10 +121,21 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
         (
             "truncated.csv",
             HEADER + "\nj1,a,t,c,T4,1,2025-01-01,2025-01-02,COMPLETED\nj2,a,t,c,T4,1,2025-0",
-            "truncated.csv:3:",
+            # the last line stops after 7 of the header's 9 fields
+            "truncated.csv:3: expected 9 fields, found 7 (a truncated line?)",
+        ),
+        (
+            "extra.csv",
+            HEADER + "\nj1,a,t,c,T4,1,2025-01-01,2025-01-02,COMPLETED,oops\n",
+            "extra.csv:2: expected 9 fields, found 10 (a comma inside an unquoted value?)",
+        ),
+        (
+            "quote.csv",
+            HEADER + '\nj1,a,t,c,T4,1,2025-01-01,2025-01-02,"COMPLETED\n',
+            "quote.csv:2: a quoted value is never closed (unterminated quote)",
         ),
     ],
-    ids=["bad-row", "empty", "unknown", "truncated"],
+    ids=["bad-row", "empty", "unknown", "truncated", "extra-field", "unterminated-quote"],
 )
 def test_cli_bad_file_exits_1_and_leaves_db_byte_identical(tmp_path, name, text, message):
     db = tmp_path / "ledger.duckdb"

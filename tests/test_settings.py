@@ -22,14 +22,18 @@ def test_overrides_are_read(tmp_path):
     path = write(
         tmp_path,
         "s.toml",
-        '[thresholds]\nidle_util_pct = 2\n[energy]\nusd_per_kwh = 0.3\n'
+        "[thresholds]\nidle_util_pct = 2\n[energy]\nusd_per_kwh = 0.3\n"
         '[[price]]\ngpu_model = "T4"\ntier = "on_demand"\nusd_per_gpu_hour = 0.4\neffective_from = 2026-01-01\nsource = "ours"\n'
         '[clusters.lab]\ntier = "on_prem"\ncapacity = [{ gpu_model = "T4", gpu_count = 4 }]\n',
     )
     s = load_settings(path)
     assert (s.idle_util_pct, s.usd_per_kwh) == (2.0, 0.3)
     assert s.clusters["lab"].tier == "on_prem" and s.clusters["lab"].capacity[0].gpu_count == 4
-    t4 = sorted((p.effective_from.isoformat(), p.usd_per_gpu_hour) for p in effective_prices(s) if p.gpu_model == "T4" and p.tier == "on_demand")
+    t4 = sorted(
+        (p.effective_from.isoformat(), p.usd_per_gpu_hour)
+        for p in effective_prices(s)
+        if p.gpu_model == "T4" and p.tier == "on_demand"
+    )
     assert t4 == [("2025-01-01", 0.526), ("2026-01-01", 0.4)]
 
 
@@ -42,14 +46,31 @@ def test_overrides_are_read(tmp_path):
         ("[thresholds]\nidle_util_pct = 70\ntarget_util_pct = 60\n", "thresholds.idle_util_pct"),
         ("[energy]\nusd_per_kwh = -1\n", "energy.usd_per_kwh"),
         ("[pricing]\ndefault_tier = 'cheap'\n", "pricing.default_tier"),
-        ("[[price]]\ngpu_model = 'T4'\ntier = 'on_demand'\neffective_from = 2026-01-01\nsource = 'x'\n", "price[0].usd_per_gpu_hour"),
-        ("[[price]]\ngpu_model = 'T4'\ntier = 'on_demand'\nusd_per_gpu_hour = 1\neffective_from = 'soon'\nsource = 'x'\n", "price[0].effective_from"),
+        (
+            "[[price]]\ngpu_model = 'T4'\ntier = 'on_demand'\neffective_from = 2026-01-01\nsource = 'x'\n",
+            "price[0].usd_per_gpu_hour",
+        ),
+        (
+            "[[price]]\ngpu_model = 'T4'\ntier = 'on_demand'\nusd_per_gpu_hour = 1\neffective_from = 'soon'\nsource = 'x'\n",
+            "price[0].effective_from",
+        ),
         ("[clusters.lab]\ntier = 'free'\n", "clusters.lab.tier"),
         ("[colors]\nx = 1\n", "colors"),
         ("[thresholds\n", "(syntax)"),
     ],
-    ids=["not-a-number", "out-of-range", "unknown-key", "idle-above-target", "negative", "bad-tier",
-         "price-missing-field", "price-bad-date", "cluster-bad-tier", "unknown-section", "toml-syntax"],
+    ids=[
+        "not-a-number",
+        "out-of-range",
+        "unknown-key",
+        "idle-above-target",
+        "negative",
+        "bad-tier",
+        "price-missing-field",
+        "price-bad-date",
+        "cluster-bad-tier",
+        "unknown-section",
+        "toml-syntax",
+    ],
 )
 def test_invalid_settings_name_the_key(tmp_path, text, key):
     path = write(tmp_path, "s.toml", text)
@@ -59,8 +80,12 @@ def test_invalid_settings_name_the_key(tmp_path, text, key):
 
 
 def test_price_for_unknown_gpu_model_is_rejected_when_applied(tmp_path, db_path):
-    path = write(tmp_path, "s.toml", "[[price]]\ngpu_model = 'Z9000'\ntier = 'on_demand'\nusd_per_gpu_hour = 1\neffective_from = 2026-01-01\nsource = 'x'\n")
-    with pytest.raises(SettingsError, match="'price\\[0\\].gpu_model'.*not in the GPU catalog"):
+    path = write(
+        tmp_path,
+        "s.toml",
+        "[[price]]\ngpu_model = 'Z9000'\ntier = 'on_demand'\nusd_per_gpu_hour = 1\neffective_from = 2026-01-01\nsource = 'x'\n",
+    )
+    with pytest.raises(SettingsError, match=r"'price\[0\].gpu_model'.*not in the GPU catalog"):
         sync_reference(db_path, load_settings(path))
 
 
@@ -68,14 +93,22 @@ def test_cli_bad_settings_is_one_line_exit_1_db_untouched(tmp_path):
     import hashlib
 
     db = tmp_path / "l.duckdb"
-    jobs = write(tmp_path, "j.csv", "job_id,user,team,cluster,gpu_model,gpu_count,start,end,state\nj,a,t,c,T4,1,2025-01-01,2025-01-02,COMPLETED\n")
+    jobs = write(
+        tmp_path,
+        "j.csv",
+        "job_id,user,team,cluster,gpu_model,gpu_count,start,end,state\nj,a,t,c,T4,1,2025-01-01,2025-01-02,COMPLETED\n",
+    )
     run = [sys.executable, "-m", "gpuledger", "ingest", "--db", str(db)]
     assert subprocess.run([*run, str(jobs)], capture_output=True, check=False).returncode == 0
     before = hashlib.sha256(db.read_bytes()).hexdigest()
     bad = write(tmp_path, "bad.toml", "[energy]\nusd_per_kwh = 'cheap'\n")
-    result = subprocess.run([*run, "--settings", str(bad), str(jobs)], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [*run, "--settings", str(bad), str(jobs)], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 1
-    assert result.stderr.strip() == f"error: {bad}: setting 'energy.usd_per_kwh': must be a number, got 'cheap'"
+    assert (
+        result.stderr.strip() == f"error: {bad}: setting 'energy.usd_per_kwh': must be a number, got 'cheap'"
+    )
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
 
 

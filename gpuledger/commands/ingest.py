@@ -32,6 +32,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--job", dest="job_id", help="tie a training log to this job id")
     p.add_argument(
+        "--host",
+        help="host name for GPUs of files that carry none (nvidia-smi CSV without uuid: HOST:INDEX, "
+        "default localhost)",
+    )
+    p.add_argument(
         "--columns", help="comma-separated field names of a header-less file (nvidia-smi noheader)"
     )
     p.add_argument(
@@ -40,7 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="first remove what an earlier version of this source brought in",
     )
     p.add_argument("--json", action="store_true", help="print one JSON report per file")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress bar (shown on a terminal for files over 4 MiB)"
+    )
     add_db_options(p)
     p.set_defaults(func=run)
 
@@ -51,11 +58,15 @@ def options(args: argparse.Namespace) -> IngestOptions:
         cluster=args.cluster,
         tz=args.tz,
         job_id=args.job_id,
+        host=args.host,
         columns=tuple(c.strip() for c in args.columns.split(",")) if args.columns else None,
         replace=args.replace,
+        quiet=args.quiet,
         default_tier=settings.default_tier,
         cluster_tiers=tuple((c, s.tier) for c, s in settings.clusters.items() if s.tier),
         idle_util_pct=settings.idle_util_pct,
+        idle_min_minutes=settings.idle_min_minutes,
+        target_util_pct=settings.target_util_pct,
     )
 
 

@@ -28,7 +28,7 @@ def set_test_prices(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("DELETE FROM prices")
     for model, tier, cluster, day, usd in TEST_PRICES:
         con.execute(
-            "INSERT INTO prices VALUES (?, ?, ?, ?, ?, 'test price', ?)",
+            "INSERT INTO prices VALUES (?, ?, ?, ?, ?, 'test price', ?, 'sheet', NULL)",
             [model, tier, cluster, day, usd, day],
         )
 

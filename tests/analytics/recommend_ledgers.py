@@ -30,7 +30,7 @@ def set_prices(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("DELETE FROM prices")
     for model, tier, usd in PRICES:
         con.execute(
-            "INSERT INTO prices VALUES (?, ?, NULL, DATE '2025-01-01', ?, 'test price', DATE '2025-01-01')",
+            "INSERT INTO prices VALUES (?, ?, NULL, DATE '2025-01-01', ?, 'test price', DATE '2025-01-01', 'sheet', NULL)",
             [model, tier, usd],
         )
 
@@ -51,6 +51,8 @@ def recommend_ledger(con: duckdb.DuckDBPyConnection) -> None:
     jobs = [
         # notebook: 2 h at 50 %, then 8 h at 1 % (one idle stretch of 8 h)
         job("nb1", 0, 600, kind="interactive", name="notebook-idle-1"),
+        # bob's notebook on an A100: 4 h at 15 %, then 4 h at 1 % (idle, and small enough to right-size)
+        job("nb2", 0, 480, gpu_model=A100, kind="interactive", user_name="bob", name="notebook-small-2"),
         # 8 GPUs for 4 h, 2 busy at 90 %, 6 at 0 %
         job("over8", 0, 240, gpu_count=8.0, name="overalloc-1"),
         # checkpointed on-demand training, 2 GPUs × 12 h, last checkpoint 30 min before the end
@@ -67,11 +69,13 @@ def recommend_ledger(con: duckdb.DuckDBPyConnection) -> None:
     ]
     allocations = [
         alloc("nb1", "hA:0", 0, 600),
+        alloc("nb2", "hE:0", 0, 480),
         *_gpus_job("over8", "hB", 8, 0, 240),
         alloc("tiny1", "hD:0", 0, 360),
     ]
     samples = (
         series("hA:0", 0, [50.0] * 120 + [1.0] * 480, mem_used_mib=1000.0)
+        + series("hE:0", 0, [15.0] * 240 + [1.0] * 240, mem_used_mib=1000.0)
         + [
             s
             for i in range(8)

@@ -1,0 +1,150 @@
+"""Landing samples: a second series for the same GPU and times merges into the rows already there.
+
+The rule (collectors/base.py ``_land_samples``): a sample whose (gpu_id, ts) is in the ledger is never a
+second row — its interval is not counted twice — but it fills that row's NULL columns; a sample with
+nothing to add is "already in the ledger". The per-minute rollup follows the merged values.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+
+from collectors.base import IngestOptions, ingest_file
+from tests.conftest import dataset, write
+
+UTC = IngestOptions(tz="UTC")
+MERGED = "samples merged into existing rows (their empty columns filled)"
+ALREADY = "samples already in the ledger"
+
+UTIL_ONLY = (
+    "timestamp, index, uuid, utilization.gpu [%]\n"
+    "2025/03/01 00:00:00.000, 0, GPU-aaaa, 40 %\n"
+    "2025/03/01 00:00:01.000, 0, GPU-aaaa, [N/A]\n"
+    "2025/03/01 00:00:02.000, 0, GPU-aaaa, 60 %\n"
+)
+# the same GPU and times from a second logger that also records memory and power
+MEM_POWER = (
+    "timestamp, index, uuid, utilization.gpu [%], memory.used [MiB], power.draw [W]\n"
+    "2025/03/01 00:00:00.000, 0, GPU-aaaa, 99 %, 1000 MiB, 100.00 W\n"  # util known: the ledger's 40 stays
+    "2025/03/01 00:00:01.000, 0, GPU-aaaa, 50 %, 2000 MiB, [N/A]\n"  # fills util, memory
+    "2025/03/01 00:00:02.000, 0, GPU-aaaa, 60 %, [N/A], [N/A]\n"  # nothing to add
+)
+NEW_TIME = "2025/03/01 00:00:03.000, 0, GPU-aaaa, 70 %, 3000 MiB, 300.00 W\n"
+
+
+def _samples(con: duckdb.DuckDBPyConnection) -> list[tuple[object, ...]]:
+    return con.execute(
+        """SELECT ts, gpu_id, interval_s, util_pct, mem_used_mib, power_w, ingest_id
+           FROM samples ORDER BY gpu_id, ts"""
+    ).fetchall()
+
+
+def _rollup_disagrees(con: duckdb.DuckDBPyConnection) -> int:
+    """GPU-minutes whose rollup differs from the same sums over raw samples (plain SQL; FLOAT samples
+    summed in another order differ by ~1e-6 s, hence the tolerance)."""
+    return con.execute(
+        """
+        WITH raw AS (
+            SELECT date_trunc('minute', ts) AS minute, gpu_id, job_id,
+                   max(mem_used_mib) AS mem, sum(power_w * interval_s) AS pj,
+                   sum(util_pct / 100.0 * interval_s) AS us, sum(interval_s) AS cov
+            FROM samples GROUP BY ALL
+        )
+        SELECT count(*) FROM raw FULL JOIN samples_minute m
+            ON m.minute = raw.minute AND m.gpu_id = raw.gpu_id AND m.job_id IS NOT DISTINCT FROM raw.job_id
+        WHERE m.mem_used_max_mib IS DISTINCT FROM raw.mem
+           OR abs(coalesce(m.power_j, -1) - coalesce(raw.pj, -1)) > 1e-4
+           OR abs(coalesce(m.util_s, -1) - coalesce(raw.us, -1)) > 1e-4
+           OR abs(coalesce(m.covered_s, -1) - coalesce(raw.cov, -1)) > 1e-4
+        """
+    ).fetchall()[0][0]
+
+
+def test_complementary_nvidia_smi_logs_fill_each_other(ledger, tmp_path):
+    first = ingest_file(ledger, write(tmp_path, "util.csv", UTIL_ONLY), opts=UTC)
+    assert first.rows["samples"] == 3
+    second = ingest_file(ledger, write(tmp_path, "mem.csv", MEM_POWER + NEW_TIME), opts=UTC)
+    assert second.rows["samples"] == 1  # only 00:00:03 is a new time
+    assert second.skipped[MERGED] == 2  # 00:00:00 (memory, power) and 00:00:01 (util, memory)
+    assert second.skipped[ALREADY] == 1  # 00:00:02 brings only what the ledger has
+    t0 = dt.datetime(2025, 3, 1)
+    s = dt.timedelta(seconds=1)
+    a, b = first.ingest_id, second.ingest_id
+    assert _samples(ledger) == [
+        # merged rows keep their interval and ingest; util 40 stays (the ledger's value wins over 99)
+        (t0, "GPU-aaaa", 1.0, 40.0, 1000.0, 100.0, a),
+        (t0 + s, "GPU-aaaa", 1.0, 50.0, 2000.0, None, a),
+        (t0 + 2 * s, "GPU-aaaa", 1.0, 60.0, None, None, a),
+        (t0 + 3 * s, "GPU-aaaa", 1.0, 70.0, 3000.0, 300.0, b),
+    ]
+    # four seconds of samples cover four seconds: nothing counted twice
+    assert ledger.execute("SELECT sum(interval_s) FROM samples").fetchall() == [(4.0,)]
+    # minute 00:00: mem max(1000, 2000, 3000) = 3000; power 100 W × 1 s + 300 W × 1 s = 400 J
+    assert ledger.execute(
+        "SELECT mem_used_max_mib, power_j, covered_s FROM samples_minute WHERE gpu_id = 'GPU-aaaa'"
+    ).fetchall() == [(3000.0, 400.0, 4.0)]
+    assert _rollup_disagrees(ledger) == 0
+
+
+def test_a_series_of_merges_only_re_rolls_its_minutes(ledger, tmp_path):
+    """The second file adds no row at all: its minutes must still be re-rolled (rows keep ingest #1)."""
+    ingest_file(ledger, write(tmp_path, "util.csv", UTIL_ONLY), opts=UTC)
+    second = ingest_file(ledger, write(tmp_path, "mem.csv", MEM_POWER), opts=UTC)
+    assert second.rows["samples"] == 0 and second.skipped[MERGED] == 2
+    # mem max(1000, 2000) = 2000 MiB; power 100 W × 1 s = 100 J; util (40 + 50 + 60) % × 1 s = 1.5 s
+    assert ledger.execute(
+        "SELECT mem_used_max_mib, power_j, util_s FROM samples_minute WHERE gpu_id = 'GPU-aaaa'"
+    ).fetchall() == [(2000.0, 100.0, 1.5)]
+    assert _rollup_disagrees(ledger) == 0
+
+
+def test_same_samples_again_change_nothing(ledger, tmp_path):
+    text = MEM_POWER + NEW_TIME
+    first = ingest_file(ledger, write(tmp_path, "a.csv", text), opts=UTC)
+    before = _samples(ledger)
+    rollup = ledger.execute("SELECT * FROM samples_minute ORDER BY ALL").fetchall()
+    # the same bytes under another name: recognised by content hash, nothing staged
+    again = ingest_file(ledger, write(tmp_path, "copy-of-a.csv", text), opts=UTC)
+    assert again.already and again.ingest_id == first.ingest_id
+    # the same samples in other bytes (nounits form): every sample is already there, none merged
+    nounits = text.replace(" %", "").replace(" MiB", "").replace(" W", "")
+    other = ingest_file(ledger, write(tmp_path, "a-nounits.csv", nounits), opts=UTC)
+    assert other.rows["samples"] == 0
+    assert other.skipped[ALREADY] == 4 and MERGED not in other.skipped
+    assert _samples(ledger) == before
+    assert ledger.execute("SELECT * FROM samples_minute ORDER BY ALL").fetchall() == rollup
+
+
+def test_genai_duty_cycle_then_memory_series_land_both_columns(ledger):
+    duty = dataset("alibaba-v2026-genai/pod_gpu_duty_cycle_anon.head30k.csv")
+    memory = dataset("alibaba-v2026-genai/pod_gpu_memory_used_bytes_anon.head30k.csv")
+    # independent count, plain SQL over the two files: (pod, time) pairs present in both
+    both = duckdb.sql(
+        f"""SELECT count(*) FROM read_csv('{duty}') d JOIN read_csv('{memory}') m
+            USING (container_ip, timestamp_anon)"""
+    ).fetchall()[0][0]
+    assert both == 29450
+    first = ingest_file(ledger, duty)
+    cov = ledger.execute("SELECT sum(interval_s) FROM samples").fetchall()[0][0]
+    second = ingest_file(ledger, memory)
+    # 30,000 memory rows: 29,450 fill the duty-cycle rows' memory, 550 are new (pod, time) pairs
+    assert second.rows["samples"] == 30000 - 29450
+    assert second.skipped == {MERGED: 29450}
+    assert ledger.execute(
+        "SELECT count(*), count(util_pct), count(mem_used_mib), count(*) FILTER (ingest_id = ?) FROM samples",
+        [first.ingest_id],
+    ).fetchall() == [(30550, 30000, 30000, 30000)]
+    # both files' first line: pod 23b8eba9…, 1662858720 = 2022-09-11 01:12:00 UTC, duty 0.0 %,
+    # 33879490560 B / 1048576 = 32310 MiB
+    assert ledger.execute(
+        """SELECT util_pct, mem_used_mib FROM samples
+           WHERE gpu_id = 'genai:23b8eba99c14e73d454503a55ae96989' AND ts = TIMESTAMP '2022-09-11 01:12:00'"""
+    ).fetchall() == [(0.0, 32310.0)]
+    # merged rows kept their intervals: coverage grew only by the 550 new samples'
+    new_cov = ledger.execute(
+        "SELECT sum(interval_s) FROM samples WHERE ingest_id = ?", [second.ingest_id]
+    ).fetchall()[0][0]
+    assert ledger.execute("SELECT sum(interval_s) FROM samples").fetchall()[0][0] == cov + new_cov
+    assert _rollup_disagrees(ledger) == 0
