@@ -18,8 +18,8 @@ import duckdb
 SCHEMA_V1: list[str] = [
     """
     CREATE TABLE IF NOT EXISTS schema_meta (
-        key   VARCHAR PRIMARY KEY,
-        value VARCHAR NOT NULL
+        key   VARCHAR PRIMARY KEY,             -- schema_version | settings_fingerprint | rollup_thresholds
+        value VARCHAR NOT NULL                 -- the value, as text (JSON for structured values)
     )
     """,
     """
@@ -27,27 +27,27 @@ SCHEMA_V1: list[str] = [
     """,
     """
     CREATE TABLE IF NOT EXISTS ingests (
-        ingest_id      BIGINT PRIMARY KEY,
+        ingest_id      BIGINT PRIMARY KEY,     -- from ingest_seq; 0 is reserved for rows that come from settings
         path           VARCHAR NOT NULL,   -- absolute path, or a collector URL such as nvml://host
         source_key     VARCHAR NOT NULL,   -- what --replace matches on (path by default)
-        content_sha256 VARCHAR NOT NULL,
-        format         VARCHAR NOT NULL,
+        content_sha256 VARCHAR NOT NULL,       -- SHA-256 of the file's bytes (or of a collector's flush): same content → no-op
+        format         VARCHAR NOT NULL,       -- the parser's --format name (nvidia_smi_csv, sacct, demo, nvml, prometheus, ...)
         rows_json      VARCHAR NOT NULL,   -- {"samples": 123, "jobs": 4, ...}
         skipped_json   VARCHAR NOT NULL,   -- {"reason": count} for rows skipped on purpose
-        ingested_at    TIMESTAMP NOT NULL
+        ingested_at    TIMESTAMP NOT NULL      -- UTC wall time of the commit
     )
     """,
     """
     CREATE TABLE IF NOT EXISTS gpu_catalog (
         model            VARCHAR PRIMARY KEY,  -- canonical key, e.g. H100-SXM-80GB
-        vendor           VARCHAR NOT NULL,
-        memory_mib       INTEGER NOT NULL,
+        vendor           VARCHAR NOT NULL,     -- NVIDIA | AMD
+        memory_mib       INTEGER NOT NULL,     -- marketed memory capacity (MiB)
         bf16_tflops      DOUBLE,               -- dense, no sparsity; NULL where the card has no BF16
         fp16_tflops      DOUBLE NOT NULL,      -- dense tensor-core FP16
-        fp32_tflops      DOUBLE NOT NULL,
-        tdp_w            DOUBLE NOT NULL,
-        mig_capable      BOOLEAN NOT NULL,
-        source           VARCHAR NOT NULL
+        fp32_tflops      DOUBLE NOT NULL,      -- dense FP32 (non-tensor) peak, TFLOP/s
+        tdp_w            DOUBLE NOT NULL,      -- board power limit (W)
+        mig_capable      BOOLEAN NOT NULL,     -- supports Multi-Instance GPU slices
+        source           VARCHAR NOT NULL      -- datasheet the figures come from
     )
     """,
     """
@@ -56,9 +56,9 @@ SCHEMA_V1: list[str] = [
         tier              VARCHAR NOT NULL,   -- on_demand | spot | reserved | on_prem
         cluster           VARCHAR,            -- NULL: any cluster; else a per-cluster override
         effective_from    DATE NOT NULL,      -- in force from this UTC date until the next row's
-        usd_per_gpu_hour  DOUBLE NOT NULL,
+        usd_per_gpu_hour  DOUBLE NOT NULL,     -- US$ per GPU-hour
         source            VARCHAR NOT NULL,   -- where the number comes from
-        source_date       DATE NOT NULL,
+        source_date       DATE NOT NULL,       -- when the price was read from its source
         origin            VARCHAR NOT NULL,   -- sheet (data/prices.toml) | settings | ingest (a source declared it)
         ingest_id         BIGINT              -- the ingest that declared it (origin ingest); NULL otherwise
     )
@@ -66,59 +66,59 @@ SCHEMA_V1: list[str] = [
     """
     CREATE TABLE IF NOT EXISTS gpus (
         gpu_id           VARCHAR PRIMARY KEY,  -- UUID, else host:index
-        uuid             VARCHAR,
-        host             VARCHAR,
-        gpu_index        INTEGER,
+        uuid             VARCHAR,              -- NVML/DCGM UUID (GPU-...), when the source reports it
+        host             VARCHAR,              -- host name the GPU sits in
+        gpu_index        INTEGER,              -- NVML index on its host (nvidia-smi index, DCGM gpu label)
         model            VARCHAR,              -- gpu_catalog.model when recognised
         model_raw        VARCHAR,              -- the name as the source wrote it
-        memory_total_mib DOUBLE,
-        cluster          VARCHAR,
+        memory_total_mib DOUBLE,               -- card memory as the source reported it (MiB)
+        cluster          VARCHAR,              -- cluster named at ingest (--cluster) or by the source
         mig_profile      VARCHAR,              -- e.g. 3g.40gb for a MIG instance; NULL for a full GPU
         parent_gpu_id    VARCHAR,              -- the physical GPU of a MIG instance
-        first_seen       TIMESTAMP,
-        last_seen        TIMESTAMP
+        first_seen       TIMESTAMP,            -- first sample or inventory time (UTC)
+        last_seen        TIMESTAMP             -- last sample or inventory time (UTC)
     )
     """,
     """
     CREATE TABLE IF NOT EXISTS samples (
         ts                TIMESTAMP NOT NULL,   -- UTC
-        gpu_id            VARCHAR NOT NULL,
+        gpu_id            VARCHAR NOT NULL,    -- gpus.gpu_id
         interval_s        FLOAT NOT NULL,       -- the time this sample stands for (collector cadence, capped)
         util_pct          FLOAT,                -- nvidia-smi utilization.gpu / DCGM_FI_DEV_GPU_UTIL
         mem_util_pct      FLOAT,                -- utilization.memory (memory controller busy)
-        mem_used_mib      FLOAT,
-        mem_total_mib     FLOAT,
-        power_w           FLOAT,
+        mem_used_mib      FLOAT,               -- framebuffer memory used (MiB)
+        mem_total_mib     FLOAT,               -- framebuffer memory total (MiB)
+        power_w           FLOAT,               -- board power draw (W)
         energy_j          DOUBLE,               -- cumulative counter since driver load, when reported
-        temp_c            FLOAT,
+        temp_c            FLOAT,               -- GPU temperature (°C)
         sm_active_pct     FLOAT,                -- DCGM_FI_PROF_SM_ACTIVE × 100 / NVML GPM SM activity
         tensor_active_pct FLOAT,                -- DCGM_FI_PROF_PIPE_TENSOR_ACTIVE × 100
-        sm_clock_mhz      FLOAT,
+        sm_clock_mhz      FLOAT,               -- SM clock (MHz)
         throttle_reasons  UBIGINT,              -- NVML clocks_event_reasons bitmask
         job_id            VARCHAR,              -- attributed at ingest; NULL when no job held the GPU
-        ingest_id         BIGINT NOT NULL
+        ingest_id         BIGINT NOT NULL      -- ingests.ingest_id
     )
     """,
     """
     CREATE TABLE IF NOT EXISTS jobs (
-        job_id          VARCHAR PRIMARY KEY,
+        job_id          VARCHAR PRIMARY KEY,   -- unique across sources: <cluster>/<scheduler id>, or a source prefix (hf:, unattributed:)
         source          VARCHAR NOT NULL,      -- format that produced it: jobs_csv, sacct, ...
-        cluster         VARCHAR,
-        user_name       VARCHAR,
-        team            VARCHAR,
-        project         VARCHAR,
-        name            VARCHAR,
+        cluster         VARCHAR,               -- cluster the job ran on
+        user_name       VARCHAR,               -- who ran it
+        team            VARCHAR,               -- team / account that pays (Slurm Account)
+        project         VARCHAR,               -- project, when the source says
+        name            VARCHAR,               -- job name
         kind            VARCHAR NOT NULL,      -- training | fine-tune | inference | interactive | other
         gpu_model       VARCHAR,               -- gpu_catalog.model when recognised
         gpu_count       DOUBLE NOT NULL,       -- fractional for shared GPUs (Alibaba gpu_milli, MIG)
         pricing_tier    VARCHAR NOT NULL,      -- on_demand | spot | reserved | on_prem
-        submit_ts       TIMESTAMP,
-        start_ts        TIMESTAMP,
+        submit_ts       TIMESTAMP,             -- submitted (UTC)
+        start_ts        TIMESTAMP,             -- started holding GPUs (UTC)
         end_ts          TIMESTAMP,             -- NULL while running
         state           VARCHAR NOT NULL,      -- COMPLETED | RUNNING | FAILED | CANCELLED | TIMEOUT | OOM | NODE_FAIL | PENDING | ...
-        exit_reason     VARCHAR,
+        exit_reason     VARCHAR,               -- scheduler's reason or exit code (e.g. 'by 1234', 'ExitCode 1:0')
         last_checkpoint_ts TIMESTAMP,          -- for failed runs: time lost = end - last checkpoint
-        ingest_id       BIGINT NOT NULL,
+        ingest_id       BIGINT NOT NULL,       -- ingests.ingest_id of the latest record of this job
         partition       VARCHAR,               -- scheduler partition / queue (Slurm Partition)
         gpu_mem_peak_mib  DOUBLE,              -- per-task peak GPU memory the scheduler measured (sacct gres/gpumem)
         gpu_util_peak_pct DOUBLE               -- peak GPU utilisation the scheduler measured (sacct gres/gpuutil)
@@ -126,114 +126,114 @@ SCHEMA_V1: list[str] = [
     """,
     """
     CREATE TABLE IF NOT EXISTS allocations (
-        job_id      VARCHAR NOT NULL,
-        host        VARCHAR,
+        job_id      VARCHAR NOT NULL,          -- jobs.job_id
+        host        VARCHAR,                   -- host the GPUs were on
         gpu_id      VARCHAR,                   -- NULL when the source names only the host
         gpu_count   DOUBLE NOT NULL,           -- GPUs held on this host by this row (1 when gpu_id is known)
-        start_ts    TIMESTAMP NOT NULL,
+        start_ts    TIMESTAMP NOT NULL,        -- held from (UTC)
         end_ts      TIMESTAMP,                 -- NULL while running
-        ingest_id   BIGINT NOT NULL
+        ingest_id   BIGINT NOT NULL            -- ingests.ingest_id
     )
     """,
     """
     CREATE TABLE IF NOT EXISTS training_runs (
-        job_id             VARCHAR PRIMARY KEY,
-        source             VARCHAR NOT NULL,
-        model              VARCHAR,
+        job_id             VARCHAR PRIMARY KEY, -- jobs.job_id the run belongs to
+        source             VARCHAR NOT NULL,   -- format that produced it (hf_trainer_state, jobs_csv, demo, ...)
+        model              VARCHAR,            -- model name
         params             DOUBLE,              -- parameter count
-        n_layers           INTEGER,
-        hidden_size        INTEGER,
+        n_layers           INTEGER,            -- transformer layers (for the attention term of MFU)
+        hidden_size        INTEGER,            -- model width d_model
         precision          VARCHAR,             -- bf16 | fp16 | fp32 | tf32 | fp8 | int4 ...
         optimizer          VARCHAR,             -- adamw | adam | sgd | ...
         batch_size         INTEGER,             -- per-GPU micro-batch
-        grad_accum         INTEGER,
-        global_batch_size  INTEGER,
-        seq_len            INTEGER,
-        tokens             DOUBLE,
-        samples            DOUBLE,
-        epochs             DOUBLE,
-        steps              BIGINT,
-        runtime_s          DOUBLE,
+        grad_accum         INTEGER,            -- gradient accumulation steps
+        global_batch_size  INTEGER,            -- samples per optimizer step over all GPUs
+        seq_len            INTEGER,            -- tokens per sample
+        tokens             DOUBLE,             -- tokens processed by the whole run
+        samples            DOUBLE,             -- samples processed by the whole run
+        epochs             DOUBLE,             -- epochs completed
+        steps              BIGINT,             -- optimizer steps
+        runtime_s          DOUBLE,             -- training wall time (s)
         peak_mem_mib       DOUBLE,              -- per GPU
         samples_per_s      DOUBLE,              -- whole job
         tokens_per_s       DOUBLE,              -- whole job
         requests           DOUBLE,              -- inference: requests served
         generated_tokens   DOUBLE,              -- inference: tokens generated
         grad_noise_scale   DOUBLE,              -- B_noise estimate when the run logs one
-        total_flos         DOUBLE,
-        ingest_id          BIGINT NOT NULL
+        total_flos         DOUBLE,             -- FLOPs the framework counted (HF total_flos)
+        ingest_id          BIGINT NOT NULL     -- ingests.ingest_id
     )
     """,
     """
     CREATE TABLE IF NOT EXISTS train_log (
-        job_id      VARCHAR NOT NULL,
-        step        BIGINT,
-        epoch       DOUBLE,
-        ts          TIMESTAMP,
-        elapsed_s   DOUBLE,
-        loss        DOUBLE,
-        eval_loss   DOUBLE,
-        learning_rate DOUBLE,
-        tokens_seen DOUBLE,
-        ingest_id   BIGINT NOT NULL
+        job_id      VARCHAR NOT NULL,          -- jobs.job_id
+        step        BIGINT,                    -- optimizer step of the entry
+        epoch       DOUBLE,                    -- fractional epoch
+        ts          TIMESTAMP,                 -- wall time of the entry (UTC), when logged
+        elapsed_s   DOUBLE,                    -- seconds since the run started
+        loss        DOUBLE,                    -- training loss
+        eval_loss   DOUBLE,                    -- evaluation loss
+        learning_rate DOUBLE,                  -- learning rate
+        tokens_seen DOUBLE,                    -- tokens seen so far (num_input_tokens_seen)
+        ingest_id   BIGINT NOT NULL            -- ingests.ingest_id
     )
     """,
     """
     CREATE TABLE IF NOT EXISTS processes (
-        ts          TIMESTAMP NOT NULL,
-        gpu_id      VARCHAR NOT NULL,
-        pid         BIGINT,
-        process_name VARCHAR,
-        used_mem_mib DOUBLE,
-        job_id      VARCHAR,
-        ingest_id   BIGINT NOT NULL
+        ts          TIMESTAMP NOT NULL,        -- snapshot time (UTC)
+        gpu_id      VARCHAR NOT NULL,          -- gpus.gpu_id
+        pid         BIGINT,                    -- process id on its host
+        process_name VARCHAR,                  -- executable name
+        used_mem_mib DOUBLE,                   -- GPU memory the process holds (MiB)
+        job_id      VARCHAR,                   -- job the process belongs to (Slurm env, cgroup, pod), when known
+        ingest_id   BIGINT NOT NULL            -- ingests.ingest_id
     )
     """,
     """
     CREATE TABLE IF NOT EXISTS gpu_events (
-        ts          TIMESTAMP NOT NULL,
-        gpu_id      VARCHAR NOT NULL,
+        ts          TIMESTAMP NOT NULL,        -- when it happened (UTC)
+        gpu_id      VARCHAR NOT NULL,          -- gpus.gpu_id
         kind        VARCHAR NOT NULL,          -- xid | ecc_sbe | ecc_dbe | throttle
-        value       VARCHAR,
-        ingest_id   BIGINT NOT NULL
+        value       VARCHAR,                   -- the XID code, error count or reason bits
+        ingest_id   BIGINT NOT NULL            -- ingests.ingest_id
     )
     """,
     """
     CREATE TABLE IF NOT EXISTS collector_state (
         collector   VARCHAR PRIMARY KEY,       -- e.g. prometheus:http://host:9090, slurm:ci
         cursor_ts   TIMESTAMP,                 -- read up to here
-        updated_at  TIMESTAMP NOT NULL,
-        detail_json VARCHAR
+        updated_at  TIMESTAMP NOT NULL,        -- UTC time of the last successful poll
+        detail_json VARCHAR                    -- collector-specific state (JSON)
     )
     """,
     """
     CREATE TABLE IF NOT EXISTS capacity (
-        cluster     VARCHAR NOT NULL,
-        gpu_model   VARCHAR NOT NULL,
+        cluster     VARCHAR NOT NULL,          -- cluster that owns the GPUs
+        gpu_model   VARCHAR NOT NULL,          -- gpu_catalog.model
         gpu_count   DOUBLE NOT NULL,           -- GPUs the organisation pays for whether used or not
-        start_ts    TIMESTAMP NOT NULL,
-        end_ts      TIMESTAMP,
-        ingest_id   BIGINT NOT NULL
+        start_ts    TIMESTAMP NOT NULL,        -- owned from (UTC)
+        end_ts      TIMESTAMP,                 -- owned until (UTC); NULL: still owned
+        ingest_id   BIGINT NOT NULL            -- 0 for settings' [clusters.X] capacity, else the trace ingest that declared it
     )
     """,
     """
     CREATE TABLE IF NOT EXISTS samples_minute (
         minute       TIMESTAMP NOT NULL,       -- date_trunc('minute', ts)
-        gpu_id       VARCHAR NOT NULL,
-        job_id       VARCHAR,
-        n            INTEGER NOT NULL,
+        gpu_id       VARCHAR NOT NULL,         -- gpus.gpu_id
+        job_id       VARCHAR,                  -- samples.job_id (NULL: no job held the GPU)
+        n            INTEGER NOT NULL,         -- samples in the minute
         covered_s    DOUBLE NOT NULL,          -- sum(interval_s)
         util_s       DOUBLE,                   -- sum(util_pct/100 × interval_s) over samples with util
         util_cov_s   DOUBLE,                   -- sum(interval_s) over samples with util
         idle_s       DOUBLE,                   -- interval_s of samples at or under the idle threshold
-        util_max     FLOAT,
-        mem_used_max_mib FLOAT,
-        mem_total_mib    FLOAT,
+        util_max     FLOAT,                    -- max util_pct (%)
+        mem_used_max_mib FLOAT,                -- max mem_used_mib (MiB)
+        mem_total_mib    FLOAT,                -- max mem_total_mib (MiB)
         power_j      DOUBLE,                   -- sum(power_w × interval_s)
-        power_cov_s  DOUBLE,
-        sm_active_s  DOUBLE,
-        tensor_active_s DOUBLE,
-        prof_cov_s   DOUBLE,
+        power_cov_s  DOUBLE,                   -- Σ interval_s of samples with power
+        sm_active_s  DOUBLE,                   -- Σ sm_active_pct/100 × interval_s
+        tensor_active_s DOUBLE,                -- Σ tensor_active_pct/100 × interval_s
+        prof_cov_s   DOUBLE,                   -- Σ interval_s of samples with SM- or tensor-active
         -- the fast path's columns (gpuledger/rollup.py; docs/metrics.md "Fast path"): enough to give every
         -- raw-sample figure of analytics/ exactly. Thresholds they were built with: schema_meta
         -- 'rollup_thresholds'.
@@ -249,22 +249,22 @@ SCHEMA_V1: list[str] = [
         memk_cov_s   DOUBLE,                   -- Σ interval_s (same samples, mem_used known, mem_total > 0)
         memu_max_mib DOUBLE,                   -- max(mem_used) over samples without mem_total (card size
         memu_s       DOUBLE,                   --   from gpus/catalog is applied at query time)
-        memu_cov_s   DOUBLE,
+        memu_cov_s   DOUBLE,                   -- Σ interval_s of those samples
         n_no_total   INTEGER,                  -- samples without mem_total
         energy_j     DOUBLE,                   -- Σ per-sample energy (analytics.utilization.sample_energy_sql)
-        energy_cov_s DOUBLE,
+        energy_cov_s DOUBLE,                   -- Σ interval_s of samples with an energy figure
         util_n       INTEGER,                  -- samples with a utilization reading
         dip_n        INTEGER,                  -- ... below 10 % (job_signals.LOW_UTIL_PCT)
         burst_n      INTEGER,                  -- ... above 70 % (job_signals.HIGH_UTIL_PCT)
         throttle_n   INTEGER,                  -- samples with throttle_reasons
         throttled_n  INTEGER,                  -- ... with a power/thermal bit
-        temp_n       INTEGER,
+        temp_n       INTEGER,                  -- samples with a temperature
         hot_n        INTEGER,                  -- samples at >= 85 °C
-        temp_max_c   DOUBLE,
+        temp_max_c   DOUBLE,                   -- max temperature (°C)
         pairs_n      INTEGER,                  -- samples with a contiguous predecessor (same GPU and job), both with util
         swings_n     INTEGER,                  -- ... swinging between < 10 % and > 70 %
         first_pair   INTEGER,                  -- pairs_n / swings_n of the minute's first sample alone
-        first_swing  INTEGER
+        first_swing  INTEGER                   -- (see first_pair)
     )
     """,
     """
@@ -273,14 +273,14 @@ SCHEMA_V1: list[str] = [
     """,
     """
     CREATE TABLE IF NOT EXISTS idle_runs (
-        gpu_id      VARCHAR NOT NULL,
+        gpu_id      VARCHAR NOT NULL,          -- gpus.gpu_id
         job_id      VARCHAR,                   -- the samples' job_id (NULL: no job)
         run_start   TIMESTAMP NOT NULL,        -- first sample of the run: with gpu_id and job_id the run's key
         run_s       DOUBLE NOT NULL,           -- Σ interval_s of the whole run
         run_reach_ts TIMESTAMP NOT NULL,       -- last sample ts + 1.5 × its interval_s: a later sample links only before
         day         DATE NOT NULL,             -- one row per UTC day the run touches (a view cuts runs at midnight)
         first_ts    TIMESTAMP NOT NULL,        -- first / last sample of the run on that day
-        last_ts     TIMESTAMP NOT NULL,
+        last_ts     TIMESTAMP NOT NULL,        -- (see first_ts)
         end_ts      TIMESTAMP NOT NULL,        -- max(ts + interval_s) on that day
         idle_s      DOUBLE NOT NULL            -- Σ interval_s on that day
     )
@@ -288,8 +288,8 @@ SCHEMA_V1: list[str] = [
     """
     CREATE TABLE IF NOT EXISTS samples_util_hist (
         day         DATE NOT NULL,             -- UTC day of the samples
-        gpu_id      VARCHAR NOT NULL,
-        job_id      VARCHAR,
+        gpu_id      VARCHAR NOT NULL,          -- gpus.gpu_id
+        job_id      VARCHAR,                   -- samples.job_id
         util_pct    FLOAT NOT NULL,            -- one row per distinct reading: exact time-weighted percentiles
         seconds     DOUBLE NOT NULL            -- Σ interval_s
     )

@@ -1,0 +1,84 @@
+"""Write docs/schema.md from gpuledger/schema.py, so the column docs live next to the DDL and cannot drift.
+
+``python -m gpuledger.schema_doc > docs/schema.md``; tests/test_docs.py fails when the file is stale.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpuledger.schema import SCHEMA_V1, SCHEMA_VERSION
+
+INTRO = f"""# The ledger's schema (version {SCHEMA_VERSION})
+
+One DuckDB file holds everything; `gpuledger/schema.py` defines it (this page is generated from it:
+`python -m gpuledger.schema_doc > docs/schema.md`). Conventions:
+
+- every time is a naive `TIMESTAMP` meaning **UTC**; collectors convert on the way in;
+- names carry their unit: `_mib` (mebibytes), `_w` (watts), `_j` (joules), `_pct` (percent, 0–100),
+  `_s` (seconds), `_usd` (US dollars), `_tflops` (10¹² floating-point operations per second);
+- a value a source does not report is NULL, never 0;
+- `gpu_id` is the GPU's UUID where the source has one (a MIG instance: `<uuid>/<GPU_I_ID>`), else
+  `host:index`; `job_id` is unique across sources (`<cluster>/<id>` where ids could collide);
+- `ingest_id` ties a row to the ingest (file, flush or demo build) that brought it: `--replace` and the
+  demo's rebuild remove a source's rows by it; `schema_meta.schema_version` is the schema version, and
+  migrations in `gpuledger/schema.py` move an older file forward inside one transaction.
+"""
+
+_TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*)\)\s*$", re.S)
+_COLUMN = re.compile(
+    r"^(\w+)\s+([A-Z]+(?:\(\d+\))?)((?:\s+PRIMARY KEY)?(?:\s+NOT NULL)?)[^-]*(?:--\s*(.*))?$"
+)
+
+
+def _rows(body: str) -> list[str]:
+    rows = []
+    for raw in body.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("--"):
+            continue
+        col = _COLUMN.match(line.rstrip(",")) or _COLUMN.match(line)
+        if col:
+            name, typ, flags, comment = col.groups()
+            flags = " ".join(flags.split()).lower()
+            rows.append(
+                f"| `{name}` | {typ}{' ' + flags if flags else ''} | {(comment or '').replace('|', '/')} |"
+            )
+    return rows
+
+
+_DERIVED = re.compile(
+    r"CREATE TABLE IF NOT EXISTS (\w+) AS\s+SELECT (\w+)::DATE AS day, \* EXCLUDE \(\2\) FROM (\w+)", re.S
+)
+
+
+def markdown() -> str:
+    parts = [INTRO]
+    tables: dict[str, list[str]] = {}
+    for sql in SCHEMA_V1:
+        text = sql.strip()
+        derived = _DERIVED.search(text)
+        match = _TABLE.search(text)
+        if derived:
+            table, key, base = derived.groups()
+            rows = [
+                "| `day` | DATE | UTC day |",
+                *[r for r in tables[base] if not r.startswith(f"| `{key}` |")],
+            ]
+            parts.append(
+                f"\n## `{table}`\n\nThe columns of `{base}`, summed per UTC day instead of per {key}.\n"
+            )
+        elif match:
+            table, body = match.groups()
+            rows = _rows(body)
+            parts.append(f"\n## `{table}`\n")
+        else:
+            continue
+        tables[table] = rows
+        parts.append("| column | type | meaning (unit) |\n|---|---|---|")
+        parts.extend(rows)
+    return "\n".join(parts) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
