@@ -9,10 +9,13 @@ The model (docs/recommendations.md, "larger_batch"):
   bf16/fp16 mixed precision with Adam/AdamW), and the rest of the peak is per-sample memory; without a
   parameter count (or when that estimate does not fit under the observed peak: LoRA, 4-bit, sharding)
   memory is assumed proportional to the batch (fixed = 0), the most cautious assumption;
-- **recommendation**: the largest batch whose predicted memory is at most ``safety`` (settings
-  ``batch_safety_fraction``, 0.9) of the card, rounded DOWN to a multiple of 8, capped at the critical batch
-  when the run logs a gradient-noise scale (B_noise, a global batch in samples, split over GPUs and
-  accumulation steps). A batch predicted not to fit is never recommended;
+- **recommendation**: the ceiling is the largest batch whose predicted memory is at most ``safety``
+  (settings ``batch_safety_fraction``, 0.9) of the card, rounded DOWN to a multiple of 8, capped at the
+  critical batch when the run logs a gradient-noise scale (B_noise, a global batch in samples, split over
+  GPUs and accumulation steps); that ceiling is the recommendation. The plan also names the knee: the
+  smallest multiple of 8 that reaches ``GAIN_KNEE`` (90 %) of the throughput gain predicted at the
+  recommendation (past it a larger batch buys little speed for a larger change to the optimization), as a
+  gentler alternative. A batch predicted not to fit is never recommended;
 - **throughput** (per GPU, tokens/s or samples/s): a saturating curve T(b) = T_max · b / (b + k) fitted by
   least squares on 1/T = 1/T_max + (k/T_max)·(1/b) when two or more batch sizes were measured with the
   same GPU count; otherwise a cautious estimate from utilization headroom: gain = ½ · (min(new/old,
@@ -24,6 +27,7 @@ The model (docs/recommendations.md, "larger_batch"):
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +42,10 @@ from gpuledger.settings import Settings
 
 MIB = 1024.0 * 1024.0
 BATCH_MULTIPLE = 8
+# Past the knee of the throughput curve a larger batch buys little speed and costs optimization quality
+# (a larger learning-rate change, fewer steps): the plan names the smallest batch that gets this share of
+# the gain predicted at the recommended (largest fitting) batch, as a gentler alternative.
+GAIN_KNEE = 0.9
 ADAM_LIKE = ("adam", "adamw", "adamw_torch", "adamw_hf", "fused_adam", "lamb", "adafactor", "lion")
 SGD_LIKE = ("sgd", "momentum", "nesterov")
 TRAINING_KINDS = ("training", "fine-tune")
@@ -217,6 +225,7 @@ class BatchPlan:
     lr_rule: str
     confidence: str
     reason: str
+    knee_batch_size: int | None = None  # smallest batch with GAIN_KNEE of the gain (a gentler alternative)
 
 
 def plan_batch(
@@ -235,7 +244,7 @@ def plan_batch(
     gpu_count: float = 1.0,
 ) -> BatchPlan | None:
     """The batch plan for one job; None when no larger batch is predicted to fit (or no data)."""
-    fit = fit_memory(mem_points, params=params, precision=precision, optimizer=optimizer)
+    fit = _memory_fit(tuple(mem_points), params, precision, optimizer)
     if fit is None or current_batch <= 0 or card_mem_mib <= 0:
         return None
     best = largest_batch(fit, card_mem_mib, safety)
@@ -250,15 +259,27 @@ def plan_batch(
             )
     if best <= current_batch:
         return None
-    tfit = fit_throughput(tput_points)
-    if tfit is not None:
-        base = tfit.predict(current_batch)
-        gain: float | None = tfit.predict(best) / base - 1.0
-        method: str | None = "fit"
-    else:
-        gain, method = headroom_gain(current_batch, best, util_pct), "headroom"
-        if gain is None:
-            method = None
+    tfit = _throughput_fit(tuple(tput_points))
+
+    def gain_at(batch: int) -> float | None:
+        if tfit is not None:
+            return tfit.predict(batch) / tfit.predict(current_batch) - 1.0
+        return headroom_gain(current_batch, batch, util_pct)
+
+    method: str | None = "fit" if tfit is not None else "headroom"
+    knee_batch: int | None = None
+    top = gain_at(best)
+    if top is None:
+        method = None
+    elif top > 0:
+        first = (current_batch // BATCH_MULTIPLE + 1) * BATCH_MULTIPLE
+        knee = next(
+            (b for b in range(first, best, BATCH_MULTIPLE) if (gain_at(b) or 0.0) >= GAIN_KNEE * top), best
+        )
+        if knee < best:
+            knee_batch = knee
+            capped += f"; batch {knee} already gives {(gain_at(knee) or 0.0) / top * 100:.0f} % of the gain at {best}"
+    gain = gain_at(best)
     if fit.method == "fit" and method == "fit" and tfit is not None and tfit.points >= 3:
         confidence, why = "high", "memory and throughput both fitted on measured runs"
     elif fit.method in ("fit", "params") and method is not None:
@@ -282,7 +303,24 @@ def plan_batch(
         lr_rule=lr_rule(optimizer, current_batch, best, grad_accum),
         confidence=confidence,
         reason=f"{why}; {fit.note}{capped}",
+        knee_batch_size=knee_batch,
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _memory_fit(
+    points: tuple[tuple[float, float], ...],
+    params: float | None,
+    precision: str | None,
+    optimizer: str | None,
+) -> MemoryFit | None:
+    """fit_memory, once per run family (its jobs share the points)."""
+    return fit_memory(points, params=params, precision=precision, optimizer=optimizer)
+
+
+@functools.lru_cache(maxsize=1024)
+def _throughput_fit(points: tuple[tuple[float, float], ...]) -> ThroughputFit | None:
+    return fit_throughput(points)
 
 
 BATCH_COLUMNS = {
@@ -294,7 +332,8 @@ BATCH_COLUMNS = {
     "gpu_model": "",
     "gpu_count": "",
     "current_batch_size": "per-GPU micro-batch",
-    "recommended_batch_size": "multiple of 8, predicted to fit under safety × card",
+    "recommended_batch_size": "largest multiple of 8 predicted to fit under safety × card (≤ critical batch)",
+    "knee_batch_size": "smallest multiple of 8 with 90 % of the recommended batch's gain; NULL when that is it",
     "predicted_peak_mem_mib": "fixed + per_sample × recommended",
     "card_mem_mib": "",
     "fixed_mib": "",
@@ -320,8 +359,11 @@ def batch_recommendations(
     filters: Filters | None = None,
     settings: Settings | None = None,
     as_of: dt.datetime | None = None,
+    view: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """One row per training/fine-tune job in the view for which a larger batch is predicted to fit.
+
+    ``view``: this view's analytics.job_signals.view_jobs_sql rows, when the caller has them.
 
     Run families (memory and throughput points) use every run in the ledger, inside the view or not: a
     measurement of how a model behaves on a card does not expire; dollars use the job's cost in the view.
@@ -329,13 +371,12 @@ def batch_recommendations(
     filters = filters or Filters()
     settings = settings or Settings()
     as_of = as_of or horizon(con)
-    vj, params = view_jobs_sql(filters, as_of)
     runs = frame(
         con,
         """
         WITH peak AS (SELECT job_id, max(mem_used_max_mib) AS peak, max(mem_total_mib) AS total,
                              sum(util_s) / nullif(sum(util_cov_s), 0) * 100 AS util
-                      FROM samples_minute WHERE job_id IS NOT NULL GROUP BY job_id)
+                      FROM samples_day WHERE job_id IS NOT NULL GROUP BY job_id)
         SELECT r.job_id, j.kind, j.gpu_model, j.gpu_count, r.model, r.params, r.precision, r.optimizer,
                r.batch_size, r.grad_accum, r.seq_len, r.grad_noise_scale, r.epochs,
                coalesce(r.peak_mem_mib, peak.peak) AS peak_mem_mib,
@@ -347,7 +388,9 @@ def batch_recommendations(
         WHERE r.batch_size > 0
         """,
     )
-    view = frame(con, vj, params)
+    if view is None:
+        vj, params = view_jobs_sql(filters, as_of)
+        view = frame(con, vj, params)
     rows: list[dict[str, object]] = []
     if runs.is_empty() or view.is_empty():
         return pl.DataFrame(schema=_schema())
@@ -368,17 +411,21 @@ def batch_recommendations(
         pl.struct("batch_size", "peak_mem_mib").alias("mem"),
         pl.struct("batch_size", "tput_per_gpu").alias("tput"),
     )
-    fam_map = {r["family"]: r for r in fam.to_dicts()}
+    points = {
+        r["family"]: (
+            tuple((p["batch_size"], p["peak_mem_mib"]) for p in r["mem"] if p["peak_mem_mib"] is not None),
+            tuple((p["batch_size"], p["tput_per_gpu"]) for p in r["tput"] if p["tput_per_gpu"] is not None),
+        )
+        for r in fam.to_dicts()
+    }
     jobs = view.join(runs.drop("gpu_model", "gpu_count", "kind"), on="job_id", how="inner").filter(
         pl.col("kind").is_in(TRAINING_KINDS)
     )
     for job in jobs.to_dicts():
-        f = fam_map[job["family"]]
+        mem_pts, tput_pts = points[job["family"]]
         card = job["card_mem_mib"]
         if card is None:
             continue
-        mem_pts = [(p["batch_size"], p["peak_mem_mib"]) for p in f["mem"] if p["peak_mem_mib"] is not None]
-        tput_pts = [(p["batch_size"], p["tput_per_gpu"]) for p in f["tput"] if p["tput_per_gpu"] is not None]
         plan = plan_batch(
             current_batch=int(job["batch_size"]),
             card_mem_mib=float(card),
@@ -419,6 +466,7 @@ def batch_recommendations(
                 "gpu_count": job["gpu_count"],
                 "current_batch_size": plan.current_batch_size,
                 "recommended_batch_size": plan.recommended_batch_size,
+                "knee_batch_size": plan.knee_batch_size,
                 "predicted_peak_mem_mib": plan.predicted_peak_mem_mib,
                 "card_mem_mib": plan.card_mem_mib,
                 "fixed_mib": plan.memory.fixed_mib,
@@ -454,5 +502,5 @@ def _schema() -> dict[str, pl.DataType]:
         "confidence",
         "reason",
     )
-    ints = ("current_batch_size", "recommended_batch_size")
+    ints = ("current_batch_size", "recommended_batch_size", "knee_batch_size")
     return {c: (pl.Utf8() if c in text else pl.Int64() if c in ints else pl.Float64()) for c in BATCH_COLUMNS}

@@ -17,14 +17,15 @@ recommendations.md explains each one):
 from __future__ import annotations
 
 import datetime as dt
+import functools
 
 import duckdb
 import polars as pl
 
 from analytics.filters import Filters, horizon
-from analytics.job_signals import job_signals, prices_at, view_jobs_sql
+from analytics.job_signals import job_signals, prices_at, view_jobs_sql, with_active
 from analytics.query import frame
-from gpuledger.reference import catalog
+from gpuledger.reference import GpuModel, catalog
 from gpuledger.settings import Settings
 
 THRESHOLDS = {
@@ -55,9 +56,14 @@ DIAGNOSIS_COLUMNS = {
 }
 
 
+@functools.cache
+def _models() -> dict[str, GpuModel]:
+    return {m.model: m for m in catalog()}
+
+
 def peak_tflops(model: str | None, precision: str | None) -> float | None:
     """The catalog's dense peak TFLOP/s of ``model`` for ``precision`` (bf16/fp16 default)."""
-    entry = next((m for m in catalog() if m.model == model), None)
+    entry = _models().get(model or "")
     if entry is None:
         return None
     prec = (precision or "").lower()
@@ -178,12 +184,12 @@ RIGHT_SIZE_COLUMNS = {
     "rate_usd_per_gpu_hour": "the job's own cost ÷ GPU-hours in the view",
     "peak_mem_mib": "max of sampled peak and the run's logged peak",
     "needed_tflops": "busy share × the current GPU's dense peak (TFLOP/s)",
-    "basis": "SM-active | utilization (an upper bound)",
+    "basis": "SM-active | utilization (an upper bound); both outside idle stretches",
     "candidate": "cheapest catalog model that fits",
     "candidate_mem_mib": "",
     "candidate_tflops": "its dense peak for the job's precision",
     "candidate_usd_per_gpu_hour": "list price at the job's tier (on_demand when the tier has none)",
-    "busy_pct": "SM-active (else utilization) on the current GPU",
+    "busy_pct": "SM-active (else utilization) on the current GPU outside idle stretches (active_*_pct)",
     "busy_pct_there": "the same work's busy share on the candidate: busy_pct × peak ÷ candidate peak",
     "gpu_hours": "",
     "cost_usd": "",
@@ -197,35 +203,48 @@ def right_size(
     settings: Settings | None = None,
     as_of: dt.datetime | None = None,
     signals: pl.DataFrame | None = None,
+    view: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Jobs a cheaper catalog GPU would run at an equal or lower $ per unit of work (RIGHT_SIZE_COLUMNS).
 
+    ``signals`` / ``view``: this view's job_signals / view_jobs_sql rows, when the caller has them.
+
     The job's busy share is its SM-active (else its utilization, an upper bound on the FLOPs it needs) on
-    the current GPU. A candidate must: be from the same vendor and a data-centre part (RTX cards are left
-    out: their licences and form factors rarely allow the swap); hold the job's peak memory within the
-    safety fraction; run the same work at most 80 % busy (busy share × current dense peak ÷ candidate dense
-    peak for the job's precision), so the work takes no longer; and cost at least 10 % less per GPU-hour.
-    The cheapest such candidate wins. Left out: jobs at or under the idle threshold (reclaim_idle's), at or
-    over 80 % utilization (a GPU kept busy may be bound by latency, not FLOPs) and jobs holding unused GPUs
-    (fewer_gpus first: their mean understates what the used GPUs need).
+    the current GPU outside its idle stretches (job_signals.with_active: idle time is reclaim_idle's, and a
+    GPU must be sized for the work it does when it works). A candidate must: be from the same vendor and a
+    data-centre part (RTX cards are left out: their licences and form factors rarely allow the swap); for
+    a multi-GPU job, have the same GPU-to-GPU interconnect as the current model (catalog ``interconnect``:
+    an NVLink/NVSwitch job moved to PCIe cards would spend its time in all-reduce, which no FLOP count
+    shows); hold the job's peak memory within the safety fraction; run the same work at most 80 % busy
+    (busy share × current dense peak ÷ candidate dense peak for the job's precision), so the work takes no
+    longer; and cost at least 10 % less per GPU-hour. The cheapest such candidate wins. Left out: jobs at
+    or under the idle threshold (reclaim_idle's), at or over 80 % utilization (a GPU kept busy may be
+    bound by latency, not FLOPs) and jobs holding unused GPUs (fewer_gpus first: their mean understates
+    what the used GPUs need).
     """
     filters = filters or Filters()
     settings = settings or Settings()
     as_of = as_of or horizon(con)
-    sig = (
+    sig = with_active(
         signals if signals is not None else job_signals(con, filters=filters, settings=settings, as_of=as_of)
     )
-    vj, params = view_jobs_sql(filters, as_of)
-    view = frame(con, vj, params).select(
-        "job_id", "kind", "gpu_model", "gpu_count", "pricing_tier", "gpu_hours", "cost_usd"
-    )
+    if view is None:
+        vj, params = view_jobs_sql(filters, as_of)
+        view = frame(con, vj, params)
+    view = view.select("job_id", "kind", "gpu_model", "gpu_count", "pricing_tier", "gpu_hours", "cost_usd")
     runs = _runs(con).select(
         "job_id", "params", "precision", "tokens_per_s", pl.col("peak_mem_mib").alias("run_peak")
     )
     jobs = (
         view.join(
             sig.select(
-                "job_id", "mean_util_pct", "sm_active_pct", "peak_mem_mib", "n_samples", "unused_gpus"
+                "job_id",
+                pl.col("active_util_pct").alias("mean_util_pct"),
+                pl.col("active_sm_pct").alias("sm_active_pct"),
+                "peak_mem_mib",
+                "n_samples",
+                "unused_gpus",
+                "idle_s",
             ),
             on="job_id",
             how="left",
@@ -233,8 +252,18 @@ def right_size(
         .join(runs, on="job_id", how="left")
         .filter(pl.col("cost_usd").is_not_null() & (pl.col("gpu_hours") > 0))
     )
+    models = _models()
+    util = pl.col("mean_util_pct")
+    # the per-job rules below, as one filter first: most jobs of a fleet fail one of them
+    jobs = jobs.filter(
+        pl.col("gpu_model").is_in(list(models))
+        & (pl.col("peak_mem_mib").is_not_null() | pl.col("run_peak").is_not_null())
+        & (util.is_null() | ((util > settings.idle_util_pct) & (util < THRESHOLDS["busy_util_pct"])))
+        & (pl.col("unused_gpus").fill_null(0) == 0)
+        & (pl.col("sm_active_pct").is_not_null() | util.is_not_null())
+    )
     prices = prices_at(con, as_of)
-    models = {m.model: m for m in catalog()}
+    cands: dict[tuple[object, ...], list[tuple[GpuModel, float, float]]] = {}
     out = []
     for j in jobs.to_dicts():
         cur = models.get(j["gpu_model"])
@@ -256,28 +285,26 @@ def right_size(
             busy_pct, basis = j["mean_util_pct"], "utilization (an upper bound)"
         else:
             continue
+        if j["idle_s"]:
+            basis += " outside idle stretches"
         if not peak:
             continue
         needed = peak * busy_pct / 100.0
         rate = j["cost_usd"] / j["gpu_hours"]
+        key = (cur.model, j["precision"], j["pricing_tier"], (j["gpu_count"] or 1) > 1)
+        if key not in cands:
+            cands[key] = _candidates(cur, j["precision"], j["pricing_tier"], key[3], prices)
         best = None
-        for cand in models.values():
-            if cand.model == cur.model or cand.vendor != cur.vendor or cand.model.startswith("RTX-"):
-                continue
-            cand_peak = peak_tflops(cand.model, j["precision"])
-            price = prices.get((cand.model, j["pricing_tier"]), prices.get((cand.model, "on_demand")))
-            if cand_peak is None or price is None:
-                continue
+        for cand, price, cand_peak in cands[key]:  # cheapest first: the first that qualifies wins
+            if price > rate * (1.0 - THRESHOLDS["oversized_min_saving"]):
+                break
             busy_there = busy_pct * peak / cand_peak
             if (
-                cand.memory_mib * settings.batch_safety_fraction < peak_mem
-                or busy_there > THRESHOLDS["oversized_max_busy_pct"]
+                cand.memory_mib * settings.batch_safety_fraction >= peak_mem
+                and busy_there <= THRESHOLDS["oversized_max_busy_pct"]
             ):
-                continue
-            if price > rate * (1.0 - THRESHOLDS["oversized_min_saving"]):
-                continue
-            if best is None or price < best[1]:
                 best = (cand, price, cand_peak, busy_there)
+                break
         if best is None:
             continue
         cand, price, cand_peak, busy_there = best
@@ -303,6 +330,26 @@ def right_size(
         c: pl.Utf8 for c in ("job_id", "gpu_model", "basis", "candidate")
     }
     return pl.DataFrame(out, schema=schema)
+
+
+def _candidates(
+    cur: GpuModel, precision: str | None, tier: str, multi_gpu: bool, prices: dict[tuple[str, str], float]
+) -> list[tuple[GpuModel, float, float]]:
+    """(model, $/GPU-hour at ``tier`` else on_demand, dense peak) of the catalog models a job on ``cur`` may
+    move to, cheapest first (catalog order among equal prices): same vendor, not RTX, not ``cur``, with a
+    price and a peak for the precision; for a multi-GPU job, the same interconnect (NVLink work needs
+    NVLink: an all-reduce over PCIe shows in no FLOP count)."""
+    out = []
+    for cand in catalog():
+        if cand.model == cur.model or cand.vendor != cur.vendor or cand.model.startswith("RTX-"):
+            continue
+        if multi_gpu and cand.interconnect != cur.interconnect:
+            continue
+        cand_peak = peak_tflops(cand.model, precision)
+        price = prices.get((cand.model, tier), prices.get((cand.model, "on_demand")))
+        if cand_peak and price is not None:
+            out.append((cand, price, cand_peak))
+    return sorted(out, key=lambda c: c[1])
 
 
 def diagnoses(

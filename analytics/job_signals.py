@@ -15,6 +15,7 @@ dollars and the summary's idle_allocated_usd on the same seconds.
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 
 import duckdb
 import polars as pl
@@ -72,13 +73,36 @@ def view_jobs_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str, lis
     )
 
 
-def _cut_samples_sql(filters: Filters, settings: Settings, jobs: list[str]) -> tuple[str, list[object]]:
-    """Raw samples of ``jobs`` (real jobs, never pseudo-jobs) inside the view, shaped like
-    :func:`flagged_samples_sql`'s, with ``in_idle`` read from the ``idle_runs`` rollup (same runs)."""
+@dataclass(frozen=True)
+class Split:
+    """The fast path's jobs read from raw samples (:func:`split_jobs`), and the earliest in-view span start
+    among them: none of their samples that count lies before it, so the scan of ``samples`` starts there."""
+
+    jobs: tuple[str, ...] = ()
+    since: dt.datetime | None = None
+    view: str | None = None  # a relation registered on the connection holding view_jobs_sql's rows
+
+
+def _view_sql(filters: Filters, as_of: dt.datetime | None, split: Split | None) -> tuple[str, list[object]]:
+    """view_jobs_sql, or the caller's registered copy of its rows (read once instead of once per query)."""
+    if split is not None and split.view is not None:
+        return f"SELECT * FROM {split.view}", []
+    return view_jobs_sql(filters, as_of)
+
+
+def _cut_samples_sql(filters: Filters, settings: Settings, split: Split) -> tuple[str, list[object]]:
+    """Raw samples of the split jobs (real jobs, never pseudo-jobs) inside the view from ``split.since``,
+    shaped like :func:`flagged_samples_sql`'s, with ``in_idle`` read from the ``idle_runs`` rollup (same
+    runs; a run's membership does not depend on the samples read here)."""
+    jobs = list(split.jobs)
     lo, hi = view_bounds(filters)
+    if split.since is not None:
+        lo = max(lo, split.since)
     min_s = float(settings.idle_min_minutes) * 60.0
     idle = float(settings.idle_util_pct)
     marks = ", ".join("?" for _ in jobs) or "NULL"
+    if not jobs:
+        lo = hi  # nothing to read: an empty range lets the scan stop at once
     sql = f"""
     SELECT x.*, coalesce(x.util_pct <= {idle} AND r.run_s >= {min_s} AND x.ts <= r.last_ts, false) AS in_idle
     FROM (
@@ -96,14 +120,14 @@ def _cut_samples_sql(filters: Filters, settings: Settings, jobs: list[str]) -> t
 
 
 def _samples_cte(
-    filters: Filters, settings: Settings, as_of: dt.datetime | None, only: list[str] | None = None
+    filters: Filters, settings: Settings, as_of: dt.datetime | None, only: Split | None = None
 ) -> tuple[str, list[object]]:
     """CTEs ``vj`` (jobs of the view), ``s`` (their samples, with analytics.utilization's idle-stretch flag
     ``in_idle``) and ``linked`` (each sample with its predecessor on the same GPU and job).
 
     ``only``: just these jobs, their samples read directly and the flag from the rollup (the fast path's
     jobs whose samples a span end cuts inside a day)."""
-    vj, vparams = view_jobs_sql(filters, as_of)
+    vj, vparams = _view_sql(filters, as_of, only)
     if only is None:
         flagged, fparams = flagged_samples_sql(filters, settings, as_of)
     else:
@@ -129,19 +153,24 @@ def _samples_cte(
     return sql, [*vparams, *fparams]
 
 
-def _split_jobs(con: duckdb.DuckDBPyConnection, filters: Filters, as_of: dt.datetime | None) -> list[str]:
+def split_jobs(
+    con: duckdb.DuckDBPyConnection, filters: Filters, as_of: dt.datetime | None, view: str | None = None
+) -> Split:
     """Jobs of the view with a rollup day holding samples outside the job's in-view span (a running job's
     sample at the horizon, a sample a source tied to a job outside its times): the fast path reads their
-    samples; every other job's samples in the view all lie inside its span, so its day rows are exact."""
+    samples; every other job's samples in the view all lie inside its span, so its day rows are exact.
+
+    ``view``: the name of a relation registered on ``con`` with view_jobs_sql's rows (carried in the
+    returned Split, so later queries read it instead of recomputing the view)."""
     ctes, params = minute_view_sql(filters, as_of)
-    vj, vparams = view_jobs_sql(filters, as_of)
+    vj, vparams = _view_sql(filters, as_of, Split(view=view))
     rows = con.execute(
         f"""WITH {ctes}, jv AS ({vj})
-            SELECT DISTINCT mm.job_id FROM mm JOIN jv USING (job_id)
-            WHERE mm.first_ts < jv.span_start OR mm.last_ts >= jv.span_end ORDER BY 1""",
+            SELECT mm.job_id, min(jv.span_start) FROM mm JOIN jv USING (job_id)
+            WHERE mm.first_ts < jv.span_start OR mm.last_ts >= jv.span_end GROUP BY 1 ORDER BY 1""",
         [*params, *vparams],
     ).fetchall()
-    return [r[0] for r in rows]
+    return Split(tuple(r[0] for r in rows), min((r[1] for r in rows), default=None), view)
 
 
 def _fast_stretches(
@@ -149,11 +178,12 @@ def _fast_stretches(
     filters: Filters,
     settings: Settings,
     as_of: dt.datetime | None,
-    cut: list[str],
+    split: Split,
 ) -> pl.DataFrame:
     """idle_stretches from the ``idle_runs`` rollup (runs of at least idle_min_minutes, their day pieces
-    inside the view summed), for the view's jobs not in ``cut``."""
-    jobs_sql, jobs_params = job_costs_sql(filters, as_of)
+    inside the view summed), for the view's jobs not split (:func:`split_jobs`)."""
+    cut = split.jobs
+    jobs_sql, jobs_params = _view_sql(filters, as_of, split)
     lo, hi = view_bounds(filters)
     min_s = float(settings.idle_min_minutes) * 60.0
     marks = ", ".join("?" for _ in cut) or "NULL"
@@ -179,21 +209,24 @@ def idle_stretches(
     settings: Settings | None = None,
     as_of: dt.datetime | None = None,
     source: Source = "auto",
+    split: Split | None = None,
 ) -> pl.DataFrame:
     """One row per idle stretch: job_id, gpu_id, start_ts, end_ts (UTC), idle_s (Σ interval_s, seconds).
 
     Stretch membership is analytics.utilization's (the waste taxonomy's), so these seconds are the ones
-    idle_allocated_usd prices. ``source``: as in analytics.utilization (same rows either way).
+    idle_allocated_usd prices. ``source``: as in analytics.utilization (same rows either way). ``split``:
+    this view's :func:`split_jobs`, when the caller already has them; giving it means the caller checked
+    that the fast path applies (analytics.utilization.use_rollup).
     """
     filters = filters or Filters()
     settings = settings or Settings()
     as_of = as_of or horizon(con)
-    if use_rollup(con, settings, source):
-        cut = _split_jobs(con, filters, as_of)
-        fast = _fast_stretches(con, filters, settings, as_of, cut)
-        if cut:
+    if split is not None or use_rollup(con, settings, source):
+        split = split or split_jobs(con, filters, as_of)
+        fast = _fast_stretches(con, filters, settings, as_of, split)
+        if split.jobs:
             fast = pl.concat(
-                [fast, _raw_stretches(con, filters, settings, as_of, cut)], how="vertical_relaxed"
+                [fast, _raw_stretches(con, filters, settings, as_of, split)], how="vertical_relaxed"
             )
         return fast.sort("job_id", "gpu_id", "start_ts")
     return _raw_stretches(con, filters, settings, as_of, None)
@@ -204,7 +237,7 @@ def _raw_stretches(
     filters: Filters,
     settings: Settings,
     as_of: dt.datetime | None,
-    only: list[str] | None,
+    only: Split | None,
 ) -> pl.DataFrame:
     ctes, params = _samples_cte(filters, settings, as_of, only)
     sql = f"""
@@ -232,10 +265,12 @@ def job_signals(
     as_of: dt.datetime | None = None,
     stretches: pl.DataFrame | None = None,
     source: Source = "auto",
+    split: Split | None = None,
 ) -> pl.DataFrame:
     """One row per job in the view with at least one attributed sample (SIGNAL_COLUMNS).
 
-    ``stretches``: this view's :func:`idle_stretches`, when the caller already has them. ``source``: as in
+    ``stretches`` / ``split``: this view's :func:`idle_stretches` / :func:`split_jobs`, when the caller
+    already has them (a ``split`` says the fast path applies, as in :func:`idle_stretches`). ``source``: as in
     analytics.utilization; the fast path reads the day rollup for every job whose samples in the view all
     lie inside its span (pair counts lose the first sample's pair per GPU, as a view-cut lag would), and
     the samples of the few others (running jobs at the horizon).
@@ -244,14 +279,22 @@ def job_signals(
     settings = settings or Settings()
     as_of = as_of or horizon(con)
     idle = float(settings.idle_util_pct)
-    fast = use_rollup(con, settings, source)
+    fast = split is not None or use_rollup(con, settings, source)
+    if fast:
+        split = split or split_jobs(con, filters, as_of)
     if stretches is None:
         stretches = idle_stretches(
-            con, filters=filters, settings=settings, as_of=as_of, source="auto" if fast else "raw"
+            con,
+            filters=filters,
+            settings=settings,
+            as_of=as_of,
+            source="auto" if fast else "raw",
+            split=split if fast else None,
         )
     if fast:
-        cut = _split_jobs(con, filters, as_of)
-        ctes, params = _samples_cte(filters, settings, as_of, cut)
+        assert split is not None
+        cut = list(split.jobs)
+        ctes, params = _samples_cte(filters, settings, as_of, split)
         mctes, mparams = minute_view_sql(filters, as_of)
         marks = ", ".join("?" for _ in cut) or "NULL"
         ctes += f""",
@@ -382,6 +425,23 @@ def _with_idle(sig: pl.DataFrame, stretches: pl.DataFrame) -> pl.DataFrame:
             pl.col("idle_s_on_used_gpus").fill_null(0.0),
             pl.col("idle_stretches").fill_null(0).cast(pl.Int64),
         )
+    )
+
+
+def with_active(sig: pl.DataFrame) -> pl.DataFrame:
+    """``sig`` plus ``active_util_pct`` and ``active_sm_pct``: the job's utilization and SM-active outside
+    its idle stretches, the busy share that sizing a GPU or a MIG slice must serve (a notebook idle all
+    night and busy at 50 % by day needs a GPU for 50 %, not for its diluted mean).
+
+    Idle-stretch samples are counted as 0 (they are at most ``idle_util_pct``), so both are upper bounds:
+    mean × covered ÷ (covered − idle_s), assuming every sample reports the metric; NULL when all the
+    measured time is idle or the metric is not reported.
+    """
+    active = pl.col("covered_gpu_s") - pl.col("idle_s")
+    scale = pl.when(active > 0).then(pl.col("covered_gpu_s") / active)
+    return sig.with_columns(
+        (pl.col("mean_util_pct") * scale).clip(upper_bound=100.0).alias("active_util_pct"),
+        (pl.col("sm_active_pct") * scale).clip(upper_bound=100.0).alias("active_sm_pct"),
     )
 
 

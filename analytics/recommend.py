@@ -9,13 +9,15 @@ rate (its cost in the view ÷ its GPU-hours in the view); ``usd_per_week = savin
 the view runs from the later of ``--since`` and the first job in the view to the earlier of ``--until`` and
 the ledger's data horizon, and view_days is at least 1. Items of different kinds may concern the same
 dollars (stopping a notebook reclaims its idle time; a MIG slice and a smaller GPU are alternatives), so
-the list ranks options and is not meant to be summed.
+``usd_per_week`` is not summed: ``counted_usd_per_week`` is what an item adds beyond the items ranked above
+it, and its sum, :func:`analytics.savings.savings_total`, counts each dollar once (analytics/savings.py).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
+import uuid
 
 import duckdb
 import polars as pl
@@ -23,11 +25,21 @@ import polars as pl
 from analytics.batch_size import batch_recommendations
 from analytics.diagnoses import THRESHOLDS, TRAINING_KINDS, right_size, scaling_table
 from analytics.filters import Filters, horizon
-from analytics.job_signals import idle_stretches, job_signals, prices_at, view_jobs_sql
+from analytics.job_signals import (
+    idle_stretches,
+    job_signals,
+    prices_at,
+    split_jobs,
+    view_jobs_sql,
+    with_active,
+)
 from analytics.query import frame
-from analytics.utilization import Source
+from analytics.savings import savings_total, with_counted
+from analytics.utilization import Source, use_rollup
 from gpuledger.settings import Settings
 
+# savings_total is re-exported: the list and its deduplicated total come from this module
+__all__ = ["KINDS", "RECOMMENDATION_COLUMNS", "as_json", "recommendations", "savings_total", "view_window"]
 KINDS = (
     "reclaim_idle",
     "stop_idle_notebooks",
@@ -58,6 +70,7 @@ BATCH_FIELDS = (
     "lr_rule",
 )
 RECOMMENDATION_COLUMNS: dict[str, pl.DataType] = {
+    "id": pl.Utf8(),  # kind:target, unique in the list
     "kind": pl.Utf8(),
     "target_type": pl.Utf8(),  # job | user | team
     "target": pl.Utf8(),
@@ -69,6 +82,12 @@ RECOMMENDATION_COLUMNS: dict[str, pl.DataType] = {
     "usd_per_week": pl.Float64(),
     "confidence": pl.Utf8(),
     "job_ids": pl.List(pl.Utf8()),
+    "lever": pl.Utf8(),  # time | price | work (analytics/savings.py)
+    "job_saving_usd": pl.List(pl.Float64()),  # the saving on each of job_ids
+    "job_cost_usd": pl.List(pl.Float64()),  # each job's cost in the view
+    "overlaps_with": pl.List(pl.Utf8()),  # ids of other items concerning one of the same jobs
+    "counted_saving_usd": pl.Float64(),  # what the item adds beyond the items ranked above it
+    "counted_usd_per_week": pl.Float64(),  # the same per week; sums to savings_total()
     "current_batch_size": pl.Int64(),
     "recommended_batch_size": pl.Int64(),
     "predicted_peak_mem_mib": pl.Float64(),
@@ -88,8 +107,13 @@ def view_window(
     """
     vj, params = view_jobs_sql(filters, as_of)
     rows = con.execute(f"SELECT min(span_start), max(span_end) FROM ({vj})", params).fetchall()
-    first, last = rows[0]
-    if first is None:
+    return _window(rows[0][0], rows[0][1], filters, as_of)
+
+
+def _window(
+    first: dt.datetime | None, last: dt.datetime | None, filters: Filters, as_of: dt.datetime | None
+) -> tuple[dt.datetime, dt.datetime, float] | None:
+    if first is None or last is None:
         return None
     lo = max(first, filters.lo) if filters.lo else first
     ends = [t for t in (filters.hi, as_of) if t is not None]
@@ -109,22 +133,29 @@ def recommendations(
 ) -> pl.DataFrame:
     """All recommendations for the view, ranked by usd_per_week (RECOMMENDATION_COLUMNS).
 
-    Items saving less than ``min_usd_per_week`` are left out. ``source``: the telemetry signals' source
-    (analytics.utilization; the same recommendations either way).
+    Items saving less than ``min_usd_per_week`` are left out; ``counted_usd_per_week`` is then worked
+    out over the items that remain, so it sums to ``savings_total`` of the returned list. ``source``: the
+    telemetry signals' source (analytics.utilization; the same recommendations either way).
     """
     filters = filters or Filters()
     settings = settings or Settings()
     as_of = as_of or horizon(con)
-    window = view_window(con, filters, as_of)
+    vj, params = view_jobs_sql(filters, as_of)
+    view = frame(con, vj, params)  # read once: every kind below works on these rows
+    window = _window(view["span_start"].min(), view["span_end"].max(), filters, as_of)
     if window is None:
         return pl.DataFrame(schema=RECOMMENDATION_COLUMNS)
     days = window[2]
-    vj, params = view_jobs_sql(filters, as_of)
-    view = frame(con, vj, params)
-    stretches = idle_stretches(con, filters=filters, settings=settings, as_of=as_of, source=source)
-    sig = job_signals(
-        con, filters=filters, settings=settings, as_of=as_of, stretches=stretches, source=source
-    )
+    fast = use_rollup(con, settings, source)
+    name = f"recommend_view_{uuid.uuid4().hex}"
+    con.register(name, view.to_arrow())  # the fast path's queries read these rows, not the view's SQL again
+    try:
+        split = split_jobs(con, filters, as_of, name) if fast else None
+        kw = {"filters": filters, "settings": settings, "as_of": as_of, "source": source if fast else "raw"}
+        stretches = idle_stretches(con, split=split, **kw)
+        sig = job_signals(con, stretches=stretches, split=split, **kw)
+    finally:
+        con.unregister(name)
     jobs = view.join(sig.drop("held_gpu_s"), on="job_id", how="left").with_columns(
         (pl.col("cost_usd") / pl.col("held_gpu_s")).alias("rate_usd_per_gpu_s")
     )
@@ -132,35 +163,54 @@ def recommendations(
     items: list[dict[str, object]] = []
     items += _reclaim_idle(jobs, settings)
     items += _stop_idle_notebooks(stretches, by_id, settings)
-    items += _right_size(con, by_id, filters, settings, as_of, sig)
+    items += _right_size(con, by_id, filters, settings, as_of, sig, view)
     items += _fewer_gpus(con, jobs, settings, as_of)
-    items += _larger_batch(con, by_id, filters, settings, as_of, _input_bound_or_unused(jobs))
+    items += _larger_batch(con, by_id, filters, settings, as_of, _input_bound_or_unused(jobs), view)
     items += _use_spot(con, jobs, as_of)
     items += _mig_slice(jobs, settings)
+    weekly = [(it, it["saving_usd"] * 7.0 / days) for it in items if (it["saving_usd"] or 0) > 0]
     rows = [
-        {**{c: None for c in RECOMMENDATION_COLUMNS}, **it, "usd_per_week": it["saving_usd"] * 7.0 / days}
-        for it in items
-        if it["saving_usd"] is not None and it["saving_usd"] > 0
+        {**dict.fromkeys(RECOMMENDATION_COLUMNS), **it, "usd_per_week": usd}
+        for it, usd in weekly
+        if usd >= min_usd_per_week
     ]
-    out = pl.DataFrame(rows, schema=RECOMMENDATION_COLUMNS)
-    return out.filter(pl.col("usd_per_week") >= min_usd_per_week).sort(
+    ranked = pl.DataFrame(rows, schema=RECOMMENDATION_COLUMNS).sort(
         ["usd_per_week", "kind", "target"], descending=[True, False, False]
     )
+    return with_counted(
+        ranked.drop("id", "overlaps_with", "counted_saving_usd", "counted_usd_per_week")
+    ).select(list(RECOMMENDATION_COLUMNS))
+
+
+INTERNAL_FIELDS = ("lever", "job_saving_usd", "job_cost_usd", "counted_saving_usd")
 
 
 def as_json(recs: pl.DataFrame) -> list[dict[str, object]]:
-    """The ``recommend --json`` list: batch fields only on larger_batch items, money rounded to cents."""
+    """The ``recommend --json`` list: batch fields only on larger_batch items, money rounded to cents.
+
+    Each item also carries ``id``, ``overlaps_with`` and ``counted_usd_per_week`` (what it adds beyond the
+    items above it; the sum over the whole list is the deduplicated total, ``recommend --total``)."""
     out = []
     for r in recs.to_dicts():
-        item = {k: v for k, v in r.items() if k not in BATCH_FIELDS or r["kind"] == "larger_batch"}
-        item["saving_usd"] = round(float(r["saving_usd"]), 2)
-        item["usd_per_week"] = round(float(r["usd_per_week"]), 2)
+        item = {
+            k: v
+            for k, v in r.items()
+            if k not in INTERNAL_FIELDS and (k not in BATCH_FIELDS or r["kind"] == "larger_batch")
+        }
+        for money in ("saving_usd", "usd_per_week", "counted_usd_per_week"):
+            item[money] = round(float(r[money]), 2)
         out.append(item)
     return out
 
 
 def _job_item(
-    j: dict[str, object], kind: str, evidence: str, action: str, saving: float, confidence: str
+    j: dict[str, object],
+    kind: str,
+    evidence: str,
+    action: str,
+    saving: float,
+    confidence: str,
+    lever: str,
 ) -> dict[str, object]:
     return {
         "kind": kind,
@@ -173,6 +223,9 @@ def _job_item(
         "saving_usd": saving,
         "confidence": confidence,
         "job_ids": [j["job_id"]],
+        "lever": lever,
+        "job_saving_usd": [saving],
+        "job_cost_usd": [j["cost_usd"]],
     }
 
 
@@ -208,7 +261,7 @@ def _reclaim_idle(jobs: pl.DataFrame, settings: Settings) -> list[dict[str, obje
             f"{_label(j)} {_held(j)}; {idle_s / 3600:.1f} GPU-hours sat idle (≤ {settings.idle_util_pct:g} % for "
             f"≥ {settings.idle_min_minutes:g} min, {j['idle_stretches']} stretch(es)): ${saving:,.2f} idle."
         )
-        items.append(_job_item(j, "reclaim_idle", evidence, action, saving, "high"))
+        items.append(_job_item(j, "reclaim_idle", evidence, action, saving, "high", "time"))
     return items
 
 
@@ -234,6 +287,7 @@ def _stop_idle_notebooks(
                 "saving": 0.0,
                 "longest": 0.0,
                 "models": set(),
+                "per_job": {},
             },
         )
         u["jobs"].add(j["job_id"])
@@ -241,7 +295,9 @@ def _stop_idle_notebooks(
         u["stretches"] += 1
         u["idle_s"] += st["idle_s"]
         u["idle_usd"] += st["idle_s"] * j["rate_usd_per_gpu_s"]
-        u["saving"] += max(0.0, st["idle_s"] - stop_s) * j["rate_usd_per_gpu_s"]
+        cut = max(0.0, st["idle_s"] - stop_s) * j["rate_usd_per_gpu_s"]
+        u["saving"] += cut
+        u["per_job"][j["job_id"]] = u["per_job"].get(j["job_id"], 0.0) + cut
         u["longest"] = max(u["longest"], st["idle_s"])
     items = []
     for user, u in sorted(per_user.items()):
@@ -267,6 +323,9 @@ def _stop_idle_notebooks(
                 "saving_usd": u["saving"],
                 "confidence": "high",
                 "job_ids": sorted(u["jobs"]),
+                "lever": "time",
+                "job_saving_usd": [u["per_job"][k] for k in sorted(u["jobs"])],
+                "job_cost_usd": [by_id[k]["cost_usd"] for k in sorted(u["jobs"])],
             }
         )
     return items
@@ -279,11 +338,12 @@ def _right_size(
     settings: Settings,
     as_of: dt.datetime | None,
     sig: pl.DataFrame,
+    view: pl.DataFrame,
 ) -> list[dict[str, object]]:
     """Per job: the cheaper catalog GPU of analytics.diagnoses.right_size; saving = GPU-hours × Δprice."""
     items = []
-    confidence = {"SM-active": "medium"}
-    for r in right_size(con, filters=filters, settings=settings, as_of=as_of, signals=sig).to_dicts():
+    sized = right_size(con, filters=filters, settings=settings, as_of=as_of, signals=sig, view=view)
+    for r in sized.to_dicts():
         j = by_id[r["job_id"]]
         saving = r["gpu_hours"] * (r["rate_usd_per_gpu_hour"] - r["candidate_usd_per_gpu_hour"])
         evidence = (
@@ -294,7 +354,15 @@ def _right_size(
         )
         action = f"Run it on {r['candidate']} instead of {r['gpu_model']}."
         items.append(
-            _job_item(j, "right_size_gpu", evidence, action, saving, confidence.get(r["basis"], "low"))
+            _job_item(
+                j,
+                "right_size_gpu",
+                evidence,
+                action,
+                saving,
+                "medium" if r["basis"].startswith("SM-active") else "low",
+                "price",
+            )
         )
     return items
 
@@ -318,9 +386,11 @@ def _fewer_gpus(
             f"{_label(j)} {_held(j)}; {unused} of its {j['gpus_seen']} measured GPUs averaged ≤ "
             f"{settings.idle_util_pct:g} % utilization the whole time: ${saving:,.2f} for GPUs it did not use."
         )
-        action = f"Request {n - unused:g} GPUs instead of {n:g}, or make the code use all of them."
+        action = f"Request {_gpus(n - unused)} instead of {n:g}, or make the code use all of them."
         items.append(
-            _job_item(j, "fewer_gpus", evidence, action, saving, "high" if j["gpus_seen"] >= n else "medium")
+            _job_item(
+                j, "fewer_gpus", evidence, action, saving, "high" if j["gpus_seen"] >= n else "medium", "time"
+            )
         )
     scaling = scaling_table(con, as_of=as_of)
     if scaling.is_empty():
@@ -338,6 +408,8 @@ def _fewer_gpus(
             (pl.col("efficiency") < 0.8)
             & (pl.col("best_gpu_count") < pl.col("gpu_count"))
             & pl.col("cost_usd").is_not_null()
+            # GPUs left unused are the first fix (the item above); its per-GPU throughput says little
+            & (pl.col("unused_gpus").fill_null(0) == 0)
         )
     )
     for j in poor.to_dicts():
@@ -346,15 +418,15 @@ def _fewer_gpus(
         unit = j["family"].rsplit("|", 1)[-1]
         evidence = (
             f"{_label(j)} {_held(j)}; this run family reaches {j['tput_per_gpu']:,.0f} {unit}/s per GPU at "
-            f"{j['gpu_count']:g} GPUs vs {j['best_tput_per_gpu']:,.0f} at {j['best_gpu_count']:g} "
-            f"({j['efficiency'] * 100:.0f} % scaling efficiency): the same {unit} on {j['best_gpu_count']:g} GPUs "
+            f"{_gpus(j['gpu_count'])} vs {j['best_tput_per_gpu']:,.0f} at {_gpus(j['best_gpu_count'])} "
+            f"({j['efficiency'] * 100:.0f} % scaling efficiency): the same {unit} on {_gpus(j['best_gpu_count'])} "
             f"cost ${saving:,.2f} less (and take longer)."
         )
         action = (
-            f"Run on {j['best_gpu_count']:g} GPUs instead of {j['gpu_count']:g} unless time-to-result matters more "
-            "than cost; or fix the scaling (communication overlap, larger per-GPU batch)."
+            f"Run on {_gpus(j['best_gpu_count'])} instead of {j['gpu_count']:g} unless time-to-result matters "
+            "more than cost; or fix the scaling (communication overlap, larger per-GPU batch)."
         )
-        items.append(_job_item(j, "fewer_gpus", evidence, action, saving, "medium"))
+        items.append(_job_item(j, "fewer_gpus", evidence, action, saving, "medium", "work"))
     return items
 
 
@@ -365,11 +437,12 @@ def _larger_batch(
     settings: Settings,
     as_of: dt.datetime | None,
     skip: set[str],
+    view: pl.DataFrame,
 ) -> list[dict[str, object]]:
     """Per job: analytics.batch_size's plan; saving = cost × gain ÷ (1 + gain). Jobs in ``skip`` (starved of
     input, or holding unused GPUs) are left out: a larger batch does not help a GPU that waits or idles."""
     items = []
-    plans = batch_recommendations(con, filters=filters, settings=settings, as_of=as_of)
+    plans = batch_recommendations(con, filters=filters, settings=settings, as_of=as_of, view=view)
     for p in plans.filter((pl.col("saving_usd") > 0) & ~pl.col("job_id").is_in(list(skip))).to_dicts():
         j = by_id[p["job_id"]]
         util = j.get("mean_util_pct")
@@ -380,9 +453,15 @@ def _larger_batch(
             f"{p['card_mem_mib'] / 1024:.0f} GiB (≤ {settings.batch_safety_fraction * 100:.0f} %) and raise "
             f"throughput {p['predicted_throughput_gain_pct']:.0f} % ({p['throughput_method']}): "
             f"${p['saving_usd']:,.2f} less for the same work."
+            + (
+                f" Batch {p['knee_batch_size']} already gets 90 % of that gain with a smaller change to the "
+                "optimization."
+                if p.get("knee_batch_size")
+                else ""
+            )
         )
         action = f"Raise the per-GPU batch from {p['current_batch_size']} to {p['recommended_batch_size']}; {p['lr_rule']}."
-        item = _job_item(j, "larger_batch", evidence, action, p["saving_usd"], p["confidence"])
+        item = _job_item(j, "larger_batch", evidence, action, p["saving_usd"], p["confidence"], "work")
         item.update({f: p[f] for f in BATCH_FIELDS})
         items.append(item)
     return items
@@ -432,7 +511,7 @@ def _use_spot(
             f"${spot:.2f}/GPU-h plus {SPOT_REWORK * 100:.0f} % rework it would have cost ${saving:,.2f} less."
         )
         action = "Run it on spot capacity with automatic resume from the last checkpoint."
-        items.append(_job_item(j, "use_spot", evidence, action, saving, "medium"))
+        items.append(_job_item(j, "use_spot", evidence, action, saving, "medium", "price"))
     return items
 
 
@@ -448,18 +527,20 @@ def mig_profile(
 
 
 def _mig_slice(jobs: pl.DataFrame, settings: Settings) -> list[dict[str, object]]:
-    """Per 1-GPU job on a MIG-capable card using < 30 % of it: saving = cost × (1 − slice share)."""
+    """Per 1-GPU job on a MIG-capable card using < 30 % of it outside its idle stretches (the slice must
+    serve the job when it works; idle time is reclaim_idle's): saving = cost × (1 − slice share)."""
     items = []
-    cands = jobs.filter(
+    cands = with_active(jobs).filter(
         (pl.col("gpu_count") <= 1)
-        & pl.col("mean_util_pct").is_not_null()
-        & (pl.col("mean_util_pct") > settings.idle_util_pct)
-        & (pl.col("mean_util_pct") < MIG_MAX_UTIL_PCT)
+        & pl.col("active_util_pct").is_not_null()
+        & (pl.col("active_util_pct") > settings.idle_util_pct)
+        & (pl.col("active_util_pct") < MIG_MAX_UTIL_PCT)
         & pl.col("peak_mem_mib").is_not_null()
         & pl.col("cost_usd").is_not_null()
     )
     for j in cands.to_dicts():
-        basis_pct = j["sm_active_pct"] if j["sm_active_pct"] is not None else j["mean_util_pct"]
+        sm = j["active_sm_pct"]
+        basis_pct = sm if sm is not None else j["active_util_pct"]
         found = mig_profile(
             j["gpu_model"], j["peak_mem_mib"], basis_pct / 100.0, settings.batch_safety_fraction
         )
@@ -467,7 +548,9 @@ def _mig_slice(jobs: pl.DataFrame, settings: Settings) -> list[dict[str, object]
             continue
         name, share, mem = found
         saving = j["cost_usd"] * (1.0 - share)
-        basis = "SM-active" if j["sm_active_pct"] is not None else "utilization"
+        basis = "SM-active" if sm is not None else "utilization"
+        if j["idle_s"]:
+            basis += " outside idle stretches"
         evidence = (
             f"{_label(j)} {_held(j)}, peaking at {j['peak_mem_mib'] / 1024:.1f} GiB and {basis_pct:.0f} % {basis}: a "
             f"{name} MIG slice ({mem / 1024:.1f} GiB, {_frac(share)} of the GPU) holds it, freeing "
@@ -475,9 +558,16 @@ def _mig_slice(jobs: pl.DataFrame, settings: Settings) -> list[dict[str, object]
         )
         action = f"Run it on a {name} MIG slice of the {j['gpu_model']} and share the rest of the GPU."
         items.append(
-            _job_item(j, "mig_slice", evidence, action, saving, "medium" if basis == "SM-active" else "low")
+            _job_item(
+                j, "mig_slice", evidence, action, saving, "medium" if sm is not None else "low", "price"
+            )
         )
     return items
+
+
+def _gpus(n: float) -> str:
+    """ "1 GPU", "2 GPUs", "0.5 GPU"."""
+    return f"{n:g} GPU" + ("s" if n > 1 else "")
 
 
 def _frac(share: float) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from analytics.filters import Filters
-from analytics.recommend import as_json, recommendations
+from analytics.recommend import as_json, recommendations, savings_total
 from gpuledger.commands._common import add_db_options, add_filter_options, print_json
 from gpuledger.db import reader
 from gpuledger.reference import sync_reference
@@ -18,7 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="ranked recommendations (idle, right-size, fewer GPUs, batch size, spot, MIG) with $ per week",
         description="What to change, ranked by estimated dollars saved per week. Each item says what was "
         "measured, what to do, and how sure we are; docs/recommendations.md gives every rule and formula. "
-        "Items of different kinds can concern the same dollars: rank them, do not sum them.",
+        "Items can concern the same dollars (an idle notebook under two kinds, two alternatives for one job): "
+        "the total counts each dollar once, and each item's counted_usd_per_week is what it adds beyond the "
+        "items above it.",
     )
     add_filter_options(p)
     p.add_argument("--limit", type=int, default=20, help="show the top N (default 20; 0 = all)")
@@ -26,8 +28,29 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--min-usd-per-week", type=float, default=1.0, help="leave out items saving less (default $1/week)"
     )
     p.add_argument("--json", action="store_true", help="print the list as JSON")
+    p.add_argument(
+        "--total",
+        action="store_true",
+        help="print only the possible savings per week, each dollar counted once, over all items of the view "
+        "(with --json: an object with total_usd_per_week, listed_usd_per_week, overlap_usd_per_week, items, "
+        "by_kind)",
+    )
     add_db_options(p)
     p.set_defaults(func=run)
+
+
+def render_total(total: dict[str, object]) -> str:
+    """One line: the deduplicated total and what the plain sum would have said."""
+    line = (
+        f"Possible savings: ${total['total_usd_per_week']:,.2f}/week from {total['items']:,} recommendation(s), "
+        "each dollar counted once"
+    )
+    if total["overlap_usd_per_week"]:
+        line += (
+            f" (the items add up to ${total['listed_usd_per_week']:,.2f}; ${total['overlap_usd_per_week']:,.2f} "
+            "of that is the same dollars under two items)"
+        )
+    return line + "."
 
 
 def render(items: list[dict[str, object]]) -> str:
@@ -36,8 +59,11 @@ def render(items: list[dict[str, object]]) -> str:
         return "No recommendations for this view: nothing measured wastes more than the minimum."
     lines = []
     for i, it in enumerate(items, 1):
+        counted = it["counted_usd_per_week"]
+        shared = counted < it["usd_per_week"] - 0.005  # part of its dollars is in items above it
+        extra = f" (adds ${counted:,.2f} beyond the items above)" if shared else ""
         lines.append(
-            f"{i}. {it['kind']} · {it['target_type']} {it['target']} · ${it['usd_per_week']:,.2f}/week "
+            f"{i}. {it['kind']} · {it['target_type']} {it['target']} · ${it['usd_per_week']:,.2f}/week{extra} "
             f"· confidence {it['confidence']}"
         )
         lines.append(f"   {it['evidence']}")
@@ -55,6 +81,13 @@ def run(args: argparse.Namespace) -> int:
         recs = recommendations(
             con, filters=filters, settings=settings, min_usd_per_week=args.min_usd_per_week
         )
+    total = savings_total(recs)  # over every item of the view, whatever --limit shows
+    if args.total:
+        if args.json:
+            print_json(total)
+        else:
+            print(render_total(total))
+        return 0
     if args.limit and args.limit > 0:
         recs = recs.head(args.limit)
     items = as_json(recs)
@@ -62,4 +95,7 @@ def run(args: argparse.Namespace) -> int:
         print_json(items)
     else:
         print(render(items))
+        if items:
+            print()
+            print(render_total(total))
     return 0

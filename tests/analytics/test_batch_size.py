@@ -85,13 +85,14 @@ def test_never_recommends_a_batch_that_does_not_fit_and_caps_at_the_critical_bat
         mem_points=[(8, 20480), (16, 30720)],
         grad_noise_scale=256,
         gpu_count=8,
-        util_pct=50.0,
+        util_pct=12.5,
     )
-    # B_noise 256 over 8 GPUs = 32 per GPU < 48 that would fit
+    # B_noise 256 over 8 GPUs = 32 per GPU < 48 that would fit; the headroom gain still grows up to 32
+    # (100/12.5 = 8 > 32/8), so 24 gives ½(3 − 1) = 1.0 < 0.9 × 1.5 and the knee does not cut it
     assert plan.recommended_batch_size == 32
     assert plan.predicted_peak_mem_mib <= 0.9 * 81920
     assert plan.throughput_method == "headroom"
-    assert plan.throughput_gain == pytest.approx(0.5 * (min(32 / 8, 100 / 50) - 1))
+    assert plan.throughput_gain == pytest.approx(0.5 * (min(32 / 8, 100 / 12.5) - 1))
     assert plan.confidence == "medium"
 
 
@@ -115,3 +116,34 @@ def test_lambda_max_batch_on_small_cards_predicts_a_batch_that_fits_the_80gb_car
     assert recommended <= at_full <= measured
     assert recommended >= 0.7 * measured
     assert recommended % 8 == 0 and fit.predict(recommended) <= 0.9 * 81920
+
+
+def test_the_largest_batch_that_fits_is_recommended_and_the_knee_is_named():
+    """Memory allows 632 (the 28-day demo's lm-7b family is like this), but the curve is flat long before:
+    the issue's rule recommends the largest batch that fits; the knee is offered as the gentler choice."""
+    # memory 10240 + 100 × b fits 0.9 × 81920 = 73728 up to 634.9 → 632
+    mem = [(4, 10640), (8, 11040)]
+    # T(b) = 1000·b/(b + 4): T(4) = 500, T(8) = 666.7, T(632) = 993.7
+    tput = [(4, 500.0), (8, 8000 / 12), (16, 16000 / 20)]
+    plan = plan_batch(current_batch=4, card_mem_mib=81920, safety=0.9, mem_points=mem, tput_points=tput)
+    top = (632 / 636) / (4 / 8) - 1  # gain at the largest fit, 0.9874
+    assert plan.recommended_batch_size == 632
+    assert plan.throughput_gain == pytest.approx(top)
+    assert (
+        plan.predicted_peak_mem_mib == pytest.approx(10240 + 100 * 632)
+        and plan.predicted_peak_mem_mib <= 73728
+    )
+    # knee: gain(b) = 2b/(b+4) − 1 ≥ 0.9 × top = 0.8887 → b ≥ 4 × 1.8887 / 0.1113 = 67.9 → 72 (64 gives 0.8824)
+    assert plan.knee_batch_size == 72
+    assert 2 * 64 / 68 - 1 < 0.9 * top <= 2 * 72 / 76 - 1
+    assert "batch 72 already gives" in plan.reason
+    assert "× 158" in plan.lr_rule  # global batch × 632/4
+
+
+def test_the_headroom_gain_saturates_so_the_knee_is_the_first_batch_past_it():
+    # one point, no parameter count: memory ∝ batch, 8192/4 = 2048 MiB per sample → 73728/2048 = 36 → 32
+    plan = plan_batch(current_batch=4, card_mem_mib=81920, safety=0.9, mem_points=[(4, 8192)], util_pct=88.0)
+    assert plan.recommended_batch_size == 32
+    # 100/88 = 1.136: any batch ratio above it gives the same headroom gain ½ × 0.136 = 6.8 %, so 8 is the knee
+    assert plan.throughput_gain == pytest.approx(0.5 * (100 / 88 - 1))
+    assert plan.knee_batch_size == 8

@@ -16,9 +16,11 @@ import polars as pl
 import pytest
 
 from analytics.filters import Filters, horizon
-from analytics.recommend import KINDS, as_json, recommendations, view_window
+from analytics.recommend import KINDS, RECOMMENDATION_COLUMNS, as_json, recommendations, view_window
+from analytics.savings import savings_total
 from gpuledger.db import memory_ledger
-from tests.analytics.recommend_ledgers import DAY, recommend_ledger
+from tests.analytics.build import H100, alloc, ingest, job, series
+from tests.analytics.recommend_ledgers import A100, DAY, EARLIER, recommend_ledger, run, set_prices
 
 VIEW = Filters(since=DAY, until=DAY)
 
@@ -52,16 +54,45 @@ EXPECTED = [
     ("use_spot", "spot1", 24 * (3.00 - 1.50 * 1.10), "medium"),
     # tiny1: 1 × A100 6 h = $12; 15 % SM-active needs > 1/7 × 0.9 = 12.9 %, so 2g.20gb (2/7 of the GPU)
     ("mig_slice", "tiny1", 12.0 * (1 - 2 / 7), "medium"),
-    # nb1: 10.8 % mean util (2 h × 50 % + 8 h × 1 %) fits 1/7 × 0.9 = 12.9 %: 1g.10gb, saves 6/7 of $30
-    ("mig_slice", "nb1", 30.0 * (1 - 1 / 7), "low"),
     # tiny1: on L4 the same work is 15 % × 312/121 = 38.7 % busy (≤ 80 %), 6000 MiB ≤ 0.9 × 23034: 6 h × (2.00 − 0.50)
     ("right_size_gpu", "tiny1", 6 * (2.00 - 0.50), "medium"),
-    # nb1: L4 would be 10.8 × 989.4/121 = 88 % busy (> 80 %), L40S 10.8 × 989.4/362.05 = 30 %: 10 h × (3 − 1)
-    ("right_size_gpu", "nb1", 10 * (3.00 - 1.00), "low"),
+    # nb1 gets neither a slice nor a smaller card: outside its idle stretch it runs at ≤ 10.8 × 600/120 = 54 %
+    # (true 50 %), which no 1g/2g/3g slice (≤ 3/7 × 0.9 = 38.6 %) holds and L40S would run 147 % busy.
+    # nb2: 1 × A100 8 h = $16; one 4 h idle stretch: 4/8 × $16
+    ("reclaim_idle", "nb2", 4 / 8 * 16.0, "high"),
+    # bob's auto-stop after 60 min saves (4 h − 1 h) × $2.00
+    ("stop_idle_notebooks", "bob", (4 - 1) * 2.0, "high"),
+    # nb2 outside its idle stretch: mean 8 % × 480/240 = 16 % (idle samples counted as 0; true 15 %):
+    # 1/7 × 0.9 = 12.9 % < 16 % ≤ 2/7 × 0.9 = 25.7 %, so 2g.20gb: $16 × (1 − 2/7)
+    ("mig_slice", "nb2", 16.0 * (1 - 2 / 7), "low"),
+    # nb2 on L4: 16 % × 312/121 = 41 % busy ≤ 80 %, $0.50 ≤ 0.9 × $2.00: 8 h × (2.00 − 0.50)
+    ("right_size_gpu", "nb2", 8 * (2.00 - 0.50), "low"),
     # bs8: memory 10240 + 1280 × batch fits 0.9 × 81920 = 73728 up to 49.6 → 48; throughput
-    # T(b) = 24000·b/(b+8): gain = T(48)/T(8) − 1 = (48/56)/(8/16) − 1 = 5/7; cost 8 h × $3 = $24
+    # T(b) = 24000·b/(b+8), gain(b) = T(b)/T(8) − 1 = 2b/(b+8) − 1: 5/7 at 48 (the knee, 90 % of 5/7 =
+    # 0.643, is 40: 2·40/48 − 1 = 2/3; 32 gives 0.6): cost 8 h × $3 = $24, saving 24 × (5/7) ÷ (12/7) = 10
     ("larger_batch", "bs8", 24.0 * (5 / 7) / (1 + 5 / 7), "high"),
 ]
+# Each dollar once (analytics/savings.py), walking the list in rank order; per view-day:
+# over8 72 · spot1 32.4 · sc16 28.8 · reclaim nb1 24 · stop alice 21 → 0 (max(24, 21) = 24 already counted) ·
+# right_size nb2 12 · mig nb2 11.43 → 0 (one card at a time) · bs8 10 · right_size tiny1 9 · mig tiny1 → 0 ·
+# reclaim nb2 8 → 16 × (1 − (1 − 8/16)(1 − 12/16)) − 12 = 14 − 12 = 2 (idle time and card compound) ·
+# stop bob 6 → 0 (max(8, 6) = 8)
+COUNTED = {
+    ("fewer_gpus", "over8"): 72.0,
+    ("use_spot", "spot1"): 32.4,
+    ("fewer_gpus", "sc16"): 28.8,
+    ("reclaim_idle", "nb1"): 24.0,
+    ("stop_idle_notebooks", "alice"): 0.0,
+    ("right_size_gpu", "nb2"): 12.0,
+    ("mig_slice", "nb2"): 0.0,
+    ("larger_batch", "bs8"): 10.0,
+    ("right_size_gpu", "tiny1"): 9.0,
+    ("mig_slice", "tiny1"): 0.0,
+    ("reclaim_idle", "nb2"): 2.0,
+    ("stop_idle_notebooks", "bob"): 0.0,
+}
+TOTAL_PER_DAY = 72 + 32.4 + 28.8 + 24 + 12 + 10 + 9 + 2  # 190.2
+LISTED_PER_DAY = 72 + 32.4 + 28.8 + 24 + 21 + 12 + 16 * 5 / 7 + 10 + 9 + 12 * 5 / 7 + 8 + 6
 
 
 @pytest.mark.parametrize(
@@ -86,11 +117,14 @@ def test_the_list_is_ranked_and_holds_nothing_unexpected(recs):
 def test_batch_item_carries_the_batch_fields(recs):
     item = _item(recs, "larger_batch", "bs8")
     assert item["current_batch_size"] == 8
+    # the largest that fits: 10240 + 1280 × 48 = 71680 ≤ 0.9 × 81920 = 73728 (56 would need 81920)
     assert item["recommended_batch_size"] == 48
-    assert item["predicted_peak_mem_mib"] == pytest.approx(10240 + 1280 * 48)  # 71680 ≤ 73728
+    assert item["predicted_peak_mem_mib"] == pytest.approx(10240 + 1280 * 48)  # 71680
     assert item["card_mem_mib"] == 81920
-    assert item["predicted_throughput_gain_pct"] == pytest.approx(500 / 7)
-    assert "√6" in str(item["lr_rule"])  # AdamW, global batch × 6
+    assert item["predicted_throughput_gain_pct"] == pytest.approx(500 / 7)  # 2·48/56 − 1 = 5/7
+    assert "√6" in str(item["lr_rule"])  # AdamW, global batch × 48/8 = 6
+    # 40 already gives 2·40/48 − 1 = 2/3 ≥ 0.9 × 5/7: named as the gentler choice
+    assert "Batch 40 already gets 90 %" in str(item["evidence"])
 
 
 def test_json_items_have_the_contract_fields_only_batch_items_add_batch_fields(recs):
@@ -100,6 +134,153 @@ def test_json_items_have_the_contract_fields_only_batch_items_add_batch_fields(r
         has_batch = "recommended_batch_size" in item
         assert has_batch == (item["kind"] == "larger_batch")
     assert json.loads(json.dumps(items))  # JSON-serialisable as is
+
+
+def test_each_dollar_is_counted_once_across_overlapping_items(recs):
+    for (kind, target), counted in COUNTED.items():
+        item = _item(recs, kind, target)
+        assert item["counted_saving_usd"] == pytest.approx(counted, abs=1e-6), (kind, target)
+        assert item["counted_usd_per_week"] == pytest.approx(counted * 7, abs=1e-6), (kind, target)
+    total = savings_total(recs)
+    assert total["total_usd_per_week"] == pytest.approx(TOTAL_PER_DAY * 7, abs=0.01)  # $1,331.40
+    assert total["listed_usd_per_week"] == pytest.approx(LISTED_PER_DAY * 7, abs=0.01)  # $1,699.60
+    assert total["overlap_usd_per_week"] == pytest.approx((LISTED_PER_DAY - TOTAL_PER_DAY) * 7, abs=0.01)
+    assert total["items"] == len(EXPECTED)
+    assert total["by_kind"]["stop_idle_notebooks"] == 0.0
+    assert total["by_kind"]["reclaim_idle"] == pytest.approx((24 + 2) * 7, abs=0.01)
+    assert sum(total["by_kind"].values()) == pytest.approx(total["total_usd_per_week"], abs=0.05)
+
+
+def test_overlaps_name_the_other_items_on_the_same_jobs(recs):
+    item = _item(recs, "reclaim_idle", "nb2")
+    assert item["id"] == "reclaim_idle:nb2"
+    assert item["overlaps_with"] == ["mig_slice:nb2", "right_size_gpu:nb2", "stop_idle_notebooks:bob"]
+    assert _item(recs, "fewer_gpus", "over8")["overlaps_with"] == []
+    assert recs["id"].n_unique() == recs.height
+
+
+def test_a_subset_of_the_list_is_recounted_on_its_own():
+    """The page's kind filter: the alternatives shown are deduplicated among themselves."""
+    con = memory_ledger()
+    recommend_ledger(con)
+    recs = recommendations(con, filters=VIEW)
+    con.close()
+    cards = recs.filter(pl.col("kind").is_in(["mig_slice", "right_size_gpu"]))
+    # per job the larger alternative: tiny1 max(9, 8.57) = 9, nb2 max(12, 11.43) = 12
+    assert savings_total(cards)["total_usd_per_week"] == pytest.approx((9 + 12) * 7, abs=0.01)
+    assert savings_total(recs.head(0)) == {
+        "total_usd_per_week": 0.0,
+        "listed_usd_per_week": 0.0,
+        "overlap_usd_per_week": 0.0,
+        "items": 0,
+        "by_kind": {},
+    }
+
+
+def _row(kind: str, lever: str, saving: float, jobs: dict[str, tuple[float, float]]) -> dict[str, object]:
+    """A list row by hand: ``jobs`` maps job id → (saving on it, its cost); one view-day, so × 7 a week."""
+    return {
+        **{c: None for c in RECOMMENDATION_COLUMNS},
+        "kind": kind,
+        "target": next(iter(jobs)) if len(jobs) == 1 else "someone",
+        "lever": lever,
+        "saving_usd": saving,
+        "usd_per_week": saving * 7,
+        "job_ids": list(jobs),
+        "job_saving_usd": [s for s, _ in jobs.values()],
+        "job_cost_usd": [c for _, c in jobs.values()],
+    }
+
+
+def test_levers_compound_and_alternatives_within_a_lever_count_once():
+    """One $100 job with every kind of item, plus a second job sharing a user-level item."""
+    rows = [
+        _row("right_size_gpu", "price", 50.0, {"j": (50.0, 100.0)}),
+        _row("use_spot", "price", 40.0, {"j": (40.0, 100.0)}),  # an alternative price: max(50, 40)
+        _row("stop_idle_notebooks", "time", 25.0, {"j": (15.0, 100.0), "k": (10.0, 40.0)}),
+        _row("reclaim_idle", "time", 20.0, {"j": (20.0, 100.0)}),  # time on j = max(20 + 10, 15)
+        _row("fewer_gpus", "time", 10.0, {"j": (10.0, 100.0)}),  # unused GPUs: disjoint GPU-seconds, added
+        _row("larger_batch", "work", 8.0, {"j": (8.0, 100.0)}),
+        _row("reclaim_idle", "time", 12.0, {"k": (12.0, 40.0)}),  # time on k = max(12, 10)
+    ]
+    recs = pl.DataFrame(rows, schema=RECOMMENDATION_COLUMNS)
+    # j: levers time 30, price 50, work 8 → 100 × (1 − 0.7 × 0.5 × 0.92) = 67.8
+    # k: time 12 → 12
+    total = savings_total(recs)
+    assert total["total_usd_per_week"] == pytest.approx((67.8 + 12) * 7, abs=0.01)
+    # walking the ranked list: right_size 50; use_spot 0; stop 100(1 − .85 × .5) − 50 = 7.5 on j + 10 on k;
+    # reclaim j: 100(1 − .8 × .5) − 57.5 = 2.5; reclaim k: 12 − 10 = 2; fewer_gpus j: 100(1 − .7 × .5) − 60 = 5;
+    # larger_batch: 67.8 − 65 = 2.8
+    assert total["by_kind"] == pytest.approx(
+        {
+            "right_size_gpu": 350.0,
+            "use_spot": 0.0,
+            "stop_idle_notebooks": 17.5 * 7,
+            "reclaim_idle": (2.5 + 2) * 7,
+            "fewer_gpus": 35.0,
+            "larger_batch": 2.8 * 7,
+        },
+        abs=0.01,
+    )
+    # never more than the job's cost, however much the items claim
+    greedy = pl.DataFrame(
+        [
+            _row("reclaim_idle", "time", 90.0, {"j": (90.0, 100.0)}),
+            _row("fewer_gpus", "time", 60.0, {"j": (60.0, 100.0)}),
+        ],
+        schema=RECOMMENDATION_COLUMNS,
+    )
+    assert savings_total(greedy)["total_usd_per_week"] == pytest.approx(100 * 7)
+
+
+def test_multi_gpu_jobs_are_right_sized_only_within_their_interconnect():
+    """An 8 × H100-SXM (NVLink) job is not sent to PCIe cards; the same work on one GPU may be."""
+    con = memory_ledger()
+    set_prices(con)
+    profile = {"mem_used_mib": 30000.0, "sm_active_pct": 20.0}
+    ingest(
+        con,
+        jobs=[
+            job("multi", 0, 60, gpu_count=8.0, kind="inference", name="serve-8"),
+            job("single", 0, 60, kind="inference", name="serve-1"),
+        ],
+        allocations=[*(alloc("multi", f"hM:{i}", 0, 60) for i in range(8)), alloc("single", "hS:0", 0, 60)],
+        samples=[s for i in range(8) for s in series(f"hM:{i}", 0, [30.0] * 60, **profile)]
+        + series("hS:0", 0, [30.0] * 60, **profile),
+    )
+    recs = recommendations(con, filters=VIEW).filter(pl.col("kind") == "right_size_gpu")
+    con.close()
+    by_target = {r["target"]: r for r in recs.to_dicts()}
+    # 20 % SM-active × 989.4 / 362.05 = 54.7 % busy on an L40S (PCIe, $1.00), 30000 ≤ 0.9 × 46068: the 1-GPU job
+    # moves there, 1 h × (3 − 1); L4 (23034 × 0.9 < 30000) does not hold it
+    assert by_target["single"]["action"] == f"Run it on L40S instead of {H100}."
+    assert by_target["single"]["saving_usd"] == pytest.approx(1 * (3.00 - 1.00))
+    # the 8-GPU job may only move to another NVLink part: A100-80GB, 20 × 989.4 / 312 = 63 % busy, $2.00 ≤ 0.9 × $3
+    assert by_target["multi"]["action"] == f"Run it on {A100} instead of {H100}."
+    assert by_target["multi"]["saving_usd"] == pytest.approx(8 * 1 * (3.00 - 2.00))
+
+
+def test_scaling_advice_says_1_gpu_not_1_gpus():
+    con = memory_ledger()
+    set_prices(con)
+    family = {"model": "s-1b", "precision": "bf16", "batch_size": 8, "seq_len": 2048}
+    ingest(
+        con,
+        jobs=[
+            job("one", EARLIER, EARLIER + 60, name="scale-1"),
+            job("four", 0, 60, gpu_count=4.0, name="scale-4"),
+        ],
+        training_runs=[
+            run("one", tokens_per_s=10000.0, **family),
+            run("four", tokens_per_s=20000.0, **family),
+        ],
+    )
+    item = _item(recommendations(con, filters=VIEW), "fewer_gpus", "four")
+    con.close()
+    # 20000/4 = 5000 per GPU vs 10000 on one: 4 GPU-h × $3 × (1 − 0.5)
+    assert item["saving_usd"] == pytest.approx(4 * 3.00 * 0.5)
+    assert item["action"].startswith("Run on 1 GPU instead of 4 unless")
+    assert "at 1 GPU " in item["evidence"] and "on 1 GPU cost" in item["evidence"]
 
 
 def test_no_items_below_the_minimum_and_none_for_an_empty_view():
@@ -179,7 +360,31 @@ def test_cli_recommend_json_and_text(tmp_path):
         check=False,
     )
     assert text.returncode == 0, text.stderr
-    assert text.stdout.count("/week · confidence") == 3
+    assert text.stdout.count(" · confidence ") == 3
+    every = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "gpuledger", "recommend", *args, "--json", "--limit", "0"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    total = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "gpuledger", "recommend", *args, "--total", "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    # the object sums the whole list (not the --limit'ed part): counted items to the total, items to listed
+    assert total["items"] == len(every)
+    assert total["total_usd_per_week"] == pytest.approx(
+        sum(i["counted_usd_per_week"] for i in every), abs=0.05
+    )
+    assert total["listed_usd_per_week"] == pytest.approx(sum(i["usd_per_week"] for i in every), abs=0.05)
+    assert total["total_usd_per_week"] < total["listed_usd_per_week"]  # alice's notebook is under two items
+    assert f"Possible savings: ${total['total_usd_per_week']:,.2f}/week" in text.stdout
 
 
 def test_demo_fleet_every_planted_kind_is_found():
