@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from pages import _data
+from pages import _data, _ui
 
 st.set_page_config(page_title="gpuledger", page_icon=":material/paid:", layout="wide")
 
@@ -59,4 +59,5 @@ with st.sidebar:
     st.multiselect("Team", choices.teams, key="team", bind="query-params", placeholder="all teams")
     st.caption(_data.ledger_caption())
 
-page.run()
+with _ui.routed():
+    page.run()

@@ -21,14 +21,14 @@ from analytics.filters import Filters
 from analytics.query import frame
 
 
-def _where(filters: Filters) -> tuple[str, list[object]]:
+def _where(filters: Filters, time_col: str = "m.minute") -> tuple[str, list[object]]:
     parts = ["TRUE"]
     params: list[object] = []
     if filters.lo:
-        parts.append("m.minute >= ?::TIMESTAMP")
+        parts.append(f"{time_col} >= ?::TIMESTAMP")
         params.append(filters.lo)
     if filters.hi:
-        parts.append("m.minute < ?::TIMESTAMP")
+        parts.append(f"{time_col} < ?::TIMESTAMP")
         params.append(filters.hi)
     if filters.clusters:
         marks = ", ".join("?" for _ in filters.clusters)
@@ -44,6 +44,17 @@ def _where(filters: Filters) -> tuple[str, list[object]]:
 
 ALL = Filters()  # the whole ledger
 _FROM = "samples_minute m LEFT JOIN gpus g USING (gpu_id) LEFT JOIN jobs j ON j.job_id = m.job_id"
+
+
+def _from_for(filters: Filters) -> str:
+    """_FROM, without the joins this view's filters do not need (the heatmap's 4.5 M minute rows of a
+    28-day, 112-GPU fleet aggregate a third faster without them)."""
+    if filters.clusters:
+        return _FROM
+    if filters.teams or filters.users:
+        return "samples_minute m LEFT JOIN jobs j ON j.job_id = m.job_id"
+    return "samples_minute m"
+
 
 HEATMAP_COLUMNS = {
     "gpu_id": "GPU (UUID, else host:index)",
@@ -68,7 +79,7 @@ def gpu_hour_heatmap(
         SELECT m.gpu_id, date_trunc('hour', m.minute) AS hour,
                sum(m.util_s) / nullif(sum(m.util_cov_s), 0) * 100.0 AS mean_util_pct,
                sum(m.covered_s) AS covered_s
-        FROM {_FROM}
+        FROM {_from_for(filters)}
         WHERE {where}
         GROUP BY ALL
     ),
@@ -97,8 +108,11 @@ IDLE_GPU_COLUMNS = {
 
 
 def idle_gpus(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL, limit: int = 50) -> pl.DataFrame:
-    """GPUs ranked by idle hours in the view (IDLE_GPU_COLUMNS); GPUs with no idle sample are left out."""
-    where, params = _where(filters)
+    """GPUs ranked by idle hours in the view (IDLE_GPU_COLUMNS); GPUs with no idle sample are left out.
+
+    Reads the per-day rollup (``samples_day``, the same sums per GPU-day): views start and end at midnight,
+    so the days inside hold exactly the minutes inside."""
+    where, params = _where(filters, "m.day")
     sql = f"""
     SELECT m.gpu_id, any_value(g.host) AS host, any_value(coalesce(g.cluster, j.cluster)) AS cluster,
            any_value(g.model) AS gpu_model,
@@ -108,7 +122,7 @@ def idle_gpus(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL, limit: 
            coalesce(sum(m.idle_s), 0) / nullif(sum(m.covered_s), 0) AS idle_share,
            coalesce(sum(m.idle_s) FILTER (WHERE m.job_id IS NOT NULL), 0) / 3600.0 AS allocated_idle_h,
            coalesce(sum(m.covered_s) FILTER (WHERE m.job_id IS NULL), 0) / 3600.0 AS unallocated_h
-    FROM {_FROM}
+    FROM {_FROM.replace("samples_minute", "samples_day")}
     WHERE {where}
     GROUP BY m.gpu_id
     HAVING sum(m.idle_s) > 0

@@ -124,13 +124,24 @@ def flagged_samples_sql(
     return sql, [*jobs_params, lo, hi]
 
 
+Buckets = tuple[
+    str, list[object]
+]  # SQL of rows (week VARCHAR, w_lo TIMESTAMP, w_hi TIMESTAMP) and its params
+
+
 def _raw_totals_sql(
-    filters: Filters, settings: Settings, as_of: dt.datetime | None
+    filters: Filters, settings: Settings, as_of: dt.datetime | None, buckets: Buckets | None = None
 ) -> tuple[str, list[object]]:
     flagged, params = flagged_samples_sql(filters, settings, as_of)
     target = float(settings.target_util_pct)
+    if buckets is None:
+        source, keys = f"({flagged})", "job_id"
+    else:
+        source = f"({flagged}) f JOIN ({buckets[0]}) wk ON f.ts >= wk.w_lo AND f.ts < wk.w_hi"
+        keys = "job_id, wk.week"
+        params = [*params, *buckets[1]]
     sql = f"""
-    SELECT job_id,
+    SELECT {keys},
            count(*) AS n_samples,
            sum(interval_s) AS sampled_s,
            coalesce(sum(interval_s) FILTER (WHERE util_pct IS NOT NULL), 0) AS util_cov_s,
@@ -149,8 +160,8 @@ def _raw_totals_sql(
            sum(interval_s) FILTER (WHERE tensor_active_pct IS NOT NULL) AS tensor_cov_s,
            sum(energy_sample_j) AS energy_j,
            sum(interval_s) FILTER (WHERE energy_sample_j IS NOT NULL) AS energy_cov_s
-    FROM ({flagged})
-    GROUP BY job_id
+    FROM {source}
+    GROUP BY ALL
     """
     return sql, params
 
@@ -243,6 +254,30 @@ def _fast_totals_sql(filters: Filters, as_of: dt.datetime | None, key: str) -> t
     ctes, params = minute_view_sql(filters, as_of)
     sql = f"WITH {ctes} SELECT {key} AS job_id, {FAST_TOTALS} FROM mm GROUP BY 1"
     return sql, params
+
+
+def job_bucket_totals_sql(
+    con: duckdb.DuckDBPyConnection,
+    filters: Filters,
+    settings: Settings,
+    as_of: dt.datetime | None,
+    buckets: Buckets,
+    source: Source = "auto",
+) -> tuple[str, list[object]]:
+    """TOTAL_COLUMNS per (job, bucket): the view's samples cut by the buckets' [w_lo, w_hi) (midnights), with
+    a ``week`` column naming the bucket. Each (job, bucket) row equals :func:`job_totals_sql`'s row of that
+    job for the view narrowed to the bucket (idle-stretch membership is decided on the job's whole run in both
+    sources, so cutting does not change it)."""
+    if not use_rollup(con, settings, source):
+        return _raw_totals_sql(filters, settings, as_of, buckets)
+    ctes, params = minute_view_sql(filters, as_of)
+    sql = f"""
+    WITH {ctes}
+    SELECT mm.job_id, wk.week, {FAST_TOTALS}
+    FROM mm JOIN ({buckets[0]}) wk ON mm.day >= wk.w_lo::DATE AND mm.day < wk.w_hi::DATE
+    GROUP BY ALL
+    """
+    return sql, [*params, *buckets[1]]
 
 
 def job_totals(

@@ -201,20 +201,35 @@ def unallocated(
     gets no rows.
     """
     as_of = as_of or horizon(con)
-    empty = pl.DataFrame(schema={c: pl.Float64 for c in UNALLOCATED_COLUMNS}).with_columns(
-        pl.col("cluster", "gpu_model", "tier").cast(pl.Utf8)
+    built = (
+        _unallocated_sql(filters, settings, as_of, _data_start(con)) if _sees_unallocated(filters) else None
     )
-    if (filters.teams and UNALLOCATED not in filters.teams) or (
-        filters.users and UNALLOCATED not in filters.users
-    ):
-        return empty
-    start = _data_start(con)
+    if built is None:
+        return pl.DataFrame(schema={c: pl.Float64 for c in UNALLOCATED_COLUMNS}).with_columns(
+            pl.col("cluster", "gpu_model", "tier").cast(pl.Utf8)
+        )
+    return frame(con, *built)
+
+
+def _sees_unallocated(filters: Filters) -> bool:
+    """False when a team or user filter leaves out the team/user "unallocated"."""
+    return not (
+        (filters.teams and UNALLOCATED not in filters.teams)
+        or (filters.users and UNALLOCATED not in filters.users)
+    )
+
+
+def _unallocated_sql(
+    filters: Filters, settings: Settings, as_of: dt.datetime | None, start: dt.datetime | None
+) -> tuple[str, list[object]] | None:
+    """SQL (and params) of :func:`unallocated` for the view, given the ledger's data start; None when the
+    capacity window is empty."""
     if start is None or as_of is None:
-        return empty
+        return None
     lo = max(filters.lo or start, start)
     hi = min(filters.hi or as_of, as_of)
     if hi <= lo:
-        return empty
+        return None
     tiers = [(name, body.tier or settings.default_tier) for name, body in settings.clusters.items()]
     tier_values = (
         "SELECT * FROM (VALUES " + ", ".join("(?, ?)" for _ in tiers) + ") v(cluster, tier)"
@@ -280,7 +295,7 @@ def unallocated(
     ORDER BY t3.cluster, t3.gpu_model
     """
     params = [lo, hi, hi, *cluster_params, *all_jobs_params, *tier_params, settings.default_tier]
-    return frame(con, sql, params)
+    return sql, params
 
 
 def waste_by(
@@ -467,11 +482,14 @@ def waste_by_week(
         .agg(*sums, pl.lit(0.0).alias("unallocated_usd"))
     )
     key = {"cluster": "cluster", "gpu_model": "gpu_model"}.get(by)
-    un = [
-        unallocated(con, filters=f, settings=settings, as_of=as_of).with_columns(pl.lit(week).alias("week"))
-        for week, f in view_weeks(con, filters)
-    ]
-    un_rows = pl.concat(un, how="diagonal_relaxed") if un else pl.DataFrame()
+    # Each week's capacity on its own (as unallocated() for that week), all weeks in one statement.
+    start = _data_start(con) if _sees_unallocated(filters) else None
+    parts = [(week, _unallocated_sql(f, settings, as_of, start)) for week, f in view_weeks(con, filters)]
+    built = [(week, b) for week, b in parts if b is not None]
+    un_rows = pl.DataFrame()
+    if built:
+        sql = " UNION ALL ".join(f"SELECT ? AS week, * FROM ({b[0]})" for _, b in built)
+        un_rows = frame(con, sql, [x for week, b in built for x in (week, *b[1])])
     if un_rows.height:
         un_rows = (
             un_rows.with_columns(pl.col(key).alias("key") if key else pl.lit(UNALLOCATED).alias("key"))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NoReturn
 
 import streamlit as st
@@ -9,6 +12,40 @@ import streamlit as st
 NA = "n/a"
 # Five KPI cards; money with cents needs room ("$1,234,567.89"), so the first and last are wider.
 KPI_WIDTHS = [1.45, 1.1, 1.0, 1.15, 1.3]
+
+
+_ROUTER = threading.local()  # each session's script run has its own thread
+
+
+@contextmanager
+def routed() -> Iterator[None]:
+    """app.py runs the chosen page inside this, so the page knows the router (and its sidebar) ran."""
+    _ROUTER.on = True
+    try:
+        yield
+    finally:
+        _ROUTER.on = False
+
+
+def require_router() -> None:
+    """Rerun through app.py when Streamlit ran this page file on its own.
+
+    Until the first ``st.navigation`` call in a server process, Streamlit treats a ``pages/`` folder next to
+    the main script as its old directory-based navigation: if the first request after start is a deep link
+    (``/fleet?team=nlp``, a shared URL), it runs pages/fleet.py *without* app.py, so the page has no sidebar
+    filters (it would show the unfiltered view), the menu lists every module, and the server stays in that
+    mode until someone opens the root URL. This switches the server to app.py's navigation (what
+    ``st.navigation`` itself does) and reruns: the same URL path then resolves to the same page, routed
+    and filtered. Only once per session: streamlit.testing's AppTest runs every page that way and resets
+    the switch before each run, and must not loop.
+    """
+    if getattr(_ROUTER, "on", False) or st.session_state.get("_gpuledger_rerouted"):
+        return
+    from streamlit.runtime.pages_manager import PagesManager
+
+    st.session_state["_gpuledger_rerouted"] = True
+    PagesManager.uses_pages_directory = False
+    st.rerun()
 
 
 def usd(value: float | None, *, cents: bool = True) -> str:
@@ -54,14 +91,57 @@ def not_ready(exc: Exception) -> NoReturn:
     raise AssertionError("st.stop() returned")
 
 
+def label(column: str) -> str:
+    """A column name as a header a person reads: units spelled out, e.g. ``cost_usd`` → "cost ($)",
+    ``usd_per_mtok`` → "$ per 1M tokens", ``mean_util_pct`` → "mean util (%)", ``peak_mem_mib`` →
+    "peak mem (MiB)", ``gpu_hours`` → "GPU-hours"."""
+    special = {
+        "gpu_hours": "GPU-hours",
+        "gpu_count": "GPUs",
+        "user_name": "user",
+        "job_id": "job",
+        "usd_per_mtok": "$ per 1M tokens",
+        "usd_per_mtok_generated": "$ per 1M generated tokens",
+        "usd_per_krequests": "$ per 1k requests",
+        "usd_per_ksamples": "$ per 1k samples",
+        "usd_per_epoch": "$ per epoch",
+        "usd_per_week": "$ / week",
+        "key": "",
+    }
+    if column in special:
+        return special[column]
+    for suffix, unit in (
+        ("_usd", "$"),
+        ("_pct", "%"),
+        ("_mib", "MiB"),
+        ("_hours", "h"),
+        ("_h", "h"),
+        ("_kwh", "kWh"),
+    ):
+        if column.endswith(suffix):
+            base = column.removesuffix(suffix).replace("_", " ").replace("gpu", "GPU")
+            return f"{base} ({unit})"
+    return column.replace("_", " ").replace("gpu", "GPU")
+
+
 def column_config(columns: list[str]) -> dict[str, object]:
-    """Display formats chosen by the unit in a column's name: ``_usd`` dollars, ``_pct`` percent, hours."""
+    """Display formats and headers chosen by the unit in a column's name: ``_usd`` dollars, ``_pct``
+    percent, ``_mib`` whole MiB, hours with two decimals, shares (0–1) as percent."""
     config: dict[str, object] = {}
     for c in columns:
+        name = label(c) or c
         if c.endswith("_usd") or c.startswith("usd_"):
-            config[c] = st.column_config.NumberColumn(c, format="dollar")
+            config[c] = st.column_config.NumberColumn(name, format="dollar")
         elif c.endswith("_pct"):
-            config[c] = st.column_config.NumberColumn(c, format="%.1f %%")
+            config[c] = st.column_config.NumberColumn(name, format="%.1f %%")
+        elif c.endswith("_mib"):
+            config[c] = st.column_config.NumberColumn(name, format="%.0f")
         elif c.endswith(("_hours", "_h")) or c == "hours":
-            config[c] = st.column_config.NumberColumn(c, format="%.2f")
+            config[c] = st.column_config.NumberColumn(name, format="%.2f")
+        elif c.endswith(("_share", "_frac")) or c == "mfu":
+            config[c] = st.column_config.NumberColumn(name, format="percent")
+        elif c.endswith("_ts"):
+            config[c] = st.column_config.DatetimeColumn(name, format="YYYY-MM-DD HH:mm")
+        else:
+            config[c] = st.column_config.Column(name)
     return config

@@ -6,7 +6,7 @@ from __future__ import annotations
 import plotly.express as px
 import streamlit as st
 
-from pages import _data
+from pages import _data, _ui
 from pages._ui import column_config, empty_state, no_rows, not_ready
 
 MAX_LINES = 8  # above this many GPUs the timeline shows the job's mean by default
@@ -18,6 +18,7 @@ SORTS = {
     "start (newest first)": "start_ts",
 }
 
+_ui.require_router()
 st.title("Jobs")
 if not _data.has_data():
     empty_state()

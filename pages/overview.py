@@ -5,9 +5,10 @@ from __future__ import annotations
 import plotly.express as px
 import streamlit as st
 
-from pages import _data
+from pages import _data, _ui
 from pages._ui import KPI_WIDTHS, empty_state, no_rows, not_ready, num, pct, usd
 
+_ui.require_router()
 st.title("Overview")
 if not _data.has_data():
     empty_state()
@@ -58,7 +59,13 @@ else:
     fig.update_layout(
         barmode="stack", bargap=0.35, margin={"t": 10, "b": 10}, legend_title_text="team", height=380
     )
+    fig.update_yaxes(tickprefix="$")
+    fig.update_traces(hovertemplate="%{x} · %{fullData.name}: $%{y:,.2f}<extra></extra>")
     st.plotly_chart(fig, key="spend_team_week")
+    st.caption(
+        'Each job\'s cost is split at week boundaries (Monday 00:00 UTC). "unallocated" is declared capacity '
+        'no job held; "unattributed" is telemetry of GPUs no job record claims.'
+    )
 
 w = s["waste"]
 st.subheader("Where the money went")
@@ -70,8 +77,14 @@ parts = {
     "unallocated capacity": w["unallocated_usd"],
     "no telemetry": w["unmeasured_usd"],
 }
+spend = s["spend_usd"]
 st.dataframe(
-    {"part": list(parts), "cost": [usd(v) for v in parts.values()]},
+    {
+        "part": list(parts),
+        "cost": [usd(v) for v in parts.values()],
+        "share of spend": [pct(100.0 * v / spend) if spend else "n/a" for v in parts.values()],
+    },
     hide_index=True,
     width="content",
 )
+st.caption("Waste $ = idle (allocated) + under-used + failed runs + unallocated capacity (docs/metrics.md).")

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import polars as pl
 import streamlit as st
 
-from pages import _data
-from pages._ui import empty_state, no_rows, not_ready, usd
+from pages import _data, _ui
+from pages._ui import column_config, empty_state, no_rows, not_ready, usd
 
+CARDS = 25  # the top items as cards with their evidence; the rest in one table (quicker to read and draw)
 KIND_LABELS = {
     "reclaim_idle": "Reclaim idle GPUs",
     "stop_idle_notebooks": "Stop idle notebooks",
@@ -18,6 +20,7 @@ KIND_LABELS = {
     "mig_slice": "Use a MIG slice",
 }
 
+_ui.require_router()
 st.title("Recommendations")
 if not _data.has_data():
     empty_state()
@@ -43,7 +46,7 @@ else:
         "Kinds", kinds, format_func=lambda k: KIND_LABELS.get(k, k), key="rec_kinds", placeholder="all kinds"
     )
     shown = recs.filter(recs["kind"].is_in(chosen)) if chosen else recs
-    for i, r in enumerate(shown.head(100).iter_rows(named=True), start=1):
+    for i, r in enumerate(shown.head(CARDS).iter_rows(named=True), start=1):
         with st.container(border=True):
             head, money = st.columns([4, 1])
             head.markdown(f"**{i}. {KIND_LABELS.get(r['kind'], r['kind'])}** · {r['target']}")
@@ -56,8 +59,11 @@ else:
                     f"{r.get('predicted_peak_mem_mib') or 0:,.0f} of {r.get('card_mem_mib') or 0:,.0f} MiB; "
                     f"throughput +{r.get('predicted_throughput_gain_pct') or 0:.0f} %; {r.get('lr_rule') or ''}"
                 )
-    if shown.height > 100:
-        st.caption(f"Showing the top 100 of {shown.height:,}.")
+    if shown.height > CARDS:
+        st.subheader(f"The other {shown.height - CARDS:,}")
+        rest = shown.slice(CARDS).with_columns(pl.col("kind").replace(KIND_LABELS))
+        cols = ["kind", "target", "usd_per_week", "confidence", "action", "evidence"]
+        st.dataframe(rest.select(cols), hide_index=True, column_config=column_config(cols), height=360)
 
 st.subheader("Diagnoses")
 try:

@@ -8,9 +8,10 @@ import streamlit as st
 
 from analytics.filters import Filters
 from gpuledger.report import last_full_week, week_range
-from pages import _data
+from pages import _data, _ui
 from pages._ui import empty_state, not_ready
 
+_ui.require_router()
 st.title("Weekly report")
 if not _data.has_data():
     empty_state()

@@ -7,9 +7,10 @@ import plotly.express as px
 import polars as pl
 import streamlit as st
 
-from pages import _data
+from pages import _data, _ui
 from pages._ui import column_config, empty_state, no_rows, not_ready
 
+_ui.require_router()
 st.title("Training")
 if not _data.has_data():
     empty_state()
@@ -36,9 +37,14 @@ else:
             color="gpu_model",
             hover_name="job_id",
             log_y=True,
-            labels={"mfu": "MFU (model FLOPs utilization)", "usd_per_mtok": "$ per 1M tokens (log)"},
+            labels={
+                "mfu": "MFU (model FLOPs utilization)",
+                "usd_per_mtok": "$ per 1M tokens (log)",
+                "gpu_model": "GPU model",
+            },
         )
         fig.update_layout(height=340, margin={"t": 10, "b": 10}, xaxis_tickformat=".0%")
+        fig.update_yaxes(dtick=1, tickprefix="$")  # one label per decade, not the minor ticks
         st.plotly_chart(fig, key="unit_costs")
         st.caption("Lower right is good: high MFU, cheap tokens. Each point is one run.")
     shown = [

@@ -11,9 +11,10 @@ import plotly.express as px
 import streamlit as st
 
 from collectors.registry import PARSERS
-from pages import _data
+from pages import _data, _ui
 from pages._ui import KPI_WIDTHS, num, pct, usd
 
+_ui.require_router()
 st.title("Upload a file")
 st.write(
     "Drop a job log or a telemetry file to see its cost, utilization and waste at once. It is analysed on "

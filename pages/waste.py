@@ -7,8 +7,8 @@ import plotly.express as px
 import polars as pl
 import streamlit as st
 
-from pages import _data
-from pages._ui import KPI_WIDTHS, empty_state, no_rows, not_ready, num, usd
+from pages import _data, _ui
+from pages._ui import KPI_WIDTHS, column_config, empty_state, no_rows, not_ready, num, usd
 
 PART_LABELS = {
     "idle_allocated_usd": "idle (allocated)",
@@ -26,6 +26,25 @@ COLORS = {
     "no telemetry": "#c7c7c7",
     "productive": "#2ca02c",
 }
+
+_ui.require_router()
+TOP_COLUMNS = [
+    "job_id",
+    "team",
+    "user_name",
+    "name",
+    "kind",
+    "state",
+    "gpu_model",
+    "gpu_count",
+    "gpu_hours",
+    "cost_usd",
+    "waste_usd",
+    "idle_allocated_usd",
+    "underused_usd",
+    "failed_usd",
+    "failed_lost_usd",
+]
 
 st.title("Waste")
 if not _data.has_data():
@@ -48,7 +67,11 @@ cols[0].metric("Waste $", usd(s["waste_usd"]), help="idle + under-used + failed 
 cols[1].metric("Idle (allocated)", usd(w["idle_allocated_usd"]), help=f"{num(s['idle_gpu_hours'])} GPU-hours")
 cols[2].metric("Under-used", usd(w["underused_usd"]))
 cols[3].metric("Failed runs", usd(w["failed_usd"]))
-cols[4].metric("Unallocated capacity", usd(w["unallocated_usd"]))
+cols[4].metric(
+    "Unallocated capacity",
+    usd(w["unallocated_usd"]),
+    help="Declared capacity (e.g. on-prem GPUs paid for used or not) that no job held, at its price",
+)
 st.caption(
     f"Of {usd(s['spend_usd'])} spend: productive {usd(w['productive_usd'])}, no telemetry "
     f"{usd(w['unmeasured_usd'])} (held time with no utilization reading: unknown, neither idle nor busy)."
@@ -77,8 +100,10 @@ with left:
             color="part",
             orientation="h",
             color_discrete_map=COLORS,
-            labels={"key": "team", "usd": "$"},
+            labels={"key": "team", "usd": "cost ($)", "part": "part"},
         )
+        fig.update_xaxes(tickprefix="$")
+        fig.update_traces(hovertemplate="%{y} · %{fullData.name}: $%{x:,.2f}<extra></extra>")
         fig.update_layout(
             barmode="stack", height=360, margin={"t": 10, "b": 10}, yaxis={"autorange": "reversed"}
         )
@@ -94,8 +119,10 @@ with right:
             y="usd",
             color="part",
             color_discrete_map=COLORS,
-            labels={"usd": "$", "week": "ISO week (UTC)"},
+            labels={"usd": "cost ($)", "week": "ISO week (UTC)", "part": "part"},
         )
+        fig.update_yaxes(tickprefix="$")
+        fig.update_traces(hovertemplate="%{x} · %{fullData.name}: $%{y:,.2f}<extra></extra>")
         fig.update_layout(barmode="stack", height=360, margin={"t": 10, "b": 10})
         st.plotly_chart(fig, key="waste_week")
 
@@ -104,34 +131,7 @@ if top.is_empty():
     no_rows("No job in this view wasted money.")
 else:
     st.dataframe(
-        top.select(
-            "job_id",
-            "team",
-            "user_name",
-            "name",
-            "kind",
-            "state",
-            "gpu_model",
-            "gpu_count",
-            "gpu_hours",
-            "cost_usd",
-            "waste_usd",
-            "idle_allocated_usd",
-            "underused_usd",
-            "failed_usd",
-            "failed_lost_usd",
-        ),
+        top.select(TOP_COLUMNS),
         hide_index=True,
-        column_config={
-            c: st.column_config.NumberColumn(format="dollar")
-            for c in (
-                "cost_usd",
-                "waste_usd",
-                "idle_allocated_usd",
-                "underused_usd",
-                "failed_usd",
-                "failed_lost_usd",
-            )
-        }
-        | {"gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.1f")},
+        column_config=column_config(TOP_COLUMNS),
     )

@@ -1,5 +1,6 @@
-"""``gpuledger dashboard`` itself (the README's run command) on an empty ledger: it serves the app, and the
-Overview tells the user how to load data instead of drawing empty charts."""
+"""``gpuledger dashboard`` itself (the README's run command) on an empty ledger: it serves the app, a deep link
+as the first request is routed through app.py, and the Overview tells the user how to load data instead of
+drawing empty charts."""
 
 from __future__ import annotations
 
@@ -40,6 +41,15 @@ def test_dashboard_command_serves_the_empty_state(browser: Browser, tmp_path: Pa
     try:
         _wait_healthy(f"http://127.0.0.1:{port}", proc, log)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
+        # A deep link (a shared URL) as the server's very first request: Streamlit would run pages/waste.py without
+        # app.py (no sidebar filters, every module in the menu) unless the page reroutes (pages/_ui.py).
+        page.goto(f"http://127.0.0.1:{port}/waste")
+        wait_for_app(page)
+        nav = page.get_by_test_id("stSidebarNav").inner_text()
+        assert "Waste" in nav and "Overview" in nav, nav
+        assert "_data" not in nav and "\nui\n" not in f"\n{nav}\n" and "app" not in nav.split("\n"), nav
+        assert "From (UTC day)" in page.get_by_test_id("stSidebar").inner_text()
+        assert "No data in the ledger yet" in page.get_by_test_id("stMain").inner_text()
         page.goto(f"http://127.0.0.1:{port}/")
         wait_for_app(page)
         screenshot(page, "overview-empty")

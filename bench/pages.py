@@ -1,0 +1,301 @@
+"""How long each dashboard page waits for its data, and how long a real page load takes in Chromium.
+
+    .venv/bin/gpuledger demo --db /tmp/h11/demo.duckdb            # the 28-day demo, once (~3 min)
+    .venv/bin/python bench/pages.py --db /tmp/h11/demo.duckdb      # data functions, cold, per page
+    .venv/bin/python bench/pages.py --db /tmp/h11/demo.duckdb --browser --shots /tmp/h11/shots
+
+Part 1 (always): for each page, the analytics calls that ``pages/_data.py`` makes for it, in the same order
+and with the same arguments, but without Streamlit (whose cache would hide the cost). "Cold" = no page
+cache: every repeat opens a fresh read-only connection, as a cache miss in ``_data`` does (DuckDB's own
+buffer cache and the OS page cache stay warm after the first repeat; the first repeat is printed apart).
+Printed per page: the first run, the median of ``--repeat`` runs, and the slowest call of the page.
+
+Part 2 (``--browser``): a real ``streamlit run app.py`` (the command ``gpuledger dashboard`` runs) over the
+ledger and headless Debian Chromium. For each page a fresh server: the first load is cold (sync of the price
+sheet, sidebar choices, the page's data), a reload is warm (all from Streamlit's cache). A load ends when the
+script run is over and every plotly chart has drawn. ``--shots DIR`` saves a full-page screenshot of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from analytics.filters import Filters, horizon  # noqa: E402
+from gpuledger.db import reader, resolve_db  # noqa: E402
+from gpuledger.settings import Settings, load_settings  # noqa: E402
+
+Call = Callable[[duckdb.DuckDBPyConnection, Filters, Settings], Any]
+
+
+# ---------------------------------------------------------------- the calls each page makes (pages/_data.py)
+
+
+def sidebar_choices(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
+    con.execute("SELECT DISTINCT team FROM jobs WHERE team IS NOT NULL ORDER BY 1").fetchall()
+    con.execute(
+        """SELECT DISTINCT cluster FROM (SELECT cluster FROM jobs UNION ALL SELECT cluster FROM gpus)
+           WHERE cluster IS NOT NULL ORDER BY 1"""
+    ).fetchall()
+    return con.execute(
+        """SELECT least((SELECT min(start_ts) FROM jobs), (SELECT min(ts) FROM samples))::DATE,
+                  greatest((SELECT max(coalesce(end_ts, start_ts)) FROM jobs), (SELECT max(ts) FROM samples))::DATE"""
+    ).fetchall()
+
+
+def sidebar_caption(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
+    con.execute(
+        "SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM samples), (SELECT count(*) FROM ingests)"
+    ).fetchall()
+    return con.execute("SELECT EXISTS (FROM jobs) OR EXISTS (FROM samples)").fetchall()
+
+
+def summary(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
+    from analytics.summary import summary as compute
+
+    return compute(con, filters=f, settings=s)
+
+
+def spend_by_team_week(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
+    from analytics.waste import waste_by_week
+
+    return waste_by_week(con, by="team", filters=f, settings=s)
+
+
+def waste_by_team(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
+    from analytics.waste import waste_by
+
+    return waste_by(con, by="team", filters=f, settings=s)
+
+
+def top_wasted_jobs(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
+    from analytics.waste import job_waste
+
+    jobs = job_waste(con, filters=f, settings=s)
+    return jobs.filter(pl.col("waste_usd") > 0).sort("waste_usd", descending=True).head(20)
+
+
+def jobs_table(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
+    from analytics.jobs import jobs_table as compute
+
+    return compute(con, filters=f, settings=s)
+
+
+def job_timeline(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
+    """The timeline the Jobs page draws first: the most expensive job's (its default selection)."""
+    from analytics.cost import job_costs
+    from analytics.timeline import job_timeline as compute
+
+    top = job_costs(con, filters=f).sort("cost_usd", descending=True, nulls_last=True).row(0, named=True)
+    return compute(con, top["job_id"], per_gpu=(top["gpu_count"] or 0) <= 8)
+
+
+def fleet_heatmap(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
+    from analytics.timeline import gpu_hour_heatmap
+
+    return gpu_hour_heatmap(con, filters=f)
+
+
+def fleet_idle(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
+    from analytics.timeline import idle_gpus
+
+    return idle_gpus(con, filters=f)
+
+
+def util_by_model(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
+    from analytics.utilization import utilization_by
+
+    return utilization_by(con, by="gpu_model", filters=f, settings=s)
+
+
+def util_by_cluster(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
+    from analytics.utilization import utilization_by
+
+    return utilization_by(con, by="cluster", filters=f, settings=s)
+
+
+def recommendations(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
+    from analytics.recommend import recommendations as compute
+
+    return compute(con, filters=f, settings=s)
+
+
+def diagnoses(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
+    from analytics.diagnoses import diagnoses as compute
+
+    return compute(con, filters=f, settings=s)
+
+
+def unit_costs(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
+    from analytics.unit_costs import job_unit_costs
+
+    return job_unit_costs(con, filters=f)
+
+
+def weekly_report(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
+    """The Reports page's default: the last full ISO week, both formats from one collect()."""
+    from gpuledger.report import collect, last_full_week, render_html, render_markdown, week_range
+
+    since, until = week_range(last_full_week(horizon(con)))
+    data = collect(con, filters=Filters(since=since, until=until), settings=s)
+    return render_html(data), render_markdown(data)
+
+
+# Each page's cache misses on its first load, in the order the page asks (the sidebar runs first on every
+# page; a call another page already made is still listed: the table is per page, each cold).
+PAGES: dict[str, list[tuple[str, Call]]] = {
+    "sidebar": [("filter_choices", sidebar_choices), ("caption+has_data", sidebar_caption)],
+    "overview": [("summary", summary), ("spend_by_team_week", spend_by_team_week)],
+    "waste": [
+        ("summary", summary),
+        ("waste_by team", waste_by_team),
+        ("waste_by team×week", spend_by_team_week),
+        ("top_wasted_jobs", top_wasted_jobs),
+    ],
+    "jobs": [("jobs_table", jobs_table), ("job_timeline", job_timeline)],
+    "fleet": [
+        ("heatmap", fleet_heatmap),
+        ("idle_gpus", fleet_idle),
+        ("util by model", util_by_model),
+        ("util by cluster", util_by_cluster),
+    ],
+    "recommendations": [("recommendations", recommendations), ("diagnoses", diagnoses)],
+    "training": [("unit_costs", unit_costs), ("recommendations", recommendations)],
+    "reports": [("summary", summary), ("weekly report", weekly_report)],
+}
+
+
+def time_page(db: str, calls: list[tuple[str, Call]], s: Settings) -> dict[str, float]:
+    """Seconds per call (and "total"), on a fresh read-only connection, as one cache miss in _data."""
+    out: dict[str, float] = {}
+    started = time.perf_counter()
+    with reader(db) as con:
+        for name, fn in calls:
+            t0 = time.perf_counter()
+            fn(con, Filters(), s)
+            out[name] = time.perf_counter() - t0
+    out["total"] = time.perf_counter() - started
+    return out
+
+
+def bench_data(db: str, repeat: int, pages: list[str]) -> None:
+    s = load_settings(None)
+    print(f"{'page':<16} {'first s':>8} {'median s':>9}  slowest call (median s)")
+    for page in pages:
+        runs = [time_page(db, PAGES[page], s) for _ in range(repeat)]
+        first = runs[0]["total"]
+        med = statistics.median(r["total"] for r in runs[1:] or runs)
+        calls = {name: statistics.median(r[name] for r in runs[1:] or runs) for name, _ in PAGES[page]}
+        slow = max(calls, key=calls.__getitem__)
+        detail = ", ".join(f"{k} {v:.3f}" for k, v in calls.items())
+        print(f"{page:<16} {first:8.3f} {med:9.3f}  {slow} ({detail})", flush=True)
+
+
+# ---------------------------------------------------------------- real page loads
+
+
+BROWSER_PAGES = ["", "waste", "jobs", "fleet", "recommendations", "training", "upload", "reports"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _load(page: Any, url: str) -> tuple[float, float]:
+    """Seconds until the server's script run ended, and until every chart had drawn as well."""
+    t0 = time.perf_counter()
+    page.goto(url)
+    page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=180_000)
+    ran = time.perf_counter() - t0
+    page.wait_for_function(
+        """() => [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
+                 .every(e => e.querySelector('.main-svg'))""",
+        timeout=60_000,
+    )
+    return ran, time.perf_counter() - t0
+
+
+def bench_browser(db: str, shots: Path | None) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from gpuledger.commands.dashboard import streamlit_argv
+
+    env = dict(os.environ, GPULEDGER_DB=db, PYTHONPATH=str(ROOT))
+    print(
+        f"\n{'page':<16} {'cold s':>7} {'(run)':>7} {'warm s':>7} {'(run)':>7}"
+        "   (fresh server per page; warm = reload; run = until the script run ended)"
+    )
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"]
+        )
+        for path in BROWSER_PAGES:
+            port = _free_port()
+            argv = [*streamlit_argv(port), "--server.fileWatcherType", "none"]
+            proc = subprocess.Popen(
+                argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+            )
+            url = f"http://127.0.0.1:{port}"
+            try:
+                for _ in range(300):
+                    try:
+                        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
+                            break
+                    except OSError:
+                        time.sleep(0.1)
+                ctx = browser.new_context(viewport={"width": 1400, "height": 1600})
+                page = ctx.new_page()
+                cold = _load(page, f"{url}/{path}")
+                warm = _load(page, f"{url}/{path}")
+                if shots is not None:
+                    shots.mkdir(parents=True, exist_ok=True)
+                    page.wait_for_timeout(700)
+                    page.screenshot(path=str(shots / f"{path or 'overview'}.png"), full_page=True)
+                ctx.close()
+                name = path or "overview"
+                print(f"{name:<16} {cold[1]:7.2f} {cold[0]:7.2f} {warm[1]:7.2f} {warm[0]:7.2f}", flush=True)
+            finally:
+                proc.terminate()
+                proc.wait(timeout=20)
+        browser.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--db", required=True, help="the ledger (e.g. the 28-day demo)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per page (default 3)")
+    ap.add_argument("--pages", nargs="*", default=list(PAGES), choices=list(PAGES))
+    ap.add_argument("--browser", action="store_true", help="also time real page loads in Chromium")
+    ap.add_argument("--no-data", action="store_true", help="skip the data-function table")
+    ap.add_argument("--shots", type=Path, help="with --browser: save a screenshot of each page here")
+    args = ap.parse_args()
+    db = resolve_db(args.db)
+    with reader(db) as con:
+        n = con.execute("SELECT (SELECT count(*) FROM samples), (SELECT count(*) FROM jobs)").fetchall()[0]
+    print(f"{db}: {n[0]:,} samples, {n[1]:,} jobs; load average {os.getloadavg()[0]:.1f}")
+    if not args.no_data:
+        bench_data(db, args.repeat, args.pages)
+    if args.browser:
+        bench_browser(db, args.shots)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""waste_by_week: the spend per key per ISO week in one query, equal to waste_by run once per week.
+
+The ledger crosses the week boundary 2025-W10 | 2025-W11 (Sunday 9 → Monday 10 March 2025) with a price change
+exactly there, an idle stretch across it, unallocated capacity on both sides and a telemetry-only GPU seen in
+both weeks with a gap between, so every rule that cuts at the boundary is exercised.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from analytics.filters import Filters
+from analytics.waste import PARTS, view_weeks, waste_by, waste_by_week
+from gpuledger.reference import load_reference
+from gpuledger.settings import Capacity, ClusterSettings, Settings
+from tests.analytics.build import H100, alloc, gpu, ingest, job, series, set_test_prices
+
+SUN_20H = (6 * 24 + 20) * 60  # minutes from T0 (Monday 2025-03-03 00:00) to Sunday 9 March 20:00
+SETTINGS = Settings(clusters={"c1": ClusterSettings(capacity=(Capacity(H100, 2),))})
+
+
+@pytest.fixture
+def con(ledger):
+    load_reference(ledger, SETTINGS)
+    set_test_prices(ledger)
+    # From Monday 10 March the H100 costs $6.00/GPU-h instead of $4.00.
+    ledger.execute(
+        "INSERT INTO prices VALUES (?, 'on_demand', NULL, DATE '2025-03-10', 6.0, 'test price', "
+        "DATE '2025-03-10', 'sheet', NULL)",
+        [H100],
+    )
+    ingest(
+        ledger,
+        # 1 × H100, Sunday 20:00 → Monday 04:00: busy 2 h, idle 4 h across midnight, busy 2 h.
+        jobs=[job("long", SUN_20H, SUN_20H + 8 * 60)],
+        allocations=[alloc("long", "h1:0", SUN_20H, SUN_20H + 8 * 60)],
+        samples=series("h1:0", SUN_20H, [90.0] * 120 + [0.0] * 240 + [90.0] * 120)
+        # a T4 no job claims: 30 min on Sunday from 20:00, 30 min on Monday from 03:00
+        + series("ws:0", SUN_20H, [50.0] * 30)
+        + series("ws:0", SUN_20H + 7 * 60, [50.0] * 30),
+        gpus=[gpu("h1:0"), gpu("ws:0", model="T4", cluster="lab")],
+    )
+    return ledger
+
+
+def per_week_loop(con, filters: Filters, source: str) -> pl.DataFrame:
+    """The independent reference: waste_by once per week of the view, stacked."""
+    frames = [
+        waste_by(con, by="team", filters=f, settings=SETTINGS, source=source).with_columns(
+            pl.lit(week).alias("week")
+        )
+        for week, f in view_weeks(con, filters)
+    ]
+    cols = ["week", "key", "spend_usd", *PARTS, "waste_usd"]
+    return pl.concat(frames).select(cols).sort("week", "key")
+
+
+def test_each_week_is_priced_and_split_on_its_own_side_of_the_boundary(con):
+    out = waste_by_week(con, by="team", settings=SETTINGS)
+    rows = {(r["week"], r["key"]): r for r in out.iter_rows(named=True)}
+    assert set(rows) == {
+        (w, k) for w in ("2025-W10", "2025-W11") for k in ("nlp", "unallocated", "unattributed")
+    }
+    # W10, Sunday 20:00–24:00 at $4: busy 2 h = $8 productive, idle 22:00–24:00 = 2 h × $4 = $8.
+    w10 = rows[("2025-W10", "nlp")]
+    assert w10["spend_usd"] == pytest.approx(4 * 4.0)
+    assert w10["idle_allocated_usd"] == pytest.approx(2 * 4.0)
+    assert w10["productive_usd"] == pytest.approx(2 * 4.0)
+    # W11, Monday 00:00–04:00 at $6: idle 00:00–02:00 = $12, busy 2 h = $12.
+    w11 = rows[("2025-W11", "nlp")]
+    assert w11["spend_usd"] == pytest.approx(4 * 6.0)
+    assert w11["idle_allocated_usd"] == pytest.approx(2 * 6.0)
+    assert w11["productive_usd"] == pytest.approx(2 * 6.0)
+    # Capacity 2 H100 × 4 h per side, 1 × 4 h held: 4 GPU-h unallocated at $4, then at $6.
+    assert rows[("2025-W10", "unallocated")]["unallocated_usd"] == pytest.approx(4 * 4.0)
+    assert rows[("2025-W11", "unallocated")]["unallocated_usd"] == pytest.approx(4 * 6.0)
+    # The T4 pseudo-job of each week runs from its first sample there to the end of its last: 0.5 h × $0.50.
+    assert rows[("2025-W10", "unattributed")]["spend_usd"] == pytest.approx(0.5 * 0.5)
+    assert rows[("2025-W11", "unattributed")]["spend_usd"] == pytest.approx(0.5 * 0.5)
+    # Parts sum to spend in every row.
+    for r in out.iter_rows(named=True):
+        assert sum(r[p] for p in PARTS) == pytest.approx(r["spend_usd"], abs=1e-9)
+
+
+def test_jobs_and_capacity_sum_to_the_whole_view_spend(con):
+    out = waste_by_week(con, by="team", settings=SETTINGS)
+    whole = waste_by(con, by="team", settings=SETTINGS)
+    for team in ("nlp", "unallocated"):
+        weekly = out.filter(pl.col("key") == team)["spend_usd"].sum()
+        assert weekly == pytest.approx(whole.filter(pl.col("key") == team)["spend_usd"].item())
+    # by hand: job 4 h × $4 + 4 h × $6 = $40; unallocated the same 4 + 4 GPU-h = $40
+    assert out.filter(pl.col("key") != "unattributed")["spend_usd"].sum() == pytest.approx(80.0)
+
+
+@pytest.mark.parametrize("source", ["auto", "raw"])
+@pytest.mark.parametrize(
+    "filters",
+    [
+        Filters(),
+        Filters(teams=("nlp",)),
+        Filters(since=dt.date(2025, 3, 9), until=dt.date(2025, 3, 10)),
+        Filters(since=dt.date(2025, 3, 10), clusters=("c1",)),
+        Filters(teams=("unallocated", "unattributed")),
+    ],
+    ids=["all", "team", "two-days", "from-monday-one-cluster", "pseudo-teams"],
+)
+def test_equals_waste_by_run_once_per_week(con, filters, source):
+    expected = per_week_loop(con, filters, source)
+    got = waste_by_week(con, by="team", filters=filters, settings=SETTINGS, source=source).sort("week", "key")
+    assert got.height == expected.height > 0
+    assert_frame_equal(got, expected, check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def test_view_weeks_cover_the_data_and_an_unknown_key_is_refused(con):
+    assert [(w, f.since, f.until) for w, f in view_weeks(con, Filters())] == [
+        ("2025-W10", dt.date(2025, 3, 9), dt.date(2025, 3, 9)),
+        ("2025-W11", dt.date(2025, 3, 10), dt.date(2025, 3, 10)),
+    ]
+    with pytest.raises(ValueError, match="unknown grouping 'week'"):
+        waste_by_week(con, by="week")
+
+
+def test_an_empty_ledger_has_no_rows(ledger):
+    assert waste_by_week(ledger).is_empty()
