@@ -68,6 +68,7 @@ BATCH_FIELDS = (
     "card_mem_mib",
     "predicted_throughput_gain_pct",
     "lr_rule",
+    "knee_batch_size",
 )
 RECOMMENDATION_COLUMNS: dict[str, pl.DataType] = {
     "id": pl.Utf8(),  # kind:target, unique in the list
@@ -94,6 +95,7 @@ RECOMMENDATION_COLUMNS: dict[str, pl.DataType] = {
     "card_mem_mib": pl.Float64(),
     "predicted_throughput_gain_pct": pl.Float64(),
     "lr_rule": pl.Utf8(),
+    "knee_batch_size": pl.Int64(),  # the gentler batch with 90 % of the gain (analytics/batch_size.py)
 }
 
 

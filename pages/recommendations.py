@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
+from analytics.savings import savings_total
 from pages import _data, _ui
 from pages._ui import column_config, empty_state, no_rows, not_ready, usd
 
@@ -37,15 +38,23 @@ if recs.is_empty():
     no_rows("Nothing to recommend in this view.")
 else:
     kinds = sorted(recs["kind"].unique().to_list())
-    st.caption(
-        f"{recs.height:,} recommendations, ranked by dollars per week (the saving over the view, scaled to 7 "
-        "days; docs/recommendations.md). Items can overlap — one idle notebook may appear under two kinds — "
-        "so they are not added up."
-    )
     chosen = st.multiselect(
         "Kinds", kinds, format_func=lambda k: KIND_LABELS.get(k, k), key="rec_kinds", placeholder="all kinds"
     )
     shown = recs.filter(recs["kind"].is_in(chosen)) if chosen else recs
+    total = savings_total(shown)
+    st.metric(
+        "Possible savings",
+        f"{usd(total['total_usd_per_week'])} / week",
+        help="Each dollar counted once: items can overlap (one idle notebook under two kinds; a smaller GPU "
+        "and a MIG slice are alternatives), so this is less than the plain sum of the list "
+        f"({usd(total['listed_usd_per_week'])}). docs/recommendations.md explains the rule.",
+    )
+    st.caption(
+        f"{shown.height:,} recommendations, ranked by dollars per week (the saving over the view, scaled to 7 "
+        f"days). The plain sum of the list is {usd(total['listed_usd_per_week'])} / week; "
+        f"{usd(total['overlap_usd_per_week'])} of it overlaps, so the total counts each dollar once."
+    )
     for i, r in enumerate(shown.head(CARDS).iter_rows(named=True), start=1):
         with st.container(border=True):
             head, money = st.columns([4, 1])
@@ -58,6 +67,7 @@ else:
                     f"batch {r.get('current_batch_size')} → {r.get('recommended_batch_size')}; predicted peak "
                     f"{r.get('predicted_peak_mem_mib') or 0:,.0f} of {r.get('card_mem_mib') or 0:,.0f} MiB; "
                     f"throughput +{r.get('predicted_throughput_gain_pct') or 0:.0f} %; {r.get('lr_rule') or ''}"
+                    + (f"; gentler: batch {r['knee_batch_size']}" if r.get("knee_batch_size") else "")
                 )
     if shown.height > CARDS:
         st.subheader(f"The other {shown.height - CARDS:,}")
