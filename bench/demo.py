@@ -5,7 +5,8 @@
 
 One process builds the demo into a fresh file through the same calls as ``gpuledger demo`` and times the
 phases by wrapping them: the plan and telemetry (gpuledger/demo*.py) and the shared ingest path
-(collectors/base.py ``_land_samples``, ``attribute_samples``; gpuledger/rollup.py). It prints wall and CPU
+(collectors/base.py ``_land_samples``, ``attribute_samples``; gpuledger/rollup.py, with its three steps per
+batch of GPUs indented under ``refresh_rollup``). It prints wall and CPU
 seconds, the machine's load average (the budget is for a quiet 2-core machine) and exits 1 over budget.
 """
 
@@ -36,7 +37,13 @@ PHASES = (
     (base, "_land_samples"),
     (base, "attribute_samples"),
     (rollup, "refresh_rollup"),
+    (rollup, "_sequence"),  # inside refresh_rollup: one sort of the batch's samples by (gpu_id, ts)
+    (rollup, "_refresh_runs"),
+    (rollup, "_refresh_minutes"),
 )
+
+
+_ROLLUP_STEPS = ("_sequence", "_refresh_runs", "_refresh_minutes")
 
 
 def _timed(module: Any, name: str, spent: dict[str, float]) -> None:
@@ -76,7 +83,8 @@ def main() -> int:
         f"demo, {args.days} days: {rows.get('samples', 0):,} samples, {rows.get('jobs', 0):,} jobs, {size_mb:.0f} MB"
     )
     for _, name in PHASES:
-        print(f"  {name:<20} {spent.get(name, 0.0):7.1f} s")
+        label = f"  {name}" if name.startswith("_") and name in _ROLLUP_STEPS else name
+        print(f"  {label:<20} {spent.get(name, 0.0):7.1f} s")
     print(f"  {'total':<20} {wall:7.1f} s wall, {cpu:.1f} s CPU, load average {load:.1f} at start")
     budget = BUDGET_S * args.days / demo.DEFAULT_DAYS
     print(

@@ -19,6 +19,13 @@ The idle and under-used columns depend on the thresholds (idle_util_pct, idle_mi
 target_util_pct); the ones the rollup was built with are stored in ``schema_meta`` under
 ``rollup_thresholds``. Analytics read the rollup only when they equal the current settings
 (:func:`rollup_matches`); ``sync_reference`` rebuilds it when the settings change (:func:`ensure_rollup`).
+
+How a refresh stays cheap (the 28-day demo's 9 M samples are all one ingest): GPUs are re-rolled in batches
+of ~BATCH_SAMPLES samples, so each batch sorts and aggregates within the writer's memory limit; a batch's
+samples are sorted once, by (gpu_id, ts) (:func:`_sequence`), and that one order gives the GPU's next sample
+(energy) and, with a small fix-up where jobs alternate, each sample's previous sample of the same job (pairs,
+swings, idle runs); runs are computed from the idle samples only; a sample's idle-stretch flag is an
+equi-join on (GPU, job, day) against the long runs; day rows re-aggregate minute rows.
 """
 
 from __future__ import annotations
@@ -33,6 +40,9 @@ POWER_THERMAL_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 HOT_TEMP_C = 85.0
 
 META_KEY = "rollup_thresholds"
+# GPUs are re-rolled in batches of about this many samples: one batch's sorted samples and minute
+# aggregation fit the writer's 1 GB memory limit (gpuledger/db.py) without spilling to disk.
+BATCH_SAMPLES = 1_500_000
 DEFAULT_THRESHOLDS = (5.0, 30.0, 60.0)
 Thresholds = tuple[float, float, float]  # idle_util_pct, idle_min_minutes, target_util_pct
 
@@ -108,42 +118,93 @@ def _widen(con: duckdb.DuckDBPyConnection) -> None:
     raise RuntimeError("rollup window did not settle")  # pragma: no cover - runs are finite
 
 
-def _refresh_runs(con: duckdb.DuckDBPyConnection, idle: float) -> None:
+def _bounds(con: duckdb.DuckDBPyConnection, sql: str) -> list[object]:
+    """[lo, hi] over all windows, as literal parameters: a range predicate on them lets DuckDB skip row
+    groups by their zone maps before the per-GPU join does the exact cut."""
+    return list(con.execute(sql).fetchall()[0])
+
+
+def _sequence(con: duckdb.DuckDBPyConnection) -> None:
+    """TEMP ``rollup_seq``: the samples in the look window of ``rollup_m``, each with its neighbours.
+
+    One sort by (gpu_id, ts) gives the next sample of the GPU (``next_ts``, ``next_energy_j``, for energy)
+    and the previous one; ``pj_*`` is the previous sample *of the same job* on that GPU (pairs, swings and
+    idle runs link only within a job). Where the GPU's previous sample belongs to another job (a ``head``:
+    the first sample of a stretch of one job), that is the last sample (a ``tail``) of the job's previous
+    stretch on the GPU, found by an ASOF join of the few heads against the few tails; this equals
+    ``lag(...) OVER (PARTITION BY gpu_id, job_id ORDER BY ts)`` without a second sort of every sample.
+    """
     con.execute(
-        """DELETE FROM idle_runs WHERE EXISTS (
-               SELECT 1 FROM rw WHERE rw.gpu_id = idle_runs.gpu_id
-                                  AND idle_runs.run_start BETWEEN rw.lo AND rw.hi)"""
+        """
+        CREATE OR REPLACE TEMP TABLE rollup_seq AS
+        SELECT s.ts, s.gpu_id, s.job_id, coalesce(s.job_id, chr(0)) AS jkey,
+               s.interval_s::DOUBLE AS iv, s.util_pct::DOUBLE AS util, s.mem_used_mib::DOUBLE AS mem_used,
+               s.mem_total_mib, s.power_w::DOUBLE AS power_w, s.energy_j, s.sm_active_pct::DOUBLE AS sm,
+               s.tensor_active_pct::DOUBLE AS tensor, s.temp_c::DOUBLE AS temp_c, s.throttle_reasons,
+               lead(s.ts) OVER g AS next_ts, lead(s.energy_j) OVER g AS next_energy_j,
+               lag(s.ts) OVER g AS pj_ts, lag(s.interval_s::DOUBLE) OVER g AS pj_iv,
+               lag(s.util_pct::DOUBLE) OVER g AS pj_util,
+               lag(coalesce(s.job_id, chr(0))) OVER g IS DISTINCT FROM coalesce(s.job_id, chr(0)) AS head,
+               lead(coalesce(s.job_id, chr(0))) OVER g IS DISTINCT FROM coalesce(s.job_id, chr(0)) AS tail
+        FROM samples s JOIN rollup_m w ON s.gpu_id = w.gpu_id AND s.ts >= w.look_lo AND s.ts < w.look_hi
+        WHERE s.ts >= ? AND s.ts < ?
+        WINDOW g AS (PARTITION BY s.gpu_id ORDER BY s.ts)
+        """,
+        _bounds(con, "SELECT min(look_lo), max(look_hi) FROM rollup_m"),
+    )
+    con.execute(
+        """
+        UPDATE rollup_seq SET pj_ts = f.pj_ts, pj_iv = f.pj_iv, pj_util = f.pj_util
+        FROM (SELECT h.gpu_id, h.ts, t.ts AS pj_ts, t.iv AS pj_iv, t.util AS pj_util
+              FROM (SELECT gpu_id, jkey, ts FROM rollup_seq WHERE head) h
+              ASOF LEFT JOIN (SELECT gpu_id, jkey, ts, iv, util FROM rollup_seq WHERE tail) t
+                ON h.gpu_id = t.gpu_id AND h.jkey = t.jkey AND h.ts > t.ts) f
+        WHERE rollup_seq.head AND rollup_seq.gpu_id = f.gpu_id AND rollup_seq.ts = f.ts
+        """
+    )
+
+
+def _refresh_runs(con: duckdb.DuckDBPyConnection, idle: float) -> None:
+    """Replace the idle runs that start in each GPU's window [lo, hi] with those of its samples now.
+
+    Only idle samples are read (from ``rollup_seq``); a sample starts a run unless its previous sample of
+    the same job, inside the window, was idle and contiguous. A run's start is then the latest start up to
+    each sample within (gpu_id, job), so the per-day rows are one GROUP BY and the run totals a window over
+    those few rows."""
+    bounds = _bounds(con, "SELECT min(lo), max(hi) FROM rw")
+    con.execute(
+        """DELETE FROM idle_runs USING rw
+           WHERE idle_runs.gpu_id = rw.gpu_id AND idle_runs.run_start BETWEEN rw.lo AND rw.hi
+             AND idle_runs.run_start BETWEEN ? AND ?""",
+        bounds,
     )
     con.execute(
         f"""
         INSERT INTO idle_runs
-        WITH base AS (
-            SELECT s.ts, s.gpu_id, s.job_id, s.interval_s::DOUBLE AS iv, s.util_pct::DOUBLE AS util
-            FROM samples s JOIN rw ON s.gpu_id = rw.gpu_id AND s.ts >= rw.lo AND s.ts <= rw.hi
+        WITH idle AS (
+            SELECT q.gpu_id, q.job_id, q.jkey, q.ts, q.iv,
+                   NOT coalesce(q.pj_util <= {idle} AND q.pj_ts >= rw.lo
+                                AND epoch(q.ts - q.pj_ts) <= {GAP_TOLERANCE} * q.pj_iv, false) AS new_run
+            FROM rollup_seq q JOIN rw ON q.gpu_id = rw.gpu_id AND q.ts >= rw.lo AND q.ts <= rw.hi
+            WHERE q.util <= {idle} AND q.ts BETWEEN ? AND ?
         ),
-        marked AS (
-            SELECT *, coalesce(util <= {idle}, false) AS is_idle,
-                   CASE WHEN util <= {idle} AND lag(util) OVER w <= {idle}
-                             AND epoch(ts - lag(ts) OVER w) <= {GAP_TOLERANCE} * lag(iv) OVER w
-                        THEN 0 ELSE 1 END AS new_run
-            FROM base WINDOW w AS (PARTITION BY gpu_id, job_id ORDER BY ts)
+        started AS (
+            SELECT *, max(CASE WHEN new_run THEN ts END)
+                          OVER (PARTITION BY gpu_id, jkey ORDER BY ts ROWS UNBOUNDED PRECEDING) AS run_start
+            FROM idle
         ),
-        numbered AS (
-            SELECT *, sum(new_run) OVER (PARTITION BY gpu_id, job_id ORDER BY ts ROWS UNBOUNDED PRECEDING)
-                      AS run_no
-            FROM marked
-        ),
-        idle AS (
-            SELECT *, min(ts) OVER r AS run_start, sum(iv) OVER r AS run_s,
-                   max({_reach("ts", "iv")}) OVER r AS run_reach_ts
-            FROM numbered WHERE is_idle
-            WINDOW r AS (PARTITION BY gpu_id, job_id, run_no)
+        days AS (
+            SELECT gpu_id, job_id, run_start, ts::DATE AS day, min(ts) AS first_ts, max(ts) AS last_ts,
+                   max(ts + to_microseconds((iv * 1e6)::BIGINT)) AS end_ts, sum(iv) AS idle_s,
+                   max({_reach("ts", "iv")}) AS reach_ts
+            FROM started GROUP BY gpu_id, job_id, run_start, ts::DATE
         )
-        SELECT gpu_id, job_id, run_start, run_s, run_reach_ts, ts::DATE AS day, min(ts), max(ts),
-               max(ts + to_microseconds((iv * 1e6)::BIGINT)), sum(iv)
-        FROM idle GROUP BY gpu_id, job_id, run_start, run_s, run_reach_ts, ts::DATE
+        SELECT gpu_id, job_id, run_start, sum(idle_s) OVER r, max(reach_ts) OVER r, day, first_ts, last_ts,
+               end_ts, idle_s
+        FROM days WINDOW r AS (PARTITION BY gpu_id, job_id, run_start)
         ORDER BY gpu_id, run_start
-        """
+        """,
+        bounds,
     )
 
 
@@ -176,83 +237,78 @@ def _minute_windows(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _minute_sql(th: Thresholds) -> str:
+    """The minute rows of the samples in ``rollup_seq`` inside each GPU's [m_lo, m_hi_end); parameters:
+    the overall [min m_lo, max m_hi_end). A sample is inside an idle stretch when it is idle and lies in a
+    run (``idle_runs``, already refreshed) of at least idle_min_minutes: an equi-join on (GPU, job, day)
+    with a range test, against the long runs only."""
     idle, min_minutes, target = th
     min_s = min_minutes * 60.0
     return f"""
-    WITH base AS (
-        SELECT s.ts, s.gpu_id, s.job_id, s.interval_s::DOUBLE AS interval_s, s.util_pct::DOUBLE AS util,
-               s.mem_used_mib::DOUBLE AS mem_used, s.mem_total_mib, s.power_w::DOUBLE AS power_w, s.energy_j,
-               s.sm_active_pct::DOUBLE AS sm, s.tensor_active_pct::DOUBLE AS tensor, s.temp_c::DOUBLE AS temp_c,
-               s.throttle_reasons, w.m_lo, w.m_hi_end
-        FROM samples s JOIN rollup_m w ON s.gpu_id = w.gpu_id AND s.ts >= w.look_lo AND s.ts < w.look_hi
-    ),
-    seq AS (
-        SELECT *, lead(ts) OVER g AS next_ts, lead(energy_j) OVER g AS next_energy_j,
-               lag(ts) OVER p AS prev_ts, lag(interval_s) OVER p AS prev_iv, lag(util) OVER p AS prev_util
-        FROM base
-        WINDOW g AS (PARTITION BY gpu_id ORDER BY ts), p AS (PARTITION BY gpu_id, job_id ORDER BY ts)
-    ),
-    kept AS (
-        SELECT *, coalesce(job_id, chr(0)) AS jkey,
+    WITH kept AS (
+        SELECT q.*,
                -- = analytics.utilization.sample_energy_sql
-               (CASE WHEN energy_j IS NOT NULL AND next_energy_j >= energy_j
-                          AND epoch(next_ts - ts) <= {GAP_TOLERANCE} * interval_s
-                     THEN next_energy_j - energy_j
-                     ELSE power_w * interval_s END) AS e_j,
-               prev_ts IS NOT NULL AND epoch(ts - prev_ts) <= {GAP_TOLERANCE} * prev_iv AS contiguous
-        FROM seq WHERE ts >= m_lo AND ts < m_hi_end
+               (CASE WHEN q.energy_j IS NOT NULL AND q.next_energy_j >= q.energy_j
+                          AND epoch(q.next_ts - q.ts) <= {GAP_TOLERANCE} * q.iv
+                     THEN q.next_energy_j - q.energy_j
+                     ELSE q.power_w * q.iv END) AS e_j,
+               q.pj_ts IS NOT NULL AND epoch(q.ts - q.pj_ts) <= {GAP_TOLERANCE} * q.pj_iv AS contiguous
+        FROM rollup_seq q JOIN rollup_m w ON q.gpu_id = w.gpu_id AND q.ts >= w.m_lo AND q.ts < w.m_hi_end
+        WHERE q.ts >= ? AND q.ts < ?
     ),
     runs AS (
-        SELECT r.*, coalesce(r.job_id, chr(0)) AS jkey FROM idle_runs r
-        WHERE r.gpu_id IN (SELECT gpu_id FROM rollup_m)
+        SELECT r.gpu_id, coalesce(r.job_id, chr(0)) AS jkey, r.day, r.first_ts, r.last_ts FROM idle_runs r
+        WHERE r.run_s >= {min_s} AND r.gpu_id IN (SELECT gpu_id FROM rollup_m)
     ),
     f AS (
-        SELECT k.*,
-               coalesce(k.util <= {idle} AND r.run_s >= {min_s} AND k.ts <= r.last_ts, false) AS in_idle,
-               (k.contiguous AND k.util IS NOT NULL AND k.prev_util IS NOT NULL)::INTEGER AS pair,
-               (k.contiguous AND ((k.util < {LOW_UTIL_PCT} AND k.prev_util > {HIGH_UTIL_PCT})
-                                  OR (k.util > {HIGH_UTIL_PCT} AND k.prev_util < {LOW_UTIL_PCT})))::INTEGER
+        SELECT k.ts, k.gpu_id, k.job_id, k.iv AS interval_s, k.util, k.mem_used, k.mem_total_mib, k.power_w,
+               k.sm, k.tensor, k.temp_c, k.throttle_reasons, k.e_j,
+               r.gpu_id IS NOT NULL AS in_idle,
+               (k.contiguous AND k.util IS NOT NULL AND k.pj_util IS NOT NULL)::INTEGER AS pair,
+               (k.contiguous AND ((k.util < {LOW_UTIL_PCT} AND k.pj_util > {HIGH_UTIL_PCT})
+                                  OR (k.util > {HIGH_UTIL_PCT} AND k.pj_util < {LOW_UTIL_PCT})))::INTEGER
                    AS swing
-        FROM kept k ASOF LEFT JOIN runs r ON k.gpu_id = r.gpu_id AND k.jkey = r.jkey AND k.ts >= r.first_ts
+        FROM kept k LEFT JOIN runs r
+          ON k.util <= {idle} AND k.gpu_id = r.gpu_id AND k.jkey = r.jkey AND k.ts::DATE = r.day
+         AND k.ts >= r.first_ts AND k.ts <= r.last_ts
     )
     SELECT date_trunc('minute', ts) AS minute, gpu_id, job_id,
            count(*)::INTEGER AS n,
            sum(interval_s) AS covered_s,
            sum(util / 100.0 * interval_s) AS util_s,
-           sum(interval_s) FILTER (WHERE util IS NOT NULL) AS util_cov_s,
-           sum(interval_s) FILTER (WHERE util <= {idle}) AS idle_s,
+           sum(CASE WHEN util IS NOT NULL THEN interval_s END) AS util_cov_s,
+           sum(CASE WHEN util <= {idle} THEN interval_s END) AS idle_s,
            max(util) AS util_max,
            max(mem_used) AS mem_used_max_mib,
            max(mem_total_mib) AS mem_total_mib,
            sum(power_w * interval_s) AS power_j,
-           sum(interval_s) FILTER (WHERE power_w IS NOT NULL) AS power_cov_s,
+           sum(CASE WHEN power_w IS NOT NULL THEN interval_s END) AS power_cov_s,
            sum(sm / 100.0 * interval_s) AS sm_active_s,
            sum(tensor / 100.0 * interval_s) AS tensor_active_s,
-           sum(interval_s) FILTER (WHERE sm IS NOT NULL OR tensor IS NOT NULL) AS prof_cov_s,
+           sum(CASE WHEN sm IS NOT NULL OR tensor IS NOT NULL THEN interval_s END) AS prof_cov_s,
            min(ts) AS first_ts,
            max(ts) AS last_ts,
            max(ts + to_microseconds((interval_s * 1e6)::BIGINT)) AS max_end_ts,
-           sum(interval_s) FILTER (WHERE in_idle) AS idle_run_s,
-           sum(interval_s * ({target} - util) / {target}) FILTER (WHERE util < {target} AND NOT in_idle)
+           sum(CASE WHEN in_idle THEN interval_s END) AS idle_run_s,
+           sum(CASE WHEN util < {target} AND NOT in_idle THEN interval_s * ({target} - util) / {target} END)
                AS underused_s,
-           sum(interval_s) FILTER (WHERE sm IS NOT NULL) AS sm_cov_s,
-           sum(interval_s) FILTER (WHERE tensor IS NOT NULL) AS tensor_cov_s,
+           sum(CASE WHEN sm IS NOT NULL THEN interval_s END) AS sm_cov_s,
+           sum(CASE WHEN tensor IS NOT NULL THEN interval_s END) AS tensor_cov_s,
            max(mem_used / mem_total_mib) AS memk_frac_max,
            sum(mem_used / mem_total_mib * interval_s) AS memk_frac_s,
-           sum(interval_s) FILTER (WHERE mem_used IS NOT NULL AND mem_total_mib > 0) AS memk_cov_s,
-           max(mem_used) FILTER (WHERE mem_total_mib IS NULL) AS memu_max_mib,
-           sum(mem_used * interval_s) FILTER (WHERE mem_total_mib IS NULL) AS memu_s,
-           sum(interval_s) FILTER (WHERE mem_used IS NOT NULL AND mem_total_mib IS NULL) AS memu_cov_s,
-           count(*) FILTER (WHERE mem_total_mib IS NULL)::INTEGER AS n_no_total,
+           sum(CASE WHEN mem_used IS NOT NULL AND mem_total_mib > 0 THEN interval_s END) AS memk_cov_s,
+           max(CASE WHEN mem_total_mib IS NULL THEN mem_used END) AS memu_max_mib,
+           sum(CASE WHEN mem_total_mib IS NULL THEN mem_used * interval_s END) AS memu_s,
+           sum(CASE WHEN mem_used IS NOT NULL AND mem_total_mib IS NULL THEN interval_s END) AS memu_cov_s,
+           count(CASE WHEN mem_total_mib IS NULL THEN 1 END)::INTEGER AS n_no_total,
            sum(e_j) AS energy_j,
-           sum(interval_s) FILTER (WHERE e_j IS NOT NULL) AS energy_cov_s,
+           sum(CASE WHEN e_j IS NOT NULL THEN interval_s END) AS energy_cov_s,
            count(util)::INTEGER AS util_n,
-           count(*) FILTER (WHERE util < {LOW_UTIL_PCT})::INTEGER AS dip_n,
-           count(*) FILTER (WHERE util > {HIGH_UTIL_PCT})::INTEGER AS burst_n,
+           count(CASE WHEN util < {LOW_UTIL_PCT} THEN 1 END)::INTEGER AS dip_n,
+           count(CASE WHEN util > {HIGH_UTIL_PCT} THEN 1 END)::INTEGER AS burst_n,
            count(throttle_reasons)::INTEGER AS throttle_n,
-           count(*) FILTER (WHERE throttle_reasons & {POWER_THERMAL_MASK}::UBIGINT <> 0)::INTEGER AS throttled_n,
+           count(CASE WHEN throttle_reasons & {POWER_THERMAL_MASK}::UBIGINT <> 0 THEN 1 END)::INTEGER AS throttled_n,
            count(temp_c)::INTEGER AS temp_n,
-           count(*) FILTER (WHERE temp_c >= {HOT_TEMP_C})::INTEGER AS hot_n,
+           count(CASE WHEN temp_c >= {HOT_TEMP_C} THEN 1 END)::INTEGER AS hot_n,
            max(temp_c) AS temp_max_c,
            sum(pair)::INTEGER AS pairs_n,
            sum(swing)::INTEGER AS swings_n,
@@ -321,47 +377,56 @@ DAY_AGGREGATES = ", ".join(
 
 
 def _refresh_minutes(con: duckdb.DuckDBPyConnection, th: Thresholds) -> None:
+    """Re-roll the minutes of ``rollup_m`` from ``rollup_seq``, then their whole days (a re-aggregation of
+    the day's minute rows, old and new) and their utilization histogram. Deletes join on gpu_id with a
+    range test (no correlated EXISTS), bounded by literal times; inserts go in time order."""
+    m_lo, m_hi = _bounds(con, "SELECT min(m_lo), max(m_hi_end) FROM rollup_m")
     con.execute(
-        """DELETE FROM samples_minute WHERE EXISTS (
-               SELECT 1 FROM rollup_m w WHERE w.gpu_id = samples_minute.gpu_id
-                                          AND samples_minute.minute >= w.m_lo
-                                          AND samples_minute.minute < w.m_hi_end)"""
+        """DELETE FROM samples_minute USING rollup_m w
+           WHERE samples_minute.gpu_id = w.gpu_id
+             AND samples_minute.minute >= w.m_lo AND samples_minute.minute < w.m_hi_end
+             AND samples_minute.minute >= ? AND samples_minute.minute < ?""",
+        [m_lo, m_hi],
     )
-    con.execute(f"INSERT INTO samples_minute BY NAME ({_minute_sql(th)})")
+    con.execute(f"INSERT INTO samples_minute BY NAME ({_minute_sql(th)})", [m_lo, m_hi])
+    # whole days: [first day, last day] per GPU, and overall
     con.execute(
-        """DELETE FROM samples_day WHERE EXISTS (
-               SELECT 1 FROM rollup_m w WHERE w.gpu_id = samples_day.gpu_id
-                                          AND samples_day.day >= w.m_lo::DATE
-                                          AND samples_day.day <= (w.m_hi_end - INTERVAL 1 MINUTE)::DATE)"""
+        """CREATE OR REPLACE TEMP TABLE rollup_d AS
+           SELECT gpu_id, m_lo::DATE AS d_lo, (m_hi_end - INTERVAL 1 MINUTE)::DATE AS d_hi FROM rollup_m"""
     )
+    d_lo, d_hi = _bounds(con, "SELECT min(d_lo), max(d_hi) FROM rollup_d")
+    for table in ("samples_day", "samples_util_hist"):
+        con.execute(
+            f"""DELETE FROM {table} USING rollup_d w
+                WHERE {table}.gpu_id = w.gpu_id AND {table}.day BETWEEN w.d_lo AND w.d_hi
+                  AND {table}.day BETWEEN ? AND ?""",
+            [d_lo, d_hi],
+        )
     con.execute(
         f"""
         INSERT INTO samples_day BY NAME
         SELECT m.minute::DATE AS day, m.gpu_id, m.job_id, {DAY_AGGREGATES}
-        FROM samples_minute m JOIN rollup_m w
-          ON m.gpu_id = w.gpu_id AND m.minute >= w.m_lo::DATE
-         AND m.minute < (w.m_hi_end - INTERVAL 1 MINUTE)::DATE + INTERVAL 1 DAY
+        FROM samples_minute m JOIN rollup_d w
+          ON m.gpu_id = w.gpu_id AND m.minute >= w.d_lo AND m.minute < w.d_hi + INTERVAL 1 DAY
+        WHERE m.minute >= ? AND m.minute < ?::DATE + INTERVAL 1 DAY
         GROUP BY ALL
         ORDER BY day, m.gpu_id
-        """
-    )
-    con.execute(
-        """DELETE FROM samples_util_hist WHERE EXISTS (
-               SELECT 1 FROM rollup_m w WHERE w.gpu_id = samples_util_hist.gpu_id
-                                          AND samples_util_hist.day >= w.m_lo::DATE
-                                          AND samples_util_hist.day <= (w.m_hi_end - INTERVAL 1 MINUTE)::DATE)"""
+        """,
+        [d_lo, d_hi],
     )
     con.execute(
         """
         INSERT INTO samples_util_hist
-        SELECT s.ts::DATE, s.gpu_id, s.job_id, s.util_pct, sum(s.interval_s::DOUBLE)
-        FROM samples s JOIN rollup_m w
-          ON s.gpu_id = w.gpu_id AND s.ts >= w.m_lo::DATE
-         AND s.ts < (w.m_hi_end - INTERVAL 1 MINUTE)::DATE + INTERVAL 1 DAY
-        WHERE s.util_pct IS NOT NULL
+        SELECT s.ts::DATE AS day, s.gpu_id, s.job_id, s.util_pct, sum(s.interval_s::DOUBLE)
+        FROM samples s JOIN rollup_d w
+          ON s.gpu_id = w.gpu_id AND s.ts >= w.d_lo AND s.ts < w.d_hi + INTERVAL 1 DAY
+        WHERE s.util_pct IS NOT NULL AND s.ts >= ? AND s.ts < ?::DATE + INTERVAL 1 DAY
         GROUP BY ALL
-        """
+        ORDER BY day, s.gpu_id
+        """,
+        [d_lo, d_hi],
     )
+    con.execute("DROP TABLE temp.rollup_d")
 
 
 def refresh_windows(
@@ -374,6 +439,8 @@ def refresh_windows(
     is rebuilt whole instead.
     """
     if stored_thresholds(con) != th:
+        # never built (a fresh ledger: the rebuild reads the same samples the windows would) or built
+        # with other thresholds
         rebuild_rollup(con, idle_util_pct=th[0], idle_min_minutes=th[1], target_util_pct=th[2])
         return
     con.execute(
@@ -386,13 +453,50 @@ def refresh_windows(
     _run_refresh(con, th)
 
 
+def _batches(con: duckdb.DuckDBPyConnection) -> int:
+    """Number the GPUs of ``rollup_m_all`` into batches of about BATCH_SAMPLES samples (TEMP ``rollup_b``);
+    returns the number of batches. Every step of the refresh is per GPU, so a batch is refreshed alone."""
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE rollup_b AS
+        WITH n AS (
+            SELECT w.gpu_id, count(s.ts) AS n
+            FROM rollup_m_all w LEFT JOIN samples s
+              ON s.gpu_id = w.gpu_id AND s.ts >= w.look_lo AND s.ts < w.look_hi
+            GROUP BY w.gpu_id
+        )
+        SELECT gpu_id, (sum(n) OVER (ORDER BY gpu_id ROWS UNBOUNDED PRECEDING) - n) // {BATCH_SAMPLES} AS batch
+        FROM n
+        """
+    )
+    # batch numbers may skip (one GPU bigger than a batch): renumber densely
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE rollup_b AS
+           SELECT gpu_id, dense_rank() OVER (ORDER BY batch) - 1 AS batch FROM rollup_b"""
+    )
+    return int(con.execute("SELECT coalesce(max(batch) + 1, 0) FROM rollup_b").fetchall()[0][0])
+
+
 def _run_refresh(con: duckdb.DuckDBPyConnection, th: Thresholds) -> None:
+    """Refresh the windows in ``rw``: widen them to whole idle runs, then re-roll them batch by batch of
+    GPUs, so each batch's sort and aggregation stay inside the writer's memory limit (no spilling)."""
     if con.execute("SELECT count(*) FROM rw").fetchall()[0][0]:
         _widen(con)
-        _refresh_runs(con, th[0])
         _minute_windows(con)
-        _refresh_minutes(con, th)
-        con.execute("DROP TABLE IF EXISTS temp.rollup_m")
+        con.execute("ALTER TABLE rw RENAME TO rw_all")
+        con.execute("ALTER TABLE rollup_m RENAME TO rollup_m_all")
+        for batch in range(_batches(con)):
+            for table in ("rw", "rollup_m"):
+                con.execute(
+                    f"""CREATE OR REPLACE TEMP TABLE {table} AS SELECT t.* FROM {table}_all t
+                        JOIN rollup_b b ON b.gpu_id = t.gpu_id AND b.batch = ?""",
+                    [batch],
+                )
+            _sequence(con)
+            _refresh_runs(con, th[0])
+            _refresh_minutes(con, th)
+        for table in ("rollup_seq", "rollup_m", "rollup_m_all", "rw_all", "rollup_b"):
+            con.execute(f"DROP TABLE IF EXISTS temp.{table}")
     con.execute("DROP TABLE IF EXISTS temp.rw")
 
 
