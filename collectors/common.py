@@ -97,3 +97,10 @@ def first_violation(
         raise FormatError(
             path, int(line) if line is not None else None, checks[which].reason.format(value=val)
         )
+
+
+def json_object_limit(path: Path) -> int:
+    """``maximum_object_size`` for DuckDB's JSON readers: the file's own size (a whole-file JSON document is
+    one object), at least the 16 MiB default. DuckDB allocates this buffer up front, so a fixed 2 GiB limit
+    fails under a writer's memory limit (gpuledger.db.WRITER_MEMORY_LIMIT)."""
+    return max(path.stat().st_size + 1024, 16 * 1024 * 1024)

@@ -17,6 +17,7 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
+from collectors.common import json_object_limit
 from collectors.dcgm import stage_long
 from gpuledger.errors import FormatError
 
@@ -36,7 +37,8 @@ class PrometheusJson:
             con.execute(
                 f"""CREATE TEMP TABLE prom_doc AS
                     SELECT coalesce(json_extract(j, '$.data'), j) AS data
-                    FROM read_json_objects({quote(str(path))}, format='unstructured') t(j)"""
+                    FROM read_json_objects({quote(str(path))}, format='unstructured',
+                                           maximum_object_size={json_object_limit(path)}) t(j)"""
             )
         except duckdb.Error as exc:
             raise FormatError(path, None, f"not valid JSON ({str(exc).splitlines()[0][:200]})") from None
@@ -44,7 +46,8 @@ class PrometheusJson:
             "SELECT json_extract_string(data, '$.resultType'), json_extract_string(data, '$.status') FROM prom_doc"
         ).fetchall()
         status = con.execute(
-            "SELECT json_extract_string(j, '$.status') FROM read_json_objects(?, format='unstructured') t(j)",
+            "SELECT json_extract_string(j, '$.status') FROM read_json_objects(?, format='unstructured', "
+            f"maximum_object_size={json_object_limit(path)}) t(j)",
             [str(path)],
         ).fetchall()
         if status and status[0][0] not in (None, "success"):

@@ -336,6 +336,9 @@ def stage_responses(
     step = int(opts.step_s)
     names = ", ".join(quote(str(f)) for f in files)
     prefix = quote(job_prefix(opts))
+    # read_json buffers up to maximum_object_size per file: size it to the largest response, not 2 GB, so a
+    # writer under its memory limit (gpuledger.db.WRITER_MEMORY_LIMIT) can read it
+    largest = max((f.stat().st_size for f in files), default=0) + 1024
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE stage_prom_points AS
@@ -345,7 +348,7 @@ def stage_responses(
             SELECT regexp_extract(filename, '([A-Za-z_]+)-[0-9]+\\.json$', 1) AS metric,
                    r.metric::VARCHAR AS key, v[1]::DOUBLE AS t, TRY_CAST(v[2] AS DOUBLE) AS x
             FROM (SELECT filename, unnest(data.result) AS r
-                  FROM read_json([{names}], filename = true, maximum_object_size = 2000000000,
+                  FROM read_json([{names}], filename = true, maximum_object_size = {largest},
                        columns = {{status: 'VARCHAR',
                                    data: 'STRUCT(resultType VARCHAR, result STRUCT(metric JSON, "values" VARCHAR[][])[])'}})),
                  unnest(r."values") AS p(v))

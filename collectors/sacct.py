@@ -38,7 +38,7 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote, read_head
-from collectors.common import Check, first_violation, local_zone, session_zone, ts_utc
+from collectors.common import Check, first_violation, json_object_limit, local_zone, session_zone, ts_utc
 from gpuledger.errors import FormatError
 from gpuledger.reference import model_sql_case
 
@@ -600,14 +600,14 @@ class SacctJson:
                 f"""CREATE TEMP TABLE sacct_json AS
                     SELECT row_number() OVER () AS line_no, j FROM (
                         SELECT unnest(json_extract(json, '$.jobs[*]')) AS j
-                        FROM read_json_objects('{src}', format='unstructured', maximum_object_size=2147483647))"""
+                        FROM read_json_objects('{src}', format='unstructured', maximum_object_size={json_object_limit(path)}))"""
             )
         except duckdb.Error as exc:
             raise FormatError(
                 path, None, "not valid sacct --json: " + str(exc).split("\n")[0][:250]
             ) from None
         has_jobs = con.execute(
-            f"SELECT count(*) FROM read_json_objects('{src}', format='unstructured', maximum_object_size=2147483647) "
+            f"SELECT count(*) FROM read_json_objects('{src}', format='unstructured', maximum_object_size={json_object_limit(path)}) "
             "WHERE json_type(json, '$.jobs') = 'ARRAY'"
         ).fetchall()[0][0]
         if not has_jobs:

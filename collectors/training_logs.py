@@ -24,10 +24,8 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
-from collectors.common import Check, first_violation
+from collectors.common import Check, first_violation, json_object_limit
 from gpuledger.errors import FormatError
-
-BIG_JSON = 2147483647  # maximum_object_size for read_json_objects: a trainer_state.json is one object
 
 
 def run_name(path: Path, canonical: str) -> str:
@@ -76,7 +74,7 @@ class HfTrainerState:
         try:
             con.execute(
                 f"""CREATE TEMP TABLE hf_state AS SELECT json AS s
-                    FROM read_json_objects('{src}', format='unstructured', maximum_object_size={BIG_JSON})"""
+                    FROM read_json_objects('{src}', format='unstructured', maximum_object_size={json_object_limit(path)})"""
             )
         except duckdb.Error as exc:
             raise _duckdb_failure(path, exc, "JSON") from None
