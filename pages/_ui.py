@@ -101,6 +101,7 @@ def label(column: str) -> str:
         "user_name": "user",
         "job_id": "job",
         "usd_per_mtok": "$ per 1M tokens",
+        "knee_batch_size": "gentler batch (90 % of the gain)",
         "usd_per_mtok_generated": "$ per 1M generated tokens",
         "usd_per_krequests": "$ per 1k requests",
         "usd_per_ksamples": "$ per 1k samples",

@@ -89,6 +89,7 @@ else:
             "target",
             "current_batch_size",
             "recommended_batch_size",
+            "knee_batch_size",
             "predicted_peak_mem_mib",
             "card_mem_mib",
             "predicted_throughput_gain_pct",
