@@ -56,6 +56,22 @@ def settings() -> Settings:
         raise  # not reached
 
 
+def open_page(title: str, *, caption: bool = True) -> Filters:
+    """How every ledger page starts: the router, the title, an empty state with a next step (then stop), and
+    the view the sidebar filters chose, described under the title unless ``caption`` is False."""
+    from pages import _ui
+
+    _ui.require_router()
+    st.title(title)
+    if not has_data():
+        _ui.empty_state()
+        st.stop()
+    filters = current_filters()
+    if caption:
+        st.caption(describe_filters(filters))
+    return filters
+
+
 def current_filters() -> Filters:
     """The sidebar's filters (bound to the URL query string by app.py) as analytics Filters."""
     state = st.session_state

@@ -6,8 +6,8 @@ from __future__ import annotations
 import plotly.express as px
 import streamlit as st
 
-from pages import _data, _ui
-from pages._ui import column_config, empty_state, no_rows, not_ready
+from pages import _data
+from pages._ui import column_config, no_rows, not_ready
 
 MAX_LINES = 8  # above this many GPUs the timeline shows the job's mean by default
 SORTS = {
@@ -18,14 +18,7 @@ SORTS = {
     "start (newest first)": "start_ts",
 }
 
-_ui.require_router()
-st.title("Jobs")
-if not _data.has_data():
-    empty_state()
-    st.stop()
-
-filters = _data.current_filters()
-st.caption(_data.describe_filters(filters))
+filters = _data.open_page("Jobs")
 try:
     jobs = _data.jobs_table(filters)
 except _data.NotReady as exc:

@@ -5,16 +5,10 @@ from __future__ import annotations
 import plotly.express as px
 import streamlit as st
 
-from pages import _data, _ui
-from pages._ui import KPI_WIDTHS, empty_state, no_rows, not_ready, num, pct, usd
+from pages import _data
+from pages._ui import KPI_WIDTHS, no_rows, not_ready, num, pct, usd
 
-_ui.require_router()
-st.title("Overview")
-if not _data.has_data():
-    empty_state()
-    st.stop()
-
-filters = _data.current_filters()
+filters = _data.open_page("Overview", caption=False)
 try:
     s = _data.summary(filters)
 except _data.NotReady as exc:

@@ -7,8 +7,8 @@ import polars as pl
 import streamlit as st
 
 from analytics.savings import savings_total
-from pages import _data, _ui
-from pages._ui import column_config, empty_state, no_rows, not_ready, usd
+from pages import _data
+from pages._ui import column_config, no_rows, not_ready, usd
 
 CARDS = 25  # the top items as cards with their evidence; the rest in one table (quicker to read and draw)
 KIND_LABELS = {
@@ -21,14 +21,7 @@ KIND_LABELS = {
     "mig_slice": "Use a MIG slice",
 }
 
-_ui.require_router()
-st.title("Recommendations")
-if not _data.has_data():
-    empty_state()
-    st.stop()
-
-filters = _data.current_filters()
-st.caption(_data.describe_filters(filters))
+filters = _data.open_page("Recommendations")
 try:
     recs = _data.recommendations(filters)
 except _data.NotReady as exc:

@@ -8,16 +8,10 @@ import streamlit as st
 
 from analytics.filters import Filters
 from gpuledger.report import last_full_week, week_range
-from pages import _data, _ui
-from pages._ui import empty_state, not_ready
+from pages import _data
+from pages._ui import not_ready
 
-_ui.require_router()
-st.title("Weekly report")
-if not _data.has_data():
-    empty_state()
-    st.stop()
-
-filters = _data.current_filters()
+filters = _data.open_page("Weekly report", caption=False)
 weeks = _data.weeks_of(Filters(teams=filters.teams, clusters=filters.clusters))
 labels = [w for w, _ in weeks][::-1]
 try:

@@ -7,17 +7,10 @@ import plotly.express as px
 import polars as pl
 import streamlit as st
 
-from pages import _data, _ui
-from pages._ui import column_config, empty_state, no_rows, not_ready
+from pages import _data
+from pages._ui import column_config, no_rows, not_ready
 
-_ui.require_router()
-st.title("Training")
-if not _data.has_data():
-    empty_state()
-    st.stop()
-
-filters = _data.current_filters()
-st.caption(_data.describe_filters(filters))
+filters = _data.open_page("Training")
 try:
     t = _data.training(filters)
 except _data.NotReady as exc:

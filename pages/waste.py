@@ -7,8 +7,8 @@ import plotly.express as px
 import polars as pl
 import streamlit as st
 
-from pages import _data, _ui
-from pages._ui import KPI_WIDTHS, column_config, empty_state, no_rows, not_ready, num, usd
+from pages import _data
+from pages._ui import KPI_WIDTHS, column_config, no_rows, not_ready, num, usd
 
 PART_LABELS = {
     "idle_allocated_usd": "idle (allocated)",
@@ -27,7 +27,6 @@ COLORS = {
     "productive": "#2ca02c",
 }
 
-_ui.require_router()
 TOP_COLUMNS = [
     "job_id",
     "team",
@@ -46,13 +45,7 @@ TOP_COLUMNS = [
     "failed_lost_usd",
 ]
 
-st.title("Waste")
-if not _data.has_data():
-    empty_state()
-    st.stop()
-
-filters = _data.current_filters()
-st.caption(_data.describe_filters(filters))
+filters = _data.open_page("Waste")
 try:
     s = _data.summary(filters)
     by_team = _data.waste_by(filters, "team")
