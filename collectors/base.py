@@ -30,12 +30,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 import duckdb
 
 from gpuledger.errors import FormatError, UnknownFormatError
 from gpuledger.schema import INGESTED_TABLES
+
+if TYPE_CHECKING:
+    from gpuledger.settings import Settings
 
 HEAD_BYTES = 64 * 1024
 # A telemetry sample stands for the time until the next sample of its GPU, but never more than this many
@@ -62,6 +65,20 @@ class IngestOptions:
     idle_util_pct: float = 5.0  # for the rollup's idle seconds
     idle_min_minutes: float = 30.0  # for the rollup's idle stretches (settings thresholds.idle_min_minutes)
     target_util_pct: float = 60.0  # for the rollup's under-used seconds (settings thresholds.target_util_pct)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **source: Any) -> IngestOptions:
+        """Options for one source (``source``: cluster, tz, host, ...) with everything the settings decide —
+        pricing tiers and the rollup's thresholds — taken from ``settings``, the same way for every writer
+        (CLI ingest, demo, upload page, live collectors), so a rollup never mixes thresholds."""
+        return cls(
+            default_tier=settings.default_tier,
+            cluster_tiers=tuple((c, s.tier) for c, s in settings.clusters.items() if s.tier),
+            idle_util_pct=settings.idle_util_pct,
+            idle_min_minutes=settings.idle_min_minutes,
+            target_util_pct=settings.target_util_pct,
+            **source,
+        )
 
 
 @dataclass(frozen=True)

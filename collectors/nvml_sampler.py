@@ -542,11 +542,7 @@ def run(args: argparse.Namespace) -> int:
             cluster=args.cluster,
             proc_root=args.proc_root,
             job_map_dir=args.job_map_dir,
-            opts=IngestOptions(
-                cluster=args.cluster,
-                default_tier=settings.default_tier,
-                idle_util_pct=settings.idle_util_pct,
-            ),
+            opts=IngestOptions.from_settings(settings, cluster=args.cluster),
             stop=stop,
             log=(lambda _m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True)),
         )

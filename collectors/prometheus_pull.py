@@ -60,6 +60,7 @@ from collectors.dcgm import stage_long
 from gpuledger.commands._common import add_db_options, print_json
 from gpuledger.db import writer
 from gpuledger.errors import CollectorError
+from gpuledger.settings import Settings, load_settings
 
 FORMAT = "prometheus"
 MAX_STEPS_PER_REQUEST = 10_000  # Prometheus caps query_range at 11,000 points per series
@@ -472,7 +473,7 @@ def pull(
     db: str | None,
     opts: PullOptions,
     *,
-    idle_util_pct: float = 5.0,
+    settings: Settings | None = None,
     now: dt.datetime | None = None,
     progress: bool = False,
 ) -> PullReport:
@@ -501,7 +502,7 @@ def pull(
     names = "|".join(METRIC_NAMES)
     hosts = client.label_values("Hostname", selector(f'__name__=~"{names}"', opts.match), start, end + step)
     batches = host_batches(hosts, opts.hosts_per_query)
-    ingest_opts = IngestOptions(cluster=opts.cluster, idle_util_pct=idle_util_pct)
+    ingest_opts = IngestOptions.from_settings(settings or Settings(), cluster=opts.cluster)
     for a, b in plan_chunks(start, end, step, opts.chunk_s):
         began = time.perf_counter()
         requests_before, bytes_before = client.requests, client.bytes
@@ -622,7 +623,6 @@ def add_collect_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuledger.settings import load_settings
 
     headers = []
     for h in args.header:
@@ -644,7 +644,7 @@ def run(args: argparse.Namespace) -> int:
         cluster=args.cluster,
     )
     settings = load_settings(args.settings)
-    report = pull(args.db, opts, idle_util_pct=settings.idle_util_pct, progress=not args.json)
+    report = pull(args.db, opts, settings=settings, progress=not args.json)
     if args.json:
         print_json(report.as_dict())
     elif not report.chunks:

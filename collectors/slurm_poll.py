@@ -266,13 +266,7 @@ def run(args: argparse.Namespace) -> int:
     if args.once and args.every:
         raise LedgerError("--once and --every exclude each other")
     settings = load_settings(args.settings)
-    opts = IngestOptions(
-        cluster=args.cluster,
-        tz="UTC",
-        default_tier=settings.default_tier,
-        cluster_tiers=tuple((c, s.tier) for c, s in settings.clusters.items() if s.tier),
-        idle_util_pct=settings.idle_util_pct,
-    )
+    opts = IngestOptions.from_settings(settings, cluster=args.cluster, tz="UTC")
     stop = threading.Event()
 
     def on_signal(_signum: int, _frame: object) -> None:

@@ -247,11 +247,7 @@ def build_demo(
     if con.execute("SELECT count(*) FROM ingests WHERE content_sha256 = ?", [digest]).fetchall()[0][0]:
         return {}
     settings = settings or Settings()
-    opts = IngestOptions(
-        idle_util_pct=settings.idle_util_pct,
-        idle_min_minutes=settings.idle_min_minutes,
-        target_util_pct=settings.target_util_pct,
-    )
+    opts = IngestOptions.from_settings(settings)
     lo, hi = window(days, end)
     window_s = days * DAY
     fleet, jobs = make_plan(days=days, seed=seed)

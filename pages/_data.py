@@ -255,13 +255,7 @@ def _analyse_upload(
     from gpuledger.db import memory_ledger
     from gpuledger.reference import load_reference
 
-    opts = IngestOptions(
-        cluster=cluster,
-        tz=tz,
-        default_tier=_settings.default_tier,
-        cluster_tiers=tuple((c, cs.tier) for c, cs in _settings.clusters.items() if cs.tier),
-        idle_util_pct=_settings.idle_util_pct,
-    )
+    opts = IngestOptions.from_settings(_settings, cluster=cluster, tz=tz)
     with tempfile.TemporaryDirectory(prefix="gpuledger-upload-") as tmp:
         path = os.path.join(tmp, _safe_name(name))
         with open(path, "wb") as fh:

@@ -54,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def options(args: argparse.Namespace) -> IngestOptions:
     settings = load_settings(args.settings)
-    return IngestOptions(
+    return IngestOptions.from_settings(
+        settings,
         cluster=args.cluster,
         tz=args.tz,
         job_id=args.job_id,
@@ -62,11 +63,6 @@ def options(args: argparse.Namespace) -> IngestOptions:
         columns=tuple(c.strip() for c in args.columns.split(",")) if args.columns else None,
         replace=args.replace,
         quiet=args.quiet,
-        default_tier=settings.default_tier,
-        cluster_tiers=tuple((c, s.tier) for c, s in settings.clusters.items() if s.tier),
-        idle_util_pct=settings.idle_util_pct,
-        idle_min_minutes=settings.idle_min_minutes,
-        target_util_pct=settings.target_util_pct,
     )
 
 

@@ -135,3 +135,20 @@ def test_writers_have_a_bounded_buffer_pool(db_path, monkeypatch):
     monkeypatch.setenv("GPULEDGER_MEMORY_LIMIT", "3GB")
     with writer(db_path) as con:
         assert _limit(con) == three_gb
+
+
+def test_options_from_settings_carry_every_threshold_and_tier():
+    from collectors.base import IngestOptions
+    from gpuledger.settings import ClusterSettings, Settings
+
+    s = Settings(
+        idle_util_pct=2.0,
+        idle_min_minutes=45.0,
+        target_util_pct=70.0,
+        default_tier="spot",
+        clusters={"lab": ClusterSettings(tier="on_prem"), "cloud": ClusterSettings()},
+    )
+    opts = IngestOptions.from_settings(s, cluster="lab", tz="UTC")
+    assert (opts.idle_util_pct, opts.idle_min_minutes, opts.target_util_pct) == (2.0, 45.0, 70.0)
+    assert opts.default_tier == "spot" and opts.cluster_tiers == (("lab", "on_prem"),)
+    assert (opts.cluster, opts.tz) == ("lab", "UTC")
