@@ -68,6 +68,7 @@ class ReportData:
     summary: dict[str, Any]
     by_team: pl.DataFrame  # team, spend_usd, waste_usd
     recommendations: pl.DataFrame  # kind, target, evidence, action, usd_per_week, confidence
+    savings: dict[str, Any]  # analytics.savings.savings_total over the whole list: each dollar once
     wasted_jobs: pl.DataFrame  # job_id, team, user_name, name, gpu_model, gpu_count, cost_usd, waste_usd
     generated_at: dt.datetime
 
@@ -83,20 +84,21 @@ def collect(
     """
     from analytics.filters import horizon
     from analytics.recommend import recommendations
+    from analytics.savings import savings_total
     from analytics.summary import summary
     from analytics.waste import job_waste, waste_by
 
     as_of = horizon(con)
     by_team = waste_by(con, by="team", filters=filters, settings=settings, as_of=as_of)
     jobs = job_waste(con, filters=filters, settings=settings, as_of=as_of)
+    recs = recommendations(con, filters=filters, settings=settings, as_of=as_of)
     return ReportData(
         title=title or default_title(filters),
         filters=filters,
         summary=summary(con, filters=filters, settings=settings, as_of=as_of),
         by_team=by_team.select(pl.col("key").alias("team"), "spend_usd", "waste_usd"),
-        recommendations=recommendations(con, filters=filters, settings=settings, as_of=as_of).head(
-            TOP_RECOMMENDATIONS
-        ),
+        recommendations=recs.head(TOP_RECOMMENDATIONS),
+        savings=savings_total(recs),
         wasted_jobs=jobs.filter(pl.col("waste_usd") > 0)
         .sort("waste_usd", descending=True)
         .head(TOP_WASTED_JOBS),
@@ -246,7 +248,8 @@ def _sections(data: ReportData) -> dict[str, tuple[list[str], list[list[str]], s
         "Key figures": (["Figure", "Value"], [list(k) for k in kpis(s)], {1}),
         "Spend by team": (["Team", "Spend", "Wasted"], team_rows, {1, 2}),
         "Where the money went (waste taxonomy)": (["Part", "Cost", "Share of spend"], waste_rows, {1, 2}),
-        f"Top {TOP_RECOMMENDATIONS} recommendations": (
+        f"Top {TOP_RECOMMENDATIONS} recommendations (all {data.savings['items']:,} together: "
+        f"{usd(data.savings['total_usd_per_week'])} / week, each dollar counted once)": (
             ["#", "Kind", "Target", "$ / week", "Confidence", "Evidence and action"],
             rec_rows,
             {3},

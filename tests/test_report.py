@@ -73,6 +73,22 @@ def test_html_report_is_self_contained_and_matches_summary(ledger_file, tmp_path
     assert f"{summary['gpu_hours']:,.1f}" in html
     assert "$8.52" in html  # dash-3 FAILED training: its whole cost is failed_usd
     assert "week 2026-W47" in html
+    total = json.loads(
+        cli(
+            "recommend",
+            "--total",
+            "--json",
+            "--since",
+            "2026-11-16",
+            "--until",
+            "2026-11-22",
+            "--db",
+            ledger_file,
+        ).stdout
+    )
+    assert (
+        f"{total['items']:,} together: ${total['total_usd_per_week']:,.2f} / week" in html
+    )  # the CLI's figure
     # self-contained: no scripts, no external resources
     assert "<script" not in html.lower()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
