@@ -38,7 +38,7 @@ import polars as pl
 from analytics.filters import Filters, horizon
 from analytics.job_signals import view_jobs_sql
 from analytics.query import frame
-from gpuledger.settings import Settings
+from gpuledger.ledger.settings import Settings
 
 MIB = 1024.0 * 1024.0
 BATCH_MULTIPLE = 8

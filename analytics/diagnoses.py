@@ -25,8 +25,8 @@ import polars as pl
 from analytics.filters import Filters, horizon
 from analytics.job_signals import job_signals, prices_at, view_jobs_sql, with_active
 from analytics.query import frame
-from gpuledger.reference import GpuModel, catalog
-from gpuledger.settings import Settings
+from gpuledger.ledger.reference import GpuModel, catalog
+from gpuledger.ledger.settings import Settings
 
 THRESHOLDS = {
     "busy_util_pct": 80.0,  # busy_but_unproductive: at least this utilization...

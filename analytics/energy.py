@@ -16,7 +16,7 @@ import polars as pl
 
 from analytics.filters import Filters, horizon
 from analytics.utilization import Source, job_totals
-from gpuledger.settings import Settings
+from gpuledger.ledger.settings import Settings
 
 ALL_FILTERS = Filters()  # the whole ledger
 DEFAULT_SETTINGS = Settings()

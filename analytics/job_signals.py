@@ -31,7 +31,7 @@ from analytics.utilization import (
     use_rollup,
     view_bounds,
 )
-from gpuledger.settings import Settings
+from gpuledger.ledger.settings import Settings
 
 # NVML clocks_event_reasons bits that mean the GPU slowed itself for power or heat:
 # SwPowerCap 0x4, HwSlowdown 0x8, SwThermalSlowdown 0x20, HwThermalSlowdown 0x40, HwPowerBrakeSlowdown 0x80.

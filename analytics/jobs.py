@@ -15,7 +15,7 @@ from analytics.filters import Filters, horizon
 from analytics.unit_costs import job_unit_costs
 from analytics.utilization import Source, job_utilization
 from analytics.waste import job_waste
-from gpuledger.settings import Settings
+from gpuledger.ledger.settings import Settings
 
 ALL_FILTERS = Filters()  # the whole ledger
 DEFAULT_SETTINGS = Settings()

@@ -36,7 +36,7 @@ from analytics.job_signals import (
 from analytics.query import frame
 from analytics.savings import savings_total, with_counted
 from analytics.utilization import Source, use_rollup
-from gpuledger.settings import Settings
+from gpuledger.ledger.settings import Settings
 
 # savings_total is re-exported: the list and its deduplicated total come from this module
 __all__ = ["KINDS", "RECOMMENDATION_COLUMNS", "as_json", "recommendations", "savings_total", "view_window"]

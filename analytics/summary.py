@@ -15,7 +15,7 @@ from analytics.filters import Filters, horizon
 from analytics.unit_costs import usd_per_mtok
 from analytics.utilization import Source
 from analytics.waste import PARTS, WASTE_PARTS, job_waste_sql, unallocated
-from gpuledger.settings import Settings
+from gpuledger.ledger.settings import Settings
 
 ALL_FILTERS = Filters()  # the whole ledger
 DEFAULT_SETTINGS = Settings()

@@ -1,6 +1,6 @@
 """Utilization over time, for the fleet views: per-GPU per-hour heatmap, idle GPUs, one job's timeline.
 
-All three read the per-GPU-minute rollup (``samples_minute``, gpuledger/rollup.py), which stores sums, so
+All three read the per-GPU-minute rollup (``samples_minute``, gpuledger/ledger/rollup.py), which stores sums, so
 each figure is an exact re-aggregation of the raw samples: mean utilization of a cell =
 ``Σ util_s / Σ util_cov_s × 100`` (time-weighted over samples with a reading; a cell with no reading is
 NULL, never 0). ``idle_s`` in the rollup counts samples at or under the idle threshold the rollup was built

@@ -13,7 +13,7 @@ Definitions (docs/metrics.md, "Utilization"):
   of samples, then the part inside the view is counted, so a stretch does not vanish at a day boundary.
 
 Two sources give the same figures (docs/metrics.md, "Fast path"): raw samples (:func:`flagged_samples_sql`,
-one window pass over the view's jobs' samples) and the rollups maintained at ingest (gpuledger/rollup.py:
+one window pass over the view's jobs' samples) and the rollups maintained at ingest (gpuledger/ledger/rollup.py:
 per-minute sums incl. idle-stretch seconds, and a per-day utilization histogram). ``source="auto"`` reads the
 rollups whenever they were built with the settings' thresholds (:func:`fast_path`), else raw samples.
 """
@@ -29,8 +29,8 @@ import polars as pl
 from analytics.cost import PSEUDO_PREFIX, TELEMETRY_ONLY_GPUS_SQL, job_costs_sql
 from analytics.filters import Filters, horizon
 from analytics.query import frame
-from gpuledger.rollup import rollup_matches, thresholds
-from gpuledger.settings import Settings
+from gpuledger.ledger.rollup import rollup_matches, thresholds
+from gpuledger.ledger.settings import Settings
 
 ALL_FILTERS = Filters()  # the whole ledger
 DEFAULT_SETTINGS = Settings()

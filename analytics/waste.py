@@ -38,7 +38,7 @@ from analytics.cost import (
 from analytics.filters import Filters, horizon
 from analytics.query import frame
 from analytics.utilization import Source, job_bucket_totals_sql, job_totals_sql
-from gpuledger.settings import Settings
+from gpuledger.ledger.settings import Settings
 
 ALL_FILTERS = Filters()  # the whole ledger
 DEFAULT_SETTINGS = Settings()

@@ -5,7 +5,7 @@
 
 One process builds the demo into a fresh file through the same calls as ``gpuledger demo`` and times the
 phases by wrapping them: the plan and telemetry (gpuledger/demo*.py) and the shared ingest path
-(collectors/base.py ``_land_samples``, ``attribute_samples``; gpuledger/rollup.py, with its three steps per
+(collectors/base.py ``_land_samples``, ``attribute_samples``; gpuledger/ledger/rollup.py, with its three steps per
 batch of GPUs indented under ``refresh_rollup``). It prints wall and CPU
 seconds, the machine's load average (the budget is for a quiet 2-core machine) and exits 1 over budget.
 """
@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import collectors.base as base  # noqa: E402
-import gpuledger.demo as demo  # noqa: E402
-import gpuledger.rollup as rollup  # noqa: E402
-from gpuledger.db import writer  # noqa: E402
+import gpuledger.demo.build as demo  # noqa: E402
+import gpuledger.ledger.rollup as rollup  # noqa: E402
+from gpuledger.ledger.db import writer  # noqa: E402
 
 BUDGET_S = 90.0
 PHASES = (

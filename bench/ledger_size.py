@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from collectors.base import IngestOptions, land, next_ingest_id, record_ingest, split_sample_notes  # noqa: E402
-from gpuledger.commands.export import export_parquet  # noqa: E402
-from gpuledger.db import writer  # noqa: E402
+from gpuledger.cli.commands.export import export_parquet  # noqa: E402
+from gpuledger.ledger.db import writer  # noqa: E402
 
 
 def main() -> int:

@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from analytics.filters import Filters, horizon  # noqa: E402
-from gpuledger.db import reader, resolve_db  # noqa: E402
-from gpuledger.settings import Settings, load_settings  # noqa: E402
+from gpuledger.ledger.db import reader, resolve_db  # noqa: E402
+from gpuledger.ledger.settings import Settings, load_settings  # noqa: E402
 
 Call = Callable[[duckdb.DuckDBPyConnection, Filters, Settings], Any]
 
@@ -148,7 +148,7 @@ def unit_costs(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
 
 def weekly_report(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
     """The Reports page's default: the last full ISO week, both formats from one collect()."""
-    from gpuledger.report import collect, last_full_week, render_html, render_markdown, week_range
+    from gpuledger.reports.weekly import collect, last_full_week, render_html, render_markdown, week_range
 
     since, until = week_range(last_full_week(horizon(con)))
     data = collect(con, filters=Filters(since=since, until=until), settings=s)
@@ -236,7 +236,7 @@ def _load(page: Any, url: str) -> tuple[float, float]:
 def bench_browser(db: str, shots: Path | None) -> None:
     from playwright.sync_api import sync_playwright
 
-    from gpuledger.commands.dashboard import streamlit_argv
+    from gpuledger.cli.commands.dashboard import streamlit_argv
 
     env = dict(os.environ, GPULEDGER_DB=db, PYTHONPATH=str(ROOT))
     print(

@@ -45,7 +45,7 @@ from collectors.prometheus_pull import (  # noqa: E402
     pull,
     selector,
 )
-from gpuledger.db import writer  # noqa: E402
+from gpuledger.ledger.db import writer  # noqa: E402
 
 SERVICES = ROOT / "tests" / "services"
 METRICS = {  # name → SQL value expression of (g = GPU number, k = scrape number, job)

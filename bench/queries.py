@@ -28,10 +28,10 @@ import duckdb
 from analytics.jobs import jobs_table
 from analytics.recommend import recommendations
 from analytics.summary import summary
-from gpuledger.db import ensure_schema
-from gpuledger.reference import load_reference
-from gpuledger.rollup import rebuild_rollup
-from gpuledger.settings import Settings
+from gpuledger.ledger.db import ensure_schema
+from gpuledger.ledger.reference import load_reference
+from gpuledger.ledger.rollup import rebuild_rollup
+from gpuledger.ledger.settings import Settings
 
 START = dt.datetime(2026, 1, 5)
 CADENCE_S = 30

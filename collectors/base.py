@@ -1,7 +1,7 @@
 """The one write path: every source (a file, the demo fleet, a live collector) lands through here.
 
 A parser only *stages*: inside the caller's transaction it creates TEMP tables named ``stage_<table>``
-holding canonical columns (any subset of the target table's columns; see gpuledger/schema.py) and raises
+holding canonical columns (any subset of the target table's columns; see gpuledger/ledger/schema.py) and raises
 ``FormatError(path, line, reason)`` for anything it cannot read. :func:`land` then merges the stage into the
 ledger with the same rules for every source:
 
@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 import duckdb
 
-from gpuledger.errors import FormatError, UnknownFormatError
-from gpuledger.schema import INGESTED_TABLES
+from gpuledger.ledger.errors import FormatError, UnknownFormatError
+from gpuledger.ledger.schema import INGESTED_TABLES
 
 if TYPE_CHECKING:
-    from gpuledger.settings import Settings
+    from gpuledger.ledger.settings import Settings
 
 HEAD_BYTES = 64 * 1024
 # A telemetry sample stands for the time until the next sample of its GPU, but never more than this many
@@ -261,7 +261,7 @@ def land(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptions) ->
             con.execute(f"INSERT INTO {table} SELECT {', '.join(exprs)} FROM stage_{table} s")
             rows[table] = _count(con, f"SELECT count(*) FROM stage_{table}")
     attribute_samples(con, ingest_id)
-    from gpuledger.rollup import refresh_rollup
+    from gpuledger.ledger.rollup import refresh_rollup
 
     refresh_rollup(
         con,
@@ -283,7 +283,7 @@ def _refresh_merged(con: duckdb.DuckDBPyConnection, opts: IngestOptions) -> None
         "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = 'merged_windows'"
     ).fetchall()[0][0]:
         return
-    from gpuledger.rollup import refresh_windows, thresholds
+    from gpuledger.ledger.rollup import refresh_windows, thresholds
 
     refresh_windows(
         con,
@@ -499,7 +499,7 @@ def delete_ingests(
     """Remove everything these ingests brought in, and re-roll the GPU-minutes their samples touched."""
     if not ingest_ids:
         return
-    from gpuledger.rollup import refresh_windows, thresholds
+    from gpuledger.ledger.rollup import refresh_windows, thresholds
 
     placeholders = ", ".join("?" for _ in ingest_ids)
     con.execute(

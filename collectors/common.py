@@ -10,7 +10,7 @@ from pathlib import Path
 
 import duckdb
 
-from gpuledger.errors import FormatError
+from gpuledger.ledger.errors import FormatError
 
 NULL_TOKENS = ("", "[N/A]", "N/A", "[Not Supported]", "Not Supported", "NaN", "nan", "null", "NULL", "None")
 _NULL_SQL = ", ".join("'" + t.replace("'", "''") + "'" for t in NULL_TOKENS)
@@ -102,5 +102,5 @@ def first_violation(
 def json_object_limit(path: Path) -> int:
     """``maximum_object_size`` for DuckDB's JSON readers: the file's own size (a whole-file JSON document is
     one object), at least the 16 MiB default. DuckDB allocates this buffer up front, so a fixed 2 GiB limit
-    fails under a writer's memory limit (gpuledger.db.WRITER_MEMORY_LIMIT)."""
+    fails under a writer's memory limit (gpuledger.ledger.db.WRITER_MEMORY_LIMIT)."""
     return max(path.stat().st_size + 1024, 16 * 1024 * 1024)

@@ -33,8 +33,8 @@ import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
 from collectors.nvidia_smi_csv import file_time_utc
-from gpuledger.errors import FormatError
-from gpuledger.reference import model_sql_case
+from gpuledger.ledger.errors import FormatError
+from gpuledger.ledger.reference import model_sql_case
 
 SENTINEL = 9.2e18  # DCGM_FT_*_BLANK and friends start at 2^63 - 2^10; nothing real comes near
 LINE_RE = r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?[ \t]+(\S+)(?:[ \t]+(-?[0-9]+))?[ \t]*$"

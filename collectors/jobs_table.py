@@ -21,8 +21,8 @@ import duckdb
 
 from collectors.base import IngestOptions, Sniff, read_head
 from collectors.common import Check, first_violation, nullif_tokens, session_zone, ts_utc
-from gpuledger.errors import FormatError
-from gpuledger.reference import model_sql_case
+from gpuledger.ledger.errors import FormatError
+from gpuledger.ledger.reference import model_sql_case
 
 REQUIRED = ("job_id", "user", "team", "cluster", "gpu_model", "gpu_count", "start", "end", "state")
 OPTIONAL = ("project", "name", "kind", "submit", "tier", "exit_reason", "last_checkpoint")

@@ -36,8 +36,8 @@ import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote, read_head
 from collectors.common import NULL_TOKENS, local_zone
-from gpuledger.errors import FormatError
-from gpuledger.reference import model_sql_case
+from gpuledger.ledger.errors import FormatError
+from gpuledger.ledger.reference import model_sql_case
 
 SMI_TS = re.compile(r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?$")
 SMI_TS_FORMAT = "%Y/%m/%d %H:%M:%S.%g"

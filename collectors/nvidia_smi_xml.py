@@ -26,8 +26,8 @@ import duckdb
 
 from collectors.base import IngestOptions, Sniff
 from collectors.common import NULL_TOKENS, local_zone
-from gpuledger.errors import FormatError
-from gpuledger.reference import normalize_model
+from gpuledger.ledger.errors import FormatError
+from gpuledger.ledger.reference import normalize_model
 
 # NVML clocks-event reason bits (nvml.h nvmlClocksEventReason*), keyed by the XML element's suffix.
 REASON_BITS = {

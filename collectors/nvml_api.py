@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from gpuledger.errors import CollectorError
+from gpuledger.ledger.errors import CollectorError
 
 T = TypeVar("T")
 

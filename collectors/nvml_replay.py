@@ -25,7 +25,7 @@ import duckdb
 
 from collectors.common import nullif_tokens, ts_utc
 from collectors.nvml_api import DeviceInfo, DeviceLost, DeviceReading, NvmlUnavailable, ProcessReading
-from gpuledger.errors import FormatError
+from gpuledger.ledger.errors import FormatError
 
 MIB = 1024 * 1024
 # nvidia-smi query field (and the spellings wrapper scripts use) → replay column

@@ -8,7 +8,7 @@ process its pid, used memory and the job it belongs to (collectors/proc_jobs.py)
 Rows wait in bounded in-memory column buffers and are written every ``--flush`` seconds in ONE transaction
 through :func:`collectors.base.land` (samples, gpus, processes, allocations, gpu_events), with provenance
 ``nvml://<host>`` and a unique hash per flush, and the collector's cursor in ``collector_state``. Each flush
-opens the ledger, writes and closes it (gpuledger.db.writer), so the dashboard keeps reading in between.
+opens the ledger, writes and closes it (gpuledger.ledger.db.writer), so the dashboard keeps reading in between.
 SIGTERM/SIGINT stop the loop, flush what is buffered and exit 0; a ``kill -9`` loses at most the rows of
 the flush interval in progress (committed flushes are durable). Units are converted once, in the flush SQL:
 bytes → MiB, mW → W, mJ → J.
@@ -20,13 +20,10 @@ its first to its last sighting (+ one interval), merged with the allocation rows
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import hashlib
 import json
-import signal
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -47,11 +44,11 @@ from collectors.base import (
     run_in_transaction,
     split_sample_notes,
 )
-from collectors.nvml_api import DeviceInfo, DeviceLost, NvmlApi, PynvmlApi
+from collectors.nvml_api import DeviceInfo, DeviceLost, NvmlApi
 from collectors.proc_jobs import ProcJobs, jobs_from_mapping_dir
-from gpuledger.db import writer
-from gpuledger.errors import LedgerError
-from gpuledger.reference import normalize_model
+from gpuledger.ledger.db import writer
+from gpuledger.ledger.errors import LedgerError
+from gpuledger.ledger.reference import normalize_model
 
 MIB = 1024 * 1024
 FORMAT = "nvml"
@@ -472,89 +469,3 @@ class NvmlSampler:
             """
         )
         con.execute("DROP TABLE temp.nvml_alloc")
-
-
-# ---- the CLI ----------------------------------------------------------------------------------------------
-def add_collect_parser(sub: argparse._SubParsersAction) -> None:
-    from gpuledger.commands._common import add_db_options
-
-    p = sub.add_parser(
-        "nvml",
-        help="sample this machine's GPUs and GPU processes through NVML",
-        description="Sample every GPU (utilization, memory, power, energy, temperature, SM clock, throttle "
-        "reasons, ECC/XID, GPM SM/tensor activity on Hopper+) and every GPU process with its job, writing "
-        "one transaction per --flush. SIGTERM/SIGINT flush and exit 0.",
-    )
-    p.add_argument("--interval", type=float, default=10.0, help="seconds between samples (default 10)")
-    p.add_argument("--duration", type=float, help="stop after this many seconds (default: run until stopped)")
-    p.add_argument(
-        "--flush", type=float, default=60.0, help="seconds between writes to the ledger (default 60)"
-    )
-    p.add_argument(
-        "--cluster", help="cluster name: prefixes Slurm job ids (cluster/123) like the sacct collector"
-    )
-    p.add_argument("--host", help="host name recorded for the GPUs (default: this machine's short name)")
-    p.add_argument(
-        "--job-map-dir",
-        help="dcgm-exporter HPC job-mapping directory (files named by GPU index with job ids)",
-    )
-    p.add_argument("--proc-root", default="/proc", help=argparse.SUPPRESS)
-    p.add_argument(
-        "--replay",
-        metavar="CSV",
-        help="replay a recorded `nvidia-smi --query-gpu=... --format=csv` log instead of the driver (demos, tests)",
-    )
-    p.add_argument("--replay-columns", help=argparse.SUPPRESS)
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--json", action="store_true", help="print the run summary as JSON")
-    add_db_options(p)
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    from gpuledger.commands._common import print_json
-    from gpuledger.settings import load_settings
-
-    if args.interval <= 0 or args.flush <= 0:
-        raise LedgerError("--interval and --flush must be positive numbers of seconds")
-    settings = load_settings(args.settings)
-    api: NvmlApi
-    if args.replay:
-        from collectors.nvml_replay import ReplayNvml
-
-        columns = tuple(c.strip() for c in args.replay_columns.split(",")) if args.replay_columns else None
-        api = ReplayNvml(args.replay, columns=columns, loop=True)
-    else:
-        api = PynvmlApi()
-    stop = threading.Event()
-
-    def on_signal(_signum: int, _frame: object) -> None:
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        sampler = NvmlSampler(
-            api,
-            db=args.db,
-            interval_s=args.interval,
-            flush_s=args.flush,
-            host=args.host,
-            cluster=args.cluster,
-            proc_root=args.proc_root,
-            job_map_dir=args.job_map_dir,
-            opts=IngestOptions.from_settings(settings, cluster=args.cluster),
-            stop=stop,
-            log=(lambda _m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True)),
-        )
-        summary = sampler.run(duration_s=args.duration)
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-    if args.json:
-        print_json(summary.as_dict())
-    elif not args.quiet:
-        print(
-            f"nvml: {summary.ticks} rounds, {summary.samples} samples, {summary.processes} process rows, "
-            f"{summary.events} events in {summary.flushes} flush(es)"
-        )
-    return 0

@@ -19,7 +19,7 @@ import duckdb
 from collectors.base import IngestOptions, Sniff, quote
 from collectors.common import json_object_limit
 from collectors.dcgm import stage_long
-from gpuledger.errors import FormatError
+from gpuledger.ledger.errors import FormatError
 
 
 class PrometheusJson:

@@ -57,10 +57,9 @@ from collectors.base import (
     split_sample_notes,
 )
 from collectors.dcgm import stage_long
-from gpuledger.commands._common import add_db_options, print_json
-from gpuledger.db import writer
-from gpuledger.errors import CollectorError
-from gpuledger.settings import Settings, load_settings
+from gpuledger.ledger.db import writer
+from gpuledger.ledger.errors import CollectorError
+from gpuledger.ledger.settings import Settings
 
 FORMAT = "prometheus"
 MAX_STEPS_PER_REQUEST = 10_000  # Prometheus caps query_range at 11,000 points per series
@@ -338,7 +337,7 @@ def stage_responses(
     names = ", ".join(quote(str(f)) for f in files)
     prefix = quote(job_prefix(opts))
     # read_json buffers up to maximum_object_size per file: size it to the largest response, not 2 GB, so a
-    # writer under its memory limit (gpuledger.db.WRITER_MEMORY_LIMIT) can read it
+    # writer under its memory limit (gpuledger.ledger.db.WRITER_MEMORY_LIMIT) can read it
     largest = max((f.stat().st_size for f in files), default=0) + 1024
     con.execute(
         f"""
@@ -591,67 +590,3 @@ def describe_chunk(chunk: ChunkReport) -> str:
         f"{chunk.start:%Y-%m-%d %H:%M} → {chunk.end:%Y-%m-%d %H:%M} UTC: {what} "
         f"({chunk.requests} requests, {chunk.points:,} points, {chunk.bytes / 1e6:.1f} MB, {chunk.seconds:.1f} s)"
     )
-
-
-# ----------------------------------------------------------------------------------------------- CLI
-
-
-def add_collect_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "prometheus",
-        help="pull DCGM GPU telemetry from Prometheus/Thanos/Mimir as per-step rollups",
-        description="Pull dcgm-exporter metrics through the Prometheus HTTP API with the aggregation done "
-        "by the server (one value per GPU per step). Incremental: without --since it resumes where the "
-        "last run stopped (first run: the last 24 h).",
-    )
-    p.add_argument("--url", required=True, help="Prometheus base URL, e.g. http://prometheus:9090")
-    p.add_argument("--since", type=parse_time, help="start (ISO time in UTC, epoch s, or an age like 7d)")
-    p.add_argument("--until", type=parse_time, help="end (default: now minus one step)")
-    p.add_argument("--step", type=parse_duration, default=60, help="rollup step (default 60s)")
-    p.add_argument("--match", default="", help="extra label matchers, e.g. 'cluster=\"a\"'")
-    p.add_argument("--chunk", type=parse_duration, default=86_400, help="time per transaction (default 1d)")
-    p.add_argument("--hosts-per-query", type=int, default=64, help="bound series per request (default 64)")
-    p.add_argument("--retries", type=int, default=5, help="retries per request, exponential backoff")
-    p.add_argument("--header", action="append", default=[], help="HTTP header 'Name: value' (repeatable)")
-    p.add_argument(
-        "--job-prefix", help="prefix for job ids from hpc_job/pod labels (default: CLUSTER/ with --cluster)"
-    )
-    p.add_argument("--cluster", help="cluster of these GPUs; job ids become CLUSTER/<hpc_job> like sacct's")
-    p.add_argument("--json", action="store_true", help="print a JSON report")
-    add_db_options(p)
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-
-    headers = []
-    for h in args.header:
-        name, sep, value = h.partition(":")
-        if not sep or not name.strip():
-            raise CollectorError(f"--header {h!r}: expected 'Name: value'")
-        headers.append((name.strip(), value.strip()))
-    opts = PullOptions(
-        url=args.url,
-        step_s=args.step,
-        since=args.since,
-        until=args.until,
-        match=args.match,
-        chunk_s=args.chunk,
-        hosts_per_query=max(1, args.hosts_per_query),
-        retries=max(0, args.retries),
-        headers=tuple(headers),
-        job_prefix=args.job_prefix,
-        cluster=args.cluster,
-    )
-    settings = load_settings(args.settings)
-    report = pull(args.db, opts, settings=settings, progress=not args.json)
-    if args.json:
-        print_json(report.as_dict())
-    elif not report.chunks:
-        print(f"{report.collector}: up to date (cursor {report.cursor})")
-    else:
-        total = sum(c.rows.get("samples", 0) for c in report.chunks)
-        print(
-            f"{report.collector}: {total:,} samples in {len(report.chunks)} chunk(s); cursor {report.cursor}"
-        )
-    return 0

@@ -39,8 +39,8 @@ import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote, read_head
 from collectors.common import Check, first_violation, json_object_limit, local_zone, session_zone, ts_utc
-from gpuledger.errors import FormatError
-from gpuledger.reference import model_sql_case
+from gpuledger.ledger.errors import FormatError
+from gpuledger.ledger.reference import model_sql_case
 
 # Field names sacct --helpformat lists (lower case); used to recognise a header line.
 _FIELD_NAMES = """account admincomment alloccpus allocgres allocnodes alloctres associd avecpu avecpufreq avediskread

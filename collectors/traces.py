@@ -32,8 +32,8 @@ import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
 from collectors.common import Check, first_violation
-from gpuledger.errors import FormatError
-from gpuledger.reference import model_sql_case
+from gpuledger.ledger.errors import FormatError
+from gpuledger.ledger.reference import model_sql_case
 
 PAI2020_EPOCH = dt.datetime(2020, 7, 1)  # the trace covers Jul–Aug 2020; its own origin is not published
 OPENB2023_EPOCH = dt.datetime(2023, 1, 1)  # the trace does not publish its start date

@@ -25,7 +25,7 @@ import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
 from collectors.common import Check, first_violation, json_object_limit
-from gpuledger.errors import FormatError
+from gpuledger.ledger.errors import FormatError
 
 
 def run_name(path: Path, canonical: str) -> str:

@@ -23,8 +23,8 @@ import duckdb
 from collectors.base import IngestOptions, Sniff, quote
 from collectors.common import Check, first_violation
 from collectors.training_logs import _duckdb_failure
-from gpuledger.errors import FormatError
-from gpuledger.reference import normalize_model
+from gpuledger.ledger.errors import FormatError
+from gpuledger.ledger.reference import normalize_model
 
 METRICS = {
     "gpu": "util_pct",

@@ -1,5 +1,5 @@
 import sys
 
-from gpuledger.cli import main
+from gpuledger.cli.main import main
 
 sys.exit(main())

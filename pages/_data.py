@@ -1,9 +1,9 @@
 """All of the dashboard's data access and Streamlit caching, in one place.
 
 Why one module: the cache keys are the whole concurrency story (docs/concurrency.md). Every cached function
-takes ``(db, version, ...)`` where ``version`` is :func:`gpuledger.db.data_version` — the ledger file's
+takes ``(db, version, ...)`` where ``version`` is :func:`gpuledger.ledger.db.data_version` — the ledger file's
 (mtime, size), which changes with every commit — so the first page load after an ingest recomputes and no
-page shows stale data forever. Each call opens :func:`gpuledger.db.reader` for one batch of queries and
+page shows stale data forever. Each call opens :func:`gpuledger.ledger.db.reader` for one batch of queries and
 closes it, so a writer (``gpuledger ingest``, a collector) only ever waits for one batch.
 
 Functions here never compute a figure: they call the same analytics functions the CLI's ``--json`` prints
@@ -23,9 +23,9 @@ import polars as pl
 import streamlit as st
 
 from analytics.filters import Filters
-from gpuledger.db import data_version, reader, resolve_db
-from gpuledger.errors import LedgerError
-from gpuledger.settings import Settings, load_settings
+from gpuledger.ledger.db import data_version, reader, resolve_db
+from gpuledger.ledger.errors import LedgerError
+from gpuledger.ledger.settings import Settings, load_settings
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def _sync(db_path: str, s: Settings) -> None:
 @st.cache_resource(show_spinner=False)
 def _sync_reference(db_path: str, fingerprint: str, _settings: Settings) -> bool:
     """Mirror the price sheet and catalog of these settings into the ledger, once per settings version."""
-    from gpuledger.reference import sync_reference
+    from gpuledger.ledger.reference import sync_reference
 
     return sync_reference(db_path, _settings)
 
@@ -229,7 +229,7 @@ def _safe_name(name: str) -> str:
 
 def _error_sentence(exc: LedgerError, tmp_path: str, name: str) -> str:
     """The CLI's ``FILE:LINE: reason`` with the uploaded file's own name instead of the temp copy's path."""
-    from gpuledger.errors import FormatError
+    from gpuledger.ledger.errors import FormatError
 
     if isinstance(exc, FormatError):
         return f"{name}:{exc.line}: {exc.reason}" if exc.line is not None else f"{name}: {exc.reason}"
@@ -252,8 +252,8 @@ def _analyse_upload(
     import tempfile
 
     from collectors.base import IngestOptions, ingest_file
-    from gpuledger.db import memory_ledger
-    from gpuledger.reference import load_reference
+    from gpuledger.ledger.db import memory_ledger
+    from gpuledger.ledger.reference import load_reference
 
     opts = IngestOptions.from_settings(_settings, cluster=cluster, tz=tz)
     with tempfile.TemporaryDirectory(prefix="gpuledger-upload-") as tmp:
@@ -493,7 +493,7 @@ def _training(
 
 
 def report(filters: Filters) -> dict[str, str]:
-    """The weekly report (gpuledger/report.py) for the view: {"html": ..., "md": ...}, from one analysis."""
+    """The weekly report (gpuledger/reports/weekly.py) for the view: {"html": ..., "md": ...}, from one analysis."""
     path, ver, fp, s = _ctx()
     return _report(path, ver, fp, filters, s)
 
@@ -502,7 +502,7 @@ def report(filters: Filters) -> dict[str, str]:
 def _report(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> dict[str, str]:
-    from gpuledger.report import collect, render_html, render_markdown
+    from gpuledger.reports.weekly import collect, render_html, render_markdown
 
     try:
         with reader(db_path) as con:

@@ -1,4 +1,4 @@
-"""Reports: the weekly cost report (gpuledger/report.py), as a file to download and mail on."""
+"""Reports: the weekly cost report (gpuledger/reports/weekly.py), as a file to download and mail on."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import datetime as dt
 import streamlit as st
 
 from analytics.filters import Filters
-from gpuledger.report import last_full_week, week_range
+from gpuledger.reports.weekly import last_full_week, week_range
 from pages import _data
 from pages._ui import not_ready
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpuledger.db import memory_ledger
+from gpuledger.ledger.db import memory_ledger
 
 ROOT = Path(__file__).resolve().parent.parent
 DATASETS = Path(os.environ.get("GPULEDGER_DATASETS", ROOT.parent / "shared" / "datasets"))

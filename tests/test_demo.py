@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import duckdb
 import pytest
 
-from gpuledger.cli import main
-from gpuledger.db import memory_ledger, reader
-from gpuledger.demo import DEFAULT_END, build_demo, ensure_demo
-from gpuledger.errors import LedgerError
+from gpuledger.cli.main import main
+from gpuledger.demo.build import DEFAULT_END, build_demo, ensure_demo
+from gpuledger.ledger.db import memory_ledger, reader
+from gpuledger.ledger.errors import LedgerError
 from tests.conftest import write
 
 DAYS = 2

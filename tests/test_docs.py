@@ -7,8 +7,8 @@ import re
 import pytest
 
 from collectors.registry import PARSERS
-from gpuledger.cli import build_parser
-from gpuledger.db import memory_ledger
+from gpuledger.cli.main import build_parser
+from gpuledger.ledger.db import memory_ledger
 from tests.conftest import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -40,10 +40,10 @@ def test_ci_runs_exactly_the_readme_test_command():
 
 
 def test_schema_doc_is_generated_from_the_current_schema():
-    from gpuledger.schema_doc import markdown
+    from gpuledger.ledger.schema_doc import markdown
 
     assert markdown() == SCHEMA_DOC, (
-        "docs/schema.md is stale: python -m gpuledger.schema_doc > docs/schema.md"
+        "docs/schema.md is stale: python -m gpuledger.ledger.schema_doc > docs/schema.md"
     )
 
 
@@ -58,7 +58,9 @@ def test_every_schema_column_has_a_meaning():
         for table, column in columns
         if not re.search(rf"^\| `{column}` \| [^|]+ \| \S", _section(table), flags=re.M)
     ]
-    assert not undocumented, f"columns without a meaning in gpuledger/schema.py comments: {undocumented}"
+    assert not undocumented, (
+        f"columns without a meaning in gpuledger/ledger/schema.py comments: {undocumented}"
+    )
 
 
 def _section(table: str) -> str:

@@ -7,8 +7,8 @@ import json
 import duckdb
 
 from collectors.base import IngestOptions, land, next_ingest_id, record_ingest, run_in_transaction
-from gpuledger.cli import main
-from gpuledger.db import writer
+from gpuledger.cli.main import main
+from gpuledger.ledger.db import writer
 
 
 def _seed(db_path: str) -> None:

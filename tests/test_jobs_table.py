@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from collectors.base import IngestOptions, ingest_file
-from gpuledger.errors import FormatError
+from gpuledger.ledger.errors import FormatError
 from tests.conftest import write
 
 HEADER = "job_id,user,team,cluster,gpu_model,gpu_count,start,end,state"

@@ -78,3 +78,99 @@ def test_walker_ignores_lookalikes(tmp_path: Path) -> None:
     path = tmp_path / "m.py"
     path.write_text("import streamlit_like\nfrom .streamlit import x\ntext = 'import streamlit'\n")
     assert _streamlit_imports(path) == []
+
+
+# ---- import direction -------------------------------------------------------------------------------------
+# Each layer may import itself and the layers listed for it, nothing else: cli → reports / demo / analytics /
+# collectors → ledger. The dashboard (app.py, pages/) sits beside the CLI and may not import it.
+MAY_IMPORT: dict[str, set[str]] = {
+    "gpuledger.ledger": set(),
+    "collectors": {"gpuledger.ledger"},
+    "analytics": {"gpuledger.ledger"},
+    "gpuledger.reports": {"analytics", "gpuledger.ledger"},
+    "gpuledger.demo": {"collectors", "gpuledger.ledger"},
+    "gpuledger.cli": {
+        "gpuledger",
+        "gpuledger.reports",
+        "gpuledger.demo",
+        "analytics",
+        "collectors",
+        "gpuledger.ledger",
+    },
+    "pages": {"gpuledger", "gpuledger.reports", "analytics", "collectors", "gpuledger.ledger"},
+    "app": {"gpuledger", "pages", "gpuledger.ledger"},
+}
+PROJECT_ROOTS = ("gpuledger", "analytics", "collectors", "pages", "app")
+
+
+def layer_of(module: str) -> str | None:
+    """``gpuledger.ledger.db`` → ``gpuledger.ledger``; ``analytics.cost`` → ``analytics``; others → None."""
+    parts = module.split(".")
+    if parts[0] not in PROJECT_ROOTS:
+        return None
+    if parts[0] == "gpuledger" and len(parts) > 1 and parts[1] in ("ledger", "reports", "demo", "cli"):
+        return ".".join(parts[:2])
+    return parts[0]
+
+
+def backward_imports(path: Path, own: str) -> list[str]:
+    """``module:line`` for each import in ``path`` that its layer ``own`` may not make."""
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            target = layer_of(name)
+            if target is not None and target != own and target not in MAY_IMPORT[own]:
+                bad.append(f"{name}:{node.lineno}")
+    return bad
+
+
+def _layered_modules() -> list[tuple[Path, str]]:
+    files = [ROOT / "app.py"]
+    for pkg in ("gpuledger", "analytics", "collectors", "pages"):
+        files += (ROOT / pkg).rglob("*.py")
+    out = []
+    for p in sorted(files):
+        rel = p.relative_to(ROOT).with_suffix("")
+        own = layer_of(".".join(rel.parts))
+        if own in MAY_IMPORT:
+            out.append((p, own))
+    return out
+
+
+def test_imports_run_one_way() -> None:
+    offenders = [
+        f"{p.relative_to(ROOT)} imports {bad}"
+        for p, own in _layered_modules()
+        for bad in backward_imports(p, own)
+    ]
+    assert offenders == [], "imports against the layer direction (README, Architecture): " + "; ".join(
+        offenders
+    )
+
+
+@pytest.mark.parametrize(
+    ("own", "source"),
+    [
+        ("gpuledger.ledger", "from analytics.cost import x\n"),
+        ("collectors", "def f():\n    from gpuledger.cli.commands._common import print_json\n"),
+        ("analytics", "import collectors.base\n"),
+        ("gpuledger.reports", "from gpuledger.cli.main import main\n"),
+        ("pages", "from gpuledger.cli.commands.summary import filters_from\n"),
+    ],
+)
+def test_a_backward_import_is_caught(tmp_path: Path, own: str, source: str) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(source, encoding="utf-8")
+    assert backward_imports(path, own) != []
+
+
+def test_forward_imports_pass(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text("from gpuledger.ledger.db import reader\nimport analytics.cost\nimport os\n")
+    assert backward_imports(path, "gpuledger.reports") == []

@@ -13,7 +13,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from collectors.base import ingest_file
-from gpuledger.db import ROOT, writer
+from gpuledger.ledger.db import ROOT, writer
 
 JOBS = ROOT / "tests" / "fixtures" / "dashboard" / "jobs.csv"
 PAGES = {

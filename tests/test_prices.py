@@ -6,8 +6,8 @@ import datetime as dt
 
 from analytics.cost import job_costs
 from collectors.base import IngestOptions, land, next_ingest_id, record_ingest, run_in_transaction
-from gpuledger.reference import load_reference
-from gpuledger.settings import PriceRow, Settings
+from gpuledger.ledger.reference import load_reference
+from gpuledger.ledger.settings import PriceRow, Settings
 
 JOBS = """CREATE TEMP TABLE stage_jobs AS SELECT * FROM (VALUES
     ('onprem-job', 'borealis', 'A100-80GB', 2.0, 'on_prem', TIMESTAMP '2026-01-10 00:00', TIMESTAMP '2026-01-10 10:00'),

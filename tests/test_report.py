@@ -13,10 +13,10 @@ import pytest
 
 from analytics.filters import Filters
 from collectors.base import ingest_file
-from gpuledger.db import ROOT, writer
-from gpuledger.errors import LedgerError
-from gpuledger.report import build_report, last_full_week, week_range
-from gpuledger.settings import Settings
+from gpuledger.ledger.db import ROOT, writer
+from gpuledger.ledger.errors import LedgerError
+from gpuledger.ledger.settings import Settings
+from gpuledger.reports.weekly import build_report, last_full_week, week_range
 
 JOBS = ROOT / "tests" / "fixtures" / "dashboard" / "jobs.csv"
 

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from gpuledger.errors import SettingsError
-from gpuledger.reference import effective_prices, normalize_model, sync_reference
-from gpuledger.settings import Settings, load_settings
+from gpuledger.ledger.errors import SettingsError
+from gpuledger.ledger.reference import effective_prices, normalize_model, sync_reference
+from gpuledger.ledger.settings import Settings, load_settings
 from tests.conftest import ROOT, write
 
 

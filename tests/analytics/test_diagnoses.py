@@ -10,7 +10,7 @@ import pytest
 
 from analytics.diagnoses import diagnoses, scaling_table
 from analytics.filters import Filters
-from gpuledger.db import memory_ledger
+from gpuledger.ledger.db import memory_ledger
 from tests.analytics.build import ingest, job
 from tests.analytics.recommend_ledgers import DAY, diagnosis_ledger
 from tests.conftest import dataset

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from analytics.energy import job_energy
-from gpuledger.settings import Settings
+from gpuledger.ledger.settings import Settings
 from tests.analytics.build import alloc, gpu, ingest, job, series
 
 

@@ -1,4 +1,4 @@
-"""The fast path (rollups maintained at ingest, gpuledger/rollup.py) gives exactly the raw-sample figures.
+"""The fast path (rollups maintained at ingest, gpuledger/ledger/rollup.py) gives exactly the raw-sample figures.
 
 Each ledger is built through the real write path; every figure is computed twice, ``source="raw"`` (window
 functions over samples) and ``source="auto"`` (the rollups), and must agree to 1e-6. The idle seconds are
@@ -24,10 +24,10 @@ from analytics.summary import summary
 from analytics.utilization import fast_path, job_totals, utilization_by
 from analytics.waste import waste_by, waste_totals
 from collectors.base import delete_ingests
-from gpuledger import rollup
-from gpuledger.db import memory_ledger
-from gpuledger.rollup import ensure_rollup, stored_thresholds, thresholds
-from gpuledger.settings import Settings
+from gpuledger.ledger import rollup
+from gpuledger.ledger.db import memory_ledger
+from gpuledger.ledger.rollup import ensure_rollup, stored_thresholds, thresholds
+from gpuledger.ledger.settings import Settings
 from tests.analytics.build import T0, alloc, gpu, ingest, job, series, set_test_prices
 
 DAY1 = Filters(since=T0.date() + dt.timedelta(days=1), until=T0.date() + dt.timedelta(days=1))
@@ -190,7 +190,7 @@ def test_midnight_running_jobs_and_telemetry_only_gpus(con: duckdb.DuckDBPyConne
 
 
 def test_two_day_demo() -> None:
-    from gpuledger.demo import build_demo
+    from gpuledger.demo.build import build_demo
 
     con = memory_ledger()
     try:

@@ -18,7 +18,7 @@ import pytest
 from analytics.filters import Filters, horizon
 from analytics.recommend import KINDS, RECOMMENDATION_COLUMNS, as_json, recommendations, view_window
 from analytics.savings import savings_total
-from gpuledger.db import memory_ledger
+from gpuledger.ledger.db import memory_ledger
 from tests.analytics.build import H100, alloc, ingest, job, series
 from tests.analytics.recommend_ledgers import A100, DAY, EARLIER, recommend_ledger, run, set_prices
 
@@ -312,7 +312,7 @@ def test_view_window_is_floored_at_one_day_and_scales_longer_views():
 
 
 def test_cli_recommend_json_and_text(tmp_path):
-    from gpuledger.db import writer
+    from gpuledger.ledger.db import writer
 
     db = tmp_path / "ledger.duckdb"
     env_settings = tmp_path / "settings.toml"
@@ -389,7 +389,7 @@ def test_cli_recommend_json_and_text(tmp_path):
 
 def test_demo_fleet_every_planted_kind_is_found():
     demo = pytest.importorskip(
-        "gpuledger.demo", reason="gpuledger.demo (the demo fleet) is not in this checkout"
+        "gpuledger.demo.build", reason="gpuledger.demo.build (the demo fleet) is not in this checkout"
     )
     con = memory_ledger()
     demo.build_demo(con, days=2)

@@ -41,9 +41,11 @@ def test_parts_reconcile_on_the_alibaba_openb_trace(ledger):
     assert s["waste"]["productive_usd"] == 0.0
 
 
-@pytest.mark.skipif(importlib.util.find_spec("gpuledger.demo") is None, reason="gpuledger.demo not present")
+@pytest.mark.skipif(
+    importlib.util.find_spec("gpuledger.demo.build") is None, reason="gpuledger.demo.build not present"
+)
 def test_parts_reconcile_on_the_demo_fleet(ledger):
-    from gpuledger.demo import MIN_DAYS, build_demo
+    from gpuledger.demo.build import MIN_DAYS, build_demo
 
     build_demo(ledger, days=MIN_DAYS)
     s, _ = _check(ledger)

@@ -1,6 +1,6 @@
 """The rollup links samples within a job even when two jobs' samples interleave on one GPU.
 
-gpuledger/rollup.py sorts the samples once by (gpu_id, ts) and finds each sample's previous sample *of the
+gpuledger/ledger/rollup.py sorts the samples once by (gpu_id, ts) and finds each sample's previous sample *of the
 same job* from that order, with a fix-up where the GPU's previous sample belongs to another job. Here two
 jobs share a GPU (a source that tags samples with their job, like dcgm's ``hpc_job``) and their samples
 alternate every 10 s, so every previous same-job sample sits behind one of the other job: the fix-up is
@@ -14,7 +14,7 @@ import datetime as dt
 import duckdb
 import pytest
 
-from gpuledger.db import memory_ledger
+from gpuledger.ledger.db import memory_ledger
 from tests.analytics.build import T0, alloc, gpu, ingest, job, set_test_prices
 from tests.analytics.test_fast_path import assert_fast_equals_raw, idle_hours
 

@@ -12,7 +12,7 @@ import pytest
 from analytics.filters import Filters
 from analytics.summary import SUMMARY_KEYS, summary
 from analytics.waste import PARTS
-from gpuledger.db import writer
+from gpuledger.ledger.db import writer
 from tests.analytics.build import alloc, gpu, ingest, job, series, set_test_prices
 
 WASTE_KEYS = {

@@ -6,8 +6,8 @@ import pytest
 
 from analytics.filters import Filters
 from analytics.waste import PARTS, job_waste, unallocated, waste_by, waste_totals
-from gpuledger.reference import load_reference
-from gpuledger.settings import Capacity, ClusterSettings, Settings
+from gpuledger.ledger.reference import load_reference
+from gpuledger.ledger.settings import Capacity, ClusterSettings, Settings
 from tests.analytics.build import alloc, at, gpu, ingest, job, series, set_test_prices
 
 RATE = 4.0  # $/GPU-hour for H100 on_demand in the test price sheet

@@ -15,8 +15,8 @@ from polars.testing import assert_frame_equal
 
 from analytics.filters import Filters
 from analytics.waste import PARTS, view_weeks, waste_by, waste_by_week
-from gpuledger.reference import load_reference
-from gpuledger.settings import Capacity, ClusterSettings, Settings
+from gpuledger.ledger.reference import load_reference
+from gpuledger.ledger.settings import Capacity, ClusterSettings, Settings
 from tests.analytics.build import H100, alloc, gpu, ingest, job, series, set_test_prices
 
 SUN_20H = (6 * 24 + 20) * 60  # minutes from T0 (Monday 2025-03-03 00:00) to Sunday 9 March 20:00

@@ -1,7 +1,7 @@
 """A real ``streamlit run app.py`` on a free port over a temp ledger, driven by headless Debian Chromium.
 
 One server and one browser per session keep the suite quick. The ledger holds a small demo fleet (when
-gpuledger.demo is present) plus tests/fixtures/dashboard/jobs.csv, a hand-written jobs table whose numbers
+gpuledger.demo.build is present) plus tests/fixtures/dashboard/jobs.csv, a hand-written jobs table whose numbers
 the tests know. Screenshots of every page land in test-artifacts/ (gitignored) for a human to look at.
 """
 
@@ -79,11 +79,11 @@ def _free_port() -> int:
 
 def _build_ledger(db: str) -> None:
     from collectors.base import ingest_file
-    from gpuledger.db import writer
+    from gpuledger.ledger.db import writer
 
     with writer(db) as con:
         try:
-            from gpuledger.demo import build_demo
+            from gpuledger.demo.build import build_demo
         except ImportError:
             build_demo = None
         if build_demo is not None:
@@ -112,7 +112,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     if not CHROMIUM.exists():
         pytest.skip("Debian chromium is not installed (/usr/bin/chromium); `make system-deps` installs it")
-    from gpuledger.commands.dashboard import streamlit_argv
+    from gpuledger.cli.commands.dashboard import streamlit_argv
 
     tmp = tmp_path_factory.mktemp("dashboard")
     db = str(tmp / "ledger.duckdb")

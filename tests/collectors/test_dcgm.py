@@ -8,7 +8,7 @@ import os
 import pytest
 
 from collectors.base import ingest_file
-from gpuledger.errors import FormatError
+from gpuledger.ledger.errors import FormatError
 from tests.conftest import dataset, write
 
 L0 = 'gpu="0",UUID="GPU-aaa",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="node1"'

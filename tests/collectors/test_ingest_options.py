@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import PROGRESS_MIN_BYTES, IngestOptions, ingest_file, wants_progress
-from gpuledger.db import writer
+from gpuledger.ledger.db import writer
 from tests.conftest import write
 
 # two machines' logs: no uuid and no hostname column, so both name their GPUs by index only
@@ -139,7 +139,7 @@ def test_writers_have_a_bounded_buffer_pool(db_path, monkeypatch):
 
 def test_options_from_settings_carry_every_threshold_and_tier():
     from collectors.base import IngestOptions
-    from gpuledger.settings import ClusterSettings, Settings
+    from gpuledger.ledger.settings import ClusterSettings, Settings
 
     s = Settings(
         idle_util_pct=2.0,

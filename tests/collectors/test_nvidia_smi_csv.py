@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from collectors.base import IngestOptions, ingest_file
-from gpuledger.errors import FormatError
+from gpuledger.ledger.errors import FormatError
 from tests.conftest import dataset, write
 
 UNITS = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from collectors.base import IngestOptions, ingest_file
-from gpuledger.errors import FormatError
+from gpuledger.ledger.errors import FormatError
 from tests.conftest import dataset, write
 
 UTC = IngestOptions(tz="UTC")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from collectors.base import ingest_file
-from gpuledger.errors import FormatError
+from gpuledger.ledger.errors import FormatError
 from tests.conftest import write
 
 T0 = 1740823200  # 2025-03-01 10:00:00 UTC

@@ -11,7 +11,7 @@ import pytest
 from collectors.base import IngestOptions, ingest_file
 from collectors.registry import PARSERS
 from collectors.sacct import expand_nodelist
-from gpuledger.errors import FormatError
+from gpuledger.ledger.errors import FormatError
 from tests.conftest import ROOT, dataset, write
 
 UTC = IngestOptions(tz="UTC")

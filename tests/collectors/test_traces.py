@@ -11,7 +11,7 @@ import pytest
 
 from collectors.base import IngestOptions, ingest_file
 from collectors.traces import OPENB2023_EPOCH, PAI2020_EPOCH
-from gpuledger.errors import FormatError
+from gpuledger.ledger.errors import FormatError
 from tests.conftest import dataset, write
 
 H = "0123456789abcdef01234567"  # a 24-hex id like the trace's hashes

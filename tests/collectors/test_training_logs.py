@@ -9,7 +9,7 @@ import re
 import pytest
 
 from collectors.base import IngestOptions, ingest_file
-from gpuledger.errors import FormatError
+from gpuledger.ledger.errors import FormatError
 from tests.conftest import dataset, write
 
 T = dt.datetime

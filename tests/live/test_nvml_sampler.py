@@ -23,7 +23,7 @@ from collectors.nvml_api import DeviceReading, ProcessReading
 from collectors.nvml_replay import ReplayNvml
 from collectors.nvml_sampler import NvmlSampler
 from collectors.proc_jobs import job_from_cgroup, job_from_environ
-from gpuledger.db import writer
+from gpuledger.ledger.db import writer
 from tests.conftest import ROOT, dataset, write
 
 EOBO = "nvidia-smi-csv/eobo0530_vlm_optimization_gpu_log.csv"  # 1 x RTX 4090 at 1 s, 2,619 rows

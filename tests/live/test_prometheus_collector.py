@@ -31,9 +31,9 @@ import pytest
 
 from collectors.base import ingest_file
 from collectors.prometheus_pull import PullOptions, pull
-from gpuledger.cli import main
-from gpuledger.db import writer
-from gpuledger.errors import CollectorError
+from gpuledger.cli.main import main
+from gpuledger.ledger.db import writer
+from gpuledger.ledger.errors import CollectorError
 from tests.conftest import ROOT, dataset
 
 pytestmark = pytest.mark.service

@@ -22,8 +22,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from collectors.slurm_poll import collector_key, parse_duration, poll
-from gpuledger.errors import CollectorError
+from collectors.slurm_poll import collector_key, poll
+from gpuledger.cli.live.slurm import parse_duration
+from gpuledger.ledger.errors import CollectorError
 from tests.conftest import ROOT
 
 SERVICES = ROOT / "tests" / "services"

@@ -12,10 +12,10 @@ import argparse
 import os
 import sys
 
-from gpuledger.commands._common import add_db_options
-from gpuledger.db import ROOT, resolve_db
-from gpuledger.reference import sync_reference
-from gpuledger.settings import load_settings
+from gpuledger.cli.commands._common import add_db_options
+from gpuledger.ledger.db import ROOT, resolve_db
+from gpuledger.ledger.reference import sync_reference
+from gpuledger.ledger.settings import load_settings
 
 APP = ROOT / "app.py"
 
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     sync_reference(db, settings)
     if not args.no_demo:
-        from gpuledger.demo import ensure_demo
+        from gpuledger.demo.build import ensure_demo
 
         if ensure_demo(db):
             print(f"{db}: the ledger was empty; filled it with the demo fleet (gpuledger demo)")

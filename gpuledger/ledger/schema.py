@@ -234,7 +234,7 @@ SCHEMA_V1: list[str] = [
         sm_active_s  DOUBLE,                   -- Σ sm_active_pct/100 × interval_s
         tensor_active_s DOUBLE,                -- Σ tensor_active_pct/100 × interval_s
         prof_cov_s   DOUBLE,                   -- Σ interval_s of samples with SM- or tensor-active
-        -- the fast path's columns (gpuledger/rollup.py; docs/metrics.md "Fast path"): enough to give every
+        -- the fast path's columns (gpuledger/ledger/rollup.py; docs/metrics.md "Fast path"): enough to give every
         -- raw-sample figure of analytics/ exactly. Thresholds they were built with: schema_meta
         -- 'rollup_thresholds'.
         first_ts     TIMESTAMP,                -- first sample in the minute
@@ -297,7 +297,16 @@ SCHEMA_V1: list[str] = [
     "CREATE INDEX IF NOT EXISTS allocations_job ON allocations(job_id)",
 ]
 
-MIGRATIONS: list[list[str]] = [SCHEMA_V1]
+# Version 2: what the real-cluster, hardening and reporting work adds. Each block is one concern; a
+# statement here must also work on a fresh database (it runs right after SCHEMA_V1 there). Column comments
+# follow the same "-- meaning" style so docs/schema.md picks them up.
+SCHEMA_V2: list[str] = [
+    # -- attribution (host-level and shared GPUs) --
+    # -- rejected rows (--skip-bad-rows) --
+    # -- notices (cooldown) --
+]
+
+MIGRATIONS: list[list[str]] = [SCHEMA_V1, SCHEMA_V2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 TABLES = (
@@ -348,7 +357,7 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
     """Bring the schema to SCHEMA_VERSION; the caller owns the transaction. Returns the old version."""
     old = current_version(con)
     if old > SCHEMA_VERSION:
-        from gpuledger.errors import LedgerError
+        from gpuledger.ledger.errors import LedgerError
 
         raise LedgerError(
             f"database schema version {old} is newer than this gpuledger ({SCHEMA_VERSION}): upgrade gpuledger"

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import duckdb
 
-from gpuledger.errors import DatabaseBusyError
-from gpuledger.schema import SCHEMA_VERSION, current_version, migrate
+from gpuledger.ledger.errors import DatabaseBusyError
+from gpuledger.ledger.schema import SCHEMA_VERSION, current_version, migrate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DB = ROOT / "data" / "gpuledger.duckdb"
 MEMORY = ":memory:"
 
@@ -68,7 +68,7 @@ def _connect(path: str, *, read_only: bool, timeout_s: float) -> duckdb.DuckDBPy
 # ``<ledger>.tmp`` beside the ledger (DuckDB removes it on close): measured peak RSS 0.7 / 1.1 / 1.3 GiB at
 # 1 / 3 / 10 M rows. 1 GB leaves room for the dashboard and the rest of a small machine. The price is
 # spilling: at 10 M rows the ingest took ~2x as long as unbounded, almost all in the rollup refresh
-# (gpuledger/rollup.py), whose windows over the whole ingest spill; 2 GB spilled nearly as much.
+# (gpuledger/ledger/rollup.py), whose windows over the whole ingest spill; 2 GB spilled nearly as much.
 # $GPULEDGER_MEMORY_LIMIT (a DuckDB size, "8GB") trades memory back for speed.
 WRITER_MEMORY_LIMIT = "1GB"
 
@@ -135,7 +135,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Migrate to the current schema and load the shipped catalog and price sheet, atomically."""
     if current_version(con) == SCHEMA_VERSION:
         return
-    from gpuledger.reference import load_reference
+    from gpuledger.ledger.reference import load_reference
 
     con.execute("BEGIN TRANSACTION")
     try:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import duckdb
 
-from gpuledger.errors import SettingsError
-from gpuledger.settings import PriceRow, Settings, parse_price_rows
+from gpuledger.ledger.errors import SettingsError
+from gpuledger.ledger.settings import PriceRow, Settings, parse_price_rows
 
-DATA = Path(__file__).resolve().parent.parent / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 CATALOG_FILE = DATA / "gpu_catalog.toml"
 PRICES_FILE = DATA / "prices.toml"
 
@@ -175,8 +175,8 @@ def reference_is_current(con: duckdb.DuckDBPyConnection, settings: Settings) -> 
 
 def sync_reference(path: str | None, settings: Settings) -> bool:
     """Make the ledger's catalog and prices reflect ``settings``; returns True when it had to write."""
-    from gpuledger.db import reader, writer
-    from gpuledger.rollup import ensure_rollup, rollup_matches, thresholds
+    from gpuledger.ledger.db import reader, writer
+    from gpuledger.ledger.rollup import ensure_rollup, rollup_matches, thresholds
 
     th = thresholds(settings.idle_util_pct, settings.idle_min_minutes, settings.target_util_pct)
     with reader(path) as con:

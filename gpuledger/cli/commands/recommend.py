@@ -6,10 +6,10 @@ import argparse
 
 from analytics.filters import Filters
 from analytics.recommend import as_json, recommendations, savings_total
-from gpuledger.commands._common import add_db_options, add_filter_options, print_json
-from gpuledger.db import reader
-from gpuledger.reference import sync_reference
-from gpuledger.settings import load_settings
+from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json
+from gpuledger.ledger.db import reader
+from gpuledger.ledger.reference import sync_reference
+from gpuledger.ledger.settings import load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:

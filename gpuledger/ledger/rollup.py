@@ -41,7 +41,7 @@ HOT_TEMP_C = 85.0
 
 META_KEY = "rollup_thresholds"
 # GPUs are re-rolled in batches of about this many samples: one batch's sorted samples and minute
-# aggregation fit the writer's 1 GB memory limit (gpuledger/db.py) without spilling to disk.
+# aggregation fit the writer's 1 GB memory limit (gpuledger/ledger/db.py) without spilling to disk.
 BATCH_SAMPLES = 1_500_000
 DEFAULT_THRESHOLDS = (5.0, 30.0, 60.0)
 Thresholds = tuple[float, float, float]  # idle_util_pct, idle_min_minutes, target_util_pct

@@ -1,4 +1,4 @@
-"""The ``gpuledger`` command line. Each subcommand lives in gpuledger/commands/<name>.py and exposes
+"""The ``gpuledger`` command line. Each subcommand lives in gpuledger/cli/commands/<name>.py and exposes
 ``register(subparsers)`` (adding its parser with ``set_defaults(func=run)``) and ``run(args) -> int``.
 
 Exit codes: 0 ok, 1 bad data or a failed source (one ``error: ...`` line on stderr), 2 usage.
@@ -12,7 +12,7 @@ import pkgutil
 import sys
 
 from gpuledger import __version__
-from gpuledger.errors import LedgerError
+from gpuledger.ledger.errors import LedgerError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,12 +22,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"gpuledger {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    import gpuledger.commands as commands
+    import gpuledger.cli.commands as commands
 
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
             continue
-        module = importlib.import_module(f"gpuledger.commands.{info.name}")
+        module = importlib.import_module(f"gpuledger.cli.commands.{info.name}")
         module.register(sub)
     return parser
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuledger.demo_fleet import (
+from gpuledger.demo.fleet import (
     DIURNAL,
     HOUR,
     NOTEBOOK,

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from gpuledger.demo_fleet import (
+from gpuledger.demo.fleet import (
     BURSTY,
     DIURNAL,
     IDLE,

@@ -1,18 +1,18 @@
-"""Write docs/schema.md from gpuledger/schema.py, so the column docs live next to the DDL and cannot drift.
+"""Write docs/schema.md from gpuledger/ledger/schema.py, so the column docs live next to the DDL and cannot drift.
 
-``python -m gpuledger.schema_doc > docs/schema.md``; tests/test_docs.py fails when the file is stale.
+``python -m gpuledger.ledger.schema_doc > docs/schema.md``; tests/test_docs.py fails when the file is stale.
 """
 
 from __future__ import annotations
 
 import re
 
-from gpuledger.schema import SCHEMA_V1, SCHEMA_VERSION
+from gpuledger.ledger.schema import MIGRATIONS, SCHEMA_VERSION
 
 INTRO = f"""# The ledger's schema (version {SCHEMA_VERSION})
 
-One DuckDB file holds everything; `gpuledger/schema.py` defines it (this page is generated from it:
-`python -m gpuledger.schema_doc > docs/schema.md`). Conventions:
+One DuckDB file holds everything; `gpuledger/ledger/schema.py` defines it (this page is generated from it:
+`python -m gpuledger.ledger.schema_doc > docs/schema.md`). Conventions:
 
 - every time is a naive `TIMESTAMP` meaning **UTC**; collectors convert on the way in;
 - names carry their unit: `_mib` (mebibytes), `_w` (watts), `_j` (joules), `_pct` (percent, 0–100),
@@ -22,7 +22,7 @@ One DuckDB file holds everything; `gpuledger/schema.py` defines it (this page is
   `host:index`; `job_id` is unique across sources (`<cluster>/<id>` where ids could collide);
 - `ingest_id` ties a row to the ingest (file, flush or demo build) that brought it: `--replace` and the
   demo's rebuild remove a source's rows by it; `schema_meta.schema_version` is the schema version, and
-  migrations in `gpuledger/schema.py` move an older file forward inside one transaction.
+  migrations in `gpuledger/ledger/schema.py` move an older file forward inside one transaction.
 """
 
 _TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*)\)\s*$", re.S)
@@ -47,6 +47,8 @@ def _rows(body: str) -> list[str]:
     return rows
 
 
+_ADD_COLUMN = re.compile(r"ALTER TABLE (\w+) ADD COLUMN IF NOT EXISTS (.*)", re.S)
+
 _DERIVED = re.compile(
     r"CREATE TABLE IF NOT EXISTS (\w+) AS\s+SELECT (\w+)::DATE AS day, \* EXCLUDE \(\2\) FROM (\w+)", re.S
 )
@@ -55,8 +57,13 @@ _DERIVED = re.compile(
 def markdown() -> str:
     parts = [INTRO]
     tables: dict[str, list[str]] = {}
-    for sql in SCHEMA_V1:
+    added: dict[str, list[str]] = {}
+    for sql in (s for migration in MIGRATIONS for s in migration):
         text = sql.strip()
+        alter = _ADD_COLUMN.match(text)
+        if alter:  # a later version's column: listed with its table
+            added.setdefault(alter.group(1), []).extend(_rows(alter.group(2)))
+            continue
         derived = _DERIVED.search(text)
         match = _TABLE.search(text)
         if derived:
@@ -76,8 +83,11 @@ def markdown() -> str:
             continue
         tables[table] = rows
         parts.append("| column | type | meaning (unit) |\n|---|---|---|")
-        parts.extend(rows)
-    return "\n".join(parts) + "\n"
+        parts.append(f"<!-- rows:{table} -->")
+    text = "\n".join(parts) + "\n"
+    for table, rows in tables.items():
+        text = text.replace(f"<!-- rows:{table} -->", "\n".join(rows + added.get(table, [])))
+    return text
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Everything here is plain Python over a few thousand jobs (never per sample): a seeded ``numpy`` generator
 draws the background workload, a per-GPU occupancy grid (5-minute slots) places it around the planted
-scenarios, and each job carries a :class:`Profile` per GPU that gpuledger/demo.py turns into 30 s telemetry
+scenarios, and each job carries a :class:`Profile` per GPU that gpuledger/demo/build.py turns into 30 s telemetry
 in DuckDB SQL. The same seed and window give the same plan, bit for bit.
 
 Times are integer seconds from the window start (midnight UTC ``days`` before ``end``); a job ending after

@@ -7,11 +7,11 @@ import sys
 
 from collectors.base import IngestOptions, IngestReport, ingest_file
 from collectors.registry import PARSERS
-from gpuledger.commands._common import add_db_options, print_json
-from gpuledger.db import writer
-from gpuledger.errors import LedgerError
-from gpuledger.reference import sync_reference
-from gpuledger.settings import load_settings
+from gpuledger.cli.commands._common import add_db_options, print_json
+from gpuledger.ledger.db import writer
+from gpuledger.ledger.errors import LedgerError
+from gpuledger.ledger.reference import sync_reference
+from gpuledger.ledger.settings import load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from gpuledger.commands._common import _date, add_db_options, print_json
-from gpuledger.db import resolve_db, writer
-from gpuledger.demo import DEFAULT_DAYS, DEFAULT_END, DEFAULT_SEED, MIN_DAYS, build_demo
-from gpuledger.reference import sync_reference
-from gpuledger.settings import load_settings
+from gpuledger.cli.commands._common import _date, add_db_options, print_json
+from gpuledger.demo.build import DEFAULT_DAYS, DEFAULT_END, DEFAULT_SEED, MIN_DAYS, build_demo
+from gpuledger.ledger.db import resolve_db, writer
+from gpuledger.ledger.reference import sync_reference
+from gpuledger.ledger.settings import load_settings
 
 
 def _days(text: str) -> int:

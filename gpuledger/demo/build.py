@@ -1,6 +1,6 @@
 """The demo fleet: a deterministic, realistic ledger that every analysis has something to find in.
 
-:func:`build_demo` turns the plan of gpuledger/demo_fleet.py (fleet and people), demo_planted.py (the twelve
+:func:`build_demo` turns the plan of gpuledger/demo/fleet.py (fleet and people), demo_planted.py (the twelve
 planted scenarios of the waste-and-demo contract) and demo_workload.py (thousands of ordinary jobs) into
 ``stage_*`` tables — jobs, allocations with ``gpu_id`` (so samples are attributed by the same rule as real
 data), training runs, GPUs, capacity, and 30 s telemetry computed with numpy (demo_telemetry.py) — and lands them with
@@ -32,7 +32,7 @@ from collectors.base import (
     run_in_transaction,
     split_sample_notes,
 )
-from gpuledger.demo_fleet import (
+from gpuledger.demo.fleet import (
     DAY,
     EPISODE_EVERY_S,
     EPISODE_S,
@@ -41,11 +41,11 @@ from gpuledger.demo_fleet import (
     Job,
     build_fleet,
 )
-from gpuledger.demo_planted import outages, plant_episode
-from gpuledger.demo_telemetry import telemetry
-from gpuledger.demo_workload import background
-from gpuledger.errors import LedgerError
-from gpuledger.settings import Settings
+from gpuledger.demo.planted import outages, plant_episode
+from gpuledger.demo.telemetry import telemetry
+from gpuledger.demo.workload import background
+from gpuledger.ledger.errors import LedgerError
+from gpuledger.ledger.settings import Settings
 
 DEFAULT_DAYS = 28
 DEFAULT_SEED = 7
@@ -170,7 +170,7 @@ def _stage_jobs(
 def _stage_telemetry(
     con: duckdb.DuckDBPyConnection, fleet: Fleet, jobs: list[Job], lo: dt.datetime, window_s: int, seed: int
 ) -> None:
-    """``stage_samples`` from gpuledger/demo_telemetry.py's Arrow table; interval_s and job_id stay NULL
+    """``stage_samples`` from gpuledger/demo/telemetry.py's Arrow table; interval_s and job_id stay NULL
     so that land() derives the interval and attributes samples through the allocations, as for real data."""
     gaps = outages(fleet, window_s)
     table = telemetry(fleet, jobs, lo=np.datetime64(lo, "us"), window_s=window_s, seed=seed, gaps=gaps)
@@ -302,12 +302,12 @@ def ensure_demo(
     """Fill the ledger at ``db_path`` with the demo when it has no jobs and no samples; True when it did.
 
     For ``gpuledger dashboard``: a fresh clone opens on a dashboard full of believable data. ``settings``
-    (default: :func:`gpuledger.settings.load_settings`) are synced into the ledger first and give the
+    (default: :func:`gpuledger.ledger.settings.load_settings`) are synced into the ledger first and give the
     rollup's thresholds. A ledger with any job or sample of its own is left alone.
     """
-    from gpuledger.db import reader, writer
-    from gpuledger.reference import sync_reference
-    from gpuledger.settings import load_settings
+    from gpuledger.ledger.db import reader, writer
+    from gpuledger.ledger.reference import sync_reference
+    from gpuledger.ledger.settings import load_settings
 
     db = str(db_path) if db_path else None
     settings = settings or load_settings()

@@ -7,12 +7,12 @@ import sys
 from pathlib import Path
 
 from analytics.filters import Filters, horizon
-from gpuledger.commands._common import add_db_options, add_filter_options
-from gpuledger.db import reader
-from gpuledger.errors import LedgerError
-from gpuledger.reference import sync_reference
-from gpuledger.report import FORMATS, build_report, last_full_week, week_range
-from gpuledger.settings import load_settings
+from gpuledger.cli.commands._common import add_db_options, add_filter_options
+from gpuledger.ledger.db import reader
+from gpuledger.ledger.errors import LedgerError
+from gpuledger.ledger.reference import sync_reference
+from gpuledger.ledger.settings import load_settings
+from gpuledger.reports.weekly import FORMATS, build_report, last_full_week, week_range
 
 
 def register(sub: argparse._SubParsersAction) -> None:

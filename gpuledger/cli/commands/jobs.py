@@ -7,11 +7,11 @@ import argparse
 import polars as pl
 
 from analytics.jobs import jobs_table
-from gpuledger.commands._common import add_db_options, add_filter_options, print_json
-from gpuledger.commands.summary import filters_from
-from gpuledger.db import reader
-from gpuledger.reference import sync_reference
-from gpuledger.settings import load_settings
+from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json
+from gpuledger.cli.commands.summary import filters_from
+from gpuledger.ledger.db import reader
+from gpuledger.ledger.reference import sync_reference
+from gpuledger.ledger.settings import load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuledger.demo_fleet import (
+from gpuledger.demo.fleet import (
     BURSTY,
     BUSY_IDLE,
     DAY,

@@ -19,8 +19,8 @@ import duckdb
 import polars as pl
 
 from analytics.filters import Filters
-from gpuledger.errors import LedgerError
-from gpuledger.settings import Settings
+from gpuledger.ledger.errors import LedgerError
+from gpuledger.ledger.settings import Settings
 
 TOP_RECOMMENDATIONS = 10
 TOP_WASTED_JOBS = 10

@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuledger.errors import SettingsError
+from gpuledger.ledger.errors import SettingsError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SETTINGS = ROOT / "data" / "settings.toml"
 TIERS = ("on_demand", "spot", "reserved", "on_prem")
 

@@ -9,7 +9,11 @@ from __future__ import annotations
 import argparse
 import importlib
 
-LIVE_SOURCES = ("collectors.nvml_sampler", "collectors.prometheus_pull", "collectors.slurm_poll")
+LIVE_SOURCES = (
+    "gpuledger.cli.live.nvml",
+    "gpuledger.cli.live.prometheus",
+    "gpuledger.cli.live.slurm",
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

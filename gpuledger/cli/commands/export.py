@@ -22,10 +22,10 @@ from pathlib import Path
 
 import duckdb
 
-from gpuledger.commands._common import add_db_options, print_json
-from gpuledger.db import reader
-from gpuledger.errors import LedgerError
-from gpuledger.schema import TABLES
+from gpuledger.cli.commands._common import add_db_options, print_json
+from gpuledger.ledger.db import reader
+from gpuledger.ledger.errors import LedgerError
+from gpuledger.ledger.schema import TABLES
 
 # table → the timestamp column its day partition comes from
 DAY_PARTITIONED: dict[str, str] = {

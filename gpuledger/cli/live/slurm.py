@@ -1,0 +1,118 @@
+"""``gpuledger collect slurm``: the command line of the Slurm poller (collectors/slurm_poll.py)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import re
+import signal
+import sys
+import threading
+
+from collectors.base import IngestOptions
+from collectors.slurm_poll import PollReport, poll
+from gpuledger.cli.commands._common import add_db_options, print_json
+from gpuledger.ledger.errors import CollectorError, DatabaseBusyError, LedgerError
+
+
+def parse_duration(text: str) -> dt.timedelta:
+    """``90``, ``90s``, ``5m``, ``2h``, ``1d`` → a timedelta."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a duration (like 30s, 5m, 1h): {text!r}")
+    unit = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    return dt.timedelta(seconds=float(m.group(1)) * unit)
+
+
+def parse_since(text: str) -> dt.datetime:
+    """An ISO date or time, UTC when naive."""
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO date/time (YYYY-MM-DD[THH:MM]): {text!r}") from None
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.UTC).replace(tzinfo=None)
+    return value
+
+
+def add_collect_parser(sub: argparse._SubParsersAction) -> None:
+
+    p = sub.add_parser(
+        "slurm",
+        help="poll Slurm accounting (sacct) for jobs changed since the last poll",
+        description="Run sacct for the jobs that changed since the last poll (the cursor is kept in the "
+        "ledger), land them through the sacct parser (running jobs are updated when they finish), and "
+        "remember where it stopped. Needs sacct on PATH and a reachable slurmdbd.",
+    )
+    p.add_argument(
+        "--since",
+        type=parse_since,
+        help="read from this UTC time instead of the stored cursor (first poll: 1 day back)",
+    )
+    p.add_argument("--cluster", help="poll this cluster (sacct --clusters) and prefix its job ids")
+    p.add_argument(
+        "--every", type=parse_duration, help="poll repeatedly at this period (e.g. 5m) until stopped"
+    )
+    p.add_argument("--once", action="store_true", help="poll once and exit (the default without --every)")
+    p.add_argument(
+        "--overlap",
+        type=parse_duration,
+        default=dt.timedelta(seconds=60),
+        help="re-read this much before the cursor (default 60s)",
+    )
+    p.add_argument("--sacct-timeout", type=float, default=60.0, help="seconds sacct may take (default 60)")
+    p.add_argument("--json", action="store_true", help="print one JSON report per poll")
+    add_db_options(p)
+    p.set_defaults(func=run)
+
+
+def describe(r: PollReport) -> str:
+    where = f"{r.collector} since {r.since:%Y-%m-%d %H:%M:%S}"
+    if r.ingest_id is None:
+        return f"{where}: {r.jobs_read} job record(s), nothing new"
+    rows = ", ".join(f"{n:,} {t}" for t, n in r.rows.items() if n) or "no rows"
+    return f"{where}: {r.jobs_read} job record(s) → {rows} (ingest #{r.ingest_id}, {r.seconds:.2f} s)"
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuledger.ledger.settings import load_settings
+
+    if args.once and args.every:
+        raise LedgerError("--once and --every exclude each other")
+    settings = load_settings(args.settings)
+    opts = IngestOptions.from_settings(settings, cluster=args.cluster, tz="UTC")
+    stop = threading.Event()
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        since = args.since
+        while True:
+            try:
+                report = poll(
+                    args.db,
+                    cluster=args.cluster,
+                    since=since,
+                    overlap=args.overlap,
+                    timeout_s=args.sacct_timeout,
+                    opts=opts,
+                )
+            except (CollectorError, DatabaseBusyError) as exc:
+                if not args.every:
+                    raise
+                # a repeating poller outlives a slurmdbd restart: the cursor did not move, retry next period
+                print(f"warning: {exc}; retrying in {args.every}", file=sys.stderr, flush=True)
+            else:
+                since = None  # --since applies to the first successful poll only
+                if args.json:
+                    print_json(report.as_dict())
+                else:
+                    print(describe(report), flush=True)
+            if not args.every or stop.wait(args.every.total_seconds()):
+                break
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 0

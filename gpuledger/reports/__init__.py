@@ -1,0 +1,1 @@
+"""Reports for people: the weekly report in its formats."""
