@@ -12,7 +12,7 @@ from typing import Any
 import duckdb
 
 from analytics.filters import Filters, horizon
-from analytics.unit_costs import usd_per_mtok
+from analytics.unit_costs import inference_usd_per_mtok_generated, training_usd_per_mtok
 from analytics.utilization import Source
 from analytics.waste import PARTS, WASTE_PARTS, job_waste_sql, unallocated
 from gpuledger.ledger.settings import Settings
@@ -31,7 +31,8 @@ SUMMARY_KEYS = (
     "unpriced_gpu_hours",
     "energy_kwh",
     "co2e_kg",
-    "usd_per_mtok",
+    "training_usd_per_mtok",
+    "inference_usd_per_mtok_generated",
     "waste",
     "filters",
     "as_of",
@@ -64,7 +65,10 @@ def summary(
     - idle_gpu_hours: GPU-hours inside idle stretches; idle_usd = waste.idle_allocated_usd;
     - waste_usd = idle_allocated + underused + failed + unallocated;
     - energy_kwh over the jobs' samples (NULL without power/energy readings), co2e_kg at the settings'
-      grid intensity; usd_per_mtok over jobs with token counts (NULL when none);
+      grid intensity;
+    - training_usd_per_mtok over the jobs that are not inference and have a token count, and
+      inference_usd_per_mtok_generated over inference jobs with a generated-token count (each NULL when
+      none): never one blended figure, since a generated token and a training token are different work;
     - as_of: the ledger's data horizon (running jobs are costed up to it), ISO-8601 UTC, or NULL when empty.
     """
     as_of = as_of or horizon(con)
@@ -99,7 +103,10 @@ def summary(
         "unpriced_gpu_hours": float(unpriced_h),
         "energy_kwh": energy,
         "co2e_kg": None if energy is None else energy * settings.gco2e_per_kwh / 1000.0,
-        "usd_per_mtok": usd_per_mtok(con, filters=filters, as_of=as_of),
+        "training_usd_per_mtok": training_usd_per_mtok(con, filters=filters, as_of=as_of),
+        "inference_usd_per_mtok_generated": inference_usd_per_mtok_generated(
+            con, filters=filters, as_of=as_of
+        ),
         "waste": waste,
         "filters": _filters_dict(filters),
         "as_of": as_of.isoformat() if as_of else None,

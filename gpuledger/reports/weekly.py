@@ -151,7 +151,8 @@ def kpis(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ("Unpriced GPU-hours", _num(summary.get("unpriced_gpu_hours"))),
         ("Energy", _num(summary.get("energy_kwh"), 1, " kWh")),
         ("CO2e", _num(summary.get("co2e_kg"), 1, " kg")),
-        ("$ per 1M tokens", usd(summary.get("usd_per_mtok"))),
+        ("Training $ per 1M tokens", usd(summary.get("training_usd_per_mtok"))),
+        ("Inference $ per 1M generated tokens", usd(summary.get("inference_usd_per_mtok_generated"))),
     ]
 
 

@@ -55,7 +55,8 @@ def test_summary_has_the_contract_keys_and_hand_worked_values(ledger):
     assert s["waste_usd"] == pytest.approx(40 / 60 * 4.0 + 4.0)
     assert s["energy_kwh"] == pytest.approx(0.3 * 2)  # 300 W × 2 h
     assert s["co2e_kg"] == pytest.approx(0.6 * 390 / 1000)
-    assert s["usd_per_mtok"] == pytest.approx(8.0 / 2000)  # $8 / 2,000 M tokens
+    assert s["training_usd_per_mtok"] == pytest.approx(8.0 / 2000)  # $8 / 2,000 M tokens
+    assert s["inference_usd_per_mtok_generated"] is None  # no inference job
     assert s["unpriced_gpu_hours"] == 0.0
     assert s["as_of"] == "2025-03-03T02:00:00"
     assert round(sum(s["waste"][p] for p in PARTS), 2) == round(s["spend_usd"], 2)
@@ -68,7 +69,7 @@ def test_summary_of_a_team_and_of_an_empty_ledger(ledger):
     nlp = summary(ledger, filters=Filters(teams=("nlp",)))
     cv = summary(ledger, filters=Filters(teams=("cv",)))
     assert nlp["spend_usd"] + cv["spend_usd"] == pytest.approx(summary(ledger)["spend_usd"])
-    assert cv["mean_util_pct"] is None and cv["usd_per_mtok"] is None
+    assert cv["mean_util_pct"] is None and cv["training_usd_per_mtok"] is None
 
 
 def _cli(*args, env=None):
@@ -96,3 +97,23 @@ def test_cli_summary_json_and_table(db_path, tmp_path):
     assert "spend" in table.stdout and "$12.00" in table.stdout and "idle (allocated)" in table.stdout
     bad = _cli("summary", "--since", "yesterday", "--db", db_path, env=env)
     assert bad.returncode == 2 and "not a date" in bad.stderr
+
+
+def test_summary_unit_costs_are_split_by_kind_never_blended(ledger):
+    set_test_prices(ledger)
+    ingest(
+        ledger,
+        jobs=[
+            job("t", 0, 120),  # 2 h × $4 = $8 for 2,000 M training tokens
+            job("i", 0, 60, kind="inference"),  # 1 h × $4 = $4 for 40 M generated tokens
+            job("i2", 0, 60, kind="inference"),  # $4, no generated-token count: left out
+        ],
+        training_runs=[
+            {"job_id": "t", "source": "test", "tokens": 2.0e9},
+            {"job_id": "i", "source": "test", "generated_tokens": 4.0e7},
+        ],
+    )
+    s = summary(ledger)
+    assert s["training_usd_per_mtok"] == pytest.approx(8.0 / 2000)  # $0.004
+    assert s["inference_usd_per_mtok_generated"] == pytest.approx(4.0 / 40)  # $0.10
+    assert "usd_per_mtok" not in s  # a blended $12 / 2,040 M would mean neither

@@ -49,7 +49,58 @@ def test_unit_costs_and_mfu_by_hand(ledger):
     i = rows["i"]
     assert i["usd_per_mtok_generated"] == pytest.approx(4.0 / 5.0)  # $4 / 5 M tokens
     assert i["usd_per_krequests"] == pytest.approx(4.0 / 20)
-    assert i["mfu"] is None and i["mfu_reason"] == "no token count or tokens/s logged"
+    # generated tokens alone are the inference job's work; MFU then lacks only the parameter count
+    assert i["tokens"] == pytest.approx(5.0e6)
+    assert i["mfu"] is None and i["mfu_reason"] == "parameter count unknown"
+
+
+def test_inference_mfu_is_2n_per_generated_token_by_hand(ledger):
+    # 7e9 parameters, 36,000,000 generated tokens in 1 h on one H100 SXM (bf16 dense peak 989.4 TFLOP/s):
+    # 36e6 / 3600 s = 1e4 tokens/s; MFU = 2 · 7e9 · 1e4 / 989.4e12 = 0.14150
+    set_test_prices(ledger)
+    ingest(
+        ledger,
+        jobs=[job("serve", 0, 60, kind="inference"), job("train", 0, 60)],
+        training_runs=[
+            _run("serve", params=7.0e9, precision="bf16", generated_tokens=36_000_000.0),
+            _run("train", params=7.0e9, precision="bf16", tokens=36_000_000.0),
+        ],
+    )
+    rows = {r["job_id"]: r for r in job_unit_costs(ledger).iter_rows(named=True)}
+    serve = rows["serve"]
+    assert serve["mfu_basis"] == "inference"
+    assert serve["flops_per_token"] == pytest.approx(2 * 7.0e9)
+    assert serve["tokens_per_s"] == pytest.approx(1.0e4)
+    assert serve["mfu"] == pytest.approx(0.1415, abs=5e-5)
+    assert serve["mfu"] == pytest.approx(2 * 7.0e9 * 1.0e4 / 989.4e12)
+    assert serve["usd_per_mtok_generated"] == pytest.approx(4.0 / 36)  # $4 for 1 h / 36 M tokens
+    # the same count as training tokens is 6·N per token: 3 × the inference figure
+    assert rows["train"]["mfu_basis"] == "training"
+    assert rows["train"]["mfu"] == pytest.approx(6 * 7.0e9 * 1.0e4 / 989.4e12)  # 0.4245
+
+
+def test_inference_attention_term_is_the_forward_third(ledger):
+    ingest(
+        ledger,
+        jobs=[job("serve", 0, 60, kind="inference")],
+        training_runs=[
+            _run(
+                "serve",
+                params=7.0e9,
+                precision="bf16",
+                n_layers=32,
+                hidden_size=4096,
+                seq_len=2048,
+                tokens=7.2e7,  # prompt + generated: preferred over the 3.6e7 generated
+                generated_tokens=3.6e7,
+            )
+        ],
+    )
+    row = job_unit_costs(ledger).row(0, named=True)
+    fpt = 2 * 7.0e9 + 4 * 32 * 4096 * 2048  # 1.4e10 + 1.074e9
+    assert row["flops_per_token"] == pytest.approx(fpt)
+    assert row["tokens_per_s"] == pytest.approx(7.2e7 / 3600)  # 2e4 processed tokens/s
+    assert row["mfu"] == pytest.approx(2.0e4 * fpt / 989.4e12)  # ≈ 0.3047
 
 
 @pytest.mark.parametrize(

@@ -68,7 +68,8 @@ def render(s: dict[str, Any]) -> str:
         ("  unmeasured", _money(w["unmeasured_usd"]) + share(w["unmeasured_usd"])),
         ("energy", _num(s["energy_kwh"], unit=" kWh")),
         ("CO2e", _num(s["co2e_kg"], unit=" kg")),
-        ("$ per 1M tokens", _money(s["usd_per_mtok"])),
+        ("training $ per 1M tokens", _money(s["training_usd_per_mtok"])),
+        ("inference $ per 1M generated tokens", _money(s["inference_usd_per_mtok_generated"])),
         ("data up to", s["as_of"] or "n/a (empty ledger)"),
     ]
     width = max(len(k) for k, _ in rows)
