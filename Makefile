@@ -3,18 +3,19 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup dashboard test lint system-deps bench
+.PHONY: setup dashboard test lint system-deps bench constraints
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# Installs exactly the versions in constraints.txt, so a new upstream release never changes a run by itself.
+$(VENV)/.installed: pyproject.toml constraints.txt
 	@$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "gpuledger needs Python >= 3.11"'
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
 	@touch $@
 
-# Fill data/gpuledger.duckdb with the demo fleet when it is empty, then serve http://localhost:8501
+# Fill the ledger with the demo fleet when it is empty, then serve http://localhost:8501
 dashboard: setup
 	$(BIN)/gpuledger dashboard
 
@@ -32,3 +33,14 @@ test: setup system-deps lint
 bench: setup
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/queries.py
+
+# Refresh the pins: resolve the newest releases the bounds in pyproject.toml allow in a scratch venv, then
+# write them to constraints.txt. Run `make test` before committing the new file.
+constraints:
+	rm -rf .constraints-venv
+	$(PY) -m venv .constraints-venv
+	.constraints-venv/bin/pip install -q --upgrade pip
+	.constraints-venv/bin/pip install -q -e '.[test]'
+	(echo "# Exact versions CI installs (make setup: pip install -c constraints.txt). Refresh: make constraints"; \
+	 .constraints-venv/bin/pip freeze | grep -v -e '^-e' -e '^gpuledger') > constraints.txt
+	rm -rf .constraints-venv

@@ -17,21 +17,45 @@ _NULL_SQL = ", ".join("'" + t.replace("'", "''") + "'" for t in NULL_TOKENS)
 
 
 def local_zone() -> str:
-    """This machine's IANA zone (for nvidia-smi's naive local timestamps); UTC when it cannot be told."""
+    """This machine's IANA zone (for nvidia-smi's naive local timestamps); UTC when it cannot be told.
+
+    ``$TZ`` is read in every form the C library accepts for a zone file: ``Europe/Paris``, ``:Europe/Paris``,
+    ``:/etc/localtime``, ``/usr/share/zoneinfo/Europe/Paris``. A POSIX rule string (``CET-1CEST``) or a name
+    zoneinfo does not know falls back to /etc/localtime, then UTC.
+    """
     import os
 
-    tz = os.environ.get("TZ")
+    tz = os.environ.get("TZ", "").strip().lstrip(":")
     if tz:
-        return tz.lstrip(":")
+        name = _zone_from_path(Path(tz)) if tz.startswith("/") else tz
+        if name and _known_zone(name):
+            return name
+    name = _zone_from_path(Path("/etc/localtime"))
+    if name and _known_zone(name):
+        return name
+    utc = dt.datetime.now().astimezone().tzname()
+    return utc if utc in ("UTC", "GMT") else "UTC"
+
+
+def _zone_from_path(path: Path) -> str | None:
+    """``/usr/share/zoneinfo/Europe/Paris`` (or a link to it, like /etc/localtime) → ``Europe/Paris``."""
     try:
-        link = Path("/etc/localtime").resolve()
-        parts = link.parts
-        if "zoneinfo" in parts:
-            return "/".join(parts[parts.index("zoneinfo") + 1 :])
+        parts = path.resolve().parts
     except OSError:
-        pass
-    name = dt.datetime.now().astimezone().tzname()
-    return name if name in ("UTC", "GMT") else "UTC"
+        return None
+    if "zoneinfo" in parts:
+        return "/".join(parts[parts.index("zoneinfo") + 1 :]) or None
+    return None
+
+
+def _known_zone(name: str) -> bool:
+    from zoneinfo import ZoneInfo
+
+    try:
+        ZoneInfo(name)
+    except (ValueError, OSError, KeyError):  # ZoneInfoNotFoundError is a KeyError
+        return False
+    return True
 
 
 @contextmanager

@@ -29,10 +29,48 @@ def db_path(tmp_path: Path) -> str:
     return str(tmp_path / "ledger.duckdb")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_user_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite never reads or writes the machine's own ~/.config/gpuledger or ~/.local/share/gpuledger."""
+    home = tmp_path_factory.mktemp("xdg")
+    saved = {k: os.environ.get(k) for k in ("XDG_CONFIG_HOME", "XDG_DATA_HOME")}
+    os.environ["XDG_CONFIG_HOME"] = str(home / "config")
+    os.environ["XDG_DATA_HOME"] = str(home / "data")
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+_ENV_KEYS = ("GPULEDGER_DB", "GPULEDGER_SETTINGS", "TZ")
+
+
+@pytest.fixture(autouse=True)
+def _no_env_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test (or a fixture) that sets GPULEDGER_* or TZ leaves the environment as it found it."""
+    before = {k: os.environ.get(k) for k in _ENV_KEYS}
+    yield
+    for key, value in before.items():
+        if os.environ.get(key) != value:
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def datasets_required() -> bool:
+    """Under CI (``CI=true``) a missing ../shared/datasets is a failure, not a skip: CI must test the real files."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
 def dataset(relative: str) -> Path:
-    """A real file from ../shared/datasets; the test skips, saying why, when the folder is absent."""
+    """A real file from ../shared/datasets; the test skips, saying why, when the folder is absent (fails in CI)."""
     path = DATASETS / relative
     if not path.exists():
+        if datasets_required():
+            pytest.fail(f"CI=true but the real dataset is missing: {path}", pytrace=False)
         pytest.skip(
             f"real dataset not available here: {path} (../shared/datasets is only on the dev/CI machines)"
         )

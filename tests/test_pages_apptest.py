@@ -13,7 +13,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from collectors.base import ingest_file
-from gpuledger.ledger.db import ROOT, writer
+from gpuledger.ledger.db import writer
+from tests.conftest import ROOT
 
 JOBS = ROOT / "tests" / "fixtures" / "dashboard" / "jobs.csv"
 PAGES = {

@@ -13,10 +13,11 @@ import pytest
 
 from analytics.filters import Filters
 from collectors.base import ingest_file
-from gpuledger.ledger.db import ROOT, writer
+from gpuledger.ledger.db import writer
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.settings import Settings
 from gpuledger.reports.weekly import build_report, last_full_week, week_range
+from tests.conftest import ROOT
 
 JOBS = ROOT / "tests" / "fixtures" / "dashboard" / "jobs.csv"
 

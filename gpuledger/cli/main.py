@@ -12,6 +12,7 @@ import pkgutil
 import sys
 
 from gpuledger import __version__
+from gpuledger.cli.commands._common import DB_HELP, SETTINGS_HELP
 from gpuledger.ledger.errors import LedgerError
 
 
@@ -21,6 +22,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="GPU cost-efficiency analytics: where the GPU money goes, what is wasted, and what to change.",
     )
     parser.add_argument("--version", action="version", version=f"gpuledger {__version__}")
+    # Global options: accepted before the subcommand too (`gpuledger --db x.duckdb summary`). The subcommands'
+    # own --db/--settings default to SUPPRESS, so a value given before the subcommand is not overwritten.
+    parser.add_argument("--db", default=None, help=DB_HELP)
+    parser.add_argument("--settings", default=None, help=SETTINGS_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     import gpuledger.cli.commands as commands
 

@@ -25,19 +25,22 @@ from pathlib import Path
 import duckdb
 
 from gpuledger.ledger.errors import DatabaseBusyError
+from gpuledger.ledger.paths import choose_db
 from gpuledger.ledger.schema import SCHEMA_VERSION, current_version, migrate
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_DB = ROOT / "data" / "gpuledger.duckdb"
 MEMORY = ":memory:"
 
 
 def resolve_db(path: str | os.PathLike[str] | None = None) -> str:
-    """``--db`` wins, then ``$GPULEDGER_DB``, then ``data/gpuledger.duckdb`` in the checkout."""
-    chosen = path or os.environ.get("GPULEDGER_DB") or DEFAULT_DB
+    """``--db`` wins, then ``$GPULEDGER_DB``, then ``data/gpuledger.duckdb`` in a checkout, else the user's data
+    dir (gpuledger/ledger/paths.py); the folder is created when missing."""
+    chosen = choose_db(path).path
+    assert chosen is not None
     if str(chosen) == MEMORY:
         return MEMORY
-    return str(Path(chosen).expanduser().resolve())
+    resolved = Path(chosen).expanduser().resolve()
+    resolved.parent.mkdir(parents=True, exist_ok=True)
+    return str(resolved)
 
 
 def _is_lock_error(exc: Exception) -> bool:

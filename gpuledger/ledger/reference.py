@@ -11,14 +11,14 @@ import functools
 import re
 import tomllib
 from dataclasses import dataclass
-from pathlib import Path
 
 import duckdb
 
 from gpuledger.ledger.errors import SettingsError
+from gpuledger.ledger.paths import shipped
 from gpuledger.ledger.settings import PriceRow, Settings, parse_price_rows
 
-DATA = Path(__file__).resolve().parents[2] / "data"
+DATA = shipped("data")
 CATALOG_FILE = DATA / "gpu_catalog.toml"
 PRICES_FILE = DATA / "prices.toml"
 

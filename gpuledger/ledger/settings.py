@@ -18,8 +18,7 @@ from typing import Any
 
 from gpuledger.ledger.errors import SettingsError
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_SETTINGS = ROOT / "data" / "settings.toml"
+
 TIERS = ("on_demand", "spot", "reserved", "on_prem")
 
 
@@ -204,12 +203,13 @@ def from_dict(data: dict[str, Any], path: Path) -> Settings:
 
 
 def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
-    """``--settings`` wins, then ``$GPULEDGER_SETTINGS``, then data/settings.toml, then the defaults."""
-    chosen = path or os.environ.get("GPULEDGER_SETTINGS")
-    if not chosen:
-        if not DEFAULT_SETTINGS.exists():
-            return Settings()
-        chosen = DEFAULT_SETTINGS
+    """The settings in force: ``--settings`` > ``$GPULEDGER_SETTINGS`` > user > system > checkout > defaults
+    (gpuledger/ledger/paths.py)."""
+    from gpuledger.ledger.paths import choose_settings
+
+    chosen = choose_settings(path).path
+    if chosen is None:
+        return Settings()
     p = Path(chosen)
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))

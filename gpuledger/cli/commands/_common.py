@@ -3,31 +3,30 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import sys
 from typing import Any
 
+from gpuledger.cli import times
+
+DB_HELP = "ledger file (default: $GPULEDGER_DB, else data/ in a checkout or ~/.local/share/gpuledger/; see `gpuledger info`)"
+SETTINGS_HELP = "settings TOML (default: $GPULEDGER_SETTINGS, ~/.config/gpuledger/, /etc/gpuledger/, data/; see `gpuledger info`)"
+
 
 def add_db_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", help="ledger file (default: $GPULEDGER_DB or data/gpuledger.duckdb)")
-    parser.add_argument(
-        "--settings", help="settings TOML (default: $GPULEDGER_SETTINGS or data/settings.toml)"
-    )
+    """``--db`` and ``--settings`` after the subcommand; main.py also accepts them before it."""
+    parser.add_argument("--db", default=argparse.SUPPRESS, help=DB_HELP)
+    parser.add_argument("--settings", default=argparse.SUPPRESS, help=SETTINGS_HELP)
 
 
 def add_filter_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--since", type=_date, help="first UTC day included (YYYY-MM-DD)")
-    parser.add_argument("--until", type=_date, help="last UTC day included (YYYY-MM-DD)")
+    parser.add_argument("--since", type=_date, help="first UTC day included (YYYY-MM-DD, or an age like 7d)")
+    parser.add_argument("--until", type=_date, help="last UTC day included (YYYY-MM-DD, or an age like 1d)")
     parser.add_argument("--team", action="append", default=[], help="only this team (repeatable)")
     parser.add_argument("--cluster", action="append", default=[], help="only this cluster (repeatable)")
 
 
-def _date(text: str) -> dt.date:
-    try:
-        return dt.date.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {text!r}") from None
+_date = times.day  # every --since/--until/--end of a day reads the one grammar of gpuledger/cli/times.py
 
 
 def print_json(payload: Any) -> None:

@@ -13,11 +13,12 @@ import os
 import sys
 
 from gpuledger.cli.commands._common import add_db_options
-from gpuledger.ledger.db import ROOT, resolve_db
+from gpuledger.ledger.db import resolve_db
+from gpuledger.ledger.paths import shipped
 from gpuledger.ledger.reference import sync_reference
 from gpuledger.ledger.settings import load_settings
 
-APP = ROOT / "app.py"
+APP = shipped("app.py")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -4,35 +4,18 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import re
 import signal
 import sys
 import threading
 
 from collectors.base import IngestOptions
 from collectors.slurm_poll import PollReport, poll
+from gpuledger.cli import times
 from gpuledger.cli.commands._common import add_db_options, print_json
 from gpuledger.ledger.errors import CollectorError, DatabaseBusyError, LedgerError
 
-
-def parse_duration(text: str) -> dt.timedelta:
-    """``90``, ``90s``, ``5m``, ``2h``, ``1d`` → a timedelta."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"not a duration (like 30s, 5m, 1h): {text!r}")
-    unit = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-    return dt.timedelta(seconds=float(m.group(1)) * unit)
-
-
-def parse_since(text: str) -> dt.datetime:
-    """An ISO date or time, UTC when naive."""
-    try:
-        value = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an ISO date/time (YYYY-MM-DD[THH:MM]): {text!r}") from None
-    if value.tzinfo is not None:
-        value = value.astimezone(dt.UTC).replace(tzinfo=None)
-    return value
+parse_duration = times.duration  # the one grammar (gpuledger/cli/times.py)
+parse_since = times.moment
 
 
 def add_collect_parser(sub: argparse._SubParsersAction) -> None:
@@ -47,7 +30,7 @@ def add_collect_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--since",
         type=parse_since,
-        help="read from this UTC time instead of the stored cursor (first poll: 1 day back)",
+        help="read from this time (ISO, epoch s, or an age like 2d) instead of the stored cursor (first poll: 1 day back)",
     )
     p.add_argument("--cluster", help="poll this cluster (sacct --clusters) and prefix its job ids")
     p.add_argument(
