@@ -19,8 +19,9 @@ Bounded requests: Prometheus refuses more than 11,000 points per series, so the 
 of at most 10,000 steps (``--chunk``, default one day); series per request are bounded by querying at most
 ``--hosts-per-query`` hosts at a time (plus one request for series without a ``Hostname``) and by ``--match``.
 
-Incremental and resumable: each chunk is fetched (retries with exponential backoff on connection errors,
-5xx and 429), then staged, landed through :func:`collectors.base.land` and recorded (path
+Incremental and resumable: each chunk is fetched over one keep-alive ``requests`` session (urllib3
+``Retry`` on connection errors, 5xx and 429, honouring ``Retry-After``; TLS with the system CAs or
+``--ca-file``; a bearer token from ``$GPULEDGER_PROM_TOKEN`` or ``--token-file``), then staged, landed through :func:`collectors.base.land` and recorded (path
 ``prometheus://host/api/v1/query_range?start=…``; hash over the range and the answers) in ONE transaction
 together with the cursor in ``collector_state`` (open, write, close: the dashboard keeps reading in
 between). A failure keeps every committed chunk and the cursor at the last one; the next run resumes there.
@@ -33,18 +34,21 @@ import argparse
 import datetime as dt
 import hashlib
 import json
-import random
+import os
 import re
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import requests
+import requests.adapters
+import urllib3
+from urllib3.util.retry import Retry
 
 from collectors.base import (
     IngestOptions,
@@ -129,6 +133,9 @@ class PullOptions:
     backoff_s: float = 1.0
     timeout_s: float = 120.0
     headers: tuple[tuple[str, str], ...] = ()  # e.g. (("X-Scope-OrgID", "tenant"),) for Mimir
+    token: str | None = field(default=None, repr=False)  # bearer token (read_token: env or file)
+    ca_file: str | None = None  # PEM bundle to verify the server's TLS certificate with
+    insecure: bool = False  # skip TLS verification (a self-signed test server)
     job_prefix: str | None = None  # prepended to job ids; None: "<cluster>/" (the sacct ids) or nothing
     cluster: str | None = None
 
@@ -182,49 +189,115 @@ class PullReport:
 
 # ---------------------------------------------------------------------------------------------- HTTP
 
+TOKEN_ENV = "GPULEDGER_PROM_TOKEN"  # a bearer token from the environment (never from the command line)
+RETRY_AFTER_MAX_S = 300.0  # a server asking for a longer pause is retried after this many seconds
+RETRY_STATUSES = (429, 500, 502, 503, 504)
+
+
+class _Retry(Retry):
+    """urllib3's Retry with the server's ``Retry-After`` honoured but capped at :data:`RETRY_AFTER_MAX_S`,
+    and a TLS failure (a certificate that does not verify) final at once: retrying cannot fix it."""
+
+    def increment(self, method=None, url=None, response=None, error=None, _pool=None, _stacktrace=None):  # type: ignore[no-untyped-def]
+        if isinstance(error, urllib3.exceptions.SSLError):
+            raise urllib3.exceptions.MaxRetryError(_pool, url, error) from error  # type: ignore[arg-type]
+        return super().increment(method, url, response, error, _pool, _stacktrace)
+
+    def get_retry_after(self, response):  # type: ignore[no-untyped-def]
+        seconds = super().get_retry_after(response)
+        return None if seconds is None else min(float(seconds), RETRY_AFTER_MAX_S)
+
 
 class PromClient:
-    """The Prometheus HTTP API over urllib: POSTed queries, retries with exponential backoff on transient errors."""
+    """The Prometheus HTTP API over one keep-alive ``requests`` session, retried by urllib3's ``Retry``.
+
+    Retries (``opts.retries`` per request): connection errors, read timeouts, HTTP 429/5xx, for GET and
+    POST alike (every call here is a read). A 429 or 503 with ``Retry-After`` waits what the server asks
+    (capped at :data:`RETRY_AFTER_MAX_S`); otherwise urllib3's exponential backoff (the first retry at once,
+    then ``backoff_s`` × 2, 4, 8 … s, capped at 60 s, plus up to ``backoff_s`` of jitter). Other 4xx (a bad
+    selector, a bad token) fail at once with Prometheus' own error text. TLS: the system's CAs, or
+    ``opts.ca_file``, or none with ``opts.insecure``. ``opts.token`` goes out as ``Authorization: Bearer``.
+    """
 
     def __init__(self, opts: PullOptions) -> None:
         self.base = opts.url.rstrip("/")
         self.opts = opts
         self.requests = 0
-        self.bytes = 0
+        self.bytes = 0  # answer bodies, decoded
+        self.wire_bytes = 0  # as received (Prometheus gzips its answers for a client that accepts it)
         self.retried = 0
+        retry = _Retry(
+            total=opts.retries,
+            status_forcelist=RETRY_STATUSES,
+            allowed_methods=frozenset({"GET", "POST"}),
+            backoff_factor=opts.backoff_s,
+            backoff_max=60.0,
+            backoff_jitter=opts.backoff_s,
+            respect_retry_after_header=True,
+            raise_on_status=False,  # the last answer comes back: its error text goes into the message
+        )
+        self.session = requests.Session()
+        adapter = requests.adapters.HTTPAdapter(max_retries=retry, pool_connections=1, pool_maxsize=4)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+        self.session.headers.update({"Accept": "application/json", "User-Agent": "gpuledger"})
+        if opts.token:
+            self.session.headers["Authorization"] = f"Bearer {opts.token}"
+        self.session.headers.update(dict(opts.headers))
+        # per request, not on the session: requests lets $REQUESTS_CA_BUNDLE override a session's verify
+        self.verify: bool | str = False if opts.insecure else (opts.ca_file or True)
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> PromClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def post(self, path: str, params: list[tuple[str, str]], *, method: str = "POST") -> bytes:
         """POST (queries: long selectors fit) or GET (the label API) ``params``; the body as bytes."""
-        query = urllib.parse.urlencode(params)
-        data = query.encode() if method == "POST" else None
-        url = self.base + path + ("" if method == "POST" else "?" + query)
-        headers = {"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"}
-        headers.update(dict(self.opts.headers))
-        last: str = ""
-        for attempt in range(self.opts.retries + 1):
-            if attempt:
-                self.retried += 1
-                time.sleep(min(60.0, self.opts.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random() / 2))
-            request = urllib.request.Request(url, data=data, headers=headers, method=method)
-            try:
-                with urllib.request.urlopen(request, timeout=self.opts.timeout_s) as response:
-                    body = response.read()
-                self.requests += 1
-                self.bytes += len(body)
-                return body
-            except urllib.error.HTTPError as exc:
-                reason = _api_error(exc)
-                if exc.code < 500 and exc.code != 429:
-                    raise CollectorError(
-                        f"{self.base}{path}: Prometheus rejected the request: {reason}"
-                    ) from None
-                last = f"HTTP {exc.code}: {reason}"
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-                last = str(getattr(exc, "reason", exc))
-        raise CollectorError(
-            f"{self.base}{path}: no answer after {self.opts.retries + 1} tries ({last}); "
-            "committed chunks are kept, run the same command again to resume"
-        )
+        url = self.base + path
+        kwargs: dict[str, object] = {"data": params} if method == "POST" else {"params": params}
+        try:
+            with warnings.catch_warnings():
+                if self.opts.insecure:  # said once by the CLI, not once per request
+                    warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+                response = self.session.request(
+                    method, url, timeout=self.opts.timeout_s, verify=self.verify, **kwargs
+                )
+        except requests.exceptions.SSLError as exc:
+            raise CollectorError(
+                f"{url}: TLS failed ({_root_cause(exc)}); "
+                "give the server's CA with --ca-file, or --insecure to skip the check"
+            ) from None
+        except requests.exceptions.RequestException as exc:
+            raise CollectorError(
+                f"{url}: no answer after {self.opts.retries + 1} tries ({_root_cause(exc)}); "
+                "committed chunks are kept, run the same command again to resume"
+            ) from None
+        history = getattr(getattr(response.raw, "retries", None), "history", ()) or ()
+        self.retried += len(history)
+        if response.status_code in RETRY_STATUSES:
+            raise CollectorError(
+                f"{url}: no answer after {self.opts.retries + 1} tries (HTTP {response.status_code}: "
+                f"{_api_error(response)}); committed chunks are kept, run the same command again to resume"
+            )
+        if response.status_code >= 400:
+            hint = (
+                " (check the token: GPULEDGER_PROM_TOKEN or --token-file)"
+                if response.status_code in (401, 403)
+                else ""
+            )
+            raise CollectorError(
+                f"{url}: Prometheus rejected the request: HTTP {response.status_code}: {_api_error(response)}{hint}"
+            )
+        body = response.content
+        self.requests += 1
+        self.bytes += len(body)
+        self.wire_bytes += int(response.raw.tell() or len(body))  # compressed, when the server gzips
+        return body
 
     def label_values(self, label: str, match: str, start: float, end: float) -> list[str]:
         body = self.post(
@@ -235,12 +308,39 @@ class PromClient:
         return sorted(v for v in json.loads(body).get("data") or [] if v)
 
 
-def _api_error(exc: urllib.error.HTTPError) -> str:
+def _api_error(response: requests.Response) -> str:
+    """Prometheus' ``error`` field of a JSON answer, else the HTTP reason."""
     try:
-        payload = json.loads(exc.read() or b"{}")
-        return str(payload.get("error") or exc.reason)
-    except (ValueError, OSError):
-        return str(exc.reason)
+        return str(response.json().get("error") or response.reason)
+    except (ValueError, AttributeError):
+        return str(response.reason or response.status_code)
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The innermost reason of a requests/urllib3 error chain (MaxRetryError wraps the real one)."""
+    seen = exc
+    while True:
+        inner = getattr(seen, "reason", None) or (seen.args[0] if seen.args else None)
+        if isinstance(inner, BaseException) and inner is not seen:
+            seen = inner
+            continue
+        return str(seen)
+
+
+def read_token(token_file: str | None) -> str | None:
+    """The bearer token: the first line of ``token_file`` if given, else ``$GPULEDGER_PROM_TOKEN``, else None.
+
+    Never a command-line value: a token there is visible to every user in ``ps``.
+    """
+    if token_file:
+        try:
+            text = Path(token_file).read_text().strip()
+        except OSError as exc:
+            raise CollectorError(f"--token-file {token_file}: {exc.strerror or exc}") from None
+        if not text:
+            raise CollectorError(f"--token-file {token_file}: the file is empty")
+        return text.splitlines()[0].strip()
+    return os.environ.get(TOKEN_ENV, "").strip() or None
 
 
 # ------------------------------------------------------------------------------------------- planning
@@ -497,26 +597,28 @@ def pull(
     report = PullReport(key, step, cursor)
     if end <= start:
         return report
-    client = PromClient(opts)
-    names = "|".join(METRIC_NAMES)
-    hosts = client.label_values("Hostname", selector(f'__name__=~"{names}"', opts.match), start, end + step)
-    batches = host_batches(hosts, opts.hosts_per_query)
-    ingest_opts = IngestOptions.from_settings(settings or Settings(), cluster=opts.cluster)
-    for a, b in plan_chunks(start, end, step, opts.chunk_s):
-        began = time.perf_counter()
-        requests_before, bytes_before = client.requests, client.bytes
-        chunk = ChunkReport(_from_epoch(a), _from_epoch(b), None)
-        with tempfile.TemporaryDirectory(prefix="gpuledger-prom-") as tmp:
-            files = fetch_chunk(client, opts, batches, a, b, Path(tmp))
-            chunk.fetch_s = time.perf_counter() - began
-            chunk.requests = client.requests - requests_before
-            chunk.bytes = client.bytes - bytes_before
-            commit_chunk(db, opts, chunk, files, ingest_opts)
-        chunk.seconds = time.perf_counter() - began
-        report.chunks.append(chunk)
-        report.cursor = max(report.cursor or chunk.end, chunk.end)
-        if progress:
-            print(describe_chunk(chunk), file=sys.stderr, flush=True)
+    with PromClient(opts) as client:  # one keep-alive session for the whole pull
+        names = "|".join(METRIC_NAMES)
+        hosts = client.label_values(
+            "Hostname", selector(f'__name__=~"{names}"', opts.match), start, end + step
+        )
+        batches = host_batches(hosts, opts.hosts_per_query)
+        ingest_opts = IngestOptions.from_settings(settings or Settings(), cluster=opts.cluster)
+        for a, b in plan_chunks(start, end, step, opts.chunk_s):
+            began = time.perf_counter()
+            requests_before, bytes_before = client.requests, client.bytes
+            chunk = ChunkReport(_from_epoch(a), _from_epoch(b), None)
+            with tempfile.TemporaryDirectory(prefix="gpuledger-prom-") as tmp:
+                files = fetch_chunk(client, opts, batches, a, b, Path(tmp))
+                chunk.fetch_s = time.perf_counter() - began
+                chunk.requests = client.requests - requests_before
+                chunk.bytes = client.bytes - bytes_before
+                commit_chunk(db, opts, chunk, files, ingest_opts)
+            chunk.seconds = time.perf_counter() - began
+            report.chunks.append(chunk)
+            report.cursor = max(report.cursor or chunk.end, chunk.end)
+            if progress:
+                print(describe_chunk(chunk), file=sys.stderr, flush=True)
     return report
 
 

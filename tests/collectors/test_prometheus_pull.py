@@ -1,23 +1,37 @@
-"""The Prometheus collector's planning and staging, without a server (the live test runs a real one)."""
+"""The Prometheus collector's planning, staging and HTTP client, without Prometheus (the live test runs a real one).
+
+The client tests talk to a real HTTP server on 127.0.0.1 (TinyServer) that answers from a script.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import http.server
 import json
+import shutil
+import ssl
+import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from collectors.base import IngestOptions
 from collectors.prometheus_pull import (
+    TOKEN_ENV,
+    PromClient,
     PullOptions,
     host_batches,
     parse_duration,
     parse_time,
     plan_chunks,
+    read_token,
     selector,
     stage_responses,
 )
+from gpuledger.cli.main import main
+from gpuledger.ledger.errors import CollectorError
 
 
 def test_chunks_stay_under_the_11000_point_cap_and_cover_the_range_once():
@@ -117,3 +131,175 @@ def test_job_ids_match_the_slurm_collector_when_a_cluster_is_named(
     opts = PullOptions(url="http://x", cluster=cluster, job_prefix=prefix)
     stage_responses(ledger, files, "prometheus://test", opts, IngestOptions(cluster=cluster))
     assert ledger.execute("SELECT job_id FROM stage_samples").fetchall() == [(expected,)]
+
+
+# ------------------------------------------------------------------ the HTTP client against a real local server
+
+
+class TinyServer:
+    """A real HTTP(S) server on 127.0.0.1 that answers from a script and records what it was sent.
+
+    ``answers`` is a list of ``(status, headers, body)``, used in turn (the last one repeats). Each request
+    is recorded as ``(path, headers, client_port, arrival perf_counter)``: one client port for many
+    requests means the client kept the connection alive.
+    """
+
+    def __init__(self, answers: list[tuple[int, dict[str, str], bytes]], tls: ssl.SSLContext | None = None):
+        self.answers, self.seen = answers, []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive
+
+            def do_GET(self) -> None:
+                self.answer()
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.answer()
+
+            def answer(self) -> None:
+                server.seen.append(
+                    (self.path, dict(self.headers), self.client_address[1], time.perf_counter())
+                )
+                status, headers, body = server.answers[min(len(server.seen), len(server.answers)) - 1]
+                self.send_response(status)
+                for name, value in {"Content-Type": "application/json", **headers}.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if tls is not None:
+            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
+        scheme = "https" if tls else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def __enter__(self) -> TinyServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+LABELS_OK = (200, {}, json.dumps({"status": "success", "data": ["gpu-a", "gpu-b"]}).encode())
+EMPTY_MATRIX = (
+    200,
+    {},
+    json.dumps({"status": "success", "data": {"resultType": "matrix", "result": []}}).encode(),
+)
+
+
+def test_429_with_retry_after_waits_what_the_server_asks():
+    too_many = (429, {"Retry-After": "1"}, b'{"status":"error","error":"too many queries"}')
+    with TinyServer([too_many, LABELS_OK]) as srv:
+        client = PromClient(PullOptions(url=srv.url, retries=2, backoff_s=0.01))
+        assert client.label_values("Hostname", "up", 0, 60) == ["gpu-a", "gpu-b"]
+    assert len(srv.seen) == 2 and client.retried == 1
+    # the backoff alone would wait at most 0.01 x 2 + 0.01 s; the second request came after the 1 s asked for
+    assert srv.seen[1][3] - srv.seen[0][3] >= 1.0
+
+
+def test_a_lasting_outage_is_one_sentence_after_the_retries():
+    unavailable = (503, {}, b'{"status":"error","error":"shutting down"}')
+    with TinyServer([unavailable]) as srv:
+        client = PromClient(PullOptions(url=srv.url, retries=2, backoff_s=0.01))
+        with pytest.raises(
+            CollectorError,
+            match=r"/api/v1/label/Hostname/values: no answer after 3 tries \(HTTP 503: shutting down\); "
+            r"committed chunks are kept, run the same command again to resume",
+        ):
+            client.label_values("Hostname", "up", 0, 60)
+    assert len(srv.seen) == 3  # the first try and 2 retries
+
+
+def test_a_bad_query_fails_at_once_with_prometheus_own_words():
+    bad = (400, {}, b'{"status":"error","errorType":"bad_data","error":"parse error at char 4"}')
+    with TinyServer([bad]) as srv:
+        client = PromClient(PullOptions(url=srv.url, retries=5))
+        with pytest.raises(CollectorError, match=r"rejected the request: HTTP 400: parse error at char 4$"):
+            client.post("/api/v1/query", [("query", "up{")])
+    assert len(srv.seen) == 1  # a 4xx other than 429 is not retried
+
+
+def test_one_kept_alive_connection_serves_many_requests():
+    with TinyServer([LABELS_OK]) as srv, PromClient(PullOptions(url=srv.url)) as client:
+        for _ in range(5):
+            client.label_values("Hostname", "up", 0, 60)
+    assert len(srv.seen) == 5 and len({port for _, _, port, _ in srv.seen}) == 1
+
+
+def test_the_token_comes_from_the_environment_or_a_file_never_the_command_line(
+    tmp_path, monkeypatch, db_path, capsys
+):
+    monkeypatch.setenv(TOKEN_ENV, "env-secret")
+    assert read_token(None) == "env-secret"
+    token_file = tmp_path / "token"
+    token_file.write_text("file-secret\n")
+    assert read_token(str(token_file)) == "file-secret"  # the flag wins over the environment
+    monkeypatch.delenv(TOKEN_ENV)
+    assert read_token(None) is None
+    with pytest.raises(CollectorError, match=r"--token-file .*/missing: No such file"):
+        read_token(str(tmp_path / "missing"))
+    assert "file-secret" not in repr(PullOptions(url="http://x", token="file-secret"))
+    with TinyServer([LABELS_OK, EMPTY_MATRIX]) as srv:
+        argv = ["collect", "prometheus", "--url", srv.url, "--db", db_path, "--token-file", str(token_file)]
+        assert (
+            main([*argv, "--since", "1970-01-01T00:00:00", "--until", "1970-01-01T00:02:00", "--json"]) == 0
+        )
+    capsys.readouterr()
+    assert {h.get("Authorization") for _, h, _, _ in srv.seen} == {"Bearer file-secret"}
+    unauthorized = (401, {}, b'{"status":"error","error":"authentication required"}')
+    with TinyServer([unauthorized]) as srv:
+        assert main(["collect", "prometheus", "--url", srv.url, "--db", db_path, "--since", "1h"]) == 1
+    assert capsys.readouterr().err.endswith(
+        "rejected the request: HTTP 401: authentication required "
+        "(check the token: GPULEDGER_PROM_TOKEN or --token-file)\n"
+    )
+
+
+@pytest.fixture
+def self_signed(tmp_path: Path) -> tuple[Path, ssl.SSLContext]:
+    if not shutil.which("openssl"):
+        pytest.skip("openssl is not installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return cert, context
+
+
+def test_tls_is_verified_against_the_ca_file_or_skipped_with_insecure(self_signed):
+    cert, context = self_signed
+    with TinyServer([LABELS_OK], tls=context) as srv:
+        with pytest.raises(CollectorError, match=r"TLS failed \(.*certificate verify failed.*--ca-file"):
+            PromClient(PullOptions(url=srv.url, retries=0)).label_values("Hostname", "up", 0, 60)
+        assert PromClient(PullOptions(url=srv.url, ca_file=str(cert))).label_values("Hostname", "up", 0, 60)
+        assert PromClient(PullOptions(url=srv.url, insecure=True)).label_values("Hostname", "up", 0, 60)

@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -191,8 +192,9 @@ def utc(epoch: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).replace(tzinfo=None)
 
 
-def expected_per_gpu(raw: Path) -> dict[str, tuple[float, float]]:
-    """Plain SQL over the raw samples: gpu_id → (mean utilization %, GPU-hours = samples × 30 s)."""
+def expected_per_gpu(raw: Path, a: int = 0, b: int = 2**62) -> dict[str, tuple[float, float]]:
+    """Plain SQL over the raw samples (epoch ``a <= t < b``): gpu_id → (mean utilization %, GPU-hours =
+    samples × 30 s)."""
     con = duckdb.connect()
     rows = con.execute(
         f"""
@@ -200,10 +202,10 @@ def expected_per_gpu(raw: Path) -> dict[str, tuple[float, float]]:
                avg(CASE WHEN metric = 'DCGM_FI_DEV_GPU_UTIL' THEN value ELSE value * 100 END),
                count(*) * {SCRAPE_S} / 3600.0
         FROM {RAW}
-        WHERE metric IN ('DCGM_FI_DEV_GPU_UTIL', 'DCGM_FI_PROF_GR_ENGINE_ACTIVE')
+        WHERE metric IN ('DCGM_FI_DEV_GPU_UTIL', 'DCGM_FI_PROF_GR_ENGINE_ACTIVE') AND t >= ? AND t < ?
         GROUP BY gpu_id
         """,
-        [str(raw)],
+        [str(raw), a, b],
     ).fetchall()
     return {g: (u, h) for g, u, h in rows}
 
@@ -330,11 +332,14 @@ def test_second_collect_reads_only_new_data(prom, db_path):
 
 
 class FlakyProxy:
-    """Forwards to Prometheus; ``fail_after`` answers 503 from that many query_range calls on, and
-    ``flap`` answers 503 to every other one: a real HTTP failure, not a mock of the client."""
+    """Forwards to Prometheus; ``fail_after`` answers 503 from that many query_range calls on, ``flap``
+    answers 503 to every other one, ``throttle`` answers the first that many query_range calls 429 with
+    ``Retry-After: 1``, and with ``token`` set anything without ``Authorization: Bearer <token>`` gets 401:
+    real HTTP failures, not a mock of the client. ``arrivals`` records when each query_range call came."""
 
     def __init__(self, target: str) -> None:
         self.target, self.fail_after, self.flap, self.calls = target, None, False, 0
+        self.throttle, self.token, self.arrivals = 0, None, []
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -345,14 +350,25 @@ class FlakyProxy:
                 self.forward(self.rfile.read(int(self.headers.get("Content-Length", 0))))
 
             def forward(self, body: bytes | None) -> None:
+                if proxy.token and self.headers.get("Authorization") != f"Bearer {proxy.token}":
+                    self.send_error(401, "no token")
+                    return
                 if "query_range" in self.path:
                     proxy.calls += 1
+                    proxy.arrivals.append(time.perf_counter())
+                    if proxy.calls <= proxy.throttle:
+                        self.send_response(429)
+                        self.send_header("Retry-After", "1")
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
                     if (proxy.fail_after is not None and proxy.calls > proxy.fail_after) or (
                         proxy.flap and proxy.calls % 2
                     ):
                         self.send_error(503, "injected outage")
                         return
-                req = urllib.request.Request(proxy.target + self.path, data=body, headers=dict(self.headers))
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "accept-encoding"}
+                req = urllib.request.Request(proxy.target + self.path, data=body, headers=headers)
                 with urllib.request.urlopen(req) as upstream:
                     payload = upstream.read()
                 self.send_response(200)
@@ -401,6 +417,30 @@ def test_outage_keeps_committed_chunks_and_the_rerun_resumes(prom, db_path):
     assert resumed.chunks[0].start == cursor and len(resumed.chunks) == DAYS * 4 - 3
     assert all("samples already in the ledger" not in c.skipped for c in resumed.chunks)
     assert_matches_raw(db_path, prom["raw"])
+
+
+def test_a_throttling_server_behind_a_token_gets_the_same_samples(prom, db_path, monkeypatch):
+    """Through a proxy that wants a bearer token (given in GPULEDGER_PROM_TOKEN) and answers the first two
+    query_range calls 429 with Retry-After: 1, six hours land exactly as plain SQL over the raw samples says."""
+    proxy = FlakyProxy(str(prom["url"]))
+    proxy.token, proxy.throttle = "s3cret", 2
+    a, b = prom["start"], prom["start"] + 6 * 3600
+    monkeypatch.setenv("GPULEDGER_PROM_TOKEN", "s3cret")
+    argv = ["collect", "prometheus", "--url", proxy.url, "--db", db_path, "--retries", "3", "--json"]
+    try:
+        assert main([*argv, "--since", utc(a).isoformat(), "--until", utc(b).isoformat()]) == 0
+        monkeypatch.delenv("GPULEDGER_PROM_TOKEN")
+        assert main([*argv, "--since", utc(a).isoformat(), "--until", utc(b).isoformat()]) == 1  # no token
+    finally:
+        proxy.close()
+    # 12 rollups, the first 2 answered 429 then retried: 14 calls, and the server's pause was kept
+    assert proxy.calls == 14 and proxy.arrivals[2] - proxy.arrivals[0] >= 2.0
+    expected = expected_per_gpu(prom["raw"], a, b)
+    got = ledger_per_gpu(db_path)
+    assert sorted(got) == sorted(expected)
+    for gpu, (util, hours) in expected.items():
+        assert got[gpu][0] == pytest.approx(util, abs=1e-6), gpu
+        assert got[gpu][1] == pytest.approx(hours, abs=1e-6), gpu
 
 
 def test_cli_json_report_and_a_rejected_selector(prom, db_path, capsys):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from collectors.prometheus_pull import PullOptions, parse_duration, parse_time, pull
+from collectors.prometheus_pull import TOKEN_ENV, PullOptions, pull, read_token
+from gpuledger.cli import times
 from gpuledger.cli.commands._common import add_db_options, print_json
 from gpuledger.ledger.errors import CollectorError
 from gpuledger.ledger.settings import load_settings
@@ -19,14 +21,20 @@ def add_collect_parser(sub: argparse._SubParsersAction) -> None:
         "last run stopped (first run: the last 24 h).",
     )
     p.add_argument("--url", required=True, help="Prometheus base URL, e.g. http://prometheus:9090")
-    p.add_argument("--since", type=parse_time, help="start (ISO time in UTC, epoch s, or an age like 7d)")
-    p.add_argument("--until", type=parse_time, help="end (default: now minus one step)")
-    p.add_argument("--step", type=parse_duration, default=60, help="rollup step (default 60s)")
+    p.add_argument("--since", type=times.moment, help="start (ISO time in UTC, epoch s, or an age like 7d)")
+    p.add_argument("--until", type=times.moment, help="end (default: now minus one step)")
+    p.add_argument("--step", type=times.duration_s, default=60, help="rollup step (default 60s)")
     p.add_argument("--match", default="", help="extra label matchers, e.g. 'cluster=\"a\"'")
-    p.add_argument("--chunk", type=parse_duration, default=86_400, help="time per transaction (default 1d)")
+    p.add_argument("--chunk", type=times.duration_s, default=86_400, help="time per transaction (default 1d)")
     p.add_argument("--hosts-per-query", type=int, default=64, help="bound series per request (default 64)")
     p.add_argument("--retries", type=int, default=5, help="retries per request, exponential backoff")
     p.add_argument("--header", action="append", default=[], help="HTTP header 'Name: value' (repeatable)")
+    p.add_argument(
+        "--token-file",
+        help=f"file holding a bearer token (default: ${TOKEN_ENV}); never pass a token on the command line",
+    )
+    p.add_argument("--ca-file", help="PEM CA bundle that signed the server's TLS certificate")
+    p.add_argument("--insecure", action="store_true", help="do not verify the server's TLS certificate")
     p.add_argument(
         "--job-prefix", help="prefix for job ids from hpc_job/pod labels (default: CLUSTER/ with --cluster)"
     )
@@ -37,7 +45,6 @@ def add_collect_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     headers = []
     for h in args.header:
         name, sep, value = h.partition(":")
@@ -54,9 +61,14 @@ def run(args: argparse.Namespace) -> int:
         hosts_per_query=max(1, args.hosts_per_query),
         retries=max(0, args.retries),
         headers=tuple(headers),
+        token=read_token(args.token_file),
+        ca_file=args.ca_file,
+        insecure=args.insecure,
         job_prefix=args.job_prefix,
         cluster=args.cluster,
     )
+    if args.insecure:
+        print("warning: --insecure: the server's TLS certificate is not checked", file=sys.stderr)
     settings = load_settings(args.settings)
     report = pull(args.db, opts, settings=settings, progress=not args.json)
     if args.json:
