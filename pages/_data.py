@@ -27,6 +27,13 @@ from gpuledger.ledger.db import data_version, reader, resolve_db
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.settings import Settings, load_settings
 
+# Every cache is bounded: its keys carry the ledger's version, which changes at every collector flush, so an
+# unbounded cache grows for as long as a collector runs. An entry no rerun asked for in CACHE_TTL_S goes;
+# max_entries bounds what one server holds at once (older views are evicted first).
+CACHE_TTL_S = 1800
+CACHE_VIEWS = 32  # filter views kept per data function (a view: ledger version x settings x filters)
+CACHE_VERSIONS = 4  # ledger versions kept by the functions keyed on the version alone
+
 
 @dataclass(frozen=True)
 class Choices:
@@ -100,7 +107,7 @@ def _sync(db_path: str, s: Settings) -> None:
     _sync_reference(db_path, s.fingerprint(), s)
 
 
-@st.cache_resource(show_spinner=False)
+@st.cache_resource(show_spinner=False, max_entries=CACHE_VERSIONS, ttl=CACHE_TTL_S)
 def _sync_reference(db_path: str, fingerprint: str, _settings: Settings) -> bool:
     """Mirror the price sheet and catalog of these settings into the ledger, once per settings version."""
     from gpuledger.ledger.reference import sync_reference
@@ -123,7 +130,7 @@ def filter_choices() -> Choices:
     return _filter_choices(path, ver)
 
 
-@st.cache_data(show_spinner=False)
+@st.cache_data(show_spinner=False, max_entries=CACHE_VERSIONS, ttl=CACHE_TTL_S)
 def _filter_choices(db_path: str, ver: tuple[int, int]) -> Choices:
     with reader(db_path) as con:
         teams = [
@@ -151,7 +158,7 @@ def ledger_caption() -> str:
     return _ledger_caption(path, ver)
 
 
-@st.cache_data(show_spinner=False)
+@st.cache_data(show_spinner=False, max_entries=CACHE_VERSIONS, ttl=CACHE_TTL_S)
 def _ledger_caption(db_path: str, ver: tuple[int, int]) -> str:
     with reader(db_path) as con:
         jobs, samples, ingests = con.execute(
@@ -169,7 +176,7 @@ def has_data() -> bool:
     return _has_data(path, ver)
 
 
-@st.cache_data(show_spinner=False)
+@st.cache_data(show_spinner=False, max_entries=CACHE_VERSIONS, ttl=CACHE_TTL_S)
 def _has_data(db_path: str, ver: tuple[int, int]) -> bool:
     with reader(db_path) as con:
         return bool(con.execute("SELECT EXISTS (FROM jobs) OR EXISTS (FROM samples)").fetchall()[0][0])
@@ -181,7 +188,7 @@ def summary(filters: Filters) -> dict[str, Any]:
     return _summary(path, ver, fp, filters, s)
 
 
-@st.cache_data(show_spinner="Computing the summary…")
+@st.cache_data(show_spinner="Computing the summary…", max_entries=CACHE_VIEWS, ttl=CACHE_TTL_S)
 def _summary(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> dict[str, Any]:
@@ -241,7 +248,7 @@ def analyse_upload(name: str, data: bytes, cluster: str | None, tz: str | None) 
     return _analyse_upload(name, data, cluster or None, tz or None, s.fingerprint(), s)
 
 
-@st.cache_data(show_spinner="Reading the file…", max_entries=16)
+@st.cache_data(show_spinner="Reading the file…", max_entries=16, ttl=CACHE_TTL_S)
 def _analyse_upload(
     name: str, data: bytes, cluster: str | None, tz: str | None, fp: str, _settings: Settings
 ) -> UploadResult:
@@ -317,7 +324,7 @@ def waste_by_team_week(filters: Filters) -> pl.DataFrame:
     return _waste_by_team_week(path, ver, fp, filters, s)
 
 
-@st.cache_data(show_spinner="Splitting the spend by team and week…")
+@st.cache_data(show_spinner="Splitting the spend by team and week…", max_entries=CACHE_VIEWS, ttl=CACHE_TTL_S)
 def _waste_by_team_week(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> pl.DataFrame:
@@ -341,7 +348,7 @@ def waste_by(filters: Filters, by: str) -> pl.DataFrame:
     return _waste_by(path, ver, fp, filters, by, s)
 
 
-@st.cache_data(show_spinner=False)
+@st.cache_data(show_spinner=False, max_entries=CACHE_VIEWS, ttl=CACHE_TTL_S)
 def _waste_by(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, by: str, _settings: Settings
 ) -> pl.DataFrame:
@@ -355,7 +362,7 @@ def top_wasted_jobs(filters: Filters, limit: int = 20) -> pl.DataFrame:
     return _top_wasted_jobs(path, ver, fp, filters, limit, s)
 
 
-@st.cache_data(show_spinner=False)
+@st.cache_data(show_spinner=False, max_entries=CACHE_VIEWS, ttl=CACHE_TTL_S)
 def _top_wasted_jobs(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, limit: int, _settings: Settings
 ) -> pl.DataFrame:
@@ -377,7 +384,7 @@ def jobs_table(filters: Filters) -> pl.DataFrame:
     return _jobs_table_cached(path, ver, fp, filters, s)
 
 
-@st.cache_data(show_spinner="Loading jobs…")
+@st.cache_data(show_spinner="Loading jobs…", max_entries=CACHE_VIEWS, ttl=CACHE_TTL_S)
 def _jobs_table_cached(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> pl.DataFrame:
@@ -395,7 +402,7 @@ def job_timeline(job_id: str, per_gpu: bool) -> pl.DataFrame:
     return _job_timeline(path, ver, job_id, per_gpu)
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@st.cache_data(show_spinner=False, max_entries=64, ttl=CACHE_TTL_S)
 def _job_timeline(db_path: str, ver: tuple[int, int], job_id: str, per_gpu: bool) -> pl.DataFrame:
     from analytics.timeline import job_timeline as compute
 
@@ -413,7 +420,7 @@ def fleet(filters: Filters) -> dict[str, pl.DataFrame]:
     return _fleet(path, ver, fp, filters, s)
 
 
-@st.cache_data(show_spinner="Reading the fleet's telemetry…")
+@st.cache_data(show_spinner="Reading the fleet's telemetry…", max_entries=CACHE_VIEWS, ttl=CACHE_TTL_S)
 def _fleet(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> dict[str, pl.DataFrame]:
@@ -448,7 +455,7 @@ def recommendations(filters: Filters) -> pl.DataFrame:
     return _recommendations_cached(path, ver, fp, filters, s)
 
 
-@st.cache_data(show_spinner="Looking for savings…")
+@st.cache_data(show_spinner="Looking for savings…", max_entries=CACHE_VIEWS, ttl=CACHE_TTL_S)
 def _recommendations_cached(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> pl.DataFrame:
@@ -462,7 +469,7 @@ def diagnoses(filters: Filters) -> pl.DataFrame:
     return _diagnoses(path, ver, fp, filters, s)
 
 
-@st.cache_data(show_spinner="Diagnosing jobs…")
+@st.cache_data(show_spinner="Diagnosing jobs…", max_entries=CACHE_VIEWS, ttl=CACHE_TTL_S)
 def _diagnoses(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> pl.DataFrame:
@@ -477,7 +484,7 @@ def training(filters: Filters) -> dict[str, pl.DataFrame]:
     return _training(path, ver, fp, filters, s)
 
 
-@st.cache_data(show_spinner="Computing unit costs…")
+@st.cache_data(show_spinner="Computing unit costs…", max_entries=CACHE_VIEWS, ttl=CACHE_TTL_S)
 def _training(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> dict[str, pl.DataFrame]:
@@ -498,7 +505,7 @@ def report(filters: Filters) -> dict[str, str]:
     return _report(path, ver, fp, filters, s)
 
 
-@st.cache_data(show_spinner="Writing the report…", max_entries=16)
+@st.cache_data(show_spinner="Writing the report…", max_entries=16, ttl=CACHE_TTL_S)
 def _report(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> dict[str, str]:
