@@ -4,15 +4,67 @@ Run with ``gpuledger dashboard`` (or ``streamlit run app.py`` with ``GPULEDGER_D
 file under pages/; every number a page shows comes from the same analytics function the CLI's ``--json``
 uses, through the cached calls in pages/_data.py. The filters (date range, cluster, team) are bound to the
 URL query string, so a copied link reproduces the view: ``?since=2026-11-01&until=2026-11-07&team=nlp``.
+
+With ``[auth]`` in the settings, nothing but the sign-in page shows until someone signs in (``st.login``);
+then pages/_data.py narrows every view to the teams ``[access]`` gives them (gpuledger/ledger/access.py).
+An error inside a page shows one ``st.error`` with the next step; its traceback goes to the server log.
 """
 
 from __future__ import annotations
 
 import streamlit as st
+from streamlit.errors import StreamlitAuthError, StreamlitMissingAuthlibError
+from streamlit.logger import get_logger
 
 from pages import _data, _ui
 
+LOG = get_logger("gpuledger.dashboard")
+
 st.set_page_config(page_title="gpuledger", page_icon=":material/paid:", layout="wide")
+# Safe under a bare `streamlit run app.py` too (gpuledger dashboard passes the same on its command line): no
+# exception details in the browser, and no built-in table export, which writes formula cells as they are.
+st.set_option("client.showErrorDetails", "none")
+st.set_option("client.disableDataExport", True)
+
+
+def sign_in_page() -> None:
+    st.title("gpuledger")
+    st.write("GPU spend, utilization and waste of your teams. Sign in to continue.")
+    if st.button("Sign in", icon=":material/login:", type="primary", key="sign_in"):
+        try:
+            st.login()
+        except StreamlitMissingAuthlibError:
+            st.error(
+                "Sign-in is configured, but this server lacks Authlib. Install it with "
+                "`pip install 'streamlit[auth]'`, then restart `gpuledger dashboard`.",
+                icon=":material/error:",
+            )
+        except StreamlitAuthError:
+            LOG.exception("st.login failed")
+            st.error(
+                "Sign-in is configured in the settings, but this server was not given the provider's "
+                "secrets. Start it with `gpuledger dashboard` (docs/settings.md, [auth]).",
+                icon=":material/error:",
+            )
+
+
+def no_team_page() -> None:
+    st.title("gpuledger")
+    who = _data.viewer()
+    st.warning(
+        f"You are signed in as {_ui.md(who.who if who else '')}, but no team is mapped to you. Ask a "
+        "gpuledger admin to add you under [access] in the settings (docs/settings.md).",
+        icon=":material/lock:",
+    )
+    if st.button("Sign out", icon=":material/logout:", key="sign_out"):
+        st.logout()
+
+
+viewer = _data.viewer()
+if viewer is not None and not viewer.sees_anything:  # sign-in on: only the sign-in (or no-team) page
+    gate = no_team_page if st.user.is_logged_in else sign_in_page
+    st.navigation([st.Page(gate, title="Sign in", icon=":material/lock:")], position="hidden").run()
+    st.stop()
 
 PAGES = [
     st.Page("pages/overview.py", title="Overview", icon=":material/dashboard:", default=True),
@@ -58,6 +110,20 @@ with st.sidebar:
     )
     st.multiselect("Team", choices.teams, key="team", bind="query-params", placeholder="all teams")
     st.caption(_data.ledger_caption())
+    if viewer is not None:
+        seen = "every team" if viewer.admin else ", ".join(_ui.md(t) for t in viewer.teams)
+        st.caption(f"Signed in as {_ui.md(viewer.who)}: you see {seen}.")
+        if st.button("Sign out", icon=":material/logout:", key="sign_out"):
+            st.logout()
 
 with _ui.routed():
-    page.run()
+    try:
+        page.run()
+    except Exception:  # st.stop() and st.rerun() are BaseExceptions and pass through
+        LOG.exception("the %s page failed", page.title)
+        st.error(
+            "This page could not be drawn: an unexpected error, whose details are in the server log (the "
+            "terminal running `gpuledger dashboard`). Reload the page; if it fails again, the same figures "
+            "from the command line (`gpuledger summary`, `gpuledger jobs`) name the problem in one line.",
+            icon=":material/error:",
+        )

@@ -19,10 +19,12 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+import duckdb
 import polars as pl
 import streamlit as st
 
 from analytics.filters import Filters
+from gpuledger.ledger.access import Scope, resolve_scope
 from gpuledger.ledger.db import data_version, reader, resolve_db
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.settings import Settings, load_settings
@@ -80,27 +82,93 @@ def open_page(title: str, *, caption: bool = True) -> Filters:
 
 
 def current_filters() -> Filters:
-    """The sidebar's filters (bound to the URL query string by app.py) as analytics Filters."""
+    """The sidebar's filters (bound to the URL query string by app.py) as analytics Filters, narrowed to
+    the teams the signed-in person may see (:func:`scoped`)."""
     state = st.session_state
     since = state.get("since")
     until = state.get("until")
     if since and until and since > until:
         since, until = until, since
-    return Filters(
-        since=since,
-        until=until,
-        teams=tuple(sorted(state.get("team") or ())),
-        clusters=tuple(sorted(state.get("cluster") or ())),
+    return scoped(
+        Filters(
+            since=since,
+            until=until,
+            teams=tuple(sorted(state.get("team") or ())),
+            clusters=tuple(sorted(state.get("cluster") or ())),
+        )
     )
 
 
 def describe_filters(filters: Filters) -> str:
+    """The view in words, for ``st.caption`` (team and cluster names escaped: they are user data)."""
+    from pages._ui import md
+
     parts = [
         f"{filters.since or 'start'} – {filters.until or 'latest'} (UTC)",
-        "clusters: " + (", ".join(filters.clusters) or "all"),
-        "teams: " + (", ".join(filters.teams) or "all"),
+        "clusters: " + (", ".join(md(c) for c in filters.clusters) or "all"),
+        "teams: " + (", ".join(md(t) for t in filters.teams) or "all"),
     ]
     return " · ".join(parts)
+
+
+# ---------------------------------------------------------------- who is looking: sign-in and team scope
+
+
+def sign_in_configured() -> bool:
+    """True when the settings have ``[auth]``: nobody sees data without signing in."""
+    return settings().auth is not None
+
+
+def viewer() -> Scope | None:
+    """None when sign-in is off (everyone who reaches the server sees the fleet, as before). Otherwise the
+    signed-in person's Scope from their identity claims (``st.user``) and ``[access]``; a visitor who has
+    not signed in gets a Scope that sees nothing."""
+    s = settings()
+    if s.auth is None:
+        return None
+    user = st.user.to_dict()
+    if not user.get("is_logged_in"):
+        return Scope(who="")
+    return resolve_scope(s.access, user)
+
+
+def scoped(filters: Filters) -> Filters:
+    """``filters`` narrowed to what the viewer may see: an admin (or anyone, without sign-in) keeps them;
+    a lead's team filter becomes the chosen teams among theirs, or all of theirs when none is chosen (never
+    "all teams"); someone who may see nothing is stopped here. Every data function below passes its filters
+    through this, so a page that builds its own Filters cannot widen the view either."""
+    scope = viewer()
+    if scope is None or scope.admin:
+        return filters
+    if not scope.sees_anything:
+        _stop_unscoped()
+    allowed = scope.teams
+    teams = tuple(t for t in filters.teams if t in allowed) or allowed
+    if teams == filters.teams:
+        return filters
+    return Filters(filters.since, filters.until, teams, filters.clusters, filters.users)
+
+
+def _stop_unscoped() -> None:
+    st.warning("Sign in with an account that is given a team to see this page.", icon=":material/lock:")
+    st.stop()
+
+
+def _job_in_scope(job_id: str) -> bool:
+    scope = viewer()
+    if scope is None or scope.admin:
+        return True
+    if not scope.sees_anything:
+        _stop_unscoped()
+    path, ver, _, _ = _ctx()
+    return _job_team(path, ver, job_id) in scope.teams
+
+
+@st.cache_data(show_spinner=False, max_entries=256, ttl=CACHE_TTL_S)
+def _job_team(db_path: str, ver: tuple[int, int], job_id: str) -> str | None:
+    with reader(db_path) as con:
+        row = con.execute("SELECT team FROM jobs WHERE job_id = ?", [job_id]).fetchone()
+    return row[0] if row else None
 
 
 def _sync(db_path: str, s: Settings) -> None:
@@ -126,8 +194,13 @@ def _ctx() -> tuple[str, tuple[int, int], str, Settings]:
 
 
 def filter_choices() -> Choices:
+    """The sidebar's choices; a lead's team list holds only their teams."""
     path, ver, _, _ = _ctx()
-    return _filter_choices(path, ver)
+    choices = _filter_choices(path, ver)
+    scope = viewer()
+    if scope is None or scope.admin:
+        return choices
+    return Choices(scope.teams, choices.clusters, choices.first_day, choices.last_day)
 
 
 @st.cache_data(show_spinner=False, max_entries=CACHE_VERSIONS, ttl=CACHE_TTL_S)
@@ -155,6 +228,12 @@ def _filter_choices(db_path: str, ver: tuple[int, int]) -> Choices:
 
 def ledger_caption() -> str:
     path, ver, _, _ = _ctx()
+    scope = viewer()
+    if scope is not None and not scope.admin:  # the fleet's totals are not a lead's to see
+        from pages._ui import md
+
+        teams = ", ".join(md(t) for t in scope.teams) or "none"
+        return f"Ledger `{os.path.basename(path)}`, teams you may see: {teams}."
     return _ledger_caption(path, ver)
 
 
@@ -184,6 +263,7 @@ def _has_data(db_path: str, ver: tuple[int, int]) -> bool:
 
 def summary(filters: Filters) -> dict[str, Any]:
     """``gpuledger summary --json`` for these filters (the same function, the same numbers)."""
+    filters = scoped(filters)
     path, ver, fp, s = _ctx()
     return _summary(path, ver, fp, filters, s)
 
@@ -269,6 +349,10 @@ def _analyse_upload(
             fh.write(data)
         con = memory_ledger()
         try:
+            # One upload may not take the server down: past this DuckDB spills into the upload's own temp
+            # folder (removed with it) or fails with an out-of-memory error, shown as a sentence.
+            con.execute(f"SET memory_limit = '{int(_settings.upload_memory_mb)}MB'")
+            con.execute("SET temp_directory = ?", [tmp])
             con.execute("BEGIN TRANSACTION")
             load_reference(con, _settings)
             con.execute("COMMIT")
@@ -276,6 +360,12 @@ def _analyse_upload(
                 report = ingest_file(con, path, opts=opts)
             except LedgerError as exc:
                 return UploadResult(name, error=_error_sentence(exc, path, name))
+            except duckdb.OutOfMemoryException:
+                return UploadResult(
+                    name,
+                    error=f"{name}: reading it needs more than the upload's memory limit "
+                    f"({int(_settings.upload_memory_mb):,} MB, dashboard.upload_memory_mb in the settings)",
+                )
             ingest = report.as_dict() | {"path": name}
             filters = Filters()
             missing: list[str] = []
@@ -300,6 +390,7 @@ def _analyse_upload(
 
 def weeks_of(filters: Filters) -> list[tuple[str, Filters]]:
     """The ISO weeks of the view, each as (``YYYY-Www``, the view's filters narrowed to that week)."""
+    filters = scoped(filters)
     c = filter_choices()
     first = filters.since or c.first_day
     last = filters.until or c.last_day
@@ -320,6 +411,7 @@ def waste_by_team_week(filters: Filters) -> pl.DataFrame:
     """``analytics.waste.waste_by_week(by="team")`` for the view: columns week, team, spend_usd, the
     taxonomy's parts and waste_usd. Each job's cost is cut at week boundaries (one query for all weeks), so
     the rows sum exactly to the view's spend; rows under half a cent are left out."""
+    filters = scoped(filters)
     path, ver, fp, s = _ctx()
     return _waste_by_team_week(path, ver, fp, filters, s)
 
@@ -344,6 +436,7 @@ def spend_by_team_week(filters: Filters) -> pl.DataFrame:
 
 def waste_by(filters: Filters, by: str) -> pl.DataFrame:
     """``analytics.waste.waste_by`` for the view (key, spend_usd, the parts, waste_usd)."""
+    filters = scoped(filters)
     path, ver, fp, s = _ctx()
     return _waste_by(path, ver, fp, filters, by, s)
 
@@ -358,6 +451,7 @@ def _waste_by(
 
 def top_wasted_jobs(filters: Filters, limit: int = 20) -> pl.DataFrame:
     """The view's jobs with the most wasted $ (``analytics.waste.job_waste``, sorted by waste_usd)."""
+    filters = scoped(filters)
     path, ver, fp, s = _ctx()
     return _top_wasted_jobs(path, ver, fp, filters, limit, s)
 
@@ -380,6 +474,7 @@ def _top_wasted(con: Any, filters: Filters, s: Settings, limit: int) -> pl.DataF
 
 def jobs_table(filters: Filters) -> pl.DataFrame:
     """``analytics.jobs.jobs_table`` for the view (the same rows as ``gpuledger jobs --json``)."""
+    filters = scoped(filters)
     path, ver, fp, s = _ctx()
     return _jobs_table_cached(path, ver, fp, filters, s)
 
@@ -397,8 +492,11 @@ def _jobs_table(con: Any, filters: Filters, s: Settings) -> pl.DataFrame:
 
 
 def job_timeline(job_id: str, per_gpu: bool) -> pl.DataFrame:
-    """``analytics.timeline.job_timeline``: one line per GPU, or the mean over the job's GPUs."""
+    """``analytics.timeline.job_timeline``: one line per GPU, or the mean over the job's GPUs (no rows for a
+    job of a team the viewer may not see)."""
     path, ver, _, _ = _ctx()
+    if not _job_in_scope(job_id):
+        return _job_timeline(path, ver, "", per_gpu).clear()
     return _job_timeline(path, ver, job_id, per_gpu)
 
 
@@ -416,6 +514,7 @@ def _job_timeline(db_path: str, ver: tuple[int, int], job_id: str, per_gpu: bool
 def fleet(filters: Filters) -> dict[str, pl.DataFrame]:
     """heatmap (analytics.timeline.gpu_hour_heatmap), idle (idle_gpus), by_model and by_cluster
     (analytics.utilization.utilization_by) for the view, in one reader batch."""
+    filters = scoped(filters)
     path, ver, fp, s = _ctx()
     return _fleet(path, ver, fp, filters, s)
 
@@ -451,6 +550,7 @@ def _recommendations(con: Any, filters: Filters, s: Settings) -> pl.DataFrame:
 
 def recommendations(filters: Filters) -> pl.DataFrame:
     """``analytics.recommend.recommendations`` for the view: the ranked list ``gpuledger recommend --json`` prints."""
+    filters = scoped(filters)
     path, ver, fp, s = _ctx()
     return _recommendations_cached(path, ver, fp, filters, s)
 
@@ -465,6 +565,7 @@ def _recommendations_cached(
 
 def diagnoses(filters: Filters) -> pl.DataFrame:
     """``analytics.diagnoses.diagnoses`` for the view: one row per (job, diagnosis) with its evidence."""
+    filters = scoped(filters)
     path, ver, fp, s = _ctx()
     return _diagnoses(path, ver, fp, filters, s)
 
@@ -480,6 +581,7 @@ def _diagnoses(
 def training(filters: Filters) -> dict[str, pl.DataFrame]:
     """unit_costs (analytics.unit_costs.job_unit_costs: $ per 1M tokens, MFU per run) and batch (the larger_batch
     recommendations of analytics.recommend) for the view."""
+    filters = scoped(filters)
     path, ver, fp, s = _ctx()
     return _training(path, ver, fp, filters, s)
 
@@ -501,6 +603,7 @@ def _training(
 
 def report(filters: Filters) -> dict[str, str]:
     """The weekly report (gpuledger/reports/weekly.py) for the view: {"html": ..., "md": ...}, from one analysis."""
+    filters = scoped(filters)
     path, ver, fp, s = _ctx()
     return _report(path, ver, fp, filters, s)
 

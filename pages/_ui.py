@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
+import polars as pl
 import streamlit as st
 
 NA = "n/a"
@@ -146,3 +147,83 @@ def column_config(columns: list[str]) -> dict[str, object]:
         else:
             config[c] = st.column_config.Column(name)
     return config
+
+
+# ---------------------------------------------------------------- user strings and downloads, made safe
+
+# Every ASCII punctuation character CommonMark lets a backslash escape: with all of them escaped, a team,
+# user, job or file name can open no link, image, emphasis, HTML tag, code span, colour directive
+# (``:red[...]``), icon (``:material/...:``), LaTeX ``$`` or autolink (``https://...``, ``a@b.c``).
+_MD_PUNCT = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+FORMULA_START = (
+    "=",
+    "+",
+    "-",
+    "@",
+    "\t",
+    "\r",
+)  # what a spreadsheet reads as a formula (OWASP CSV injection)
+
+
+def md(value: object) -> str:
+    """A user-supplied string (team, user, job or file name, evidence text that quotes them) to put inside
+    ``st.markdown`` / ``st.caption`` / ``st.info`` … text: shown literally, never as Markdown or HTML.
+
+    Line breaks become spaces (a name cannot start a heading or a list). Not for code spans (backslashes
+    show there): use :func:`code` for those. ``None`` shows as ``n/a``."""
+    if value is None:
+        return NA
+    text = " ".join(str(value).splitlines())
+    return "".join("\\" + c if c in _MD_PUNCT else c for c in text)
+
+
+def code(value: object) -> str:
+    """``value`` as one inline code span that no backtick inside it can close early."""
+    text = " ".join(str(value).splitlines())
+    longest = run = 0
+    for c in text:
+        run = run + 1 if c == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def csv_safe(frame: pl.DataFrame) -> pl.DataFrame:
+    """The frame with every text cell that starts with ``= + - @``, a tab or a carriage return prefixed by
+    ``'``, so a spreadsheet shows it as text instead of running it as a formula. Numbers stay numbers (a
+    negative cost is not text); nested columns (lists, structs) become text first."""
+    out = []
+    for name, dtype in frame.schema.items():
+        col = pl.col(name)
+        if isinstance(dtype, pl.List | pl.Array):
+            col = col.cast(pl.List(pl.String)).list.join(", ")
+        elif isinstance(dtype, pl.Struct):
+            col = col.struct.json_encode()
+        elif not (dtype == pl.String or dtype == pl.Categorical or isinstance(dtype, pl.Enum)):
+            out.append(col)
+            continue
+        col = col.cast(pl.String)
+        risky = pl.lit(False)
+        for start in FORMULA_START:
+            risky = risky | col.str.starts_with(start)
+        out.append(pl.when(risky).then(pl.lit("'") + col).otherwise(col).alias(name))
+    return frame.select(out)
+
+
+def csv_bytes(frame: pl.DataFrame) -> bytes:
+    """UTF-8 CSV (with a byte-order mark, so spreadsheets read accents right) of :func:`csv_safe` ``(frame)``."""
+    return "\ufeff".encode() + csv_safe(frame).write_csv().encode("utf-8")
+
+
+def download_csv(frame: pl.DataFrame, file_name: str, *, key: str, label: str = "Download CSV") -> None:
+    """A download button for the table as CSV, formulas neutralized (:func:`csv_safe`). Streamlit's own table
+    export is switched off (``client.disableDataExport``) because it writes cells as they are."""
+    st.download_button(
+        label,
+        data=csv_bytes(frame),
+        file_name=file_name,
+        mime="text/csv",
+        icon=":material/download:",
+        key=key,
+    )

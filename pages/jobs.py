@@ -7,7 +7,7 @@ import plotly.express as px
 import streamlit as st
 
 from pages import _data
-from pages._ui import column_config, no_rows, not_ready
+from pages._ui import column_config, download_csv, md, no_rows, not_ready
 
 MAX_LINES = 8  # above this many GPUs the timeline shows the job's mean by default
 SORTS = {
@@ -44,6 +44,7 @@ if search:
         table = table.filter(mask)
 st.caption(f"{table.height:,} of {jobs.height:,} jobs. Click a column header to sort the table itself.")
 st.dataframe(table, hide_index=True, column_config=column_config(table.columns), height=420)
+download_csv(table, "gpuledger-jobs.csv", key="jobs_csv", label="Download these jobs (CSV)")
 
 st.subheader("One job's utilization")
 choices = table["job_id"].head(500).to_list()
@@ -54,7 +55,7 @@ if job_id:
     per_gpu = not many or st.toggle("One line per GPU", value=False, key="job_per_gpu")
     tl = _data.job_timeline(job_id, per_gpu)
     if tl.is_empty():
-        st.info(f"Job {job_id} has no telemetry attributed to it: its utilization is unknown (n/a).")
+        st.info(f"Job {md(job_id)} has no telemetry attributed to it: its utilization is unknown (n/a).")
     else:
         fig = px.line(
             tl,

@@ -8,7 +8,7 @@ import streamlit as st
 
 from analytics.savings import savings_total
 from pages import _data
-from pages._ui import column_config, no_rows, not_ready, usd
+from pages._ui import column_config, md, no_rows, not_ready, usd
 
 CARDS = 25  # the top items as cards with their evidence; the rest in one table (quicker to read and draw)
 KIND_LABELS = {
@@ -51,15 +51,15 @@ else:
     for i, r in enumerate(shown.head(CARDS).iter_rows(named=True), start=1):
         with st.container(border=True):
             head, money = st.columns([4, 1])
-            head.markdown(f"**{i}. {KIND_LABELS.get(r['kind'], r['kind'])}** · {r['target']}")
+            head.markdown(f"**{i}. {KIND_LABELS.get(r['kind'], r['kind'])}** · {md(r['target'])}")
             money.markdown(f"**{usd(r['usd_per_week'])} / week**  \n{r['confidence']} confidence")
-            st.write(r["evidence"])
-            st.markdown(f"**Action:** {r['action']}")
+            st.markdown(md(r["evidence"]))
+            st.markdown(f"**Action:** {md(r['action'])}")
             if r["kind"] == "larger_batch" and r.get("recommended_batch_size") is not None:
                 st.caption(
                     f"batch {r.get('current_batch_size')} → {r.get('recommended_batch_size')}; predicted peak "
                     f"{r.get('predicted_peak_mem_mib') or 0:,.0f} of {r.get('card_mem_mib') or 0:,.0f} MiB; "
-                    f"throughput +{r.get('predicted_throughput_gain_pct') or 0:.0f} %; {r.get('lr_rule') or ''}"
+                    f"throughput +{r.get('predicted_throughput_gain_pct') or 0:.0f} %; {md(r.get('lr_rule') or '')}"
                     + (f"; gentler: batch {r['knee_batch_size']}" if r.get("knee_batch_size") else "")
                 )
     if shown.height > CARDS:

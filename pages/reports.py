@@ -9,7 +9,7 @@ import streamlit as st
 from analytics.filters import Filters
 from gpuledger.reports.weekly import last_full_week, week_range
 from pages import _data
-from pages._ui import not_ready
+from pages._ui import code, md, not_ready
 
 filters = _data.open_page("Weekly report", caption=False)
 weeks = _data.weeks_of(Filters(teams=filters.teams, clusters=filters.clusters))
@@ -35,13 +35,16 @@ fmt = mid.radio(
 )
 since, until = week_range(week)
 scope = Filters(since=since, until=until, teams=filters.teams, clusters=filters.clusters)
-st.caption(
-    f"Teams: {', '.join(filters.teams) or 'all'} · clusters: {', '.join(filters.clusters) or 'all'} "
-    "(from the sidebar). The same report from the command line: "
-    f"`gpuledger report --week {week}"
+command = (
+    f"gpuledger report --week {week}"
     + "".join(f" --team {t}" for t in filters.teams)
     + "".join(f" --cluster {c}" for c in filters.clusters)
-    + f" --out report-{week}.{fmt}`"
+    + f" --out report-{week}.{fmt}"
+)
+st.caption(
+    f"Teams: {', '.join(md(t) for t in filters.teams) or 'all'} · "
+    f"clusters: {', '.join(md(c) for c in filters.clusters) or 'all'} "
+    f"(from the sidebar). The same report from the command line: {code(command)}"
 )
 try:
     files = _data.report(scope)

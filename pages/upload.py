@@ -31,14 +31,22 @@ with st.expander("Options"):
         key="upload_tz",
     )
 
-uploaded = st.file_uploader("Job log or telemetry file", key="upload_file")
+limit_mb = int(_data.settings().max_upload_mb)
+uploaded = st.file_uploader("Job log or telemetry file", key="upload_file", max_upload_size=limit_mb)
 if uploaded is None:
+    st.stop()
+if uploaded.size > limit_mb * 1024 * 1024:  # the server enforces it too (gpuledger dashboard sets it)
+    st.error(
+        f"{_ui.md(uploaded.name)} is larger than the upload limit of {limit_mb:,} MB. Read it with "
+        "`gpuledger ingest FILE`, or raise dashboard.max_upload_mb in the settings.",
+        icon=":material/error:",
+    )
     st.stop()
 
 result = _data.analyse_upload(uploaded.name, uploaded.getvalue(), cluster, tz)
 if result.error:
     st.error(
-        f"{result.error}\n\n"
+        f"{_ui.md(result.error)}\n\n"
         "Nothing was analysed. Fix the line named above (or choose the right file), then upload it again. "
         "The accepted formats and their columns are listed above and in the README; "
         "`gpuledger ingest --help` shows them too.",
@@ -48,9 +56,12 @@ if result.error:
 
 ingest = result.ingest or {}
 rows = ", ".join(f"{n:,} {table}" for table, n in (ingest.get("rows") or {}).items() if n) or "no rows"
-st.success(f"Read **{result.name}** as `{ingest.get('format')}`: {rows}.", icon=":material/check_circle:")
+st.success(
+    f"Read **{_ui.md(result.name)}** as {_ui.code(ingest.get('format'))}: {rows}.",
+    icon=":material/check_circle:",
+)
 for reason, n in (ingest.get("skipped") or {}).items():
-    st.caption(f"Skipped {n:,} rows: {reason}")
+    st.caption(f"Skipped {n:,} rows: {_ui.md(reason)}")
 for what in result.missing:
     st.warning(f"Part of the analysis is not available: {what}.")
 
@@ -87,4 +98,6 @@ if result.jobs is not None and not result.jobs.is_empty():
 if result.recommendations is not None and not result.recommendations.is_empty():
     st.subheader("Recommendations")
     for r in result.recommendations.iter_rows(named=True):
-        st.markdown(f"**{usd(r['usd_per_week'])} / week** · `{r['kind']}` · {r['evidence']} {r['action']}")
+        st.markdown(
+            f"**{usd(r['usd_per_week'])} / week** · `{r['kind']}` · {_ui.md(r['evidence'])} {_ui.md(r['action'])}"
+        )

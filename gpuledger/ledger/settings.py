@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuledger.ledger.access import AccessSettings, AuthSettings, parse_access, parse_auth
 from gpuledger.ledger.errors import SettingsError
-
 
 TIERS = ("on_demand", "spot", "reserved", "on_prem")
 
@@ -57,12 +57,18 @@ class Settings:
     notebook_idle_stop_minutes: float = 60.0
     prices: tuple[PriceRow, ...] = ()
     clusters: dict[str, ClusterSettings] = field(default_factory=dict)
+    max_upload_mb: float = 100.0  # the dashboard's upload limit (Streamlit's server.maxUploadSize)
+    upload_memory_mb: float = 1024.0  # DuckDB memory_limit of the Upload page's in-memory ledger
+    auth: AuthSettings | None = None  # [auth]: OIDC sign-in for the dashboard (None: off)
+    access: AccessSettings = field(default_factory=AccessSettings)  # [access]: who sees which teams
     source: str = "defaults"
 
     def fingerprint(self) -> str:
         """Stable hash of everything that changes a number; stored with synced reference data."""
         payload = asdict(self)
         payload.pop("source")
+        for who_sees_what in ("max_upload_mb", "upload_memory_mb", "auth", "access"):
+            payload.pop(who_sees_what)  # no figure depends on these
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -75,8 +81,20 @@ _SCALARS: dict[str, tuple[str, str, float, float]] = {
     "energy.usd_per_kwh": ("energy", "usd_per_kwh", 0.0, 10.0),
     "energy.gco2e_per_kwh": ("energy", "gco2e_per_kwh", 0.0, 2000.0),
     "recommend.batch_safety_fraction": ("recommend", "batch_safety_fraction", 0.1, 1.0),
+    "dashboard.max_upload_mb": ("dashboard", "max_upload_mb", 1.0, 10_000.0),
+    "dashboard.upload_memory_mb": ("dashboard", "upload_memory_mb", 64.0, 1_048_576.0),
 }
-_SECTIONS = {"thresholds", "energy", "pricing", "recommend", "price", "clusters"}
+_SECTIONS = {
+    "thresholds",
+    "energy",
+    "pricing",
+    "recommend",
+    "price",
+    "clusters",
+    "dashboard",
+    "auth",
+    "access",
+}
 
 
 def _number(path: Path, key: str, value: Any, lo: float, hi: float) -> float:
@@ -181,7 +199,7 @@ def from_dict(data: dict[str, Any], path: Path) -> Settings:
         name = dotted.split(".", 1)[1]
         if name in sect:
             values[fld] = _number(path, dotted, sect[name], lo, hi)
-    for section in ("thresholds", "energy", "recommend"):
+    for section in ("thresholds", "energy", "recommend", "dashboard"):
         known = {k.split(".", 1)[1] for k in _SCALARS if k.startswith(section + ".")}
         extra = set(data.get(section, {})) - known
         if extra:
@@ -196,6 +214,8 @@ def from_dict(data: dict[str, Any], path: Path) -> Settings:
         values["prices"] = parse_price_rows(path, data["price"])
     if "clusters" in data:
         values["clusters"] = _clusters(path, data["clusters"])
+    values["auth"] = parse_auth(path, data.get("auth"))
+    values["access"] = parse_access(path, data.get("access"))
     settings = Settings(**values, source=str(path))
     if settings.idle_util_pct >= settings.target_util_pct:
         raise SettingsError(path, "thresholds.idle_util_pct", "must be below thresholds.target_util_pct")

@@ -4,19 +4,28 @@ The ledger path is resolved here (``--db``, ``$GPULEDGER_DB``, ``data/gpuledger.
 app through ``GPULEDGER_DB``, so the pages read exactly the file this command prepared. The process is
 replaced by ``streamlit run`` (``os.execvpe``): Ctrl-C stops the server directly, and no parent holds the
 database open while the pages read it.
+
+Safe by default: the server listens on 127.0.0.1 only (``--host 0.0.0.0`` exposes it, with a warning when
+no sign-in is configured), shows no error details in the browser (tracebacks go to this process's log),
+hides Streamlit's built-in table export (the pages' own CSV downloads neutralize formulas) and accepts
+uploads up to ``dashboard.max_upload_mb``. With ``[auth]`` in the settings, the Streamlit secrets that
+``st.login`` needs are written to a private file (mode 0600) and handed to ``streamlit run``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import sys
+import tempfile
+from pathlib import Path
 
 from gpuledger.cli.commands._common import add_db_options
 from gpuledger.ledger.db import resolve_db
 from gpuledger.ledger.paths import shipped
 from gpuledger.ledger.reference import sync_reference
-from gpuledger.ledger.settings import load_settings
+from gpuledger.ledger.settings import Settings, load_settings
 
 APP = shipped("app.py")
 
@@ -26,17 +35,26 @@ def register(sub: argparse._SubParsersAction) -> None:
         "dashboard",
         help="open the browser dashboard (fills an empty ledger with the demo fleet first)",
         description="Serve the dashboard on http://localhost:PORT. An empty ledger is first filled with the "
-        "demo fleet (gpuledger demo) unless --no-demo is given.",
+        "demo fleet (gpuledger demo) unless --no-demo is given. It listens on 127.0.0.1 only unless --host "
+        "says otherwise; configure sign-in ([auth] and [access] in the settings, docs/settings.md) before "
+        "exposing it.",
     )
     p.add_argument("--port", type=int, default=8501, help="port to serve on (default 8501)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1, this machine only; 0.0.0.0 for every interface)",
+    )
     p.add_argument("--no-demo", action="store_true", help="do not fill an empty ledger with the demo fleet")
     add_db_options(p)
     p.set_defaults(func=run)
 
 
-def streamlit_argv(port: int) -> list[str]:
+def streamlit_argv(
+    port: int, *, host: str = "127.0.0.1", max_upload_mb: float = 100.0, secrets_file: str | None = None
+) -> list[str]:
     """The exact command line the dashboard runs (also used by the browser tests)."""
-    return [
+    argv = [
         sys.executable,
         "-m",
         "streamlit",
@@ -50,7 +68,47 @@ def streamlit_argv(port: int) -> list[str]:
         "false",
         "--client.toolbarMode",
         "viewer",
+        "--server.address",
+        host,
+        "--server.maxUploadSize",
+        str(max(1, int(max_upload_mb))),
+        "--client.showErrorDetails",
+        "none",
+        "--client.disableDataExport",
+        "true",
     ]
+    if secrets_file:
+        argv += ["--secrets.files", secrets_file]
+    return argv
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine can reach (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: assume it is reachable from elsewhere
+
+
+def write_streamlit_secrets(settings: Settings, port: int) -> str | None:
+    """With ``[auth]`` configured: the private secrets file ``st.login`` reads (None without [auth]).
+
+    Raises SettingsError when the client secret is nowhere to be found."""
+    if settings.auth is None:
+        return None
+    from gpuledger.ledger.access import streamlit_auth_section, toml_table
+
+    section = streamlit_auth_section(
+        settings.auth, port=port, root=Path(APP).parent, settings_path=settings.source
+    )
+    folder = tempfile.mkdtemp(prefix="gpuledger-dashboard-")  # mode 0700
+    path = os.path.join(folder, "secrets.toml")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(toml_table("auth", section))
+    return path
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,8 +122,20 @@ def run(args: argparse.Namespace) -> int:
 
         if ensure_demo(db):
             print(f"{db}: the ledger was empty; filled it with the demo fleet (gpuledger demo)")
+    secrets_file = write_streamlit_secrets(settings, args.port)
+    if not is_loopback(args.host) and settings.auth is None:
+        print(
+            f"warning: listening on {args.host} without sign-in: anyone who can reach port {args.port} sees "
+            "every team's spend. Configure [auth] and [access] in the settings (docs/settings.md).",
+            file=sys.stderr,
+            flush=True,
+        )
     env = dict(os.environ, GPULEDGER_DB=db)
-    argv = streamlit_argv(args.port)
-    print(f"serving {db} on http://localhost:{args.port}", flush=True)
+    argv = streamlit_argv(
+        args.port, host=args.host, max_upload_mb=settings.max_upload_mb, secrets_file=secrets_file
+    )
+    where = "localhost" if is_loopback(args.host) else args.host
+    signin = "with sign-in" if settings.auth else "without sign-in"
+    print(f"serving {db} on http://{where}:{args.port} ({signin})", flush=True)
     os.execvpe(argv[0], argv, env)
     return 0  # not reached

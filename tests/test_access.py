@@ -1,0 +1,307 @@
+"""Sign-in settings, team scoping and the dashboard's safe-output helpers, in process.
+
+The settings keys ([auth], [access], [dashboard]) are parsed with their error sentences pinned; who sees what
+is checked by rule; then every page runs under AppTest (``at.user`` is the simulated ``st.user``) as a lead,
+an admin, a visitor and a person with no team, against tests/fixtures/dashboard/jobs.csv, whose per-team
+spend is worked out by hand below. The real sign-in through an OIDC provider is tests/browser/test_auth.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from collectors.base import ingest_file
+from gpuledger.ledger.access import AccessSettings, resolve_scope, streamlit_auth_section
+from gpuledger.ledger.db import writer
+from gpuledger.ledger.errors import SettingsError
+from gpuledger.ledger.settings import Settings, load_settings
+from pages._ui import code, csv_bytes, csv_safe, md
+from tests.conftest import ROOT
+
+JOBS = ROOT / "tests" / "fixtures" / "dashboard" / "jobs.csv"
+AUTH = """
+[auth]
+server_metadata_url = "http://127.0.0.1:9/.well-known/openid-configuration"
+client_id = "gpuledger"
+"""
+ACCESS = """
+[access]
+admins = ["boss@example.com", "group:gpu-platform"]
+[access.teams]
+nlp = ["ana@example.com", "@nlp.example.com"]
+vision = ["group:vision-leads", "ana@example.com"]
+speech = ["sam@example.com"]
+"""
+# tests/fixtures/dashboard/jobs.csv at the shipped on-demand prices (the arithmetic of test_pages_apptest.py):
+# nlp: dash-1 8 × 10 h + dash-2 1 × 12 h = 92 H100-hours × $2.99 = $275.08
+# vision: dash-3 2 × 6 h L4 at $0.71 = $8.52, dash-4 12 h A10G at $1.006 = $12.072: $20.592
+# speech: dash-5 4 × 24 h = 96 H100-hours × $2.99 = $287.04; all: $582.712
+SPEND = {"nlp": "$275.08", "vision": "$20.59", "speech": "$287.04", None: "$582.71"}
+
+
+def _settings(tmp_path: Path, text: str) -> Settings:
+    p = tmp_path / "settings.toml"
+    p.write_text(text)
+    return load_settings(p)
+
+
+# ---------------------------------------------------------------- settings
+
+
+def test_defaults_keep_sign_in_off_and_limit_uploads(tmp_path: Path) -> None:
+    s = _settings(tmp_path, "")
+    assert s.auth is None and s.access == AccessSettings()
+    assert s.max_upload_mb == 100 and s.upload_memory_mb == 1024
+
+
+def test_auth_and_access_are_read(tmp_path: Path) -> None:
+    s = _settings(tmp_path, AUTH + ACCESS + "[dashboard]\nmax_upload_mb = 20\nupload_memory_mb = 256\n")
+    assert s.auth is not None and s.auth.client_id == "gpuledger"
+    assert s.auth.client_secret_env == "GPULEDGER_OIDC_CLIENT_SECRET"
+    assert dict(s.access.teams)["nlp"] == ("ana@example.com", "@nlp.example.com")
+    assert (s.max_upload_mb, s.upload_memory_mb) == (20, 256)
+
+
+def test_sign_in_settings_do_not_change_the_numbers(tmp_path: Path) -> None:
+    """The fingerprint keys the page caches and the synced price tables: who may look changes no figure."""
+    plain = _settings(tmp_path, "")
+    assert _settings(tmp_path, AUTH + ACCESS).fingerprint() == plain.fingerprint()
+    assert _settings(tmp_path, "[energy]\nusd_per_kwh = 0.2\n").fingerprint() != plain.fingerprint()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            AUTH + 'client_secret = "s3cret"\n',
+            "setting 'auth.client_secret': does not belong in the settings file: put it in the environment "
+            "variable named by auth.client_secret_env, or under [auth] in .streamlit/secrets.toml",
+        ),
+        (
+            "[auth]\nclient_id = 'x'\n",
+            "setting 'auth.server_metadata_url': is required when [auth] is present",
+        ),
+        (
+            "[auth]\nclient_id = 'x'\nserver_metadata_url = 'accounts.example.com'\n",
+            "setting 'auth.server_metadata_url': must be an absolute http(s) URL, got 'accounts.example.com'",
+        ),
+        (
+            AUTH + 'redirect_uri = "http://localhost:8501/"\n',
+            "setting 'auth.redirect_uri': must end with /oauth2callback",
+        ),
+        (
+            "[access.teams]\nnlp = ['ana']\n",
+            "setting 'access.teams.nlp[0]': must be an email, @domain or group:NAME, got 'ana'",
+        ),
+        ("[access]\nadmins = 'boss@example.com'\n", "setting 'access.admins': must be a list of emails"),
+        ("[access]\nadmins = ['group:']\n", "setting 'access.admins[0]': names no group after 'group:'"),
+        ("[access]\nleads = []\n", "setting 'access.leads': is not a known setting"),
+        (
+            "[dashboard]\nmax_upload_mb = 0\n",
+            "setting 'dashboard.max_upload_mb': must be between 1 and 10000",
+        ),
+        ("[dashboard]\nport = 1\n", "setting 'dashboard.port': is not a known setting"),
+    ],
+)
+def test_bad_sign_in_settings_name_their_key(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        _settings(tmp_path, text)
+    assert message in str(err.value)
+
+
+# ---------------------------------------------------------------- who sees what
+
+
+@pytest.mark.parametrize(
+    ("claims", "admin", "teams"),
+    [
+        ({"email": "boss@example.com"}, True, ()),
+        ({"email": "someone@example.com", "groups": ["gpu-platform"]}, True, ()),
+        ({"email": "Ana@Example.com"}, False, ("nlp", "vision")),  # emails compare case-insensitively
+        ({"email": "new.hire@nlp.example.com"}, False, ("nlp",)),  # by domain
+        ({"email": "x@evil-nlp.example.com"}, False, ()),  # a domain is matched whole, after the @
+        ({"email": "lee@example.com", "groups": "vision-leads"}, False, ("vision",)),  # a one-group claim
+        ({"email": "ana@example.com", "email_verified": False}, False, ()),  # unverified email: no match
+        ({"sub": "u-17"}, False, ()),
+    ],
+)
+def test_resolve_scope(
+    tmp_path: Path, claims: dict[str, object], admin: bool, teams: tuple[str, ...]
+) -> None:
+    scope = resolve_scope(_settings(tmp_path, ACCESS).access, claims)
+    assert (scope.admin, scope.teams) == (admin, teams)
+    assert scope.sees_anything == (admin or bool(teams))
+
+
+def test_streamlit_secrets_come_from_the_environment_or_secrets_toml(tmp_path: Path) -> None:
+    auth = _settings(tmp_path, AUTH).auth
+    assert auth is not None
+    section = streamlit_auth_section(
+        auth, port=8600, root=tmp_path, settings_path="s.toml", env={"GPULEDGER_OIDC_CLIENT_SECRET": "env-s"}
+    )
+    assert section["client_secret"] == "env-s"
+    assert section["redirect_uri"] == "http://localhost:8600/oauth2callback"
+    assert len(section["cookie_secret"]) >= 32  # random per run when none is given
+    (tmp_path / ".streamlit").mkdir()
+    (tmp_path / ".streamlit" / "secrets.toml").write_text(
+        '[auth]\nclient_secret = "file-s"\ncookie_secret = "c" \n'
+    )
+    section = streamlit_auth_section(auth, port=8600, root=tmp_path, settings_path="s.toml", env={})
+    assert (section["client_secret"], section["cookie_secret"]) == ("file-s", "c")
+    (tmp_path / ".streamlit" / "secrets.toml").write_text("")
+    with pytest.raises(SettingsError) as err:
+        streamlit_auth_section(auth, port=8600, root=tmp_path, settings_path="s.toml", env={})
+    assert "no client secret: set $GPULEDGER_OIDC_CLIENT_SECRET, or client_secret under [auth]" in str(
+        err.value
+    )
+
+
+# ---------------------------------------------------------------- safe output
+
+
+def test_md_escapes_links_html_and_directives() -> None:
+    assert md("[click me](https://evil.example)") == r"\[click me\]\(https\:\/\/evil\.example\)"
+    assert md("<script>alert(1)</script>") == r"\<script\>alert\(1\)\<\/script\>"
+    assert md(":red[big] $x$ ana@example.com") == r"\:red\[big\] \$x\$ ana\@example\.com"
+    assert md("a\n# heading") == r"a \# heading"
+    assert md("plain team 7") == "plain team 7" and md(None) == "n/a"
+    assert code("a`b") == "``a`b``"
+
+
+def test_csv_download_neutralizes_formulas() -> None:
+    frame = pl.DataFrame(
+        {
+            "name": [
+                '=HYPERLINK("https://evil.example")',
+                "+1",
+                "-cmd",
+                "@SUM(A1)",
+                "\tx",
+                "\ry",
+                "ok",
+                None,
+            ],
+            "cost_usd": [-1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0],  # numbers stay numbers, minus and all
+            "tags": [["=a"], [], ["b"], ["c"], ["d"], ["e"], ["f"], ["g"]],
+        }
+    )
+    safe = csv_safe(frame)
+    assert safe["name"].to_list() == [
+        '\'=HYPERLINK("https://evil.example")',
+        "'+1",
+        "'-cmd",
+        "'@SUM(A1)",
+        "'\tx",
+        "'\ry",
+        "ok",
+        None,
+    ]
+    assert safe["cost_usd"].to_list() == frame["cost_usd"].to_list()
+    assert safe["tags"][0] == "'=a"
+    data = csv_bytes(frame)
+    assert data.startswith("\ufeff".encode())
+    rows = list(csv.reader(io.StringIO(data.decode("utf-8-sig"), newline="")))
+    assert rows[0] == ["name", "cost_usd", "tags"]
+    assert [r[0][:1] for r in rows[1:8]] == ["'"] * 6 + ["o"]
+    assert rows[1][1] == "-1.5"
+
+
+# ---------------------------------------------------------------- every page, scoped (AppTest)
+
+PAGES = [
+    "pages/overview.py",
+    "pages/waste.py",
+    "pages/jobs.py",
+    "pages/fleet.py",
+    "pages/recommendations.py",
+    "pages/training.py",
+    "pages/reports.py",
+]
+
+
+@pytest.fixture(scope="module")
+def signed_ledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp = tmp_path_factory.mktemp("access")
+    db = str(tmp / "ledger.duckdb")
+    with writer(db) as con:
+        ingest_file(con, JOBS)
+    settings = tmp / "settings.toml"
+    settings.write_text(AUTH + ACCESS)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GPULEDGER_DB", db)
+    mp.setenv("GPULEDGER_SETTINGS", str(settings))
+    yield db
+    mp.undo()
+
+
+def _run(page: str, user: dict[str, object], query: dict[str, list[str]] | None = None) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.user = user
+    for key, values in (query or {}).items():
+        at.query_params[key] = values
+    at.run()
+    if page != "pages/overview.py":
+        at.switch_page(page)
+        at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _spend(at: AppTest) -> str:
+    return next(m for m in at.metric if m.label == "Spend").value
+
+
+def _text(at: AppTest) -> str:
+    parts = [
+        e.value
+        for kind in ("markdown", "caption", "title", "subheader", "info", "warning")
+        for e in getattr(at, kind)
+    ]
+    for frame in at.dataframe:
+        parts.append(frame.value.to_csv() if hasattr(frame.value, "to_csv") else str(frame.value))
+    return "\n".join(str(p) for p in parts)
+
+
+def test_a_visitor_sees_only_the_sign_in(signed_ledger: str) -> None:
+    at = _run("pages/overview.py", {"is_logged_in": False})
+    assert [b.label for b in at.button] == ["Sign in"]
+    assert not at.metric and not at.dataframe and not at.sidebar.multiselect
+    assert "$" not in _text(at)
+
+
+def test_someone_without_a_team_sees_no_data(signed_ledger: str) -> None:
+    at = _run("pages/overview.py", {"is_logged_in": True, "email": "stranger@example.com"})
+    assert "no team is mapped to you" in at.warning[0].value
+    assert not at.dataframe and not at.metric
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_a_lead_sees_only_their_team_on_every_page(signed_ledger: str, page: str) -> None:
+    at = _run(page, {"is_logged_in": True, "email": "sam@example.com"})
+    text = _text(at)
+    for other in ("nlp", "vision", "alice", "carol", "dash-1", "dash-3"):
+        assert other not in text, (page, other)
+    assert at.sidebar.multiselect(key="team").options == ["speech"]
+
+
+def test_a_lead_sees_their_team_spend_and_cannot_widen_it_by_url(signed_ledger: str) -> None:
+    lead = {"is_logged_in": True, "email": "sam@example.com"}
+    assert _spend(_run("pages/overview.py", lead)) == SPEND["speech"]
+    # a shared link naming another team does not show it: the view falls back to the lead's own team
+    assert _spend(_run("pages/overview.py", lead, {"team": ["nlp"]})) == SPEND["speech"]
+    both = {"is_logged_in": True, "email": "ana@example.com"}  # nlp and vision
+    assert _spend(_run("pages/overview.py", both)) == "$295.67"  # 275.08 + 20.592 = 295.672
+    assert _spend(_run("pages/overview.py", both, {"team": ["vision"]})) == SPEND["vision"]
+
+
+def test_an_admin_sees_the_fleet(signed_ledger: str) -> None:
+    at = _run("pages/overview.py", {"is_logged_in": True, "email": "boss@example.com"})
+    assert _spend(at) == SPEND[None]
+    assert set(at.sidebar.multiselect(key="team").options) == {"nlp", "speech", "vision"}
