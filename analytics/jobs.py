@@ -12,6 +12,7 @@ import duckdb
 import polars as pl
 
 from analytics.filters import Filters, horizon
+from analytics.query import frame
 from analytics.unit_costs import job_unit_costs
 from analytics.utilization import Source, job_utilization
 from analytics.waste import job_waste
@@ -44,13 +45,16 @@ JOBS_COLUMNS = {
     "underused_usd": "",
     "failed_usd": "",
     "unmeasured_usd": "",
-    "failed_lost_usd": "",
+    "failed_lost_usd": "failed jobs: cost after the last checkpoint (= failed_usd)",
+    "failed_checkpointed_usd": "failed jobs: cost up to the last checkpoint (kept work)",
+    "failed_basis": "failed jobs: how the lost part was measured",
     "waste_usd": "idle_allocated + underused + failed",
     "energy_kwh": "",
     "tokens_per_s_per_gpu": "",
     "usd_per_mtok": "",
     "mfu": "0–1",
     "mfu_reason": "why MFU is NULL",
+    "attribution": "how telemetry was tied to the job: exact | by_share | none (docs/metrics.md)",
 }
 
 
@@ -83,6 +87,7 @@ def jobs_table(
         on="job_id",
         how="left",
     )
+    out = out.join(frame(con, "SELECT job_id, attribution FROM jobs"), on="job_id", how="left")
     key = {"cost": "cost_usd", "waste": "waste_usd"}.get(sort)
     if key is None:
         raise ValueError(f"unknown sort {sort!r}; use cost or waste")

@@ -3,15 +3,18 @@
 The taxonomy (docs/metrics.md, "Waste"; /work contract shared with the recommender and the dashboard):
 
 - spend = Σ job cost in the view (analytics/cost.py, incl. ``unattributed:<gpu>`` pseudo-jobs) + unallocated;
-- **failed_usd**: the whole in-view cost of jobs that ended FAILED, CANCELLED, TIMEOUT, OOM, NODE_FAIL,
-  BOOT_FAIL or DEADLINE and whose kind is training, fine-tune or other (a notebook or an inference service
-  that is cancelled or times out has ended normally); ``failed_lost_usd`` (information, not a part) is the
-  cost of the time since the last checkpoint where it is known;
-- for every other job, with rate = cost_usd / held_gpu_s (held_gpu_s = gpu_count × in-view seconds) and
-  f = min(1, held_gpu_s / covered_s) (samples never stand for more time than was held):
-  **idle_allocated_usd** = rate × f × idle-stretch seconds; **underused_usd** = rate × f × Σ interval_s ×
-  (target − util)/target over the other samples under target; **productive_usd** = rate × f × covered_s −
-  idle − underused; **unmeasured_usd** = cost − the three (held time without a utilization reading);
+- **failed_usd**: of jobs that ended FAILED, CANCELLED, TIMEOUT, OOM, NODE_FAIL, BOOT_FAIL or DEADLINE and
+  whose kind is training, fine-tune or other (a notebook or an inference service that is cancelled or times
+  out has ended normally), the work lost: the cost of the in-view held time after the job's
+  ``last_checkpoint_ts``, or of all of it when no checkpoint is known (``failed_basis`` says which);
+- with rate = cost_usd / held_gpu_s (held_gpu_s = gpu_count × in-view seconds), f = min(1, held_gpu_s /
+  covered_s) (samples never stand for more time than was held) and kept = 1 − lost_gpu_s / held_gpu_s (1
+  for a job that did not fail; a failed job's checkpointed share): **idle_allocated_usd** = rate × f × kept
+  × idle-stretch seconds; **underused_usd** = rate × f × kept × Σ interval_s × (target − util)/target over
+  the other samples under target; **productive_usd** = rate × f × kept × covered_s − idle − underused;
+  **unmeasured_usd** = cost − failed − the three (held time without a utilization reading). A failed job's
+  samples are classified over its whole run and scaled to the kept share (the rollups are per day, so a
+  checkpoint inside a day is not a cut point);
 - **unallocated_usd**: for clusters with declared capacity, capacity GPU-hours minus allocated GPU-hours of
   that cluster and GPU model (≥ 0), at the cluster's tier; it belongs to the team and user "unallocated";
 - ``waste_usd`` = idle_allocated + underused + failed + unallocated.
@@ -73,13 +76,17 @@ JOB_WASTE_COLUMNS = {
     "covered_gpu_hours": "GPU-hours with a utilization reading, clamped to held",
     "idle_gpu_hours": "GPU-hours in idle stretches (clamped like covered)",
     "cost_usd": "in-view cost; NULL when unpriced",
-    "failed": "true when the whole cost counts as failed",
+    "failed": "true when the job failed (its time after the last checkpoint is failed_usd)",
     "productive_usd": "",
     "idle_allocated_usd": "",
     "underused_usd": "",
     "failed_usd": "",
     "unmeasured_usd": "",
-    "failed_lost_usd": "cost since the last checkpoint of a failed job (NULL when unknown)",
+    "failed_lost_usd": "failed jobs: cost of the held time after the last checkpoint (= failed_usd; the whole "
+    "in-view cost when no checkpoint is known)",
+    "failed_checkpointed_usd": "failed jobs: cost of the held time up to the last checkpoint, classified like "
+    "any other held time",
+    "failed_basis": "failed jobs: 'lost after the last checkpoint' | 'no checkpoint known: whole run lost'",
     "waste_usd": "idle_allocated + underused + failed",
     "effective_gpu_hours": "Σ util × interval / 3600 over the job's samples in the view",
     "util_covered_hours": "Σ interval_s / 3600 of samples with a utilization reading (not clamped)",
@@ -118,21 +125,29 @@ def _parts_sql(jobs_sql: str, totals_sql: str, key: str) -> str:
     r AS (
         SELECT b.*,
                CASE WHEN held_s > 0 THEN cost_usd / held_s ELSE 0 END AS rate,
-               CASE WHEN coalesce(util_cov_s, 0) > held_s THEN held_s / util_cov_s ELSE 1.0 END AS f
+               CASE WHEN coalesce(util_cov_s, 0) > held_s THEN held_s / util_cov_s ELSE 1.0 END AS f,
+               -- a failed job loses its held GPU-time after the last checkpoint (all of it when none is known);
+               -- the share before it was kept and is classified like any other held time
+               CASE WHEN NOT failed THEN 0.0
+                    WHEN last_checkpoint_ts IS NULL THEN held_s
+                    ELSE least(held_s, gpu_count * greatest(0, epoch(span_end - greatest(last_checkpoint_ts, span_start))))
+               END AS lost_s
         FROM b
     ),
+    k AS (SELECT r.*, CASE WHEN held_s > 0 THEN 1 - lost_s / held_s ELSE 1.0 END AS kept FROM r),
     p AS (
-        SELECT r.*,
-               CASE WHEN failed THEN cost_usd ELSE 0 * cost_usd END AS failed_usd,
-               CASE WHEN failed THEN 0 * cost_usd ELSE rate * f * coalesce(idle_s, 0) END AS idle_allocated_usd,
-               CASE WHEN failed THEN 0 * cost_usd ELSE rate * f * coalesce(underused_s, 0) END AS underused_usd,
-               CASE WHEN failed THEN 0 * cost_usd
-                    ELSE rate * f * (coalesce(util_cov_s, 0) - coalesce(idle_s, 0) - coalesce(underused_s, 0))
-               END AS productive_usd,
-               CASE WHEN failed AND last_checkpoint_ts IS NOT NULL
-                    THEN rate * gpu_count * greatest(0, epoch(span_end - greatest(last_checkpoint_ts, span_start)))
-               END AS failed_lost_usd
-        FROM r
+        SELECT k.*,
+               rate * lost_s AS failed_usd,
+               rate * f * kept * coalesce(idle_s, 0) AS idle_allocated_usd,
+               rate * f * kept * coalesce(underused_s, 0) AS underused_usd,
+               rate * f * kept * (coalesce(util_cov_s, 0) - coalesce(idle_s, 0) - coalesce(underused_s, 0))
+                   AS productive_usd,
+               CASE WHEN failed THEN rate * lost_s END AS failed_lost_usd,
+               CASE WHEN failed THEN rate * (held_s - lost_s) END AS failed_checkpointed_usd,
+               CASE WHEN NOT failed THEN NULL
+                    WHEN last_checkpoint_ts IS NULL THEN 'no checkpoint known: whole run lost'
+                    ELSE 'lost after the last checkpoint' END AS failed_basis
+        FROM k
     )
     SELECT job_id, team, user_name, cluster, name, kind, state, gpu_model, gpu_count, start_ts, end_ts,
            strftime(span_start, '%G-W%V') AS week,
@@ -142,7 +157,7 @@ def _parts_sql(jobs_sql: str, totals_sql: str, key: str) -> str:
            cost_usd, failed,
            productive_usd, idle_allocated_usd, underused_usd, failed_usd,
            cost_usd - failed_usd - idle_allocated_usd - underused_usd - productive_usd AS unmeasured_usd,
-           failed_lost_usd,
+           failed_lost_usd, failed_checkpointed_usd, failed_basis,
            idle_allocated_usd + underused_usd + failed_usd AS waste_usd,
            util_s / 3600.0 AS effective_gpu_hours,
            util_cov_s / 3600.0 AS util_covered_hours,
@@ -518,13 +533,17 @@ def waste_totals(
     as_of: dt.datetime | None = None,
     source: Source = "auto",
 ) -> dict[str, float]:
-    """The view's parts as plain floats (0 where not applicable), plus spend_usd, waste_usd, failed_lost_usd,
+    """The view's parts as plain floats (0 where not applicable), plus spend_usd, waste_usd, failed_lost_usd
+    (= failed_usd), failed_checkpointed_usd (failed jobs' cost up to their checkpoint, inside the other
+    parts), failed_no_checkpoint_usd (the part of failed_usd from jobs with no known checkpoint),
     idle_gpu_hours and unpriced_gpu_hours."""
     as_of = as_of or horizon(con)
     sql, params = job_waste_sql(con, filters, settings, as_of, source)
     row = con.execute(
         f"""SELECT {", ".join(f"coalesce(sum({p}), 0)" for p in PARTS if p != "unallocated_usd")},
                    coalesce(sum(failed_lost_usd), 0),
+                   coalesce(sum(failed_checkpointed_usd), 0),
+                   coalesce(sum(failed_usd) FILTER (WHERE failed_basis LIKE 'no checkpoint%'), 0),
                    coalesce(sum(idle_gpu_hours), 0),
                    coalesce(sum(gpu_hours) FILTER (WHERE cost_usd IS NULL), 0)
             FROM ({sql})""",
@@ -532,9 +551,9 @@ def waste_totals(
     ).fetchall()[0]
     names = [p for p in PARTS if p != "unallocated_usd"]
     out = {n: float(v) for n, v in zip(names, row[: len(names)], strict=True)}
-    out["failed_lost_usd"] = float(row[len(names)])
-    out["idle_gpu_hours"] = float(row[len(names) + 1])
-    out["unpriced_gpu_hours"] = float(row[len(names) + 2])
+    extra = ["failed_lost_usd", "failed_checkpointed_usd", "failed_no_checkpoint_usd"]
+    extra += ["idle_gpu_hours", "unpriced_gpu_hours"]
+    out.update({n: float(v) for n, v in zip(extra, row[len(names) :], strict=True)})
     un = unallocated(con, filters=filters, settings=settings, as_of=as_of)
     out["unallocated_usd"] = float(un["unallocated_usd"].fill_null(0).sum()) if un.height else 0.0
     out["spend_usd"] = sum(out[p] for p in PARTS)

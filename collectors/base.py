@@ -469,23 +469,10 @@ def split_sample_notes(rows: dict[str, int]) -> tuple[dict[str, int], dict[str, 
 
 
 def attribute_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
-    """Stamp each sample with the job whose allocation covers its GPU and time.
+    """Stamp each sample with the job that held its GPU at that time: collectors/attribute.py."""
+    from collectors.attribute import attribute_samples as attribute
 
-    Runs for the samples this ingest brought and for the samples under the allocations it brought, so the
-    order in which telemetry and job records arrive does not matter. Samples a source already tied to a job
-    (a dcgm ``hpc_job`` label, an NVML process) keep that job.
-    """
-    con.execute(
-        """
-        UPDATE samples SET job_id = a.job_id
-        FROM allocations a
-        WHERE samples.job_id IS NULL
-          AND a.gpu_id IS NOT NULL AND samples.gpu_id = a.gpu_id
-          AND samples.ts >= a.start_ts AND (a.end_ts IS NULL OR samples.ts < a.end_ts)
-          AND (samples.ingest_id = ? OR a.ingest_id = ?)
-        """,
-        [ingest_id, ingest_id],
-    )
+    attribute(con, ingest_id)
 
 
 def delete_ingests(

@@ -302,6 +302,23 @@ SCHEMA_V1: list[str] = [
 # follow the same "-- meaning" style so docs/schema.md picks them up.
 SCHEMA_V2: list[str] = [
     # -- attribution (host-level and shared GPUs) --
+    """
+    ALTER TABLE allocations ADD COLUMN IF NOT EXISTS gpu_index INTEGER -- GPU index on the host the scheduler named (sacct --json gres_detail IDX); gpu_id stays NULL
+    """,
+    """
+    ALTER TABLE jobs ADD COLUMN IF NOT EXISTS attribution VARCHAR -- how samples were tied to the job: exact | by_share | none (collectors/attribute.py)
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS host_attribution (
+        host        VARCHAR NOT NULL,          -- short lower-case host name the allocation named
+        job_id      VARCHAR NOT NULL,          -- jobs.job_id
+        gpu_id      VARCHAR NOT NULL,          -- gpus.gpu_id of the card tied to the job (one job per GPU-second)
+        start_ts    TIMESTAMP NOT NULL,        -- tied from (UTC)
+        end_ts      TIMESTAMP,                 -- tied until (UTC); NULL while the job runs
+        method      VARCHAR NOT NULL,          -- exact | by_share
+        evidence    VARCHAR NOT NULL           -- gres_idx | process | sample_label | whole_host | remainder | dealt
+    )
+    """,
     # -- rejected rows (--skip-bad-rows) --
     # -- notices (cooldown) --
 ]
@@ -327,6 +344,7 @@ TABLES = (
     "samples_day",
     "idle_runs",
     "samples_util_hist",
+    "host_attribution",
 )
 
 # Tables whose rows belong to one ingest (deleted with it on --replace).

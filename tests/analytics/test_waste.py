@@ -84,7 +84,7 @@ def test_job_without_telemetry_is_entirely_unmeasured(con):
     assert row["productive_usd"] == row["idle_allocated_usd"] == row["underused_usd"] == 0.0
 
 
-def test_failed_training_is_whole_cost_with_time_lost_since_checkpoint(con):
+def test_failed_training_loses_the_time_after_its_checkpoint(con):
     ingest(
         con,
         jobs=[
@@ -95,14 +95,38 @@ def test_failed_training_is_whole_cost_with_time_lost_since_checkpoint(con):
         ],
     )
     rows = {r["job_id"]: r for r in job_waste(con).iter_rows(named=True)}
-    assert rows["f1"]["failed_usd"] == pytest.approx(2 * 10 * RATE)  # 2 GPUs × 10 h × $4 = $80
-    assert rows["f1"]["failed_lost_usd"] == pytest.approx(2 * 4 * RATE)  # 2 GPUs × (10 h − 6 h) = $32
-    assert rows["f1"]["unmeasured_usd"] == pytest.approx(0.0)
+    f1 = rows["f1"]
+    assert f1["cost_usd"] == pytest.approx(2 * 10 * RATE)  # 2 GPUs × 10 h × $4 = $80
+    assert f1["failed_usd"] == pytest.approx(2 * 4 * RATE)  # 2 GPUs × (10 h − 6 h) × $4 = $32 lost
+    assert f1["failed_lost_usd"] == pytest.approx(32.0)
+    assert f1["failed_checkpointed_usd"] == pytest.approx(2 * 6 * RATE)  # $48 kept in the checkpoint
+    assert f1["failed_basis"] == "lost after the last checkpoint"
+    # the kept 6 h had no telemetry: classified like any other held time, so unmeasured
+    assert f1["unmeasured_usd"] == pytest.approx(48.0)
+    # no checkpoint known: the whole run is lost, and the row says so
     assert rows["oom"]["failed_usd"] == pytest.approx(0.5 * RATE)
-    assert rows["oom"]["failed_lost_usd"] is None  # no checkpoint known
+    assert rows["oom"]["failed_lost_usd"] == pytest.approx(0.5 * RATE)
+    assert rows["oom"]["failed_checkpointed_usd"] == pytest.approx(0.0)
+    assert rows["oom"]["failed_basis"] == "no checkpoint known: whole run lost"
     # A cancelled notebook and a timed-out inference service ended normally.
     assert rows["nb"]["failed_usd"] == 0.0 and rows["nb"]["unmeasured_usd"] == pytest.approx(RATE)
-    assert rows["inf"]["failed_usd"] == 0.0
+    assert rows["inf"]["failed_usd"] == 0.0 and rows["inf"]["failed_basis"] is None
+    totals = waste_totals(con)
+    assert totals["failed_usd"] == pytest.approx(32.0 + 2.0)
+    assert totals["failed_checkpointed_usd"] == pytest.approx(48.0)
+    assert totals["failed_no_checkpoint_usd"] == pytest.approx(2.0)  # the OOM job's $2
+
+
+def test_failed_10h_run_with_a_checkpoint_at_hour_8_wastes_2_of_10(con):
+    # 10 h on 1 GPU, a sample a minute: 8 h at 90 % up to the checkpoint, then 2 h at 90 % that were lost.
+    row = one_job(con, [90.0] * 600, end=600, state="FAILED", last_checkpoint_ts=at(480))
+    cost = 10 * RATE  # $40
+    assert row["cost_usd"] == pytest.approx(cost)
+    assert row["failed_usd"] == pytest.approx(2 / 10 * cost)  # $8: the 2 h after the checkpoint
+    # the checkpointed 8 h were busy at 90 % ≥ target: productive
+    assert row["productive_usd"] == pytest.approx(8 / 10 * cost)  # $32
+    assert row["unmeasured_usd"] == pytest.approx(0.0, abs=1e-9)
+    assert row["waste_usd"] == pytest.approx(8.0)
 
 
 def test_underused_share_is_relative_to_target(con):
