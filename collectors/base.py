@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 import duckdb
 
+from collectors.common import reading
+from collectors.validate import record_rejections, validate_stage
 from gpuledger.ledger.errors import FormatError, UnknownFormatError
 from gpuledger.ledger.schema import INGESTED_TABLES
 
@@ -65,6 +67,8 @@ class IngestOptions:
     idle_util_pct: float = 5.0  # for the rollup's idle seconds
     idle_min_minutes: float = 30.0  # for the rollup's idle stretches (settings thresholds.idle_min_minutes)
     target_util_pct: float = 60.0  # for the rollup's under-used seconds (settings thresholds.target_util_pct)
+    skip_bad_rows: bool = False  # land the plausible rows, record the others in rejected_rows (validate.py)
+    max_job_days: float = 365.0  # a longer job is implausible (settings thresholds.max_job_days)
 
     @classmethod
     def from_settings(cls, settings: Settings, **source: Any) -> IngestOptions:
@@ -77,6 +81,7 @@ class IngestOptions:
             idle_util_pct=settings.idle_util_pct,
             idle_min_minutes=settings.idle_min_minutes,
             target_util_pct=settings.target_util_pct,
+            max_job_days=getattr(settings, "max_job_days", 365.0),
             **source,
         )
 
@@ -110,6 +115,7 @@ class IngestReport:
     already: bool = False  # same content was ingested before: nothing written
     replaced: list[int] = field(default_factory=list)  # earlier ingests removed by --replace
     seconds: float = 0.0
+    rejected: list[dict[str, object]] = field(default_factory=list)  # --skip-bad-rows: rows left out, why
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -121,6 +127,7 @@ class IngestReport:
             "already_ingested": self.already,
             "replaced_ingests": self.replaced,
             "seconds": round(self.seconds, 3),
+            "rejected_rows": self.rejected,
         }
 
 
@@ -566,13 +573,16 @@ def ingest_file(
     opts = opts or IngestOptions()
     parsers = parsers or PARSERS
     p = Path(path)
-    parser = choose_parser(p, fmt, parsers)
-    if not p.exists():
-        raise FormatError(p, None, "no such file")
-    if p.stat().st_size == 0:
-        raise FormatError(p, None, "the file is empty")
-    started = time.perf_counter()
-    digest = sha256_file(p)
+    with reading(p):  # a directory, an unreadable file: one sentence, not a traceback
+        parser = choose_parser(p, fmt, parsers)
+        if not p.exists():
+            raise FormatError(p, None, "no such file")
+        if not p.is_file():
+            raise FormatError(p, None, "not a file")
+        if p.stat().st_size == 0:
+            raise FormatError(p, None, "the file is empty")
+        started = time.perf_counter()
+        digest = sha256_file(p)
     key = opts.source_key or str(p.resolve())
     seen = con.execute(
         "SELECT ingest_id FROM ingests WHERE content_sha256 = ? ORDER BY ingest_id LIMIT 1", [digest]
@@ -597,9 +607,15 @@ def ingest_file(
                 target_util_pct=opts.target_util_pct,
             )
         ingest_id = next_ingest_id(con)
-        skipped = parser.stage(con, p, opts)
-        rows, notes = split_sample_notes(land(con, ingest_id, opts))
+        with reading(p):
+            skipped = parser.stage(con, p, opts)
+            bad = validate_stage(con, p, skip_bad_rows=opts.skip_bad_rows, max_job_days=opts.max_job_days)
+        with reading(p, landing=True):
+            rows, notes = split_sample_notes(land(con, ingest_id, opts))
         skipped = {**skipped, **notes}
+        if bad:
+            record_rejections(con, ingest_id, str(p.resolve()), bad)
+            skipped[f"rows outside their physical range (rejected_rows of ingest #{ingest_id})"] = len(bad)
         record_ingest(
             con,
             ingest_id,
@@ -618,6 +634,10 @@ def ingest_file(
             skipped,
             replaced=earlier,
             seconds=time.perf_counter() - started,
+            rejected=[
+                {"line": v.line, "table": v.table, "column": v.column, "value": v.value, "reason": v.reason}
+                for v in bad
+            ],
         )
 
     progress = wants_progress(opts, p.stat().st_size)

@@ -128,3 +128,132 @@ def json_object_limit(path: Path) -> int:
     one object), at least the 16 MiB default. DuckDB allocates this buffer up front, so a fixed 2 GiB limit
     fails under a writer's memory limit (gpuledger.ledger.db.WRITER_MEMORY_LIMIT)."""
     return max(path.stat().st_size + 1024, 16 * 1024 * 1024)
+
+
+def sql_path(path: str | Path) -> str:
+    """``path`` as a SQL string literal for DuckDB's readers, read as itself.
+
+    DuckDB's readers expand ``*``, ``?`` and ``[...]`` as globs, so a file literally named ``jobs*.csv``
+    would also read ``jobsA.csv``. Each of those characters becomes a one-character class (``[*]``, ``[?]``,
+    ``[[]``), which matches only itself.
+    """
+    text = str(path)
+    escaped = "".join(f"[{ch}]" if ch in "*?[" else ch for ch in text)
+    return "'" + escaped.replace("'", "''") + "'"
+
+
+# DuckDB/Arrow/Python reader messages → the sentence a user reads. First match wins; ``{0}``… are the groups.
+_SENTENCES: tuple[tuple[str, str], ...] = (
+    (
+        r"Expected Number of Columns: (\d+) Found: (\d+)",
+        "expected {0} values, found {1} (a truncated or mixed file?)",
+    ),
+    (
+        r"[Ii]nvalid unicode|invalid UTF-?8|byte sequence mismatch|not valid UTF-8|codec can't decode",
+        "a byte that is not UTF-8 text (save the file as UTF-8)",
+    ),
+    (
+        r"state machine reached an invalid state|Unterminated quote|unterminated quote|quote.*not terminated",
+        "not well-formed CSV (a stray quote or a broken line)",
+    ),
+    (r'Duplicate named argument "([^"]*)"', 'the name "{0}" appears twice (duplicate column names or keys)'),
+    (
+        r'[Dd]uplicate (?:column|key)(?: name)?[: ]+"?([^"\s]*)"?',
+        'the name "{0}" appears twice (duplicate column names or keys)',
+    ),
+    (r"(?:date|timestamp|time) field value out of range[^\"]*\"?([^\"]*)\"?", "an impossible time: {0}"),
+    (
+        r"(?:INT\d*|HUGEINT|UBIGINT|BIGINT|INTEGER|DECIMAL)[^\n]*out of range|Overflow|too large|out of range for",
+        "a number too large to store",
+    ),
+    (r'Could not convert string "([^"]*)" to \'?(\w+)', "a value is not a {1}: {0!r}"),
+    (
+        r"Malformed JSON|malformed JSON|unexpected character|unexpected end of|Expecting value|not valid JSON",
+        "not valid JSON",
+    ),
+    (
+        r"maximum_object_size|exceeds the maximum object size",
+        "a JSON object larger than the file itself (truncated?)",
+    ),
+    (
+        r"Out of Memory|could not allocate|failed to allocate",
+        "too large to read within the writer's memory limit",
+    ),
+)
+
+
+def _line_of(exc: BaseException, text: str) -> int | None:
+    import re
+
+    for attr in ("lineno",):  # json.JSONDecodeError
+        v = getattr(exc, attr, None)
+        if isinstance(v, int):
+            return v
+    pos = getattr(exc, "position", None)  # xml.etree ParseError: (line, column)
+    if isinstance(pos, tuple) and pos and isinstance(pos[0], int):
+        return pos[0]
+    m = re.search(r"\bLine: (\d+)|\bline (\d+)|\bat line (\d+)|\bLine (\d+)", text)
+    if m:
+        return int(next(g for g in m.groups() if g))
+    return None
+
+
+def describe_failure(path: str | Path, exc: BaseException, *, landing: bool = False) -> FormatError:
+    """Any exception a reader raised inside a parser (DuckDB, polars, pyarrow, json, xml, yaml, tarfile, the
+    standard library) → ``FormatError(path, line when the message says it, one sentence)``."""
+    import re
+
+    text = str(exc)
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+    line = _line_of(exc, text)
+    if isinstance(exc, RecursionError):
+        sentence = "nested too deeply to read"
+    elif isinstance(exc, UnicodeError):
+        sentence = "a byte that is not UTF-8 text (save the file as UTF-8)"
+    elif isinstance(exc, OverflowError):
+        sentence = "a number too large to store"
+    elif isinstance(exc, MemoryError):
+        sentence = "too large to read within the available memory"
+    elif isinstance(exc, OSError) and not isinstance(exc, duckdb.Error) and exc.strerror:
+        sentence = f"cannot be read: {exc.strerror.lower()}"
+    elif _is_archive_error(exc):
+        sentence = f"a damaged or truncated archive ({first[:120]})"
+    elif type(exc).__name__ == "ParseError" and "xml" in type(exc).__module__:
+        detail = re.sub(r": line \d+, column \d+", "", first)
+        sentence = f"not well-formed XML ({detail[:120]})"
+    else:
+        sentence = ""
+        for pattern, words in _SENTENCES:
+            m = re.search(pattern, text)
+            if m:
+                sentence = words.format(*(g or "" for g in m.groups()))
+                break
+        if not sentence:
+            detail = re.sub(r"^[A-Za-z ]*(Error|Exception): ", "", first)
+            sentence = f"could not be read ({detail[:160]})"
+    if landing:
+        sentence = f"could not be landed: {sentence}"
+    return FormatError(path, line, sentence)
+
+
+def _is_archive_error(exc: BaseException) -> bool:
+    import tarfile
+    import zlib
+
+    return isinstance(exc, tarfile.TarError | zlib.error | EOFError) or type(exc).__name__ == "BadGzipFile"
+
+
+@contextmanager
+def reading(path: str | Path, *, landing: bool = False) -> Iterator[None]:
+    """Inside: whatever a parser or the landing raises reaches the caller as a FormatError naming ``path``.
+
+    Our own typed errors pass unchanged; KeyboardInterrupt and SystemExit are not errors of the file.
+    """
+    from gpuledger.ledger.errors import LedgerError
+
+    try:
+        yield
+    except LedgerError:
+        raise
+    except Exception as exc:  # every reader's error type, by design: no traceback
+        raise describe_failure(path, exc, landing=landing) from exc

@@ -20,7 +20,8 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, read_head
-from collectors.common import Check, first_violation, nullif_tokens, session_zone, ts_utc
+from collectors.common import Check, first_violation, nullif_tokens, session_zone, sql_path, ts_utc
+from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import model_sql_case
 
@@ -120,7 +121,7 @@ class JobsTable:
         return Sniff(0)
 
     def _read(self, con: duckdb.DuckDBPyConnection, path: Path) -> None:
-        src = str(path).replace("'", "''")
+        src = sql_path(path)[1:-1]
         try:
             if self.json_lines:
                 con.execute(
@@ -135,6 +136,12 @@ class JobsTable:
             else:
                 # The header is read here, not guessed: auto-detection mistakes a truncated file's layout.
                 header = next(csv.reader(io.StringIO(read_head(path).lstrip("\ufeff"))), [])
+                seen: set[str] = set()
+                for name in header:
+                    key = name.strip().lower()
+                    if key in seen:
+                        raise FormatError(path, 1, f"column {name.strip()!r} appears twice in the header")
+                    seen.add(key)
                 spec = ", ".join(f"'{c.replace(chr(39), chr(39) * 2)}': 'VARCHAR'" for c in header)
                 con.execute(
                     f"""CREATE TEMP TABLE raw_jobs AS
@@ -266,7 +273,8 @@ class JobsTable:
                     {ts_utc(col("end"))} AS end_ts,
                     {_state_sql(col("state"))} AS state,
                     {col("exit_reason")} AS exit_reason,
-                    {ts_utc(col("last_checkpoint")) if "last_checkpoint" in cols else "NULL::TIMESTAMP"} AS last_checkpoint_ts
+                    {ts_utc(col("last_checkpoint")) if "last_checkpoint" in cols else "NULL::TIMESTAMP"} AS last_checkpoint_ts,
+                    line_no
                 FROM raw_jobs ORDER BY line_no
                 """
             )
@@ -281,9 +289,19 @@ class JobsTable:
             any_run = " OR ".join(f"{col(c)} IS NOT NULL" for c in run_cols)
             con.execute(
                 f"""CREATE TEMP TABLE stage_training_runs AS
-                    SELECT {col("job_id")} AS job_id, '{self.name}' AS source, {", ".join(fields)}
+                    SELECT {col("job_id")} AS job_id, '{self.name}' AS source, {", ".join(fields)}, line_no
                     FROM raw_jobs WHERE {any_run} ORDER BY line_no"""
             )
+        name_columns(
+            con,
+            "jobs",
+            {
+                "start_ts": "start",
+                "end_ts": "end",
+                "submit_ts": "submit",
+                "last_checkpoint_ts": "last_checkpoint",
+            },
+        )
         con.execute("DROP TABLE temp.raw_jobs")
         return {}
 

@@ -35,7 +35,8 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote, read_head
-from collectors.common import NULL_TOKENS, local_zone
+from collectors.common import NULL_TOKENS, local_zone, sql_path
+from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import model_sql_case
 
@@ -184,7 +185,7 @@ def _read_csv_sql(path: Path, layout: Layout, types: dict[int, str]) -> str:
     cols = ", ".join(f"'{_raw_name(i)}': '{types.get(i, 'VARCHAR')}'" for i in range(len(layout.names)))
     fmt = f", timestampformat='{SMI_TS_FORMAT}'" if any(t == "TIMESTAMP" for t in types.values()) else ""
     return (
-        f"read_csv({quote(str(path))}, delim={quote(layout.delim)}, header={layout.header_lines == 1}, "
+        f"read_csv({sql_path(path)}, delim={quote(layout.delim)}, header={layout.header_lines == 1}, "
         f"auto_detect=false, columns={{{cols}}}, quote='', escape='', strict_mode=true, "
         f"null_padding=false{fmt})"
     )
@@ -422,7 +423,8 @@ class NvidiaSmiCsv:
         body = ", ".join(f"CAST({sql} AS {casts.get(c, 'FLOAT')}) AS {c}" for c, sql in select.items())
         extras = (
             f"{col.text('name')} AS name, {col.text('uuid')} AS uuid, {host_sql} AS host, "
-            f"{col.integer('gpu_index')} AS gpu_index"
+            f"{col.integer('gpu_index')} AS gpu_index, "
+            f"row_number() OVER () + {layout.header_lines} AS line_no"
         )
         check_zone(con, zone)
         try:
@@ -432,6 +434,10 @@ class NvidiaSmiCsv:
             )
         except duckdb.Error as exc:
             raise _reader_error(path, exc) from None
+        names: dict[str, str] = {}
+        for t in ["ts", *(n for n in numeric if n != "mem_free_mib")]:
+            names.setdefault(_sample_col(t), split_header(col.name(t))[0].strip())
+        name_columns(con, "samples", names)
         nulls = null_counts(con, "stage_samples", [c for c in select if c != "gpu_id"])
         suspects = [t for t in ["ts", *numeric] if nulls[_sample_col(t)]]
         if suspects:

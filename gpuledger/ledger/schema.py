@@ -320,6 +320,17 @@ SCHEMA_V2: list[str] = [
     )
     """,
     # -- rejected rows (--skip-bad-rows) --
+    """
+    CREATE TABLE IF NOT EXISTS rejected_rows (
+        ingest_id   BIGINT NOT NULL,           -- ingests.ingest_id of the file the row came from
+        path        VARCHAR NOT NULL,          -- absolute path of that file
+        line        BIGINT,                    -- 1-based line of the row in the file; NULL when the format has none
+        table_name  VARCHAR NOT NULL,          -- ledger table the row was for (samples, jobs, ...)
+        column_name VARCHAR NOT NULL,          -- the column as the source names it (power.draw, end, ...)
+        value       VARCHAR,                   -- the value, as text
+        reason      VARCHAR NOT NULL           -- the physical range it broke (collectors/validate.py)
+    )
+    """,
     # -- notices (cooldown) --
 ]
 
@@ -355,6 +366,7 @@ INGESTED_TABLES = (
     "allocations",
     "training_runs",
     "train_log",
+    "rejected_rows",
     "processes",
     "gpu_events",
     "capacity",
@@ -369,6 +381,7 @@ def current_version(con: duckdb.DuckDBPyConnection) -> int:
         return 0
     rows = con.execute("SELECT value FROM schema_meta WHERE key = 'schema_version'").fetchall()
     return int(rows[0][0]) if rows else 0
+    "rejected_rows",
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any
 
@@ -30,5 +31,18 @@ _date = times.day  # every --since/--until/--end of a day reads the one grammar 
 
 
 def print_json(payload: Any) -> None:
-    json.dump(payload, sys.stdout, indent=2, sort_keys=False, default=str)
+    """Print ``payload`` as JSON. NaN and ±infinity are not JSON: they print as ``null`` (a value that is not
+    a number is unknown), so a consumer's parser never fails on our output."""
+    json.dump(json_safe(payload), sys.stdout, indent=2, sort_keys=False, default=str, allow_nan=False)
     sys.stdout.write("\n")
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float (also inside lists, tuples and dicts) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value

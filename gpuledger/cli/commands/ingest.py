@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import glob
+import os
+import shutil
 import sys
+from pathlib import Path
 
 from collectors.base import IngestOptions, IngestReport, ingest_file
 from collectors.registry import PARSERS
 from gpuledger.cli.commands._common import add_db_options, print_json
-from gpuledger.ledger.db import writer
-from gpuledger.ledger.errors import LedgerError
+from gpuledger.ledger.db import MEMORY, resolve_db, writer
+from gpuledger.ledger.errors import FormatError, LedgerError
 from gpuledger.ledger.reference import sync_reference
 from gpuledger.ledger.settings import load_settings
 
@@ -23,7 +28,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "ingesting the same content twice is a no-op.\n\nformats:\n" + formats,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="files; a PATH that exists is read as itself, else a glob pattern ('logs/*.csv') is expanded",
+    )
     p.add_argument("--format", default="auto", choices=["auto", *sorted(PARSERS)], help="skip auto-detection")
     p.add_argument("--cluster", help="cluster name for sources that carry none")
     p.add_argument(
@@ -44,6 +54,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="first remove what an earlier version of this source brought in",
     )
+    p.add_argument(
+        "--skip-bad-rows",
+        action="store_true",
+        help="land a file's plausible rows and record each row outside its physical range (line, column, "
+        "value, reason) in rejected_rows, instead of rejecting the whole file",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON report per file")
     p.add_argument(
         "--quiet", action="store_true", help="no progress bar (shown on a terminal for files over 4 MiB)"
@@ -63,7 +79,59 @@ def options(args: argparse.Namespace) -> IngestOptions:
         columns=tuple(c.strip() for c in args.columns.split(",")) if args.columns else None,
         replace=args.replace,
         quiet=args.quiet,
+        skip_bad_rows=getattr(args, "skip_bad_rows", False),
     )
+
+
+GLOB_CHARS = frozenset("*?[")
+
+
+def expand_paths(args: list[str]) -> list[str]:
+    """Each argument as itself when a file of that name exists, else its glob matches (sorted).
+
+    A shell usually expands patterns first; a quoted pattern, or a file literally named ``jobs*.csv``, is
+    decided here: the existing file wins, so ``jobs*.csv`` never also reads ``jobsA.csv``.
+    """
+    out: list[str] = []
+    for arg in args:
+        if Path(arg).exists() or not GLOB_CHARS & set(arg):
+            out.append(arg)
+            continue
+        matches = sorted(m for m in glob.glob(arg, recursive=True) if Path(m).is_file())
+        if not matches:
+            raise FormatError(arg, None, "no such file, and no file matches it as a pattern")
+        out.extend(matches)
+    return out
+
+
+def spill_dir(db: str) -> Path | None:
+    """This run's own spill folder, ``<ledger>.tmp/ingest-<pid>``: past the writer's memory limit DuckDB
+    spills there, and the run removes it when it ends, success or failure (a fixed shared folder would be
+    another writer's once this one closed)."""
+    return None if db == MEMORY else Path(db + ".tmp") / f"ingest-{os.getpid()}"
+
+
+def remove_spill(folder: Path | None) -> None:
+    """Remove this run's spill folder, and those of earlier runs whose process is gone (killed)."""
+    if folder is None:
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    for other in folder.parent.glob("ingest-*"):
+        pid = other.name.removeprefix("ingest-")
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(other, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        folder.parent.rmdir()  # only when empty
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def describe(report: IngestReport) -> str:
@@ -75,7 +143,15 @@ def describe(report: IngestReport) -> str:
         text += f"; replaced ingest(s) {', '.join(f'#{i}' for i in report.replaced)}"
     for reason, n in report.skipped.items():
         text += f"\n  skipped {n:,}: {reason}"
+    for r in report.rejected[:MAX_REJECTED_SHOWN]:
+        where = f"{report.path}:{r['line']}" if r["line"] is not None else report.path
+        text += f"\n  rejected {where}: {r['reason']}"
+    if len(report.rejected) > MAX_REJECTED_SHOWN:
+        text += f"\n  ... and {len(report.rejected) - MAX_REJECTED_SHOWN:,} more (gpuledger check lists none: they never landed; see rejected_rows)"
     return text
+
+
+MAX_REJECTED_SHOWN = 20
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,17 +159,24 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     sync_reference(args.db, settings)
     reports = []
-    with writer(args.db) as con:
-        for path in args.paths:
-            try:
-                report = ingest_file(con, path, fmt=args.format, opts=opts)
-            except LedgerError:
-                if reports and not args.json:
-                    print(f"(the {len(reports)} file(s) before it landed)", file=sys.stderr)
-                raise
-            reports.append(report)
-            if not args.json:
-                print(describe(report))
+    paths = expand_paths(args.paths)
+    spill = spill_dir(resolve_db(args.db))
+    try:
+        with writer(args.db) as con:
+            if spill is not None:
+                con.execute(f"SET temp_directory = '{str(spill).replace(chr(39), chr(39) * 2)}'")
+            for path in paths:
+                try:
+                    report = ingest_file(con, path, fmt=args.format, opts=opts)
+                except LedgerError:
+                    if reports and not args.json:
+                        print(f"(the {len(reports)} file(s) before it landed)", file=sys.stderr)
+                    raise
+                reports.append(report)
+                if not args.json:
+                    print(describe(report))
+    finally:
+        remove_spill(spill)
     if args.json:
         print_json([r.as_dict() for r in reports])
     return 0
