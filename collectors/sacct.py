@@ -22,7 +22,14 @@ Meaning (docs/formats-jobs.md says the same for users):
   the largest over the job's steps (bare numbers are bytes, as ``--noconvert`` prints them).
 - times are read in ``--tz`` (default this machine's zone: sacct prints the local time of where it ran) and
   stored in UTC; ``Unknown``/``None`` are NULL; epoch seconds (``SLURM_TIME_FORMAT=%s``) are accepted. A
-  finished job without ``End`` ends at ``Start + Elapsed``.
+  finished job without ``End`` ends at ``Start + Elapsed``. ``Elapsed`` is Slurm's measure of held time: a
+  ``REQUEUED`` record ends at ``Start + Elapsed`` (its ``End`` − ``Start`` includes time spent queued again),
+  and a ``RUNNING`` job keeps ``end_ts`` NULL while its allocation rows end at ``Start + Elapsed`` (held at
+  least until sacct ran), so it is costed up to the ledger's horizon and never shorter than that.
+- allocations: one row per host of ``NodeList``; with ``sacct --json`` ``gres_detail``
+  (``gpu:a100:4(IDX:0-3)``, one entry per node) one row per named GPU index (``gpu_index``), which host-level
+  attribution (collectors/attribute.py) ties to that card exactly.
+- the text reader takes ``|`` (``-P``/``-p``) or a tab (a spreadsheet export of it) as the delimiter.
 - states: ``CANCELLED by 1234`` → ``CANCELLED`` (the uid goes to ``exit_reason``), ``OUT_OF_MEMORY`` → ``OOM``.
 - ``kind`` is ``interactive`` when ``JobName`` is ``bash``/``sh``/``zsh``/``interactive``/``jupyter*``/
   ``sys/dashboard*`` (Open OnDemand)/``spawner-jupyterhub``, else ``other``: sacct does not say more.
@@ -32,6 +39,7 @@ Meaning (docs/formats-jobs.md says the same for users):
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from pathlib import Path
 
@@ -86,13 +94,21 @@ STATES = (
 )
 # States in which a job still holds (or never held) its allocation: no End is derived from Elapsed.
 OPEN_STATES = ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING")
+# Open states in which the job holds its GPUs now: its allocation is held at least until Start + Elapsed.
+HELD_STATES = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING")
+_IDX = re.compile(r"gpu[^()]*\(IDX:([^)]*)\)")
 INTERACTIVE_NAME = r"^(bash|sh|zsh|interactive|jupyter.*|sys/dashboard.*|spawner-jupyterhub)$"
 _JOBID_LINE = re.compile(r"^\d+(?:_[\d\[\]\-,%]+)?(?:\+\d+)?(?:\.[\w+-]+)?\|")
 MAX_HOSTS_PER_RANGE = 100_000
 
 
+def _delimiter(line: str) -> str:
+    """``|`` (sacct -P/-p), or a tab when the line has tabs and no ``|`` (a spreadsheet's export)."""
+    return "\t" if "\t" in line and "|" not in line else "|"
+
+
 def _header_names(line: str) -> list[str]:
-    names = [c.strip().lower() for c in line.rstrip("\r\n").split("|")]
+    names = [c.strip().lower() for c in line.rstrip("\r\n").split(_delimiter(line))]
     if len(names) > 1 and names[-1] == "":
         names = names[:-1]  # -p writes a trailing '|'
     return names
@@ -194,10 +210,18 @@ class SacctParsable:
             return Sniff(0)
         if _is_fixed_width(lines):
             return Sniff(0.6)  # ours, to say "re-run with -P" rather than "unknown format"
-        if "|" in lines[0]:
+        if "|" in lines[0] or "\t" in lines[0]:
             names = _header_names(lines[0])
             if _is_header(names):
                 return Sniff(0.95 if {"jobid", "jobidraw"} & set(names) else 0.6)
+            if "|" not in lines[0]:
+                known = [n for n in names if n in KNOWN_FIELDS]
+                return Sniff(
+                    0,
+                    f"sacct (tab-separated): the header names {len(known)} sacct field(s) of {len(names)}"
+                    + (f" ({', '.join(known[:5])})" if known else "")
+                    + "; a sacct export needs a header of sacct --format fields (JobID, State, AllocTRES, ...)",
+                )
             if _JOBID_LINE.match(lines[0]) and lines[0].count("|") >= 2:
                 return Sniff(0.5)
         return Sniff(0)
@@ -229,6 +253,7 @@ class SacctParsable:
             raise FormatError(path, header_line or None, f"column {dup!r} appears twice in the header")
         src = str(path).replace("'", "''")
         n = len(names)
+        delim = "chr(9)" if lines and _delimiter(lines[0]) == "\t" else "'|'"
         fields = ", ".join(f'f[{i + 1}] AS "{c}"' for i, c in enumerate(names))
         try:
             con.execute(
@@ -239,7 +264,7 @@ class SacctParsable:
                     FROM read_csv('{src}', columns={{'l': 'VARCHAR'}}, header=false, delim='\x1f', quote='',
                                   escape='', auto_detect=false, strict_mode=false)
                 ), split AS (
-                    SELECT line_no, string_split(rtrim(l, chr(13)), '|') AS f0 FROM lines
+                    SELECT line_no, string_split(rtrim(l, chr(13)), {delim}) AS f0 FROM lines
                     WHERE line_no > {header_line} AND l IS NOT NULL AND trim(l) <> ''
                 )
                 SELECT line_no, len(f0) AS n_fields,
@@ -257,7 +282,7 @@ class SacctParsable:
             raise FormatError(
                 path,
                 int(bad[0][0]),
-                f"expected {n} '|'-separated fields, found {bad[0][1]} "
+                f"expected {n} {'tab' if delim == 'chr(9)' else repr('|')}-separated fields, found {bad[0][1]} "
                 "(a truncated line, or a '|' inside a value: sacct does not escape it)",
             )
         return stage_from_raw(con, path, opts, names)
@@ -408,7 +433,8 @@ def stage_from_raw(
                    {elapsed} AS elapsed_s,
                    {tres} AS tres,
                    {col("tresusageinmax")} AS usage_max,
-                   {col("nodelist")} AS nodelist
+                   {col("nodelist")} AS nodelist,
+                   {col("gresdetail")} AS gres_detail
             FROM sacct_raw r
             """
         )
@@ -445,15 +471,19 @@ def stage_from_raw(
             coalesce(t.gpu_count, 0) AS gpu_count,
             r.submit_ts,
             r.start_ts,
-            coalesce(r.end_ts, CASE WHEN r.state_word NOT IN ({", ".join(map(quote, OPEN_STATES))})
-                                    THEN r.start_ts + to_seconds(r.elapsed_s) END) AS end_ts,
+            CASE WHEN r.state_word = 'REQUEUED' AND r.elapsed_s IS NOT NULL
+                 THEN r.start_ts + to_seconds(r.elapsed_s)
+                 ELSE coalesce(r.end_ts, CASE WHEN r.state_word NOT IN ({", ".join(map(quote, OPEN_STATES))})
+                                              THEN r.start_ts + to_seconds(r.elapsed_s) END) END AS end_ts,
             CASE r.state_word WHEN 'OUT_OF_MEMORY' THEN 'OOM' ELSE coalesce(r.state_word, 'UNKNOWN') END AS state,
             nullif(concat_ws('; ',
                 nullif(trim(regexp_replace(r.state_raw, '^[A-Za-z_]+\\+?', '')), ''),
                 CASE WHEN r.exit_code IS NOT NULL AND r.exit_code <> '0:0' THEN 'ExitCode ' || r.exit_code END
             ), '') AS exit_reason,
             p.gpu_mem_peak_mib, p.gpu_util_peak_pct,
-            r.nodelist
+            r.nodelist, r.gres_detail,
+            CASE WHEN r.end_ts IS NULL AND r.state_word IN ({", ".join(map(quote, HELD_STATES))})
+                 THEN r.start_ts + to_seconds(r.elapsed_s) END AS held_until_ts
         FROM rec r
         LEFT JOIN sacct_tres t ON t.tres = r.tres
         LEFT JOIN peaks p ON p.base_id = r.base_id
@@ -461,7 +491,8 @@ def stage_from_raw(
         """
     )
     _stage_allocations(con, path)
-    con.execute("ALTER TABLE stage_jobs DROP COLUMN nodelist")
+    for c in ("nodelist", "gres_detail", "held_until_ts"):
+        con.execute(f"ALTER TABLE stage_jobs DROP COLUMN {c}")
     for t in ("sacct_norm", "sacct_tres", "sacct_raw"):
         con.execute(f"DROP TABLE IF EXISTS temp.{t}")
     return skipped
@@ -524,33 +555,73 @@ def _parse_tres(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def gres_indices(detail: str) -> list[int] | None:
+    """GPU indices of one node's ``gres_detail`` entry: ``gpu:a100:4(IDX:0-1,3)`` → [0, 1, 3].
+
+    None when the entry names no index (``gpu:2``, ``IDX:N/A``): the host is then tied by attribution rules.
+    """
+    out: list[int] = []
+    for spec in _IDX.findall(detail):
+        for part in spec.split(","):
+            lo, sep, hi = part.strip().partition("-")
+            if not lo.isdigit() or (sep and not hi.isdigit()):
+                return None
+            out.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+    return sorted(set(out)) or None
+
+
 def _stage_allocations(con: duckdb.DuckDBPyConnection, path: Path) -> None:
-    """One row per host of each started GPU job; gpu_count on a host = the job's GPUs / its hosts."""
-    distinct = [
-        r[0]
-        for r in con.execute(
-            "SELECT DISTINCT nodelist FROM stage_jobs WHERE nodelist IS NOT NULL AND gpu_count > 0"
-        ).fetchall()
-    ]
-    expanded: list[list[str]] = []
-    for text in distinct:
+    """One row per host of each started GPU job (gpu_count on a host = the job's GPUs / its hosts), or,
+    where ``gres_detail`` names a host's GPU indices, one row per index (gpu_count 1, ``gpu_index``).
+
+    A running job's rows end at ``held_until_ts`` (Start + Elapsed); its job record keeps end_ts NULL.
+    """
+    pairs = con.execute(
+        """SELECT DISTINCT nodelist, gres_detail FROM stage_jobs
+           WHERE nodelist IS NOT NULL AND gpu_count > 0"""
+    ).fetchall()
+    lists, hosts_of, indices_of = [], [], []
+    for text, detail in pairs:
         try:
-            expanded.append(expand_nodelist(text))
+            hosts = expand_nodelist(text)
         except ValueError as exc:
             raise FormatError(path, None, f'column "NodeList": {exc}') from None
+        entries: list[str] = []
+        if detail:
+            parsed = json.loads(detail)
+            entries = [str(e) for e in parsed] if isinstance(parsed, list) else []
+        idx = [
+            gres_indices(entries[i]) if i < len(entries) and len(entries) == len(hosts) else None
+            for i in range(len(hosts))
+        ]
+        lists.append(text if detail is None else text + "\x00" + detail)
+        hosts_of.append(hosts)
+        indices_of.append([",".join(map(str, x)) if x else None for x in idx])
     con.execute(
-        "CREATE TEMP TABLE sacct_hosts AS SELECT unnest(?::VARCHAR[]) AS nodelist, unnest(?::VARCHAR[][]) AS hosts",
-        [distinct, expanded],
+        """CREATE TEMP TABLE sacct_hosts AS
+           SELECT unnest(?::VARCHAR[]) AS key, unnest(?::VARCHAR[][]) AS hosts, unnest(?::VARCHAR[][]) AS idx""",
+        [lists, hosts_of, indices_of],
     )
     con.execute(
         """
         CREATE TEMP TABLE stage_allocations AS
-        SELECT j.job_id, h.host, NULL::VARCHAR AS gpu_id, j.gpu_count / len(hl.hosts) AS gpu_count,
-               j.start_ts, j.end_ts
-        FROM stage_jobs j
-        JOIN sacct_hosts hl ON hl.nodelist = j.nodelist AND len(hl.hosts) > 0
-        CROSS JOIN LATERAL (SELECT unnest(hl.hosts) AS host) h
-        WHERE j.start_ts IS NOT NULL AND j.gpu_count > 0
+        WITH per_host AS (
+            SELECT j.job_id, j.gpu_count / len(hl.hosts) AS per_host, j.start_ts,
+                   coalesce(j.end_ts, j.held_until_ts) AS end_ts,
+                   unnest(hl.hosts) AS host, unnest(hl.idx) AS idx
+            FROM stage_jobs j
+            JOIN sacct_hosts hl ON hl.key = CASE WHEN j.gres_detail IS NULL THEN j.nodelist
+                                                 ELSE j.nodelist || chr(0) || j.gres_detail END
+                               AND len(hl.hosts) > 0
+            WHERE j.start_ts IS NOT NULL AND j.gpu_count > 0
+        ), split AS (
+            SELECT *, unnest(CASE WHEN idx IS NULL THEN [NULL::VARCHAR] ELSE string_split(idx, ',') END) AS one
+            FROM per_host
+        )
+        SELECT job_id, host, NULL::VARCHAR AS gpu_id,
+               CASE WHEN idx IS NULL THEN per_host ELSE 1 END AS gpu_count,
+               start_ts, end_ts, CAST(one AS INTEGER) AS gpu_index
+        FROM split
         """
     )
     con.execute("DROP TABLE temp.sacct_hosts")
@@ -641,6 +712,7 @@ class SacctJson:
             "alloctres",
             "reqtres",
             "nodelist",
+            "gresdetail",
         ]
         con.execute(
             f"""
@@ -659,7 +731,9 @@ class SacctJson:
                 CAST({_num(j, "$.time.elapsed")} AS BIGINT)::VARCHAR AS elapsedraw,
                 {_tres_list(j, "$.tres.allocated")} AS alloctres,
                 {_tres_list(j, "$.tres.requested")} AS reqtres,
-                nullif(json_extract_string({j}, '$.nodes'), '') AS nodelist
+                nullif(json_extract_string({j}, '$.nodes'), '') AS nodelist,
+                CASE WHEN json_type({j}, '$.gres_detail') = 'ARRAY' AND json_array_length({j}, '$.gres_detail') > 0
+                     THEN json_extract({j}, '$.gres_detail')::VARCHAR END AS gresdetail
             FROM sacct_json
             """
         )

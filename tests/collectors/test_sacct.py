@@ -81,8 +81,9 @@ def test_nodelist_ranges_become_one_allocation_per_host(ledger, tmp_path):
         ("ci/100", "gpu01", None, 4.0, T(2025, 3, 1, 10), T(2025, 3, 1, 12)),  # 8 GPUs / 2 hosts
         ("ci/100", "gpu02", None, 4.0, T(2025, 3, 1, 10), T(2025, 3, 1, 12)),
         ("ci/101", "gpu07", None, pytest.approx(3 / 7), T(2025, 3, 1, 10), T(2025, 3, 1, 10, 30)),
-        ("ci/102", "gpu03", None, 2.0, T(2025, 3, 1, 11, 5), None),  # 4 GPUs / 2 hosts, running
-        ("ci/102", "gpu04", None, 2.0, T(2025, 3, 1, 11, 5), None),
+        # 4 GPUs / 2 hosts, running: held at least until Start + Elapsed = 11:05 + 55 min
+        ("ci/102", "gpu03", None, 2.0, T(2025, 3, 1, 11, 5), T(2025, 3, 1, 12)),
+        ("ci/102", "gpu04", None, 2.0, T(2025, 3, 1, 11, 5), T(2025, 3, 1, 12)),
         ("ci/104", "gpu05", None, 1.0, T(2025, 2, 27), T(2025, 2, 28, 2, 3, 4)),
     ]  # the pending job 103 has no host and no start: no allocation
     per_job = ledger.execute(
@@ -408,3 +409,131 @@ def test_real_riviera_noheader_without_gpu_column_is_refused(ledger):
     cols = tuple(fields.split("|"))
     with pytest.raises(FormatError, match="no GPU column"):
         ingest_file(ledger, path, opts=IngestOptions(columns=cols))
+
+
+def test_running_job_is_held_for_its_elapsed_time(ledger, tmp_path):
+    # a 4-GPU job running for 2 days (Elapsed 2-00:00:00) beside a job that ended 2 h after it started:
+    # costed to the horizon, which is at least Start + Elapsed: 4 × 48 h = 192 GPU-h, not 4 × 2 h = 8
+    from analytics.jobs import jobs_table
+
+    rows = [
+        "1|RUNNING|2025-03-01T00:00:00|Unknown|2-00:00:00|gres/gpu:h100=4,gres/gpu=4|n1",
+        "2|COMPLETED|2025-03-01T00:00:00|2025-03-01T02:00:00|02:00:00|gres/gpu:h100=1,gres/gpu=1|n2",
+    ]
+    ingest_file(
+        ledger, sacct_file(tmp_path, rows, "JobID|State|Start|End|Elapsed|AllocTRES|NodeList"), opts=UTC
+    )
+    assert ledger.execute("SELECT job_id, state, end_ts FROM jobs ORDER BY 1").fetchall() == [
+        ("1", "RUNNING", None),  # still running: no end
+        ("2", "COMPLETED", T(2025, 3, 1, 2)),
+    ]
+    # its allocation is held at least until Start + Elapsed
+    assert ledger.execute("SELECT end_ts FROM allocations WHERE job_id = '1'").fetchall() == [
+        (T(2025, 3, 3),)
+    ]
+    hours = {r["job_id"]: r["gpu_hours"] for r in jobs_table(ledger).to_dicts()}
+    assert hours == {"1": pytest.approx(4 * 48), "2": pytest.approx(1 * 2)}
+
+
+def test_running_job_in_sacct_json_is_not_zero_gpu_hours(ledger, tmp_path):
+    from analytics.jobs import jobs_table
+
+    start = int(T(2025, 3, 1, tzinfo=dt.UTC).timestamp())
+    job = {
+        "job_id": 7,
+        "cluster": "c",
+        "user": "u",
+        "account": "a",
+        "name": "train",
+        "nodes": "n1",
+        "state": {"current": ["RUNNING"]},
+        "time": {"submission": start, "start": start, "end": 0, "elapsed": 3 * 3600},
+        "tres": {"allocated": [{"type": "gres", "name": "gpu", "count": 2}]},
+    }
+    path = write(tmp_path, "sacct.json", json.dumps({"meta": {"Slurm": {}}, "jobs": [job]}))
+    ingest_file(ledger, path, opts=UTC)
+    # alone in the ledger, its start was the horizon (0 GPU-h); Elapsed says 3 h held: 2 GPUs × 3 h
+    assert [(r["job_id"], r["gpu_hours"]) for r in jobs_table(ledger).to_dicts()] == [
+        ("c/7", pytest.approx(6.0))
+    ]
+
+
+def test_requeued_record_uses_elapsed_not_end_minus_start(ledger, tmp_path):
+    # End - Start = 26 h 12 min; Slurm's Elapsed says 23:58:12 was held
+    rows = ["9|REQUEUED|2025-01-01T00:00:00|2025-01-02T02:12:00|23:58:12|gres/gpu=2|n1"]
+    ingest_file(
+        ledger, sacct_file(tmp_path, rows, "JobID|State|Start|End|Elapsed|AllocTRES|NodeList"), opts=UTC
+    )
+    end = T(2025, 1, 1) + dt.timedelta(hours=23, minutes=58, seconds=12)
+    assert ledger.execute("SELECT state, end_ts FROM jobs").fetchall() == [("REQUEUED", end)]
+    assert ledger.execute("SELECT end_ts FROM allocations").fetchall() == [(end,)]
+
+
+def test_tab_delimited_export_is_read(ledger, tmp_path):
+    header = "JobID\tUser\tState\tStart\tEnd\tAllocTRES\tNodeList"
+    rows = ["11\talice\tCOMPLETED\t2025-03-01T00:00:00\t2025-03-01T01:00:00\tcpu=4,gres/gpu=2\tn[1-2]"]
+    report = ingest_file(ledger, sacct_file(tmp_path, rows, header, name="export.tsv"), opts=UTC)
+    assert report.format == "sacct"
+    assert ledger.execute("SELECT job_id, user_name, gpu_count, end_ts FROM jobs").fetchall() == [
+        ("11", "alice", 2.0, T(2025, 3, 1, 1))
+    ]
+    assert ledger.execute("SELECT host, gpu_count FROM allocations ORDER BY 1").fetchall() == [
+        ("n1", 1.0),
+        ("n2", 1.0),
+    ]
+
+
+def test_tab_delimited_file_with_a_short_row_names_its_line(ledger, tmp_path):
+    header = "JobID\tState\tAllocTRES"
+    path = sacct_file(tmp_path, ["1\tCOMPLETED\tgres/gpu=1", "2\tCOMPLETED"], header, name="export.tsv")
+    with pytest.raises(FormatError, match=r"expected 3 tab-separated fields, found 2") as err:
+        ingest_file(ledger, path, opts=UTC)
+    assert err.value.line == 3
+
+
+def test_tab_separated_non_sacct_file_gets_a_closest_match_hint(ledger, tmp_path):
+    path = write(tmp_path, "x.tsv", "JobID\tUsr\tStat\n1\t2\t3\n")
+    with pytest.raises(FormatError) as err:
+        ingest_file(ledger, path, opts=UTC)
+    assert err.value.reason.endswith(
+        "closest: sacct (tab-separated): the header names 1 sacct field(s) of 3 (jobid); a sacct export needs "
+        "a header of sacct --format fields (JobID, State, AllocTRES, ...)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("detail", "indices"),
+    [
+        ("gpu:a100:4(IDX:0-3)", [0, 1, 2, 3]),
+        ("gpu:2(IDX:1,3)", [1, 3]),
+        ("gpu:h100:3(IDX:0,2-3)", [0, 2, 3]),
+        ("gpu(IDX:5)", [5]),
+        ("gpu:a100:2(IDX:N/A)", None),
+        ("gpu:2", None),
+    ],
+    ids=["typed-range", "list", "mixed", "untyped", "not-available", "no-index"],
+)
+def test_gres_detail_indices(detail, indices):
+    from collectors.sacct import gres_indices
+
+    assert gres_indices(detail) == indices
+
+
+def test_json_gres_detail_per_node_becomes_one_allocation_per_index(ledger, tmp_path):
+    start = int(T(2025, 3, 1, tzinfo=dt.UTC).timestamp())
+    job = {
+        "job_id": 8,
+        "cluster": "c",
+        "nodes": "g[1-2]",
+        "state": {"current": ["COMPLETED"]},
+        "time": {"start": start, "end": start + 3600, "elapsed": 3600},
+        "tres": {"allocated": [{"type": "gres", "name": "gpu", "count": 3}]},
+        "gres_detail": ["gpu:h100:2(IDX:0-1)", "gpu:h100:1(IDX:3)"],
+    }
+    path = write(tmp_path, "sacct.json", json.dumps({"meta": {"Slurm": {}}, "jobs": [job]}))
+    ingest_file(ledger, path, opts=UTC)
+    assert ledger.execute("SELECT host, gpu_index, gpu_count FROM allocations ORDER BY 1, 2").fetchall() == [
+        ("g1", 0, 1.0),
+        ("g1", 1, 1.0),
+        ("g2", 3, 1.0),
+    ]

@@ -1,0 +1,356 @@
+"""Tie telemetry samples to the jobs that held their GPUs: by GPU id, and by host for allocations naming none.
+
+Two paths, both run by :func:`attribute_samples` at the end of every :func:`collectors.base.land`:
+
+- **by GPU id**: an allocation that names its GPU (the demo, jobs CSVs with GPU ids, NVML processes) stamps
+  the samples of that GPU inside its span;
+- **by host** (``sacct``, any scheduler record that names only nodes): for each host, the allocations that
+  name no GPU are turned into per-GPU *ties* (table ``host_attribution``), then stamped the same way. Which
+  of the host's GPUs a job had is decided with the best evidence there is, in this order:
+
+  1. the GPU indices the scheduler names (``sacct --json`` ``gres_detail`` ``gpu:a100:4(IDX:0-3)``, stored in
+     ``allocations.gpu_index``) — ``exact``, evidence ``gres_idx``;
+  2. processes the job ran on a GPU (``processes.job_id``: NVML's SLURM_JOB_ID / cgroup) — ``exact``,
+     ``process``;
+  3. samples a source already labelled with the job (dcgm ``hpc_job``) — ``exact``, ``sample_label``;
+  4. the job holds every GPU the host reports — ``exact``, ``whole_host``;
+  5. the GPUs still free over the job's span are exactly as many as it still needs (every other GPU is
+     held by jobs tied exactly) — ``exact``, ``remainder``;
+  6. otherwise the host's GPU-time is split in proportion to the GPUs each job holds: each job is dealt
+     as many of the host's free GPUs as it holds, lowest index first, jobs in start order (Slurm's
+     ``select/cons_tres`` hands out the lowest free indices too) — ``by_share``, ``dealt``. The host's
+     totals are then exact; which job had which card is inferred, so per-job utilization is an estimate.
+
+A GPU-second is tied to at most one job: a GPU already held by an allocation that names it, or dealt to an
+overlapping job, is not dealt again; what cannot be dealt (more GPUs held than the host reports) stays
+unmeasured. Fractional GPU counts are dealt as whole cards (rounded, at least 1); splitting one card among
+several jobs is the shared-GPU rule's business, not this one's.
+
+Each job then gets ``jobs.attribution``: ``none`` when no sample is tied to it, ``by_share`` when any of its
+GPUs were dealt by share, else ``exact``. A job whose tied GPUs all report one catalog model of the same
+family as the job's model (``A100-40GB`` from a bare ``gres/gpu:a100`` on cards reporting "NVIDIA
+A100-SXM4-80GB") — or that has no model — takes the telemetry's model, so it is priced as the card it ran on.
+
+Hosts match on their short, lower-case name (``node01.cluster.local`` is ``node01``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import duckdb
+
+FOREVER = dt.datetime.max
+# how a host name is compared: sacct's NodeList has short names, a hostname column may be an FQDN
+HOST_KEY = "lower(split_part({}, '.', 1))"
+# job states whose span is still open (their allocation's end is only what sacct measured so far)
+OPEN_STATES = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING")
+METHODS = ("exact", "by_share", "none")
+
+
+def host_key(col: str) -> str:
+    return HOST_KEY.format(col)
+
+
+@dataclass(frozen=True)
+class HostAlloc:
+    """One job's hold on one host, as the scheduler recorded it (no GPU ids)."""
+
+    job_id: str
+    start: dt.datetime
+    end: dt.datetime | None  # None: still running
+    gpus: float  # GPUs held on this host
+    indices: tuple[int, ...] = ()  # GPU indices the scheduler named (gres_detail IDX)
+
+
+@dataclass(frozen=True)
+class Tie:
+    """A job held this GPU over [start, end): its samples there are the job's."""
+
+    job_id: str
+    gpu_id: str
+    start: dt.datetime
+    end: dt.datetime | None
+    method: str  # exact | by_share
+    evidence: str  # gres_idx | process | sample_label | whole_host | remainder | dealt
+
+
+@dataclass
+class _Book:
+    """Which GPU is held by whom, when (half-open spans); ``exact`` says whether the holder is known."""
+
+    spans: dict[str, list[tuple[dt.datetime, dt.datetime, bool]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+
+    def free(self, gpu: str, lo: dt.datetime, hi: dt.datetime) -> bool:
+        return all(hi <= s or e <= lo for s, e, _ in self.spans[gpu])
+
+    def overlapping_exact(self, gpus: Iterable[str], lo: dt.datetime, hi: dt.datetime) -> bool:
+        """Every hold overlapping [lo, hi) on these GPUs is known exactly."""
+        return all(x for g in gpus for s, e, x in self.spans[g] if not (hi <= s or e <= lo))
+
+    def take(self, gpu: str, lo: dt.datetime, hi: dt.datetime, exact: bool) -> None:
+        self.spans[gpu].append((lo, hi, exact))
+
+
+def deal(
+    gpus: list[tuple[str, int | None]],
+    allocs: list[HostAlloc],
+    *,
+    held: Iterable[tuple[str, dt.datetime, dt.datetime | None]] = (),
+    seen: dict[tuple[str, dt.datetime], dict[str, str]] | None = None,
+) -> list[Tie]:
+    """Tie one host's GPU-less allocations to its GPUs (rules 1–6 of the module docstring).
+
+    ``gpus``: the host's GPUs as (gpu_id, index); ``held``: (gpu_id, start, end) of allocations that name
+    their GPU; ``seen``: per allocation (job_id, start), GPUs observed running the job → evidence
+    (``process`` / ``sample_label``). Returns the ties, at most one job per GPU-second.
+    """
+    seen = seen or {}
+    order = sorted(gpus, key=lambda g: (g[1] is None, g[1] if g[1] is not None else 0, g[0]))
+    by_index = {idx: gid for gid, idx in gpus if idx is not None}
+    book = _Book()
+    for gid, lo, hi in held:
+        book.take(gid, lo, hi or FOREVER, True)
+    ties: list[Tie] = []
+    need: dict[int, int] = {}
+    mine: dict[int, set[str]] = defaultdict(set)
+    allocs = sorted(allocs, key=lambda a: (a.start, a.job_id))
+    # rules 1-3: GPUs named by the scheduler or observed running the job
+    for i, a in enumerate(allocs):
+        hi = a.end or FOREVER
+        pinned: dict[str, str] = {by_index[x]: "gres_idx" for x in a.indices if x in by_index}
+        for gid, how in seen.get((a.job_id, a.start), {}).items():
+            pinned.setdefault(gid, how)
+        for gid in sorted(pinned):
+            book.take(gid, a.start, hi, True)
+            mine[i].add(gid)
+            ties.append(Tie(a.job_id, gid, a.start, a.end, "exact", pinned[gid]))
+        need[i] = max(1, round(a.gpus)) - len(pinned) if a.gpus > 0 else 0
+    # rule 4: the job holds every GPU the host reports
+    for i, a in enumerate(allocs):
+        if need[i] > 0 and not mine[i] and round(a.gpus) >= len(order) > 0:
+            hi = a.end or FOREVER
+            for gid, _ in order:
+                if book.free(gid, a.start, hi):
+                    book.take(gid, a.start, hi, True)
+                    mine[i].add(gid)
+                    ties.append(Tie(a.job_id, gid, a.start, a.end, "exact", "whole_host"))
+            need[i] = 0
+    # rules 5-6: the rest, in start order, lowest free index first
+    for i, a in enumerate(allocs):
+        if need[i] <= 0:
+            continue
+        hi = a.end or FOREVER
+        free = [gid for gid, _ in order if gid not in mine[i] and book.free(gid, a.start, hi)]
+        chosen = free[: need[i]]
+        others = [gid for gid, _ in order if gid not in free and gid not in mine[i]]
+        exact = len(free) == need[i] and book.overlapping_exact(others, a.start, hi)
+        for gid in chosen:
+            book.take(gid, a.start, hi, exact)
+            ties.append(
+                Tie(
+                    a.job_id,
+                    gid,
+                    a.start,
+                    a.end,
+                    "exact" if exact else "by_share",
+                    "remainder" if exact else "dealt",
+                )
+            )
+    return ties
+
+
+def attribute_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
+    """Stamp each sample with the job whose allocation covers its GPU and time (see the module docstring).
+
+    Runs for the samples this ingest brought and for the samples under the allocations it brought, so the
+    order in which telemetry and job records arrive does not matter. Samples a source already tied to a job
+    (a dcgm ``hpc_job`` label, an NVML process) keep that job. GPU-times whose job changed are left in TEMP
+    ``merged_windows`` (gpu_id, lo, hi), which land() re-rolls.
+    """
+    con.execute(
+        """
+        UPDATE samples SET job_id = a.job_id
+        FROM allocations a
+        WHERE samples.job_id IS NULL
+          AND a.gpu_id IS NOT NULL AND samples.gpu_id = a.gpu_id
+          AND samples.ts >= a.start_ts AND (a.end_ts IS NULL OR samples.ts < a.end_ts)
+          AND (samples.ingest_id = ? OR a.ingest_id = ?)
+        """,
+        [ingest_id, ingest_id],
+    )
+    hosts = _affected_hosts(con, ingest_id)
+    if hosts:
+        attribute_hosts(con, hosts)
+    _record_methods(con, ingest_id, hosts)
+
+
+def _affected_hosts(con: duckdb.DuckDBPyConnection, ingest_id: int) -> list[str]:
+    """Hosts whose ties may change with this ingest: new host allocations, telemetry or processes there,
+    or ties left by allocations that are gone (a --replace)."""
+    if (
+        not con.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM allocations WHERE gpu_id IS NULL AND host IS NOT NULL LIMIT 1)"
+        ).fetchall()[0][0]
+        and not con.execute("SELECT count(*) FROM host_attribution").fetchall()[0][0]
+    ):
+        return []
+    rows = con.execute(
+        f"""
+        SELECT DISTINCT hk FROM (
+            SELECT {host_key("host")} AS hk FROM allocations
+            WHERE ingest_id = ? AND gpu_id IS NULL AND host IS NOT NULL
+            UNION ALL
+            SELECT {host_key("g.host")} FROM gpus g
+            WHERE g.host IS NOT NULL
+              AND g.gpu_id IN (SELECT DISTINCT gpu_id FROM samples WHERE ingest_id = ?
+                               UNION SELECT gpu_id FROM processes WHERE ingest_id = ?)
+            UNION ALL
+            SELECT h.host FROM host_attribution h
+            WHERE NOT EXISTS (SELECT 1 FROM allocations a WHERE a.job_id = h.job_id AND a.gpu_id IS NULL
+                              AND {host_key("a.host")} = h.host)
+        )
+        WHERE hk IN (SELECT {host_key("host")} FROM allocations WHERE gpu_id IS NULL AND host IS NOT NULL)
+           OR hk IN (SELECT host FROM host_attribution)
+        ORDER BY hk
+        """,
+        [ingest_id, ingest_id, ingest_id],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def attribute_hosts(con: duckdb.DuckDBPyConnection, hosts: list[str]) -> None:
+    """Recompute the ties of these hosts (short lower-case names) and re-stamp the samples they cover."""
+    con.execute("CREATE OR REPLACE TEMP TABLE attr_hosts AS SELECT unnest(?::VARCHAR[]) AS hk", [hosts])
+    gpus: dict[str, list[tuple[str, int | None]]] = defaultdict(list)
+    for hk, gid, idx in con.execute(
+        f"""SELECT {host_key("host")}, gpu_id, gpu_index FROM gpus
+            WHERE parent_gpu_id IS NULL AND {host_key("host")} IN (SELECT hk FROM attr_hosts)"""
+    ).fetchall():
+        gpus[hk].append((gid, idx))
+    # the host allocations, with a running job's span left open (its end is what sacct measured so far)
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE attr_allocs AS
+            SELECT a.job_id, {host_key("a.host")} AS hk, a.start_ts,
+                   CASE WHEN j.end_ts IS NULL AND j.state IN ({", ".join(f"'{s}'" for s in OPEN_STATES)})
+                        THEN NULL ELSE a.end_ts END AS end_ts,
+                   sum(a.gpu_count) AS gpus,
+                   list(a.gpu_index ORDER BY a.gpu_index) FILTER (WHERE a.gpu_index IS NOT NULL) AS indices
+            FROM allocations a LEFT JOIN jobs j USING (job_id)
+            WHERE a.gpu_id IS NULL AND a.host IS NOT NULL AND {host_key("a.host")} IN (SELECT hk FROM attr_hosts)
+            GROUP BY ALL"""
+    )
+    allocs: dict[str, list[HostAlloc]] = defaultdict(list)
+    for job, hk, lo, hi, n, idx in con.execute("SELECT * FROM attr_allocs").fetchall():
+        allocs[hk].append(HostAlloc(job, lo, hi, float(n), tuple(idx or ())))
+    held: dict[str, list[tuple[str, dt.datetime, dt.datetime | None]]] = defaultdict(list)
+    for hk, gid, lo, hi in con.execute(
+        f"""SELECT {host_key("g.host")}, a.gpu_id, a.start_ts, a.end_ts
+            FROM allocations a JOIN gpus g USING (gpu_id)
+            WHERE {host_key("g.host")} IN (SELECT hk FROM attr_hosts)"""
+    ).fetchall():
+        held[hk].append((gid, lo, hi))
+    seen: dict[str, dict[tuple[str, dt.datetime], dict[str, str]]] = defaultdict(lambda: defaultdict(dict))
+    # processes first: a process of the job on a GPU is the stronger sign
+    for how, sql in (
+        (
+            "process",
+            """SELECT DISTINCT a.hk, a.job_id, a.start_ts, p.gpu_id FROM processes p
+               JOIN attr_allocs a ON (p.job_id = a.job_id OR a.job_id LIKE '%/' || p.job_id)
+                AND p.ts >= a.start_ts AND (a.end_ts IS NULL OR p.ts < a.end_ts)
+               JOIN gpus g ON g.gpu_id = p.gpu_id AND {hk} = a.hk
+               WHERE p.job_id IS NOT NULL""",
+        ),
+        (
+            "sample_label",
+            # samples a source labelled with the job (not those this module stamped from an earlier tie)
+            """SELECT DISTINCT a.hk, a.job_id, a.start_ts, s.gpu_id FROM samples s
+               JOIN attr_allocs a ON s.job_id = a.job_id
+                AND s.ts >= a.start_ts AND (a.end_ts IS NULL OR s.ts < a.end_ts)
+               JOIN gpus g ON g.gpu_id = s.gpu_id AND {hk} = a.hk
+               WHERE NOT EXISTS (SELECT 1 FROM host_attribution h WHERE h.gpu_id = s.gpu_id
+                                 AND h.job_id = s.job_id AND s.ts >= h.start_ts
+                                 AND (h.end_ts IS NULL OR s.ts < h.end_ts) AND h.evidence <> 'sample_label')""",
+        ),
+    ):
+        for hk, job, lo, gid in con.execute(sql.format(hk=host_key("g.host"))).fetchall():
+            seen[hk][(job, lo)].setdefault(gid, how)
+    ties = [
+        (hk, t.job_id, t.gpu_id, t.start, t.end, t.method, t.evidence)
+        for hk in hosts
+        for t in deal(gpus.get(hk, []), allocs.get(hk, []), held=held.get(hk, ()), seen=seen.get(hk))
+    ]
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE attr_new (host VARCHAR, job_id VARCHAR, gpu_id VARCHAR,
+           start_ts TIMESTAMP, end_ts TIMESTAMP, method VARCHAR, evidence VARCHAR)"""
+    )
+    if ties:
+        con.executemany("INSERT INTO attr_new VALUES (?, ?, ?, ?, ?, ?, ?)", ties)
+    # ties that went away: their samples lose the job (unless a new tie gives it back below)
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE attr_gone AS
+           SELECT job_id, gpu_id, start_ts, end_ts FROM host_attribution WHERE host IN (SELECT hk FROM attr_hosts)
+           EXCEPT SELECT job_id, gpu_id, start_ts, end_ts FROM attr_new"""
+    )
+    con.execute(
+        """UPDATE samples SET job_id = NULL FROM attr_gone o
+           WHERE samples.gpu_id = o.gpu_id AND samples.job_id = o.job_id
+             AND samples.ts >= o.start_ts AND (o.end_ts IS NULL OR samples.ts < o.end_ts)"""
+    )
+    con.execute("DELETE FROM host_attribution WHERE host IN (SELECT hk FROM attr_hosts)")
+    con.execute("INSERT INTO host_attribution SELECT * FROM attr_new")
+    con.execute(
+        """UPDATE samples SET job_id = n.job_id FROM attr_new n
+           WHERE samples.job_id IS NULL AND samples.gpu_id = n.gpu_id
+             AND samples.ts >= n.start_ts AND (n.end_ts IS NULL OR samples.ts < n.end_ts)"""
+    )
+    # the GPU-times whose job may have changed: land() re-rolls them
+    con.execute("CREATE TEMP TABLE IF NOT EXISTS merged_windows (gpu_id VARCHAR, lo TIMESTAMP, hi TIMESTAMP)")
+    con.execute(
+        """INSERT INTO merged_windows
+           SELECT w.gpu_id, greatest(w.lo, s.lo), least(w.hi, s.hi)
+           FROM (SELECT gpu_id, min(start_ts) AS lo, max(coalesce(end_ts, TIMESTAMP '9999-12-31')) AS hi
+                 FROM (SELECT gpu_id, start_ts, end_ts FROM attr_gone
+                       UNION ALL SELECT gpu_id, start_ts, end_ts FROM attr_new) GROUP BY gpu_id) w
+           JOIN (SELECT gpu_id, min(ts) AS lo, max(ts) AS hi FROM samples
+                 WHERE gpu_id IN (SELECT gpu_id FROM attr_new UNION SELECT gpu_id FROM attr_gone)
+                 GROUP BY gpu_id) s USING (gpu_id)
+           WHERE greatest(w.lo, s.lo) <= least(w.hi, s.hi)"""
+    )
+    for t in ("attr_hosts", "attr_allocs", "attr_new", "attr_gone"):
+        con.execute(f"DROP TABLE IF EXISTS temp.{t}")
+
+
+def _record_methods(con: duckdb.DuckDBPyConnection, ingest_id: int, hosts: list[str]) -> None:
+    """Set ``jobs.attribution`` (and refine ``gpu_model`` from telemetry) for the jobs this ingest touched."""
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE attr_jobs AS
+           SELECT job_id FROM jobs WHERE ingest_id = ? OR attribution IS NULL
+           UNION SELECT DISTINCT job_id FROM samples WHERE ingest_id = ? AND job_id IS NOT NULL
+           UNION SELECT job_id FROM host_attribution WHERE host IN (SELECT unnest(?::VARCHAR[]))""",
+        [ingest_id, ingest_id, hosts],
+    )
+    con.execute(
+        """UPDATE jobs SET attribution = CASE
+               WHEN j.job_id NOT IN (SELECT DISTINCT job_id FROM samples
+                                     WHERE job_id IN (SELECT job_id FROM attr_jobs)) THEN 'none'
+               WHEN j.job_id IN (SELECT job_id FROM host_attribution WHERE method = 'by_share') THEN 'by_share'
+               ELSE 'exact' END
+           FROM attr_jobs j WHERE jobs.job_id = j.job_id"""
+    )
+    # telemetry names the card; a scheduler's gres type often only the family (a100 → A100-40GB)
+    family = "regexp_extract({}, '^(RTX-)?[A-Za-z]+[0-9]+')"
+    con.execute(
+        f"""UPDATE jobs SET gpu_model = t.model
+            FROM (SELECT h.job_id, min(g.model) AS model FROM host_attribution h JOIN gpus g USING (gpu_id)
+                  WHERE h.job_id IN (SELECT job_id FROM attr_jobs)
+                  GROUP BY h.job_id HAVING count(DISTINCT g.model) = 1 AND count(g.model) = count(*)) t
+            WHERE jobs.job_id = t.job_id AND jobs.gpu_model IS DISTINCT FROM t.model
+              AND (jobs.gpu_model IS NULL OR {family.format("jobs.gpu_model")} = {family.format("t.model")})"""
+    )
+    con.execute("DROP TABLE IF EXISTS temp.attr_jobs")
