@@ -39,6 +39,9 @@ from gpuledger.ledger.reference import model_sql_case
 SENTINEL = 9.2e18  # DCGM_FT_*_BLANK and friends start at 2^63 - 2^10; nothing real comes near
 LINE_RE = r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?[ \t]+(\S+)(?:[ \t]+(-?[0-9]+))?[ \t]*$"
 LABEL_RE = r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"'
+# A label value's escapes (the exposition format: \\ \" \n) undone in one left-to-right pass: escaped
+# backslashes first become chr(0), so "\\n" stays a backslash and an n.
+UNESCAPE_SQL = r"""replace(replace(replace(regexp_replace(v, '\\\\', chr(0), 'g'), '\"', '"'), '\n', chr(10)), chr(0), '\')"""
 
 # lower-cased metric name → measure; the legacy gpu-monitoring-tools names map to the same measures
 METRICS: dict[str, str] = {
@@ -123,7 +126,7 @@ def stage_long(
                   count_if(measure IS NOT NULL AND gpu_id IS NOT NULL)
            FROM prom_norm"""
     ).fetchall()[0]
-    not_stored, no_gpu, blank, kept = (int(c or 0) for c in counts)
+    not_stored, no_gpu, _blank, kept = (int(c or 0) for c in counts)
     if kept == 0:
         raise FormatError(path, None, "no DCGM GPU metric with a GPU label (UUID or gpu) in the file")
     pct = "100.0 * "
@@ -183,8 +186,7 @@ def stage_long(
         notes["values of metrics the ledger does not store"] = not_stored
     if no_gpu:
         notes["values without a GPU label (UUID or gpu)"] = no_gpu
-    if blank:
-        notes["blank values (DCGM sentinel or NaN) stored as NULL"] = blank
+    # blank values (DCGM sentinels, NaN) are stored as NULL like any missing reading: not a skip
     return notes
 
 
@@ -238,8 +240,8 @@ class DcgmText:
                     "a series repeats but the samples carry no timestamps, so the scrapes cannot be told "
                     "apart: ingest one scrape per file, or save samples with timestamps",
                 )
+            # the values are stored, timed by the file: not a skip (docs/formats-telemetry.md says so)
             ts_sql = file_time_utc(path)
-            notes["values timed by the file's modification time (no sample timestamps)"] = int(total)
         elif with_ts < total:
             missing = con.execute("SELECT min(line_no) FROM prom_parsed WHERE p.ts = ''").fetchall()[0][0]
             raise FormatError(path, int(missing), "this sample has no timestamp but others in the file do")
@@ -249,7 +251,8 @@ class DcgmText:
             f"""CREATE TEMP TABLE prom_long AS
                 SELECT line_no, p.metric AS metric,
                        map(regexp_extract_all(p.labels, {quote(LABEL_RE)}, 1),
-                           regexp_extract_all(p.labels, {quote(LABEL_RE)}, 2)) AS labels,
+                           list_transform(regexp_extract_all(p.labels, {quote(LABEL_RE)}, 2),
+                                          lambda v: {UNESCAPE_SQL})) AS labels,
                        CAST({ts_sql} AS TIMESTAMP) AS ts, CAST(p.value AS DOUBLE) AS value
                 FROM prom_parsed"""
         )

@@ -38,10 +38,8 @@ def test_two_scrapes_pivot_to_samples_with_units_and_job(ledger, tmp_path):
     report = ingest_file(ledger, write(tmp_path, "m.prom", SCRAPES))
     assert report.format == "dcgm"
     assert report.rows == {"samples": 2, "gpus": 1, "gpu_events": 1}
-    assert report.skipped == {
-        "values of metrics the ledger does not store": 1,  # MEM_CLOCK
-        "blank values (DCGM sentinel or NaN) stored as NULL": 1,  # the tensor sentinel
-    }
+    # only MEM_CLOCK was left out; the tensor sentinel is stored (as NULL), so it is not a skip
+    assert report.skipped == {"values of metrics the ledger does not store": 1}
     assert _rows(
         ledger,
         "SELECT ts::VARCHAR, gpu_id, util_pct, mem_used_mib, mem_total_mib, power_w, energy_j, sm_active_pct, "
@@ -102,7 +100,7 @@ def test_file_without_timestamps_is_one_scrape_at_the_file_mtime(ledger, tmp_pat
     stamp = dt.datetime(2025, 3, 1, 12, 0, 0, tzinfo=dt.UTC).timestamp()
     os.utime(path, (stamp, stamp))
     report = ingest_file(ledger, path)
-    assert report.skipped == {"values timed by the file's modification time (no sample timestamps)": 1}
+    assert report.skipped == {}  # the one value was stored: nothing was skipped
     assert _rows(ledger, "SELECT ts::VARCHAR, util_pct FROM samples") == [("2025-03-01 12:00:00", 33.0)]
 
 
@@ -191,3 +189,17 @@ def test_job_ids_come_from_hpc_job_else_pod_and_carry_the_cluster_prefix(ledger,
         ("GPU-c", "prod/web/api-1"),  # the exported_* labels name the workload, not the exporter's own pod
         ("GPU-d", None),
     ]
+
+
+def test_label_values_are_unescaped(ledger, tmp_path):
+    # the exposition format escapes \\, \" and \n inside label values; "\\n" is a backslash and an n
+    path = write(
+        tmp_path,
+        "esc.prom",
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-e",Hostname="n1",modelName="NVIDIA \\"H100\\" 80GB HBM3",'
+        'namespace="ml",pod="a\\\\b\\nc\\\\nd"} 50 1700000000000\n',
+    )
+    report = ingest_file(ledger, path)
+    assert report.skipped == {}
+    assert _rows(ledger, "SELECT job_id FROM samples") == [("ml/a\\b\nc\\nd",)]
+    assert _rows(ledger, "SELECT model_raw FROM gpus") == [('NVIDIA "H100" 80GB HBM3',)]
