@@ -34,6 +34,7 @@ SUMMARY_KEYS = (
     "training_usd_per_mtok",
     "inference_usd_per_mtok_generated",
     "waste",
+    "attribution",
     "filters",
     "as_of",
 )
@@ -47,6 +48,36 @@ def _filters_dict(filters: Filters) -> dict[str, Any]:
         "clusters": list(filters.clusters),
         "users": list(filters.users),
     }
+
+
+def attribution_quality(con: duckdb.DuckDBPyConnection, sql: str, params: list[object]) -> dict[str, Any]:
+    """How the view's GPU jobs got their telemetry (jobs.attribution, collectors/attribute.py): jobs and held
+    GPU-hours per method (jobs that held no GPU-time in the view are left out), and a data-quality note
+    (None when every job is tied exactly)."""
+    rows = con.execute(
+        f"""SELECT coalesce(j.attribution, 'none'), count(*), coalesce(sum(w.gpu_hours), 0)
+            FROM ({sql}) w JOIN jobs j USING (job_id) WHERE w.gpu_hours > 0 GROUP BY 1""",
+        params,
+    ).fetchall()
+    got = {m: (int(n), float(h)) for m, n, h in rows}
+    out: dict[str, Any] = {}
+    for m in ("exact", "by_share", "none"):
+        n, h = got.get(m, (0, 0.0))
+        out[f"{m}_jobs"], out[f"{m}_gpu_hours"] = n, h
+    notes = []
+    if out["by_share_jobs"]:
+        notes.append(
+            f"{out['by_share_jobs']} job(s) ({out['by_share_gpu_hours']:,.1f} GPU-h) shared a host with no record of "
+            "which GPUs were theirs: the host's GPU-time was split by GPUs held, so their utilization is an "
+            "estimate (sacct --json gres_detail or NVML processes make it exact)"
+        )
+    if out["none_jobs"]:
+        notes.append(
+            f"{out['none_jobs']} job(s) ({out['none_gpu_hours']:,.1f} GPU-h) have no telemetry tied to them: "
+            "their time counts as unmeasured"
+        )
+    out["note"] = "; ".join(notes) or None
+    return out
 
 
 def summary(
@@ -108,6 +139,7 @@ def summary(
             con, filters=filters, as_of=as_of
         ),
         "waste": waste,
+        "attribution": attribution_quality(con, sql, params),
         "filters": _filters_dict(filters),
         "as_of": as_of.isoformat() if as_of else None,
     }

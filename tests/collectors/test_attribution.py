@@ -14,6 +14,7 @@ import duckdb
 import pytest
 
 from analytics.jobs import jobs_table
+from analytics.summary import summary
 from collectors.attribute import HostAlloc, deal
 from collectors.base import IngestOptions, ingest_file
 from tests.conftest import write
@@ -118,6 +119,17 @@ def test_whole_node_shared_node_and_two_node_jobs(ledger, tmp_path, jobs_first):
         ledger.execute("SELECT count(*) FROM samples WHERE job_id IS NULL").fetchall()[0][0]
         == 30 * 4 + 20 * 4
     )
+    # summary's data-quality block: 101 (4 GPUs × 0.5 h) and 104 (8 × 1 h) exact; 102 and 103 (2 × 2/3 h each)
+    quality = summary(ledger)["attribution"]
+    assert {k: v for k, v in quality.items() if k != "note"} == {
+        "exact_jobs": 2,
+        "exact_gpu_hours": pytest.approx(4 * 0.5 + 8 * 1),
+        "by_share_jobs": 2,
+        "by_share_gpu_hours": pytest.approx(2 * 2 * 40 / 60),
+        "none_jobs": 0,
+        "none_gpu_hours": 0.0,
+    }
+    assert quality["note"].startswith("2 job(s) (2.7 GPU-h) shared a host with no record of which GPUs")
 
 
 def test_ties_are_recorded_per_gpu_with_their_evidence(ledger, tmp_path):
