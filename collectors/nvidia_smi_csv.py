@@ -28,13 +28,14 @@ pass that only runs when the typed columns hold NULLs.
 from __future__ import annotations
 
 import datetime as dt
+import mmap
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
-from collectors.base import IngestOptions, Sniff, quote, read_head
+from collectors.base import HEAD_BYTES, IngestOptions, Sniff, quote, read_head
 from collectors.common import NULL_TOKENS, local_zone, sql_path
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
@@ -130,6 +131,10 @@ class Layout:
     delim: str
     header_lines: int
     smi_ts: bool  # the timestamp is nvidia-smi's YYYY/MM/DD form: let the reader type it
+    # The header comes back later in the file (``nvidia-smi --format=csv >> log`` in a shell loop writes it
+    # before every poll): such lines are dropped by ``header_first``, the header's first field as written.
+    repeated_header: bool = False
+    header_first: str = ""
 
 
 def _first_lines(head: str, n: int = 2) -> list[str]:
@@ -167,28 +172,87 @@ def read_layout(path: Path, fields: dict[str, Field], columns: tuple[str, ...] |
     keys = [field_key(n) for n, _ in parts]
     ts_pos = keys.index("timestamp") if "timestamp" in keys else None
     first_ts = data.split(",")[ts_pos].strip() if ts_pos is not None else ""
+    header = lines[0].strip() if has_header else ""
+    repeated = bool(header) and _header_repeats(path, header)
     return Layout(
         names=tuple(n for n, _ in parts),
         units=tuple(u for _, u in parts),
         delim=delim,
         header_lines=1 if has_header else 0,
         smi_ts=bool(SMI_TS.match(first_ts)) and delim == ", ",
+        repeated_header=repeated,
+        header_first=header.split(",")[0].strip(),
     )
+
+
+def _header_repeats(path: Path, header: str) -> bool:
+    """Does the header line come back later in the file (a shell loop of ``nvidia-smi ... >> log``)?
+
+    The head usually tells; past it a plain file is searched with ``mmap.find`` (memory-speed, no parse);
+    a compressed one, which cannot be mapped, by a text scan of DuckDB's reader."""
+    head = read_head(path)
+    if sum(ln.strip() == header for ln in head.splitlines()) > 1:
+        return True
+    with path.open("rb") as fh:
+        if fh.read(2) == b"\x1f\x8b":
+            # a head of fewer than HEAD_BYTES / 4 characters is the whole file (UTF-8: <= 4 bytes each)
+            return len(head) >= HEAD_BYTES // 4 and _header_in_compressed(path, header)
+    if path.stat().st_size <= HEAD_BYTES:
+        return False
+    needle = b"\n" + header.encode()
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        first = mm.find(header.encode())
+        return first >= 0 and mm.find(needle, first + len(needle)) >= 0
+
+
+def _header_in_compressed(path: Path, header: str) -> bool:
+    con = duckdb.connect()
+    try:
+        found = con.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM read_csv({sql_path(path)}, columns={{'line': 'VARCHAR'}}, "
+            "delim='\x01', header=false, quote='', escape='', auto_detect=false) WHERE trim(line) = ? LIMIT 2)",
+            [header],
+        ).fetchall()[0][0]
+    finally:
+        con.close()
+    return found > 1
+
+
+def header_again(layout: Layout) -> str:
+    """SQL: true for a line of the file that repeats the header (only with ``repeated_header``)."""
+    if not layout.repeated_header:
+        return "false"
+    return f"(trim({_raw_name(0)}) IS NOT DISTINCT FROM {quote(layout.header_first)})"
 
 
 def _raw_name(i: int) -> str:
     return f"c{i}"
 
 
-def _read_csv_sql(path: Path, layout: Layout, types: dict[int, str]) -> str:
-    """DuckDB's reader over the file: columns c0..cN, typed where ``types`` says, else VARCHAR."""
+def _read_csv_sql(path: Path, layout: Layout, types: dict[int, str], *, keep_headers: bool = False) -> str:
+    """DuckDB's reader over the file: columns c0..cN, typed where ``types`` says, else VARCHAR.
+
+    When the header repeats (``repeated_header``; every column is then VARCHAR, as a header line is no
+    number), the repeated header lines are dropped and ``__line`` gives each row its line in the file,
+    unless ``keep_headers`` (first_bad counts them itself)."""
     cols = ", ".join(f"'{_raw_name(i)}': '{types.get(i, 'VARCHAR')}'" for i in range(len(layout.names)))
     fmt = f", timestampformat='{SMI_TS_FORMAT}'" if any(t == "TIMESTAMP" for t in types.values()) else ""
-    return (
+    reader = (
         f"read_csv({sql_path(path)}, delim={quote(layout.delim)}, header={layout.header_lines == 1}, "
         f"auto_detect=false, columns={{{cols}}}, quote='', escape='', strict_mode=true, "
         f"null_padding=false{fmt})"
     )
+    if not layout.repeated_header or keep_headers:
+        return reader
+    return (
+        f"(SELECT * FROM (SELECT row_number() OVER () + {layout.header_lines} AS __line, * FROM {reader}) "
+        f"WHERE NOT {header_again(layout)})"
+    )
+
+
+def line_sql(layout: Layout) -> str:
+    """SQL for a staged row's line in the file (over :func:`_read_csv_sql`'s rows)."""
+    return "__line" if layout.repeated_header else f"row_number() OVER () + {layout.header_lines}"
 
 
 def map_fields(
@@ -215,6 +279,8 @@ class Columns:
         self.fields = fields
         self.padded = layout.delim == ","  # values may carry leading spaces
         self.types: dict[int, str] = {}
+        if layout.repeated_header:
+            return  # a repeated header line is text in every column: the reader types nothing
         if layout.smi_ts and "ts" in fields:
             self.types[fields["ts"][0]] = "TIMESTAMP"
         if "gpu_index" in fields and not self.padded:
@@ -313,7 +379,8 @@ def first_bad(con: duckdb.DuckDBPyConnection, cols: Columns, targets: list[str])
     """
     arms = [cols.bad(t) for t in targets]
     cases = " ".join(f"WHEN {a} THEN {i}" for i, a in enumerate(arms))
-    source = _read_csv_sql(cols.path, cols.layout, {})
+    cases = f"WHEN {header_again(cols.layout)} THEN NULL {cases}"
+    source = _read_csv_sql(cols.path, cols.layout, {}, keep_headers=True)
     found = con.execute(
         f"""SELECT rn, which, val FROM (
                 SELECT rn, CASE {cases} END AS which,
@@ -424,7 +491,7 @@ class NvidiaSmiCsv:
         extras = (
             f"{col.text('name')} AS name, {col.text('uuid')} AS uuid, {host_sql} AS host, "
             f"{col.integer('gpu_index')} AS gpu_index, "
-            f"row_number() OVER () + {layout.header_lines} AS line_no"
+            f"{line_sql(layout)} AS line_no"
         )
         check_zone(con, zone)
         try:

@@ -291,3 +291,66 @@ def test_a_repeated_line_lands_once_with_the_gap_to_the_next_distinct_time(ledge
     assert report.skipped["samples already in the ledger"] == 1
     # 10:00:00 → 10:00:10: the kept row stands for 10 s, not for the 0 s to its duplicate
     assert _rows(ledger, "SELECT interval_s FROM samples ORDER BY ts") == [(10.0,), (10.0,)]
+
+
+def _looped(header: str, polls: list[list[str]]) -> str:
+    """What ``while true; do nvidia-smi --query-gpu=... --format=csv >> log; sleep 10; done`` writes: the
+    header again before every poll."""
+    return "".join(header + "".join(poll) for poll in polls)
+
+
+def test_a_shell_loop_log_with_the_header_before_every_poll_lands_every_sample(ledger, tmp_path):
+    header, *rows = UNITS.splitlines(keepends=True)
+    path = write(tmp_path, "loop.csv", _looped(header, [rows[0:2], rows[2:4]]))
+    report = ingest_file(ledger, path, opts=UTC)  # auto-detected, no --columns
+    assert report.format == "nvidia_smi_csv"
+    assert report.rows["samples"] == 4
+    # the same four samples as the one-header file (test_forms_land_the_same_samples), nothing from the headers
+    assert _rows(
+        ledger,
+        "SELECT ts::VARCHAR, gpu_id, util_pct, mem_used_mib, power_w, interval_s FROM samples ORDER BY ts, gpu_id",
+    ) == [
+        ("2025-03-01 10:00:00", "GPU-aaa", 50.0, 1000.0, 300.5, 10.0),
+        ("2025-03-01 10:00:00", "GPU-bbb", None, 2000.0, None, 10.0),
+        ("2025-03-01 10:00:10", "GPU-aaa", 70.0, 1100.0, 310.0, 10.0),
+        ("2025-03-01 10:00:10", "GPU-bbb", 5.0, 2100.0, 100.0, 10.0),
+    ]
+    assert report.skipped == {
+        "utilization.gpu: [N/A] stored as NULL": 1,
+        "power.draw: [N/A] stored as NULL": 1,
+    }
+
+
+def test_a_shell_loop_log_bad_value_names_its_line_counting_the_repeated_headers(ledger, tmp_path):
+    header, *rows = UNITS.splitlines(keepends=True)
+    bad = rows[3].replace("5 %", "five %")
+    # lines: 1 header, 2-3 poll, 4 header, 5 good row, 6 the bad row
+    path = write(tmp_path, "loop.csv", _looped(header, [rows[0:2], [rows[2], bad]]))
+    with pytest.raises(FormatError) as err:
+        ingest_file(ledger, path, opts=UTC)
+    assert str(err.value).endswith("loop.csv:6: column 'utilization.gpu' is not a number: 'five %'")
+    assert _rows(ledger, "SELECT count(*) FROM samples") == [(0,)]
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+def test_a_header_repeated_past_the_sniffed_head_still_lands(ledger, tmp_path, gz):
+    # 700 polls of 2 GPUs (~100 KB) before the header comes back: beyond the 64 KB the layout is read from
+    header, *rows = UNITS.splitlines(keepends=True)
+    polls = [
+        [r.replace("10:00:00", f"{10 + i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}") for r in rows[0:2]]
+        for i in range(700)
+    ]
+    text = (
+        header
+        + "".join("".join(p) for p in polls)
+        + header
+        + "".join(rows[2:4]).replace("10:00:10", "12:00:00")
+    )
+    path = write(tmp_path, "late.csv", text)
+    if gz:
+        import gzip
+
+        path = tmp_path / "late.csv.gz"
+        path.write_bytes(gzip.compress(text.encode()))
+    report = ingest_file(ledger, path, fmt="nvidia_smi_csv", opts=UTC)
+    assert report.rows["samples"] == 2 * 700 + 2
