@@ -105,8 +105,10 @@ class HfTrainerState:
             SELECT {quote(job_id)} AS job_id, CAST({_num("e", "step")} AS BIGINT) AS step,
                    {_num("e", "epoch")} AS epoch, {_num("e", "loss")} AS loss,
                    {_num("e", "eval_loss")} AS eval_loss, {_num("e", "learning_rate")} AS learning_rate,
-                   -- num_input_tokens_seen 0 means token counting was off, not zero tokens
-                   nullif({_num("e", "num_input_tokens_seen")}, 0) AS tokens_seen
+                   -- num_input_tokens_seen 0 means token counting was off, not zero tokens; TRL's
+                   -- SFTTrainer logs its own cumulative count as num_tokens
+                   coalesce(nullif({_num("e", "num_input_tokens_seen")}, 0), nullif({_num("e", "num_tokens")}, 0))
+                       AS tokens_seen
             FROM hf_log
             WHERE json_type(e, '$.train_runtime') IS NULL
             ORDER BY idx
@@ -229,16 +231,42 @@ EVAL_COLS = ("val_loss", "valid_loss", "eval_loss", "val/loss")
 
 
 def read_flat_yaml(path: Path) -> dict[str, str]:
-    """``key: value`` lines of a flat YAML file (what Lightning's save_hyperparameters writes for scalars).
+    """Scalar ``key: value`` lines of a YAML file (what Lightning's save_hyperparameters writes), keyed by
+    their dotted path: a nested config (``cfg:`` / ``  data:`` / ``    batch_size: 64``) gives
+    ``cfg.data.batch_size``, the same key as a literal ``cfg.data.batch_size: 64`` line.
 
-    Nested mappings and lists are skipped: gpuledger only reads scalar sizes from it.
+    Lists, flow collections, anchors and block scalars are skipped: gpuledger only reads scalar sizes.
     """
     out: dict[str, str] = {}
+    stack: list[tuple[int, str]] = []  # (indent, key) of the mappings the line is inside
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        m = re.match(r"^([A-Za-z_][\w.-]*):\s*(\S.*?)\s*$", line)
-        if m and not m.group(2).startswith(("{", "[", "&", "!", "|", ">")):
-            out[m.group(1).lower()] = m.group(2).strip("'\"")
+        body = line.lstrip(" ")
+        if not body or body.startswith(("#", "- ", "---")) or body == "-":
+            continue
+        indent = len(line) - len(body)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        m = re.match(r"^([A-Za-z_][\w.-]*):(?:\s+(\S.*?))?\s*$", body)
+        if not m:
+            continue
+        key, value = m.group(1).lower(), m.group(2)
+        if value is None or value.startswith("#"):
+            stack.append((indent, key))  # a nested mapping starts
+        elif not value.startswith(("{", "[", "&", "!", "|", ">")):
+            out[".".join([k for _, k in stack] + [key])] = value.split(" #")[0].strip().strip("'\"")
     return out
+
+
+def hparam(raw: dict[str, str], names: tuple[str, ...]) -> int | None:
+    """The first of ``names`` with an integer value: a top-level key, else the shallowest nested key whose
+    last part is that name (``cfg.data.batch_size`` for ``batch_size``)."""
+    for name in names:
+        found = [k for k in raw if k == name or k.endswith("." + name)]
+        found.sort(key=lambda k: k.count("."))  # stable: file order among equally deep keys
+        for k in found:
+            if re.fullmatch(r"\d+", raw[k]):
+                return int(raw[k])
+    return None
 
 
 def _hparams_for(path: Path) -> dict[str, int]:
@@ -250,13 +278,8 @@ def _hparams_for(path: Path) -> dict[str, int]:
     if not found:
         return {}
     raw = read_flat_yaml(found)
-    out: dict[str, int] = {}
-    for column, keys in HPARAMS.items():
-        for k in keys:
-            if k in raw and re.fullmatch(r"\d+", raw[k]):
-                out[column] = int(raw[k])
-                break
-    return out
+    values = {column: hparam(raw, keys) for column, keys in HPARAMS.items()}
+    return {column: v for column, v in values.items() if v is not None}
 
 
 class LightningMetrics:

@@ -39,8 +39,14 @@ def run_dir(path: Path) -> Path:
     return path.parent.parent if path.parent.name == "files" else path.parent
 
 
-def read_metadata(path: Path) -> dict[str, object]:
-    meta = path if path.name == "wandb-metadata.json" else path.with_name("wandb-metadata.json")
+def metadata_path(path: Path, *, own: bool = False) -> Path:
+    """The metadata file for ``path``: the file itself when it is one (``own``: recognised by its content,
+    so a copy saved as ``wandb-metadata (1).json`` is read too), else ``wandb-metadata.json`` beside it."""
+    return path if own or path.name == "wandb-metadata.json" else path.with_name("wandb-metadata.json")
+
+
+def read_metadata(path: Path, *, own: bool = False) -> dict[str, object]:
+    meta = metadata_path(path, own=own)
     if not meta.is_file():
         return {}
     try:
@@ -177,7 +183,7 @@ class WandbMetadata:
         return Sniff(0)
 
     def stage(self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
-        meta = read_metadata(path)
+        meta = read_metadata(path, own=True)
         if not meta.get("startedAt"):
             raise FormatError(path, None, 'no "startedAt": not a W&B wandb-metadata.json')
         host = _host(path, meta)

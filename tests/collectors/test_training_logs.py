@@ -271,3 +271,105 @@ def test_wandb_real_metadata(ledger):
         "T4", 1.0, T(2020, 2, 19, 0, 8, 33, 249681), T(2020, 2, 19, 0, 17, 9, 330135), "root",
         "spaceinvaders-challenge",
     )  # fmt: skip
+
+
+# --- real-file shapes that went wrong (issue 8) -----------------------------------------------------------
+
+
+def test_trl_sft_num_tokens_are_read_as_tokens(ledger, tmp_path):
+    # TRL's SFTTrainer logs a cumulative "num_tokens"; num_input_tokens_seen stays 0 (counting off)
+    state = {
+        "global_step": 20,
+        "epoch": 1.0,
+        "num_input_tokens_seen": 0,
+        "train_batch_size": 8,
+        "log_history": [
+            {"epoch": 0.5, "step": 10, "loss": 1.9, "learning_rate": 2e-5, "num_tokens": 163840.0},
+            {"epoch": 1.0, "step": 20, "loss": 1.7, "learning_rate": 1e-5, "num_tokens": 327680.0},
+            {"epoch": 1.0, "step": 20, "train_runtime": 64.0, "train_samples_per_second": 2.5},
+        ],
+    }
+    run = tmp_path / "sft-out"
+    run.mkdir()
+    ingest_file(ledger, write(run, "trainer_state.json", json.dumps(state)))
+    assert ledger.execute("SELECT step, tokens_seen FROM train_log ORDER BY step").fetchall() == [
+        (10, 163840.0),
+        (20, 327680.0),
+    ]
+    # the run's tokens: the last cumulative count, 20 steps × 8 samples × 2048 tokens = 327,680
+    assert one(ledger, "SELECT tokens FROM training_runs") == (20 * 8 * 2048,)
+
+
+NESTED_HPARAMS = """\
+cfg:
+  data:
+    batch_size: 64
+    seq_len: 1024  # tokens
+  model:
+    d_model: 768
+    n_layers: 12
+    dropout: 0.1
+  trainer:
+    accumulate_grad_batches: 4
+lr: 0.0003
+tags:
+- baseline
+"""
+
+
+def test_lightning_nested_hparams_are_read(ledger, tmp_path):
+    run = tmp_path / "version_0"
+    run.mkdir()
+    path = write(run, "metrics.csv", PL_CSV)
+    write(run, "hparams.yaml", NESTED_HPARAMS)
+    ingest_file(ledger, path)
+    assert one(
+        ledger, "SELECT batch_size, seq_len, hidden_size, n_layers, grad_accum FROM training_runs"
+    ) == (
+        64,
+        1024,
+        768,
+        12,
+        4,
+    )
+
+
+def test_read_flat_yaml_gives_dotted_keys():
+    import tempfile
+    from pathlib import Path
+
+    from collectors.training_logs import hparam, read_flat_yaml
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "h.yaml"
+        p.write_text(NESTED_HPARAMS + "cfg.data.batch_size: 32\nbatch_size: 16\n", encoding="utf-8")
+        raw = read_flat_yaml(p)
+    assert raw["cfg.data.batch_size"] == "32"  # the literal dotted line, read later, wins the same key
+    assert raw["cfg.model.dropout"] == "0.1" and raw["lr"] == "0.0003" and "tags" not in raw
+    assert hparam(raw, ("batch_size",)) == 16  # a top-level key beats a nested one
+
+
+def test_wandb_metadata_saved_under_another_name_is_read_by_content(ledger, tmp_path):
+    meta = {
+        "host": "node3",
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "gpu_count": 8,
+        "startedAt": "2025-06-01T10:00:00.000000",
+        "heartbeatAt": "2025-06-01T12:00:00.000000",
+        "username": "alice",
+        "project": "llm",
+        "state": "finished",
+    }
+    run = tmp_path / "run-20250601_100000-xyz"
+    run.mkdir()
+    path = write(run, "wandb-metadata (1).json", json.dumps(meta))  # a browser's second download
+    report = ingest_file(ledger, path)
+    assert report.format == "wandb_metadata"
+    assert one(ledger, "SELECT job_id, gpu_model, gpu_count, start_ts, end_ts FROM jobs") == (
+        "wandb:run-20250601_100000-xyz",
+        "H100-SXM-80GB",
+        8.0,
+        T(2025, 6, 1, 10),
+        T(2025, 6, 1, 12),
+    )
+    assert ledger.execute("SELECT count(*) FROM gpus WHERE host = 'node3'").fetchall() == [(8,)]
