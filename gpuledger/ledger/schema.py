@@ -332,6 +332,39 @@ SCHEMA_V2: list[str] = [
     )
     """,
     # -- notices (cooldown) --
+    # -- job summaries (Prometheus pushdown) --
+    # One row per job, GPU and query window, computed by Prometheus over the job's own samples
+    # (collectors/prometheus_jobs.py, `collect prometheus --jobs`); no raw samples travel. Where a job has no
+    # rows in `samples`, these are its telemetry figures (analytics/job_summaries.py).
+    """
+    CREATE TABLE IF NOT EXISTS job_summaries (
+        job_id            VARCHAR NOT NULL,    -- jobs.job_id (hpc_job label, prefixed <cluster>/ like the Slurm collector's)
+        gpu_id            VARCHAR NOT NULL,    -- gpus.gpu_id, mapped from the labels as for samples (UUID, UUID/GPU_I_ID, host:gpu)
+        host              VARCHAR,             -- Hostname label
+        window_start      TIMESTAMP NOT NULL,  -- query window (UTC), whole hours: the job's samples on this GPU lie inside
+        window_end        TIMESTAMP NOT NULL,  -- (see window_start); with job_id and gpu_id the row's key
+        scrape_s          DOUBLE NOT NULL,     -- scrape interval the sample count is converted with (s)
+        samples           BIGINT NOT NULL,     -- utilization samples in the window (count_over_time)
+        gpu_hours         DOUBLE NOT NULL,     -- samples x scrape_s / 3600 (GPU-hours with telemetry)
+        util_mean_pct     DOUBLE,              -- sum_over_time / count_over_time of DCGM_FI_DEV_GPU_UTIL (%)
+        util_max_pct      DOUBLE,              -- max_over_time (%)
+        util_p50_pct      DOUBLE,              -- quantile_over_time(0.5) (%)
+        util_p90_pct      DOUBLE,              -- quantile_over_time(0.9) (%)
+        mem_used_mean_mib DOUBLE,              -- avg_over_time(DCGM_FI_DEV_FB_USED) (MiB)
+        mem_used_max_mib  DOUBLE,              -- max_over_time(DCGM_FI_DEV_FB_USED) (MiB)
+        mem_total_mib     DOUBLE,              -- avg FB_USED + avg FB_FREE (MiB); NULL without FB_FREE
+        power_mean_w      DOUBLE,              -- avg_over_time(DCGM_FI_DEV_POWER_USAGE) (W)
+        power_max_w       DOUBLE,              -- max_over_time(DCGM_FI_DEV_POWER_USAGE) (W)
+        sm_active_pct     DOUBLE,              -- 100 x avg_over_time(DCGM_FI_PROF_SM_ACTIVE) (%)
+        tensor_active_pct DOUBLE,              -- 100 x avg_over_time(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE) (%)
+        idle_s            DOUBLE NOT NULL,     -- seconds inside idle stretches, found in PromQL (docs/scale.md)
+        idle_stretches    INTEGER NOT NULL,    -- idle stretches counted in idle_s
+        idle_util_pct     DOUBLE NOT NULL,     -- thresholds.idle_util_pct the stretches were found with (%)
+        idle_min_minutes  DOUBLE NOT NULL,     -- thresholds.idle_min_minutes they were found with (min)
+        ingest_id         BIGINT NOT NULL,     -- ingests.ingest_id (format prometheus_jobs)
+        PRIMARY KEY (job_id, gpu_id, window_end)
+    )
+    """,
 ]
 
 MIGRATIONS: list[list[str]] = [SCHEMA_V1, SCHEMA_V2]
@@ -355,6 +388,7 @@ TABLES = (
     "samples_day",
     "idle_runs",
     "samples_util_hist",
+    "job_summaries",
     "host_attribution",
 )
 

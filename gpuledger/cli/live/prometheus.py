@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from collectors.prometheus_jobs import pull_jobs
 from collectors.prometheus_pull import TOKEN_ENV, PullOptions, pull, read_token
 from gpuledger.cli import times
 from gpuledger.cli.commands._common import add_db_options, print_json
@@ -39,6 +40,17 @@ def add_collect_parser(sub: argparse._SubParsersAction) -> None:
         "--job-prefix", help="prefix for job ids from hpc_job/pod labels (default: CLUSTER/ with --cluster)"
     )
     p.add_argument("--cluster", help="cluster of these GPUs; job ids become CLUSTER/<hpc_job> like sacct's")
+    p.add_argument(
+        "--jobs",
+        action="store_true",
+        help="per-job summaries computed by Prometheus (mean/max/quantiles, idle stretches) into job_summaries, "
+        "instead of per-step samples (docs/scale.md)",
+    )
+    p.add_argument(
+        "--scrape",
+        type=times.duration_s,
+        help="with --jobs: the exporter's scrape interval (default: measured from the data)",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON report")
     add_db_options(p)
     p.set_defaults(func=run)
@@ -70,6 +82,15 @@ def run(args: argparse.Namespace) -> int:
     if args.insecure:
         print("warning: --insecure: the server's TLS certificate is not checked", file=sys.stderr)
     settings = load_settings(args.settings)
+    if args.jobs:
+        jobs = pull_jobs(args.db, opts, settings=settings, scrape_s=args.scrape, progress=not args.json)
+        if args.json:
+            print_json(jobs.as_dict())
+        else:
+            print(
+                f"{jobs.collector}: {jobs.rows:,} job-GPU summaries of {jobs.jobs:,} jobs; cursor {jobs.end}"
+            )
+        return 0
     report = pull(args.db, opts, settings=settings, progress=not args.json)
     if args.json:
         print_json(report.as_dict())
