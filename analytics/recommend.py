@@ -1,8 +1,13 @@
 """The recommendations engine: one list of actions, each with its evidence and its dollars per week, ranked.
 
-Kinds (stable names, docs/recommendations.md gives each rule, threshold, savings formula and confidence):
-``reclaim_idle``, ``stop_idle_notebooks``, ``right_size_gpu``, ``fewer_gpus``, ``larger_batch``,
-``use_spot``, ``mig_slice``.
+Kinds (stable names; KIND_LABELS gives each its words for pages and reports; docs/recommendations.md gives
+each rule, threshold, savings formula and confidence): see KINDS. Failed runs are analytics.advice_failures',
+capacity analytics.advice_capacity's.
+
+Recurring vs one-off: an item on a recurring pattern (a run family with ≥ 2 runs in the view, a user's
+habit, a service, a cluster) has ``recurring`` true and a ``usd_per_week``; a one-off (one training run)
+has ``usd_per_week`` NULL and says what it would have saved (``saving_usd``). Near-identical job items of
+one family (same kind, user, name stem and action) are merged into one family card.
 
 Money: ``saving_usd`` is what the change would have saved on the jobs of the view, priced at each job's own
 rate (its cost in the view ÷ its GPU-hours in the view); ``usd_per_week = saving_usd × 7 / view_days``, where
@@ -22,6 +27,9 @@ import uuid
 import duckdb
 import polars as pl
 
+from analytics.advice_capacity import capacity_items, idle_cluster_items
+from analytics.advice_common import family_stem
+from analytics.advice_failures import failure_items
 from analytics.batch_size import batch_recommendations
 from analytics.diagnoses import THRESHOLDS, TRAINING_KINDS, right_size, scaling_table
 from analytics.filters import Filters, horizon
@@ -34,21 +42,39 @@ from analytics.job_signals import (
     with_active,
 )
 from analytics.query import frame
-from analytics.savings import savings_total, with_counted
+from analytics.savings import coverage, savings_total, with_counted
 from analytics.utilization import Source, use_rollup
+from analytics.waste import job_waste, unallocated
 from gpuledger.ledger.settings import Settings
 
 # savings_total is re-exported: the list and its deduplicated total come from this module
-__all__ = ["KINDS", "RECOMMENDATION_COLUMNS", "as_json", "recommendations", "savings_total", "view_window"]
-KINDS = (
-    "reclaim_idle",
-    "stop_idle_notebooks",
-    "right_size_gpu",
-    "fewer_gpus",
-    "larger_batch",
-    "use_spot",
-    "mig_slice",
-)
+__all__ = [
+    "KINDS",
+    "KIND_LABELS",
+    "RECOMMENDATION_COLUMNS",
+    "as_json",
+    "recommendations",
+    "savings_total",
+    "view_coverage",
+    "view_window",
+]
+# kind → the words pages, reports and the CLI show (never the raw code)
+KIND_LABELS = {
+    "reclaim_idle": "Release idle GPUs",
+    "stop_idle_notebooks": "Auto-stop idle notebooks",
+    "right_size_gpu": "Use a smaller GPU",
+    "fewer_gpus": "Use fewer GPUs",
+    "larger_batch": "Raise the batch size",
+    "use_spot": "Run on spot",
+    "mig_slice": "Use a MIG slice",
+    "checkpoint_interval": "Checkpoint more often",
+    "fix_repeated_failures": "Fix repeated failures",
+    "test_small_first": "Test on 1 GPU first",
+    "oom_smaller_batch": "Fix out-of-memory runs",
+    "release_capacity": "Release unused capacity",
+    "scale_down_idle": "Scale down an idle cluster",
+}
+KINDS = tuple(KIND_LABELS)
 SPOT_REWORK = 0.10  # spot cost is inflated by 10 % for work redone after preemptions
 CHECKPOINT_MAX_GAP_H = 2.0  # use_spot: last checkpoint at most this long before the job's end
 MIG_MAX_UTIL_PCT = 30.0  # mig_slice: only jobs using less than this share of one GPU
@@ -64,38 +90,50 @@ MIG_PROFILES: dict[str, tuple[tuple[str, float, float], ...]] = {
 BATCH_FIELDS = (
     "current_batch_size",
     "recommended_batch_size",
+    "largest_observed_batch_size",
+    "memory_model",
+    "fit_quality",
+    "memory_r2",
     "predicted_peak_mem_mib",
     "card_mem_mib",
     "predicted_throughput_gain_pct",
-    "lr_rule",
     "knee_batch_size",
+    "lr_rule",
 )
 RECOMMENDATION_COLUMNS: dict[str, pl.DataType] = {
     "id": pl.Utf8(),  # kind:target, unique in the list
     "kind": pl.Utf8(),
-    "target_type": pl.Utf8(),  # job | user | team
+    "kind_label": pl.Utf8(),  # KIND_LABELS[kind]
+    "target_type": pl.Utf8(),  # job | family | user | cluster
     "target": pl.Utf8(),
     "user_name": pl.Utf8(),
     "team": pl.Utf8(),
     "evidence": pl.Utf8(),
     "action": pl.Utf8(),
-    "saving_usd": pl.Float64(),
-    "usd_per_week": pl.Float64(),
+    "saving_usd": pl.Float64(),  # what it saves (would have saved, for a one-off) in the view
+    "usd_per_week": pl.Float64(),  # recurring items only: saving_usd × 7 / view_days; NULL for one-offs
+    "recurring": pl.Boolean(),
     "confidence": pl.Utf8(),
+    "confidence_reasons": pl.Utf8(),
+    "addresses": pl.List(pl.Utf8()),  # the waste parts (analytics.waste) of its jobs it addresses
     "job_ids": pl.List(pl.Utf8()),
     "lever": pl.Utf8(),  # time | price | work (analytics/savings.py)
     "job_saving_usd": pl.List(pl.Float64()),  # the saving on each of job_ids
     "job_cost_usd": pl.List(pl.Float64()),  # each job's cost in the view
     "overlaps_with": pl.List(pl.Utf8()),  # ids of other items concerning one of the same jobs
     "counted_saving_usd": pl.Float64(),  # what the item adds beyond the items ranked above it
-    "counted_usd_per_week": pl.Float64(),  # the same per week; sums to savings_total()
+    "counted_usd_per_week": pl.Float64(),  # the same per week (recurring); sums to savings_total()
     "current_batch_size": pl.Int64(),
     "recommended_batch_size": pl.Int64(),
+    "largest_observed_batch_size": pl.Int64(),
+    "memory_model": pl.Utf8(),  # fitted | analytic
+    "fit_quality": pl.Utf8(),  # good | flat | analytic
+    "memory_r2": pl.Float64(),
     "predicted_peak_mem_mib": pl.Float64(),
     "card_mem_mib": pl.Float64(),
     "predicted_throughput_gain_pct": pl.Float64(),
     "lr_rule": pl.Utf8(),
-    "knee_batch_size": pl.Int64(),  # the gentler batch with 90 % of the gain (analytics/batch_size.py)
+    "knee_batch_size": pl.Int64(),  # the knee: the recommended batch (analytics/batch_size.py)
 }
 
 
@@ -162,6 +200,10 @@ def recommendations(
         (pl.col("cost_usd") / pl.col("held_gpu_s")).alias("rate_usd_per_gpu_s")
     )
     by_id = {j["job_id"]: j for j in jobs.to_dicts()}
+    waste = job_waste(con, filters=filters, settings=settings, as_of=as_of, source=source if fast else "raw")
+    failed = {
+        k: v for k, v in zip(waste["job_id"], waste["failed_usd"], strict=True) if v is not None and v > 0
+    }
     items: list[dict[str, object]] = []
     items += _reclaim_idle(jobs, settings)
     items += _stop_idle_notebooks(stretches, by_id, settings)
@@ -170,14 +212,22 @@ def recommendations(
     items += _larger_batch(con, by_id, filters, settings, as_of, _input_bound_or_unused(jobs), view)
     items += _use_spot(con, jobs, as_of)
     items += _mig_slice(jobs, settings)
-    weekly = [(it, it["saving_usd"] * 7.0 / days) for it in items if (it["saving_usd"] or 0) > 0]
+    items = _families(items, by_id)
+    items += failure_items(con, view, failed)
+    items += capacity_items(con, filters=filters, settings=settings, as_of=as_of)
+    items += idle_cluster_items(con, view, waste)
     rows = [
-        {**dict.fromkeys(RECOMMENDATION_COLUMNS), **it, "usd_per_week": usd}
-        for it, usd in weekly
-        if usd >= min_usd_per_week
+        {
+            **dict.fromkeys(RECOMMENDATION_COLUMNS),
+            **it,
+            "kind_label": KIND_LABELS[str(it["kind"])],
+            "usd_per_week": it["saving_usd"] * 7.0 / days if it["recurring"] else None,
+        }
+        for it in items
+        if (it["saving_usd"] or 0) > 0 and it["saving_usd"] * 7.0 / days >= min_usd_per_week
     ]
     ranked = pl.DataFrame(rows, schema=RECOMMENDATION_COLUMNS).sort(
-        ["usd_per_week", "kind", "target"], descending=[True, False, False]
+        ["saving_usd", "kind", "target"], descending=[True, False, False]
     )
     return with_counted(
         ranked.drop("id", "overlaps_with", "counted_saving_usd", "counted_usd_per_week")
@@ -200,9 +250,29 @@ def as_json(recs: pl.DataFrame) -> list[dict[str, object]]:
             if k not in INTERNAL_FIELDS and (k not in BATCH_FIELDS or r["kind"] == "larger_batch")
         }
         for money in ("saving_usd", "usd_per_week", "counted_usd_per_week"):
-            item[money] = round(float(r[money]), 2)
+            item[money] = round(float(r[money]), 2) if r[money] is not None else None
         out.append(item)
     return out
+
+
+def view_coverage(
+    con: duckdb.DuckDBPyConnection,
+    recs: pl.DataFrame,
+    *,
+    filters: Filters | None = None,
+    settings: Settings | None = None,
+    as_of: dt.datetime | None = None,
+) -> dict[str, object]:
+    """analytics.savings.coverage of ``recs`` over the view's waste (analytics.waste's parts)."""
+    filters = filters or Filters()
+    settings = settings or Settings()
+    as_of = as_of or horizon(con)
+    waste = job_waste(con, filters=filters, settings=settings, as_of=as_of)
+    return coverage(recs, waste, unallocated(con, filters=filters, settings=settings, as_of=as_of))
+
+
+# job kinds whose items concern a habit or a service, so they recur
+RECURRING_JOB_KINDS = ("interactive", "inference")
 
 
 def _job_item(
@@ -213,8 +283,11 @@ def _job_item(
     saving: float,
     confidence: str,
     lever: str,
+    addresses: tuple[str, ...] = ("underused_usd",),
 ) -> dict[str, object]:
     return {
+        "addresses": list(addresses),
+        "recurring": j["kind"] in RECURRING_JOB_KINDS,
         "kind": kind,
         "target_type": "job",
         "target": j["job_id"],
@@ -263,7 +336,9 @@ def _reclaim_idle(jobs: pl.DataFrame, settings: Settings) -> list[dict[str, obje
             f"{_label(j)} {_held(j)}; {idle_s / 3600:.1f} GPU-hours sat idle (≤ {settings.idle_util_pct:g} % for "
             f"≥ {settings.idle_min_minutes:g} min, {j['idle_stretches']} stretch(es)): ${saving:,.2f} idle."
         )
-        items.append(_job_item(j, "reclaim_idle", evidence, action, saving, "high", "time"))
+        items.append(
+            _job_item(j, "reclaim_idle", evidence, action, saving, "high", "time", ("idle_allocated_usd",))
+        )
     return items
 
 
@@ -326,6 +401,8 @@ def _stop_idle_notebooks(
                 "confidence": "high",
                 "job_ids": sorted(u["jobs"]),
                 "lever": "time",
+                "addresses": ["idle_allocated_usd"],
+                "recurring": True,
                 "job_saving_usd": [u["per_job"][k] for k in sorted(u["jobs"])],
                 "job_cost_usd": [by_id[k]["cost_usd"] for k in sorted(u["jobs"])],
             }
@@ -391,7 +468,14 @@ def _fewer_gpus(
         action = f"Request {_gpus(n - unused)} instead of {n:g}, or make the code use all of them."
         items.append(
             _job_item(
-                j, "fewer_gpus", evidence, action, saving, "high" if j["gpus_seen"] >= n else "medium", "time"
+                j,
+                "fewer_gpus",
+                evidence,
+                action,
+                saving,
+                "high" if j["gpus_seen"] >= n else "medium",
+                "time",
+                ("idle_allocated_usd", "underused_usd"),
             )
         )
     scaling = scaling_table(con, as_of=as_of)
@@ -448,25 +532,71 @@ def _larger_batch(
     for p in plans.filter((pl.col("saving_usd") > 0) & ~pl.col("job_id").is_in(list(skip))).to_dicts():
         j = by_id[p["job_id"]]
         util = j.get("mean_util_pct")
+        gain = p["predicted_throughput_gain_pct"]
+        how = {
+            "fit": "saturating fit of the measured batches",
+            "measured": "measured",
+            "headroom": "estimated from utilization headroom",
+        }[p["throughput_method"]]
         evidence = (
             f"{_label(j)} trains {p['model'] or 'its model'} at batch {p['current_batch_size']} per GPU on "
-            f"{p['gpu_model']}" + (f" at {util:.0f} % utilization" if util is not None else "") + "; batch "
-            f"{p['recommended_batch_size']} is predicted to peak at {p['predicted_peak_mem_mib'] / 1024:.1f} of "
-            f"{p['card_mem_mib'] / 1024:.0f} GiB (≤ {settings.batch_safety_fraction * 100:.0f} %) and raise "
-            f"throughput {p['predicted_throughput_gain_pct']:.0f} % ({p['throughput_method']}): "
-            f"${p['saving_usd']:,.2f} less for the same work."
-            + (
-                f" Batch {p['knee_batch_size']} already gets 90 % of that gain with a smaller change to the "
-                "optimization."
-                if p.get("knee_batch_size")
-                else ""
-            )
+            f"{p['gpu_model']}"
+            + (f" at {util:.0f} % utilization" if util is not None else "")
+            + "; its family "
+            f"ran up to batch {p['largest_observed_batch_size']}. At {p['recommended_batch_size']} memory is "
+            f"predicted at {p['predicted_peak_mem_mib'] / 1024:.1f} of {p['card_mem_mib'] / 1024:.0f} GiB "
+            f"({p['memory_model']} model, {p['fit_quality']}) and throughput {gain:+.0f} % ({how}): "
+            f"${p['saving_usd']:,.2f} less for the same work. {p['reason']}."
         )
-        action = f"Raise the per-GPU batch from {p['current_batch_size']} to {p['recommended_batch_size']}; {p['lr_rule']}."
+        action = (
+            f"Raise the per-GPU batch from {p['current_batch_size']} to {p['recommended_batch_size']}; "
+            f"{p['lr_rule']}."
+        )
         item = _job_item(j, "larger_batch", evidence, action, p["saving_usd"], p["confidence"], "work")
         item.update({f: p[f] for f in BATCH_FIELDS})
+        item["confidence_reasons"] = p["confidence_reasons"]
         items.append(item)
     return items
+
+
+def _families(items: list[dict[str, object]], by_id: dict[str, dict[str, object]]) -> list[dict[str, object]]:
+    """Near-identical job items of one run family (same kind, user, name stem and action) become one
+    family card: "4 runs of X: …", its money the sum, its confidence the lowest, recurring."""
+    groups: dict[tuple[object, ...], list[dict[str, object]]] = {}
+    out: list[dict[str, object]] = []
+    for it in items:
+        if it["target_type"] != "job":
+            out.append(it)
+            continue
+        j = by_id[str(it["target"])]
+        key = (it["kind"], it["user_name"], family_stem(j.get("name"), str(j["job_id"])), it["action"])
+        groups.setdefault(key, []).append(it)
+    rank = {"high": 2, "medium": 1, "low": 0}
+    for (_kind, user, stem, _), its in groups.items():
+        if len(its) == 1:
+            out.append(its[0])
+            continue
+        its = sorted(its, key=lambda i: -float(i["saving_usd"]))
+        top = its[0]
+        saving = sum(float(i["saving_usd"]) for i in its)
+        ids = [i["target"] for i in its]
+        card = dict(top)
+        card.update(
+            {
+                "target_type": "family",
+                "target": f"{user}/{stem}",
+                "evidence": f"{len(its)} runs of family {stem} ({user}: {', '.join(str(x) for x in ids)}), "
+                f"${saving:,.2f} in all. The largest: {top['evidence']}",
+                "saving_usd": saving,
+                "confidence": min((str(i["confidence"]) for i in its), key=lambda c: rank.get(c, 0)),
+                "job_ids": [k for i in its for k in i["job_ids"]],
+                "job_saving_usd": [v for i in its for v in i["job_saving_usd"]],
+                "job_cost_usd": [v for i in its for v in i["job_cost_usd"]],
+                "recurring": True,
+            }
+        )
+        out.append(card)
+    return out
 
 
 def _input_bound_or_unused(jobs: pl.DataFrame) -> set[str]:
@@ -513,7 +643,7 @@ def _use_spot(
             f"${spot:.2f}/GPU-h plus {SPOT_REWORK * 100:.0f} % rework it would have cost ${saving:,.2f} less."
         )
         action = "Run it on spot capacity with automatic resume from the last checkpoint."
-        items.append(_job_item(j, "use_spot", evidence, action, saving, "medium", "price"))
+        items.append(_job_item(j, "use_spot", evidence, action, saving, "medium", "price", ()))
     return items
 
 
@@ -561,7 +691,14 @@ def _mig_slice(jobs: pl.DataFrame, settings: Settings) -> list[dict[str, object]
         action = f"Run it on a {name} MIG slice of the {j['gpu_model']} and share the rest of the GPU."
         items.append(
             _job_item(
-                j, "mig_slice", evidence, action, saving, "medium" if sm is not None else "low", "price"
+                j,
+                "mig_slice",
+                evidence,
+                action,
+                saving,
+                "medium" if sm is not None else "low",
+                "price",
+                ("underused_usd", "idle_allocated_usd"),
             )
         )
     return items

@@ -18,8 +18,15 @@ dollar once"):
 - levers compound: the job's saving is C × (1 − Π over levers (1 − lever ÷ C)), i.e. the changes applied
   one after another, each on what the previous ones left; never more than C.
 
-Each item's ``counted_usd_per_week`` is what it adds on top of the items ranked above it (walking the list
-in its order), so the column sums to the deduplicated total and the top item of every job counts in full.
+Each item's ``counted_saving_usd`` is what it adds on top of the items counted before it, walking the
+recurring items first (in the list's order), then the one-offs: so the weekly total (recurring items only,
+``counted_usd_per_week``) counts every recurring dollar in full, and ``one_off_saved_usd`` is what the
+one-off items would have saved beyond them.
+
+Capacity items concern a pseudo-job ``capacity:<cluster>:<gpu model>`` whose cost is its unallocated $.
+
+:func:`coverage`: the view's waste dollars (analytics.waste's parts per job, and unallocated per cluster
+and model) that at least one item addresses (its ``addresses`` parts on its ``job_ids``), each dollar once.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from collections import defaultdict
 import polars as pl
 
 LEVERS = ("time", "price", "work")
+WASTE_PARTS = ("idle_allocated_usd", "underused_usd", "failed_usd", "unallocated_usd")
+CAPACITY_PREFIX = "capacity:"
 # Kinds whose saving is part of other items' idle seconds (an alternative to them, never added).
 POLICY_KINDS = ("stop_idle_notebooks",)
 
@@ -55,13 +64,22 @@ def _combined(cost: float, parts: dict[str, list[tuple[str, float]]]) -> float:
     return cost * (1.0 - left)
 
 
+def _order(recs: pl.DataFrame) -> list[int]:
+    """Row indices in counting order: recurring rows first, then one-offs, each in the list's order."""
+    rec = recs["recurring"].to_list() if "recurring" in recs.columns else [True] * recs.height
+    return [i for i, r in enumerate(rec) if r is not False] + [i for i, r in enumerate(rec) if r is False]
+
+
 def counted_savings(recs: pl.DataFrame) -> list[float]:
-    """Per row, in the list's order: the saving (US$, in the view) it adds beyond the rows above it."""
+    """Per row: the saving (US$, in the view) it adds beyond the rows counted before it (recurring rows
+    first, then one-offs, each in the list's order)."""
     applied: dict[str, dict[str, list[tuple[str, float]]]] = defaultdict(lambda: defaultdict(list))
     done: dict[str, float] = defaultdict(float)
-    out = []
+    out = [0.0] * recs.height
     cols = ("kind", "lever", "job_ids", "job_saving_usd", "job_cost_usd")
-    for kind, lever, ids, savings, costs in zip(*(recs[c] for c in cols), strict=True):
+    rows = list(zip(*(recs[c] for c in cols), strict=True))
+    for i in _order(recs):
+        kind, lever, ids, savings, costs = rows[i]
         added = 0.0
         for job, saving, cost in zip(ids, savings, costs, strict=True):
             if saving is None or cost is None:
@@ -70,7 +88,7 @@ def counted_savings(recs: pl.DataFrame) -> list[float]:
             now = _combined(cost, applied[job])
             added += now - done[job]
             done[job] = now
-        out.append(max(added, 0.0))
+        out[i] = max(added, 0.0)
     return out
 
 
@@ -91,7 +109,7 @@ def with_counted(recs: pl.DataFrame) -> pl.DataFrame:
     """``recs`` (ranked) plus ``id``, ``overlaps_with`` and ``counted_saving_usd`` / ``counted_usd_per_week``."""
     counted = counted_savings(recs)
     weekly = [
-        c * w / s if s else 0.0
+        (c * w / s if s else 0.0) if w is not None else None
         for c, w, s in zip(counted, recs["usd_per_week"], recs["saving_usd"], strict=True)
     ]
     return recs.with_columns(
@@ -105,10 +123,12 @@ def with_counted(recs: pl.DataFrame) -> pl.DataFrame:
 def savings_total(recs: pl.DataFrame) -> dict[str, object]:
     """The deduplicated total of a recommendations frame (any subset of the list, in its ranked order).
 
-    Returns ``total_usd_per_week`` (each dollar once: the figure to show as "possible savings"),
-    ``listed_usd_per_week`` (the plain sum of the items, which double-counts overlaps),
-    ``overlap_usd_per_week`` (the difference), ``items``, and ``by_kind`` (kind → counted $ per week).
-    Money is rounded to cents.
+    Returns ``total_usd_per_week`` (recurring items, each dollar once: the figure to show as "possible
+    savings"), ``listed_usd_per_week`` (the plain sum of the recurring items, which double-counts
+    overlaps), ``overlap_usd_per_week`` (the difference), ``items``, ``recurring_items``,
+    ``one_off_items``, ``one_off_saved_usd`` (what the one-off items would have saved in the view beyond
+    the recurring ones, each dollar once; not a weekly figure) and ``by_kind`` (kind → counted $ per week
+    of its recurring items). Money is rounded to cents.
     """
     if recs.is_empty():
         return {
@@ -116,17 +136,63 @@ def savings_total(recs: pl.DataFrame) -> dict[str, object]:
             "listed_usd_per_week": 0.0,
             "overlap_usd_per_week": 0.0,
             "items": 0,
+            "recurring_items": 0,
+            "one_off_items": 0,
+            "one_off_saved_usd": 0.0,
             "by_kind": {},
         }
-    recs = recs.sort(["usd_per_week", "kind", "target"], descending=[True, False, False])
+    recs = recs.sort(["saving_usd", "kind", "target"], descending=[True, False, False])
     counted = with_counted(recs)
-    total = float(counted["counted_usd_per_week"].sum())
-    listed = float(counted["usd_per_week"].sum())
-    by_kind = counted.group_by("kind").agg(pl.col("counted_usd_per_week").sum()).sort("kind")
+    rec = counted.filter(pl.col("usd_per_week").is_not_null())
+    once = counted.filter(pl.col("usd_per_week").is_null())
+    total = float(rec["counted_usd_per_week"].sum())
+    listed = float(rec["usd_per_week"].sum())
+    by_kind = rec.group_by("kind").agg(pl.col("counted_usd_per_week").sum()).sort("kind")
     return {
         "total_usd_per_week": round(total, 2),
         "listed_usd_per_week": round(listed, 2),
         "overlap_usd_per_week": round(listed - total, 2),
         "items": counted.height,
+        "recurring_items": rec.height,
+        "one_off_items": once.height,
+        "one_off_saved_usd": round(float(once["counted_saving_usd"].sum()), 2),
         "by_kind": {k: round(float(v), 2) for k, v in by_kind.iter_rows()},
+    }
+
+
+def coverage(recs: pl.DataFrame, waste: pl.DataFrame, unallocated: pl.DataFrame) -> dict[str, object]:
+    """``{waste_usd, addressed_usd, addressed_pct, by_part: {part: {waste_usd, addressed_usd}}}``.
+
+    ``waste``: analytics.waste.job_waste rows (a job's waste parts); ``unallocated``: analytics.waste.
+    unallocated rows (cluster, gpu_model, unallocated_usd). A job's part counts as addressed, in full and
+    once, when at least one item lists the job in ``job_ids`` and the part in ``addresses``; a cluster's
+    unallocated $ when an item concerns its ``capacity:<cluster>:<gpu model>`` key."""
+    hit: set[tuple[str, str]] = set()
+    if not recs.is_empty():
+        for ids, parts in zip(recs["job_ids"].to_list(), recs["addresses"].to_list(), strict=True):
+            for job in ids or ():
+                for part in parts or ():
+                    hit.add((job, part))
+    by_part = {p: {"waste_usd": 0.0, "addressed_usd": 0.0} for p in WASTE_PARTS}
+    for row in waste.select("job_id", *WASTE_PARTS[:3]).iter_rows(named=True):
+        for part in WASTE_PARTS[:3]:
+            usd = row[part] or 0.0
+            by_part[part]["waste_usd"] += usd
+            if (row["job_id"], part) in hit:
+                by_part[part]["addressed_usd"] += usd
+    for row in unallocated.iter_rows(named=True):
+        usd = row["unallocated_usd"] or 0.0
+        by_part["unallocated_usd"]["waste_usd"] += usd
+        if (f"{CAPACITY_PREFIX}{row['cluster']}:{row['gpu_model']}", "unallocated_usd") in hit:
+            by_part["unallocated_usd"]["addressed_usd"] += usd
+    total = sum(p["waste_usd"] for p in by_part.values())
+    addressed = sum(p["addressed_usd"] for p in by_part.values())
+    return {
+        "waste_usd": round(total, 2),
+        "addressed_usd": round(addressed, 2),
+        "addressed_pct": round(addressed / total * 100.0, 1) if total else None,
+        "by_part": {
+            k: {"waste_usd": round(v["waste_usd"], 2), "addressed_usd": round(v["addressed_usd"], 2)}
+            for k, v in by_part.items()
+        },
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from analytics.filters import Filters
-from analytics.recommend import as_json, recommendations, savings_total
+from analytics.recommend import KIND_LABELS, as_json, recommendations, savings_total, view_coverage
 from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json
 from gpuledger.ledger.db import reader
 from gpuledger.ledger.reference import sync_reference
@@ -31,26 +31,39 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--total",
         action="store_true",
-        help="print only the possible savings per week, each dollar counted once, over all items of the view "
-        "(with --json: an object with total_usd_per_week, listed_usd_per_week, overlap_usd_per_week, items, "
-        "by_kind)",
+        help="print only the possible savings per week, each dollar counted once, over all items of the view, "
+        "and the share of the view's waste they address (with --json: an object with total_usd_per_week, "
+        "listed_usd_per_week, overlap_usd_per_week, items, recurring_items, one_off_items, one_off_saved_usd, "
+        "by_kind, coverage)",
     )
     add_db_options(p)
     p.set_defaults(func=run)
 
 
 def render_total(total: dict[str, object]) -> str:
-    """One line: the deduplicated total and what the plain sum would have said."""
+    """The deduplicated weekly total (recurring items), what one-offs would have saved, and coverage."""
     line = (
-        f"Possible savings: ${total['total_usd_per_week']:,.2f}/week from {total['items']:,} recommendation(s), "
-        "each dollar counted once"
+        f"Possible savings: ${total['total_usd_per_week']:,.2f}/week from {total.get('recurring_items', 0):,} "
+        "recurring recommendation(s), each dollar counted once"
     )
     if total["overlap_usd_per_week"]:
         line += (
             f" (the items add up to ${total['listed_usd_per_week']:,.2f}; ${total['overlap_usd_per_week']:,.2f} "
             "of that is the same dollars under two items)"
         )
-    return line + "."
+    line += "."
+    if total.get("one_off_items"):
+        line += (
+            f" {total['one_off_items']:,} one-off item(s) would have saved ${total['one_off_saved_usd']:,.2f} "
+            "in this view (not a weekly figure)."
+        )
+    cov = total.get("coverage")
+    if cov and cov.get("addressed_pct") is not None:
+        line += (
+            f" These actions address {cov['addressed_pct']:.0f} % of this view's waste "
+            f"(${cov['addressed_usd']:,.2f} of ${cov['waste_usd']:,.2f})."
+        )
+    return line
 
 
 def render(items: list[dict[str, object]]) -> str:
@@ -59,12 +72,17 @@ def render(items: list[dict[str, object]]) -> str:
         return "No recommendations for this view: nothing measured wastes more than the minimum."
     lines = []
     for i, it in enumerate(items, 1):
-        counted = it["counted_usd_per_week"]
-        shared = counted < it["usd_per_week"] - 0.005  # part of its dollars is in items above it
-        extra = f" (adds ${counted:,.2f} beyond the items above)" if shared else ""
+        label = KIND_LABELS.get(str(it["kind"]), str(it["kind"]))
+        if it["usd_per_week"] is not None:
+            counted = it["counted_usd_per_week"] or 0.0
+            shared = counted < it["usd_per_week"] - 0.005  # part of its dollars is in items above it
+            money = f"${it['usd_per_week']:,.2f}/week" + (
+                f" (adds ${counted:,.2f} beyond the items above)" if shared else ""
+            )
+        else:
+            money = f"one-off: would have saved ${it['saving_usd']:,.2f}"
         lines.append(
-            f"{i}. {it['kind']} · {it['target_type']} {it['target']} · ${it['usd_per_week']:,.2f}/week{extra} "
-            f"· confidence {it['confidence']}"
+            f"{i}. {label} · {it['target_type']} {it['target']} · {money} · confidence {it['confidence']}"
         )
         lines.append(f"   {it['evidence']}")
         lines.append(f"   → {it['action']}")
@@ -81,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
         recs = recommendations(
             con, filters=filters, settings=settings, min_usd_per_week=args.min_usd_per_week
         )
-    total = savings_total(recs)  # over every item of the view, whatever --limit shows
+        total = savings_total(recs)  # over every item of the view, whatever --limit shows
+        total["coverage"] = view_coverage(con, recs, filters=filters, settings=settings)
     if args.total:
         if args.json:
             print_json(total)

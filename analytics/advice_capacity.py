@@ -1,0 +1,202 @@
+"""Advice on capacity: paid-for GPUs nobody held, and clusters that sit idle.
+
+Kinds (docs/recommendations.md):
+
+- ``release_capacity`` (a cluster and GPU model with declared capacity, analytics.waste.unallocated):
+  the hourly distribution of held GPUs over the capacity window (each hour: Σ over the cluster's jobs of
+  that model of GPUs × the share of the hour they held them); demand = its 95th percentile (nearest rank:
+  the ⌈0.95·n⌉-th smallest of n hours); keep ⌈p95⌉ GPUs, release N − ⌈p95⌉. saving = released GPUs ×
+  window hours × the capacity's price, at most the unallocated $;
+- ``scale_down_idle`` (a cluster): its jobs' measured GPUs were busy (their mean utilization, weighted by
+  held GPU-time in the view) less than ``IDLE_CLUSTER_BUSY_SHARE`` (10 %) of the time; scale-down after
+  ``SCALE_DOWN_AFTER_MIN`` idle minutes for cloud nodes, and consolidating the rest onto fewer nodes:
+  saving = the idle $ of its jobs (analytics.waste idle_allocated), the underused $ named as the part
+  consolidation addresses.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import duckdb
+import polars as pl
+
+from analytics.advice_common import item
+from analytics.filters import Filters
+from analytics.waste import unallocated
+from gpuledger.ledger.settings import Settings
+
+P_DEMAND = 0.95
+IDLE_CLUSTER_BUSY_SHARE = 0.10
+SCALE_DOWN_AFTER_MIN = 30
+
+
+def nearest_rank(values: list[float], q: float) -> float:
+    """The q-quantile by nearest rank: the ⌈q·n⌉-th smallest value (0 for no values)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[max(math.ceil(q * len(ordered)), 1) - 1]
+
+
+def hourly_held(
+    con: duckdb.DuckDBPyConnection, cluster: str, gpu_model: str, lo: dt.datetime, hi: dt.datetime
+) -> list[float]:
+    """GPUs held in each whole hour of [lo, hi) by the jobs of ``cluster`` on ``gpu_model`` (every team)."""
+    rows = con.execute(
+        """
+        WITH hours AS (
+            SELECT unnest(generate_series(?::TIMESTAMP, ?::TIMESTAMP - INTERVAL 1 HOUR, INTERVAL 1 HOUR)) AS h
+        ),
+        j AS (SELECT gpu_count, start_ts, coalesce(end_ts, ?::TIMESTAMP) AS end_ts FROM jobs
+              WHERE cluster = ? AND gpu_model = ? AND start_ts IS NOT NULL)
+        SELECT h, coalesce(sum(j.gpu_count * greatest(0, epoch(least(j.end_ts, h + INTERVAL 1 HOUR)
+                                                          - greatest(j.start_ts, h)))) / 3600.0, 0)
+        FROM hours LEFT JOIN j ON j.start_ts < h + INTERVAL 1 HOUR AND j.end_ts > h
+        GROUP BY h ORDER BY h
+        """,
+        [lo, hi, hi, cluster, gpu_model],
+    ).fetchall()
+    return [float(r[1]) for r in rows]
+
+
+def capacity_items(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters,
+    settings: Settings,
+    as_of: dt.datetime | None,
+) -> list[dict[str, object]]:
+    """release_capacity items, one per cluster and GPU model with unallocated $."""
+    un = unallocated(con, filters=filters, settings=settings, as_of=as_of)
+    items = []
+    for r in un.to_dicts():
+        if not r["unallocated_usd"] or not r["usd_per_gpu_hour"] or as_of is None:
+            continue
+        n = con.execute(
+            """SELECT max(gpu_count) FROM capacity WHERE cluster = ? AND gpu_model = ?
+               AND (ingest_id = 0 OR NOT EXISTS (SELECT 1 FROM capacity d WHERE d.ingest_id = 0
+                                                 AND d.cluster = capacity.cluster AND d.gpu_model = capacity.gpu_model))""",
+            [r["cluster"], r["gpu_model"]],
+        ).fetchall()[0][0]
+        if not n:
+            continue
+        window_h = r["capacity_gpu_hours"] / n
+        hi = min(filters.hi, as_of) if filters.hi else as_of
+        lo = hi - dt.timedelta(hours=math.floor(window_h))
+        held = hourly_held(con, r["cluster"], r["gpu_model"], lo, hi)
+        p95 = nearest_rank(held, P_DEMAND)
+        keep = math.ceil(p95 - 1e-9)
+        release = int(n - keep)
+        if release < 1:
+            continue
+        saving = min(release * window_h * r["usd_per_gpu_hour"], r["unallocated_usd"])
+        median = nearest_rank(held, 0.5)
+        key = f"capacity:{r['cluster']}:{r['gpu_model']}"
+        evidence = (
+            f"{r['cluster']} pays for {n:g} × {r['gpu_model']} (${r['usd_per_gpu_hour']:.2f}/GPU-h); over the "
+            f"{len(held)} hours of the view its jobs held a median {median:.1f} GPUs, {p95:.1f} at the 95th "
+            f"percentile and {max(held, default=0):.1f} at most; {r['unallocated_gpu_hours']:,.0f} GPU-hours "
+            f"(${r['unallocated_usd']:,.2f}) went unheld. {release} GPUs above the p95 demand cost "
+            f"${saving:,.2f} in the view."
+        )
+        action = (
+            f"Release {release} of the {n:g} {r['gpu_model']} on {r['cluster']} (keep {keep}, the p95 demand), or "
+            f"shrink the reservation to {keep}; for cloud nodes scale down after {SCALE_DOWN_AFTER_MIN} idle min."
+        )
+        items.append(
+            item(
+                "release_capacity",
+                target_type="cluster",
+                target=f"{r['cluster']}/{r['gpu_model']}",
+                user_name=None,
+                team="unallocated",
+                evidence=evidence,
+                action=action,
+                saving_usd=saving,
+                confidence="high" if len(held) >= 24 * 7 else "medium",
+                confidence_reasons=f"demand from {len(held)} hourly points"
+                + ("" if len(held) >= 24 * 7 else " (under a week: a weekly peak may be missing)"),
+                job_ids=[key],
+                job_saving_usd=[saving],
+                job_cost_usd=[r["unallocated_usd"]],
+                lever="time",
+                addresses=["unallocated_usd"],
+                recurring=True,
+            )
+        )
+    return items
+
+
+def idle_cluster_items(
+    con: duckdb.DuckDBPyConnection, view: pl.DataFrame, waste: pl.DataFrame
+) -> list[dict[str, object]]:
+    """scale_down_idle items: clusters whose held GPU-time was busy < 10 % of the time.
+
+    ``waste``: analytics.waste.job_waste rows of the view (idle_allocated_usd, underused_usd per job)."""
+    busy = dict(
+        con.execute(
+            """SELECT job_id, sum(util_s) / nullif(sum(util_cov_s), 0) FROM samples_day
+               WHERE job_id IS NOT NULL GROUP BY job_id"""
+        ).fetchall()
+    )
+    parts = waste.select("job_id", "idle_allocated_usd", "underused_usd")
+    jobs = view.filter(pl.col("cost_usd").is_not_null() & (pl.col("held_gpu_s") > 0)).join(
+        parts, on="job_id", how="left"
+    )
+    items = []
+    for (cluster,), g in jobs.group_by("cluster"):
+        if cluster is None:
+            continue
+        # measured GPU-time only (a job without telemetry says nothing about idleness)
+        measured = g.filter(pl.col("job_id").is_in([k for k, v in busy.items() if v is not None]))
+        held = float(measured["held_gpu_s"].sum())
+        if held <= 0:
+            continue
+        used = sum(
+            busy[j["job_id"]] * j["held_gpu_s"] for j in measured.select("job_id", "held_gpu_s").to_dicts()
+        )
+        share_busy = used / held
+        if share_busy >= IDLE_CLUSTER_BUSY_SHARE:
+            continue
+        g = g.filter((pl.col("idle_allocated_usd").fill_null(0) + pl.col("underused_usd").fill_null(0)) > 0)
+        if g.is_empty():
+            continue
+        ids = g["job_id"].to_list()
+        idle = g["idle_allocated_usd"].fill_null(0).to_list()
+        under = float(g["underused_usd"].fill_null(0).sum())
+        saving = float(sum(idle))
+        if saving <= 0:
+            continue
+        models = ", ".join(sorted({m for m in g["gpu_model"].to_list() if m}))
+        evidence = (
+            f"{cluster}'s GPUs ({models}) were busy {share_busy * 100:.0f} % of the {held / 3600:,.0f} GPU-hours "
+            f"its jobs held in the view (idle {100 - share_busy * 100:.0f} %): ${saving:,.2f} in idle stretches and "
+            f"${under:,.2f} more at low utilization."
+        )
+        action = (
+            f"Scale {cluster}'s nodes down after {SCALE_DOWN_AFTER_MIN} idle minutes and pack its jobs onto fewer "
+            "nodes (or smaller GPUs)."
+        )
+        items.append(
+            item(
+                "scale_down_idle",
+                target_type="cluster",
+                target=cluster,
+                user_name=None,
+                team=None,
+                evidence=evidence,
+                action=action,
+                saving_usd=saving,
+                confidence="medium",
+                confidence_reasons="measured utilization; the saving counts the idle stretches only",
+                job_ids=ids,
+                job_saving_usd=idle,
+                job_cost_usd=g["cost_usd"].to_list(),
+                lever="time",
+                addresses=["idle_allocated_usd", "underused_usd"],
+                recurring=True,
+            )
+        )
+    return items

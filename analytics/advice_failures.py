@@ -1,0 +1,306 @@
+"""Advice on failed runs: a checkpoint interval (Young/Daly), repeated failures, early failures, OOM.
+
+The dollars are analytics.waste's failed part: the in-view cost of a failed, cancelled or timed-out run
+since its last checkpoint (the whole run without one). Kinds (docs/recommendations.md):
+
+- ``checkpoint_interval`` (a run family: one user's runs sharing a name stem, analytics.advice_common):
+  the family's mean time between interruptions MTBF = its in-view run time ÷ its interruptions (failed,
+  node failure, time-out, cancelled, preempted), the checkpoint cost C (writing params × bytes/param of
+  weights and optimizer state at ``CHECKPOINT_WRITE_GBPS``, at least ``CHECKPOINT_MIN_S``; without a
+  parameter count ``CHECKPOINT_DEFAULT_S``), the Young/Daly interval τ = √(2·C·MTBF). With it an
+  interruption loses τ/2 on average; saving = Σ over interrupted runs of rate × GPUs × (lost − min(lost,
+  τ/2)) − rate × GPU-seconds of the family × C/τ (the extra checkpoint writes);
+- ``fix_repeated_failures`` (a family with ≥ 2 failed runs, time-outs and cancellations left out): every
+  failure after the first would have been saved by fixing the cause on a short test first;
+- ``test_small_first`` (a user): multi-GPU runs that failed within ``EARLY_FAIL_S`` of their start; a
+  1-GPU smoke test finds the same crash: saving = failed $ × (GPUs − 1) ÷ GPUs;
+- ``oom_smaller_batch`` (a family): runs that ran out of memory: a smaller batch (the family's largest
+  that completed) or activation checkpointing; saving = their failed $.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections import defaultdict
+
+import duckdb
+import polars as pl
+
+from analytics.advice_common import family_stem, item, plural
+from analytics.batch_size import bytes_per_param
+from analytics.query import frame
+from analytics.waste import FAILURE_KINDS
+
+INTERRUPTED = ("FAILED", "NODE_FAIL", "TIMEOUT", "CANCELLED", "PREEMPTED", "DEADLINE")
+CRASHED = ("FAILED", "NODE_FAIL", "BOOT_FAIL", "OOM")  # a cause to fix (time-outs and cancellations are not)
+CHECKPOINT_WRITE_GBPS = 2.0  # GB/s a job writes its checkpoint at (parallel file system, one writer per node)
+CHECKPOINT_MIN_S = 60.0
+CHECKPOINT_DEFAULT_S = 300.0  # without a parameter count
+EARLY_FAIL_S = 20 * 60.0
+
+
+def checkpoint_cost_s(
+    params: float | None, precision: str | None, optimizer: str | None
+) -> tuple[float, str]:
+    """Seconds to write one checkpoint, and how it was told."""
+    if not params:
+        return CHECKPOINT_DEFAULT_S, f"{CHECKPOINT_DEFAULT_S:g} s assumed (no parameter count)"
+    per_param, _ = bytes_per_param(precision, optimizer)
+    size_gb = params * per_param / 1e9
+    c = max(CHECKPOINT_MIN_S, size_gb / CHECKPOINT_WRITE_GBPS)
+    return (
+        c,
+        f"{size_gb:,.0f} GB of weights and optimizer state at {CHECKPOINT_WRITE_GBPS:g} GB/s = {c:,.0f} s",
+    )
+
+
+def young_daly_s(checkpoint_s: float, mtbf_s: float) -> float:
+    """The Young/Daly checkpoint interval τ ≈ √(2·C·MTBF), seconds."""
+    return math.sqrt(2.0 * checkpoint_s * mtbf_s)
+
+
+def failure_items(
+    con: duckdb.DuckDBPyConnection, view: pl.DataFrame, failed: dict[str, float]
+) -> list[dict[str, object]]:
+    """All failure kinds for the view's jobs. ``failed``: job_id → its failed $ (analytics.waste)."""
+    extra = frame(
+        con,
+        """SELECT j.job_id, j.last_checkpoint_ts, j.exit_reason, r.params, r.precision, r.optimizer, r.batch_size,
+                  r.model
+           FROM jobs j LEFT JOIN training_runs r USING (job_id)""",
+    )
+    jobs = view.filter(pl.col("kind").is_in(list(FAILURE_KINDS)) & pl.col("cost_usd").is_not_null()).join(
+        extra, on="job_id", how="left"
+    )
+    if jobs.is_empty():
+        return []
+    rows = jobs.to_dicts()
+    fams: dict[tuple[str, str], list[dict[str, object]]] = defaultdict(list)
+    for j in rows:
+        j["span_s"] = (j["span_end"] - j["span_start"]).total_seconds()
+        j["rate"] = j["cost_usd"] / j["held_gpu_s"] if j["held_gpu_s"] else 0.0
+        fams[(j["user_name"] or "(unknown)", family_stem(j["name"], j["job_id"]))].append(j)
+    items: list[dict[str, object]] = []
+    for (user, stem), runs in sorted(fams.items()):
+        items += _checkpoint(user, stem, runs, failed)
+        items += _repeated(user, stem, runs, failed)
+        items += _oom(user, stem, runs, failed)
+    items += _early(rows, failed)
+    return items
+
+
+def _lost_s(j: dict[str, object]) -> float:
+    start = j["span_start"]
+    ck = j["last_checkpoint_ts"]
+    if isinstance(ck, dt.datetime) and ck > start:
+        start = ck
+    return max(0.0, (j["span_end"] - start).total_seconds())
+
+
+def _checkpoint(
+    user: str, stem: str, runs: list[dict[str, object]], failed: dict[str, float]
+) -> list[dict[str, object]]:
+    hit = [j for j in runs if j["state"] in INTERRUPTED and failed.get(j["job_id"], 0.0) > 0]
+    if not hit:
+        return []
+    run_s = sum(j["span_s"] for j in runs)
+    mtbf = run_s / len(hit)
+    sized = max(runs, key=lambda j: j["params"] or 0)
+    c, c_words = checkpoint_cost_s(sized["params"], sized["precision"], sized["optimizer"])
+    tau = young_daly_s(c, mtbf)
+    per_job = {}
+    lost_usd = 0.0
+    lost_gpu_h = 0.0
+    for j in hit:
+        lost = _lost_s(j)
+        lost_usd += j["rate"] * j["gpu_count"] * lost
+        lost_gpu_h += j["gpu_count"] * lost / 3600.0
+        per_job[j["job_id"]] = j["rate"] * j["gpu_count"] * (lost - min(lost, tau / 2.0))
+    overhead = sum(j["rate"] * j["gpu_count"] * j["span_s"] * c / tau for j in runs)
+    gross = sum(per_job.values())
+    saving = gross - overhead
+    if saving <= 0 or gross <= 0:
+        return []
+    scale = saving / gross  # the net saving, split over the interrupted runs by what each would save
+    ids = sorted(per_job)
+    spot = any(j["pricing_tier"] == "spot" for j in hit)
+    states = ", ".join(f"{n} {s.lower()}" for s, n in _counts(j["state"] for j in hit))
+    evidence = (
+        f"{plural(len(runs), 'run')} of {stem} ({user}) ran {run_s / 3600:,.1f} h with {len(hit)} "
+        f"interruption(s) ({states}): mean time between them {mtbf / 3600:,.1f} h; they lost "
+        f"{lost_gpu_h:,.1f} GPU-hours since their last checkpoint (${lost_usd:,.2f}). A checkpoint costs {c_words}; "
+        f"τ = √(2 × {c:,.0f} s × {mtbf:,.0f} s) = {tau / 60:,.0f} min (Young/Daly): an interruption then loses "
+        f"τ/2 on average, ${saving:,.2f} less after ${overhead:,.2f} of extra checkpoint writes."
+    )
+    action = (
+        f"Checkpoint {stem} every {tau / 60:,.0f} min and resume from the last checkpoint automatically"
+        + ("; on spot capacity a preemption is an interruption too." if spot else ".")
+    )
+    return [
+        item(
+            "checkpoint_interval",
+            target_type="family",
+            target=f"{user}/{stem}",
+            user_name=user,
+            team=runs[0]["team"],
+            evidence=evidence,
+            action=action,
+            saving_usd=saving,
+            confidence="medium" if sized["params"] else "low",
+            confidence_reasons=f"failure rate from {len(hit)} interruption(s); checkpoint cost {c_words}",
+            job_ids=ids,
+            job_saving_usd=[per_job[k] * scale for k in ids],
+            job_cost_usd=[_cost(runs, k) for k in ids],
+            lever="time",
+            addresses=["failed_usd"],
+            recurring=len(runs) >= 2,
+        )
+    ]
+
+
+def _repeated(
+    user: str, stem: str, runs: list[dict[str, object]], failed: dict[str, float]
+) -> list[dict[str, object]]:
+    crashed = sorted((j for j in runs if j["state"] in CRASHED), key=lambda j: j["span_start"])
+    if len(crashed) < 2:
+        return []
+    ids = [j["job_id"] for j in crashed]
+    savings = [0.0] + [failed.get(k, 0.0) for k in ids[1:]]
+    saving = sum(savings)
+    if saving <= 0:
+        return []
+    reasons = _counts(j["exit_reason"] or j["state"].lower() for j in crashed)
+    top = ", ".join(f"{r} × {n}" for r, n in reasons[:3])
+    evidence = (
+        f"{len(crashed)} runs of {stem} ({user}) crashed ({top}); the {plural(len(crashed) - 1, 'retried run')} after the "
+        f"first cost ${saving:,.2f} since their last checkpoints."
+    )
+    action = f"Fix the cause ({reasons[0][0]}) on a short test run before launching {stem} again."
+    return [
+        item(
+            "fix_repeated_failures",
+            target_type="family",
+            target=f"{user}/{stem}",
+            user_name=user,
+            team=crashed[0]["team"],
+            evidence=evidence,
+            action=action,
+            saving_usd=saving,
+            confidence="medium",
+            confidence_reasons="the same family failed more than once; a retry may fail for another reason",
+            job_ids=ids,
+            job_saving_usd=savings,
+            job_cost_usd=[_cost(runs, k) for k in ids],
+            lever="time",
+            addresses=["failed_usd"],
+            recurring=True,
+        )
+    ]
+
+
+def _oom(
+    user: str, stem: str, runs: list[dict[str, object]], failed: dict[str, float]
+) -> list[dict[str, object]]:
+    oom = [j for j in runs if j["state"] == "OOM"]
+    if not oom:
+        return []
+    ids = sorted(j["job_id"] for j in oom)
+    savings = [failed.get(k, 0.0) for k in ids]
+    saving = sum(savings)
+    if saving <= 0:
+        return []
+    done = [j["batch_size"] for j in runs if j["state"] == "COMPLETED" and j["batch_size"]]
+    tried = sorted({j["batch_size"] for j in oom if j["batch_size"]})
+    lower = (
+        f"lower the per-GPU batch to {max(done)} (the largest that completed in this family)"
+        if done
+        else "lower the per-GPU batch"
+    )
+    evidence = (
+        f"{plural(len(oom), 'run')} of {stem} ({user}) ran out of GPU memory"
+        + (f" at batch {', '.join(str(b) for b in tried)}" if tried else "")
+        + f": ${saving:,.2f} of GPU time lost."
+    )
+    action = (
+        f"Before the next launch {lower}, or turn on activation checkpointing (recompute) to keep the batch."
+    )
+    return [
+        item(
+            "oom_smaller_batch",
+            target_type="family",
+            target=f"{user}/{stem}",
+            user_name=user,
+            team=oom[0]["team"],
+            evidence=evidence,
+            action=action,
+            saving_usd=saving,
+            confidence="high",
+            confidence_reasons="the runs' state is OOM",
+            job_ids=ids,
+            job_saving_usd=savings,
+            job_cost_usd=[_cost(runs, k) for k in ids],
+            lever="time",
+            addresses=["failed_usd"],
+            recurring=len(oom) >= 2,
+        )
+    ]
+
+
+def _early(rows: list[dict[str, object]], failed: dict[str, float]) -> list[dict[str, object]]:
+    per_user: dict[str, list[dict[str, object]]] = defaultdict(list)
+    for j in rows:
+        if (
+            j["state"] in ("FAILED", "NODE_FAIL", "BOOT_FAIL")
+            and (j["gpu_count"] or 1) > 1
+            and j["start_ts"] is not None
+            and j["end_ts"] is not None
+            and (j["end_ts"] - j["start_ts"]).total_seconds() <= EARLY_FAIL_S
+            and failed.get(j["job_id"], 0.0) > 0
+        ):
+            per_user[j["user_name"] or "(unknown)"].append(j)
+    items = []
+    for user, jobs in sorted(per_user.items()):
+        ids = sorted(j["job_id"] for j in jobs)
+        by = {j["job_id"]: j for j in jobs}
+        savings = [failed[k] * (by[k]["gpu_count"] - 1) / by[k]["gpu_count"] for k in ids]
+        saving = sum(savings)
+        gpus = sorted({j["gpu_count"] for j in jobs})
+        evidence = (
+            f"{plural(len(jobs), 'multi-GPU run')} of {user} ({', '.join(f'{g:g}' for g in gpus)} GPUs) failed within "
+            f"{EARLY_FAIL_S / 60:g} min of starting: ${sum(failed[k] for k in ids):,.2f}, of which ${saving:,.2f} "
+            "on GPUs a 1-GPU test would not have held."
+        )
+        action = f"Start {user}'s multi-GPU jobs with a few steps on 1 GPU first; launch the full job once that runs."
+        items.append(
+            item(
+                "test_small_first",
+                target_type="user",
+                target=user,
+                user_name=user,
+                team=jobs[0]["team"],
+                evidence=evidence,
+                action=action,
+                saving_usd=saving,
+                confidence="medium",
+                confidence_reasons="a crash in the first minutes is usually in setup, which 1 GPU reproduces",
+                job_ids=ids,
+                job_saving_usd=savings,
+                job_cost_usd=[by[k]["cost_usd"] for k in ids],
+                lever="price",
+                addresses=["failed_usd"],
+                recurring=len(jobs) >= 2,
+            )
+        )
+    return items
+
+
+def _cost(runs: list[dict[str, object]], job_id: str) -> float | None:
+    return next(j["cost_usd"] for j in runs if j["job_id"] == job_id)
+
+
+def _counts(values) -> list[tuple[str, int]]:
+    out: dict[str, int] = defaultdict(int)
+    for v in values:
+        out[str(v)] += 1
+    return sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))
