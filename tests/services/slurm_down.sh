@@ -17,6 +17,7 @@ stop() {  # stop PID... : TERM all, wait up to 5 s each, then KILL
   return 0
 }
 # Slurm first (they talk to the database and munge while shutting down), then MariaDB and munge.
-stop "$(pid_of SLURMD_PID)" "$(pid_of SLURMCTLD_PID)" "$(pid_of SLURMDBD_PID)"
+# every slurmd (several when SLURM_TEST_NODES > 1), then the controller and the database daemon
+stop $(sed -n 's/^SLURMD_PID=//p' "$W/env") "$(pid_of SLURMCTLD_PID)" "$(pid_of SLURMDBD_PID)"
 stop "$(pid_of MARIADB_PID)" "$(pid_of MUNGED_PID)"
 exit 0

@@ -3,6 +3,7 @@
 # everything (sockets, state, database, logs, fake GPU device nodes) under WORKDIR, on free loopback ports.
 #
 # Usage: slurm_up.sh WORKDIR      needs root and the Debian packages from .ci/system-deps.sh
+# SLURM_TEST_NODES=N (default 1): N > 1 runs N slurmd (nodes g1..gN, 4 fake GPUs each) on this machine.
 # Writes WORKDIR/env (one NAME=VALUE a line: the daemons' PIDs and SLURM_CONF) as each daemon starts, so
 # slurm_down.sh can stop exactly what was started even when start-up fails half way.
 # Exit codes: 0 up (node idle), 1 failed to come up (log tails on stderr), 3 missing packages or not root.
@@ -44,7 +45,8 @@ mariadb -S "$W/run/mysql.sock" -uroot -e "CREATE USER IF NOT EXISTS 'slurm'@'127
 
 # Fake GPUs: slurmd drops gpu GRES whose File= does not exist ("Removing file-less GPU"), so make char
 # devices with the NVIDIA major number (195). Nothing opens them: the jobs only sleep.
-for i in 0 1 2 3; do [ -e "$W/dev/nvidia$i" ] || mknod "$W/dev/nvidia$i" c 195 $i; done
+N=${SLURM_TEST_NODES:-1}
+for i in $(seq 0 $((4 * N - 1))); do [ -e "$W/dev/nvidia$i" ] || mknod "$W/dev/nvidia$i" c 195 $i; done
 
 cat > "$W/slurm.conf" <<CONF
 ClusterName=ci
@@ -77,10 +79,24 @@ AccountingStorageTRES=gres/gpu
 ReturnToService=2
 # jobs that do not ask for memory take 100 MB, not the whole node, so two 1-CPU jobs run side by side
 DefMemPerCPU=100
+CONF
+if [ "$N" = 1 ]; then
+  cat >> "$W/slurm.conf" <<CONF
 NodeName=$H NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=4000 Gres=gpu:h100:4 State=UNKNOWN
 PartitionName=gpu Nodes=$H Default=YES MaxTime=INFINITE State=UP
 CONF
-echo "NodeName=$H Name=gpu Type=h100 File=$W/dev/nvidia[0-3]" > "$W/gres.conf"
+  echo "NodeName=$H Name=gpu Type=h100 File=$W/dev/nvidia[0-3]" > "$W/gres.conf"
+else  # several slurmd on this machine: one port, spool, pid and log per node (%n)
+  sed -i -e "s|^SlurmdSpoolDir=.*|SlurmdSpoolDir=$W/spool/%n|" -e "s|^SlurmdPidFile=.*|SlurmdPidFile=$W/run/slurmd-%n.pid|" \
+         -e "s|^SlurmdLogFile=.*|SlurmdLogFile=$W/log/slurmd-%n.log|" -e "/^SlurmdPort=/d" "$W/slurm.conf"
+  : > "$W/gres.conf"
+  for n in $(seq 1 "$N"); do
+    echo "NodeName=g$n NodeHostname=$H NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$(nproc) RealMemory=4000 Gres=gpu:h100:4 State=UNKNOWN" >> "$W/slurm.conf"
+    echo "NodeName=g$n Name=gpu Type=h100 File=$W/dev/nvidia[$((4 * n - 4))-$((4 * n - 1))]" >> "$W/gres.conf"
+    mkdir -p "$W/spool/g$n"
+  done
+  echo "PartitionName=gpu Nodes=g[1-$N] Default=YES MaxTime=INFINITE State=UP" >> "$W/slurm.conf"
+fi
 cat > "$W/slurmdbd.conf" <<CONF
 AuthType=auth/munge
 AuthInfo=socket=$W/run/munge.sock
@@ -112,8 +128,16 @@ timeout 30 sacctmgr -i add user root DefaultAccount=research >/dev/null || true
 setsid slurmctld -D -i </dev/null >"$W/log/slurmctld.out" 2>&1 &
 echo "SLURMCTLD_PID=$!" >> "$W/env"
 wait_port $CTLD || fail "slurmctld did not listen on $CTLD"
-setsid slurmd -D </dev/null >"$W/log/slurmd.out" 2>&1 &
-echo "SLURMD_PID=$!" >> "$W/env"
-for _ in $(seq 1 150); do timeout 5 sinfo -h -o %T 2>/dev/null | grep -q '^idle' && break; sleep 0.2; done
-timeout 5 sinfo -h -o %T 2>/dev/null | grep -q '^idle' || fail "the node did not become idle"
+if [ "$N" = 1 ]; then
+  setsid slurmd -D </dev/null >"$W/log/slurmd.out" 2>&1 &
+  echo "SLURMD_PID=$!" >> "$W/env"
+else
+  for n in $(seq 1 "$N"); do
+    setsid slurmd -D -N "g$n" </dev/null >"$W/log/slurmd-g$n.out" 2>&1 &
+    echo "SLURMD_PID=$!" >> "$W/env"
+  done
+fi
+all_idle() { local s; s=$(timeout 5 sinfo -h -N -o %T 2>/dev/null) && [ -n "$s" ] && ! echo "$s" | grep -qv '^idle'; }
+for _ in $(seq 1 150); do all_idle && break; sleep 0.2; done
+all_idle || fail "the node did not become idle"
 cat "$W/env"

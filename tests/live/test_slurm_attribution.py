@@ -1,0 +1,182 @@
+"""Host-level attribution end to end on a REAL Slurm: three slurmd nodes (g1..g3, 4 fake GPUs each).
+
+tests/services/slurm_up.sh with SLURM_TEST_NODES=3 (root and the packages from .ci/system-deps.sh needed, else
+the test skips saying why). Real ``sbatch --gres=gpu:N`` jobs — one holding all of g1, two sharing g2, one
+spanning g1 and g3 — are polled by the Slurm collector; then telemetry for those nodes is replayed from a real
+nvidia-smi log (../shared/datasets/nvidia-smi-csv), time-shifted into the jobs' spans as sacct reports them,
+and ingested per node with ``--host``. Every expected figure is plain SQL over the samples or sacct's output.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from analytics.jobs import jobs_table
+from collectors.base import IngestOptions, ingest_file
+from collectors.slurm_poll import poll
+from gpuledger.ledger.db import reader, writer
+from tests.conftest import ROOT, dataset
+from tests.live.test_slurm_collector import sbatch, wait_until
+
+SERVICES = ROOT / "tests" / "services"
+REAL_LOG = "nvidia-smi-csv/eobo0530_vlm_optimization_gpu_log.csv"  # 2,619 rows at 1 s, one RTX 4090
+FINISHED = {"COMPLETED"}
+
+
+@pytest.fixture(scope="module")
+def slurm3() -> Iterator[Path]:
+    """A running 3-node Slurm for this module; SLURM_CONF points at it. Always stopped by pid afterwards."""
+    work = Path(tempfile.mkdtemp(prefix="gpuledger-slurm3-"))
+    previous = os.environ.get("SLURM_CONF")
+    try:
+        up = subprocess.run(
+            ["bash", str(SERVICES / "slurm_up.sh"), str(work)],
+            capture_output=True,
+            text=True,
+            timeout=150,
+            env={**os.environ, "SLURM_TEST_NODES": "3"},
+        )
+        if up.returncode == 3:
+            pytest.skip(f"real Slurm not available: {up.stderr.strip()}")
+        if up.returncode != 0:
+            pytest.fail(f"slurm_up.sh failed (exit {up.returncode}):\n{up.stderr[-3000:]}")
+        os.environ["SLURM_CONF"] = str(work / "slurm.conf")
+        yield work
+    finally:
+        subprocess.run(["bash", str(SERVICES / "slurm_down.sh"), str(work)], timeout=120, check=False)
+        shutil.rmtree(work, ignore_errors=True)
+        if previous is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = previous
+
+
+def spans(ids: dict[str, str]) -> dict[str, tuple[dt.datetime, dt.datetime, str]]:
+    """sacct's own Start, End and NodeList per job (UTC)."""
+    out = subprocess.run(
+        ["timeout", "20", "sacct", "-P", "-n", "-X", "-a", "-j", ",".join(ids.values()),
+         "--format=JobIDRaw,Start,End,NodeList"],
+        capture_output=True, text=True, check=True, env={**os.environ, "TZ": "UTC"},
+    ).stdout  # fmt: skip
+    by_id = {}
+    for line in out.splitlines():
+        job, start, end, nodes = line.split("|")
+        by_id[job] = (dt.datetime.fromisoformat(start), dt.datetime.fromisoformat(end), nodes)
+    return {name: by_id[job] for name, job in ids.items()}
+
+
+def replay(real: Path, out: Path, lo: dt.datetime, hi: dt.datetime, *, same_reading: bool) -> Path:
+    """The real log's rows as a 4-GPU node's nvidia-smi CSV, one sample per GPU per second over [lo, hi).
+
+    GPU i reads the real row (k + 400·i) at second k — four different real series — or, with
+    ``same_reading``, row k on all four (so a figure over any two of them does not depend on which two).
+    """
+    with real.open(encoding="utf-8") as fh:
+        rows = list(csv.reader(fh, skipinitialspace=True))
+    header, data = rows[0], rows[1:]
+    with out.open("w", encoding="utf-8", newline="") as fh:
+        fh.write(", ".join([header[0], "index", *header[1:]]) + "\n")
+        for k in range(int((hi - lo).total_seconds())):
+            ts = (lo + dt.timedelta(seconds=k)).strftime("%Y/%m/%d %H:%M:%S.000")
+            for i in range(4):
+                row = data[(k + (0 if same_reading else 400 * i)) % len(data)]
+                fh.write(", ".join([ts, str(i), *row[1:]]) + "\n")
+    return out
+
+
+def plain(con: duckdb.DuckDBPyConnection, sql: str, params: list[object]) -> float:
+    return float(con.execute(sql, params).fetchall()[0][0])
+
+
+MEAN_ON = """SELECT avg(s.util_pct) FROM samples s JOIN gpus g USING (gpu_id)
+             WHERE g.host IN (SELECT unnest(?::VARCHAR[])) AND s.ts >= ? AND s.ts < ?"""
+
+
+@pytest.mark.service
+def test_whole_node_shared_node_and_two_node_jobs_get_their_nodes_telemetry(slurm3, db_path, tmp_path):
+    real = dataset(REAL_LOG)
+    ids = {
+        "whole": sbatch("-w", "g1", "--gres=gpu:4", "-J", "whole", "--wrap=sleep 8"),
+        "share_a": sbatch("-w", "g2", "--gres=gpu:2", "-J", "share_a", "--wrap=sleep 8"),
+        "share_b": sbatch("-w", "g2", "--gres=gpu:2", "-J", "share_b", "--wrap=sleep 10"),
+        # two whole nodes; g1 is busy with "whole", so this one starts when that one ends
+        "two_nodes": sbatch("-N", "2", "-w", "g1,g3", "--gres=gpu:4", "-J", "two_nodes", "--wrap=sleep 8"),
+    }
+    wait_until(list(ids.values()), dict.fromkeys(ids.values(), FINISHED), timeout_s=90)
+    time.sleep(1.1)
+    report = poll(db_path, overlap=dt.timedelta(0))
+    assert report.jobs_read == 4
+    span = spans(ids)
+    assert [span[n][2] for n in ids] == ["g1", "g2", "g2", "g[1,3]"]  # what the test asked Slurm for
+    job = {n: f"ci/{j}" for n, j in ids.items()}
+
+    # telemetry: each node sampled every second from its first job's start to its last job's end
+    windows = {
+        "g1": (span["whole"][0], span["two_nodes"][1]),
+        "g2": (min(span["share_a"][0], span["share_b"][0]), max(span["share_a"][1], span["share_b"][1])),
+        "g3": (span["two_nodes"][0], span["two_nodes"][1]),
+    }
+    with writer(db_path) as con:
+        for host, (lo, hi) in windows.items():
+            csv_path = replay(real, tmp_path / f"{host}.csv", lo, hi, same_reading=host == "g2")
+            ingest_file(con, csv_path, opts=IngestOptions(tz="UTC", host=host))
+
+    with reader(db_path) as con:
+        table = {r["job_id"]: r for r in jobs_table(con).to_dicts()}
+        assert {n: table[j]["attribution"] for n, j in job.items()} == {
+            "whole": "exact",
+            "share_a": "by_share",  # sacct names g2, not which 2 of its 4 GPUs
+            "share_b": "by_share",
+            "two_nodes": "exact",
+        }
+        # a whole-node job's utilization is the plain mean of its node's samples in its span
+        for name, hosts in (("whole", ["g1"]), ("two_nodes", ["g1", "g3"])):
+            lo, hi, _ = span[name]
+            assert table[job[name]]["mean_util_pct"] == pytest.approx(plain(con, MEAN_ON, [hosts, lo, hi])), (
+                name
+            )
+        # g2's four GPUs read the same each second, so each sharing job's mean is g2's plain mean in its span
+        for name in ("share_a", "share_b"):
+            lo, hi, _ = span[name]
+            assert table[job[name]]["mean_util_pct"] == pytest.approx(
+                plain(con, MEAN_ON, [["g2"], lo, hi])
+            ), name
+        # and the two add up to the node: Σ util × time over g2's samples, each weighted by the share of g2's
+        # 4 GPUs held at that second (2 per running job, from sacct's spans)
+        node = plain(
+            con,
+            """SELECT sum(s.util_pct / 100.0 * s.interval_s / 3600.0
+                          * ((CASE WHEN s.ts >= ? AND s.ts < ? THEN 2 ELSE 0 END)
+                             + (CASE WHEN s.ts >= ? AND s.ts < ? THEN 2 ELSE 0 END)) / 4.0)
+               FROM samples s JOIN gpus g USING (gpu_id) WHERE g.host = 'g2'""",
+            [span["share_a"][0], span["share_a"][1], span["share_b"][0], span["share_b"][1]],
+        )
+        jobs_sum = sum(
+            table[job[n]]["mean_util_pct"] / 100 * table[job[n]]["gpu_hours"] for n in ("share_a", "share_b")
+        )
+        assert jobs_sum == pytest.approx(node)
+        # GPU-hours: sacct's spans × GPUs held, every one of them measured
+        for name, gpus in (("whole", 4), ("share_a", 2), ("share_b", 2), ("two_nodes", 8)):
+            lo, hi, _ = span[name]
+            r = table[job[name]]
+            assert r["gpu_hours"] == pytest.approx(gpus * (hi - lo).total_seconds() / 3600), name
+            assert r["unmeasured_usd"] == pytest.approx(0, abs=1e-9 + 1e-6 * r["cost_usd"]), name
+        # no sample is tied outside its job's span or to a job that did not hold its node
+        stray = con.execute(
+            """SELECT count(*) FROM samples s JOIN gpus g USING (gpu_id)
+               WHERE s.job_id IS NOT NULL AND NOT EXISTS (
+                   SELECT 1 FROM allocations a WHERE a.job_id = s.job_id AND a.host = g.host
+                     AND s.ts >= a.start_ts AND s.ts < a.end_ts)"""
+        ).fetchall()[0][0]
+        assert stray == 0
