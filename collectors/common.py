@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -86,8 +87,28 @@ def ts_utc(expr: str) -> str:
     v = nullif_tokens(expr)
     return f"""(CASE
         WHEN regexp_full_match({v}, '-?[0-9]+(\\.[0-9]+)?')
-            THEN to_timestamp(TRY_CAST({v} AS DOUBLE)) AT TIME ZONE 'UTC'
+            THEN {epoch_ts(f"TRY_CAST({v} AS DOUBLE)")}
         ELSE TRY_CAST(replace({v}, '/', '-') AS TIMESTAMPTZ) AT TIME ZONE 'UTC' END)"""
+
+
+# Epoch seconds beyond this (about the year 5138) are no time a source meant: they become 'infinity', which
+# the plausibility check names with its line, instead of an overflow error deep in DuckDB.
+MAX_EPOCH_S = 1e11
+
+
+def epoch_ts(seconds_sql: str, base_sql: str | None = None) -> str:
+    """DOUBLE seconds (since the epoch, or since ``base_sql``, a TIMESTAMP) → naive UTC TIMESTAMP; NULL stays
+    NULL; NaN, ±inf and absurd magnitudes become ``'infinity'`` for collectors/validate.py to reject."""
+    v = seconds_sql
+    at = (
+        f"{base_sql} + to_microseconds(CAST({v} * 1e6 AS BIGINT))"
+        if base_sql
+        else f"to_timestamp({v}) AT TIME ZONE 'UTC'"
+    )
+    return (
+        f"(CASE WHEN {v} IS NULL THEN NULL::TIMESTAMP WHEN abs({v}) < {MAX_EPOCH_S} THEN ({at})::TIMESTAMP "
+        f"ELSE 'infinity'::TIMESTAMP END)"
+    )
 
 
 @dataclass(frozen=True)
@@ -149,9 +170,10 @@ _SENTENCES: tuple[tuple[str, str], ...] = (
         "expected {0} values, found {1} (a truncated or mixed file?)",
     ),
     (
-        r"[Ii]nvalid unicode|invalid UTF-?8|byte sequence mismatch|not valid UTF-8|codec can't decode",
+        r"[Ii]nvalid unicode|invalid UTF-?8|byte sequence mismatch|valid UTF-8|codec can't decode",
         "a byte that is not UTF-8 text (save the file as UTF-8)",
     ),
+    (r"Error when sniffing file", "not a CSV file a reader can lay out (a broken header or mixed lines)"),
     (
         r"state machine reached an invalid state|Unterminated quote|unterminated quote|quote.*not terminated",
         "not well-formed CSV (a stray quote or a broken line)",
@@ -231,9 +253,35 @@ def describe_failure(path: str | Path, exc: BaseException, *, landing: bool = Fa
         if not sentence:
             detail = re.sub(r"^[A-Za-z ]*(Error|Exception): ", "", first)
             sentence = f"could not be read ({detail[:160]})"
+    if line is None and "UTF-8" in sentence:
+        line = first_non_utf8_line(path)
     if landing:
         sentence = f"could not be landed: {sentence}"
     return FormatError(path, line, sentence)
+
+
+def first_non_utf8_line(path: str | Path, limit: int = 256 * 2**20) -> int | None:
+    """The 1-based line of the first byte that is not UTF-8 (readers that do not say where), else None."""
+    import codecs
+
+    try:
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        line = 1
+        with Path(path).open("rb") as fh:
+            read = 0
+            while read < limit:
+                chunk = fh.read(1 << 20)
+                if not chunk:
+                    return None
+                read += len(chunk)
+                try:
+                    decoder.decode(chunk)
+                except UnicodeDecodeError as exc:
+                    return line + chunk[: exc.start].count(b"\n")
+                line += chunk.count(b"\n")
+    except OSError:
+        return None
+    return None
 
 
 def _is_archive_error(exc: BaseException) -> bool:
@@ -253,7 +301,30 @@ def reading(path: str | Path, *, landing: bool = False) -> Iterator[None]:
 
     try:
         yield
+    except FormatError as exc:
+        plain = _plain(exc)
+        if plain is exc:
+            raise
+        raise plain from exc.__context__
     except LedgerError:
         raise
     except Exception as exc:  # every reader's error type, by design: no traceback
         raise describe_failure(path, exc, landing=landing) from exc
+
+
+_RAW = re.compile(r"[A-Z][A-Za-z]*(?: [A-Z][A-Za-z]*)* Error: |CSV Error on Line|struct_pack|state machine")
+
+
+def _plain(exc: FormatError) -> FormatError:
+    """A parser's FormatError that passed a reader's raw text on (``not valid JSON (Invalid Input Error:
+    ...)``) gets the sentence :func:`describe_failure` gives that reader error; any other stays as it is."""
+    raw = exc.__context__
+    m = _RAW.search(exc.reason)
+    if m is None or raw is None or isinstance(raw, FormatError):
+        return exc
+    better = describe_failure(exc.path, raw)
+    if better.reason.startswith("could not be read"):
+        return exc
+    prefix = exc.reason[: m.start()].rstrip(" :(")
+    reason = f"{prefix}: {better.reason}" if prefix else better.reason
+    return FormatError(exc.path, exc.line if exc.line is not None else better.line, reason)

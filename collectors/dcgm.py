@@ -32,7 +32,9 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
+from collectors.common import sql_path
 from collectors.nvidia_smi_csv import file_time_utc
+from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import model_sql_case
 
@@ -148,10 +150,12 @@ def stage_long(
                 max(value) FILTER (measure = 'sm_clock')::FLOAT AS sm_clock_mhz,
                 max(value) FILTER (measure = 'throttle')::UBIGINT AS throttle_reasons,
                 max(job_id) AS job_id,
-                max(value) FILTER (measure = 'xid') AS xid
+                max(value) FILTER (measure = 'xid') AS xid,
+                min(line_no) AS line_no, {_line_columns()}
             FROM prom_norm WHERE measure IS NOT NULL AND gpu_id IS NOT NULL
             GROUP BY ts, gpu_id ORDER BY ts, gpu_id"""
     )
+    name_columns(con, "samples", _FIELD_NAMES)
     cluster = quote(opts.cluster) if opts.cluster else "NULL"
     con.execute(
         f"""CREATE TEMP TABLE stage_gpus AS
@@ -190,6 +194,42 @@ def stage_long(
     return notes
 
 
+# The measure each sample column comes from: its line is the one a plausibility message names.
+_LINE_OF = {
+    "util_pct": "util",
+    "mem_util_pct": "mem_util",
+    "mem_used_mib": "fb_used",
+    "mem_total_mib": "fb_total",
+    "power_w": "power",
+    "energy_j": "energy_mj",
+    "temp_c": "temp",
+    "sm_active_pct": "sm_active",
+    "tensor_active_pct": "tensor_active",
+    "sm_clock_mhz": "sm_clock",
+}
+
+
+_FIELD_NAMES = {
+    "util_pct": "DCGM_FI_DEV_GPU_UTIL",
+    "mem_util_pct": "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "mem_used_mib": "DCGM_FI_DEV_FB_USED",
+    "mem_total_mib": "DCGM_FI_DEV_FB_TOTAL",
+    "power_w": "DCGM_FI_DEV_POWER_USAGE",
+    "energy_j": "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "temp_c": "DCGM_FI_DEV_GPU_TEMP",
+    "sm_active_pct": "DCGM_FI_PROF_SM_ACTIVE",
+    "tensor_active_pct": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "sm_clock_mhz": "DCGM_FI_DEV_SM_CLOCK",
+}
+
+
+def _line_columns() -> str:
+    """``line_no__<column>``: the line of the value each sample column took (collectors/validate.py)."""
+    return ", ".join(
+        f"arg_max(line_no, value) FILTER (measure = {quote(m)}) AS line_no__{c}" for c, m in _LINE_OF.items()
+    )
+
+
 class DcgmText:
     name = "dcgm"
     description = "dcgm-exporter /metrics (Prometheus text exposition), one or many scrapes"
@@ -208,7 +248,7 @@ class DcgmText:
         con.execute(
             f"""CREATE TEMP TABLE prom_lines AS
                 SELECT generate_subscripts(parts, 1) AS line_no, rtrim(unnest(parts), chr(13)) AS line
-                FROM (SELECT string_split(content, chr(10)) AS parts FROM read_text({quote(str(path))}))"""
+                FROM (SELECT string_split(content, chr(10)) AS parts FROM read_text({sql_path(path)}))"""
         )
         con.execute(
             f"""CREATE TEMP TABLE prom_parsed AS

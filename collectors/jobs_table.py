@@ -20,7 +20,15 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, read_head
-from collectors.common import Check, first_violation, nullif_tokens, session_zone, sql_path, ts_utc
+from collectors.common import (
+    Check,
+    describe_failure,
+    first_violation,
+    nullif_tokens,
+    session_zone,
+    sql_path,
+    ts_utc,
+)
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import model_sql_case
@@ -326,6 +334,9 @@ def _first_sentence(message: str) -> str:
         return f"expected {want} fields, found {got} ({why})"
     if "unterminated quote" in message:
         return "a quoted value is never closed (unterminated quote)"
+    known = describe_failure("", RuntimeError(message)).reason  # the sentence every parser uses
+    if not known.startswith("could not be read"):
+        return known
     text = message.split("\n")[0]
     text = re.sub(r"^[A-Za-z ]*Error: ", "", text)
     return text[:300]

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import duckdb
 
-from collectors.base import IngestOptions, Sniff, quote
-from collectors.common import json_object_limit
+from collectors.base import IngestOptions, Sniff
+from collectors.common import json_object_limit, sql_path
 from collectors.dcgm import stage_long
 from gpuledger.ledger.errors import FormatError
 
@@ -37,7 +37,7 @@ class PrometheusJson:
             con.execute(
                 f"""CREATE TEMP TABLE prom_doc AS
                     SELECT coalesce(json_extract(j, '$.data'), j) AS data
-                    FROM read_json_objects({quote(str(path))}, format='unstructured',
+                    FROM read_json_objects({sql_path(path)}, format='unstructured',
                                            maximum_object_size={json_object_limit(path)}) t(j)"""
             )
         except duckdb.Error as exc:
@@ -46,9 +46,8 @@ class PrometheusJson:
             "SELECT json_extract_string(data, '$.resultType'), json_extract_string(data, '$.status') FROM prom_doc"
         ).fetchall()
         status = con.execute(
-            "SELECT json_extract_string(j, '$.status') FROM read_json_objects(?, format='unstructured', "
-            f"maximum_object_size={json_object_limit(path)}) t(j)",
-            [str(path)],
+            f"SELECT json_extract_string(j, '$.status') FROM read_json_objects({sql_path(path)}, "
+            f"format='unstructured', maximum_object_size={json_object_limit(path)}) t(j)",
         ).fetchall()
         if status and status[0][0] not in (None, "success"):
             raise FormatError(path, None, f'the API answered status "{status[0][0]}", not "success"')

@@ -40,13 +40,23 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from pathlib import Path
 
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote, read_head
-from collectors.common import Check, first_violation, json_object_limit, local_zone, session_zone, ts_utc
+from collectors.common import (
+    Check,
+    first_violation,
+    json_object_limit,
+    local_zone,
+    session_zone,
+    sql_path,
+    ts_utc,
+)
+from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import model_sql_case
 
@@ -169,6 +179,8 @@ def expand_nodelist(text: str) -> list[str]:
                     raise ValueError(f"bad host range [{rng}] in {text!r}")
                 options.extend(str(i).zfill(len(lo)) for i in range(int(lo), int(hi) + 1))
             choices.append(options)
+        if math.prod(len(c) for c in choices) + len(hosts) > MAX_HOSTS_PER_RANGE:
+            raise ValueError(f"host list {text[:80]!r} names more than {MAX_HOSTS_PER_RANGE:,} hosts")
         hosts.extend("".join(c) for c in itertools.product(*choices))
     return hosts
 
@@ -251,7 +263,7 @@ class SacctParsable:
         dup = next((n for n in names if names.count(n) > 1), None)
         if dup:
             raise FormatError(path, header_line or None, f"column {dup!r} appears twice in the header")
-        src = str(path).replace("'", "''")
+        src = sql_path(path)[1:-1]
         n = len(names)
         delim = "chr(9)" if lines and _delimiter(lines[0]) == "\t" else "'|'"
         fields = ", ".join(f'f[{i + 1}] AS "{c}"' for i, c in enumerate(names))
@@ -483,7 +495,8 @@ def stage_from_raw(
             p.gpu_mem_peak_mib, p.gpu_util_peak_pct,
             r.nodelist, r.gres_detail,
             CASE WHEN r.end_ts IS NULL AND r.state_word IN ({", ".join(map(quote, HELD_STATES))})
-                 THEN r.start_ts + to_seconds(r.elapsed_s) END AS held_until_ts
+                 THEN r.start_ts + to_seconds(r.elapsed_s) END AS held_until_ts,
+            r.line_no
         FROM rec r
         LEFT JOIN sacct_tres t ON t.tres = r.tres
         LEFT JOIN peaks p ON p.base_id = r.base_id
@@ -491,8 +504,13 @@ def stage_from_raw(
         """
     )
     _stage_allocations(con, path)
-    for c in ("nodelist", "gres_detail", "held_until_ts"):
+    for c in ("nodelist", "gres_detail", "held_until_ts", *(("line_no",) if line_label else ())):
         con.execute(f"ALTER TABLE stage_jobs DROP COLUMN {c}")
+    name_columns(
+        con,
+        "jobs",
+        {"gpu_count": "AllocTRES gres/gpu", "start_ts": "Start", "end_ts": "End", "submit_ts": "Submit"},
+    )
     for t in ("sacct_norm", "sacct_tres", "sacct_raw"):
         con.execute(f"DROP TABLE IF EXISTS temp.{t}")
     return skipped
@@ -564,8 +582,8 @@ def gres_indices(detail: str) -> list[int] | None:
     for spec in _IDX.findall(detail):
         for part in spec.split(","):
             lo, sep, hi = part.strip().partition("-")
-            if not lo.isdigit() or (sep and not hi.isdigit()):
-                return None
+            if not lo.isdigit() or (sep and not hi.isdigit()) or (sep and int(hi) - int(lo) > 1024):
+                return None  # a node has at most a few GPUs: a range of thousands is not an index list
             out.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
     return sorted(set(out)) or None
 
@@ -665,7 +683,7 @@ class SacctJson:
         return Sniff(0)
 
     def stage(self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
-        src = str(path).replace("'", "''")
+        src = sql_path(path)[1:-1]
         try:
             con.execute(
                 f"""CREATE TEMP TABLE sacct_json AS

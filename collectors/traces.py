@@ -31,7 +31,8 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
-from collectors.common import Check, first_violation
+from collectors.common import Check, epoch_ts, first_violation, sql_path
+from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import model_sql_case
 
@@ -62,7 +63,7 @@ def _read_csv(
     con: duckdb.DuckDBPyConnection, path: Path, table: str, columns: list[str], *, header: bool
 ) -> None:
     """All fields as VARCHAR with their line numbers; a malformed line is a FormatError naming it."""
-    src = str(path).replace("'", "''")
+    src = sql_path(path)[1:-1]
     spec = ", ".join(f"'{c}': 'VARCHAR'" for c in columns)
     try:
         con.execute(
@@ -146,7 +147,7 @@ class PaiTrace2020:
         first_violation(con, path, "pai_raw", checks)
 
         def at(col: str) -> str:
-            return f"{epoch}::TIMESTAMP + to_seconds(TRY_CAST(nullif({col}, '') AS DOUBLE))"
+            return epoch_ts(f"TRY_CAST(nullif({col}, '') AS DOUBLE)", f"{epoch}::TIMESTAMP")
 
         con.execute(
             f"""CREATE TEMP TABLE stage_jobs AS
@@ -155,9 +156,11 @@ class PaiTrace2020:
                        CASE WHEN nullif(gpu_type, '') IS NOT NULL THEN {_model("gpu_type")} END AS gpu_model,
                        coalesce(TRY_CAST(inst_num AS DOUBLE), 1) * coalesce(TRY_CAST(plan_gpu AS DOUBLE), 0) / 100
                            AS gpu_count,
-                       {at("start_time")} AS start_ts, {at("end_time")} AS end_ts, {PAI_STATUS} AS state
+                       {at("start_time")} AS start_ts, {at("end_time")} AS end_ts, {PAI_STATUS} AS state,
+                       line_no
                 FROM pai_raw ORDER BY line_no"""
         )
+        name_columns(con, "jobs", {"start_ts": "start_time", "end_ts": "end_time", "gpu_count": "plan_gpu"})
         con.execute("DROP TABLE temp.pai_raw")
         return {}
 
@@ -208,7 +211,7 @@ class OpenbTrace2023:
         first_violation(con, path, "ob_raw", checks)
 
         def at(col: str) -> str:
-            return f"{epoch}::TIMESTAMP + to_seconds(TRY_CAST(nullif({col}, '') AS DOUBLE))"
+            return epoch_ts(f"TRY_CAST(nullif({col}, '') AS DOUBLE)", f"{epoch}::TIMESTAMP")
 
         con.execute(
             f"""CREATE TEMP TABLE stage_jobs AS
@@ -224,8 +227,19 @@ class OpenbTrace2023:
                        CASE WHEN pod_phase <> 'Pending' THEN {at("deletion_time")} END AS end_ts,
                        CASE pod_phase WHEN 'Succeeded' THEN 'COMPLETED' WHEN 'Failed' THEN 'FAILED'
                             WHEN 'Pending' THEN 'PENDING' WHEN 'Running' THEN 'RUNNING' ELSE upper(pod_phase) END
-                           AS state
+                           AS state,
+                       line_no
                 FROM ob_raw ORDER BY line_no"""
+        )
+        name_columns(
+            con,
+            "jobs",
+            {
+                "submit_ts": "creation_time",
+                "start_ts": "scheduled_time",
+                "end_ts": "deletion_time",
+                "gpu_count": "num_gpu",
+            },
         )
         con.execute("DROP TABLE temp.ob_raw")
         return {}
@@ -308,9 +322,10 @@ class GenaiSeries2026:
         scale = "" if metric == "duty" else " / 1048576"  # bytes → MiB
         con.execute(
             f"""CREATE TEMP TABLE stage_samples AS
-                SELECT to_timestamp(TRY_CAST(timestamp_anon AS DOUBLE)) AT TIME ZONE 'UTC' AS ts,
-                       'genai:' || container_ip AS gpu_id, TRY_CAST(value AS DOUBLE){scale} AS {col}
+                SELECT {epoch_ts("TRY_CAST(timestamp_anon AS DOUBLE)")} AS ts,
+                       'genai:' || container_ip AS gpu_id, TRY_CAST(value AS DOUBLE){scale} AS {col}, line_no
                 FROM ga_raw ORDER BY ts, gpu_id"""
         )
+        name_columns(con, "samples", {"ts": "timestamp_anon", col: "value"})
         con.execute("DROP TABLE temp.ga_raw")
         return {}

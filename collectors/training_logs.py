@@ -24,7 +24,8 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
-from collectors.common import Check, first_violation, json_object_limit
+from collectors.common import Check, first_violation, json_object_limit, sql_path
+from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 
 
@@ -70,7 +71,7 @@ class HfTrainerState:
         return Sniff(0)
 
     def stage(self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
-        src = str(path).replace("'", "''")
+        src = sql_path(path)[1:-1]
         try:
             con.execute(
                 f"""CREATE TEMP TABLE hf_state AS SELECT json AS s
@@ -133,6 +134,18 @@ class HfTrainerState:
             FROM hf_state
             """
         )
+        name_columns(
+            con,
+            "training_runs",
+            {
+                "runtime_s": "train_runtime",
+                "samples_per_s": "train_samples_per_second",
+                "tokens_per_s": "train_tokens_per_second",
+                "total_flos": "total_flos",
+                "steps": "global_step",
+                "batch_size": "train_batch_size",
+            },
+        )
         finished = con.execute("SELECT runtime_s IS NOT NULL FROM stage_training_runs").fetchall()[0][0]
         if not opts.job_id:
             stage_own_job(con, job_id, "hf_trainer", bool(finished))
@@ -165,7 +178,7 @@ class LlamaFactoryLog:
         return Sniff(0)
 
     def stage(self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
-        src = str(path).replace("'", "''")
+        src = sql_path(path)[1:-1]
         try:
             con.execute(
                 f"""CREATE TEMP TABLE lf_log AS SELECT row_number() OVER () AS line_no, json AS e
@@ -195,7 +208,7 @@ class LlamaFactoryLog:
             SELECT {quote(job_id)} AS job_id, CAST({_num("e", "current_steps")} AS BIGINT) AS step,
                    {_num("e", "epoch")} AS epoch, {elapsed} AS elapsed_s, {_num("e", "loss")} AS loss,
                    {_num("e", "eval_loss")} AS eval_loss, {_num("e", "learning_rate")} AS learning_rate,
-                   nullif({_num("e", "total_tokens")}, 0) AS tokens_seen
+                   nullif({_num("e", "total_tokens")}, 0) AS tokens_seen, line_no
             FROM lf_log ORDER BY line_no
             """
         )
@@ -208,6 +221,11 @@ class LlamaFactoryLog:
                    max(tokens_seen) / nullif(max(elapsed_s), 0) AS tokens_per_s
             FROM stage_train_log
             """
+        )
+        name_columns(
+            con,
+            "train_log",
+            {"step": "current_steps", "elapsed_s": "elapsed_time", "tokens_seen": "total_tokens"},
         )
         done = con.execute(
             f"SELECT bool_or({_num('e', 'current_steps')} >= {_num('e', 'total_steps')}) FROM lf_log"
@@ -295,7 +313,7 @@ class LightningMetrics:
         return Sniff(0)
 
     def stage(self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
-        src = str(path).replace("'", "''")
+        src = sql_path(path)[1:-1]
         try:
             con.execute(
                 f"""CREATE TEMP TABLE pl_raw AS SELECT row_number() OVER () + 1 AS line_no, *
@@ -323,6 +341,13 @@ class LightningMetrics:
                     f'"{c}"',
                 )
                 for c in numeric
+            ]
+            + [
+                Check(
+                    "abs(TRY_CAST(step AS DOUBLE)) >= 9.2e18",
+                    'column "step" is {value}, too large for a step count',
+                    "step",
+                )
             ],
         )
         lr_cols = tuple(c for c in cols if c.startswith("lr-") or c in ("lr", "learning_rate"))
@@ -333,7 +358,7 @@ class LightningMetrics:
             CREATE TEMP TABLE stage_train_log AS
             SELECT {quote(job_id)} AS job_id, CAST(TRY_CAST(step AS DOUBLE) AS BIGINT) AS step,
                    {first_of(("epoch",))} AS epoch, {loss} AS loss, {eval_loss} AS eval_loss,
-                   {first_of(lr_cols)} AS learning_rate
+                   {first_of(lr_cols)} AS learning_rate, line_no
             FROM pl_raw WHERE {loss} IS NOT NULL OR {eval_loss} IS NOT NULL ORDER BY line_no
             """
         )

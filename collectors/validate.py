@@ -128,6 +128,10 @@ def _time(col: str) -> Rule:
     )
 
 
+def _required(col: str) -> Rule:
+    return Rule(col, f"s.{col} IS NULL", "{name} is empty or unreadable (every row needs it)")
+
+
 def _span(start: str, end: str) -> list[Rule]:
     return [
         Rule(
@@ -159,6 +163,7 @@ _PCT = [
 
 RULES: dict[str, list[Rule]] = {
     "samples": [
+        _required("ts"),
         _time("ts"),
         *_PCT,
         _finite("interval_s"),
@@ -227,7 +232,13 @@ RULES: dict[str, list[Rule]] = {
         *_nonneg("gpu_mem_peak_mib", "MiB", MAX_MEMORY_MIB),
         *_range("gpu_util_peak_pct", 0, 100, "%"),
     ],
-    "allocations": [*_count("gpu_count"), _time("start_ts"), _time("end_ts"), *_span("start_ts", "end_ts")],
+    "allocations": [
+        *_count("gpu_count"),
+        _required("start_ts"),
+        _time("start_ts"),
+        _time("end_ts"),
+        *_span("start_ts", "end_ts"),
+    ],
     "training_runs": [
         rule
         for col, unit in (
@@ -269,9 +280,15 @@ RULES: dict[str, list[Rule]] = {
         _finite("eval_loss"),
         _finite("learning_rate"),
     ],
-    "processes": [_time("ts"), *_nonneg("used_mem_mib", "MiB", MAX_MEMORY_MIB)],
-    "gpu_events": [_time("ts")],
-    "capacity": [*_count("gpu_count"), _time("start_ts"), _time("end_ts"), *_span("start_ts", "end_ts")],
+    "processes": [_required("ts"), _time("ts"), *_nonneg("used_mem_mib", "MiB", MAX_MEMORY_MIB)],
+    "gpu_events": [_required("ts"), _time("ts")],
+    "capacity": [
+        *_count("gpu_count"),
+        _required("start_ts"),
+        _time("start_ts"),
+        _time("end_ts"),
+        *_span("start_ts", "end_ts"),
+    ],
     "gpus": [
         *_nonneg("memory_total_mib", "MiB"),
         Rule(
@@ -434,6 +451,14 @@ def find_violations(
     )
     limits = " ".join(f"WHEN {i} THEN CAST({r.limit_sql} AS VARCHAR)" for i, r in enumerate(rules))
     line = "s.line_no" if "line_no" in cols else "NULL"
+    # a stage may say per column which line its value came from (dcgm: one sample from many lines)
+    per_col = [
+        f"WHEN {i} THEN coalesce(s.line_no__{r.column}, {line})"
+        for i, r in enumerate(rules)
+        if f"line_no__{r.column}" in cols
+    ]
+    if per_col:
+        line = f"CASE CASE {arms} END {' '.join(per_col)} ELSE {line} END"
     key = "NULL" if staged else KEYS.get(table, "NULL")
     ingest = "s.ingest_id" if "ingest_id" in cols and not staged else "NULL"
     model = "cat.model" if join else "NULL"

@@ -21,8 +21,9 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
-from collectors.common import Check, first_violation
+from collectors.common import Check, epoch_ts, first_violation, sql_path
 from collectors.training_logs import _duckdb_failure
+from collectors.validate import MAX_GPU_COUNT, name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import normalize_model
 
@@ -58,6 +59,38 @@ def read_metadata(path: Path, *, own: bool = False) -> dict[str, object]:
     if not isinstance(data, dict):
         raise FormatError(meta, 1, "not a W&B metadata object")
     return data
+
+
+def gpu_count_of(path: Path, meta: dict[str, object], *, own: bool = False) -> float | None:
+    """The metadata's ``gpu_count``, checked before any work: an absurd count (``1000000000``) would
+    otherwise stage a GPU row per count (minutes, gigabytes)."""
+    count = meta.get("gpu_count")
+    if count is None:
+        return None
+    meta_path = metadata_path(path, own=own)
+    if isinstance(count, bool) or not isinstance(count, int | float):
+        raise FormatError(
+            meta_path, _key_line(meta_path, "gpu_count"), f'"gpu_count" is not a number: {count!r}'
+        )
+    if not 0 <= count <= MAX_GPU_COUNT:  # also NaN, ±inf (json reads 1e999 as inf)
+        raise FormatError(
+            meta_path,
+            _key_line(meta_path, "gpu_count"),
+            f'"gpu_count" is {count:g}, outside 0 … {MAX_GPU_COUNT:,} (no fleet has more GPUs)',
+        )
+    return float(count)
+
+
+def _key_line(path: Path, key: str) -> int | None:
+    """The line of a JSON file where ``"key"`` first appears (for messages)."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            for i, line in enumerate(fh, start=1):
+                if f'"{key}"' in line:
+                    return i
+    except OSError:
+        return None
+    return None
 
 
 def _host(path: Path, meta: dict[str, object]) -> str:
@@ -107,7 +140,7 @@ class WandbEvents:
         return Sniff(0)
 
     def stage(self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
-        src = str(path).replace("'", "''")
+        src = sql_path(path)[1:-1]
         try:
             con.execute(
                 f"""CREATE TEMP TABLE wb_raw AS SELECT row_number() OVER () AS line_no, json AS e
@@ -128,16 +161,16 @@ class WandbEvents:
             ],
         )
         meta = read_metadata(path)
+        gpu_count_of(path, meta)
         host = _host(path, meta)
         job_id = opts.job_id or f"wandb:{run_dir(path).name}"
         pivots = ", ".join(
             f"max(CASE WHEN metric = {quote(k)} THEN v END) AS {col}" for k, col in METRICS.items()
         )
         con.execute(
-            """
+            f"""
             CREATE TEMP TABLE wb_long AS
-            SELECT line_no, to_timestamp(TRY_CAST(json_extract_string(e, '$._timestamp') AS DOUBLE))
-                       AT TIME ZONE 'UTC' AS ts,
+            SELECT line_no, {epoch_ts("TRY_CAST(json_extract_string(e, '$._timestamp') AS DOUBLE)")} AS ts,
                    TRY_CAST(regexp_extract(k, '^system[./]gpu\\.(\\d+)\\.', 1) AS INTEGER) AS gpu_index,
                    regexp_extract(k, '^system[./]gpu\\.\\d+\\.(.+)$', 1) AS metric,
                    TRY_CAST(json_extract_string(e, '$."' || k || '"') AS DOUBLE) AS v
@@ -150,9 +183,15 @@ class WandbEvents:
             CREATE TEMP TABLE stage_samples AS
             SELECT ts, 'wandb:' || {quote(host)} || ':' || gpu_index AS gpu_id, {pivots},
                    max(CASE WHEN metric = 'memoryAllocatedBytes' THEN v / 1048576 END) AS mem_used_mib,
-                   {quote(job_id)} AS job_id
+                   {quote(job_id)} AS job_id, min(line_no) AS line_no
             FROM wb_long GROUP BY ts, gpu_index ORDER BY ts, gpu_index
             """
+        )
+        name_columns(
+            con,
+            "samples",
+            {col: f"system.gpu.N.{k}" for k, col in METRICS.items()}
+            | {"mem_used_mib": "system.gpu.N.memoryAllocatedBytes", "ts": "_timestamp"},
         )
         con.execute(
             f"""CREATE TEMP TABLE stage_gpus AS
@@ -187,8 +226,8 @@ class WandbMetadata:
         if not meta.get("startedAt"):
             raise FormatError(path, None, 'no "startedAt": not a W&B wandb-metadata.json')
         host = _host(path, meta)
-        count = meta.get("gpu_count")
-        n = int(count) if isinstance(count, int | float) else 0
+        count = gpu_count_of(path, meta, own=True)
+        n = int(count) if count is not None else 0
         model_raw = meta.get("gpu")
         con.execute(
             """CREATE TEMP TABLE stage_gpus AS

@@ -164,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with writer(args.db) as con:
             if spill is not None:
+                spill.mkdir(parents=True, exist_ok=True)  # DuckDB creates the folder, not its parent
                 con.execute(f"SET temp_directory = '{str(spill).replace(chr(39), chr(39) * 2)}'")
             for path in paths:
                 try:

@@ -1,0 +1,400 @@
+"""Feed ``ingest_file`` mutated real files, per parser family, and count what a bad day's input does.
+
+    .venv/bin/python bench/fuzz.py                    # 10,000 inputs per family (hours on a small machine)
+    .venv/bin/python bench/fuzz.py --count 200 --family dcgm --seed 3
+
+Each input is a real file from ../shared/datasets (the first ``BASE_LINES`` lines of a long line-oriented
+one) with one to three mutations of the kinds real fleets produce: truncation, byte flips, dropped or
+duplicated columns, huge numbers, NaN/inf, negative values, years far off, a BOM, CRLF line ends, stray
+unicode and NUL bytes, duplicated or shuffled lines. Every input must end in one of two ways:
+
+- it lands, and nothing in the ledger breaks a plausibility rule (collectors/validate.py);
+- it is rejected with a ``FormatError`` naming the file (or the sibling file the parser read).
+
+Printed per family: inputs, landed, rejected, **crashes** (any other exception: a traceback a user would
+see), **out of range landed** (rows ``gpuledger check`` would list), **rejections without a line** (and how
+many of those are file-level: no parser recognises the file, it is empty, a JSON document), and the slowest
+input with its time. tests/test_fuzz.py runs the same engine on a few dozen inputs per family.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import random
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import duckdb  # noqa: E402
+
+from collectors.base import IngestOptions, ingest_file  # noqa: E402
+from collectors.validate import ledger_violations  # noqa: E402
+from gpuledger.ledger.db import memory_ledger  # noqa: E402
+from gpuledger.ledger.errors import FormatError, UnknownFormatError  # noqa: E402
+
+DATASETS = ROOT.parent / "shared" / "datasets"
+BASE_LINES = 300  # long line-oriented files are cut to this many lines first (each input stays fast)
+HANG_S = 30.0  # an input still running after this is interrupted and counted as a hang
+FRESH_EVERY = 25  # a new ledger after this many inputs (a growing ledger slows the check)
+
+# family → real files (relative to DATASETS); a file whose parser needs a sibling lists it after "+".
+FAMILIES: dict[str, list[str]] = {
+    "nvidia_smi": [
+        "nvidia-smi-csv/eobo0530_vlm_optimization_gpu_log.csv",
+        "nvidia-smi-csv/xypp3_gpu_glasses_nvidia_smi.csv",
+        "nvidia-smi-csv/anjana5anand_gpu_usage_log_resnet_224.csv",
+        "nvidia-smi-q-xml/telegraf_a100-sxm4-v12.xml",
+        "nvidia-smi-q-xml/telegraf_tesla-t4.xml",
+        "nvidia-smi-q-xml/telegraf_rtx-4000-sff-ada-v13.xml",
+    ],
+    "dcgm": [
+        "dcgm-exporter/datadog_dcgm_fixture_metrics.txt",
+        "dcgm-exporter/github_issue_excerpts_metrics.txt",
+    ],
+    "slurm": ["slurm-sacct/slurmdog_alpine_sacct.json"],
+    "training_logs": [
+        "hf-trainer/mistral7b-lora-translator/trainer_state.json",
+        "hf-trainer/luojiu-7b-qlora-a10/trainer_log.jsonl",
+        "lightning-csvlogger/slm_training_version_0_metrics.csv",
+    ],
+    "wandb": [
+        "wandb/spaceinvaders-colab-T4/wandb-events.jsonl+wandb/spaceinvaders-colab-T4/wandb-metadata.json",
+        "wandb/spaceinvaders-colab-T4/wandb-metadata.json",
+    ],
+    "traces": [
+        "alibaba-gpu-v2023/openb_pod_list_default.csv",
+        "alibaba-v2026-genai/pod_gpu_duty_cycle_anon.head30k.csv",
+        "alibaba-v2026-genai/pod_gpu_memory_used_bytes_anon.head30k.csv",
+    ],
+}
+
+HUGE = ["1e30", "1e300", "99999999999999999999999", "-1e30", "1e400", "9223372036854775807", "1000000000"]
+NONFINITE = ["NaN", "nan", "inf", "-inf", "Infinity", "-Infinity", "null"]
+UNICODE = ["é", "\u202e", "💥", "\x00", "\ufffd", "ß", "\u200b", "Ω"]
+_NUMBER = re.compile(rb"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
+_YEAR = re.compile(rb"20[0-9]{2}(?=[-/])")
+
+
+@dataclasses.dataclass
+class Outcome:
+    kind: str  # ok | rejected | crash | out_of_range | hang
+    seconds: float
+    mutations: list[str]
+    message: str = ""
+    line: int | None = None
+    file_level: bool = False  # a rejection about the whole file (no line to name)
+
+
+@dataclasses.dataclass
+class Tally:
+    family: str
+    inputs: int = 0
+    ok: int = 0
+    rejected: int = 0
+    crashes: int = 0
+    out_of_range: int = 0
+    hangs: int = 0
+    no_line: int = 0
+    no_line_file_level: int = 0
+    slowest_s: float = 0.0
+    slowest: str = ""
+    examples: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+
+    def add(self, o: Outcome, label: str) -> None:
+        self.inputs += 1
+        if o.seconds > self.slowest_s:
+            self.slowest_s, self.slowest = o.seconds, f"{label} [{', '.join(o.mutations)}]"
+        if o.kind == "ok":
+            self.ok += 1
+        elif o.kind == "rejected":
+            self.rejected += 1
+            if o.line is None:
+                self.no_line += 1
+                self.no_line_file_level += o.file_level
+                if not o.file_level:
+                    self.examples.setdefault("no_line", []).append(f"{label}: {o.message}")
+        else:
+            attr = {"crash": "crashes", "out_of_range": "out_of_range", "hang": "hangs"}[o.kind]
+            setattr(self, attr, getattr(self, attr) + 1)
+            self.examples.setdefault(o.kind, []).append(f"{label} [{', '.join(o.mutations)}]: {o.message}")
+
+    def line(self) -> str:
+        line_rej = self.rejected - self.no_line_file_level
+        named = (
+            100.0 * (line_rej - (self.no_line - self.no_line_file_level)) / line_rej if line_rej else 100.0
+        )
+        return (
+            f"{self.family:<14} inputs {self.inputs:>6,}  landed {self.ok:>6,}  rejected {self.rejected:>6,}  "
+            f"crashes {self.crashes:>3}  hangs {self.hangs:>2}  out-of-range landed {self.out_of_range:>3}  "
+            f"rejections without a line {self.no_line:>5,} ({self.no_line_file_level:,} file-level; "
+            f"{named:.1f} % of line rejections name it)  slowest {self.slowest_s:.2f} s: {self.slowest}"
+        )
+
+
+# -- mutations -------------------------------------------------------------------------------------------
+
+
+def _lines(data: bytes) -> list[bytes]:
+    return data.split(b"\n")
+
+
+def _delim(data: bytes) -> bytes:
+    first = data.split(b"\n", 1)[0]
+    return b"|" if first.count(b"|") > first.count(b",") else b","
+
+
+def truncate(data: bytes, rng: random.Random) -> bytes:
+    return data[: rng.randrange(1, max(2, len(data)))]
+
+
+def flip_bytes(data: bytes, rng: random.Random) -> bytes:
+    b = bytearray(data)
+    for _ in range(rng.randint(1, 5)):
+        if b:
+            b[rng.randrange(len(b))] = rng.randrange(256)
+    return bytes(b)
+
+
+def drop_column(data: bytes, rng: random.Random) -> bytes:
+    d = _delim(data)
+    lines = _lines(data)
+    k = rng.randrange(max(1, lines[0].count(d) + 1))
+    only_header = rng.random() < 0.3
+    out = []
+    for i, ln in enumerate(lines):
+        parts = ln.split(d)
+        if (i == 0 or not only_header) and len(parts) > k:
+            del parts[k]
+        out.append(d.join(parts))
+    return b"\n".join(out)
+
+
+def duplicate_column(data: bytes, rng: random.Random) -> bytes:
+    d = _delim(data)
+    lines = _lines(data)
+    k = rng.randrange(max(1, lines[0].count(d) + 1))
+    out = []
+    for ln in lines:
+        parts = ln.split(d)
+        if len(parts) > k:
+            parts.insert(k, parts[k])
+        out.append(d.join(parts))
+    return b"\n".join(out)
+
+
+def _replace_numbers(data: bytes, rng: random.Random, choices: list[str], n: int) -> bytes:
+    spans = [m.span() for m in _NUMBER.finditer(data)]
+    if not spans:
+        return data
+    picked = sorted(rng.sample(spans, min(n, len(spans))), reverse=True)
+    for a, b in picked:
+        data = data[:a] + rng.choice(choices).encode() + data[b:]
+    return data
+
+
+def huge_number(data: bytes, rng: random.Random) -> bytes:
+    return _replace_numbers(data, rng, HUGE, rng.randint(1, 3))
+
+
+def nonfinite(data: bytes, rng: random.Random) -> bytes:
+    return _replace_numbers(data, rng, NONFINITE, rng.randint(1, 3))
+
+
+def negative(data: bytes, rng: random.Random) -> bytes:
+    spans = [m.span() for m in _NUMBER.finditer(data)]
+    if not spans:
+        return data
+    a, b = rng.choice(spans)
+    return data[:a] + b"-" + data[a:b].lstrip(b"-") + data[b:]
+
+
+def far_year(data: bytes, rng: random.Random) -> bytes:
+    spans = [m.span() for m in _YEAR.finditer(data)]
+    if not spans:
+        return huge_number(data, rng)
+    a, b = rng.choice(spans)
+    return data[:a] + rng.choice([b"2099", b"1970", b"9999", b"1900", b"0001"]) + data[b:]
+
+
+def bom(data: bytes, rng: random.Random) -> bytes:
+    return b"\xef\xbb\xbf" + data
+
+
+def crlf(data: bytes, rng: random.Random) -> bytes:
+    return data.replace(b"\n", b"\r\n")
+
+
+def unicode(data: bytes, rng: random.Random) -> bytes:
+    for _ in range(rng.randint(1, 4)):
+        i = rng.randrange(max(1, len(data)))
+        data = data[:i] + rng.choice(UNICODE).encode() + data[i:]
+    return data
+
+
+def duplicate_lines(data: bytes, rng: random.Random) -> bytes:
+    lines = _lines(data)
+    i = rng.randrange(len(lines))
+    return b"\n".join(lines[: i + 1] + [lines[i]] * rng.randint(1, 3) + lines[i + 1 :])
+
+
+def shuffle_lines(data: bytes, rng: random.Random) -> bytes:
+    lines = _lines(data)
+    head, body = lines[:1], lines[1:]
+    rng.shuffle(body)
+    return b"\n".join(head + body)
+
+
+def empty_fields(data: bytes, rng: random.Random) -> bytes:
+    return _replace_numbers(data, rng, [""], rng.randint(1, 5))
+
+
+MUTATIONS = {
+    f.__name__: f
+    for f in (
+        truncate,
+        flip_bytes,
+        drop_column,
+        duplicate_column,
+        huge_number,
+        nonfinite,
+        negative,
+        far_year,
+        bom,
+        crlf,
+        unicode,
+        duplicate_lines,
+        shuffle_lines,
+        empty_fields,
+    )
+}
+
+
+def base_bytes(path: Path) -> bytes:
+    data = path.read_bytes()
+    if path.suffix in (".csv", ".jsonl", ".txt") and data.count(b"\n") > BASE_LINES:
+        data = b"\n".join(data.split(b"\n")[:BASE_LINES]) + b"\n"
+    return data
+
+
+def mutate(data: bytes, rng: random.Random) -> tuple[bytes, list[str]]:
+    names = rng.sample(sorted(MUTATIONS), rng.choice([1, 1, 1, 2, 3]))
+    for name in names:
+        data = MUTATIONS[name](data, rng)
+    return data, names
+
+
+# -- one input --------------------------------------------------------------------------------------------
+
+_FILE_LEVEL = (
+    "no parser recognises",
+    "the file is empty",
+    "not valid JSON",
+    "not a W&B",
+    'no "',
+    "missing column",
+    "no timestamp column",
+    "no telemetry column",
+    "no DCGM",
+    "unknown column",
+    "not a Hugging Face",
+    "not sacct --json",
+    "resultType",
+    "not well-formed XML",
+)
+
+
+def run_one(con: duckdb.DuckDBPyConnection, path: Path, mutations: list[str]) -> Outcome:
+    """Ingest ``path``; classify what happened (see the module docstring)."""
+    timer = threading.Timer(HANG_S, con.interrupt)
+    timer.start()
+    started = time.perf_counter()
+    try:
+        ingest_file(con, path, opts=IngestOptions(tz="UTC", quiet=True))
+    except FormatError as exc:
+        took = time.perf_counter() - started
+        if took >= HANG_S:
+            return Outcome("hang", took, mutations, str(exc))
+        if Path(exc.path).parent != path.parent and exc.path != "--tz":
+            return Outcome("crash", took, mutations, f"FormatError names {exc.path}, not the file: {exc}")
+        level = isinstance(exc, UnknownFormatError) or any(s in exc.reason for s in _FILE_LEVEL)
+        return Outcome("rejected", took, mutations, str(exc), exc.line, file_level=level and exc.line is None)
+    except Exception as exc:  # a traceback a user would see
+        return Outcome(
+            "crash", time.perf_counter() - started, mutations, f"{type(exc).__name__}: {exc}"[:300]
+        )
+    finally:
+        timer.cancel()
+    took = time.perf_counter() - started
+    bad = ledger_violations(con)
+    if bad:
+        return Outcome("out_of_range", took, mutations, f"{bad[0].table}: {bad[0].reason}")
+    return Outcome("ok", took, mutations)
+
+
+def fresh_ledger() -> duckdb.DuckDBPyConnection:
+    con = memory_ledger()
+    con.execute("SET memory_limit = '1GB'")  # like a writer: bounded memory (gpuledger.ledger.db)
+    return con
+
+
+def fuzz_family(family: str, count: int, seed: int, workdir: Path, datasets: Path = DATASETS) -> Tally:
+    """``count`` mutated inputs of ``family``'s files, round robin; deterministic for a seed."""
+    tally = Tally(family)
+    rng = random.Random(f"{family}:{seed}")
+    sources = []
+    for spec in FAMILIES[family]:
+        main, *siblings = spec.split("+")
+        sources.append((datasets / main, [datasets / s for s in siblings]))
+    bases = {src: base_bytes(src) for src, _ in sources}
+    con = fresh_ledger()
+    try:
+        for i in range(count):
+            if i and i % FRESH_EVERY == 0:
+                con.close()
+                con = fresh_ledger()
+            src, siblings = sources[i % len(sources)]
+            data, names = mutate(bases[src], rng)
+            where = workdir / f"{family}-{i}"
+            where.mkdir(parents=True)
+            for s in siblings:
+                shutil.copyfile(s, where / s.name)
+            target = where / src.name
+            target.write_bytes(data)
+            tally.add(run_one(con, target, names), f"{src.name}#{i}")
+            shutil.rmtree(where, ignore_errors=True)
+    finally:
+        con.close()
+    return tally
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--count", type=int, default=10_000, help="inputs per family (default 10,000)")
+    ap.add_argument("--family", action="append", choices=sorted(FAMILIES), help="only these (repeatable)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--examples", type=int, default=3, help="show this many examples of each problem")
+    args = ap.parse_args()
+    failed = False
+    with tempfile.TemporaryDirectory(prefix="gpuledger-fuzz-") as tmp:
+        for family in args.family or sorted(FAMILIES):
+            started = time.perf_counter()
+            tally = fuzz_family(family, args.count, args.seed, Path(tmp))
+            print(tally.line(), f"({time.perf_counter() - started:.0f} s)", flush=True)
+            for kind, items in tally.examples.items():
+                for text in items[: args.examples]:
+                    print(f"    {kind}: {text}")
+            failed |= bool(tally.crashes or tally.out_of_range or tally.hangs)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
