@@ -332,6 +332,17 @@ SCHEMA_V2: list[str] = [
     )
     """,
     # -- notices (cooldown) --
+    """
+    CREATE TABLE IF NOT EXISTS notices (
+        user_name   VARCHAR NOT NULL,          -- jobs.user_name the notice went to
+        kind        VARCHAR NOT NULL,          -- idle_gpus | failed_no_checkpoint | oversized_gpu | small_batch (gpuledger/reports/notices.py)
+        target      VARCHAR NOT NULL,          -- what it is about: a jobs.job_id, or the user for a per-user pattern
+        usd         DOUBLE,                    -- the $ the notice named (USD, in its period)
+        period      VARCHAR NOT NULL,          -- the period it covered: ISO week (2026-W47) or since..until
+        address     VARCHAR NOT NULL,          -- the mail address it was sent to
+        sent_ts     TIMESTAMP NOT NULL         -- when the mail was accepted by the SMTP server (UTC); the cooldown counts from here
+    )
+    """,
     # -- job summaries (Prometheus pushdown) --
     # One row per job, GPU and query window, computed by Prometheus over the job's own samples
     # (collectors/prometheus_jobs.py, `collect prometheus --jobs`); no raw samples travel. Where a job has no

@@ -291,3 +291,68 @@ def test_deal_evidence_first_then_remainder_then_share():
     # a running job (no end) holds its cards until further notice
     ties = deal(G4, [A("a", 0, None, 4), A("b", 5, 6, 1)])
     assert owners(ties) == {"a": ["h:0", "h:1", "h:2", "h:3"]}
+
+
+def dcgm_file(tmp_path: Path, host: str, labels: dict[int, str]) -> Path:
+    """dcgm-exporter scrapes of a 4-GPU host every 60 s over minutes 0..59; GPU i carries hpc_job labels[i]."""
+    lines = []
+    for m in range(60):
+        ms = int((T0 + dt.timedelta(minutes=m)).replace(tzinfo=dt.UTC).timestamp() * 1000)
+        for i in range(4):
+            job = f',hpc_job="{labels[i]}"' if i in labels and 5 <= m < 45 else ""
+            lines.append(
+                f'DCGM_FI_DEV_GPU_UTIL{{gpu="{i}",modelName="{H100}",Hostname="{host}"{job}}} {util(host, i, m)} {ms}'
+            )
+    return write(tmp_path, f"{host}.prom", "\n".join(lines) + "\n")
+
+
+def test_dcgm_hpc_job_labels_are_evidence_for_a_shared_host(ledger, tmp_path):
+    # dcgm labels GPUs 1 and 3 with job 202 while it runs; 203 (no labels) takes the remainder, 0 and 2
+    ingest_file(ledger, dcgm_file(tmp_path, "n2", {1: "202", 3: "202"}), opts=IngestOptions(cluster="ci"))
+    sacct = write(
+        tmp_path,
+        "s.txt",
+        "\n".join([HEADER, sacct_row(202, 2, "n2", 5, 45), sacct_row(203, 2, "n2", 5, 45)]) + "\n",
+    )
+    ingest_file(ledger, sacct, opts=UTC)
+    got = ledger.execute(
+        """SELECT h.job_id, list(g.gpu_index ORDER BY g.gpu_index), any_value(h.evidence)
+           FROM host_attribution h JOIN gpus g USING (gpu_id) GROUP BY 1 ORDER BY 1"""
+    ).fetchall()
+    assert got == [("ci/202", [1, 3], "sample_label"), ("ci/203", [0, 2], "remainder")]
+    assert dict(ledger.execute("SELECT job_id, attribution FROM jobs").fetchall()) == {
+        "ci/202": "exact",
+        "ci/203": "exact",
+    }
+    # 203's samples: GPUs 0 and 2 over minutes 5..44, 2 × 40 of them
+    assert ledger.execute("SELECT count(*) FROM samples WHERE job_id = 'ci/203'").fetchall() == [(80,)]
+
+
+def test_nvml_process_job_ids_are_evidence_for_a_shared_host(ledger, tmp_path):
+    from collectors.base import land, next_ingest_id, run_in_transaction
+
+    ingest_file(ledger, smi_csv(tmp_path, "n2"), opts=IngestOptions(tz="UTC", host="n2"))
+    # an NVML sampler saw job 202's process on GPU 2 (SLURM_JOB_ID in its environment) at minute 10
+    gpu2 = ledger.execute("SELECT gpu_id FROM gpus WHERE host = 'n2' AND gpu_index = 2").fetchall()[0][0]
+
+    def work():
+        ledger.execute(
+            "CREATE TEMP TABLE stage_processes AS SELECT ?::TIMESTAMP AS ts, ? AS gpu_id, 4242 AS pid, "
+            "'python' AS process_name, 20000.0 AS used_mem_mib, 'ci/202' AS job_id",
+            [T0 + dt.timedelta(minutes=10), gpu2],
+        )
+        land(ledger, next_ingest_id(ledger), IngestOptions())
+
+    run_in_transaction(ledger, work)
+    sacct = write(
+        tmp_path,
+        "s.txt",
+        "\n".join([HEADER, sacct_row(202, 1, "n2", 5, 45), sacct_row(203, 1, "n2", 5, 45)]) + "\n",
+    )
+    ingest_file(ledger, sacct, opts=UTC)
+    got = ledger.execute(
+        """SELECT h.job_id, g.gpu_index, h.method, h.evidence FROM host_attribution h JOIN gpus g USING (gpu_id)
+           ORDER BY 1"""
+    ).fetchall()
+    # 202 on GPU 2 (its process); 203 dealt the lowest free card, 0 — a guess: 1 and 3 were free too
+    assert got == [("ci/202", 2, "exact", "process"), ("ci/203", 0, "by_share", "dealt")]
