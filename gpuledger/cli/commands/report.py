@@ -1,4 +1,5 @@
-"""``gpuledger report``: write the weekly cost report (self-contained HTML or Markdown) for a lead to mail on."""
+"""``gpuledger report``: write the weekly cost report (HTML, Markdown, CSV, JSON or plain text), one file per
+team with ``--per-team``, or mail it (HTML + plain text, CSV attached) with ``--mail-to``."""
 
 from __future__ import annotations
 
@@ -12,21 +13,57 @@ from gpuledger.ledger.db import reader
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.reference import sync_reference
 from gpuledger.ledger.settings import load_settings
-from gpuledger.reports.weekly import FORMATS, build_report, last_full_week, week_range
+from gpuledger.reports import mail
+from gpuledger.reports.content import UNALLOCATED, ReportData, collect, default_title
+from gpuledger.reports.fmt import slug
+from gpuledger.reports.weekly import FORMATS, render
+
+SUFFIXES = {
+    ".md": "md",
+    ".markdown": "md",
+    ".csv": "csv",
+    ".json": "json",
+    ".txt": "txt",
+    ".html": "html",
+    ".htm": "html",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "report",
-        help="write the weekly cost report (one self-contained HTML or Markdown file)",
-        description="Write a cost report a lead can mail on: KPIs, spend by team, waste by part, the top 10 "
-        "recommendations with $/week and the most wasteful jobs. Without --week/--since/--until it covers "
-        "the last full ISO week of the data. The numbers equal `gpuledger summary --json` for the same filters.",
+        help="write or mail the weekly cost report (html, md, csv, json or txt; one file per team)",
+        description="The weekly cost report: headline with the change vs the previous week, top actions "
+        "with $/week, spend and waste by team, user and GPU model, the costliest jobs, unit-cost trends, "
+        "energy, data-quality notes and the definitions of every figure. Without --week/--since/--until it "
+        "covers the last full ISO week of the data. The numbers equal `gpuledger summary --json` for the "
+        "same filters (docs/reports.md).",
     )
     p.add_argument("--week", help="ISO week, e.g. 2026-W47 (Monday to Sunday, UTC)")
     add_filter_options(p)
     p.add_argument("--out", help="write here (default: stdout)")
-    p.add_argument("--format", choices=FORMATS, help="html or md (default: from --out's suffix, else html)")
+    p.add_argument("--format", choices=FORMATS, help="default: from --out's suffix, else html")
+    p.add_argument(
+        "--per-team",
+        metavar="DIR",
+        help="write one report per team into DIR (DIR/TEAM.FORMAT), each with only its jobs and users",
+    )
+    g = p.add_argument_group("mail (docs/reports.md)")
+    g.add_argument(
+        "--mail-to", metavar="ADDR[,ADDR]", help="mail the report: HTML + plain text, CSV attached"
+    )
+    g.add_argument(
+        "--smtp", metavar="URL", help="smtp://[user@]host[:port][?starttls=1] or smtps://[user@]host[:port]"
+    )
+    g.add_argument("--starttls", action="store_true", help="upgrade an smtp:// connection with STARTTLS")
+    g.add_argument(
+        "--smtp-password-env",
+        default=mail.PASSWORD_ENV,
+        metavar="VAR",
+        help=f"environment variable holding the SMTP password (default {mail.PASSWORD_ENV})",
+    )
+    g.add_argument("--smtp-cafile", metavar="PEM", help="CA certificate(s) to verify the server with")
+    g.add_argument("--mail-from", metavar="ADDR", help="sender (default gpuledger@this host)")
     add_db_options(p)
     p.set_defaults(func=run)
 
@@ -34,15 +71,57 @@ def register(sub: argparse._SubParsersAction) -> None:
 def report_format(args: argparse.Namespace) -> str:
     if args.format:
         return str(args.format)
-    if args.out and Path(args.out).suffix.lower() in (".md", ".markdown"):
-        return "md"
+    if args.out:
+        return SUFFIXES.get(Path(args.out).suffix.lower(), "html")
     return "html"
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise LedgerError(f"{path}: cannot write the report: {exc.strerror}") from None
+
+
+def team_files(teams: list[str], fmt: str) -> dict[str, str]:
+    """team → file name inside --per-team DIR: the team's name made file-safe, unique even when two names
+    differ only in characters a file name cannot hold."""
+    out: dict[str, str] = {}
+    used: set[str] = set()
+    for team in teams:
+        base = slug(team)
+        name, n = base, 2
+        while name.lower() in used:
+            name, n = f"{base}-{n}", n + 1
+        used.add(name.lower())
+        out[team] = f"{name}.{fmt}"
+    return out
+
+
+def _teams(data: ReportData) -> list[str]:
+    return [t for t in data.by_team["team"].to_list() if t not in (UNALLOCATED, "(none)") and t is not None]
 
 
 def run(args: argparse.Namespace) -> int:
     if args.week and (args.since or args.until):
         print("error: give either --week or --since/--until, not both", file=sys.stderr)
         return 2
+    if args.mail_to and not args.smtp:
+        print(
+            "error: --mail-to needs --smtp URL (e.g. --smtp smtp://mail.example.org:587?starttls=1)",
+            file=sys.stderr,
+        )
+        return 2
+    if args.per_team and args.out:
+        print("error: give either --out or --per-team DIR, not both", file=sys.stderr)
+        return 2
+    from gpuledger.reports.content import last_full_week, week_range
+
+    fmt = report_format(args)
+    target = recipients = None
+    if args.mail_to:  # check the delivery options before any work
+        recipients = mail.parse_addresses(args.mail_to)
+        target = mail.parse_smtp_url(args.smtp, starttls=args.starttls)
     settings = load_settings(args.settings)
     sync_reference(args.db, settings)
     with reader(args.db) as con:
@@ -50,13 +129,53 @@ def run(args: argparse.Namespace) -> int:
         if args.week or not (since or until):
             since, until = week_range(args.week or last_full_week(horizon(con)))
         filters = Filters(since=since, until=until, teams=tuple(args.team), clusters=tuple(args.cluster))
-        text = build_report(con, filters=filters, settings=settings, fmt=report_format(args))
-    if args.out:
+        data = collect(con, filters=filters, settings=settings)
+        per_team: list[tuple[str, ReportData]] = []
+        if args.per_team:
+            for team in _teams(data):
+                tf = Filters(since=since, until=until, teams=(team,), clusters=tuple(args.cluster))
+                per_team.append(
+                    (
+                        team,
+                        collect(
+                            con, filters=tf, settings=settings, title=f"{default_title(tf)}, team {team}"
+                        ),
+                    )
+                )
+    if args.per_team:
+        folder = Path(args.per_team)
         try:
-            Path(args.out).write_text(text, encoding="utf-8")
+            folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise LedgerError(f"{args.out}: cannot write the report: {exc.strerror}") from None
+            raise LedgerError(f"{folder}: cannot create the folder: {exc.strerror}") from None
+        names = team_files([t for t, _ in per_team], fmt)
+        for team, team_data in per_team:
+            _write(folder / names[team], render(team_data, fmt))
+        print(
+            f"wrote {len(per_team)} team report(s) to {folder} ({since} – {until}): {', '.join(names.values())}"
+        )
+    elif args.out:
+        _write(Path(args.out), render(data, fmt))
         print(f"wrote {args.out} ({since} – {until})")
-    else:
-        sys.stdout.write(text)
+    elif not args.mail_to:
+        sys.stdout.write(render(data, fmt))
+    if target is not None and recipients:
+        send_report(data, target, recipients, args)
+        print(f"mailed the report to {', '.join(recipients)} through {target.display}")
     return 0
+
+
+def send_report(data: ReportData, target: mail.SmtpTarget, to: list[str], args: argparse.Namespace) -> None:
+    week = data.filters.since.isoformat() if data.filters.since else "all"
+    if "week " in data.title:
+        week = data.title.split("week ", 1)[1].split(" ", 1)[0]
+    msg = mail.build_message(
+        sender=args.mail_from or mail.default_sender(),
+        to=to,
+        subject=data.title,
+        text=render(data, "txt"),
+        html=render(data, "html"),
+        attachments=[(f"gpuledger-report-{week}.csv", render(data, "csv").encode("utf-8"), "text/csv")],
+    )
+    with mail.Mailer(target, password_env=args.smtp_password_env, cafile=args.smtp_cafile) as m:
+        m.send(msg)

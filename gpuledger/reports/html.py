@@ -1,0 +1,133 @@
+"""The report as HTML that survives mail clients: every style inline on its element (Gmail and Outlook drop
+``<style>`` blocks and SVG), charts drawn as table cells with a background colour and a width, no scripts,
+no images, no external resources. Every string is HTML-escaped."""
+
+from __future__ import annotations
+
+from html import escape
+
+from gpuledger.reports.content import ReportData
+from gpuledger.reports.sections import Bar, Section, Table, footer, scope, sections
+
+FONT = "font-family:Segoe UI,Helvetica,Arial,sans-serif;"
+TEXT = "#1d2330"
+MUTED = "#5b6375"
+BORDER = "#e1e5ee"
+BAR_WIDTH_PX = 560
+
+
+def _table(t: Table) -> str:
+    th = (
+        f"padding:6px 8px;border-bottom:2px solid {BORDER};background:#f4f6fa;{FONT}font-size:13px;"
+        f"color:{TEXT};"
+    )
+    head = "".join(
+        f'<th align="{"right" if i in t.numeric else "left"}" style="{th}text-align:{"right" if i in t.numeric else "left"}'
+        f'{";white-space:nowrap" if i in t.numeric else ""}">'
+        f"{escape(h)}</th>"
+        for i, h in enumerate(t.headers)
+    )
+    body = []
+    for row in t.rows:
+        cells = []
+        for i, c in enumerate(row):
+            right = i in t.numeric
+            style = (
+                f"padding:5px 8px;border-bottom:1px solid {BORDER};{FONT}font-size:13px;color:{TEXT};"
+                f"vertical-align:top;text-align:{'right' if right else 'left'};"
+                + ("white-space:nowrap;" if right else "")
+            )
+            cells.append(
+                f'<td align="{"right" if right else "left"}" valign="top" style="{style}">{escape(c)}</td>'
+            )
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (
+        '<table role="table" cellpadding="0" cellspacing="0" border="0" width="100%" '
+        'style="border-collapse:collapse;width:100%;margin:6px 0 4px 0">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def _bars(bars: list[Bar]) -> str:
+    """A horizontal bar chart as a table: one row per bar, each bar a one-row table whose cells carry the
+    segments' colours (bgcolor and style, for every client) and widths proportional to their values."""
+    top = max((sum(v for v, _, _ in b.segments) for b in bars), default=0.0) or 1.0
+    rows = []
+    legend: dict[str, str] = {}
+    for b in bars:
+        cells = []
+        total = sum(v for v, _, _ in b.segments)
+        width = max(1, round(BAR_WIDTH_PX * total / top))
+        for value, colour, name in b.segments:
+            w = round(width * value / total) if total else 0
+            if w < 1:
+                continue
+            legend.setdefault(name, colour)
+            cells.append(
+                f'<td width="{w}" height="16" bgcolor="{colour}" title="{escape(name)}" '
+                f'style="width:{w}px;height:16px;background:{colour};font-size:1px;line-height:1px">&nbsp;</td>'
+            )
+        bar = (
+            '<table role="presentation" cellpadding="0" cellspacing="0" border="0" style="border-collapse:collapse">'
+            f"<tr>{''.join(cells) or '<td></td>'}</tr></table>"
+        )
+        cell = f"{FONT}font-size:12px;color:{TEXT};padding:3px 8px 3px 0;white-space:nowrap"
+        rows.append(
+            f'<tr><td align="right" style="{cell};text-align:right;max-width:180px">{escape(b.label)}</td>'
+            f'<td style="padding:3px 0">{bar}</td>'
+            f'<td style="{cell};padding-left:8px">{escape(b.text)}</td></tr>'
+        )
+    keys = "".join(
+        f'<span style="display:inline-block;margin-right:14px"><span style="display:inline-block;width:10px;'
+        f'height:10px;background:{colour};margin-right:4px">&nbsp;</span>{escape(name)}</span>'
+        for name, colour in legend.items()
+    )
+    return (
+        '<table role="presentation" cellpadding="0" cellspacing="0" border="0" style="border-collapse:collapse;'
+        f'margin:6px 0">{"".join(rows)}</table>'
+        f'<p style="{FONT}font-size:12px;color:{MUTED};margin:2px 0 8px 0">{keys}</p>'
+    )
+
+
+def _section(s: Section) -> str:
+    out = [
+        f'<h2 style="{FONT}font-size:16px;color:{TEXT};margin:28px 0 6px 0;padding-bottom:4px;'
+        f'border-bottom:1px solid {BORDER}">{escape(s.title)}</h2>'
+    ]
+    out += [
+        f'<p style="{FONT}font-size:13px;color:{TEXT};margin:4px 0">{escape(p)}</p>' for p in s.paragraphs
+    ]
+    if s.bars:
+        out.append(_bars(s.bars))
+    if s.table is not None and s.table.rows:
+        out.append(_table(s.table))
+    if s.bullets:
+        out.append(
+            f'<ul style="{FONT}font-size:13px;color:{TEXT};margin:4px 0 4px 18px;padding:0">'
+            + "".join(f'<li style="margin:3px 0">{escape(b)}</li>' for b in s.bullets)
+            + "</ul>"
+        )
+    elif s.table is None or not s.table.rows:
+        out.append(f'<p style="{FONT}font-size:13px;color:{MUTED};margin:4px 0">{escape(s.empty)}</p>')
+    return "\n".join(out)
+
+
+def render_html(data: ReportData) -> str:
+    """The whole report as one HTML document (inline styles only)."""
+    body = "\n".join(_section(s) for s in sections(data))
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(data.title)}</title></head>\n"
+        f'<body style="margin:0;padding:0;background:#ffffff">\n'
+        '<table role="presentation" cellpadding="0" cellspacing="0" border="0" width="100%"><tr><td align="center">'
+        '<table role="presentation" cellpadding="0" cellspacing="0" border="0" width="960" '
+        'style="width:960px;max-width:100%"><tr><td style="padding:16px">\n'
+        f'<h1 style="{FONT}font-size:22px;color:{TEXT};margin:8px 0 4px 0">{escape(data.title)}</h1>\n'
+        f'<p style="{FONT}font-size:13px;color:{MUTED};margin:0 0 8px 0">{escape(scope(data))}. '
+        f"Data up to {escape(str(data.summary.get('as_of')))} UTC.</p>\n"
+        f"{body}\n"
+        f'<p style="{FONT}font-size:12px;color:{MUTED};margin-top:28px">{escape(footer(data))}</p>\n'
+        "</td></tr></table></td></tr></table>\n</body></html>\n"
+    )

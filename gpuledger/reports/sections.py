@@ -1,0 +1,295 @@
+"""The report as an ordered list of sections (text, tables, bar charts), in the issue's order, built once from
+:class:`~gpuledger.reports.content.ReportData`; the HTML, Markdown and plain-text renderers only lay it out.
+
+Cells and sentences are plain, unescaped text: every renderer escapes all of it for its own format, so a
+team called ``<script>`` or ``[click](https://evil.example)`` is inert everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuledger.reports import fmt
+from gpuledger.reports.content import (
+    TOP_ACTIONS,
+    TOP_ROWS,
+    UNALLOCATED,
+    WASTE_PARTS,
+    ReportData,
+    definitions,
+    headline,
+    kind_label,
+    owner,
+)
+
+# One colour per waste part (Okabe–Ito, colour-blind safe); productive is the quiet one so waste shows.
+PART_COLOURS = {
+    "productive_usd": "#56B4E9",
+    "idle_allocated_usd": "#E69F00",
+    "underused_usd": "#F0E442",
+    "failed_usd": "#D55E00",
+    "unallocated_usd": "#CC79A7",
+    "unmeasured_usd": "#BBBBBB",
+}
+SPEND_COLOUR = "#0072B2"
+WASTE_COLOUR = "#D55E00"
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+    numeric: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One bar of a chart: its label, its segments (value, colour, legend name) and the text at its end."""
+
+    label: str
+    segments: list[tuple[float, str, str]]
+    text: str
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    bars: list[Bar] = field(default_factory=list)
+    table: Table | None = None
+    bullets: list[str] = field(default_factory=list)
+    empty: str = "None in this period."
+
+
+def scope(data: ReportData) -> str:
+    f = data.filters
+    return "; ".join(
+        [
+            f"UTC days {f.since or 'first'} to {f.until or 'latest'}",
+            "teams: " + (", ".join(f.teams) or "all"),
+            "clusters: " + (", ".join(f.clusters) or "all"),
+        ]
+    )
+
+
+def _period_word(data: ReportData) -> str:
+    return "week" if "week " in data.title else "period"
+
+
+def _headline(data: ReportData) -> Section:
+    word = _period_word(data)
+    prev = data.previous
+    paragraphs = []
+    if prev is not None:
+        pf = prev["filters"]
+        paragraphs.append(f"Change against the previous {word}, {pf['since']} – {pf['until']}.")
+    return Section(
+        "Headline",
+        paragraphs=paragraphs,
+        table=Table(
+            ["Figure", f"This {word}", f"Change vs previous {word}"],
+            [list(r) for r in headline(data)],
+            frozenset({1, 2}),
+        ),
+    )
+
+
+def _actions(data: ReportData) -> Section:
+    sv = data.savings
+    paragraphs = [
+        f"All {sv['items']:,} actions together would save {fmt.usd(sv['total_usd_per_week'])} / week, each dollar "
+        f"counted once; the top {TOP_ACTIONS} are below."
+    ]
+    cov = data.coverage
+    if cov is not None:
+        waste, addressed = cov.get("waste_usd"), cov.get("addressed_usd")
+        paragraphs.append(
+            f"Coverage: these actions address {fmt.share(addressed, waste)} of this period's waste "
+            f"({fmt.usd(addressed)} of {fmt.usd(waste)})."
+        )
+    rows = [
+        [
+            str(i + 1),
+            kind_label(str(r["kind"])),
+            owner(r),
+            fmt.usd(r["usd_per_week"]),
+            str(r["confidence"]),
+            f"{r['action']} {r['evidence']}",
+        ]
+        for i, r in enumerate(data.recommendations.iter_rows(named=True))
+    ]
+    return Section(
+        "Top actions",
+        paragraphs=paragraphs,
+        table=Table(
+            ["#", "Action", "Owner", "$ / week", "Confidence", "What to do, and what we saw"],
+            rows,
+            frozenset({3}),
+        ),
+        empty="No action found for this period.",
+    )
+
+
+def _group_section(data: ReportData, title: str, frame_key: str, key: str, label: str, bars: bool) -> Section:
+    frame = getattr(data, frame_key)
+    spend = data.summary["spend_usd"]
+    rows, chart = [], []
+    for r in frame.iter_rows(named=True):
+        name = r[key]
+        shown = "Unallocated capacity (no team)" if name == UNALLOCATED else str(name)
+        rows.append(
+            [
+                shown,
+                fmt.usd(r["spend_usd"]),
+                fmt.share(r["spend_usd"], spend),
+                fmt.usd(r["waste_usd"]),
+                fmt.share(r["waste_usd"], r["spend_usd"]),
+                fmt.usd(r["idle_allocated_usd"]),
+                fmt.usd(r["failed_usd"]),
+            ]
+        )
+        if bars and name != UNALLOCATED:
+            waste = max(0.0, float(r["waste_usd"] or 0.0))
+            rest = max(0.0, float(r["spend_usd"] or 0.0) - waste)
+            chart.append(
+                Bar(
+                    shown,
+                    [(waste, WASTE_COLOUR, "waste"), (rest, SPEND_COLOUR, "rest of spend")],
+                    fmt.usd(r["spend_usd"]),
+                )
+            )
+    return Section(
+        title,
+        bars=chart,
+        table=Table(
+            [label, "Spend", "Share of spend", "Waste", "Waste share", "Idle", "Failed"],
+            rows,
+            frozenset({1, 2, 3, 4, 5, 6}),
+        ),
+    )
+
+
+def _parts(data: ReportData) -> Section:
+    s = data.summary
+    waste, spend = s["waste"], s["spend_usd"]
+    rows = [[label, fmt.usd(waste[key]), fmt.share(waste[key], spend)] for key, label in WASTE_PARTS]
+    rows.append(["Total (= spend)", fmt.usd(sum(waste[k] for k, _ in WASTE_PARTS)), ""])
+    bar = Bar(
+        "Spend",
+        [(max(0.0, float(waste[k])), PART_COLOURS[k], label) for k, label in WASTE_PARTS],
+        fmt.usd(spend),
+    )
+    return Section(
+        "Where the money went",
+        bars=[bar] if spend else [],
+        table=Table(["Part", "Cost", "Share of spend"], rows, frozenset({1, 2})),
+    )
+
+
+def _jobs(data: ReportData) -> Section:
+    rows = [
+        [
+            str(r["job_id"]),
+            str(r.get("name") or ""),
+            str(r.get("user_name") or ""),
+            str(r.get("team") or ""),
+            f"{fmt.num(r.get('gpu_count'), 0)} × {r.get('gpu_model') or '?'}",
+            fmt.num(r["gpu_hours"]),
+            fmt.usd(r["cost_usd"]),
+            fmt.usd(r["waste_usd"]),
+            fmt.pct(r.get("mean_util_pct")),
+        ]
+        for r in data.costliest_jobs.iter_rows(named=True)
+    ]
+    return Section(
+        f"Costliest {TOP_ROWS} jobs",
+        table=Table(
+            ["Job", "Name", "User", "Team", "GPUs", "GPU-hours", "Cost", "Waste", "Mean utilization"],
+            rows,
+            frozenset({5, 6, 7, 8}),
+        ),
+    )
+
+
+def _trends(data: ReportData) -> Section:
+    if not data.trends:
+        return Section(
+            "Unit-cost trends of recurring run families",
+            empty="No run family ran in two or more of the last weeks with a token or epoch count.",
+        )
+    weeks = list(data.trends[0].weeks)
+    rows = []
+    for t in data.trends:
+        if any(v is not None for v in t.usd_per_mtok):
+            rows.append([t.family, "$ / 1M tokens", *(fmt.unit_usd(v) for v in t.usd_per_mtok)])
+        if any(v is not None for v in t.usd_per_epoch):
+            rows.append([t.family, "$ / epoch", *(fmt.unit_usd(v) for v in t.usd_per_epoch)])
+    return Section(
+        "Unit-cost trends of recurring run families",
+        paragraphs=["n/a: the family did not run that week, or logged no such count."],
+        table=Table(["Run family", "Unit", *weeks], rows, frozenset(range(2, 2 + len(weeks)))),
+    )
+
+
+def _energy(data: ReportData) -> Section:
+    s, p = data.summary, data.previous or {}
+    word = _period_word(data)
+    kwh, prev_kwh = s.get("energy_kwh"), p.get("energy_kwh")
+    per = data.settings.usd_per_kwh
+    rows = [
+        ["Energy", fmt.num(kwh, 1, "kWh"), fmt.change(kwh, prev_kwh)],
+        ["CO2e", fmt.num(s.get("co2e_kg"), 1, "kg"), fmt.change(s.get("co2e_kg"), p.get("co2e_kg"))],
+        [
+            "Energy $",
+            fmt.usd(None if kwh is None else kwh * per),
+            fmt.change(
+                None if kwh is None else kwh * per, None if prev_kwh is None else prev_kwh * per, money=True
+            ),
+        ],
+    ]
+    return Section(
+        "Energy and CO2e",
+        table=Table(["Figure", f"This {word}", f"Change vs previous {word}"], rows, frozenset({1, 2})),
+    )
+
+
+def _notes(data: ReportData) -> Section:
+    return Section(
+        "Data-quality notes", bullets=list(data.notes), empty="Nothing to note: every figure is complete."
+    )
+
+
+def _definitions(data: ReportData) -> Section:
+    return Section(
+        "What the figures mean",
+        table=Table(["Figure", "Definition"], [[k, v] for k, v in definitions(data.settings)]),
+    )
+
+
+def sections(data: ReportData) -> list[Section]:
+    """The report's content in order: headline, actions, spend and waste (parts, teams, users, GPU models),
+    costliest jobs, unit-cost trends, energy, data-quality notes, definitions."""
+    return [
+        _headline(data),
+        _actions(data),
+        _parts(data),
+        _group_section(data, "Spend and waste by team", "by_team", "team", "Team", bars=True),
+        _group_section(
+            data, f"Spend and waste by user (top {TOP_ROWS})", "by_user", "user_name", "User", bars=False
+        ),
+        _group_section(
+            data, "Spend and waste by GPU model", "by_gpu_model", "gpu_model", "GPU model", bars=False
+        ),
+        _jobs(data),
+        _trends(data),
+        _energy(data),
+        _notes(data),
+        _definitions(data),
+    ]
+
+
+def footer(data: ReportData) -> str:
+    return (
+        f"Generated by gpuledger on {data.generated_at} UTC from data up to {data.summary.get('as_of')} UTC. "
+        "The same numbers: gpuledger summary --json with the same filters; every figure is defined above."
+    )

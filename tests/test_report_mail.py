@@ -1,0 +1,433 @@
+"""Mailing the report to a real SMTP server on 127.0.0.1: aiosmtpd when it is installed (login, STARTTLS and
+TLS too), else the standard library's ``smtpd`` (Python ≤ 3.11; plain delivery only). Tests that need what
+only aiosmtpd offers skip, saying so, when it is absent. tests/test_notify.py uses the same server."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import socket
+import subprocess
+import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from email.message import EmailMessage
+from pathlib import Path
+
+import pytest
+
+try:
+    import aiosmtpd  # noqa: F401
+
+    HAVE_AIOSMTPD = True
+except ImportError:
+    HAVE_AIOSMTPD = False
+
+NEEDS_AIOSMTPD = pytest.mark.skipif(
+    not HAVE_AIOSMTPD,
+    reason="aiosmtpd is not installed (pip install aiosmtpd): login, STARTTLS and smtps are tested against it",
+)
+
+
+@dataclass
+class Inbox:
+    host: str
+    port: int
+    messages: list[tuple[str, list[str], EmailMessage]] = field(
+        default_factory=list
+    )  # (from, rcpts, message)
+    logins: list[tuple[str, str]] = field(default_factory=list)
+
+    def add(self, sender: str, rcpts: list[str], raw: bytes) -> None:
+        msg = email.message_from_bytes(raw, policy=email.policy.default)
+        self.messages.append((sender, list(rcpts), msg))  # type: ignore[arg-type]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def self_signed_cert(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 / localhost made with the openssl command (skips when it is absent)."""
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    try:
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=localhost",
+                "-addext",
+                "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                "-keyout",
+                str(key),
+                "-out",
+                str(cert),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+    except (FileNotFoundError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"cannot make a test certificate with openssl: {exc}")
+    return cert, key
+
+
+@contextmanager
+def smtp_server(
+    *, login: tuple[str, str] | None = None, tls: str | None = None, cert: tuple[Path, Path] | None = None
+) -> Iterator[Inbox]:
+    """Serve SMTP on 127.0.0.1 until the block ends. ``login`` = (user, password) the server accepts (and
+    requires); ``tls`` = "starttls" or "implicit" with ``cert`` = (cert, key). Both need aiosmtpd."""
+    if HAVE_AIOSMTPD:
+        yield from _aiosmtpd(login, tls, cert)
+        return
+    if login or tls:
+        pytest.skip("aiosmtpd is not installed (pip install aiosmtpd): needed for login and TLS tests")
+    yield from _stdlib()
+
+
+def _aiosmtpd(login, tls, cert):  # type: ignore[no-untyped-def]
+    import ssl
+
+    from aiosmtpd.controller import Controller
+    from aiosmtpd.smtp import AuthResult, LoginPassword
+
+    inbox = Inbox("127.0.0.1", free_port())
+
+    class Handler:
+        async def handle_DATA(self, server, session, envelope):
+            inbox.add(envelope.mail_from, envelope.rcpt_tos, envelope.original_content or envelope.content)
+            return "250 OK"
+
+    def authenticator(server, session, envelope, mechanism, auth_data):  # type: ignore[no-untyped-def]
+        if not isinstance(auth_data, LoginPassword):
+            return AuthResult(success=False, handled=False)
+        user, password = auth_data.login.decode(), auth_data.password.decode()
+        inbox.logins.append((user, password))
+        ok = login is not None and (user, password) == login
+        return AuthResult(success=ok, handled=False)  # handled=False: aiosmtpd answers 535 itself on failure
+
+    kwargs: dict[str, object] = {}
+    if login:
+        # aiosmtpd counts only STARTTLS as TLS for its auth_require_tls check, not an smtps connection
+        kwargs.update(authenticator=authenticator, auth_required=True, auth_require_tls=tls == "starttls")
+    if tls:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(str(cert[0]), str(cert[1]))
+        if tls == "starttls":
+            kwargs.update(tls_context=ctx, require_starttls=True)
+        else:
+            kwargs.update(ssl_context=ctx)
+    controller = Controller(Handler(), hostname="127.0.0.1", port=inbox.port, **kwargs)
+    controller.start()
+    try:
+        yield inbox
+    finally:
+        controller.stop()
+
+
+def _stdlib():  # type: ignore[no-untyped-def]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import asyncore
+        import smtpd
+
+    inbox = Inbox("127.0.0.1", free_port())
+
+    class Server(smtpd.SMTPServer):
+        def process_message(self, peer, mailfrom, rcpttos, data, **kwargs):  # type: ignore[no-untyped-def]
+            inbox.add(mailfrom, rcpttos, data if isinstance(data, bytes) else data.encode())
+
+    server = Server((inbox.host, inbox.port), None, decode_data=False)
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            asyncore.loop(timeout=0.1, count=1)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield inbox
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+
+
+# ---------------------------------------------------------------- the tests
+
+import csv  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+from collectors.base import ingest_file  # noqa: E402
+from gpuledger.ledger.db import writer  # noqa: E402
+from tests.conftest import ROOT  # noqa: E402
+
+JOBS = ROOT / "tests" / "fixtures" / "dashboard" / "jobs.csv"
+WEEK = ("--week", "2026-W47")
+
+
+@pytest.fixture
+def ledger_file(db_path: str) -> str:
+    with writer(db_path) as con:
+        ingest_file(con, JOBS)
+    return db_path
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuledger", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _parts(msg: EmailMessage) -> dict[str, str]:
+    out = {}
+    for part in msg.walk():
+        if part.get_content_maintype() == "multipart":
+            continue
+        name = part.get_filename()
+        out[f"attachment:{name}" if name else part.get_content_type()] = part.get_content()
+    return out
+
+
+def test_mailed_report_reaches_the_server_with_html_text_and_csv(ledger_file):
+    with smtp_server() as inbox:
+        done = cli(
+            "report",
+            *WEEK,
+            "--db",
+            ledger_file,
+            "--mail-to",
+            "lead@example.org, cfo@example.org",
+            "--smtp",
+            f"smtp://127.0.0.1:{inbox.port}",
+            "--mail-from",
+            "gpuledger@example.org",
+        )
+        assert done.returncode == 0, done.stderr
+        assert "mailed the report to lead@example.org, cfo@example.org" in done.stdout
+    ((sender, rcpts, msg),) = inbox.messages
+    assert sender == "gpuledger@example.org"
+    assert rcpts == ["lead@example.org", "cfo@example.org"]
+    assert msg["Subject"] == "GPU cost report, week 2026-W47 (2026-11-16 – 2026-11-22)"
+    parts = _parts(msg)
+    assert set(parts) == {"text/plain", "text/html", "attachment:gpuledger-report-2026-W47.csv"}
+    summary = json.loads(
+        cli("summary", "--json", "--since", "2026-11-16", "--until", "2026-11-22", "--db", ledger_file).stdout
+    )
+    spend = f"${summary['spend_usd']:,.2f}"  # 188 × $2.99 + 12 × $0.71 + 12 × $1.006 = $582.71
+    assert spend == "$582.71"
+    assert spend in parts["text/plain"] and spend in parts["text/html"]
+    assert "<" not in parts["text/plain"].split("What the figures mean")[0]  # plain text, no markup
+    rows = list(csv.DictReader(io.StringIO(parts["attachment:gpuledger-report-2026-W47.csv"])))
+    assert [float(r["value"]) for r in rows if r["figure"] == "spend_usd" and r["section"] == "headline"] == [
+        pytest.approx(582.712)
+    ]
+    # the multipart/alternative puts the HTML last, the part clients prefer
+    alt = next(p for p in msg.walk() if p.get_content_type() == "multipart/alternative")
+    assert [p.get_content_type() for p in alt.iter_parts()] == ["text/plain", "text/html"]
+
+
+def test_mail_and_file_together(ledger_file, tmp_path):
+    out = tmp_path / "w47.html"
+    with smtp_server() as inbox:
+        done = cli(
+            "report",
+            *WEEK,
+            "--db",
+            ledger_file,
+            "--out",
+            str(out),
+            "--mail-to",
+            "lead@example.org",
+            "--smtp",
+            f"smtp://127.0.0.1:{inbox.port}",
+        )
+        assert done.returncode == 0, done.stderr
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    assert len(inbox.messages) == 1
+
+
+def test_password_in_the_url_is_refused(ledger_file):
+    done = cli(
+        "report",
+        *WEEK,
+        "--db",
+        ledger_file,
+        "--mail-to",
+        "a@example.org",
+        "--smtp",
+        "smtp://lead:hunter2@127.0.0.1:2525",
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "error: --smtp: put the password in $GPULEDGER_SMTP_PASSWORD (or the variable --smtp-password-env "
+        "names), not in the URL: a command line is visible to every user of the machine"
+    )
+    assert "hunter2" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("--mail-to", "not-an-address", "--smtp", "smtp://127.0.0.1"),
+            "error: --mail-to: 'not-an-address' is not a mail address",
+        ),
+        (
+            ("--mail-to", "a@example.org", "--smtp", "http://127.0.0.1"),
+            "error: --smtp: 'http://127.0.0.1' is not an smtp:// or smtps:// URL",
+        ),
+        (
+            ("--mail-to", "a@example.org", "--smtp", "smtp://127.0.0.1?tls=1"),
+            "error: --smtp: unknown URL option 'tls' (known: starttls)",
+        ),
+    ],
+)
+def test_bad_delivery_options_are_one_error_line(ledger_file, args, message):
+    done = cli("report", *WEEK, "--db", ledger_file, *args)
+    assert done.returncode == 1
+    assert done.stderr.strip().startswith(message)
+
+
+def test_mail_to_without_smtp_is_a_usage_error(ledger_file):
+    done = cli("report", *WEEK, "--db", ledger_file, "--mail-to", "a@example.org")
+    assert done.returncode == 2
+    assert "--mail-to needs --smtp URL" in done.stderr
+
+
+def test_no_server_is_one_error_line(ledger_file):
+    port = free_port()  # nothing listens there
+    done = cli(
+        "report",
+        *WEEK,
+        "--db",
+        ledger_file,
+        "--mail-to",
+        "a@example.org",
+        "--smtp",
+        f"smtp://127.0.0.1:{port}",
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"error: smtp://127.0.0.1:{port}: cannot connect: ")
+    assert "Traceback" not in done.stderr
+
+
+def test_login_without_the_password_variable_names_it(ledger_file):
+    env = {k: v for k, v in os.environ.items() if k != "GPULEDGER_SMTP_PASSWORD"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuledger",
+            "report",
+            *WEEK,
+            "--db",
+            ledger_file,
+            "--mail-to",
+            "a@example.org",
+            "--smtp",
+            f"smtp://lead@127.0.0.1:{free_port()}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 1
+    assert "logging in as lead needs the password in $GPULEDGER_SMTP_PASSWORD" in done.stderr
+
+
+@NEEDS_AIOSMTPD
+@pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS:UserWarning")
+def test_login_reads_the_password_from_the_environment(ledger_file):
+    with smtp_server(login=("lead", "s3cret")) as inbox:
+        ok = cli(
+            "report",
+            *WEEK,
+            "--db",
+            ledger_file,
+            "--mail-to",
+            "a@example.org",
+            "--smtp",
+            f"smtp://lead@127.0.0.1:{inbox.port}",
+            "--smtp-password-env",
+            "MY_SMTP_PW",
+            env={"MY_SMTP_PW": "s3cret"},
+        )
+        assert ok.returncode == 0, ok.stderr
+        bad = cli(
+            "report",
+            *WEEK,
+            "--db",
+            ledger_file,
+            "--mail-to",
+            "a@example.org",
+            "--smtp",
+            f"smtp://lead@127.0.0.1:{inbox.port}",
+            env={"GPULEDGER_SMTP_PASSWORD": "wrong"},
+        )
+    assert inbox.logins[0] == ("lead", "s3cret")
+    assert set(inbox.logins[1:]) == {("lead", "wrong")}  # smtplib tries each mechanism the server offers
+    assert len(inbox.messages) == 1
+    assert bad.returncode == 1 and "login as lead refused" in bad.stderr
+
+
+@NEEDS_AIOSMTPD
+@pytest.mark.parametrize("mode", ["starttls", "implicit"])
+def test_tls_verified_against_the_given_ca(ledger_file, tmp_path, mode):
+    cert = self_signed_cert(tmp_path)
+    with smtp_server(login=("lead", "pw"), tls=mode, cert=cert) as inbox:
+        url = (
+            f"smtp://lead@localhost:{inbox.port}?starttls=1"
+            if mode == "starttls"
+            else f"smtps://lead@localhost:{inbox.port}"
+        )
+        unverified = cli(
+            "report",
+            *WEEK,
+            "--db",
+            ledger_file,
+            "--mail-to",
+            "a@example.org",
+            "--smtp",
+            url,
+            env={"GPULEDGER_SMTP_PASSWORD": "pw"},
+        )
+        ok = cli(
+            "report",
+            *WEEK,
+            "--db",
+            ledger_file,
+            "--mail-to",
+            "a@example.org",
+            "--smtp",
+            url,
+            "--smtp-cafile",
+            str(cert[0]),
+            env={"GPULEDGER_SMTP_PASSWORD": "pw"},
+        )
+    assert unverified.returncode == 1 and "certificate" in unverified.stderr.lower()
+    assert ok.returncode == 0, ok.stderr
+    assert len(inbox.messages) == 1
