@@ -84,46 +84,56 @@ PAGES = [
 
 page = st.navigation(PAGES)
 
-with st.sidebar:
-    st.markdown("**View**")
-    choices = _data.filter_choices()
-    st.date_input(
-        "From (UTC day)",
-        value=None,
-        min_value=choices.first_day,
-        max_value=choices.last_day,
-        key="since",
-        bind="query-params",
-        format="YYYY-MM-DD",
-    )
-    st.date_input(
-        "To (UTC day, included)",
-        value=None,
-        min_value=choices.first_day,
-        max_value=choices.last_day,
-        key="until",
-        bind="query-params",
-        format="YYYY-MM-DD",
-    )
-    st.multiselect(
-        "Cluster", choices.clusters, key="cluster", bind="query-params", placeholder="all clusters"
-    )
-    st.multiselect("Team", choices.teams, key="team", bind="query-params", placeholder="all teams")
-    st.caption(_data.ledger_caption())
-    if viewer is not None:
-        seen = "every team" if viewer.admin else ", ".join(_ui.md(t) for t in viewer.teams)
-        st.caption(f"Signed in as {_ui.md(viewer.who)}: you see {seen}.")
-        if st.button("Sign out", icon=":material/logout:", key="sign_out"):
-            st.logout()
 
-with _ui.routed():
-    try:
-        page.run()
-    except Exception:  # st.stop() and st.rerun() are BaseExceptions and pass through
-        LOG.exception("the %s page failed", page.title)
-        st.error(
-            "This page could not be drawn: an unexpected error, whose details are in the server log (the "
-            "terminal running `gpuledger dashboard`). Reload the page; if it fails again, the same figures "
-            "from the command line (`gpuledger summary`, `gpuledger jobs`) name the problem in one line.",
-            icon=":material/error:",
+def sidebar() -> None:
+    """The view's filters (bound to the URL), the ledger, and who is signed in."""
+    with st.sidebar:
+        st.markdown("**View**")
+        choices = _data.filter_choices()
+        st.date_input(
+            "From (UTC day)",
+            value=None,
+            min_value=choices.first_day,
+            max_value=choices.last_day,
+            key="since",
+            bind="query-params",
+            format="YYYY-MM-DD",
         )
+        st.date_input(
+            "To (UTC day, included)",
+            value=None,
+            min_value=choices.first_day,
+            max_value=choices.last_day,
+            key="until",
+            bind="query-params",
+            format="YYYY-MM-DD",
+        )
+        st.multiselect(
+            "Cluster", choices.clusters, key="cluster", bind="query-params", placeholder="all clusters"
+        )
+        st.multiselect("Team", choices.teams, key="team", bind="query-params", placeholder="all teams")
+        st.caption(_data.ledger_caption())
+        if viewer is not None:
+            seen = "every team" if viewer.admin else ", ".join(_ui.md(t) for t in viewer.teams)
+            st.caption(f"Signed in as {_ui.md(viewer.who)}: you see {seen}.")
+            if st.button("Sign out", icon=":material/logout:", key="sign_out"):
+                st.logout()
+
+
+def page_failed() -> None:
+    """One sentence with the next step in the browser; the traceback to the server log."""
+    LOG.exception("the %s page failed", page.title)
+    st.error(
+        "This page could not be drawn: an unexpected error, whose details are in the server log (the "
+        "terminal running `gpuledger dashboard`). Reload the page; if it fails again, the same figures "
+        "from the command line (`gpuledger summary`, `gpuledger jobs`) name the problem in one line.",
+        icon=":material/error:",
+    )
+
+
+try:
+    sidebar()
+    with _ui.routed():
+        page.run()
+except Exception:  # st.stop() and st.rerun() are BaseExceptions and pass through
+    page_failed()

@@ -323,6 +323,13 @@ def _error_sentence(exc: LedgerError, tmp_path: str, name: str) -> str:
     return str(exc).replace(tmp_path, name)
 
 
+def limit_upload_memory(con: duckdb.DuckDBPyConnection, s: Settings, spill_dir: str) -> None:
+    """One upload may not take the server down: past ``dashboard.upload_memory_mb`` DuckDB spills into the
+    upload's own temp folder (removed with it) or fails with an out-of-memory error, shown as a sentence."""
+    con.execute(f"SET memory_limit = '{int(s.upload_memory_mb)}MB'")  # an int: nothing to inject
+    con.execute("SET temp_directory = ?", [spill_dir])
+
+
 def analyse_upload(name: str, data: bytes, cluster: str | None, tz: str | None) -> UploadResult:
     s = settings()
     return _analyse_upload(name, data, cluster or None, tz or None, s.fingerprint(), s)
@@ -349,10 +356,7 @@ def _analyse_upload(
             fh.write(data)
         con = memory_ledger()
         try:
-            # One upload may not take the server down: past this DuckDB spills into the upload's own temp
-            # folder (removed with it) or fails with an out-of-memory error, shown as a sentence.
-            con.execute(f"SET memory_limit = '{int(_settings.upload_memory_mb)}MB'")
-            con.execute("SET temp_directory = ?", [tmp])
+            limit_upload_memory(con, _settings, tmp)
             con.execute("BEGIN TRANSACTION")
             load_reference(con, _settings)
             con.execute("COMMIT")

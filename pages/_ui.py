@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -155,6 +156,8 @@ def column_config(columns: list[str]) -> dict[str, object]:
 # user, job or file name can open no link, image, emphasis, HTML tag, code span, colour directive
 # (``:red[...]``), icon (``:material/...:``), LaTeX ``$`` or autolink (``https://...``, ``a@b.c``).
 _MD_PUNCT = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+WORD_JOINER = "\u2060"  # zero width, no line break: breaks an autolink without changing what one reads
+_AUTOLINK = re.compile(r"@|:(?=//)|\bwww(?=\.)", re.IGNORECASE)
 FORMULA_START = (
     "=",
     "+",
@@ -169,11 +172,15 @@ def md(value: object) -> str:
     """A user-supplied string (team, user, job or file name, evidence text that quotes them) to put inside
     ``st.markdown`` / ``st.caption`` / ``st.info`` … text: shown literally, never as Markdown or HTML.
 
-    Line breaks become spaces (a name cannot start a heading or a list). Not for code spans (backslashes
-    show there): use :func:`code` for those. ``None`` shows as ``n/a``."""
+    Line breaks become spaces (a name cannot start a heading or a list). Backslash escapes are not enough
+    for GitHub-style autolinks (Streamlit links ``https://…``, ``www.…`` and ``a@b.c`` found in the text
+    *after* escapes are resolved), so an invisible word joiner (U+2060) goes after ``@``, inside ``://``
+    and after ``www`` before a dot. Not for code spans (backslashes show there): use :func:`code` for
+    those. ``None`` shows as ``n/a``."""
     if value is None:
         return NA
     text = " ".join(str(value).splitlines())
+    text = _AUTOLINK.sub(lambda m: m.group(0) + WORD_JOINER, text)
     return "".join("\\" + c if c in _MD_PUNCT else c for c in text)
 
 

@@ -163,13 +163,77 @@ def test_streamlit_secrets_come_from_the_environment_or_secrets_toml(tmp_path: P
     )
 
 
+def test_the_upload_ledger_runs_under_its_memory_limit(tmp_path: Path) -> None:
+    from gpuledger.ledger.db import memory_ledger
+    from pages._data import limit_upload_memory
+
+    con = memory_ledger()
+    try:
+        limit_upload_memory(con, _settings(tmp_path, "[dashboard]\nupload_memory_mb = 64\n"), str(tmp_path))
+        limit, spill = con.execute(
+            "SELECT current_setting('memory_limit'), current_setting('temp_directory')"
+        ).fetchone()
+    finally:
+        con.close()
+    assert limit == "61.0 MiB"  # DuckDB reports MiB: 64 MB = 64e6 B / 2**20 = 61.04 MiB
+    assert spill == str(tmp_path)
+
+
+# ---------------------------------------------------------------- the dashboard command
+
+
+def test_the_dashboard_command_line_is_safe_by_default() -> None:
+    from gpuledger.cli.commands.dashboard import streamlit_argv
+
+    argv = streamlit_argv(8501)
+    opts = dict(zip(argv[5::2], argv[6::2], strict=False))  # after: python -m streamlit run app.py
+    assert opts["--server.address"] == "127.0.0.1"
+    assert opts["--server.maxUploadSize"] == "100"
+    assert opts["--client.showErrorDetails"] == "none"
+    assert opts["--client.disableDataExport"] == "true"
+    assert "--secrets.files" not in opts
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("localhost", True), ("0.0.0.0", False),
+     ("::", False), ("192.0.2.7", False), ("gpu.example.com", False)],
+)  # fmt: skip
+def test_loopback_hosts(host: str, loopback: bool) -> None:
+    from gpuledger.cli.commands.dashboard import is_loopback
+
+    assert is_loopback(host) is loopback
+
+
+def test_the_secrets_file_is_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import stat
+    import tomllib
+
+    from gpuledger.cli.commands.dashboard import write_streamlit_secrets
+
+    monkeypatch.setenv("GPULEDGER_OIDC_CLIENT_SECRET", "s3cret")
+    monkeypatch.chdir(tmp_path)
+    path = write_streamlit_secrets(_settings(tmp_path, AUTH), 8502)
+    assert path is not None
+    assert stat.S_IMODE(Path(path).stat().st_mode) == 0o600
+    assert stat.S_IMODE(Path(path).parent.stat().st_mode) == 0o700
+    auth = tomllib.loads(Path(path).read_text())["auth"]
+    assert auth["client_secret"] == "s3cret" and auth["client_id"] == "gpuledger"
+    assert auth["redirect_uri"] == "http://localhost:8502/oauth2callback"
+    assert write_streamlit_secrets(_settings(tmp_path, ""), 8502) is None
+    Path(path).unlink()
+    Path(path).parent.rmdir()
+
+
 # ---------------------------------------------------------------- safe output
 
 
 def test_md_escapes_links_html_and_directives() -> None:
-    assert md("[click me](https://evil.example)") == r"\[click me\]\(https\:\/\/evil\.example\)"
+    wj = "\u2060"  # the word joiner that breaks an autolink (invisible)
+    assert md("[click me](https://evil.example)") == rf"\[click me\]\(https\:{wj}\/\/evil\.example\)"
     assert md("<script>alert(1)</script>") == r"\<script\>alert\(1\)\<\/script\>"
-    assert md(":red[big] $x$ ana@example.com") == r"\:red\[big\] \$x\$ ana\@example\.com"
+    assert md(":red[big] $x$ ana@example.com") == rf"\:red\[big\] \$x\$ ana\@{wj}example\.com"
+    assert md("www.evil.example") == rf"www{wj}\.evil\.example"
     assert md("a\n# heading") == r"a \# heading"
     assert md("plain team 7") == "plain team 7" and md(None) == "n/a"
     assert code("a`b") == "``a`b``"

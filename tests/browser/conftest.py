@@ -119,8 +119,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     settings = tmp / "settings.toml"
     settings.write_text("# defaults: the browser tests must not read a developer's data/settings.toml\n")
     env = dict(os.environ, GPULEDGER_DB=db, GPULEDGER_SETTINGS=str(settings), PYTHONPATH=str(ROOT))
-    os.environ["GPULEDGER_SETTINGS"] = str(settings)
-    _build_ledger(db)
+    with pytest.MonkeyPatch.context() as mp:  # the in-process demo build reads the same settings; later
+        mp.setenv("GPULEDGER_SETTINGS", str(settings))  # tests in this process must not
+        _build_ledger(db)
     port = _free_port()
     log = tmp / "streamlit.log"
     argv = [*streamlit_argv(port), "--server.fileWatcherType", "none", "--server.runOnSave", "false"]

@@ -1,0 +1,240 @@
+"""Sign-in for real: an OIDC provider (oidc-provider-mock) on 127.0.0.1, ``gpuledger dashboard`` started the way a
+user starts it with ``[auth]`` and ``[access]`` in the settings, and Chromium signing in through the provider's
+own authorization form.
+
+- a visitor who has not signed in sees the sign-in page and nothing else, on every URL;
+- the lead of one team ("speech") sees that team's spend, equal to ``gpuledger summary --team speech --json``,
+  only that team in the sidebar, and a jobs download holding only that team's rows;
+- an admin (through the provider's group claim) sees the whole fleet, equal to ``gpuledger summary --json``;
+- someone the provider knows but ``[access]`` does not sees a sentence saying so, and no data.
+
+Screenshots (the sign-in page, a lead's Overview) go to test-artifacts/ and /tmp/shots/.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Locator, Page
+
+from tests.browser.conftest import (
+    ROOT,
+    Server,
+    _build_ledger,
+    _free_port,
+    _wait_healthy,
+    screenshot,
+    wait_for_app,
+)
+
+oidc_provider_mock = pytest.importorskip("oidc_provider_mock", reason="pip install oidc-provider-mock")
+werkzeug_serving = pytest.importorskip("werkzeug.serving")
+
+LEAD = "lucas@example.com"  # speech
+ADMIN = "ops@example.com"  # an admin through the group claim
+STRANGER = "guest@example.com"
+SHOTS = Path("/tmp/shots")
+
+
+def money(value: float) -> str:
+    return f"${value:,.2f}"
+
+
+@pytest.fixture(scope="module")
+def provider() -> Iterator[str]:
+    """A real OpenID provider on 127.0.0.1 (discovery, authorization form, token endpoint, signed ID tokens)."""
+    users = [
+        oidc_provider_mock.User(sub=LEAD, claims={"email": LEAD, "name": "Lucas", "groups": ["speech-team"]}),
+        oidc_provider_mock.User(
+            sub=ADMIN, claims={"email": ADMIN, "name": "Ops", "groups": ["gpu-platform"]}
+        ),
+        oidc_provider_mock.User(sub=STRANGER, claims={"email": STRANGER, "name": "Guest"}),
+    ]
+    app = oidc_provider_mock.app(user_claims=users)
+    server = werkzeug_serving.make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def signed_server(provider: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    if not Path("/usr/bin/chromium").exists():
+        pytest.skip("Debian chromium is not installed (/usr/bin/chromium)")
+    tmp = tmp_path_factory.mktemp("auth")
+    db = str(tmp / "ledger.duckdb")
+    port = _free_port()
+    settings = tmp / "settings.toml"
+    settings.write_text(
+        f"""
+[auth]
+server_metadata_url = "{provider}/.well-known/openid-configuration"
+client_id = "gpuledger-test"
+redirect_uri = "http://127.0.0.1:{port}/oauth2callback"
+
+[access]
+admins = ["group:gpu-platform"]
+[access.teams]
+speech = ["{LEAD}"]
+"""
+    )
+    env = dict(
+        os.environ,
+        GPULEDGER_SETTINGS=str(settings),
+        GPULEDGER_OIDC_CLIENT_SECRET="test-client-secret",
+        PYTHONPATH=str(ROOT),
+        NO_PROXY="127.0.0.1,localhost",
+        no_proxy="127.0.0.1,localhost",
+    )
+    with pytest.MonkeyPatch.context() as mp:  # the in-process demo build reads the same settings
+        mp.setenv("GPULEDGER_SETTINGS", str(settings))
+        _build_ledger(db)
+    log = tmp / "dashboard.log"
+    argv = [sys.executable, "-m", "gpuledger", "dashboard", "--no-demo", "--port", str(port), "--db", db]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, log)
+        yield Server(url, db, env, log)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text, text[-3000:]
+    assert "with sign-in" in text and "warning:" not in text  # loopback: no exposure warning
+
+
+@pytest.fixture
+def context_page(browser: Browser) -> Iterator[Page]:
+    """A fresh browser profile (no sign-in cookie) per test."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+def sign_in(page: Page, server: Server, who: str) -> None:
+    page.goto(server.url)
+    wait_for_app(page)
+    page.get_by_role("button", name="Sign in").click()
+    # the provider's own authorization form: one button per known user
+    page.locator(f"button[name='sub'][value='{who}']").click(timeout=30_000)
+    page.wait_for_url(f"{server.url}/**", timeout=30_000)
+    page.wait_for_selector("[data-testid='stMetric']", timeout=60_000)
+    wait_for_app(page)
+
+
+def text(locator: Locator) -> str:
+    """What a person reads: the word joiners that keep an email from becoming a link are invisible."""
+    return locator.inner_text().replace("\u2060", "")
+
+
+def metric_value(page: Page, label: str) -> str:
+    metric = page.get_by_test_id("stMetric").filter(
+        has=page.get_by_test_id("stMetricLabel").get_by_text(label, exact=True)
+    )
+    return metric.get_by_test_id("stMetricValue").inner_text().strip()
+
+
+def keep(path: Path, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(path, SHOTS / f"{name}.png")
+
+
+@pytest.mark.parametrize("path", ["", "jobs", "upload", "reports?team=speech"])
+def test_a_visitor_sees_only_the_sign_in(signed_server: Server, context_page: Page, path: str) -> None:
+    page = context_page
+    page.goto(f"{signed_server.url}/{path}")
+    wait_for_app(page)
+    main = text(page.get_by_test_id("stMain"))
+    assert "Sign in to continue" in main, main
+    assert page.get_by_role("button", name="Sign in").count() == 1
+    assert "$" not in main and "speech" not in main
+    assert page.get_by_test_id("stSidebar").count() == 0  # no navigation, no filters, no ledger caption
+    assert page.get_by_test_id("stMetric").count() == 0
+    assert page.get_by_test_id("stDataFrame").count() == 0
+    if not path:
+        keep(screenshot(page, "auth-sign-in"), "auth-sign-in")
+
+
+def test_a_lead_sees_only_their_team(signed_server: Server, context_page: Page) -> None:
+    page = context_page
+    sign_in(page, signed_server, LEAD)
+    team = signed_server.summary("--team", "speech")
+    fleet = signed_server.summary()
+    assert 0 < team["spend_usd"] < fleet["spend_usd"]
+    assert metric_value(page, "Spend") == money(team["spend_usd"])
+    assert metric_value(page, "Waste $") == money(team["waste_usd"])
+    sidebar = text(page.get_by_test_id("stSidebar"))
+    assert f"Signed in as {LEAD}: you see speech." in sidebar
+    assert page.get_by_test_id("stSidebar").locator("a[href^='mailto:']").count() == 0  # shown, not linked
+    keep(screenshot(page, "auth-lead-overview"), "auth-lead-overview")
+
+    # the team picker offers only their team
+    page.get_by_test_id("stSidebar").get_by_role("combobox").nth(1).click()
+    options = page.get_by_role("option").all_inner_texts()
+    assert options == ["speech"], options
+    page.keyboard.press("Escape")
+
+    # a shared link naming another team does not widen the view
+    page.goto(f"{signed_server.url}/?team=llm-core")
+    page.wait_for_selector("[data-testid='stMetric']", timeout=60_000)
+    wait_for_app(page)
+    assert metric_value(page, "Spend") == money(team["spend_usd"])
+
+    # the jobs download holds only their team's jobs: as many as `gpuledger jobs --team speech`
+    page.goto(f"{signed_server.url}/jobs")
+    wait_for_app(page)
+    with page.expect_download() as info:
+        page.get_by_role("button", name="Download these jobs (CSV)").click()
+    rows = list(csv.DictReader(io.StringIO(Path(info.value.path()).read_text(encoding="utf-8-sig"))))
+    assert rows and {r["team"] for r in rows} == {"speech"}
+    expected = json.loads(signed_server.cli("jobs", "--json", "--team", "speech").stdout)
+    assert sorted(r["job_id"] for r in rows) == sorted(j["job_id"] for j in expected)
+
+    # the weekly report made from the page is the team's
+    page.goto(f"{signed_server.url}/reports")
+    wait_for_app(page)
+    body = text(page.get_by_test_id("stMain"))
+    assert "Teams: speech" in body and "--team speech" in body
+    for other in ("llm-core", "vision", "applied-ml"):
+        assert other not in body, other
+
+
+def test_an_admin_sees_the_fleet(signed_server: Server, context_page: Page) -> None:
+    page = context_page
+    sign_in(page, signed_server, ADMIN)
+    assert metric_value(page, "Spend") == money(signed_server.summary()["spend_usd"])
+    assert f"Signed in as {ADMIN}: you see every team." in text(page.get_by_test_id("stSidebar"))
+
+
+def test_someone_without_a_team_sees_no_data(signed_server: Server, context_page: Page) -> None:
+    page = context_page
+    page.goto(signed_server.url)
+    wait_for_app(page)
+    page.get_by_role("button", name="Sign in").click()
+    page.locator(f"button[name='sub'][value='{STRANGER}']").click(timeout=30_000)
+    page.wait_for_url(f"{signed_server.url}/**", timeout=30_000)
+    page.get_by_text("no team is mapped to you").wait_for(timeout=60_000)
+    main = text(page.get_by_test_id("stMain"))
+    assert f"signed in as {STRANGER}" in main
+    assert "$" not in main and page.get_by_test_id("stMetric").count() == 0
