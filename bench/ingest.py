@@ -1,23 +1,35 @@
-"""Ingest speed of an nvidia-smi CSV: gpuledger vs the DuckDB VARCHAR floor vs pandas, from one run.
+"""Ingest of an nvidia-smi CSV: gpuledger stage by stage, against DuckDB's VARCHAR load and a hand-written
+typed INSERT plus rollups, from one run; then the cost of one more day into a 28-day ledger.
 
-    .venv/bin/python bench/ingest.py            # 10 M rows: 64 GPUs at 1 s, with units (~1.5 GB in /tmp)
-    .venv/bin/python bench/ingest.py --rows 1000000
+    .venv/bin/python bench/ingest.py                    # 2 M rows: 64 GPUs at 1 s, with units (~290 MB in /tmp)
+    .venv/bin/python bench/ingest.py --rows 10000000    # 10 M rows (~1.4 GB); only on a quiet machine
+    .venv/bin/python bench/ingest.py --repeat 5 --skip-incremental
 
-The file is generated once by DuckDB (reused when present) in ``nvidia-smi --query-gpu=timestamp,index,uuid,
+Files are generated once by DuckDB (reused when present) in ``nvidia-smi --query-gpu=timestamp,index,uuid,
 name,utilization.gpu,utilization.memory,memory.used,memory.total,power.draw,temperature.gpu,clocks.sm
---format=csv`` form. Each contender runs as its own process, so wall time includes start-up and peak RSS is
-that process's alone (``os.wait4``):
+--format=csv`` form. Every contender runs as its own process, so wall time includes start-up and peak RSS is
+that process's alone (``os.wait4``); the contenders alternate within each repeat and the medians are printed,
+with CPU seconds (less disturbed by a busy machine than wall time) and the load average beside them:
 
-- gpuledger: ``gpuledger ingest --tz UTC --quiet`` into a fresh ledger file (parse, validate, land, rollup);
-- floor: DuckDB ``read_csv(all_varchar=true)`` into a table in a fresh database file, no cleanup — the
-  least any parser of this file into DuckDB can do;
-- pandas: ``read_csv`` + unit stripping + typed columns + into DuckDB.
+- gpuledger: ``gpuledger ingest --tz UTC --quiet`` into a fresh ledger file, at the writer's default memory
+  limit; the child times each stage (sha256, parse, validate, land, attribute, rollup, commit) by wrapping
+  the functions that do them and records the process's peak RSS after each (``VmHWM``);
+- VARCHAR load: DuckDB ``read_csv(all_varchar=true)`` into a table in a fresh database file, no cleanup;
+- typed + rollups: one transaction into a file: a typed ``CREATE TABLE AS`` (the reader types the timestamp,
+  ``TRY_CAST(replace(col, ' %', ''))`` per column), a per-GPU-minute rollup, a per-day rollup from it and a
+  5 %-bucket utilization histogram (docs/PERF-NOTES "Ingest with rollups").
+
+Incremental: a 28-day ledger (64 GPUs at 60 s, one ingest) gets day 29; the same day also goes into a fresh
+ledger. The ratio of the two ingests' own seconds (``IngestReport.seconds``) should be about 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,43 +43,142 @@ HEADER = (
     "memory.total [MiB], power.draw [W], temperature.gpu, clocks.sm [MHz]"
 )
 
-FLOOR = """
+VARCHAR_LOAD = """
 import duckdb, sys
 con = duckdb.connect(sys.argv[2])
 con.execute(f"CREATE TABLE raw AS SELECT * FROM read_csv('{sys.argv[1]}', all_varchar=true, delim=', ', header=true)")
 print(con.execute("SELECT count(*) FROM raw").fetchall()[0][0])
 """
 
-PANDAS = """
-import duckdb, pandas as pd, sys
-df = pd.read_csv(sys.argv[1], sep=",", skipinitialspace=True)
-df.columns = [c.split(" [")[0] for c in df.columns]
-df["timestamp"] = pd.to_datetime(df["timestamp"], format="%Y/%m/%d %H:%M:%S.%f")
-for col, unit in [("utilization.gpu", " %"), ("utilization.memory", " %"), ("memory.used", " MiB"),
-                  ("memory.total", " MiB"), ("power.draw", " W"), ("clocks.sm", " MHz")]:
-    df[col] = pd.to_numeric(df[col].str.replace(unit, "", regex=False), errors="coerce")
-df["temperature.gpu"] = pd.to_numeric(df["temperature.gpu"], errors="coerce")
+TYPED_ROLLUPS = """
+import duckdb, sys
 con = duckdb.connect(sys.argv[2])
-con.execute("CREATE TABLE samples AS SELECT * FROM df")
-print(len(df))
+types = ["TIMESTAMP", "INTEGER"] + ["VARCHAR"] * 9
+cols = ", ".join(f"'c{i}': '{t}'" for i, t in enumerate(types))
+src = (f"read_csv('{sys.argv[1]}', delim=', ', header=true, auto_detect=false, columns={{{cols}}}, quote='', "
+       "escape='', timestampformat='%Y/%m/%d %H:%M:%S.%g')")
+num = lambda c, unit: f"TRY_CAST(replace({c}, ' {unit}', '') AS FLOAT)" if unit else f"TRY_CAST({c} AS FLOAT)"
+con.execute("BEGIN")
+con.execute(f'''CREATE TABLE samples AS SELECT c0 AS ts, c2 AS gpu_id, c1 AS gpu_index, {num("c4", "%")} AS util_pct,
+    {num("c5", "%")} AS mem_util_pct, {num("c6", "MiB")} AS mem_used_mib, {num("c7", "MiB")} AS mem_total_mib,
+    {num("c8", "W")} AS power_w, {num("c9", "")} AS temp_c, {num("c10", "MHz")} AS sm_clock_mhz FROM {src}''')
+con.execute('''CREATE TABLE samples_minute AS SELECT date_trunc('minute', ts) AS minute, gpu_id, count(*) AS n,
+    avg(util_pct) AS util, max(mem_used_mib) AS mem_max, avg(power_w) AS power_w,
+    count(*) FILTER (util_pct <= 5) AS idle_n FROM samples GROUP BY ALL''')
+con.execute('''CREATE TABLE samples_day AS SELECT minute::DATE AS day, gpu_id, sum(n) AS n,
+    sum(util * n) / sum(n) AS util, max(mem_max) AS mem_max, sum(power_w * n) / sum(n) AS power_w,
+    sum(idle_n) AS idle_n FROM samples_minute GROUP BY ALL''')
+con.execute('''CREATE TABLE util_hist AS SELECT ts::DATE AS day, gpu_id, floor(util_pct / 5) * 5 AS bucket,
+    count(*) AS n FROM samples GROUP BY ALL''')
+con.execute("COMMIT")
+print(con.execute("SELECT count(*) FROM samples").fetchall()[0][0])
 """
 
+# The gpuledger child: the real CLI, with the functions that do each stage wrapped to time them. A function
+# another module took over (attribute_samples → collectors/attribute.py) is wrapped where it is found.
+PROFILED = """
+import json, os, sys, time
+sys.path.insert(0, os.environ["BENCH_ROOT"])
+import importlib
+spent, order = {}, []
 
-def generate(path: Path, rows: int) -> None:
-    """Write ``rows`` lines (64 GPUs, one poll a second) with DuckDB; no Python loop per row."""
+def hwm():
+    with open("/proc/self/status") as fh:
+        return next(int(l.split()[1]) / 1024 for l in fh if l.startswith("VmHWM"))
+
+def wrap(module, name, label=None):
+    try:
+        owner = importlib.import_module(module)
+    except ImportError:
+        return
+    path = name.split(".")
+    for part in path[:-1]:
+        owner = getattr(owner, part, None)
+    inner = getattr(owner, path[-1], None) if owner is not None else None
+    if inner is None or getattr(inner, "bench_wrapped", False):
+        return
+    label = label or path[-1]
+    def timed(*a, **k):
+        if label not in spent:  # listed in the order the stages start
+            order.append(label)
+            spent[label] = [0.0, 0.0, 0.0]
+        t, c = time.perf_counter(), os.times()
+        try:
+            return inner(*a, **k)
+        finally:
+            c2 = os.times()
+            s = spent[label]
+            s[0] += time.perf_counter() - t
+            s[1] += c2.user + c2.system - c.user - c.system
+            s[2] = hwm()
+    timed.bench_wrapped = True
+    setattr(owner, path[-1], timed)
+    # modules that imported the function by name call their own reference: rebind it there too
+    for other in list(sys.modules.values()):
+        if other is not owner and getattr(other, path[-1], None) is inner and len(path) == 1:
+            setattr(other, path[-1], timed)
+
+for module, name in json.loads(os.environ["BENCH_STAGES"]):
+    wrap(module, name)
+from gpuledger.cli.main import main
+t, c = time.perf_counter(), os.times()
+rc = main(sys.argv[1:])
+c2 = os.times()
+spent["in process (all)"] = [time.perf_counter() - t, c2.user + c2.system - c.user - c.system, hwm()]
+order.append("in process (all)")
+with open(os.environ["BENCH_OUT"], "w") as fh:
+    json.dump({"order": order, "spent": spent}, fh)
+sys.exit(rc)
+"""
+
+# (module, function): the stages in the order they run; nested ones are indented in the table.
+STAGES = [
+    ("gpuledger.ledger.reference", "sync_reference"),
+    ("gpuledger.ledger.db", "ensure_schema"),
+    ("collectors.base", "sha256_file"),
+    ("collectors.nvidia_smi_csv", "NvidiaSmiCsv.stage"),
+    ("collectors.validate", "validate_stage"),
+    ("collectors.base", "land"),
+    ("collectors.base", "_land_samples"),
+    ("collectors.base", "_land_gpus"),
+    ("collectors.attribute", "attribute_samples"),
+    ("collectors.base", "attribute_samples"),
+    ("gpuledger.ledger.rollup", "refresh_rollup"),
+    ("gpuledger.ledger.rollup", "merge_staged_rollup"),
+    ("gpuledger.ledger.rollup", "_sequence"),
+    ("gpuledger.ledger.rollup", "_refresh_runs"),
+    ("gpuledger.ledger.rollup", "_refresh_minutes"),
+    ("collectors.base", "_refresh_merged"),
+    ("collectors.base", "run_in_transaction"),
+]
+NESTED = {
+    "_land_samples",
+    "_land_gpus",
+    "attribute_samples",
+    "refresh_rollup",
+    "merge_staged_rollup",
+    "_refresh_merged",
+}
+NESTED2 = {"_sequence", "_refresh_runs", "_refresh_minutes"}
+
+
+def generate(path: Path, rows: int, *, start: str = "2025-03-01 00:00:00", step_s: int = 1) -> None:
+    """Write ``rows`` lines (64 GPUs, one poll every ``step_s`` s from ``start``) with DuckDB; no Python
+    loop per row."""
     import duckdb
 
-    seconds = -(-rows // GPUS)
+    polls = -(-rows // GPUS)
     tmp = path.with_suffix(".part")
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
     con.execute(
         f"""
         COPY (
             SELECT line FROM (
                 SELECT 0 AS k, '{HEADER}' AS line
                 UNION ALL
-                SELECT 1 + s * {GPUS} + g AS k,
-                    strftime(TIMESTAMP '2025-03-01 00:00:00' + INTERVAL (s) SECOND
+                SELECT 1 + p * {GPUS} + g AS k,
+                    strftime(TIMESTAMP '{start}' + INTERVAL (p * {step_s}) SECOND
                              + INTERVAL ((g * 7) % 1000) MILLISECOND, '%Y/%m/%d %H:%M:%S.%g')
                     || ', ' || g
                     || ', GPU-' || lpad(g::VARCHAR, 8, '0') || '-1111-2222-3333-444455556666'
@@ -79,73 +190,172 @@ def generate(path: Path, rows: int) -> None:
                     || ', ' || round(70 + ((s * 11 + g * 17) % 63000) / 100.0, 2) || ' W'
                     || ', ' || (30 + (s + g) % 50)
                     || ', ' || (1000 + (s * 5 + g) % 980) || ' MHz' AS line
-                FROM range({seconds}) t(s), range({GPUS}) u(g)
-                WHERE s * {GPUS} + g < {rows}
+                FROM (SELECT p, p * {step_s} AS s FROM range({polls}) t(p)), range({GPUS}) u(g)
+                WHERE p * {GPUS} + g < {rows}
             ) ORDER BY k
         ) TO '{tmp}' (FORMAT csv, HEADER false, QUOTE '', ESCAPE '', DELIMITER '\x01')
         """
     )
+    con.close()
     tmp.rename(path)
 
 
-def timed(cmd: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS MiB, stdout) of one child process."""
+def cached_file(rows: int, *, start: str = "2025-03-01 00:00:00", step_s: int = 1, tag: str = "") -> Path:
+    path = Path(tempfile.gettempdir()) / f"gpuledger-bench-smi-{rows}{tag}.csv"
+    if not path.exists():
+        t = time.perf_counter()
+        generate(path, rows, start=start, step_s=step_s)
+        print(f"generated {path} in {time.perf_counter() - t:.1f} s", flush=True)
+    return path
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float, str]:
+    """(wall s, CPU s, peak RSS MiB, stdout) of one child process."""
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
     out = proc.stdout.read() if proc.stdout else ""
     err = proc.stderr.read() if proc.stderr else ""
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{cmd[:4]} failed ({proc.returncode}): {err.strip()[-2000:]}")
-    return wall, usage.ru_maxrss / 1024, out.strip()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd[:5])} failed: {err.strip()[-2000:]}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out.strip()
+
+
+def gpuledger_ingest(
+    csv_path: Path, db: Path, scratch: Path
+) -> tuple[tuple[float, float, float], dict, dict]:
+    """One profiled ``gpuledger ingest``: (wall, cpu, rss), stages {label: [wall, cpu, hwm]}, the report."""
+    out = scratch / "stages.json"
+    env = {"BENCH_ROOT": str(ROOT), "BENCH_STAGES": json.dumps(STAGES), "BENCH_OUT": str(out)}
+    cmd = [sys.executable, "-c", PROFILED, "ingest", "--db", str(db), "--tz", "UTC", "--quiet", "--json"]
+    wall, cpu, rss, stdout = timed([*cmd, str(csv_path)], env)
+    prof = json.loads(out.read_text())
+    return (wall, cpu, rss), prof, json.loads(stdout)[0]
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"{one:.1f}/{five:.1f}"
+
+
+def bench_one_file(rows: int, repeat: int) -> None:
+    csv_path = cached_file(rows)
+    print(
+        f"file: {csv_path} ({rows:,} rows, {csv_path.stat().st_size / 2**20:,.0f} MiB); {os.cpu_count()} CPUs"
+    )
+    py = sys.executable
+    runs: dict[str, list[tuple[float, float, float]]] = {
+        "gpuledger ingest": [],
+        "VARCHAR load": [],
+        "typed + rollups": [],
+    }
+    stages: dict[str, list[list[float]]] = {}
+    order: list[str] = []
+    loads = []
+    for i in range(repeat):
+        with tempfile.TemporaryDirectory(prefix="gpuledger-bench-") as tmp:
+            scratch = Path(tmp)
+            loads.append(load())
+            res, prof, report = gpuledger_ingest(csv_path, scratch / "ledger.duckdb", scratch)
+            if report["rows"].get("samples") != rows:
+                print(f"warning: gpuledger reported {report['rows']}")
+            runs["gpuledger ingest"].append(res)
+            for label in prof["order"]:
+                if label not in order:
+                    order.append(label)
+                stages.setdefault(label, []).append(prof["spent"][label])
+            runs["VARCHAR load"].append(
+                timed([py, "-c", VARCHAR_LOAD, str(csv_path), str(scratch / "v.duckdb")])[:3]
+            )
+            runs["typed + rollups"].append(
+                timed([py, "-c", TYPED_ROLLUPS, str(csv_path), str(scratch / "t.duckdb")])[:3]
+            )
+        print(f"  run {i + 1}/{repeat} done (load {loads[-1]})", flush=True)
+    print(
+        f"\ngpuledger ingest, stage by stage (median of {repeat}; peak RSS = the process's high-water mark after it)"
+    )
+    print(f"  {'stage':<26} {'wall s':>7} {'CPU s':>7} {'peak RSS MiB':>13}")
+    for label in order:
+        xs = stages[label]
+        indent = "    " if label in NESTED2 else "  " if label in NESTED else ""
+        name = indent + label
+        print(
+            f"  {name:<26} {median([x[0] for x in xs]):7.2f} {median([x[1] for x in xs]):7.2f} "
+            f"{median([x[2] for x in xs]):13,.0f}"
+        )
+    print(
+        f"\nwhole processes, median of {repeat} (load average 1/5 min at each run's start: {', '.join(loads)})"
+    )
+    print(
+        f"  {'path':<20} {'wall s':>7} {'CPU s':>7} {'rows/s':>11} {'peak RSS MiB':>13} {'vs VARCHAR (wall)':>18} {'(CPU)':>7}"
+    )
+    med = {
+        k: (median([r[0] for r in v]), median([r[1] for r in v]), median([r[2] for r in v]))
+        for k, v in runs.items()
+    }
+    floor_wall, floor_cpu, _ = med["VARCHAR load"]
+    for name, (wall, cpu, rss) in med.items():
+        print(
+            f"  {name:<20} {wall:7.2f} {cpu:7.2f} {rows / wall:11,.0f} {rss:13,.0f} "
+            f"{floor_wall / wall:17.2f}x {floor_cpu / cpu:6.2f}x"
+        )
+    ratios = [v[0] / g[0] for v, g in zip(runs["VARCHAR load"], runs["gpuledger ingest"], strict=True)]
+    print(
+        f"  gpuledger vs VARCHAR load, paired per run: {', '.join(f'{r:.2f}x' for r in ratios)} "
+        f"(target >= 1.0x, goal 1.4x; peak RSS target <= 500 MiB)"
+    )
+
+
+def bench_incremental(repeat: int) -> None:
+    """Day 29 into a 28-day ledger vs the same day into a fresh one."""
+    per_day = GPUS * 1440
+    month = cached_file(28 * per_day, step_s=60, tag="-28d-60s")
+    day = cached_file(per_day, start="2025-03-29 00:00:00", step_s=60, tag="-day29-60s")
+    print(
+        f"\nincremental: 28 days ({28 * per_day:,} samples, 64 GPUs at 60 s) + day 29 ({per_day:,} samples)"
+    )
+    with tempfile.TemporaryDirectory(prefix="gpuledger-bench-") as tmp:
+        scratch = Path(tmp)
+        base_db = scratch / "month.duckdb"
+        (wall, _, rss), _, _ = gpuledger_ingest(month, base_db, scratch)
+        print(f"  building the 28-day ledger: {wall:.1f} s, peak RSS {rss:,.0f} MiB")
+        alone, onto = [], []
+        for _ in range(repeat):
+            fresh = scratch / "fresh.duckdb"
+            fresh.unlink(missing_ok=True)
+            _, _, report = gpuledger_ingest(day, fresh, scratch)
+            alone.append(report["seconds"])
+            grown = scratch / "grown.duckdb"
+            shutil.copy(base_db, grown)
+            _, _, report = gpuledger_ingest(day, grown, scratch)
+            onto.append(report["seconds"])
+            grown.unlink()
+    a, b = median(alone), median(onto)
+    print(
+        f"  day 29 alone: {a:.2f} s; onto 28 days: {b:.2f} s (ingest's own seconds, median of {repeat}; load {load()})"
+    )
+    print(f"  onto 28 days / alone: {b / a:.2f}x (target about 1)")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=10_000_000)
-    ap.add_argument("--skip-pandas", action="store_true", help="pandas needs ~5 GB at 10 M rows")
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--skip-incremental", action="store_true")
+    ap.add_argument("--only-incremental", action="store_true")
     args = ap.parse_args()
-    csv_path = Path(tempfile.gettempdir()) / f"gpuledger-bench-smi-{args.rows}.csv"
-    if not csv_path.exists():
-        t = time.perf_counter()
-        generate(csv_path, args.rows)
-        print(f"generated {csv_path} in {time.perf_counter() - t:.1f} s")
-    size_mb = csv_path.stat().st_size / 2**20
-    print(f"file: {csv_path} ({args.rows:,} rows, {size_mb:,.0f} MiB)")
-    py = sys.executable
-    results: dict[str, tuple[float, float]] = {}
-    with tempfile.TemporaryDirectory(prefix="gpuledger-bench-") as scratch:
-        db = Path(scratch) / "ledger.duckdb"
-        wall, rss, out = timed(
-            [
-                py,
-                "-m",
-                "gpuledger",
-                "ingest",
-                "--db",
-                str(db),
-                "--tz",
-                "UTC",
-                "--quiet",
-                "--json",
-                str(csv_path),
-            ]
-        )
-        results["gpuledger ingest"] = (wall, rss)
-        if f'"samples": {args.rows}' not in out.replace("\n", " ").replace("  ", " "):
-            print(f"warning: gpuledger reported: {out[:400]}")
-        wall, rss, _ = timed([py, "-c", FLOOR, str(csv_path), str(Path(scratch) / "floor.duckdb")])
-        results["duckdb VARCHAR load (floor)"] = (wall, rss)
-        if not args.skip_pandas:
-            wall, rss, _ = timed([py, "-c", PANDAS, str(csv_path), str(Path(scratch) / "pandas.duckdb")])
-            results["pandas read_csv + cleanup"] = (wall, rss)
-    print(f"{'path':<30} {'wall s':>8} {'rows/s':>12} {'peak RSS MiB':>13}")
-    for name, (wall, rss) in results.items():
-        print(f"{name:<30} {wall:>8.2f} {args.rows / wall:>12,.0f} {rss:>13,.0f}")
-    ratio = results["duckdb VARCHAR load (floor)"][0] / results["gpuledger ingest"][0]
-    print(f"gpuledger / floor (rows/s ratio): {ratio:.2f}x  (target >= 0.5x)")
+    print(f"load average {load()} at start")
+    if not args.only_incremental:
+        bench_one_file(args.rows, args.repeat)
+    if not args.skip_incremental:
+        bench_incremental(args.repeat)
     return 0
 
 

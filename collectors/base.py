@@ -322,7 +322,11 @@ def _land_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> dict[str, i
         con.execute("ALTER TABLE stage_samples ADD COLUMN interval_s FLOAT")
     if "job_id" not in staged_cols:
         con.execute("ALTER TABLE stage_samples ADD COLUMN job_id VARCHAR")
-    total, lo, hi = con.execute("SELECT count(*), min(ts), max(ts) FROM stage_samples").fetchall()[0]
+    total, lo, hi, n_gpus = con.execute(
+        "SELECT count(*), min(ts), max(ts), count(DISTINCT gpu_id) FROM stage_samples"
+    ).fetchall()[0]
+    if total and _polls_in_order(con, n_gpus):
+        return _land_polls(con, ingest_id, n_gpus, total, lo, hi)
     source = "stage_samples"
     gaps_sql = """CREATE OR REPLACE TEMP TABLE stage_gaps AS
         SELECT rowid AS rid, gpu_id, epoch(lead(ts) OVER (PARTITION BY gpu_id ORDER BY ts) - ts) AS gap_s
@@ -359,6 +363,61 @@ def _land_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> dict[str, i
         """,
     )
     for t in ("stage_gaps", "stage_samples_uniq", "stage_overlap"):
+        con.execute(f"DROP TABLE IF EXISTS temp.{t}")
+    counts = {"samples": written, "samples_duplicate": total - written - merged}
+    return counts | ({"samples_merged": merged} if merged else {})
+
+
+def _polls_in_order(con: duckdb.DuckDBPyConnection, n_gpus: int) -> bool:
+    """Is the stage a sequence of polls that each list the same ``n_gpus`` GPUs in the same order, in time
+    order (what ``nvidia-smi -l``, a dcgm scrape loop or the demo write)? Then each sample's next sample of
+    its GPU is the row ``n_gpus`` further on, and the gaps need no sort: one streaming pass over the stage
+    (``lead(…, n_gpus) OVER ()``) checks it and leaves TEMP ``stage_cadence`` (gpu_id, cad_s: the median
+    gap) for :func:`_land_polls`. A GPU missing from a poll, a sample out of order or a (gpu_id, ts) twice
+    answers False, and the general path sorts."""
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE stage_cadence AS
+            SELECT gpu_id, coalesce(median(gap_s), 1.0) AS cad_s,
+                   count(*) FILTER (next_gpu <> gpu_id OR gap_s <= 0) AS off
+            FROM (SELECT gpu_id, epoch(lead(ts, {n_gpus}) OVER () - ts) AS gap_s,
+                         lead(gpu_id, {n_gpus}) OVER () AS next_gpu
+                  FROM stage_samples)
+            GROUP BY gpu_id"""
+    )
+    if _count(con, "SELECT coalesce(sum(off), 0) FROM stage_cadence"):
+        con.execute("DROP TABLE temp.stage_cadence")
+        return False
+    return True
+
+
+def _land_polls(
+    con: duckdb.DuckDBPyConnection, ingest_id: int, n_gpus: int, total: int, lo: object, hi: object
+) -> dict[str, int]:
+    """:func:`_land_samples` for a stage of whole polls in order (:func:`_polls_in_order`): the same
+    interval_s, overlap and merge rules, in one streaming INSERT that keeps the stage's (time) order."""
+    overlap, merged = _merge_overlap(con, "stage_samples", lo, hi)
+    fresh_only = "WHERE NOT EXISTS (SELECT 1 FROM stage_overlap v WHERE v.rid = s.rid)" if overlap else ""
+    exprs = _insert_from_stage(con, "samples", ingest_id)
+    written = _count(
+        con,
+        f"""
+        INSERT INTO samples
+        WITH seq AS (
+            SELECT sp.*, sp.rowid AS rid, epoch(lead(sp.ts, {n_gpus}) OVER () - sp.ts) AS gap_s
+            FROM stage_samples sp
+        ),
+        fresh AS (
+            SELECT s.* EXCLUDE (rid, gap_s) REPLACE (
+                coalesce(s.interval_s,
+                         CASE WHEN s.gap_s IS NULL OR s.gap_s > {GAP_FACTOR} * c.cad_s
+                              THEN c.cad_s ELSE s.gap_s END) AS interval_s)
+            FROM seq s JOIN (SELECT gpu_id, cad_s FROM stage_cadence) c USING (gpu_id)
+            {fresh_only}
+        )
+        SELECT {", ".join(exprs)} FROM fresh s
+        """,
+    )
+    for t in ("stage_cadence", "stage_overlap"):
         con.execute(f"DROP TABLE IF EXISTS temp.{t}")
     counts = {"samples": written, "samples_duplicate": total - written - merged}
     return counts | ({"samples_merged": merged} if merged else {})

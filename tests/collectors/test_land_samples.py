@@ -148,3 +148,62 @@ def test_genai_duty_cycle_then_memory_series_land_both_columns(ledger):
     ).fetchall()[0][0]
     assert ledger.execute("SELECT sum(interval_s) FROM samples").fetchall()[0][0] == cov + new_cov
     assert _rollup_disagrees(ledger) == 0
+
+
+# Two GPUs polled together at 0, 10, 20, 100, 110 s (an 80-s silence after 20 s), the second listed first.
+POLLS = [0, 10, 20, 100, 110]
+POLL_ROWS = [(s, gpu, 10 + s % 7) for s in POLLS for gpu in ("GPU-bbbb", "GPU-aaaa")]
+
+
+def _poll_csv(rows: list[tuple[int, str, int]]) -> str:
+    body = "".join(f"2025/03/01 00:{s // 60:02d}:{s % 60:02d}.000, {g}, {u} %\n" for s, g, u in rows)
+    return "timestamp, uuid, utilization.gpu [%]\n" + body
+
+
+def test_whole_polls_in_order_get_the_same_intervals_as_the_sorting_path(ledger, tmp_path):
+    """A file of whole polls in time order lands by the streaming path (base._polls_in_order); the same
+    rows shuffled take the sorting path. Both give the hand-worked intervals: cadence = median gap 10 s;
+    the 80-s gap is over 2.5 × 10 s, so the sample before it stands for 10 s, as does each GPU's last."""
+    from collectors import base
+
+    shuffled = [POLL_ROWS[i] for i in (3, 0, 9, 1, 6, 2, 8, 4, 7, 5)]
+    paths = {}
+    seen = []
+    real = base._land_polls
+
+    def spy(*args, **kwargs):
+        seen.append(True)
+        return real(*args, **kwargs)
+
+    base._land_polls = spy
+    try:
+        for name, rows in (("ordered", POLL_ROWS), ("shuffled", shuffled)):
+            paths[name] = write(tmp_path, f"{name}.csv", _poll_csv(rows))
+            con = duckdb.connect()
+            from gpuledger.ledger.db import ensure_schema
+
+            ensure_schema(con)
+            ingest_file(con, paths[name], opts=UTC)
+            got = con.execute(
+                "SELECT ts, gpu_id, interval_s, util_pct FROM samples ORDER BY gpu_id, ts"
+            ).fetchall()
+            assert [r[2] for r in got] == [10.0] * 10, name
+            offsets = [(r[1], int((r[0] - dt.datetime(2025, 3, 1)).total_seconds()), r[3]) for r in got]
+            assert offsets == sorted((g, s, float(u)) for s, g, u in POLL_ROWS), name
+            assert _rollup_disagrees(con) == 0, name
+            seen.append(name)
+    finally:
+        base._land_polls = real
+    # the ordered file took the streaming path, the shuffled one did not
+    assert seen == [True, "ordered", "shuffled"]
+
+
+def test_whole_polls_overlapping_the_ledger_merge_like_the_sorting_path(ledger, tmp_path):
+    # the first three polls, then a file of all five: the three already there are not second rows
+    ingest_file(ledger, write(tmp_path, "first.csv", _poll_csv(POLL_ROWS[:6])), opts=UTC)
+    report = ingest_file(ledger, write(tmp_path, "all.csv", _poll_csv(POLL_ROWS)), opts=UTC)
+    assert report.rows["samples"] == 4
+    assert report.skipped[ALREADY] == 6
+    # the earlier file's last poll (20 s) stood for the cadence, 10 s; the new samples as hand-worked above
+    assert ledger.execute("SELECT count(*), sum(interval_s) FROM samples").fetchall() == [(10, 100.0)]
+    assert _rollup_disagrees(ledger) == 0
