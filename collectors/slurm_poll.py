@@ -12,6 +12,14 @@ slurmdbd and records committed late.
 
 sacct runs with ``TZ=UTC`` so its times need no guess about zones, and always under ``timeout``: Slurm
 clients hang while slurmdbd is down.
+
+GPU indices: sacct names a job's nodes, not its GPUs; slurmctld knows which GPUs a *running* job holds
+(``scontrol show job -d``: ``Nodes=g2 CPU_IDs=0 Mem=100 GRES=gpu:h100:2(IDX:0-1)``) and forgets them once
+it ends. So each poll asks ``scontrol show job -d -o`` about the jobs sacct reports RUNNING and stores their
+indices (``allocations.gpu_index``, one row per GPU), and a later record of the same job without them (its
+final sacct line) keeps the indices seen before. Host-level attribution (collectors/attribute.py) then ties
+those jobs to exactly those cards. Without scontrol (or when it fails) the jobs keep host-only rows and
+the report says so.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -28,6 +37,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import duckdb
 
 from collectors.base import IngestOptions, land, next_ingest_id, record_ingest, run_in_transaction
 from gpuledger.ledger.db import writer
@@ -53,6 +64,9 @@ FIELDS = (
     "Cluster",
 )
 FIRST_POLL_LOOKBACK = dt.timedelta(days=1)
+# scontrol -d detail groups: "Nodes=g[1-2] CPU_IDs=0 Mem=100 GRES=gpu:h100:1(IDX:0)"
+_DETAIL = re.compile(r"\bNodes=(\S+)\s+(?:CPU_IDs=\S+\s+)?(?:Mem=\S+\s+)?GRES=(\S*)")
+_RUNNING = ("RUNNING", "SUSPENDED", "COMPLETING")
 SACCT_TIME = "%Y-%m-%dT%H:%M:%S"
 
 
@@ -123,6 +137,92 @@ def run_sacct(cmd: list[str], timeout_s: float) -> str:
     return proc.stdout
 
 
+def running_ids(text: str) -> list[str]:
+    """JobIDRaw of the allocation lines sacct reports in a running state (FIELDS order)."""
+    state_at = FIELDS.index("State")
+    out = []
+    for line in text.splitlines()[1:]:
+        f = line.split("|")
+        if len(f) > state_at and f[0].isdigit() and f[state_at].split(" ")[0] in _RUNNING:
+            out.append(f[0])
+    return out
+
+
+def parse_scontrol_detail(text: str) -> dict[str, dict[str, list[int]]]:
+    """``scontrol show job -d -o`` → {raw job id: {host: GPU indices}}; jobs or nodes without IDX are left out."""
+    from collectors.sacct import expand_nodelist, gres_indices
+
+    out: dict[str, dict[str, list[int]]] = {}
+    for line in text.splitlines():
+        m = re.match(r"^JobId=(\d+)\s", line)
+        if not m:
+            continue
+        for nodes, gres in _DETAIL.findall(line):
+            idx = gres_indices(gres)
+            if not idx:
+                continue
+            try:
+                hosts = expand_nodelist(nodes)
+            except ValueError:
+                continue
+            for host in hosts:
+                out.setdefault(m.group(1), {})[host] = idx
+    return out
+
+
+def running_gpu_indices(
+    ids: list[str], *, timeout_s: float, scontrol: str = "scontrol"
+) -> dict[str, dict[str, list[int]]] | None:
+    """GPU indices per node of these running jobs from slurmctld; None when scontrol is missing or fails."""
+    if not ids:
+        return {}
+    if shutil.which(scontrol) is None and not Path(scontrol).exists():
+        return None
+    # every job slurmctld still holds, one line each (a list of ids is not accepted by every version)
+    cmd = ["timeout", "--kill-after=5", f"{timeout_s:g}", scontrol, "show", "job", "-d", "-o"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s + 10)
+    except (subprocess.TimeoutExpired, OSError):
+        return None
+    if proc.returncode != 0:
+        return None
+    wanted = set(ids)
+    return {j: hosts for j, hosts in parse_scontrol_detail(proc.stdout).items() if j in wanted}
+
+
+def apply_gpu_indices(con: duckdb.DuckDBPyConnection, found: dict[str, dict[str, list[int]]]) -> int:
+    """Split staged host rows into one row per GPU index: from ``found`` (raw id → host → indices), else
+    from the indices an earlier poll stored for the same job and host. Returns the jobs given indices."""
+    rows = [(raw, host, i) for raw, hosts in found.items() for host, idx in hosts.items() for i in idx]
+    con.execute("CREATE OR REPLACE TEMP TABLE poll_idx (raw VARCHAR, host VARCHAR, gpu_index INTEGER)")
+    if rows:
+        con.executemany("INSERT INTO poll_idx VALUES (?, ?, ?)", rows)
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE stage_idx AS
+           WITH now AS (
+               SELECT s.job_id, s.host, p.gpu_index FROM stage_allocations s
+               JOIN poll_idx p ON p.raw = split_part(s.job_id, '/', -1) AND p.host = s.host
+           ), before AS (
+               SELECT a.job_id, a.host, a.gpu_index FROM allocations a
+               WHERE a.gpu_index IS NOT NULL AND a.gpu_id IS NULL
+                 AND a.job_id IN (SELECT job_id FROM stage_allocations WHERE gpu_index IS NULL)
+                 AND NOT EXISTS (SELECT 1 FROM now n WHERE n.job_id = a.job_id AND n.host = a.host)
+           )
+           SELECT DISTINCT * FROM (SELECT * FROM now UNION ALL SELECT * FROM before)"""
+    )
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE stage_allocations AS
+           SELECT s.* REPLACE (CASE WHEN i.gpu_index IS NULL THEN s.gpu_count ELSE 1 END AS gpu_count,
+                               coalesce(s.gpu_index, i.gpu_index) AS gpu_index)
+           FROM stage_allocations s
+           LEFT JOIN stage_idx i ON i.job_id = s.job_id AND i.host = s.host AND s.gpu_index IS NULL"""
+    )
+    n = int(con.execute("SELECT count(DISTINCT job_id) FROM stage_idx").fetchall()[0][0])
+    con.execute("DROP TABLE temp.poll_idx")
+    con.execute("DROP TABLE temp.stage_idx")
+    return n
+
+
 def read_cursor(db: str | None, key: str) -> dt.datetime | None:
     with writer(db) as con:
         found = con.execute("SELECT cursor_ts FROM collector_state WHERE collector = ?", [key]).fetchall()
@@ -138,8 +238,11 @@ def poll(
     timeout_s: float = 60.0,
     opts: IngestOptions | None = None,
     sacct: str = "sacct",
+    scontrol: str = "scontrol",
 ) -> PollReport:
-    """Read jobs changed since the stored cursor (or ``since``), land them, advance the cursor atomically."""
+    """Read jobs changed since the stored cursor (or ``since``), land them, advance the cursor atomically.
+
+    Running jobs' GPU indices come from ``scontrol`` (see the module docstring)."""
     from collectors.sacct import SacctParsable
 
     started = time.perf_counter()
@@ -154,6 +257,8 @@ def poll(
     report.sacct_s = time.perf_counter() - t0
     lines = [ln for ln in text.splitlines() if ln.strip()]
     report.jobs_read = max(len(lines) - 1, 0)
+    running = running_ids(text)
+    indices = running_gpu_indices(running, timeout_s=timeout_s, scontrol=scontrol)
     opts = opts or IngestOptions(cluster=cluster)
     opts = dataclasses.replace(opts, tz="UTC", cluster=cluster or opts.cluster)
     digest = hashlib.sha256(text.encode()).hexdigest()
@@ -170,6 +275,15 @@ def poll(
                 if report.jobs_read and not seen:
                     ingest_id = next_ingest_id(con)
                     report.skipped = SacctParsable().stage(con, path, opts)
+                    if "stage_allocations" in {
+                        r[0]
+                        for r in con.execute(
+                            "SELECT table_name FROM duckdb_tables() WHERE temporary"
+                        ).fetchall()
+                    }:
+                        apply_gpu_indices(con, indices or {})
+                    if indices is None:
+                        report.skipped["running jobs whose GPU indices scontrol did not give"] = len(running)
                     report.rows = land(con, ingest_id, opts)
                     record_ingest(
                         con,

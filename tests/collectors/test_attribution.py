@@ -356,3 +356,91 @@ def test_nvml_process_job_ids_are_evidence_for_a_shared_host(ledger, tmp_path):
     ).fetchall()
     # 202 on GPU 2 (its process); 203 dealt the lowest free card, 0 — a guess: 1 and 3 were free too
     assert got == [("ci/202", 2, "exact", "process"), ("ci/203", 0, "by_share", "dealt")]
+
+
+SCONTROL_LINE = (
+    "JobId={job} JobName=wrap UserId=root(0) Account=research JobState=RUNNING Reason=None NodeList=n2 "
+    "NumNodes=1 TRES=cpu=1,mem=100M,node=1,billing=1,gres/gpu=2 JOB_GRES=gpu:h100:2   Nodes=n2 CPU_IDs={cpu} "
+    "Mem=100 GRES=gpu:h100:2(IDX:{idx}) MinCPUsNode=1 TresPerNode=gres:gpu:2"
+)  # the shape Slurm 22.05's `scontrol show job -d -o` printed in tests/live
+
+
+def test_scontrol_detail_gives_gpu_indices_per_node():
+    from collectors.slurm_poll import parse_scontrol_detail
+
+    two_nodes = "JobId=9 JobState=RUNNING NodeList=g[1-2] JOB_GRES=gpu:h100:2   Nodes=g[1-2] CPU_IDs=0 Mem=100 GRES=gpu:h100:1(IDX:0) x=y"
+    finished = (
+        "JobId=10 JobState=COMPLETED JOB_GRES=gpu:h100:2   Nodes=g1 CPU_IDs=0 Mem=100 GRES=gpu:h100:2 x=y"
+    )
+    text = "\n".join([SCONTROL_LINE.format(job=7, cpu=0, idx="0-1"), two_nodes, finished])
+    assert parse_scontrol_detail(text) == {"7": {"n2": [0, 1]}, "9": {"g1": [0], "g2": [0]}}
+
+
+def fake_tool(tmp_path: Path, name: str) -> Path:
+    tool = tmp_path / name
+    tool.write_text(f'#!/bin/sh\ncat "{tmp_path}/{name}.out"\n', encoding="utf-8")
+    tool.chmod(0o755)
+    return tool
+
+
+def test_poller_stores_running_jobs_gpu_indices_and_keeps_them_after_the_end(db_path, tmp_path):
+    """The collector asks scontrol which GPUs running jobs hold (sacct never says), and a job's final record
+    keeps them: the two jobs sharing n2 are tied to their own cards exactly, not dealt by share."""
+    from collectors.slurm_poll import FIELDS, poll
+    from gpuledger.ledger.db import reader, writer
+
+    sacct, scontrol = fake_tool(tmp_path, "sacct"), fake_tool(tmp_path, "scontrol")
+
+    def sacct_says(state: str, end: str, elapsed: str) -> None:
+        rows = [
+            "|".join([str(j), str(j), f"j{j}", "alice", "nlp", "gpu", state, at(0), at(5), end, elapsed,
+                      "cpu=1,gres/gpu:h100=2,gres/gpu=2", "", "n2", "1", "0:0", "ci"])
+            for j in (501, 502)
+        ]  # fmt: skip
+        (tmp_path / "sacct.out").write_text("\n".join(["|".join(FIELDS), *rows]) + "\n", encoding="utf-8")
+
+    sacct_says("RUNNING", "Unknown", "00:20:00")
+    (tmp_path / "scontrol.out").write_text(
+        SCONTROL_LINE.format(job=501, cpu=0, idx="1,3")
+        + "\n"
+        + SCONTROL_LINE.format(job=502, cpu=1, idx="0,2")
+        + "\n",
+        encoding="utf-8",
+    )
+    poll(db_path, sacct=str(sacct), scontrol=str(scontrol), overlap=dt.timedelta(0))
+    # the jobs end; slurmctld no longer shows their indices, sacct's final record has none
+    sacct_says("COMPLETED", at(45), "00:40:00")
+    (tmp_path / "scontrol.out").write_text("", encoding="utf-8")
+    report = poll(db_path, sacct=str(sacct), scontrol=str(scontrol), overlap=dt.timedelta(0))
+    assert report.rows["jobs"] == 2 and report.skipped == {}
+    with writer(db_path) as con:
+        ingest_file(con, smi_csv(tmp_path, "n2"), opts=IngestOptions(tz="UTC", host="n2"))
+    with reader(db_path) as con:
+        assert con.execute(
+            "SELECT job_id, gpu_index, gpu_count, end_ts FROM allocations ORDER BY 1, 2"
+        ).fetchall() == [
+            ("ci/501", 1, 1.0, T0 + dt.timedelta(minutes=45)),
+            ("ci/501", 3, 1.0, T0 + dt.timedelta(minutes=45)),
+            ("ci/502", 0, 1.0, T0 + dt.timedelta(minutes=45)),
+            ("ci/502", 2, 1.0, T0 + dt.timedelta(minutes=45)),
+        ]
+        got = con.execute(
+            """SELECT h.job_id, list(g.gpu_index ORDER BY g.gpu_index), any_value(h.method), any_value(h.evidence)
+               FROM host_attribution h JOIN gpus g USING (gpu_id) GROUP BY 1 ORDER BY 1"""
+        ).fetchall()
+        assert got == [("ci/501", [1, 3], "exact", "gres_idx"), ("ci/502", [0, 2], "exact", "gres_idx")]
+        # 501's mean is the plain mean of GPUs 1 and 3 over minutes 5..44
+        m = [util("n2", i, k) for i in (1, 3) for k in range(5, 45)]
+        table = {r["job_id"]: r for r in jobs_table(con).to_dicts()}
+        assert table["ci/501"]["mean_util_pct"] == pytest.approx(sum(m) / len(m))
+
+
+def test_poller_without_scontrol_says_so(db_path, tmp_path):
+    from collectors.slurm_poll import FIELDS, poll
+
+    sacct = fake_tool(tmp_path, "sacct")
+    row = "|".join(["601", "601", "j", "u", "a", "gpu", "RUNNING", at(0), at(5), "Unknown", "00:10:00",
+                    "gres/gpu=2", "", "n2", "1", "0:0", "ci"])  # fmt: skip
+    (tmp_path / "sacct.out").write_text("|".join(FIELDS) + "\n" + row + "\n", encoding="utf-8")
+    report = poll(db_path, sacct=str(sacct), scontrol=str(tmp_path / "no-scontrol"), overlap=dt.timedelta(0))
+    assert report.skipped == {"running jobs whose GPU indices scontrol did not give": 1}

@@ -4,7 +4,9 @@ tests/services/slurm_up.sh with SLURM_TEST_NODES=3 (root and the packages from .
 the test skips saying why). Real ``sbatch --gres=gpu:N`` jobs — one holding all of g1, two sharing g2, one
 spanning g1 and g3 — are polled by the Slurm collector; then telemetry for those nodes is replayed from a real
 nvidia-smi log (../shared/datasets/nvidia-smi-csv), time-shifted into the jobs' spans as sacct reports them,
-and ingested per node with ``--host``. Every expected figure is plain SQL over the samples or sacct's output.
+and ingested per node with ``--host``. Every expected figure is plain SQL over the samples, sacct's output or
+the GPUs the jobs themselves printed (``SLURM_JOB_GPUS``). The sharing jobs are checked twice: polled while
+running (scontrol names their GPUs: exact) and only after the end without scontrol (by share).
 """
 
 from __future__ import annotations
@@ -103,55 +105,117 @@ MEAN_ON = """SELECT avg(s.util_pct) FROM samples s JOIN gpus g USING (gpu_id)
              WHERE g.host IN (SELECT unnest(?::VARCHAR[])) AND s.ts >= ? AND s.ts < ?"""
 
 
+def job_gpus(work: Path, raw: str) -> list[int]:
+    """The GPU indices Slurm gave the job, as the job itself printed them (SLURM_JOB_GPUS)."""
+    line = next(ln for ln in (work / f"{raw}.out").read_text().splitlines() if ln.startswith("GPUS="))
+    return sorted(int(x) for x in line[5:].split(","))
+
+
+def common_checks(con: duckdb.DuckDBPyConnection, job: dict[str, str], span: dict) -> dict[str, dict]:
+    """What holds whether the shared node is tied exactly or by share; returns the jobs table by name."""
+    table = {r["job_id"]: r for r in jobs_table(con).to_dicts()}
+    by_name = {n: table[j] for n, j in job.items()}
+    assert (by_name["whole"]["attribution"], by_name["two_nodes"]["attribution"]) == ("exact", "exact")
+    # a whole-node job's utilization is the plain mean of its node's samples in its span
+    for name, hosts in (("whole", ["g1"]), ("two_nodes", ["g1", "g3"])):
+        lo, hi, _ = span[name]
+        assert by_name[name]["mean_util_pct"] == pytest.approx(plain(con, MEAN_ON, [hosts, lo, hi])), name
+    # GPU-hours: sacct's spans × GPUs held, every one of them measured
+    for name, gpus in (("whole", 4), ("share_a", 2), ("share_b", 2), ("two_nodes", 8)):
+        lo, hi, _ = span[name]
+        r = by_name[name]
+        assert r["gpu_hours"] == pytest.approx(gpus * (hi - lo).total_seconds() / 3600), name
+        assert r["unmeasured_usd"] == pytest.approx(0, abs=1e-9 + 1e-6 * r["cost_usd"]), name
+    # no sample is tied outside its job's span or to a job that did not hold its node
+    stray = con.execute(
+        """SELECT count(*) FROM samples s JOIN gpus g USING (gpu_id)
+           WHERE s.job_id IS NOT NULL AND NOT EXISTS (
+               SELECT 1 FROM allocations a WHERE a.job_id = s.job_id AND a.host = g.host
+                 AND s.ts >= a.start_ts AND s.ts < a.end_ts)"""
+    ).fetchall()[0][0]
+    assert stray == 0
+    return by_name
+
+
 @pytest.mark.service
-def test_whole_node_shared_node_and_two_node_jobs_get_their_nodes_telemetry(slurm3, db_path, tmp_path):
+def test_whole_node_shared_node_and_two_node_jobs_get_their_nodes_telemetry(slurm3, tmp_path):
     real = dataset(REAL_LOG)
+    out = ["-o", f"{slurm3}/%j.out"]
+    wrap = "--wrap=echo GPUS=$SLURM_JOB_GPUS; sleep {}"
     ids = {
-        "whole": sbatch("-w", "g1", "--gres=gpu:4", "-J", "whole", "--wrap=sleep 8"),
-        "share_a": sbatch("-w", "g2", "--gres=gpu:2", "-J", "share_a", "--wrap=sleep 8"),
-        "share_b": sbatch("-w", "g2", "--gres=gpu:2", "-J", "share_b", "--wrap=sleep 10"),
+        "whole": sbatch(*out, "-w", "g1", "--gres=gpu:4", "-J", "whole", wrap.format(8)),
+        "share_a": sbatch(*out, "-w", "g2", "--gres=gpu:2", "-J", "share_a", wrap.format(12)),
+        "share_b": sbatch(*out, "-w", "g2", "--gres=gpu:2", "-J", "share_b", wrap.format(14)),
         # two whole nodes; g1 is busy with "whole", so this one starts when that one ends
-        "two_nodes": sbatch("-N", "2", "-w", "g1,g3", "--gres=gpu:4", "-J", "two_nodes", "--wrap=sleep 8"),
+        "two_nodes": sbatch(
+            *out, "-N", "2", "-w", "g1,g3", "--gres=gpu:4", "-J", "two_nodes", wrap.format(8)
+        ),
     }
+    any_state = {"PENDING", "RUNNING", "COMPLETED"}
+    wait_until(
+        list(ids.values()), {j: {"RUNNING"} if n.startswith("share") else any_state for n, j in ids.items()}
+    )
+    # ledger "live" is polled while the sharing jobs run (scontrol tells their GPUs) and after they end;
+    # ledger "late" only after the end, without scontrol: sacct alone names g2, not which of its GPUs
+    live, late = str(tmp_path / "live.duckdb"), str(tmp_path / "late.duckdb")
+    poll(live, overlap=dt.timedelta(0))
     wait_until(list(ids.values()), dict.fromkeys(ids.values(), FINISHED), timeout_s=90)
     time.sleep(1.1)
-    report = poll(db_path, overlap=dt.timedelta(0))
-    assert report.jobs_read == 4
+    assert poll(live, overlap=dt.timedelta(0)).jobs_read == 4
+    assert poll(late, overlap=dt.timedelta(0), scontrol="/nonexistent/scontrol").jobs_read == 4
     span = spans(ids)
     assert [span[n][2] for n in ids] == ["g1", "g2", "g2", "g[1,3]"]  # what the test asked Slurm for
     job = {n: f"ci/{j}" for n, j in ids.items()}
+    printed = {n: job_gpus(slurm3, ids[n]) for n in ("share_a", "share_b")}
+    assert sorted(printed["share_a"] + printed["share_b"]) == [0, 1, 2, 3]  # Slurm split g2 between them
 
-    # telemetry: each node sampled every second from its first job's start to its last job's end
+    # telemetry: each node sampled every second from its first job's start to its last job's end; in
+    # "late", g2's four GPUs read the same each second, so a figure over any two of them is the same
     windows = {
         "g1": (span["whole"][0], span["two_nodes"][1]),
         "g2": (min(span["share_a"][0], span["share_b"][0]), max(span["share_a"][1], span["share_b"][1])),
         "g3": (span["two_nodes"][0], span["two_nodes"][1]),
     }
-    with writer(db_path) as con:
-        for host, (lo, hi) in windows.items():
-            csv_path = replay(real, tmp_path / f"{host}.csv", lo, hi, same_reading=host == "g2")
-            ingest_file(con, csv_path, opts=IngestOptions(tz="UTC", host=host))
+    for db, same in ((live, False), (late, True)):
+        with writer(db) as con:
+            for host, (lo, hi) in windows.items():
+                csv_path = replay(
+                    real, tmp_path / f"{host}-{same}.csv", lo, hi, same_reading=same and host == "g2"
+                )
+                ingest_file(con, csv_path, opts=IngestOptions(tz="UTC", host=host))
 
-    with reader(db_path) as con:
-        table = {r["job_id"]: r for r in jobs_table(con).to_dicts()}
-        assert {n: table[j]["attribution"] for n, j in job.items()} == {
-            "whole": "exact",
-            "share_a": "by_share",  # sacct names g2, not which 2 of its 4 GPUs
-            "share_b": "by_share",
-            "two_nodes": "exact",
-        }
-        # a whole-node job's utilization is the plain mean of its node's samples in its span
-        for name, hosts in (("whole", ["g1"]), ("two_nodes", ["g1", "g3"])):
+    with reader(live) as con:
+        by_name = common_checks(con, job, span)
+        for name in ("share_a", "share_b"):
+            ties = con.execute(
+                """SELECT list(g.gpu_index ORDER BY g.gpu_index), list(DISTINCT h.evidence)
+                   FROM host_attribution h JOIN gpus g USING (gpu_id) WHERE h.job_id = ?""",
+                [job[name]],
+            ).fetchall()[0]
+            assert ties == (printed[name], ["gres_idx"]), name  # the cards the job itself printed
+            assert by_name[name]["attribution"] == "exact"
+            # its utilization: the plain mean of g2's samples on those cards in its span
             lo, hi, _ = span[name]
-            assert table[job[name]]["mean_util_pct"] == pytest.approx(plain(con, MEAN_ON, [hosts, lo, hi])), (
-                name
+            mean = plain(
+                con,
+                """SELECT avg(s.util_pct) FROM samples s JOIN gpus g USING (gpu_id)
+                   WHERE g.host = 'g2' AND list_contains(?::INTEGER[], g.gpu_index) AND s.ts >= ? AND s.ts < ?""",
+                [printed[name], lo, hi],
             )
-        # g2's four GPUs read the same each second, so each sharing job's mean is g2's plain mean in its span
+            assert by_name[name]["mean_util_pct"] == pytest.approx(mean), name
+
+    with reader(late) as con:
+        by_name = common_checks(con, job, span)
+        assert (by_name["share_a"]["attribution"], by_name["share_b"]["attribution"]) == (
+            "by_share",
+            "by_share",
+        )
+        # each sharing job's mean is g2's plain mean in its span (all four cards read the same)
         for name in ("share_a", "share_b"):
             lo, hi, _ = span[name]
-            assert table[job[name]]["mean_util_pct"] == pytest.approx(
-                plain(con, MEAN_ON, [["g2"], lo, hi])
-            ), name
+            assert by_name[name]["mean_util_pct"] == pytest.approx(plain(con, MEAN_ON, [["g2"], lo, hi])), (
+                name
+            )
         # and the two add up to the node: Σ util × time over g2's samples, each weighted by the share of g2's
         # 4 GPUs held at that second (2 per running job, from sacct's spans)
         node = plain(
@@ -162,21 +226,5 @@ def test_whole_node_shared_node_and_two_node_jobs_get_their_nodes_telemetry(slur
                FROM samples s JOIN gpus g USING (gpu_id) WHERE g.host = 'g2'""",
             [span["share_a"][0], span["share_a"][1], span["share_b"][0], span["share_b"][1]],
         )
-        jobs_sum = sum(
-            table[job[n]]["mean_util_pct"] / 100 * table[job[n]]["gpu_hours"] for n in ("share_a", "share_b")
-        )
-        assert jobs_sum == pytest.approx(node)
-        # GPU-hours: sacct's spans × GPUs held, every one of them measured
-        for name, gpus in (("whole", 4), ("share_a", 2), ("share_b", 2), ("two_nodes", 8)):
-            lo, hi, _ = span[name]
-            r = table[job[name]]
-            assert r["gpu_hours"] == pytest.approx(gpus * (hi - lo).total_seconds() / 3600), name
-            assert r["unmeasured_usd"] == pytest.approx(0, abs=1e-9 + 1e-6 * r["cost_usd"]), name
-        # no sample is tied outside its job's span or to a job that did not hold its node
-        stray = con.execute(
-            """SELECT count(*) FROM samples s JOIN gpus g USING (gpu_id)
-               WHERE s.job_id IS NOT NULL AND NOT EXISTS (
-                   SELECT 1 FROM allocations a WHERE a.job_id = s.job_id AND a.host = g.host
-                     AND s.ts >= a.start_ts AND s.ts < a.end_ts)"""
-        ).fetchall()[0][0]
-        assert stray == 0
+        shared = [by_name[n] for n in ("share_a", "share_b")]
+        assert sum(r["mean_util_pct"] / 100 * r["gpu_hours"] for r in shared) == pytest.approx(node)
