@@ -12,7 +12,11 @@ Steps (each timed):
 3. raw: the same range fetched as raw samples (``{__name__=~"…"}[6h]`` range-vector queries, the same host
    batches), decoded into DuckDB and rolled up to the same step locally — what a collector without
    pushdown has to do before it can even start landing;
-4. the ledger's size on disk, per 1,000 GPU-months at this step.
+4. the ledger's size on disk, per 1,000 GPU-months at this step;
+5. job summaries (``collect prometheus --jobs``, collectors/prometheus_jobs.py): per-job, per-GPU figures
+   and idle stretches computed in PromQL, plus the hourly fleet rollup the heatmap needs (the collector at
+   ``--step 1h``), against the raw pull at the scrape interval; the idle GPU-hours are checked against what
+   the generator planted (every 5th job idle at 0 % for its whole 4 h).
 
 Prints raw points vs rolled-up points moved, bytes, and seconds, with the ratios. Needs the Debian
 ``prometheus`` package. Everything lives in a temp folder, removed at the end (``--keep`` keeps it).
@@ -36,6 +40,7 @@ import duckdb
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from collectors.prometheus_jobs import pull_jobs  # noqa: E402
 from collectors.prometheus_pull import (  # noqa: E402
     PromClient,
     PullOptions,
@@ -164,6 +169,7 @@ def main() -> int:
         "--steps", type=lambda v: [int(x) for x in v.split(",")], default=[60, 300], help="rollup steps, s"
     )
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (history, data, ledger)")
+    ap.add_argument("--no-jobs", action="store_true", help="skip the job-summaries measurement")
     args = ap.parse_args()
     if not (shutil.which("prometheus") and shutil.which("promtool")):
         print("bench/pushdown.py needs the Debian package `prometheus` (make system-deps)", file=sys.stderr)
@@ -221,11 +227,14 @@ def main() -> int:
             raw = raw_pull(url, start, end, step, work)
             samples = sum(c.rows.get("samples", 0) for c in report.chunks)
             results.append((step, push, raw, collect_s, samples, os.path.getsize(ledger)))
+        jobs = None if args.no_jobs else bench_jobs(url, start, end, args.scrape, args.gpus, work)
     finally:
         subprocess.run(["bash", str(SERVICES / "prometheus_down.sh"), str(work / "srv")], check=False)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     gpu_months = args.gpus * args.days / 30.0
+    if jobs is not None:
+        print_jobs(jobs, raw_samples)
     for step, push, raw, collect_s, samples, ledger_bytes in results:
         print(f"\nstep {step} s{'':16}{'raw pull':>16}{'pushdown':>16}{'raw / pushdown':>16}")
         for label, key in (("points moved", "points"), ("bytes moved", "bytes"), ("requests", "requests")):
@@ -243,6 +252,61 @@ def main() -> int:
             f"= {ledger_bytes / gpu_months * 1000 / 1e9:.2f} GB per 1,000 GPU-months"
         )
     return 0
+
+
+def bench_jobs(url: str, start: int, end: int, scrape_s: int, gpus: int, work: Path) -> dict[str, object]:
+    """``collect prometheus --jobs`` over the range (summaries, idle stretches and the hourly fleet rollup),
+    timed; the idle GPU-hours against what ``generate`` planted, by plain SQL over its job numbering."""
+    ledger = str(work / "ledger-jobs.duckdb")
+    t = time.perf_counter()
+    report = pull_jobs(ledger, PullOptions(url=url, since=_utc(start), until=_utc(end)))
+    jobs_s = time.perf_counter() - t
+    with writer(ledger) as con:
+        idle_h, util = con.execute(
+            "SELECT sum(idle_s) / 3600, sum(util_mean_pct * samples) / sum(samples) FROM job_summaries"
+        ).fetchall()[0]
+    # planted: scrape k of every GPU belongs to job (k * scrape_s) // 14400, at 0 % when job % 5 = 0
+    scrapes = (end - start) // scrape_s
+    planted = (
+        duckdb.connect()
+        .execute(
+            f"""SELECT count(*) FILTER (WHERE (k * {scrape_s}) // 14400 % 5 = 0) * {scrape_s} / 3600.0 * {gpus}
+            FROM range({scrapes}) r(k)"""
+        )
+        .fetchall()[0][0]
+    )
+    return {
+        "report": report.as_dict(),
+        "seconds": jobs_s,
+        "idle_gpu_hours": idle_h,
+        "planted_idle_gpu_hours": planted,
+        "mean_util_pct": util,
+    }
+
+
+def print_jobs(jobs: dict[str, object], raw_samples: int) -> None:
+    rep = jobs["report"]
+    assert isinstance(rep, dict)
+    by_kind = dict(rep["points_by_kind"])
+    fleet = by_kind.pop("fleet hourly", 0)
+    summaries = sum(by_kind.values())
+    print(
+        f"\njob summaries (collect prometheus --jobs): {rep['jobs']:,} jobs, {rep['job_summaries']:,} job-GPU rows, "
+        f"{rep['idle_stretches']:,} idle stretches, {rep['fleet_samples']:,} fleet GPU-hours; "
+        f"{rep['requests']:,} requests, {jobs['seconds']:.1f} s end to end"
+    )
+    print(f"{'points moved':28}{'raw pull':>16}{'pushdown':>16}{'raw / pushdown':>16}")
+    for label, n in (
+        *((f"  {k}", v) for k, v in sorted(by_kind.items())),
+        ("job summaries, all", summaries),
+        ("hourly fleet rollup (util)", fleet),
+        ("everything --jobs moved", summaries + fleet),
+    ):
+        print(f"{label:28}{raw_samples:>16,}{n:>16,}{raw_samples / max(n, 1):>15.1f}x")
+    print(
+        f"idle GPU-hours found in PromQL: {jobs['idle_gpu_hours']:,.2f}; planted: {jobs['planted_idle_gpu_hours']:,.2f}"
+        f"; fleet mean utilization {jobs['mean_util_pct']:.3f} %"
+    )
 
 
 def _utc(epoch: int) -> dt.datetime:

@@ -24,10 +24,14 @@ Three kinds of request, all on the keep-alive client of :mod:`collectors.prometh
    ``t2 - t1 + M``. Two points per stretch cross the wire, whatever its length. A stretch under way at
    the range's start or end is cut there (and continued by the next run).
 
+4. **The fleet rollup** the pages need (the heatmap is hourly): the ordinary pull
+   (:func:`collectors.prometheus_pull.pull`) at a 1 h step with only :data:`FLEET_ROLLUPS`, landing one
+   ``samples`` row per GPU-hour (``interval_s`` 3600) under its own cursor.
+
 Rows land in ``job_summaries`` (one per job, GPU and window; docs/schema.md) in one transaction with an
 ``ingests`` row (format ``prometheus_jobs``) and the cursor ``prometheus-jobs:<url>`` in ``collector_state``.
-Accuracy: sample counts become GPU-hours at the scrape interval (``--scrape``, else measured: 600 s over
-the median count of samples per GPU in the last 10 min of the range); idle stretches are exact when scrapes
+Accuracy: sample counts become GPU-hours at the scrape interval (``--scrape``, else measured in the last
+hour of the range, :func:`measure_scrape_s`); idle stretches are exact when scrapes
 are regular, and off by at most one scrape interval per stretch edge otherwise. A job that crosses the
 range's edge gets one row per part (sums and counts add; quantiles are per part).
 """
@@ -43,7 +47,7 @@ import sys
 import time
 import urllib.parse
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from collectors.base import IngestReport, next_ingest_id, record_ingest, run_in_transaction
 from collectors.prometheus_pull import (
@@ -54,6 +58,7 @@ from collectors.prometheus_pull import (
     _epoch,
     _from_epoch,
     job_prefix,
+    pull,
     read_cursor,
     selector,
     utcnow,
@@ -83,6 +88,8 @@ SUMMARY: dict[str, str] = {
     "sm_active_pct": "100 * avg_over_time(DCGM_FI_PROF_SM_ACTIVE{sel}[{w}])",
     "tensor_active_pct": "100 * avg_over_time(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{sel}[{w}])",
 }
+# the hourly fleet rollup (the heatmap and fleet views): utilization and its sample count, one GPU-hour a row
+FLEET_ROLLUPS = ("DCGM_FI_DEV_GPU_UTIL",)
 # labels that name a workload, not a GPU (collectors.prometheus_pull.JOB_LABELS, the ones we key on)
 WORKLOAD_LABELS = ("hpc_job", "pod", "namespace", "container", "exported_pod", "exported_namespace")
 
@@ -99,6 +106,8 @@ class JobsReport:
     requests: int = 0
     points: int = 0  # values received, all queries (series × steps for ranges, series for instants)
     points_by_kind: dict[str, int] = field(default_factory=dict)
+    fleet_samples: int = 0  # hourly fleet-rollup rows landed in samples
+    fleet_points: int = 0
     bytes: int = 0
     seconds: float = 0.0
     ingest_id: int | None = None
@@ -115,6 +124,7 @@ class JobsReport:
             "requests": self.requests,
             "points": self.points,
             "points_by_kind": self.points_by_kind,
+            "fleet_samples": self.fleet_samples,
             "bytes": self.bytes,
             "seconds": round(self.seconds, 3),
             "ingest_id": self.ingest_id,
@@ -177,15 +187,21 @@ class _Api:
 
 
 def measure_scrape_s(api: _Api, sel: str, at: int) -> float:
-    """The scrape interval: 600 s over the median number of utilization samples per GPU in ``(at-10m, at]``."""
-    result = api.instant("scrape", f"quantile(0.5, count_over_time({UTIL}{sel}[{_ms(600)}]))", at)
-    if not result:
+    """The scrape interval: per GPU, the time between its last sample before ``at`` and its last sample before
+    ``at - 1 h`` (``timestamp``) over the samples in between (``count_over_time``): exact for regular scrapes,
+    wherever they fall against the hour. The median over the GPUs."""
+    query = (
+        f"quantile(0.5, (timestamp({UTIL}{sel}) - timestamp({UTIL}{sel} offset 1h))"
+        f" / count_over_time({UTIL}{sel}[{_ms(HOUR)}]))"
+    )
+    result = api.instant("scrape", query, at)
+    value = float(result[0]["value"][1]) if result else math.nan
+    if not value > 0:
         raise CollectorError(
-            f"no {UTIL} samples in the 10 minutes before {_from_epoch(at)} UTC to measure the scrape "
-            "interval: give it with --scrape"
+            f"no {UTIL} samples in the hour before {_from_epoch(at)} UTC to measure the scrape interval: "
+            "give it with --scrape"
         )
-    count = float(result[0]["value"][1])
-    return round(600 / count, 3) if count > 0 else 600.0
+    return round(value, 3)
 
 
 def discover_jobs(api: _Api, opts: PullOptions, start: int, end: int) -> dict[str, tuple[int, int]]:
@@ -284,12 +300,15 @@ def pull_jobs(
     *,
     settings: Settings | None = None,
     scrape_s: float | None = None,
+    fleet: bool = True,
     now: dt.datetime | None = None,
     progress: bool = False,
 ) -> JobsReport:
-    """Summarise every job with samples in ``[since, until)`` (or from the cursor on) into ``job_summaries``.
+    """Summarise every job with samples in ``[since, until)`` (or from the cursor on) into ``job_summaries``;
+    with ``fleet``, also pull the hourly fleet rollup (:data:`FLEET_ROLLUPS` at 1 h, as ``samples``).
 
-    Raises :class:`CollectorError` when Prometheus stays unreachable; nothing is written then.
+    Raises :class:`CollectorError` when Prometheus stays unreachable; the summaries are written only when
+    every query answered (the fleet rollup commits per chunk, as ``pull`` does).
     """
     settings = settings or Settings()
     key = collector_key(opts)
@@ -352,6 +371,17 @@ def pull_jobs(
         )
     report.rows = len(rows)
     commit_summaries(db, opts, report, rows)
+    if fleet:
+        rolled = pull(
+            db,
+            replace(opts, step_s=HOUR, rollups=FLEET_ROLLUPS, since=report.start, until=report.end),
+            settings=settings,
+        )
+        report.fleet_samples = sum(c.rows.get("samples", 0) for c in rolled.chunks)
+        report.fleet_points = sum(c.points for c in rolled.chunks)
+        report.requests += sum(c.requests for c in rolled.chunks)
+        report.points_by_kind["fleet hourly"] = report.fleet_points
+        report.points += report.fleet_points
     report.seconds = time.perf_counter() - began
     if progress:
         print(describe(report), file=sys.stderr, flush=True)

@@ -138,6 +138,7 @@ class PullOptions:
     insecure: bool = False  # skip TLS verification (a self-signed test server)
     job_prefix: str | None = None  # prepended to job ids; None: "<cluster>/" (the sacct ids) or nothing
     cluster: str | None = None
+    rollups: tuple[str, ...] = ()  # DCGM fields of ROLLUPS to pull (empty: all); the fleet rollup of --jobs
 
 
 @dataclass
@@ -417,7 +418,22 @@ def host_batches(hosts: list[str], per_query: int) -> list[str]:
 
 
 def collector_key(opts: PullOptions) -> str:
-    return f"prometheus:{opts.url.rstrip('/')}" + (f" {selector(opts.match)}" if opts.match.strip() else "")
+    key = f"prometheus:{opts.url.rstrip('/')}" + (f" {selector(opts.match)}" if opts.match.strip() else "")
+    # a restricted rollup set (the fleet rollup of --jobs) keeps its own cursor
+    return key + (f" [{','.join(opts.rollups)} @{opts.step_s}s]" if opts.rollups else "")
+
+
+def rollups_of(opts: PullOptions) -> tuple[Rollup, ...]:
+    """The rollups this pull runs: all, or those named in ``opts.rollups`` (plus the merge weight)."""
+    if not opts.rollups:
+        return ROLLUPS
+    names = {*opts.rollups, "count"}
+    unknown = names - {r.metric for r in ROLLUPS}
+    if unknown:
+        raise CollectorError(
+            f"unknown rollup(s) {', '.join(sorted(unknown))}: choose from the DCGM fields of ROLLUPS"
+        )
+    return tuple(r for r in ROLLUPS if r.metric in names)
 
 
 # -------------------------------------------------------------------------------------------- staging
@@ -551,7 +567,7 @@ def fetch_chunk(
     files = []
     for i, batch in enumerate(batches):
         sel = selector(opts.match, batch)
-        for rollup in ROLLUPS:
+        for rollup in rollups_of(opts):
             query = rollup.expr.replace("{sel}", sel).replace("{w}", window)
             body = client.post(
                 "/api/v1/query_range",

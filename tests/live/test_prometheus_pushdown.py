@@ -149,7 +149,7 @@ def test_job_summaries_equal_plain_sql_over_the_raw_samples(prom, db_path):
     opts = PullOptions(url=str(prom["url"]), since=utc(prom["start"]), until=utc(prom["start"] + 86_400))
     report = pull_jobs(db_path, opts)
     truth = expected(prom["raw"])
-    assert report.scrape_s == 30.0  # measured: 20 samples per GPU in the last 10 minutes
+    assert report.scrape_s == 30.0  # measured: 3,600 s between the last samples an hour apart / 120 samples
     assert report.jobs == GPUS * len(JOBS) == len(truth)
     with writer(db_path) as con:
         got = {
@@ -176,6 +176,28 @@ def test_job_summaries_equal_plain_sql_over_the_raw_samples(prom, db_path):
     assert got[("1013", "GPU-00000001-0000-4000-8000-000000000000")][7] == (31 + 120) * 60
     # GPU 0's outage cuts 1080-1200 into 20 min (too short) and 40 min
     assert got[("1003", "GPU-00000000-0000-4000-8000-000000000000")][7] == (31 + 40) * 60
+    # the hourly fleet rollup: one samples row per GPU-hour, its utilization the hour's mean (plain SQL)
+    with writer(db_path) as con:
+        fleet = con.execute("SELECT count(*), min(interval_s), max(interval_s) FROM samples").fetchall()[0]
+        hour1 = con.execute(
+            "SELECT util_pct FROM samples WHERE gpu_id = ? AND ts = ?",
+            ["GPU-00000001-0000-4000-8000-000000000000", utc(prom["start"] + 3600)],
+        ).fetchall()[0][0]
+    assert fleet == (GPUS * 24, 3600.0, 3600.0)
+    mean = (
+        duckdb.connect()
+        .execute(
+            f"SELECT avg(util) FROM {RAW} WHERE gpu_id = ? AND t >= ? AND t < ?",
+            [
+                str(prom["raw"]),
+                "GPU-00000001-0000-4000-8000-000000000000",
+                prom["start"] + 3600,
+                prom["start"] + 7200,
+            ],
+        )
+        .fetchall()[0][0]
+    )
+    assert hour1 == pytest.approx(mean, abs=1e-4)
     # job 2 runs 05:20-13:20: its window is the whole hours around it
     assert got[("1012", "GPU-00000001-0000-4000-8000-000000000000")][9:] == (
         utc(prom["start"] + 5 * 3600),

@@ -47,6 +47,11 @@ def add_collect_parser(sub: argparse._SubParsersAction) -> None:
         "instead of per-step samples (docs/scale.md)",
     )
     p.add_argument(
+        "--no-fleet",
+        action="store_true",
+        help="with --jobs: skip the hourly fleet rollup (utilization per GPU-hour, for the heatmap)",
+    )
+    p.add_argument(
         "--scrape",
         type=times.duration_s,
         help="with --jobs: the exporter's scrape interval (default: measured from the data)",
@@ -83,7 +88,14 @@ def run(args: argparse.Namespace) -> int:
         print("warning: --insecure: the server's TLS certificate is not checked", file=sys.stderr)
     settings = load_settings(args.settings)
     if args.jobs:
-        jobs = pull_jobs(args.db, opts, settings=settings, scrape_s=args.scrape, progress=not args.json)
+        jobs = pull_jobs(
+            args.db,
+            opts,
+            settings=settings,
+            scrape_s=args.scrape,
+            fleet=not args.no_fleet,
+            progress=not args.json,
+        )
         if args.json:
             print_json(jobs.as_dict())
         else:
