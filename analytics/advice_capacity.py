@@ -7,6 +7,10 @@ Kinds (docs/recommendations.md):
   that model of GPUs × the share of the hour they held them); demand = its 95th percentile (nearest rank:
   the ⌈0.95·n⌉-th smallest of n hours); keep ⌈p95⌉ GPUs, release N − ⌈p95⌉. saving = released GPUs ×
   window hours × the capacity's price, at most the unallocated $;
+- ``offpeak_capacity`` (the same pair): the GPUs kept after that release that sat free for two hours or
+  more in a row (:func:`offpeak_gpu_hours`): scale-down after ``SCALE_DOWN_AFTER_MIN`` idle minutes for nodes
+  billed by the hour, or a preemptible backfill queue on owned nodes; saving = those GPU-hours × price, at
+  most the unallocated $ the release leaves, at low confidence;
 - ``scale_down_idle`` (a cluster): its jobs' measured GPUs were busy (their mean utilization, weighted by
   held GPU-time in the view) less than ``IDLE_CLUSTER_BUSY_SHARE`` (10 %) of the time; scale-down after
   ``SCALE_DOWN_AFTER_MIN`` idle minutes for cloud nodes, and consolidating the rest onto fewer nodes:
@@ -17,12 +21,13 @@ Kinds (docs/recommendations.md):
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
 
 import duckdb
 import polars as pl
 
-from analytics.advice_common import item
+from analytics.advice_common import item, plural
 from analytics.filters import Filters
 from analytics.waste import unallocated
 from gpuledger.ledger.settings import Settings
@@ -38,6 +43,14 @@ def nearest_rank(values: list[float], q: float) -> float:
         return 0.0
     ordered = sorted(values)
     return ordered[max(math.ceil(q * len(ordered)), 1) - 1]
+
+
+def offpeak_gpu_hours(held: list[float], kept: float) -> float:
+    """GPU-hours of ``kept`` GPUs free for at least two consecutive hours: Σ over hours h ≥ 1 of
+    min(free(h − 1), free(h)), free = max(0, kept − held). A scale-down after 30 idle minutes reaches them
+    from the second hour of a free stretch on (the first hour is left as the scale-down lag)."""
+    free = [max(0.0, kept - h) for h in held]
+    return sum(min(a, b) for a, b in itertools.pairwise(free))
 
 
 def hourly_held(
@@ -74,12 +87,13 @@ def capacity_items(
     for r in un.to_dicts():
         if not r["unallocated_usd"] or not r["usd_per_gpu_hour"] or as_of is None:
             continue
-        n = con.execute(
-            """SELECT max(gpu_count) FROM capacity WHERE cluster = ? AND gpu_model = ?
-               AND (ingest_id = 0 OR NOT EXISTS (SELECT 1 FROM capacity d WHERE d.ingest_id = 0
-                                                 AND d.cluster = capacity.cluster AND d.gpu_model = capacity.gpu_model))""",
+        # GPUs paid for: the declared count, or the cluster's physical GPUs of that model seen in telemetry
+        declared, seen = con.execute(
+            """SELECT (SELECT max(gpu_count) FROM capacity WHERE cluster = $1 AND gpu_model = $2),
+                      (SELECT count(*) FROM gpus WHERE cluster = $1 AND model = $2 AND parent_gpu_id IS NULL)""",
             [r["cluster"], r["gpu_model"]],
-        ).fetchall()[0][0]
+        ).fetchall()[0]
+        n = max(float(declared or 0), float(seen or 0))
         if not n:
             continue
         window_h = r["capacity_gpu_hours"] / n
@@ -88,44 +102,67 @@ def capacity_items(
         held = hourly_held(con, r["cluster"], r["gpu_model"], lo, hi)
         p95 = nearest_rank(held, P_DEMAND)
         keep = math.ceil(p95 - 1e-9)
-        release = int(n - keep)
-        if release < 1:
-            continue
-        saving = min(release * window_h * r["usd_per_gpu_hour"], r["unallocated_usd"])
-        median = nearest_rank(held, 0.5)
+        release = max(int(n - keep), 0)
+        price = r["usd_per_gpu_hour"]
         key = f"capacity:{r['cluster']}:{r['gpu_model']}"
-        evidence = (
-            f"{r['cluster']} pays for {n:g} × {r['gpu_model']} (${r['usd_per_gpu_hour']:.2f}/GPU-h); over the "
-            f"{len(held)} hours of the view its jobs held a median {median:.1f} GPUs, {p95:.1f} at the 95th "
-            f"percentile and {max(held, default=0):.1f} at most; {r['unallocated_gpu_hours']:,.0f} GPU-hours "
-            f"(${r['unallocated_usd']:,.2f}) went unheld. {release} GPUs above the p95 demand cost "
-            f"${saving:,.2f} in the view."
+        median = nearest_rank(held, 0.5)
+        seen = (
+            f"{r['cluster']} pays for {n:g} × {r['gpu_model']} (${price:.2f}/GPU-h); over the {len(held)} hours of "
+            f"the view its jobs held a median {median:.1f} GPUs, {p95:.1f} at the 95th percentile and "
+            f"{max(held, default=0):.1f} at most; {r['unallocated_gpu_hours']:,.0f} GPU-hours "
+            f"(${r['unallocated_usd']:,.2f}) went unheld."
         )
-        action = (
-            f"Release {release} of the {n:g} {r['gpu_model']} on {r['cluster']} (keep {keep}, the p95 demand), or "
-            f"shrink the reservation to {keep}; for cloud nodes scale down after {SCALE_DOWN_AFTER_MIN} idle min."
-        )
-        items.append(
-            item(
-                "release_capacity",
-                target_type="cluster",
-                target=f"{r['cluster']}/{r['gpu_model']}",
-                user_name=None,
-                team="unallocated",
-                evidence=evidence,
-                action=action,
-                saving_usd=saving,
-                confidence="high" if len(held) >= 24 * 7 else "medium",
-                confidence_reasons=f"demand from {len(held)} hourly points"
-                + ("" if len(held) >= 24 * 7 else " (under a week: a weekly peak may be missing)"),
-                job_ids=[key],
-                job_saving_usd=[saving],
-                job_cost_usd=[r["unallocated_usd"]],
-                lever="time",
-                addresses=["unallocated_usd"],
-                recurring=True,
+        common = {
+            "target_type": "cluster",
+            "target": f"{r['cluster']}/{r['gpu_model']}",
+            "user_name": None,
+            "team": "unallocated",
+            "job_ids": [key],
+            "job_cost_usd": [r["unallocated_usd"]],
+            "lever": "time",
+            "addresses": ["unallocated_usd"],
+            "recurring": True,
+        }
+        saving = min(release * window_h * price, r["unallocated_usd"]) if release else 0.0
+        if saving > 0:
+            items.append(
+                item(
+                    "release_capacity",
+                    evidence=f"{seen} {plural(release, 'GPU')} above the p95 demand cost ${saving:,.2f} in the view.",
+                    action=(
+                        f"Release {release} of the {n:g} {r['gpu_model']} on {r['cluster']} (keep {keep}, the p95 "
+                        f"demand), or shrink the reservation to {keep}."
+                    ),
+                    saving_usd=saving,
+                    confidence="high" if len(held) >= 24 * 7 else "medium",
+                    confidence_reasons=f"demand from {len(held)} hourly points"
+                    + ("" if len(held) >= 24 * 7 else " (under a week: a weekly peak may be missing)"),
+                    job_saving_usd=[saving],
+                    **common,
+                )
             )
-        )
+        off = offpeak_gpu_hours(held, n - release)
+        off_usd = min(off * price, r["unallocated_usd"] - saving)
+        if off_usd > 0:
+            items.append(
+                item(
+                    "offpeak_capacity",
+                    evidence=(
+                        f"{seen} Below the p95 demand, {off:,.0f} GPU-hours stayed free for two hours or more in a row "
+                        f"(${off_usd:,.2f} in the view)."
+                    ),
+                    action=(
+                        f"Scale {r['cluster']}'s {r['gpu_model']} nodes down after {SCALE_DOWN_AFTER_MIN} idle minutes "
+                        "(cloud or hourly-reserved nodes), or open the off-peak hours to a preemptible backfill queue "
+                        "(sweeps, evaluations, spot-tolerant training) on owned nodes."
+                    ),
+                    saving_usd=off_usd,
+                    confidence="low",
+                    confidence_reasons="scale-down saves only where nodes bill by the hour; backfill needs queued work",
+                    job_saving_usd=[off_usd],
+                    **common,
+                )
+            )
     return items
 
 

@@ -210,13 +210,18 @@ def _oom(
     saving = sum(savings)
     if saving <= 0:
         return []
-    done = [j["batch_size"] for j in runs if j["state"] == "COMPLETED" and j["batch_size"]]
     tried = sorted({j["batch_size"] for j in oom if j["batch_size"]})
-    lower = (
-        f"lower the per-GPU batch to {max(done)} (the largest that completed in this family)"
-        if done
-        else "lower the per-GPU batch"
-    )
+    done = [
+        j["batch_size"]
+        for j in runs
+        if j["state"] == "COMPLETED" and j["batch_size"] and (not tried or j["batch_size"] < min(tried))
+    ]
+    if done:
+        lower = f"lower the per-GPU batch to {max(done)} (the largest that completed in this family)"
+    elif tried:
+        lower = f"lower the per-GPU batch below {min(tried)}"
+    else:
+        lower = "lower the per-GPU batch"
     evidence = (
         f"{plural(len(oom), 'run')} of {stem} ({user}) ran out of GPU memory"
         + (f" at batch {', '.join(str(b) for b in tried)}" if tried else "")

@@ -25,7 +25,7 @@ The model (docs/recommendations.md, "Batch-size plan"):
   is capped by the largest measured marginal gain per doubling (and gains nothing when the last measured
   step gained nothing). Without measurements at two batch sizes: half the utilization headroom, ½ (min(new/
   old, 100/util) − 1). Without either, no gain is claimed; at ≥ ``HIGH_UTIL_PCT`` (85 %) utilization a larger
-  batch offers little and no batch is advised.
+  batch offers little and no batch is advised; nor is one whose predicted gain is under ``MIN_GAIN`` (5 %).
 - **recommendation**: the knee, the smallest candidate batch with ``GAIN_KNEE`` (90 %) of the gain
   predicted at the largest allowed batch (past it more batch buys little speed for a larger change to the
   optimization); ``knee_batch_size`` is that batch.
@@ -62,6 +62,7 @@ FLAT_SPREAD = 0.05  # peaks within 5 % of each other across batch sizes: memory 
 EXTRAPOLATION_LIMIT = 2.0  # × the family's largest observed batch, on a fitted memory model
 GLOBAL_CHANGE_LIMIT = 4.0  # × the global batch per piece of advice, without a gradient-noise scale
 HIGH_UTIL_PCT = 85.0  # at or above: a larger batch offers little
+MIN_GAIN = 0.05  # a predicted gain under 5 % is within the noise of a throughput measurement: not advised
 ACT_BYTES_SELECTIVE = 34.0  # Korthikanti et al. 2022: s·h·L·34 bytes per sample (16-bit, selective recompute)
 ACT_BYTES_FULL_RECOMPUTE = 2.0  # ... s·h·L·2 with full recomputation (each layer's input): the floor
 ADAM_LIKE = ("adam", "adamw", "adamw_torch", "adamw_hf", "fused_adam", "lamb", "adafactor", "lion")
@@ -354,7 +355,7 @@ def headroom_gain(current: int, new: int, util_pct: float | None) -> float | Non
 def lr_rule(optimizer: str | None, current: int, new: int, grad_accum: int | None) -> str:
     """How to keep optimization equivalent when the per-GPU micro-batch grows from ``current`` to ``new``:
     a starting point, to be checked on the loss curve."""
-    ratio = new / current
+    ratio = float(f"{new / current:.3g}")
     if grad_accum and grad_accum > 1 and (grad_accum * current) % new == 0:
         return (
             f"keep the global batch: micro-batch {current} → {new} and gradient accumulation "
@@ -518,6 +519,13 @@ def plan_batch(
             "no throughput measured at two batch sizes and no utilization: no gain can be claimed", mem
         )
     top = gain_at(bound) or 0.0
+    if 0 < top < MIN_GAIN:
+        return keep(
+            f"the predicted gain up to batch {bound} is {top * 100:.1f} % ({method}), under {MIN_GAIN * 100:g} %: "
+            "a larger batch offers little",
+            mem,
+            method,
+        )
     if top <= 0:
         return keep(
             f"no throughput gain is predicted up to batch {bound} ({method}): "

@@ -30,6 +30,7 @@ import polars as pl
 from analytics.advice_capacity import capacity_items, idle_cluster_items
 from analytics.advice_common import family_stem
 from analytics.advice_failures import failure_items
+from analytics.advice_jobs import inference_items, input_pipeline_items
 from analytics.batch_size import batch_recommendations
 from analytics.diagnoses import THRESHOLDS, TRAINING_KINDS, right_size, scaling_table
 from analytics.filters import Filters, horizon
@@ -72,7 +73,10 @@ KIND_LABELS = {
     "test_small_first": "Test on 1 GPU first",
     "oom_smaller_batch": "Fix out-of-memory runs",
     "release_capacity": "Release unused capacity",
+    "offpeak_capacity": "Scale down or backfill off-peak capacity",
     "scale_down_idle": "Scale down an idle cluster",
+    "fix_input_pipeline": "Feed the GPUs faster",
+    "consolidate_inference": "Consolidate inference replicas",
 }
 KINDS = tuple(KIND_LABELS)
 SPOT_REWORK = 0.10  # spot cost is inflated by 10 % for work redone after preemptions
@@ -212,6 +216,12 @@ def recommendations(
     items += _larger_batch(con, by_id, filters, settings, as_of, _input_bound_or_unused(jobs), view)
     items += _use_spot(con, jobs, as_of)
     items += _mig_slice(jobs, settings)
+    sized = {k for it in items if it["kind"] in ("right_size_gpu", "mig_slice") for k in it["job_ids"]}
+    underused = {
+        k: v for k, v in zip(waste["job_id"], waste["underused_usd"], strict=True) if v is not None and v > 0
+    }
+    items += input_pipeline_items(jobs)
+    items += inference_items(jobs, underused, sized)
     items = _families(items, by_id)
     items += failure_items(con, view, failed)
     items += capacity_items(con, filters=filters, settings=settings, as_of=as_of)

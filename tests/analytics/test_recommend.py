@@ -417,9 +417,10 @@ def test_demo_fleet_every_planted_kind_is_found():
     recs = recommendations(con, min_usd_per_week=0.0)
     names = dict(con.execute("SELECT job_id, name FROM jobs").fetchall())
     found = {
-        (k, names.get(j, j).split("-")[0] + "-" + names.get(j, j).split("-")[1])
+        (k, "-".join(names[j].split("-")[:2]))
         for k, ids in zip(recs["kind"], recs["job_ids"], strict=True)
         for j in ids
+        if j in names  # capacity items concern a cluster, not a job
     }
     planted = {
         ("stop_idle_notebooks", "notebook-idle"),
@@ -432,4 +433,14 @@ def test_demo_fleet_every_planted_kind_is_found():
         ("fewer_gpus", "overalloc-whisper"),
     }
     assert planted <= found, sorted(planted - found)
+    # the failed lm-7b family gets a checkpoint interval; borealis' partly used capacity a release
+    assert ("checkpoint_interval", "failed-lm7b") in found
+    assert "release_capacity" in set(recs["kind"])
+    states = dict(con.execute("SELECT job_id, state FROM jobs").fetchall())
+    for b in recs.filter(pl.col("kind") == "larger_batch").to_dicts():
+        # never above 2× the family's largest observed batch on a fitted memory model ...
+        if b["memory_model"] == "fitted":
+            assert b["recommended_batch_size"] <= 2 * b["largest_observed_batch_size"], b
+        # ... and never on a failed, cancelled, timed-out or OOM run
+        assert all(states[j] in ("COMPLETED", "RUNNING") for j in b["job_ids"]), b
     con.close()

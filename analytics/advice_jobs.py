@@ -1,0 +1,125 @@
+"""Advice on running jobs that the per-job sizing kinds do not cover: starved input, idle-ish services.
+
+Kinds (docs/recommendations.md):
+
+- ``fix_input_pipeline`` (job; a family card when its runs repeat): a training job with the input-bound
+  pattern of analytics.diagnoses (utilization swinging between bursts > 70 % and dips < 10 %): the GPU
+  waits for data in the dips, so saving = cost × dip share (the dips' share of its samples);
+- ``consolidate_inference`` (job; a family card for a service's replicas): an inference job whose
+  utilization outside idle stretches is under ``SERVE_LOW_UTIL_PCT`` and that no smaller GPU or MIG slice
+  item covers: pack its replicas onto fewer GPUs (request batching, several replicas per GPU, MIG):
+  saving = its underused $ (analytics.waste: the GPU-time below the utilization target), at low
+  confidence (packing depends on the latency budget).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from analytics.advice_common import item
+from analytics.diagnoses import THRESHOLDS, TRAINING_KINDS
+from analytics.job_signals import with_active
+
+SERVE_LOW_UTIL_PCT = 50.0
+
+
+def _label(j: dict[str, object]) -> str:
+    name = j.get("name")
+    return f"Job {j['job_id']}" + (f" ({name}, {j['user_name']})" if name and name != j["job_id"] else "")
+
+
+def input_pipeline_items(jobs: pl.DataFrame) -> list[dict[str, object]]:
+    """fix_input_pipeline items from the view's jobs joined with their signals (analytics.job_signals)."""
+    t = THRESHOLDS
+    hit = jobs.filter(
+        pl.col("kind").is_in(list(TRAINING_KINDS))
+        & (pl.col("n_samples") >= t["input_min_samples"])
+        & (pl.col("dip_share") >= t["input_dip_share"])
+        & (pl.col("burst_share") >= t["input_burst_share"])
+        & (pl.col("swing_rate") >= t["input_swing_rate"])
+        & pl.col("cost_usd").is_not_null()
+    )
+    items = []
+    for j in hit.to_dicts():
+        saving = j["cost_usd"] * j["dip_share"]
+        util = j["mean_util_pct"]
+        evidence = (
+            f"{_label(j)} held {j['gpu_count']:g} × {j['gpu_model']} for {j['hours']:.1f} h at {util:.0f} % mean "
+            f"utilization, swinging between bursts (> 70 %, {j['burst_share'] * 100:.0f} % of samples) and dips "
+            f"(< 10 %, {j['dip_share'] * 100:.0f} %): the GPUs wait for data in the dips, ${saving:,.2f} of its "
+            f"${j['cost_usd']:,.2f}."
+        )
+        action = (
+            "Feed the GPUs faster: more DataLoader workers (about the CPU cores per GPU), pin_memory and "
+            "prefetch, a CPU:GPU ratio that matches, data on local or faster storage."
+        )
+        items.append(
+            item(
+                "fix_input_pipeline",
+                target_type="job",
+                target=j["job_id"],
+                user_name=j["user_name"],
+                team=j["team"],
+                evidence=evidence,
+                action=action,
+                saving_usd=saving,
+                confidence="medium",
+                confidence_reasons="the swing pattern is measured; CPU and I/O wait are not in the ledger",
+                job_ids=[j["job_id"]],
+                job_saving_usd=[saving],
+                job_cost_usd=[j["cost_usd"]],
+                lever="work",
+                addresses=["underused_usd", "idle_allocated_usd"],
+                recurring=False,
+            )
+        )
+    return items
+
+
+def inference_items(
+    jobs: pl.DataFrame, underused: dict[str, float], covered: set[str]
+) -> list[dict[str, object]]:
+    """consolidate_inference items. ``underused``: job_id → its underused $ (analytics.waste);
+    ``covered``: jobs a right_size_gpu or mig_slice item already covers."""
+    cands = with_active(jobs).filter(
+        (pl.col("kind") == "inference")
+        & pl.col("active_util_pct").is_not_null()
+        & (pl.col("active_util_pct") < SERVE_LOW_UTIL_PCT)
+        & ~pl.col("job_id").is_in(list(covered))
+        & pl.col("cost_usd").is_not_null()
+    )
+    items = []
+    for j in cands.to_dicts():
+        saving = underused.get(j["job_id"], 0.0)
+        if saving <= 0:
+            continue
+        evidence = (
+            f"{_label(j)} served on {j['gpu_count']:g} × {j['gpu_model']} for {j['hours']:.1f} h at "
+            f"{j['active_util_pct']:.0f} % utilization when active: ${saving:,.2f} of GPU-time below the "
+            "utilization target."
+        )
+        action = (
+            "Consolidate: batch requests (dynamic batching), run more replicas per GPU or on a MIG slice, "
+            "and scale replicas with the request rate."
+        )
+        items.append(
+            item(
+                "consolidate_inference",
+                target_type="job",
+                target=j["job_id"],
+                user_name=j["user_name"],
+                team=j["team"],
+                evidence=evidence,
+                action=action,
+                saving_usd=saving,
+                confidence="low",
+                confidence_reasons="how far replicas pack depends on the service's latency budget",
+                job_ids=[j["job_id"]],
+                job_saving_usd=[saving],
+                job_cost_usd=[j["cost_usd"]],
+                lever="time",
+                addresses=["underused_usd", "idle_allocated_usd"],
+                recurring=True,
+            )
+        )
+    return items
