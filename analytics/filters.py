@@ -29,7 +29,12 @@ class Filters:
 
     def job_where(self, alias: str = "j") -> tuple[str, list[object]]:
         """SQL predicate (and parameters) selecting the jobs of this view by team/cluster/user."""
-        parts: list[str] = ["TRUE"]
+        # a stored infinite time (a ledger from before the plausibility checks: gpuledger check --fix) is no
+        # job of any view, rather than a "Cannot subtract infinite timestamps" failure
+        parts: list[str] = [
+            f"isfinite(coalesce({alias}.start_ts, TIMESTAMP '2000-01-01'))",
+            f"isfinite(coalesce({alias}.end_ts, TIMESTAMP '2000-01-01'))",
+        ]
         params: list[object] = []
         for column, values in (("team", self.teams), ("cluster", self.clusters), ("user_name", self.users)):
             if values:
@@ -46,8 +51,9 @@ def horizon(con: duckdb.DuckDBPyConnection) -> dt.datetime | None:
     """
     row = con.execute(
         """SELECT greatest(
-               (SELECT max(ts) FROM samples),
-               (SELECT max(greatest(coalesce(end_ts, start_ts), start_ts)) FROM jobs),
-               (SELECT max(coalesce(end_ts, start_ts)) FROM allocations))"""
+               (SELECT max(ts) FROM samples WHERE isfinite(ts)),
+               (SELECT max(greatest(coalesce(end_ts, start_ts), start_ts)) FROM jobs
+                WHERE isfinite(coalesce(end_ts, start_ts)) AND isfinite(start_ts)),
+               (SELECT max(coalesce(end_ts, start_ts)) FROM allocations WHERE isfinite(coalesce(end_ts, start_ts))))"""
     ).fetchall()
     return row[0][0]

@@ -55,6 +55,7 @@ class Settings:
     default_tier: str = "on_demand"
     batch_safety_fraction: float = 0.9
     notebook_idle_stop_minutes: float = 60.0
+    max_job_days: float = 365.0  # a job or allocation longer than this is implausible (collectors/validate.py)
     prices: tuple[PriceRow, ...] = ()
     clusters: dict[str, ClusterSettings] = field(default_factory=dict)
     max_upload_mb: float = 100.0  # the dashboard's upload limit (Streamlit's server.maxUploadSize)
@@ -78,6 +79,7 @@ _SCALARS: dict[str, tuple[str, str, float, float]] = {
     "thresholds.idle_min_minutes": ("thresholds", "idle_min_minutes", 0.0, 1440.0),
     "thresholds.target_util_pct": ("thresholds", "target_util_pct", 0.0, 100.0),
     "thresholds.notebook_idle_stop_minutes": ("thresholds", "notebook_idle_stop_minutes", 1.0, 10080.0),
+    "thresholds.max_job_days": ("thresholds", "max_job_days", 1.0, 36500.0),
     "energy.usd_per_kwh": ("energy", "usd_per_kwh", 0.0, 10.0),
     "energy.gco2e_per_kwh": ("energy", "gco2e_per_kwh", 0.0, 2000.0),
     "recommend.batch_safety_fraction": ("recommend", "batch_safety_fraction", 0.1, 1.0),

@@ -354,3 +354,15 @@ def test_a_file_literally_named_with_a_star_is_read_as_itself(ledger, tmp_path):
 def test_sql_path_escapes_every_glob_character():
     assert sql_path("/d/jobs*[1]?.csv") == "'/d/jobs[*][[]1][?].csv'"
     assert sql_path("/d/o'brien.csv") == "'/d/o''brien.csv'"
+
+
+def test_thresholds_max_job_days_decides_how_long_a_job_may_run(ledger, tmp_path):
+    from gpuledger.ledger.settings import from_dict
+
+    # 2024-01-01 → 2025-06-01 is 517 days: over the default 365, under a setting of 600
+    row = "j2,bob,cv,c1,H100,8,2024-01-01T00:00:00,2025-06-01T00:00:00,COMPLETED"
+    path = write(tmp_path, "jobs.csv", "\n".join([JOBS_HEADER, row]) + "\n")
+    settings = from_dict({"thresholds": {"max_job_days": 600}}, tmp_path / "settings.toml")
+    opts = IngestOptions.from_settings(settings, tz="UTC")
+    assert opts.max_job_days == 600
+    assert ingest_file(ledger, path, opts=opts).rows["jobs"] == 1

@@ -167,4 +167,4 @@ def fix(con: duckdb.DuckDBPyConnection, found: list[Violation], settings: object
         refresh_windows(con, "SELECT * FROM check_windows", [], th)
     for t in ("check_rids", "check_windows", "check_jobs"):
         con.execute(f"DROP TABLE IF EXISTS temp.{t}")
-    return dict(removed)
+    return {t: n for t, n in removed.items() if n}
