@@ -5,8 +5,9 @@ Kinds (docs/recommendations.md):
 - ``release_capacity`` (a cluster and GPU model with declared capacity, analytics.waste.unallocated):
   the hourly distribution of held GPUs over the capacity window (each hour: Σ over the cluster's jobs of
   that model of GPUs × the share of the hour they held them); demand = its 95th percentile (nearest rank:
-  the ⌈0.95·n⌉-th smallest of n hours); keep ⌈p95⌉ GPUs, release N − ⌈p95⌉. saving = released GPUs ×
-  window hours × the capacity's price, at most the unallocated $;
+  the ⌈0.95·n⌉-th smallest of n hours); keep ⌈p95⌉ GPUs, release R = N − ⌈p95⌉ (N: the declared GPUs, or
+  the physical ones seen in telemetry if more). saving = Σ over hours of min(R, N − held) (the released
+  GPUs' unheld hours) × the capacity's price, at most the unallocated $;
 - ``offpeak_capacity`` (the same pair): the GPUs kept after that release that sat free for two hours or
   more in a row (:func:`offpeak_gpu_hours`): scale-down after ``SCALE_DOWN_AFTER_MIN`` idle minutes for nodes
   billed by the hour, or a preemptible backfill queue on owned nodes; saving = those GPU-hours × price, at
@@ -123,7 +124,8 @@ def capacity_items(
             "addresses": ["unallocated_usd"],
             "recurring": True,
         }
-        saving = min(release * window_h * price, r["unallocated_usd"]) if release else 0.0
+        released_free = sum(min(release, max(0.0, n - h)) for h in held)  # unheld hours of the released GPUs
+        saving = min(released_free * price, r["unallocated_usd"]) if release else 0.0
         if saving > 0:
             items.append(
                 item(
