@@ -182,13 +182,18 @@ def job_waste(
 
 UNALLOCATED_COLUMNS = {
     "cluster": "",
-    "gpu_model": "",
+    "gpu_model": "catalog model; NULL: capacity of GPUs whose model is not in the catalog",
     "tier": "tier whose price was used",
-    "capacity_gpu_hours": "declared GPUs × hours inside the view",
-    "allocated_gpu_hours": "GPU-hours held by jobs of that cluster and model inside the capacity window",
-    "unallocated_gpu_hours": "capacity − allocated, at least 0",
-    "usd_per_gpu_hour": "time-weighted price over the window (NULL when the model has no price)",
-    "unallocated_usd": "",
+    "capacity_basis": "declared | observed | declared+observed: where the capacity came from",
+    "declared_gpu_hours": "GPUs declared (settings or a trace's node list) × hours inside the window",
+    "observed_gpu_hours": "GPU-hours the cluster's GPUs reported telemetry (first to last sample, broken at gaps)",
+    "capacity_gpu_hours": "Σ over time of max(declared, observed) GPUs",
+    "allocated_gpu_hours": "GPU-hours held by jobs of that cluster and model, up to the capacity at each moment",
+    "unknown_model_gpu_hours": "capacity taken by the held time of the cluster's jobs with an unknown GPU model",
+    "oversubscribed_gpu_hours": "held beyond the capacity at that moment (reported, never billed twice)",
+    "unallocated_gpu_hours": "capacity − allocated − unknown-model, moment by moment, at least 0",
+    "usd_per_gpu_hour": "the unallocated hours' mean price (NULL when the model has no price)",
+    "unallocated_usd": "Σ unallocated GPU-hours × the price in force at that moment",
 }
 
 
@@ -197,6 +202,12 @@ def _data_start(con: duckdb.DuckDBPyConnection) -> dt.datetime | None:
         "SELECT least((SELECT min(ts) FROM samples), (SELECT min(start_ts) FROM jobs))"
     ).fetchall()
     return row[0][0]
+
+
+def _data_end(con: duckdb.DuckDBPyConnection, as_of: dt.datetime | None) -> dt.datetime | None:
+    """The end of the capacity window: the horizon, or the end of the last sample (its ts + interval)."""
+    (end,) = con.execute("SELECT max(max_end_ts) FROM samples_day").fetchall()[0]
+    return max((t for t in (as_of, end) if t is not None), default=None)
 
 
 def unallocated(
@@ -208,20 +219,26 @@ def unallocated(
 ) -> pl.DataFrame:
     """Paid-for capacity nobody held, per cluster and GPU model (UNALLOCATED_COLUMNS).
 
-    Capacity rows come from the ``capacity`` table: the settings' ``[clusters.X] capacity`` (ingest_id 0)
-    replace a trace's node list for the same cluster and model. The window is the view's dates, bounded by
-    the ledger's data (first job or sample .. horizon) so an open-ended declaration is not counted from
-    1970. Allocated time is every job's (and pseudo-job's) of that cluster and model, whatever the team
-    filter; the result belongs to the team "unallocated", so a team or user filter that does not name it
-    gets no rows.
+    Capacity at each moment is the larger of the declared GPUs (``capacity`` table: the settings' ``[clusters.X]
+    capacity``, ingest_id 0, replace a trace's node list for the same cluster and model) and the observed ones:
+    the physical GPUs reporting telemetry then (:data:`OBSERVED_SPANS`). Held time is every job's (and
+    pseudo-job's) of that cluster and model, whatever the team filter; held time of the cluster's jobs with an
+    unknown GPU model is taken from the models' free capacity in proportion to it (reported as
+    ``unknown_model_gpu_hours``; those jobs are unpriced, never unallocated). The window is the view's dates,
+    bounded by the ledger's data (first job or sample .. horizon). Time is cut wherever a level or a price
+    changes, so each stretch is priced at the price in force then. Clusters with ``billing = "per_job"`` have
+    no rows. The result belongs to the team "unallocated": a team or user filter that does not name it gets
+    no rows.
     """
     as_of = as_of or horizon(con)
     built = (
-        _unallocated_sql(filters, settings, as_of, _data_start(con)) if _sees_unallocated(filters) else None
+        _unallocated_sql(filters, settings, as_of, _data_start(con), _data_end(con, as_of))
+        if _sees_unallocated(filters)
+        else None
     )
     if built is None:
         return pl.DataFrame(schema={c: pl.Float64 for c in UNALLOCATED_COLUMNS}).with_columns(
-            pl.col("cluster", "gpu_model", "tier").cast(pl.Utf8)
+            pl.col("cluster", "gpu_model", "tier", "capacity_basis").cast(pl.Utf8)
         )
     return frame(con, *built)
 
@@ -234,82 +251,239 @@ def _sees_unallocated(filters: Filters) -> bool:
     )
 
 
+# The physical GPUs whose telemetry counts as observed capacity: every GPU with samples except the
+# telemetry-only ones (already paid for in full as their unattributed:<gpu> pseudo-job). A MIG instance
+# counts as its parent card. The cluster is the GPU's own, else that of a job whose allocation names the GPU
+# or its host (a node's nvidia-smi log ingested without --cluster, its jobs from sacct).
+OBSERVED_GPUS_SQL = f"""
+    SELECT g.gpu_id, coalesce(g.parent_gpu_id, g.gpu_id) AS phys, g.model AS gpu_model,
+           coalesce(g.cluster,
+                    (SELECT min(j.cluster) FROM allocations a JOIN jobs j ON j.job_id = a.job_id
+                     WHERE a.gpu_id = g.gpu_id
+                        OR (a.gpu_id IS NULL AND lower(split_part(a.host, '.', 1)) = lower(split_part(g.host, '.', 1)))))
+               AS cluster
+    FROM gpus g
+    WHERE g.gpu_id NOT IN ({TELEMETRY_ONLY_GPUS_SQL})
+"""
+
+# Reporting spans of each physical GPU inside [lo, hi): from the per-minute rollup (first sample and
+# max(ts + interval_s) of each GPU-minute); a silence longer than the gap setting starts a new span. Every
+# gap of at least a minute lies between minute rows, so the spans are those of the raw samples.
+# Parameters: lo, hi, gap seconds.
+OBSERVED_SPANS = f"""
+    og AS ({OBSERVED_GPUS_SQL}),
+    om AS (
+        SELECT og.phys, any_value(og.cluster) AS cluster, any_value(og.gpu_model) AS gpu_model, m.minute,
+               min(m.first_ts) AS f, max(m.max_end_ts) AS e
+        FROM samples_minute m JOIN og ON og.gpu_id = m.gpu_id
+        WHERE m.minute >= date_trunc('minute', ?::TIMESTAMP) AND m.minute < ?::TIMESTAMP
+        GROUP BY og.phys, m.minute
+    ),
+    oi AS (
+        SELECT *, sum(CASE WHEN epoch(f - prev_e) > ? THEN 1 ELSE 0 END)
+                      OVER (PARTITION BY phys ORDER BY minute ROWS UNBOUNDED PRECEDING) AS island
+        FROM (SELECT om.*, max(e) OVER (PARTITION BY phys ORDER BY minute
+                                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_e FROM om)
+    ),
+    obs AS MATERIALIZED (
+        SELECT phys, any_value(cluster) AS cluster, any_value(gpu_model) AS gpu_model,
+               min(f) AS t_from, max(e) AS t_to
+        FROM oi GROUP BY phys, island
+    )"""
+
+
+def _values_sql(rows: list[tuple[object, ...]], names: str, types: str) -> tuple[str, list[object]]:
+    """Bound rows as a VALUES table; an empty list gives an empty table of the given column types."""
+    if not rows:
+        cols = ", ".join(
+            f"NULL::{t} AS {n}" for n, t in zip(names.split(", "), types.split(", "), strict=True)
+        )
+        return f"SELECT {cols} WHERE false", []
+    marks = "(" + ", ".join("?" for _ in rows[0]) + ")"
+    return f"SELECT * FROM (VALUES {', '.join(marks for _ in rows)}) v({names})", [x for r in rows for x in r]
+
+
 def _unallocated_sql(
-    filters: Filters, settings: Settings, as_of: dt.datetime | None, start: dt.datetime | None
+    filters: Filters,
+    settings: Settings,
+    as_of: dt.datetime | None,
+    start: dt.datetime | None,
+    end: dt.datetime | None,
 ) -> tuple[str, list[object]] | None:
-    """SQL (and params) of :func:`unallocated` for the view, given the ledger's data start; None when the
-    capacity window is empty."""
-    if start is None or as_of is None:
+    """SQL (and params) of :func:`unallocated` for the view, given the ledger's data start and end
+    (:func:`_data_end`); None when the capacity window is empty. Running jobs are held up to ``as_of``."""
+    if start is None or as_of is None or end is None:
         return None
     lo = max(filters.lo or start, start)
-    hi = min(filters.hi or as_of, as_of)
+    hi = min(filters.hi or end, end)
     if hi <= lo:
         return None
-    tiers = [(name, body.tier or settings.default_tier) for name, body in settings.clusters.items()]
-    tier_values = (
-        "SELECT * FROM (VALUES " + ", ".join("(?, ?)" for _ in tiers) + ") v(cluster, tier)"
-        if tiers
-        else "SELECT NULL::VARCHAR AS cluster, NULL::VARCHAR AS tier WHERE false"
+    tiers_sql, tier_params = _values_sql(
+        [(name, body.tier or settings.default_tier) for name, body in settings.clusters.items()],
+        "cluster, tier",
+        "VARCHAR, VARCHAR",
     )
-    tier_params: list[object] = [x for pair in tiers for x in pair]
+    per_job_sql, per_job_params = _values_sql(
+        [(name,) for name, body in settings.clusters.items() if body.billing == "per_job"],
+        "cluster",
+        "VARCHAR",
+    )
     all_jobs_sql, all_jobs_params = job_costs_sql(Filters(since=filters.since, until=filters.until), as_of)
-    cluster_where = ""
-    cluster_params: list[object] = []
+    cluster_where, cluster_params = "", []
     if filters.clusters:
-        cluster_where = f"AND c.cluster IN ({', '.join('?' for _ in filters.clusters)})"
+        cluster_where = f"AND cluster IN ({', '.join('?' for _ in filters.clusters)})"
         cluster_params = list(filters.clusters)
+    gap_s = float(settings.capacity_gap_minutes) * 60.0
+    # Level changes per (cluster, model key): +n when GPUs are declared / start reporting / are taken by a
+    # job, −n when they stop. mkey '' is an unknown model (capacity of uncatalogued cards; jobs with no model).
     sql = f"""
-    WITH cap AS (
-        SELECT c.cluster, c.gpu_model, c.gpu_count,
-               greatest(c.start_ts, ?::TIMESTAMP) AS c_from,
-               least(coalesce(c.end_ts, ?::TIMESTAMP), ?::TIMESTAMP) AS c_to
+    WITH {OBSERVED_SPANS.strip()},
+    decl AS (
+        SELECT c.cluster, c.gpu_model, c.gpu_count, greatest(c.start_ts, ?::TIMESTAMP) AS t_from,
+               least(coalesce(c.end_ts, ?::TIMESTAMP), ?::TIMESTAMP) AS t_to
         FROM capacity c
-        WHERE (c.ingest_id = 0 OR NOT EXISTS (
+        WHERE c.ingest_id = 0 OR NOT EXISTS (
                   SELECT 1 FROM capacity d
-                  WHERE d.ingest_id = 0 AND d.cluster = c.cluster AND d.gpu_model = c.gpu_model))
-          {cluster_where}
+                  WHERE d.ingest_id = 0 AND d.cluster = c.cluster AND d.gpu_model = c.gpu_model)
     ),
-    pair AS (
-        SELECT cluster, gpu_model,
-               sum(gpu_count * greatest(0, epoch(c_to - c_from))) / 3600.0 AS capacity_gpu_hours,
-               min(c_from) AS w_from, max(c_to) AS w_to
-        FROM cap WHERE c_to > c_from GROUP BY ALL
+    held AS (
+        SELECT cluster, gpu_model, gpu_count, greatest(span_start, ?::TIMESTAMP) AS t_from,
+               least(span_end, ?::TIMESTAMP) AS t_to
+        FROM ({all_jobs_sql})
     ),
-    alloc AS (
-        SELECT pair.cluster, pair.gpu_model,
-               coalesce(sum(jc.gpu_count * greatest(0, epoch(least(jc.span_end, pair.w_to)
-                                                         - greatest(jc.span_start, pair.w_from)))), 0)
-                   / 3600.0 AS allocated_gpu_hours
-        FROM pair LEFT JOIN ({all_jobs_sql}) jc
-          ON jc.cluster = pair.cluster AND jc.gpu_model = pair.gpu_model
-         AND jc.span_end > pair.w_from AND jc.span_start < pair.w_to
-        GROUP BY ALL
+    ev0 AS MATERIALIZED (
+        SELECT cluster, coalesce(gpu_model, '') AS mkey, 'd' AS k, t_from AS ts, gpu_count AS n FROM decl
+        WHERE t_to > t_from
+        UNION ALL SELECT cluster, coalesce(gpu_model, ''), 'd', t_to, -gpu_count FROM decl WHERE t_to > t_from
+        UNION ALL
+        SELECT cluster, coalesce(gpu_model, ''), 'o', greatest(t_from, ?::TIMESTAMP), 1.0 FROM obs
+        WHERE least(t_to, ?::TIMESTAMP) > greatest(t_from, ?::TIMESTAMP)
+        UNION ALL
+        SELECT cluster, coalesce(gpu_model, ''), 'o', least(t_to, ?::TIMESTAMP), -1.0 FROM obs
+        WHERE least(t_to, ?::TIMESTAMP) > greatest(t_from, ?::TIMESTAMP)
+        UNION ALL SELECT cluster, coalesce(gpu_model, ''), 'h', t_from, gpu_count FROM held WHERE t_to > t_from
+        UNION ALL SELECT cluster, coalesce(gpu_model, ''), 'h', t_to, -gpu_count FROM held WHERE t_to > t_from
     ),
-    tiers AS ({tier_values}),
-    t AS (
-        SELECT pair.*, coalesce(tiers.tier, ?) AS asked_tier FROM pair LEFT JOIN tiers USING (cluster)
+    ev AS MATERIALIZED (
+        SELECT * FROM ev0
+        WHERE cluster IS NOT NULL {cluster_where}
+          AND cluster NOT IN (SELECT cluster FROM ({per_job_sql}))
+          -- a cluster counts only where capacity is known: declared, or GPUs reporting
+          AND cluster IN (SELECT cluster FROM ev0 WHERE k IN ('d', 'o'))
     ),
-    t2 AS (SELECT t.*, {price_tier_sql("t", "t.asked_tier")} AS tier FROM t),
-    t3 AS (SELECT t2.*, {price_cluster_sql("t2", "t2.tier")} AS price_cluster FROM t2),
+    -- each (cluster, model key) and its price: the cluster's tier (settings, else the default), on_demand
+    -- when the model has no price for it; the cluster's own price rows when it has some
+    cm0 AS (
+        SELECT DISTINCT e.cluster, e.mkey, nullif(e.mkey, '') AS gpu_model,
+               coalesce(t.tier, ?) AS asked_tier
+        FROM ev e LEFT JOIN ({tiers_sql}) t ON t.cluster = e.cluster
+    ),
+    cm1 AS (SELECT cm0.*, {price_tier_sql("cm0", "cm0.asked_tier")} AS tier FROM cm0),
+    cm AS MATERIALIZED (SELECT cm1.*, {price_cluster_sql("cm1", "cm1.tier")} AS price_cluster FROM cm1),
     {PRICE_PERIODS_CTE.strip()},
-    price AS (
-        SELECT t3.cluster, t3.gpu_model,
-               sum(p.usd_per_gpu_hour * epoch(least(t3.w_to, p.p_to) - greatest(t3.w_from, p.p_from)))
-                   / nullif(epoch(t3.w_to - t3.w_from), 0) AS usd_per_gpu_hour
-        FROM t3 JOIN periods p
-          ON p.gpu_model = t3.gpu_model AND p.tier = t3.tier AND p.cluster IS NOT DISTINCT FROM t3.price_cluster
-         AND p.p_from < t3.w_to AND p.p_to > t3.w_from
-        GROUP BY t3.cluster, t3.gpu_model, t3.w_from, t3.w_to
+    cut AS (
+        SELECT cluster, ts FROM ev
+        UNION SELECT DISTINCT cluster, ?::TIMESTAMP FROM ev
+        UNION SELECT DISTINCT cluster, ?::TIMESTAMP FROM ev
+        UNION
+        SELECT cm.cluster, p.p_from FROM cm JOIN periods p
+          ON p.gpu_model = cm.gpu_model AND p.tier = cm.tier AND p.cluster IS NOT DISTINCT FROM cm.price_cluster
+        WHERE p.p_from > ?::TIMESTAMP AND p.p_from < ?::TIMESTAMP
+    ),
+    seg AS (
+        SELECT cluster, ts AS seg_lo, lead(ts) OVER (PARTITION BY cluster ORDER BY ts) AS seg_hi FROM cut
+    ),
+    sm AS (
+        SELECT s.cluster, cm.mkey, cm.gpu_model, s.seg_lo, epoch(s.seg_hi - s.seg_lo) / 3600.0 AS dur_h
+        FROM seg s JOIN cm ON cm.cluster = s.cluster
+        WHERE s.seg_hi IS NOT NULL AND s.seg_hi > s.seg_lo
+    ),
+    -- the levels at each stretch's start: running sums of the changes, each stretch a zero change placed
+    -- after the changes at its own start time
+    run AS (
+        SELECT *, sum(CASE WHEN k = 'd' THEN n ELSE 0 END) OVER w AS d,
+               sum(CASE WHEN k = 'o' THEN n ELSE 0 END) OVER w AS o,
+               sum(CASE WHEN k = 'h' THEN n ELSE 0 END) OVER w AS h
+        FROM (SELECT cluster, mkey, NULL::VARCHAR AS gpu_model, ts, k, n, NULL::DOUBLE AS dur_h FROM ev
+              UNION ALL
+              SELECT cluster, mkey, gpu_model, seg_lo, 'z', 0.0, dur_h FROM sm)
+        WINDOW w AS (PARTITION BY cluster, mkey ORDER BY ts, k = 'z' ROWS UNBOUNDED PRECEDING)
+    ),
+    lv AS (
+        SELECT cluster, mkey, gpu_model, ts AS seg_lo, dur_h,
+               greatest(d, 0) AS d, greatest(o, 0) AS o, greatest(h, 0) AS h
+        FROM run WHERE k = 'z'
+    ),
+    fr AS (
+        SELECT lv.*, greatest(d, o) AS cap,
+               CASE WHEN mkey = '' THEN 0 ELSE least(h, greatest(d, o)) END AS alloc,
+               CASE WHEN mkey = '' THEN greatest(d, o) ELSE greatest(0, greatest(d, o) - h) END AS free,
+               CASE WHEN mkey <> '' AND greatest(d, o) > 0 THEN greatest(0, h - greatest(d, o)) ELSE 0 END
+                   AS over_known,
+               sum(CASE WHEN mkey = '' THEN h ELSE 0 END) OVER c AS unk,
+               sum(CASE WHEN mkey = '' THEN greatest(d, o) ELSE greatest(0, greatest(d, o) - h) END) OVER c
+                   AS free_all
+        FROM lv WINDOW c AS (PARTITION BY cluster, seg_lo)
+    ),
+    sh AS (
+        SELECT fr.*,
+               CASE WHEN free_all > 0 THEN free * least(1.0, unk / free_all) ELSE 0 END AS taken,
+               -- unknown-model held time beyond all free capacity: oversubscription, on the unknown row
+               CASE WHEN mkey = '' AND unk > free_all THEN unk - free_all ELSE 0 END AS over_unknown
+        FROM fr
+    ),
+    priced AS (
+        SELECT sh.*, cm.tier, p.usd_per_gpu_hour AS price, (free - taken) * dur_h AS un_h
+        FROM sh JOIN cm USING (cluster, mkey)
+        LEFT JOIN periods p
+          ON p.gpu_model = cm.gpu_model AND p.tier = cm.tier AND p.cluster IS NOT DISTINCT FROM cm.price_cluster
+         AND p.p_from <= sh.seg_lo AND p.p_to > sh.seg_lo
     )
-    SELECT t3.cluster, t3.gpu_model, t3.tier, t3.capacity_gpu_hours, alloc.allocated_gpu_hours,
-           greatest(0, t3.capacity_gpu_hours - alloc.allocated_gpu_hours) AS unallocated_gpu_hours,
-           price.usd_per_gpu_hour,
-           greatest(0, t3.capacity_gpu_hours - alloc.allocated_gpu_hours) * price.usd_per_gpu_hour
-               AS unallocated_usd
-    FROM t3 JOIN alloc USING (cluster, gpu_model) LEFT JOIN price USING (cluster, gpu_model)
-    ORDER BY t3.cluster, t3.gpu_model
+    SELECT cluster, any_value(gpu_model) AS gpu_model, any_value(tier) AS tier,
+           CASE WHEN sum(d * dur_h) > 0 AND sum(o * dur_h) > 0 THEN 'declared+observed'
+                WHEN sum(d * dur_h) > 0 THEN 'declared' WHEN sum(o * dur_h) > 0 THEN 'observed' END
+               AS capacity_basis,
+           sum(d * dur_h) AS declared_gpu_hours,
+           sum(o * dur_h) AS observed_gpu_hours,
+           sum(cap * dur_h) AS capacity_gpu_hours,
+           sum(alloc * dur_h) AS allocated_gpu_hours,
+           sum(taken * dur_h) AS unknown_model_gpu_hours,
+           sum((over_known + over_unknown) * dur_h) AS oversubscribed_gpu_hours,
+           sum(un_h) AS unallocated_gpu_hours,
+           coalesce(sum(un_h * price) / nullif(sum(un_h) FILTER (WHERE price IS NOT NULL), 0),
+                    sum(price * dur_h) / nullif(sum(dur_h) FILTER (WHERE price IS NOT NULL), 0))
+               AS usd_per_gpu_hour,
+           CASE WHEN count(price) = count(*) THEN sum(un_h * price) END AS unallocated_usd
+    FROM priced
+    GROUP BY cluster, mkey
+    HAVING sum(cap * dur_h) > 0 OR sum((over_known + over_unknown) * dur_h) > 0
+    ORDER BY cluster, mkey
     """
-    params = [lo, hi, hi, *cluster_params, *all_jobs_params, *tier_params, settings.default_tier]
+    params = [
+        lo,
+        hi,
+        gap_s,  # OBSERVED_SPANS
+        lo,
+        hi,
+        hi,  # decl
+        lo,
+        hi,
+        *all_jobs_params,  # held
+        lo,
+        hi,
+        lo,
+        hi,
+        hi,
+        lo,  # ev0 observed (from, to)
+        *cluster_params,
+        *per_job_params,
+        settings.default_tier,
+        *tier_params,  # cm0
+        lo,
+        hi,
+        lo,
+        hi,  # cut
+    ]
     return sql, params
 
 
@@ -499,7 +673,8 @@ def waste_by_week(
     key = {"cluster": "cluster", "gpu_model": "gpu_model"}.get(by)
     # Each week's capacity on its own (as unallocated() for that week), all weeks in one statement.
     start = _data_start(con) if _sees_unallocated(filters) else None
-    parts = [(week, _unallocated_sql(f, settings, as_of, start)) for week, f in view_weeks(con, filters)]
+    end = _data_end(con, as_of)
+    parts = [(week, _unallocated_sql(f, settings, as_of, start, end)) for week, f in view_weeks(con, filters)]
     built = [(week, b) for week, b in parts if b is not None]
     un_rows = pl.DataFrame()
     if built:

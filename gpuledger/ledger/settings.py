@@ -20,6 +20,7 @@ from gpuledger.ledger.access import AccessSettings, AuthSettings, parse_access, 
 from gpuledger.ledger.errors import SettingsError
 
 TIERS = ("on_demand", "spot", "reserved", "on_prem")
+BILLING = ("always_on", "per_job")  # [clusters.X] billing: is capacity nobody holds paid for?
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Capacity:
 class ClusterSettings:
     tier: str | None = None  # pricing tier of jobs on this cluster that name none
     capacity: tuple[Capacity, ...] = ()
+    billing: str = "always_on"  # always_on: capacity nobody holds is paid for (unallocated) | per_job: it is not
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class Settings:
     batch_safety_fraction: float = 0.9
     notebook_idle_stop_minutes: float = 60.0
     max_job_days: float = 365.0  # a job or allocation longer than this is implausible (collectors/validate.py)
+    capacity_gap_minutes: float = 30.0
     prices: tuple[PriceRow, ...] = ()
     clusters: dict[str, ClusterSettings] = field(default_factory=dict)
     max_upload_mb: float = 100.0  # the dashboard's upload limit (Streamlit's server.maxUploadSize)
@@ -80,6 +83,7 @@ _SCALARS: dict[str, tuple[str, str, float, float]] = {
     "thresholds.target_util_pct": ("thresholds", "target_util_pct", 0.0, 100.0),
     "thresholds.notebook_idle_stop_minutes": ("thresholds", "notebook_idle_stop_minutes", 1.0, 10080.0),
     "thresholds.max_job_days": ("thresholds", "max_job_days", 1.0, 36500.0),
+    "thresholds.capacity_gap_minutes": ("thresholds", "capacity_gap_minutes", 1.0, 10080.0),
     "energy.usd_per_kwh": ("energy", "usd_per_kwh", 0.0, 10.0),
     "energy.gco2e_per_kwh": ("energy", "gco2e_per_kwh", 0.0, 2000.0),
     "recommend.batch_safety_fraction": ("recommend", "batch_safety_fraction", 0.1, 1.0),
@@ -173,7 +177,7 @@ def _clusters(path: Path, raw: Any) -> dict[str, ClusterSettings]:
         key = f"clusters.{name}"
         if not isinstance(body, dict):
             raise SettingsError(path, key, "must be a table")
-        unknown = body.keys() - {"tier", "capacity"}
+        unknown = body.keys() - {"tier", "capacity", "billing"}
         if unknown:
             raise SettingsError(path, f"{key}.{sorted(unknown)[0]}", "is not a known cluster setting")
         tier = _tier(path, f"{key}.tier", body["tier"]) if "tier" in body else None
@@ -185,7 +189,10 @@ def _clusters(path: Path, raw: Any) -> dict[str, ClusterSettings]:
             caps.append(
                 Capacity(cap["gpu_model"], _number(path, f"{ckey}.gpu_count", cap.get("gpu_count"), 0, 1e7))
             )
-        out[name] = ClusterSettings(tier=tier, capacity=tuple(caps))
+        billing = body.get("billing", "always_on")
+        if billing not in BILLING:
+            raise SettingsError(path, f"{key}.billing", f"must be one of {', '.join(BILLING)}, got {billing!r}")
+        out[name] = ClusterSettings(tier=tier, capacity=tuple(caps), billing=str(billing))
     return out
 
 

@@ -237,14 +237,24 @@ def test_parts_sum_to_spend_to_the_cent_and_teams_sum_to_the_total(con):
             by_team.filter(by_team["key"] == team)["spend_usd"].item(), abs=0.005
         )
     # Independent spend: Σ gpu_count × hours × price in plain SQL (one price per model and tier here),
-    # plus the T4 pseudo-job (30 min × $0.50) and unallocated (4 × 10 h − held H100 hours of c1) × $4.
-    (jobs_usd, held_h100) = con.execute(
-        """SELECT sum(j.gpu_count * epoch(j.end_ts - j.start_ts) / 3600 * p.usd_per_gpu_hour),
-                  sum(j.gpu_count * epoch(j.end_ts - j.start_ts) / 3600)
+    # plus the T4 pseudo-job (30 min × $0.50) and unallocated: minute by minute, the 4 declared H100s
+    # minus those held then (at least 0: 30-60 min holds 5, one more than exists), × $4.
+    (jobs_usd,) = con.execute(
+        """SELECT sum(j.gpu_count * epoch(j.end_ts - j.start_ts) / 3600 * p.usd_per_gpu_hour)
            FROM jobs j JOIN prices p ON p.gpu_model = j.gpu_model AND p.tier = j.pricing_tier"""
     ).fetchall()[0]
-    expected = jobs_usd + 0.5 * 0.5 + (4 * 10 - held_h100) * 4.0
+    (free_h, over_h) = con.execute(
+        """WITH m AS (SELECT unnest(generate_series(TIMESTAMP '2025-03-03 00:00', TIMESTAMP '2025-03-03 09:59',
+                                                    INTERVAL 1 MINUTE)) AS t),
+                held AS (SELECT m.t, coalesce(sum(j.gpu_count), 0) AS n FROM m LEFT JOIN jobs j
+                         ON j.start_ts <= m.t AND j.end_ts > m.t GROUP BY m.t)
+           SELECT sum(greatest(0, 4 - n)) / 60, sum(greatest(0, n - 4)) / 60 FROM held"""
+    ).fetchall()[0]
+    assert (free_h, over_h) == (pytest.approx(21.5), pytest.approx(0.5))  # vs 40 − 19 held = 21 netted
+    expected = jobs_usd + 0.5 * 0.5 + free_h * 4.0
     assert totals["spend_usd"] == pytest.approx(expected, abs=0.005)
+    un = unallocated(con, settings=settings).row(0, named=True)
+    assert un["oversubscribed_gpu_hours"] == pytest.approx(over_h)  # reported, not billed
 
 
 def test_view_dates_clip_cost_and_samples(con):

@@ -1,0 +1,130 @@
+"""Observed capacity: GPUs that report telemetry are paid for while they report; unallocated = capacity − held,
+moment by moment at the price in force; per-job billing; unknown-model jobs consume capacity."""
+
+from __future__ import annotations
+
+import pytest
+
+from analytics.summary import summary
+from analytics.waste import PARTS, unallocated, waste_totals
+from gpuledger.ledger.reference import load_reference
+from gpuledger.ledger.settings import Capacity, ClusterSettings, Settings
+from tests.analytics.build import H100, alloc, gpu, ingest, job, series, set_test_prices
+
+RATE = 4.0  # H100 on_demand in the test sheet
+
+
+def _cloud(con, settings: Settings) -> None:
+    """8 H100s on cluster c1 reporting every minute for 6 h; 8 one-GPU jobs hold them for the first 3 h."""
+    load_reference(con, settings)
+    set_test_prices(con)
+    gpus = [f"n1:{i}" for i in range(8)]
+    ingest(
+        con,
+        jobs=[job(f"j{i}", 0, 180) for i in range(8)],
+        allocations=[alloc(f"j{i}", g, 0, 180) for i, g in enumerate(gpus)],
+        samples=[s for g in gpus for s in series(g, 0, [90.0] * 180 + [0.0] * 180)],
+        gpus=[gpu(g) for g in gpus],
+    )
+
+
+def test_cloud_gpus_reporting_6h_held_3h_leave_24_gpu_hours_unallocated(ledger):
+    _cloud(ledger, Settings())
+    un = unallocated(ledger).row(0, named=True)
+    # observed: 8 GPUs × (first sample .. last sample + its 60 s interval) = 8 × 6 h = 48 GPU-h; held 8 × 3 h
+    assert un["capacity_basis"] == "observed"
+    assert un["observed_gpu_hours"] == pytest.approx(48.0)
+    assert un["allocated_gpu_hours"] == pytest.approx(24.0)
+    assert un["unallocated_gpu_hours"] == pytest.approx(24.0)
+    assert un["unallocated_usd"] == pytest.approx(24 * RATE)  # $96
+    s = summary(ledger)
+    assert s["waste"]["unallocated_usd"] == pytest.approx(96.0)
+    assert s["spend_usd"] == pytest.approx(8 * 3 * RATE + 96.0)  # jobs $96 + unallocated $96
+    assert round(sum(s["waste"][p] for p in PARTS), 2) == round(s["spend_usd"], 2)
+
+
+def test_per_job_billing_has_no_unallocated(ledger):
+    settings = Settings(clusters={"c1": ClusterSettings(billing="per_job")})
+    _cloud(ledger, settings)
+    assert unallocated(ledger, settings=settings).height == 0
+    totals = waste_totals(ledger, settings=settings)
+    assert totals["unallocated_usd"] == 0.0
+    assert totals["spend_usd"] == pytest.approx(8 * 3 * RATE)  # only the jobs
+
+
+def test_a_silence_longer_than_the_gap_setting_stops_the_capacity(ledger):
+    set_test_prices(ledger)
+    # one GPU held 0-60 min; it reports 0-60 and 120-180 min: a 60-min silence
+    ingest(
+        ledger,
+        jobs=[job("j", 0, 60)],
+        allocations=[alloc("j", "n1:0", 0, 60)],
+        samples=series("n1:0", 0, [50.0] * 60) + series("n1:0", 120, [0.0] * 60),
+        gpus=[gpu("n1:0")],
+    )
+    # gap 30 min (default): observed 1 h + 1 h; held 1 h → 1 GPU-h unallocated
+    assert unallocated(ledger).row(0, named=True)["observed_gpu_hours"] == pytest.approx(2.0)
+    assert unallocated(ledger).row(0, named=True)["unallocated_gpu_hours"] == pytest.approx(1.0)
+    # gap 90 min: the silence is bridged, observed 0-180 min = 3 GPU-h → 2 unallocated
+    long = Settings(capacity_gap_minutes=90)
+    assert unallocated(ledger, settings=long).row(0, named=True)["observed_gpu_hours"] == pytest.approx(3.0)
+    assert unallocated(ledger, settings=long).row(0, named=True)["unallocated_gpu_hours"] == pytest.approx(
+        2.0
+    )
+
+
+def test_unallocated_is_priced_at_the_price_in_force_hour_by_hour(ledger):
+    settings = Settings(clusters={"c1": ClusterSettings(capacity=(Capacity(H100, 2),))})
+    load_reference(ledger, settings)
+    set_test_prices(ledger)
+    # the H100 price rises from $4 to $6 at midnight of 2025-03-04 (T0 is 2025-03-03 00:00)
+    ledger.execute(
+        "INSERT INTO prices VALUES (?, 'on_demand', NULL, DATE '2025-03-04', 6.0, 'test', DATE '2025-03-04', "
+        "'sheet', NULL)",
+        [H100],
+    )
+    # one job holds 1 of the 2 declared GPUs for 36 h: 1 GPU-h free each hour, 24 h at $4 then 12 h at $6
+    ingest(ledger, jobs=[job("j", 0, 36 * 60)])
+    un = unallocated(ledger, settings=settings).row(0, named=True)
+    assert un["unallocated_gpu_hours"] == pytest.approx(36.0)
+    assert un["unallocated_usd"] == pytest.approx(24 * 4.0 + 12 * 6.0)  # $168, not 36 × a window mean
+    assert un["usd_per_gpu_hour"] == pytest.approx(168 / 36)
+
+
+def test_unknown_model_jobs_consume_capacity_as_unpriced_held_hours(ledger):
+    settings = Settings(clusters={"c1": ClusterSettings(capacity=(Capacity(H100, 4),))})
+    load_reference(ledger, settings)
+    set_test_prices(ledger)
+    # 4 declared H100 for 10 h; a 1-GPU H100 job for 10 h and a 2-GPU job of unknown model for 10 h
+    ingest(ledger, jobs=[job("k", 0, 600), job("u", 0, 600, gpu_model=None, gpu_count=2.0)])
+    un = unallocated(ledger, settings=settings).row(0, named=True)
+    assert un["capacity_gpu_hours"] == pytest.approx(40.0)
+    assert un["allocated_gpu_hours"] == pytest.approx(10.0)
+    assert un["unknown_model_gpu_hours"] == pytest.approx(20.0)
+    assert un["unallocated_gpu_hours"] == pytest.approx(10.0)  # 40 − 10 − 20, not 30
+    totals = waste_totals(ledger, settings=settings)
+    assert totals["unallocated_usd"] == pytest.approx(10 * RATE)
+    assert totals["unpriced_gpu_hours"] == pytest.approx(20.0)  # the unknown-model job: unpriced, held
+
+
+def test_declared_and_observed_take_whichever_covers_more(ledger):
+    settings = Settings(clusters={"c1": ClusterSettings(capacity=(Capacity(H100, 2),))})
+    load_reference(ledger, settings)
+    set_test_prices(ledger)
+    # 2 declared; 3 GPUs report 0-60 min, one more than declared, and nothing holds them then; a 3-GPU job
+    # holds them 60-120 min without telemetry
+    cards = ("n1:0", "n1:1", "n1:2")
+    ingest(
+        ledger,
+        jobs=[job("j", 60, 120, gpu_count=3.0)],
+        samples=[s for g in cards for s in series(g, 0, [0.0] * 60)],
+        gpus=[gpu(g) for g in cards],
+        allocations=[alloc("j", g, 60, 120) for g in cards],
+    )
+    un = unallocated(ledger, settings=settings).row(0, named=True)
+    assert un["capacity_basis"] == "declared+observed"
+    # 0-60: max(2 declared, 3 observed) = 3, none held; 60-120: max(2, 0) = 2 with 3 held (1 beyond)
+    assert un["capacity_gpu_hours"] == pytest.approx(3 + 2)
+    assert un["allocated_gpu_hours"] == pytest.approx(2.0)
+    assert un["oversubscribed_gpu_hours"] == pytest.approx(1.0)
+    assert un["unallocated_gpu_hours"] == pytest.approx(3.0)
