@@ -58,6 +58,7 @@ class Settings:
     batch_safety_fraction: float = 0.9
     notebook_idle_stop_minutes: float = 60.0
     max_job_days: float = 365.0  # a job or allocation longer than this is implausible (collectors/validate.py)
+    # observed capacity: a GPU's telemetry stops being paid-for capacity at a silence longer than this
     capacity_gap_minutes: float = 30.0
     prices: tuple[PriceRow, ...] = ()
     clusters: dict[str, ClusterSettings] = field(default_factory=dict)
