@@ -195,6 +195,45 @@ def test_the_dashboard_command_line_is_safe_by_default() -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "host", "expected"),
+    [
+        ("", "127.0.0.1", []),
+        (
+            "",
+            "0.0.0.0",
+            [
+                "listening on 0.0.0.0 without sign-in: anyone who can reach port 8501 sees every team's spend. "
+                "Configure [auth] and [access] in the settings (docs/settings.md)."
+            ],
+        ),
+        (
+            ACCESS,
+            "127.0.0.1",
+            ["[access] is set but [auth] is not, so nobody signs in and everyone sees every team."],
+        ),
+        (AUTH + ACCESS, "127.0.0.1", []),
+        (
+            AUTH,
+            "0.0.0.0",
+            [
+                "auth.redirect_uri is not set, so the provider sends people back to http://localhost:8501, which "
+                "works on this machine only: set it to this server's public address + /oauth2callback."
+            ],
+        ),
+        (
+            AUTH.replace("[auth]", '[auth]\nredirect_uri = "https://gpu.example.com/oauth2callback"'),
+            "0.0.0.0",
+            [],
+        ),
+    ],
+)
+def test_exposure_warnings(tmp_path: Path, text: str, host: str, expected: list[str]) -> None:
+    from gpuledger.cli.commands.dashboard import exposure_warnings
+
+    assert exposure_warnings(_settings(tmp_path, text), host, 8501) == expected
+
+
+@pytest.mark.parametrize(
     ("host", "loopback"),
     [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("localhost", True), ("0.0.0.0", False),
      ("::", False), ("192.0.2.7", False), ("gpu.example.com", False)],

@@ -92,6 +92,25 @@ def is_loopback(host: str) -> bool:
         return False  # a host name: assume it is reachable from elsewhere
 
 
+def exposure_warnings(settings: Settings, host: str, port: int) -> list[str]:
+    """What a person starting the dashboard on ``host`` should know before anyone else opens it."""
+    out = []
+    if settings.auth is None:
+        if not is_loopback(host):
+            out.append(
+                f"listening on {host} without sign-in: anyone who can reach port {port} sees every team's "
+                "spend. Configure [auth] and [access] in the settings (docs/settings.md)."
+            )
+        if settings.access.admins or settings.access.teams:
+            out.append("[access] is set but [auth] is not, so nobody signs in and everyone sees every team.")
+    elif not is_loopback(host) and settings.auth.redirect_uri is None:
+        out.append(
+            f"auth.redirect_uri is not set, so the provider sends people back to http://localhost:{port}, "
+            "which works on this machine only: set it to this server's public address + /oauth2callback."
+        )
+    return out
+
+
 def write_streamlit_secrets(settings: Settings, port: int) -> str | None:
     """With ``[auth]`` configured: the private secrets file ``st.login`` reads (None without [auth]).
 
@@ -123,13 +142,8 @@ def run(args: argparse.Namespace) -> int:
         if ensure_demo(db):
             print(f"{db}: the ledger was empty; filled it with the demo fleet (gpuledger demo)")
     secrets_file = write_streamlit_secrets(settings, args.port)
-    if not is_loopback(args.host) and settings.auth is None:
-        print(
-            f"warning: listening on {args.host} without sign-in: anyone who can reach port {args.port} sees "
-            "every team's spend. Configure [auth] and [access] in the settings (docs/settings.md).",
-            file=sys.stderr,
-            flush=True,
-        )
+    for line in exposure_warnings(settings, args.host, args.port):
+        print(f"warning: {line}", file=sys.stderr, flush=True)
     env = dict(os.environ, GPULEDGER_DB=db)
     argv = streamlit_argv(
         args.port, host=args.host, max_upload_mb=settings.max_upload_mb, secrets_file=secrets_file
