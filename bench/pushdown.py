@@ -166,7 +166,10 @@ def main() -> int:
     ap.add_argument("--days", type=float, default=7.0)
     ap.add_argument("--scrape", type=int, default=30, help="scrape interval of the generated history, s")
     ap.add_argument(
-        "--steps", type=lambda v: [int(x) for x in v.split(",")], default=[60, 300], help="rollup steps, s"
+        "--steps",
+        type=lambda v: [int(x) for x in v.split(",") if x],
+        default=[60, 300],
+        help="rollup steps, s",
     )
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (history, data, ledger)")
     ap.add_argument("--no-jobs", action="store_true", help="skip the job-summaries measurement")
@@ -294,6 +297,11 @@ def print_jobs(jobs: dict[str, object], raw_samples: int) -> None:
         f"\njob summaries (collect prometheus --jobs): {rep['jobs']:,} jobs, {rep['job_summaries']:,} job-GPU rows, "
         f"{rep['idle_stretches']:,} idle stretches, {rep['fleet_samples']:,} fleet GPU-hours; "
         f"{rep['requests']:,} requests, {jobs['seconds']:.1f} s end to end"
+    )
+    secs = rep["seconds_by_kind"]
+    print(
+        "  seconds by kind (waiting for Prometheus; fleet: fetch + land): "
+        + ", ".join(f"{k} {v:.1f}" for k, v in sorted(secs.items()))
     )
     print(f"{'points moved':28}{'raw pull':>16}{'pushdown':>16}{'raw / pushdown':>16}")
     for label, n in (
