@@ -376,15 +376,64 @@ def fuzz_family(family: str, count: int, seed: int, workdir: Path, datasets: Pat
     return tally
 
 
+def fuzz_cli(count: int, seed: int, workdir: Path, datasets: Path = DATASETS) -> tuple[int, int, list[str]]:
+    """``count`` mutated inputs (all families, round robin) through ``gpuledger ingest`` as a user runs it:
+    returns (runs, tracebacks, examples). Exit 0 or 1 with one ``error:`` line is what a user should see."""
+    import subprocess
+
+    rng = random.Random(f"cli:{seed}")
+    specs = [(fam, spec) for fam in sorted(FAMILIES) for spec in FAMILIES[fam]]
+    tracebacks, examples = 0, []
+    for i in range(count):
+        _, spec = specs[i % len(specs)]
+        main_file, *siblings = spec.split("+")
+        src = datasets / main_file
+        data, names = mutate(base_bytes(src), rng)
+        where = workdir / f"cli-{i}"
+        where.mkdir(parents=True)
+        for s in siblings:
+            shutil.copyfile(datasets / s, where / Path(s).name)
+        (where / src.name).write_bytes(data)
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpuledger",
+                "ingest",
+                "--db",
+                str(where / "l.duckdb"),
+                "--tz",
+                "UTC",
+                str(where / src.name),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+        if "Traceback" in run.stderr or run.returncode not in (0, 1):
+            tracebacks += 1
+            examples.append(f"{src.name}#{i} [{', '.join(names)}]: rc {run.returncode}: {run.stderr[-300:]}")
+        shutil.rmtree(where, ignore_errors=True)
+    return count, tracebacks, examples
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--count", type=int, default=10_000, help="inputs per family (default 10,000)")
     ap.add_argument("--family", action="append", choices=sorted(FAMILIES), help="only these (repeatable)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--examples", type=int, default=3, help="show this many examples of each problem")
+    ap.add_argument("--cli", type=int, default=0, help="also run N inputs through the gpuledger CLI")
     args = ap.parse_args()
     failed = False
     with tempfile.TemporaryDirectory(prefix="gpuledger-fuzz-") as tmp:
+        if args.cli:
+            runs, tracebacks, examples = fuzz_cli(args.cli, args.seed, Path(tmp))
+            print(f"CLI: {runs:,} runs of gpuledger ingest, {tracebacks} ended in a traceback", flush=True)
+            for text in examples[: args.examples]:
+                print(f"    traceback: {text}")
+            failed |= bool(tracebacks)
         for family in args.family or sorted(FAMILIES):
             started = time.perf_counter()
             tally = fuzz_family(family, args.count, args.seed, Path(tmp))

@@ -245,6 +245,7 @@ class OpenbTrace2023:
         return {}
 
 
+MAX_MEMBER_BYTES = 4 * 2**30  # the real GenAI archives unpack to ~10 MB
 GENAI_DUTY = "value,timestamp_anon,container_ip"
 GENAI_MEM = "timestamp_anon,value,container_ip"
 
@@ -259,6 +260,13 @@ def csv_member(path: Path) -> Iterator[Path]:
         member = next((m for m in tar if m.isfile() and m.name.endswith(".csv")), None)
         if member is None:
             raise FormatError(path, None, "the archive holds no .csv file")
+        if member.size > MAX_MEMBER_BYTES:  # decided before unpacking a byte (an archive bomb)
+            raise FormatError(
+                path,
+                None,
+                f"{member.name} unpacks to {member.size / 2**30:,.1f} GiB, over the {MAX_MEMBER_BYTES // 2**30} GiB "
+                "gpuledger unpacks: extract it and ingest the CSV",
+            )
         src = tar.extractfile(member)
         assert src is not None
         with tempfile.NamedTemporaryFile(suffix=".csv") as tmp:

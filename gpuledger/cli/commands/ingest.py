@@ -10,6 +10,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import duckdb
+
 from collectors.base import IngestOptions, IngestReport, ingest_file
 from collectors.registry import PARSERS
 from gpuledger.cli.commands._common import add_db_options, print_json
@@ -157,11 +159,12 @@ MAX_REJECTED_SHOWN = 20
 def run(args: argparse.Namespace) -> int:
     opts = options(args)
     settings = load_settings(args.settings)
-    sync_reference(args.db, settings)
     reports = []
     paths = expand_paths(args.paths)
-    spill = spill_dir(resolve_db(args.db))
+    spill = None
     try:
+        sync_reference(args.db, settings)
+        spill = spill_dir(resolve_db(args.db))
         with writer(args.db) as con:
             if spill is not None:
                 spill.mkdir(parents=True, exist_ok=True)  # DuckDB creates the folder, not its parent
@@ -176,6 +179,12 @@ def run(args: argparse.Namespace) -> int:
                 reports.append(report)
                 if not args.json:
                     print(describe(report))
+    except (OSError, duckdb.Error) as exc:  # the ledger itself (a parser's errors are FormatErrors already)
+        if isinstance(exc, LedgerError):
+            raise
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
+        where = getattr(exc, "filename", None) or args.db or "the ledger"
+        raise LedgerError(f"{where}: the ledger cannot be opened or written: {why}") from exc
     finally:
         remove_spill(spill)
     if args.json:
