@@ -36,12 +36,14 @@ Hosts match on their short, lower-case name (``node01.cluster.local`` is ``node0
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import duckdb
+import polars as pl
 
 FOREVER = dt.datetime.max
 # how a host name is compared: sacct's NodeList has short names, a hostname column may be an FQDN
@@ -80,21 +82,41 @@ class Tie:
 
 @dataclass
 class _Book:
-    """Which GPU is held by whom, when (half-open spans); ``exact`` says whether the holder is known."""
+    """Which GPU is held by whom, when (half-open spans); ``exact`` says whether the holder is known.
+
+    Each GPU's spans are kept sorted by start; while they do not overlap each other (the rules only take a
+    free GPU; conflicting evidence can overlap) their ends are sorted too, so a lookup is a bisection.
+    """
 
     spans: dict[str, list[tuple[dt.datetime, dt.datetime, bool]]] = field(
         default_factory=lambda: defaultdict(list)
     )
+    messy: set[str] = field(default_factory=set)  # GPUs with overlapping spans: scanned in full
+
+    def _overlapping(
+        self, gpu: str, lo: dt.datetime, hi: dt.datetime
+    ) -> list[tuple[dt.datetime, dt.datetime, bool]]:
+        sp = self.spans[gpu]
+        if gpu in self.messy:
+            return [x for x in sp if x[0] < hi and lo < x[1]]
+        out = []
+        j = bisect.bisect_left(sp, (hi,)) - 1  # the last span starting before hi, then earlier ones
+        while j >= 0 and sp[j][1] > lo:
+            out.append(sp[j])
+            j -= 1
+        return out
 
     def free(self, gpu: str, lo: dt.datetime, hi: dt.datetime) -> bool:
-        return all(hi <= s or e <= lo for s, e, _ in self.spans[gpu])
+        return not self._overlapping(gpu, lo, hi)
 
     def overlapping_exact(self, gpus: Iterable[str], lo: dt.datetime, hi: dt.datetime) -> bool:
         """Every hold overlapping [lo, hi) on these GPUs is known exactly."""
-        return all(x for g in gpus for s, e, x in self.spans[g] if not (hi <= s or e <= lo))
+        return all(x for g in gpus for _, _, x in self._overlapping(g, lo, hi))
 
     def take(self, gpu: str, lo: dt.datetime, hi: dt.datetime, exact: bool) -> None:
-        self.spans[gpu].append((lo, hi, exact))
+        if gpu not in self.messy and not self.free(gpu, lo, hi):
+            self.messy.add(gpu)
+        bisect.insort(self.spans[gpu], (lo, hi, exact))
 
 
 def deal(
@@ -186,7 +208,7 @@ def attribute_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
     )
     hosts = _affected_hosts(con, ingest_id)
     if hosts:
-        attribute_hosts(con, hosts)
+        attribute_hosts(con, hosts, ingest_id)
     _record_methods(con, ingest_id, hosts)
 
 
@@ -224,8 +246,12 @@ def _affected_hosts(con: duckdb.DuckDBPyConnection, ingest_id: int) -> list[str]
     return [r[0] for r in rows]
 
 
-def attribute_hosts(con: duckdb.DuckDBPyConnection, hosts: list[str]) -> None:
-    """Recompute the ties of these hosts (short lower-case names) and re-stamp the samples they cover."""
+def attribute_hosts(con: duckdb.DuckDBPyConnection, hosts: list[str], ingest_id: int | None = None) -> None:
+    """Recompute the ties of these hosts (short lower-case names) and re-stamp the samples they cover.
+
+    Samples under ties that did not change are stamped only where they came with ``ingest_id`` (the rest
+    were stamped when the tie was made), so a live collector's flush does not re-read a host's history.
+    ``ingest_id`` None re-stamps every unstamped sample under every tie."""
     con.execute("CREATE OR REPLACE TEMP TABLE attr_hosts AS SELECT unnest(?::VARCHAR[]) AS hk", [hosts])
     gpus: dict[str, list[tuple[str, int | None]]] = defaultdict(list)
     for hk, gid, idx in con.execute(
@@ -289,13 +315,28 @@ def attribute_hosts(con: duckdb.DuckDBPyConnection, hosts: list[str]) -> None:
         """CREATE OR REPLACE TEMP TABLE attr_new (host VARCHAR, job_id VARCHAR, gpu_id VARCHAR,
            start_ts TIMESTAMP, end_ts TIMESTAMP, method VARCHAR, evidence VARCHAR)"""
     )
-    if ties:
-        con.executemany("INSERT INTO attr_new VALUES (?, ?, ?, ?, ?, ?, ?)", ties)
-    # ties that went away: their samples lose the job (unless a new tie gives it back below)
+    if ties:  # through Arrow: executemany is a round trip per row, bound lists convert datetimes one by one
+        frame = pl.DataFrame(
+            ties,
+            schema=[("host", pl.Utf8), ("job_id", pl.Utf8), ("gpu_id", pl.Utf8), ("start_ts", pl.Datetime("us")),
+                    ("end_ts", pl.Datetime("us")), ("method", pl.Utf8), ("evidence", pl.Utf8)],
+            orient="row",
+        )  # fmt: skip
+        con.register("attr_frame", frame)
+        con.execute("INSERT INTO attr_new SELECT * FROM attr_frame")
+        con.unregister("attr_frame")
+    # ties that went away: their samples lose the job (unless a new tie gives it back below); ties that are
+    # new: every sample under them is stamped; ties kept: only this ingest's samples can be unstamped there
+    key = "job_id, gpu_id, start_ts, end_ts"
     con.execute(
-        """CREATE OR REPLACE TEMP TABLE attr_gone AS
-           SELECT job_id, gpu_id, start_ts, end_ts FROM host_attribution WHERE host IN (SELECT hk FROM attr_hosts)
-           EXCEPT SELECT job_id, gpu_id, start_ts, end_ts FROM attr_new"""
+        f"""CREATE OR REPLACE TEMP TABLE attr_old AS
+            SELECT {key} FROM host_attribution WHERE host IN (SELECT hk FROM attr_hosts)"""
+    )
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE attr_gone AS SELECT * FROM attr_old EXCEPT SELECT {key} FROM attr_new"
+    )
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE attr_fresh AS SELECT {key} FROM attr_new EXCEPT SELECT * FROM attr_old"
     )
     con.execute(
         """UPDATE samples SET job_id = NULL FROM attr_gone o
@@ -304,25 +345,27 @@ def attribute_hosts(con: duckdb.DuckDBPyConnection, hosts: list[str]) -> None:
     )
     con.execute("DELETE FROM host_attribution WHERE host IN (SELECT hk FROM attr_hosts)")
     con.execute("INSERT INTO host_attribution SELECT * FROM attr_new")
-    con.execute(
-        """UPDATE samples SET job_id = n.job_id FROM attr_new n
-           WHERE samples.job_id IS NULL AND samples.gpu_id = n.gpu_id
-             AND samples.ts >= n.start_ts AND (n.end_ts IS NULL OR samples.ts < n.end_ts)"""
-    )
-    # the GPU-times whose job may have changed: land() re-rolls them
+    stamp = """UPDATE samples SET job_id = n.job_id FROM {ties} n
+               WHERE samples.job_id IS NULL AND samples.gpu_id = n.gpu_id
+                 AND samples.ts >= n.start_ts AND (n.end_ts IS NULL OR samples.ts < n.end_ts)"""
+    if ingest_id is None:
+        con.execute(stamp.format(ties="attr_new"))
+    else:
+        con.execute(stamp.format(ties="attr_fresh"))
+        con.execute(stamp.format(ties="attr_new") + " AND samples.ingest_id = ?", [ingest_id])
+    # the GPU-times whose job changed outside this ingest's own samples: land() re-rolls them
     con.execute("CREATE TEMP TABLE IF NOT EXISTS merged_windows (gpu_id VARCHAR, lo TIMESTAMP, hi TIMESTAMP)")
     con.execute(
         """INSERT INTO merged_windows
            SELECT w.gpu_id, greatest(w.lo, s.lo), least(w.hi, s.hi)
            FROM (SELECT gpu_id, min(start_ts) AS lo, max(coalesce(end_ts, TIMESTAMP '9999-12-31')) AS hi
-                 FROM (SELECT gpu_id, start_ts, end_ts FROM attr_gone
-                       UNION ALL SELECT gpu_id, start_ts, end_ts FROM attr_new) GROUP BY gpu_id) w
+                 FROM (SELECT * FROM attr_gone UNION ALL SELECT * FROM attr_fresh) GROUP BY gpu_id) w
            JOIN (SELECT gpu_id, min(ts) AS lo, max(ts) AS hi FROM samples
-                 WHERE gpu_id IN (SELECT gpu_id FROM attr_new UNION SELECT gpu_id FROM attr_gone)
+                 WHERE gpu_id IN (SELECT gpu_id FROM attr_fresh UNION SELECT gpu_id FROM attr_gone)
                  GROUP BY gpu_id) s USING (gpu_id)
            WHERE greatest(w.lo, s.lo) <= least(w.hi, s.hi)"""
     )
-    for t in ("attr_hosts", "attr_allocs", "attr_new", "attr_gone"):
+    for t in ("attr_hosts", "attr_allocs", "attr_new", "attr_old", "attr_gone", "attr_fresh"):
         con.execute(f"DROP TABLE IF EXISTS temp.{t}")
 
 
