@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import html
 import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import NoReturn
+from typing import Any, NoReturn
 
+import numpy as np
 import polars as pl
 import streamlit as st
 
@@ -234,3 +236,36 @@ def download_csv(frame: pl.DataFrame, file_name: str, *, key: str, label: str = 
         icon=":material/download:",
         key=key,
     )
+
+
+# Plotly reads <a href>, <b>, <i>, <br>, <span style> in every label (trace names, categories, hover text)
+# and draws them, links included; it also decodes &lt; &gt; &amp; for display. So each text value a chart
+# shows is HTML-escaped: "<a href=…>" is drawn as typed.
+_PLOT_TEXT = ("x", "y", "z", "text", "hovertext", "labels", "customdata", "ids")
+
+
+def _escaped(value: object) -> object:
+    if isinstance(value, str):
+        return html.escape(value, quote=False)
+    if isinstance(value, np.ndarray) and value.dtype.kind in "OUS":
+        return np.vectorize(_escaped, otypes=[object])(value) if value.size else value
+    if isinstance(value, list | tuple):
+        return type(value)(_escaped(v) for v in value)
+    return value
+
+
+def safe_figure(fig: Any) -> Any:
+    """The figure with every user string it draws (team, user, job, GPU and host names) HTML-escaped."""
+    for trace in fig.data:
+        if isinstance(trace.name, str):
+            trace.name = html.escape(trace.name, quote=False)
+        for attr in _PLOT_TEXT:
+            value = getattr(trace, attr, None) if attr in trace else None
+            if value is not None:
+                setattr(trace, attr, _escaped(value))
+    return fig
+
+
+def plotly_chart(fig: Any, *, key: str) -> None:
+    """``st.plotly_chart`` of :func:`safe_figure` ``(fig)``: what every page uses to draw a chart."""
+    st.plotly_chart(safe_figure(fig), key=key)

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import polars as pl
 import streamlit as st
 
-from pages import _data
+from pages import _data, _ui
 from pages._ui import column_config, no_rows, not_ready
 
 filters = _data.open_page("Fleet")
@@ -58,7 +58,7 @@ else:
         yaxis={"autorange": "reversed", "showticklabels": n_gpus <= 140, "tickfont": {"size": 9}},
         xaxis_title="hour (UTC)",
     )
-    st.plotly_chart(fig, key="fleet_heatmap")
+    _ui.plotly_chart(fig, key="fleet_heatmap")
     st.caption(
         f"{n_gpus} GPUs (host · model · GPU id), grouped by host. Blank cells: no telemetry. Each cell is the "
         "time-weighted mean utilization of the samples in that hour; hover for the exact value."

@@ -6,7 +6,7 @@ from __future__ import annotations
 import plotly.express as px
 import streamlit as st
 
-from pages import _data
+from pages import _data, _ui
 from pages._ui import column_config, download_csv, md, no_rows, not_ready
 
 MAX_LINES = 8  # above this many GPUs the timeline shows the job's mean by default
@@ -65,7 +65,7 @@ if job_id:
             labels={"ts": "time (UTC)", "util_pct": "utilization (%)", "gpu_id": "GPU"},
         )
         fig.update_layout(height=340, margin={"t": 10, "b": 10}, yaxis_range=[0, 105])
-        st.plotly_chart(fig, key="job_timeline")
+        _ui.plotly_chart(fig, key="job_timeline")
         if not per_gpu:
             st.caption(
                 f"The job held {row['gpu_count']:g} GPUs: the line is their time-weighted mean per minute."

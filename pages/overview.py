@@ -5,7 +5,7 @@ from __future__ import annotations
 import plotly.express as px
 import streamlit as st
 
-from pages import _data
+from pages import _data, _ui
 from pages._ui import KPI_WIDTHS, no_rows, not_ready, num, pct, usd
 
 filters = _data.open_page("Overview", caption=False)
@@ -55,7 +55,7 @@ else:
     )
     fig.update_yaxes(tickprefix="$")
     fig.update_traces(hovertemplate="%{x} · %{fullData.name}: $%{y:,.2f}<extra></extra>")
-    st.plotly_chart(fig, key="spend_team_week")
+    _ui.plotly_chart(fig, key="spend_team_week")
     st.caption(
         'Each job\'s cost is split at week boundaries (Monday 00:00 UTC). "unallocated" is declared capacity '
         'no job held; "unattributed" is telemetry of GPUs no job record claims.'

@@ -7,7 +7,7 @@ import plotly.express as px
 import polars as pl
 import streamlit as st
 
-from pages import _data
+from pages import _data, _ui
 from pages._ui import column_config, no_rows, not_ready
 
 filters = _data.open_page("Training")
@@ -38,7 +38,7 @@ else:
         )
         fig.update_layout(height=340, margin={"t": 10, "b": 10}, xaxis_tickformat=".0%")
         fig.update_yaxes(dtick=1, tickprefix="$")  # one label per decade, not the minor ticks
-        st.plotly_chart(fig, key="unit_costs")
+        _ui.plotly_chart(fig, key="unit_costs")
         st.caption("Lower right is good: high MFU, cheap tokens. Each point is one run.")
     shown = [
         c

@@ -89,7 +89,7 @@ if result.timeline is not None and not result.timeline.is_empty():
         labels={"util_pct": "utilization (%)", "ts": "time (UTC)"},
     )
     fig.update_layout(margin={"t": 10, "b": 10}, height=320, yaxis_range=[0, 100])
-    st.plotly_chart(fig, key="upload_timeline")
+    _ui.plotly_chart(fig, key="upload_timeline")
 
 if result.jobs is not None and not result.jobs.is_empty():
     st.subheader("Jobs")

@@ -7,7 +7,7 @@ import plotly.express as px
 import polars as pl
 import streamlit as st
 
-from pages import _data
+from pages import _data, _ui
 from pages._ui import KPI_WIDTHS, column_config, no_rows, not_ready, num, usd
 
 PART_LABELS = {
@@ -100,7 +100,7 @@ with left:
         fig.update_layout(
             barmode="stack", height=360, margin={"t": 10, "b": 10}, yaxis={"autorange": "reversed"}
         )
-        st.plotly_chart(fig, key="waste_team")
+        _ui.plotly_chart(fig, key="waste_team")
 with right:
     st.subheader("By week")
     if weekly.is_empty():
@@ -117,7 +117,7 @@ with right:
         fig.update_yaxes(tickprefix="$")
         fig.update_traces(hovertemplate="%{x} · %{fullData.name}: $%{y:,.2f}<extra></extra>")
         fig.update_layout(barmode="stack", height=360, margin={"t": 10, "b": 10})
-        st.plotly_chart(fig, key="waste_week")
+        _ui.plotly_chart(fig, key="waste_week")
 
 st.subheader("Jobs that wasted the most")
 if top.is_empty():

@@ -278,6 +278,21 @@ def test_md_escapes_links_html_and_directives() -> None:
     assert code("a`b") == "``a`b``"
 
 
+def test_charts_draw_names_as_text() -> None:
+    """Plotly draws <a href>, <b> … found in labels; escaped, it draws them as typed (it decodes &lt; itself)."""
+    import plotly.express as px
+
+    from pages._ui import safe_figure
+
+    frame = pl.DataFrame(
+        {"week": ["2026-W47"] * 2, "team": ['<a href="https://evil.example">x</a>', "R&D"], "usd": [1.0, 2.0]}
+    )
+    fig = safe_figure(px.bar(frame, x="week", y="usd", color="team", hover_name="team"))
+    assert [t.name for t in fig.data] == ['&lt;a href="https://evil.example"&gt;x&lt;/a&gt;', "R&amp;D"]
+    assert list(fig.data[1].hovertext) == ["R&amp;D"]
+    assert list(fig.data[0].y) == [1.0]  # numbers untouched
+
+
 def test_csv_download_neutralizes_formulas() -> None:
     frame = pl.DataFrame(
         {

@@ -42,6 +42,7 @@ from tests.browser.conftest import (
 
 EVIL_TEAM = "[click me](https://evil.example)"
 WWW_TEAM = "www.evil.example"
+HTML_TEAM = '<a href="https://evil.example">plot link</a><b>bold</b>'  # plotly renders such tags in labels
 HEADER = "job_id,user,team,cluster,gpu_model,gpu_count,start,end,state,kind,name"
 # one field per cell, quoted for CSV; every text a spreadsheet or Markdown could run is here
 EVIL_ROWS = [
@@ -51,6 +52,8 @@ EVIL_ROWS = [
      "2026-11-18T00:00:00Z", "2026-11-18T03:00:00Z", "FAILED", "training", "+cmd|' /C calc'!A0"],
     ["evil-3", "-2+3", ":red[loud] mail@evil.example", "atlas", "H100-SXM-80GB", "1",
      "2026-11-18T00:00:00Z", "2026-11-18T02:00:00Z", "COMPLETED", "training", "\tpadded"],
+    ["evil-4", "mallory", HTML_TEAM, "atlas", "H100-SXM-80GB", "1",
+     "2026-11-18T00:00:00Z", "2026-11-18T01:00:00Z", "COMPLETED", "training", "<i>job</i>"],
 ]  # fmt: skip
 PAGES = [
     "",
@@ -179,17 +182,27 @@ def test_host_flag_exposes_it_with_a_warning(exposed: Server) -> None:
 
 @pytest.mark.parametrize("path", PAGES)
 def test_user_strings_are_never_links_or_markup(exposed: Server, page: Page, path: str) -> None:
-    query = urllib.parse.urlencode([("team", EVIL_TEAM), ("team", WWW_TEAM)])
+    query = urllib.parse.urlencode([("team", EVIL_TEAM), ("team", WWW_TEAM), ("team", HTML_TEAM)])
     open_page(page, exposed, path, query)
     assert_no_exception(page)
-    links = page.locator("a[href*='evil'], a[href^='mailto:'], a[href^='javascript:']")
-    assert links.count() == 0, [links.nth(i).evaluate("a => a.outerHTML") for i in range(links.count())]
+    page.wait_for_function(  # plotly draws after the script run; its links are SVG <a xlink:href>
+        """() => [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
+                 .every(e => e.querySelector('.main-svg'))""",
+        timeout=20_000,
+    )
+    links = page.evaluate(
+        """() => [...document.querySelectorAll('a')]
+                 .map(a => a.getAttribute('href') || a.getAttribute('xlink:href') || '')
+                 .filter(h => /evil|^mailto:|^javascript:/i.test(h))"""
+    )
+    assert links == []
+    assert page.locator("[data-testid='stMain'] b:has-text('bold'), svg b, svg i").count() == 0
     assert page.locator("script:has-text('alert(1)')").count() == 0
     assert page.locator("[data-testid='stMain'] h1").count() <= 1  # no heading smuggled in by a name
     if path == "":
         text = visible(page)
         # the filter caption shows both names exactly as typed
-        assert f"teams: {EVIL_TEAM}, {WWW_TEAM}" in text, text[:2000]
+        assert f"teams: {HTML_TEAM}, {EVIL_TEAM}, {WWW_TEAM}" in text, text[:2000]
         screenshot(page, "exposure-overview-hostile-teams")
 
 
