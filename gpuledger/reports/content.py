@@ -156,7 +156,6 @@ def collect(
     from analytics.filters import horizon
     from analytics.jobs import jobs_table
     from analytics.recommend import recommendations
-    from analytics.savings import savings_total
     from analytics.summary import summary
     from analytics.waste import waste_by
 
@@ -179,7 +178,7 @@ def collect(
         by_user=by_user.filter(pl.col("user_name") != UNALLOCATED).head(TOP_ROWS),
         by_gpu_model=by_model,
         recommendations=recs.head(TOP_ACTIONS),
-        savings=savings_total(recs),
+        savings=_savings(con, recs, kw),
         costliest_jobs=jobs.filter(pl.col("cost_usd").is_not_null()),
         trends=_trends(con, filters, as_of),
         notes=(),
@@ -187,6 +186,19 @@ def collect(
         generated_at=dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0),
     )
     return _with_notes(con, data)
+
+
+def _savings(con: duckdb.DuckDBPyConnection, recs: pl.DataFrame, kw: dict[str, Any]) -> dict[str, Any]:
+    """``recommend --total --json`` for the view: savings_total, with the coverage of the view's waste where
+    this version of analytics.recommend computes it (``view_coverage``)."""
+    import analytics.recommend as recommend
+    from analytics.savings import savings_total
+
+    out = dict(savings_total(recs))
+    view_coverage = getattr(recommend, "view_coverage", None)
+    if view_coverage is not None:
+        out["coverage"] = view_coverage(con, recs, **kw)
+    return out
 
 
 def _trends(con: duckdb.DuckDBPyConnection, filters: Filters, as_of: dt.datetime | None) -> tuple[Trend, ...]:
@@ -345,6 +357,8 @@ def headline(data: ReportData) -> list[tuple[str, str, str]]:
 def owner(rec: dict[str, Any]) -> str:
     """Who acts on a recommendation: its user (and team), or the team for a team-wide item."""
     user, team = rec.get("user_name"), rec.get("team")
+    if rec.get("target_type") == "cluster":  # capacity nobody held: whoever runs the cluster
+        return f"operators of {str(rec.get('target') or '').split('/')[0] or 'the cluster'}"
     if rec.get("target_type") == "team" or not user:
         return str(team or "n/a")
     return f"{user} ({team})" if team else str(user)

@@ -50,8 +50,23 @@ def render_markdown(data: ReportData) -> str:
 WIDTH = 100
 
 
+def _text_blocks(t: Table) -> list[str]:
+    """A table whose last column is prose, as one block per row: the short cells on a line, the prose
+    wrapped under them."""
+    out = []
+    for r in t.rows:
+        head = " · ".join(
+            f"{h}: {c}" if i else c for i, (h, c) in enumerate(zip(t.headers[:-1], r[:-1], strict=True))
+        )
+        out.append(head)
+        out += textwrap.wrap(r[-1], WIDTH, initial_indent="   ", subsequent_indent="   ")
+    return out
+
+
 def _text_table(t: Table) -> list[str]:
     """Columns padded to their widest cell; a long last column wraps under itself."""
+    if len(t.headers) > 3 and max(len(r[-1]) for r in t.rows) > 60:
+        return _text_blocks(t)
     cols = len(t.headers)
     rows = [t.headers, *t.rows]
     widths = [max(len(r[i]) for r in rows) for i in range(cols)]

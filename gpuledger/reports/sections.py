@@ -96,30 +96,40 @@ def _headline(data: ReportData) -> Section:
 
 def _actions(data: ReportData) -> Section:
     sv = data.savings
-    paragraphs = [
-        f"All {sv['items']:,} actions together would save {fmt.usd(sv['total_usd_per_week'])} / week, each dollar "
-        f"counted once; the top {TOP_ACTIONS} are below."
-    ]
+    recurring = sv.get("recurring_items", sv["items"])
+    text = (
+        f"Possible savings: {fmt.usd(sv['total_usd_per_week'])} / week from {recurring:,} recurring action(s), "
+        "each dollar counted once."
+    )
+    if sv.get("one_off_items"):
+        text += (
+            f" {sv['one_off_items']:,} one-off action(s) would have saved {fmt.usd(sv['one_off_saved_usd'])} "
+            "in this period (not a weekly figure)."
+        )
+    paragraphs = [text]
     cov = data.coverage
-    if cov is not None:
+    if cov is not None and cov.get("waste_usd"):
         waste, addressed = cov.get("waste_usd"), cov.get("addressed_usd")
         paragraphs.append(
             f"Coverage: these actions address {fmt.share(addressed, waste)} of this period's waste "
             f"({fmt.usd(addressed)} of {fmt.usd(waste)})."
         )
-    rows = [
-        [
-            str(i + 1),
-            kind_label(str(r["kind"])),
-            owner(r),
-            fmt.usd(r["usd_per_week"]),
-            str(r["confidence"]),
-            f"{r['action']} {r['evidence']}",
-        ]
-        for i, r in enumerate(data.recommendations.iter_rows(named=True))
-    ]
+    rows = []
+    for i, r in enumerate(data.recommendations.iter_rows(named=True)):
+        once = r.get("recurring") is False
+        money = f"{fmt.usd(r['saving_usd'])} once" if once else fmt.usd(r["usd_per_week"])
+        rows.append(
+            [
+                str(i + 1),
+                kind_label(str(r["kind"])),
+                owner(r),
+                money,
+                str(r["confidence"]),
+                f"{r['action']} {r['evidence']}",
+            ]
+        )
     return Section(
-        "Top actions",
+        f"Top {TOP_ACTIONS} actions",
         paragraphs=paragraphs,
         table=Table(
             ["#", "Action", "Owner", "$ / week", "Confidence", "What to do, and what we saw"],
