@@ -117,7 +117,17 @@ def write_streamlit_secrets(settings: Settings, port: int) -> str | None:
     Raises SettingsError when the client secret is nowhere to be found."""
     if settings.auth is None:
         return None
+    import importlib.util
+
     from gpuledger.ledger.access import streamlit_auth_section, toml_table
+    from gpuledger.ledger.errors import SettingsError
+
+    if importlib.util.find_spec("authlib") is None:
+        raise SettingsError(
+            settings.source,
+            "auth",
+            "sign-in needs Authlib, which is not installed: pip install 'streamlit[auth]'",
+        )
 
     section = streamlit_auth_section(
         settings.auth, port=port, root=Path(APP).parent, settings_path=settings.source
