@@ -12,6 +12,7 @@ import duckdb
 import polars as pl
 
 from analytics.filters import Filters, horizon
+from analytics.job_summaries import fill_from_summaries
 from analytics.query import frame
 from analytics.unit_costs import job_unit_costs
 from analytics.utilization import Source, job_utilization
@@ -34,6 +35,7 @@ JOBS_COLUMNS = {
     "start_ts": "UTC",
     "end_ts": "UTC, NULL while running",
     "gpu_hours": "held GPU-hours inside the view",
+    "oversubscribed_gpu_hours": "declared on a shared GPU beyond the job's share (not billed)",
     "cost_usd": "in-view cost (NULL when unpriced)",
     "mean_util_pct": "time-weighted over the GPUs the job held",
     "p95_util_pct": "",
@@ -88,6 +90,7 @@ def jobs_table(
         how="left",
     )
     out = out.join(frame(con, "SELECT job_id, attribution FROM jobs"), on="job_id", how="left")
+    out = fill_from_summaries(con, out, filters=filters)  # jobs known only from Prometheus summaries
     key = {"cost": "cost_usd", "waste": "waste_usd"}.get(sort)
     if key is None:
         raise ValueError(f"unknown sort {sort!r}; use cost or waste")

@@ -22,6 +22,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from analytics.jobs import jobs_table
 from collectors.base import ingest_file
 from collectors.prometheus_jobs import pull_jobs
 from collectors.prometheus_pull import PullOptions
@@ -260,3 +261,33 @@ def test_cli_jobs_json_and_a_second_run_reads_only_new_hours(prom, db_path, caps
             "SELECT count(*), sum(samples) FROM job_summaries WHERE job_id = '1012'"
         ).fetchall()[0]
     assert parts == (2, 960)
+
+
+def test_the_jobs_table_reads_summaries_for_jobs_without_samples(prom, db_path, tmp_path):
+    """A fleet collected with --jobs --no-fleet has no samples: the jobs table takes each job's mean
+    utilization, peak memory fraction and idle GPU-hours from its summaries (plain SQL over the raw samples)."""
+    start = prom["start"]
+    rows = ["job_id,user,team,cluster,gpu_model,gpu_count,start,end,state,kind"]
+    for g in range(GPUS):
+        for a, b, n in JOBS:
+            rows.append(
+                f"{1000 + g * 10 + n},u{g},t{g % 2},c,H100-SXM-80GB,1,{utc(start + a * 60).isoformat()}Z,"
+                f"{utc(start + b * 60).isoformat()}Z,COMPLETED,training"
+            )
+    jobs_csv = tmp_path / "jobs.csv"
+    jobs_csv.write_text("\n".join(rows) + "\n")
+    with writer(db_path) as con:
+        ingest_file(con, jobs_csv)
+    opts = PullOptions(url=str(prom["url"]), since=utc(start), until=utc(start + 86_400))
+    pull_jobs(db_path, opts, fleet=False)
+    truth = expected(prom["raw"])
+    with writer(db_path) as con:
+        assert con.execute("SELECT count(*) FROM samples").fetchall() == [(0,)]
+        table = jobs_table(con).select("job_id", "mean_util_pct", "peak_mem_frac", "idle_gpu_hours")
+    got = {r[0]: r[1:] for r in table.iter_rows()}
+    assert len(got) == GPUS * len(JOBS)
+    for (job, _gpu), (_n, mean, _peak, _p50, _p90, mem, _power, idle_s) in truth.items():
+        util, mem_frac, idle_h = got[job]
+        assert util == pytest.approx(mean, abs=1e-9), job
+        assert mem_frac == pytest.approx(mem / 81_559, abs=1e-9), job  # FB_USED + FB_FREE = 81,559 MiB
+        assert idle_h == pytest.approx(idle_s / 3600, abs=1e-9), job
