@@ -177,6 +177,9 @@ def open_page(page: Page, server: Server, path: str = "", query: str = "") -> No
 def assert_no_exception(page: Page) -> None:
     boxes = page.locator("[data-testid='stException']")
     assert boxes.count() == 0, boxes.first.inner_text()
+    # app.py turns a page's exception into this sentence (the traceback goes to the server log)
+    failed = page.get_by_test_id("stAlertContentError").filter(has_text="This page could not be drawn")
+    assert failed.count() == 0, "a page raised; its traceback is in the streamlit server log"
 
 
 def screenshot(page: Page, name: str) -> Path:
