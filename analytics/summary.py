@@ -52,8 +52,8 @@ def _filters_dict(filters: Filters) -> dict[str, Any]:
 
 def attribution_quality(con: duckdb.DuckDBPyConnection, sql: str, params: list[object]) -> dict[str, Any]:
     """How the view's GPU jobs got their telemetry (jobs.attribution, collectors/attribute.py): jobs and held
-    GPU-hours per method (jobs that held no GPU-time in the view are left out), and a data-quality note
-    (None when every job is tied exactly)."""
+    GPU-hours per method (jobs that held no GPU-time in the view, and pseudo-jobs, are left out), and a
+    data-quality note (None when every job is tied exactly)."""
     rows = con.execute(
         f"""SELECT coalesce(j.attribution, 'none'), count(*), coalesce(sum(w.gpu_hours), 0)
             FROM ({sql}) w JOIN jobs j USING (job_id) WHERE w.gpu_hours > 0 GROUP BY 1""",
