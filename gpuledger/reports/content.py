@@ -146,6 +146,10 @@ def default_title(filters: Filters) -> str:
         if d == 1 and filters.until - filters.since == dt.timedelta(days=6):
             return f"GPU cost report, week {y}-W{w:02d} ({filters.since} – {filters.until})"
         return f"GPU cost report, {filters.since} – {filters.until}"
+    if filters.since:
+        return f"GPU cost report, from {filters.since}"
+    if filters.until:
+        return f"GPU cost report, up to {filters.until}"
     return "GPU cost report, all data"
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from html import escape
 
 from gpuledger.reports.content import ReportData
-from gpuledger.reports.sections import Bar, Section, Table, footer, scope, sections
+from gpuledger.reports.sections import Bar, Section, Table, as_of_text, footer, scope, sections
 
 FONT = "font-family:Segoe UI,Helvetica,Arial,sans-serif;"
 TEXT = "#1d2330"
@@ -126,7 +126,7 @@ def render_html(data: ReportData) -> str:
         'style="width:960px;max-width:100%"><tr><td style="padding:16px">\n'
         f'<h1 style="{FONT}font-size:22px;color:{TEXT};margin:8px 0 4px 0">{escape(data.title)}</h1>\n'
         f'<p style="{FONT}font-size:13px;color:{MUTED};margin:0 0 8px 0">{escape(scope(data))}. '
-        f"Data up to {escape(str(data.summary.get('as_of')))} UTC.</p>\n"
+        f"{escape(as_of_text(data))}</p>\n"
         f"{body}\n"
         f'<p style="{FONT}font-size:12px;color:{MUTED};margin-top:28px">{escape(footer(data))}</p>\n'
         "</td></tr></table></td></tr></table>\n</body></html>\n"

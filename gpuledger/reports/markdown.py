@@ -8,7 +8,7 @@ import textwrap
 
 from gpuledger.reports.content import ReportData
 from gpuledger.reports.fmt import md_escape
-from gpuledger.reports.sections import Bar, Section, Table, footer, scope, sections
+from gpuledger.reports.sections import Bar, Section, Table, as_of_text, footer, scope, sections
 
 
 def _md_table(t: Table) -> list[str]:
@@ -36,7 +36,7 @@ def render_markdown(data: ReportData) -> str:
     lines = [
         f"# {md_escape(data.title)}",
         "",
-        md_escape(f"{scope(data)}. Data up to {data.summary.get('as_of')} UTC."),
+        md_escape(f"{scope(data)}. {as_of_text(data)}"),
         "",
     ]
     for s in sections(data):
@@ -99,7 +99,7 @@ def render_text(data: ReportData) -> str:
         data.title,
         "=" * len(data.title),
         "",
-        f"{scope(data)}. Data up to {data.summary.get('as_of')} UTC.",
+        f"{scope(data)}. {as_of_text(data)}",
         "",
     ]
     for s in sections(data):
