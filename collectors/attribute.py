@@ -8,8 +8,10 @@ Two paths, both run by :func:`attribute_samples` at the end of every :func:`coll
   name no GPU are turned into per-GPU *ties* (table ``host_attribution``), then stamped the same way. Which
   of the host's GPUs a job had is decided with the best evidence there is, in this order:
 
-  1. the GPU indices the scheduler names (``sacct --json`` ``gres_detail`` ``gpu:a100:4(IDX:0-3)``, stored in
-     ``allocations.gpu_index``) — ``exact``, evidence ``gres_idx``;
+  1. the GPU indices the scheduler names (``sacct --json`` ``gres_detail`` ``gpu:a100:4(IDX:0-3)``, or
+     ``scontrol show job -d`` through the Slurm collector; stored in ``allocations.gpu_index``) — ``exact``,
+     evidence ``gres_idx``; or GPUs another allocation row of the same job names by id (the NVML sampler
+     adds them beside sacct's host row) — ``exact``, ``gpu_id``;
   2. processes the job ran on a GPU (``processes.job_id``: NVML's SLURM_JOB_ID / cgroup) — ``exact``,
      ``process``;
   3. samples a source already labelled with the job (dcgm ``hpc_job``) — ``exact``, ``sample_label``;
@@ -77,7 +79,7 @@ class Tie:
     start: dt.datetime
     end: dt.datetime | None
     method: str  # exact | by_share
-    evidence: str  # gres_idx | process | sample_label | whole_host | remainder | dealt
+    evidence: str  # gres_idx | gpu_id | process | sample_label | whole_host | remainder | dealt
 
 
 @dataclass
@@ -278,12 +280,22 @@ def attribute_hosts(con: duckdb.DuckDBPyConnection, hosts: list[str], ingest_id:
     for hk, gid, lo, hi in con.execute(
         f"""SELECT {host_key("g.host")}, a.gpu_id, a.start_ts, a.end_ts
             FROM allocations a JOIN gpus g USING (gpu_id)
-            WHERE {host_key("g.host")} IN (SELECT hk FROM attr_hosts)"""
+            WHERE {host_key("g.host")} IN (SELECT hk FROM attr_hosts)
+              -- a GPU the job's own host row also covers (NVML named it) is the job's, not another's
+              AND NOT EXISTS (SELECT 1 FROM attr_allocs h WHERE h.job_id = a.job_id AND h.hk = {host_key("g.host")})"""
     ).fetchall():
         held[hk].append((gid, lo, hi))
     seen: dict[str, dict[tuple[str, dt.datetime], dict[str, str]]] = defaultdict(lambda: defaultdict(dict))
-    # processes first: a process of the job on a GPU is the stronger sign
+    # GPUs another row of the job names by id first, then its processes, then source labels
     for how, sql in (
+        (
+            "gpu_id",
+            """SELECT DISTINCT h.hk, h.job_id, h.start_ts, a.gpu_id FROM allocations a
+               JOIN gpus g ON g.gpu_id = a.gpu_id
+               JOIN attr_allocs h ON h.job_id = a.job_id AND h.hk = {hk}
+                AND a.start_ts < coalesce(h.end_ts, TIMESTAMP '9999-12-31')
+                AND h.start_ts < coalesce(a.end_ts, TIMESTAMP '9999-12-31')""",
+        ),
         (
             "process",
             """SELECT DISTINCT a.hk, a.job_id, a.start_ts, p.gpu_id FROM processes p

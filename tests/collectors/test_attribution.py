@@ -444,3 +444,41 @@ def test_poller_without_scontrol_says_so(db_path, tmp_path):
     (tmp_path / "sacct.out").write_text("|".join(FIELDS) + "\n" + row + "\n", encoding="utf-8")
     report = poll(db_path, sacct=str(sacct), scontrol=str(tmp_path / "no-scontrol"), overlap=dt.timedelta(0))
     assert report.skipped == {"running jobs whose GPU indices scontrol did not give": 1}
+
+
+def test_a_gpu_the_job_names_by_id_beside_its_host_row_is_not_counted_twice(ledger, tmp_path):
+    """The NVML sampler adds gpu_id rows for a job beside sacct's host row: those GPUs are the job's own,
+    so the job is not dealt more cards for them and its GPU-time is not doubled."""
+    from collectors.base import land, next_ingest_id, run_in_transaction
+
+    ingest_file(ledger, smi_csv(tmp_path, "n2"), opts=IngestOptions(tz="UTC", host="n2"))
+    sacct = write(
+        tmp_path,
+        "s.txt",
+        "\n".join([HEADER, sacct_row(202, 2, "n2", 5, 45), sacct_row(203, 2, "n2", 5, 45)]) + "\n",
+    )
+    ingest_file(ledger, sacct, opts=UTC)
+    gpu = dict(ledger.execute("SELECT gpu_index, gpu_id FROM gpus WHERE host = 'n2'").fetchall())
+
+    def work():  # what the NVML sampler lands: 202's processes on GPUs 2 and 3, as allocation rows
+        ledger.execute(
+            """CREATE TEMP TABLE stage_allocations AS
+               SELECT 'ci/202' AS job_id, 'n2' AS host, unnest([?, ?]) AS gpu_id, 1.0 AS gpu_count,
+                      ?::TIMESTAMP AS start_ts, ?::TIMESTAMP AS end_ts
+               UNION ALL SELECT 'ci/202', 'n2', NULL, 2.0, ?::TIMESTAMP, ?::TIMESTAMP""",
+            [gpu[2], gpu[3], *[T0 + dt.timedelta(minutes=m) for m in (5, 45)] * 2],
+        )
+        land(ledger, next_ingest_id(ledger), IngestOptions())
+
+    run_in_transaction(ledger, work)
+    got = ledger.execute(
+        """SELECT h.job_id, list(g.gpu_index ORDER BY g.gpu_index), list(DISTINCT h.evidence)
+           FROM host_attribution h JOIN gpus g USING (gpu_id) GROUP BY 1 ORDER BY 1"""
+    ).fetchall()
+    assert got == [("ci/202", [2, 3], ["gpu_id"]), ("ci/203", [0, 1], ["remainder"])]
+    # 2 GPUs × 40 min each: 80 samples per job, none twice
+    assert dict(ledger.execute("SELECT job_id, count(*) FROM samples GROUP BY 1").fetchall()) == {
+        "ci/202": 80,
+        "ci/203": 80,
+        None: 4 * 60 - 160,
+    }
