@@ -23,9 +23,11 @@ Two paths, both run by :func:`attribute_samples` at the end of every :func:`coll
      ``select/cons_tres`` hands out the lowest free indices too) — ``by_share``, ``dealt``. The host's
      totals are then exact; which job had which card is inferred, so per-job utilization is an estimate.
 
-A GPU-second is tied to at most one job: a GPU already held by an allocation that names it, or dealt to an
-overlapping job, is not dealt again; what cannot be dealt (more GPUs held than the host reports) stays
-unmeasured. Fractional GPU counts are dealt as whole cards (rounded, at least 1); splitting one card among
+Rules 4–6 never tie a GPU-second to two jobs: a GPU already held by an allocation that names it, or tied to
+an overlapping job, is not dealt again; what cannot be dealt (more GPUs held than the host reports) stays
+unmeasured. Only evidence (rules 1–3) can put two jobs on one card at once — time-slicing, MPS — and then
+both ties are kept (the shared-GPU rule splits that card's cost) while each sample goes to one job, the
+smallest job id, so the stamping is the same on every run. Fractional GPU counts are dealt as whole cards (rounded, at least 1); splitting one card among
 several jobs is the shared-GPU rule's business, not this one's.
 
 Each job then gets ``jobs.attribution``: ``none`` when no sample is tied to it, ``by_share`` when any of its
@@ -357,14 +359,30 @@ def attribute_hosts(con: duckdb.DuckDBPyConnection, hosts: list[str], ingest_id:
     )
     con.execute("DELETE FROM host_attribution WHERE host IN (SELECT hk FROM attr_hosts)")
     con.execute("INSERT INTO host_attribution SELECT * FROM attr_new")
-    stamp = """UPDATE samples SET job_id = n.job_id FROM {ties} n
-               WHERE samples.job_id IS NULL AND samples.gpu_id = n.gpu_id
-                 AND samples.ts >= n.start_ts AND (n.end_ts IS NULL OR samples.ts < n.end_ts)"""
-    if ingest_id is None:
-        con.execute(stamp.format(ties="attr_new"))
+    overlapping = con.execute(
+        """SELECT count(*) FROM attr_new a JOIN attr_new b ON a.gpu_id = b.gpu_id AND a.job_id < b.job_id
+           AND a.start_ts < coalesce(b.end_ts, TIMESTAMP '9999-12-31')
+           AND b.start_ts < coalesce(a.end_ts, TIMESTAMP '9999-12-31')"""
+    ).fetchall()[0][0]
+    if overlapping:
+        # evidence put two jobs on one card at once (a shared GPU: the shared-GPU rule splits its cost);
+        # its samples go to one of them, the same one every time: the smallest job id
+        stamp = """UPDATE samples SET job_id = m.job_id FROM (
+                       SELECT s.rowid AS rid, min(n.job_id) AS job_id FROM samples s JOIN {ties} n
+                         ON s.gpu_id = n.gpu_id AND s.ts >= n.start_ts AND (n.end_ts IS NULL OR s.ts < n.end_ts)
+                       WHERE s.job_id IS NULL {only} GROUP BY s.rowid) m
+                   WHERE samples.rowid = m.rid"""
     else:
-        con.execute(stamp.format(ties="attr_fresh"))
-        con.execute(stamp.format(ties="attr_new") + " AND samples.ingest_id = ?", [ingest_id])
+        stamp = """UPDATE samples SET job_id = n.job_id FROM {ties} n
+                   WHERE samples.job_id IS NULL AND samples.gpu_id = n.gpu_id
+                     AND samples.ts >= n.start_ts AND (n.end_ts IS NULL OR samples.ts < n.end_ts)
+                     {only}"""
+    if ingest_id is None:
+        con.execute(stamp.format(ties="attr_new", only=""))
+    else:
+        con.execute(stamp.format(ties="attr_fresh", only=""))
+        only = "AND s.ingest_id = ?" if overlapping else "AND samples.ingest_id = ?"
+        con.execute(stamp.format(ties="attr_new", only=only), [ingest_id])
     # the GPU-times whose job changed outside this ingest's own samples: land() re-rolls them
     con.execute("CREATE TEMP TABLE IF NOT EXISTS merged_windows (gpu_id VARCHAR, lo TIMESTAMP, hi TIMESTAMP)")
     con.execute(

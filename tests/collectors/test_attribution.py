@@ -482,3 +482,39 @@ def test_a_gpu_the_job_names_by_id_beside_its_host_row_is_not_counted_twice(ledg
         "ci/203": 80,
         None: 4 * 60 - 160,
     }
+
+
+def test_two_jobs_evidenced_on_one_card_are_both_tied_and_its_samples_go_to_one(ledger, tmp_path):
+    """Time-slicing: NVML saw processes of jobs 202 and 203 on GPU 2 at once. Both are tied to it (rows of
+    host_attribution overlap: the shared-GPU rule splits the card), its samples go to one job, the smallest
+    id, the same on every run — never to both, never dropped."""
+    from collectors.base import land, next_ingest_id, run_in_transaction
+
+    ingest_file(ledger, smi_csv(tmp_path, "n2"), opts=IngestOptions(tz="UTC", host="n2"))
+    gpu2 = ledger.execute("SELECT gpu_id FROM gpus WHERE host = 'n2' AND gpu_index = 2").fetchall()[0][0]
+
+    def work():
+        ledger.execute(
+            """CREATE TEMP TABLE stage_processes AS
+               SELECT ?::TIMESTAMP AS ts, ? AS gpu_id, unnest([11, 12]) AS pid, 'python' AS process_name,
+                      1000.0 AS used_mem_mib, unnest(['ci/203', 'ci/202']) AS job_id""",
+            [T0 + dt.timedelta(minutes=10), gpu2],
+        )
+        land(ledger, next_ingest_id(ledger), IngestOptions())
+
+    run_in_transaction(ledger, work)
+    sacct = write(
+        tmp_path,
+        "s.txt",
+        "\n".join([HEADER, sacct_row(202, 1, "n2", 5, 45), sacct_row(203, 1, "n2", 5, 45)]) + "\n",
+    )
+    ingest_file(ledger, sacct, opts=UTC)
+    got = ledger.execute(
+        """SELECT h.job_id, g.gpu_index, h.evidence FROM host_attribution h JOIN gpus g USING (gpu_id)
+           ORDER BY 1"""
+    ).fetchall()
+    assert got == [("ci/202", 2, "process"), ("ci/203", 2, "process")]
+    # GPU 2's 40 samples in the span: all 202's (the smaller id); no other card is tied
+    assert dict(
+        ledger.execute("SELECT job_id, count(*) FROM samples WHERE job_id IS NOT NULL GROUP BY 1").fetchall()
+    ) == {"ci/202": 40}
