@@ -42,6 +42,14 @@ def duration(text: str) -> dt.timedelta:
     return dt.timedelta(seconds=seconds)
 
 
+def span(text: str) -> dt.timedelta:
+    """A duration that may be zero (``--overlap 0s``)."""
+    seconds = _seconds(text)
+    if seconds is None or seconds < 0:
+        raise argparse.ArgumentTypeError(f"not a duration ({_HINT}, or 0): {text!r}")
+    return dt.timedelta(seconds=seconds)
+
+
 def duration_s(text: str) -> int:
     """A positive duration in whole seconds (Prometheus steps)."""
     seconds = duration(text).total_seconds()

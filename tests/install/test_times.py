@@ -50,6 +50,15 @@ def test_moments(text: str, expected: dt.datetime) -> None:
     assert times.moment(text, now=NOW) == expected
 
 
+def test_a_span_may_be_zero() -> None:
+    assert times.span("0s") == times.span("0") == dt.timedelta(0)
+    assert times.span("1m") == dt.timedelta(minutes=1)
+    with pytest.raises(argparse.ArgumentTypeError):
+        times.span("-1m")
+    with pytest.raises(argparse.ArgumentTypeError):
+        times.duration("0s")
+
+
 def test_a_day_is_the_moments_utc_day() -> None:
     assert times.day("2026-11-30T23:30:00-02:00") == dt.date(2026, 12, 1)
     assert times.day("2026-11-30") == dt.date(2026, 11, 30)

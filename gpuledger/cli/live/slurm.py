@@ -39,7 +39,7 @@ def add_collect_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--once", action="store_true", help="poll once and exit (the default without --every)")
     p.add_argument(
         "--overlap",
-        type=parse_duration,
+        type=times.span,
         default=dt.timedelta(seconds=60),
         help="re-read this much before the cursor (default 60s)",
     )
