@@ -111,7 +111,8 @@ def sidebar() -> None:
         st.multiselect(
             "Cluster", choices.clusters, key="cluster", bind="query-params", placeholder="all clusters"
         )
-        st.multiselect("Team", choices.teams, key="team", bind="query-params", placeholder="all teams")
+        everyone = "all teams" if viewer is None or viewer.admin else "all your teams"
+        st.multiselect("Team", choices.teams, key="team", bind="query-params", placeholder=everyone)
         st.caption(_data.ledger_caption())
         if viewer is not None:
             seen = "every team" if viewer.admin else ", ".join(_ui.md(t) for t in viewer.teams)

@@ -230,10 +230,7 @@ def ledger_caption() -> str:
     path, ver, _, _ = _ctx()
     scope = viewer()
     if scope is not None and not scope.admin:  # the fleet's totals are not a lead's to see
-        from pages._ui import md
-
-        teams = ", ".join(md(t) for t in scope.teams) or "none"
-        return f"Ledger `{os.path.basename(path)}`, teams you may see: {teams}."
+        return f"Ledger `{os.path.basename(path)}`."
     return _ledger_caption(path, ver)
 
 
