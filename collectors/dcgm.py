@@ -15,7 +15,10 @@ last XID changes to a non-zero value. DCGM's blank sentinels (values ≥ 9.2e18)
 
 Labels: ``UUID``/``uuid`` (gpu_id; a MIG instance with ``GPU_I_ID`` is ``<uuid>/<GPU_I_ID>`` with
 ``mig_profile`` from ``GPU_I_PROFILE`` and its parent GPU), else ``Hostname``/``hostname`` + ``gpu``
-(``HOST:INDEX``); ``modelName`` → model; ``hpc_job`` → the sample's job_id. Samples with no GPU label at
+(``HOST:INDEX``); ``modelName`` → model; ``hpc_job`` → the sample's job_id. When the series of several jobs
+report one GPU at one time (time-slicing, MPS, pods sharing a card), the sample belongs to none of them
+alone: its job_id stays NULL (the job records' allocations then split the GPU, analytics/cost.py) and each
+job on the card is kept as a ``processes`` row (no pid) for that time. Samples with no GPU label at
 all are skipped and counted. ``pod``/``namespace``/``container`` (and ``exported_*``) name Kubernetes
 workloads: a series with no ``hpc_job`` but a pod belongs to job ``namespace/pod``. With ``--cluster C`` job
 ids are prefixed ``C/``, as the sacct parser and the live Prometheus collector write them.
@@ -149,7 +152,10 @@ def stage_long(
                 ({pct}max(value) FILTER (measure = 'tensor_active'))::FLOAT AS tensor_active_pct,
                 max(value) FILTER (measure = 'sm_clock')::FLOAT AS sm_clock_mhz,
                 max(value) FILTER (measure = 'throttle')::UBIGINT AS throttle_reasons,
-                max(job_id) AS job_id,
+                -- several jobs' series on one GPU at one time (time-slicing, MPS, shared pods): the sample
+                -- is no one job's; the jobs are kept in stage_processes below
+                CASE WHEN count(DISTINCT job_id) = 1 THEN max(job_id) END AS job_id,
+                count(DISTINCT job_id) AS n_jobs,
                 max(value) FILTER (measure = 'xid') AS xid,
                 min(line_no) AS line_no, {_line_columns()}
             FROM prom_norm WHERE measure IS NOT NULL AND gpu_id IS NOT NULL
@@ -180,7 +186,19 @@ def stage_long(
                    FROM stage_samples WHERE xid IS NOT NULL)
                WHERE xid > 0 AND before IS DISTINCT FROM xid"""
         )
+    shared = int(con.execute("SELECT count(*) FROM stage_samples WHERE n_jobs > 1").fetchall()[0][0])
+    if shared:
+        # one row per (time, GPU, job) of the shared samples: which jobs were on the card (no pid)
+        con.execute(
+            """CREATE TEMP TABLE stage_processes AS
+               SELECT DISTINCT n.ts, n.gpu_id, NULL::BIGINT AS pid, NULL::VARCHAR AS process_name,
+                      NULL::DOUBLE AS used_mem_mib, n.job_id
+               FROM prom_norm n JOIN stage_samples s ON s.gpu_id = n.gpu_id AND s.ts = n.ts
+               WHERE s.n_jobs > 1 AND n.job_id IS NOT NULL
+               ORDER BY n.ts, n.gpu_id"""
+        )
     con.execute("ALTER TABLE stage_samples DROP COLUMN xid")
+    con.execute("ALTER TABLE stage_samples DROP COLUMN n_jobs")
     if not int(con.execute("SELECT count(job_id) FROM stage_samples").fetchall()[0][0]):
         con.execute("ALTER TABLE stage_samples DROP COLUMN job_id")
     con.execute("DROP TABLE temp.prom_norm")

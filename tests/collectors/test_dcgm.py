@@ -203,3 +203,27 @@ def test_label_values_are_unescaped(ledger, tmp_path):
     assert report.skipped == {}
     assert _rows(ledger, "SELECT job_id FROM samples") == [("ml/a\\b\nc\\nd",)]
     assert _rows(ledger, "SELECT model_raw FROM gpus") == [('NVIDIA "H100" 80GB HBM3',)]
+
+
+def test_a_gpu_shared_by_two_pods_is_no_one_pods_sample(ledger, tmp_path):
+    # time-slicing: dcgm-exporter writes the card's series once per pod on it; one pod alone at T2
+    lab = 'gpu="0",UUID="GPU-s",Hostname="n1",namespace="ml"'
+    path = write(
+        tmp_path,
+        "shared.prom",
+        f'DCGM_FI_DEV_GPU_UTIL{{{lab},pod="a"}} 80 {T1}\n'
+        f'DCGM_FI_DEV_GPU_UTIL{{{lab},pod="b"}} 80 {T1}\n'
+        f'DCGM_FI_DEV_GPU_UTIL{{{lab},pod="b"}} 30 {T2}\n',
+    )
+    report = ingest_file(ledger, path)
+    assert report.rows == {"samples": 2, "gpus": 1, "processes": 2}
+    assert report.skipped == {}
+    # not max(job_id) = "ml/b" for both: the shared sample is left to the job records' allocations
+    assert _rows(ledger, "SELECT ts::VARCHAR, util_pct, job_id FROM samples ORDER BY ts") == [
+        ("2025-03-01 10:00:00", 80.0, None),
+        ("2025-03-01 10:00:30", 30.0, "ml/b"),
+    ]
+    assert _rows(ledger, "SELECT ts::VARCHAR, gpu_id, job_id FROM processes ORDER BY job_id") == [
+        ("2025-03-01 10:00:00", "GPU-s", "ml/a"),
+        ("2025-03-01 10:00:00", "GPU-s", "ml/b"),
+    ]
