@@ -95,6 +95,10 @@ def real_scrapes() -> tuple[list[dict[str, str]], dict[str, list[float]], dict[s
                 pools[metric].append(value)
             if metric == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION":
                 energy[uuid] = value
+    # every pool is replayed onto every GPU, T4s included: keep only readings a T4 can give (2 x its 70 W
+    # TDP, its 15,360 MiB), or the plausibility checks (collectors/validate.py) rightly refuse them
+    pools["DCGM_FI_DEV_POWER_USAGE"] = [v for v in pools["DCGM_FI_DEV_POWER_USAGE"] if v <= 140]
+    pools["DCGM_FI_DEV_FB_USED"] = [v for v in pools["DCGM_FI_DEV_FB_USED"] if v <= 15360]
     return [gpus[k] for k in sorted(gpus)], pools, energy
 
 
