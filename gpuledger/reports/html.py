@@ -53,7 +53,7 @@ def _bars(bars: list[Bar]) -> str:
     segments' colours (bgcolor and style, for every client) and widths proportional to their values."""
     top = max((sum(v for v, _, _ in b.segments) for b in bars), default=0.0) or 1.0
     rows = []
-    legend: dict[str, str] = {}
+    drawn: set[str] = set()
     for b in bars:
         cells = []
         total = sum(v for v, _, _ in b.segments)
@@ -62,7 +62,7 @@ def _bars(bars: list[Bar]) -> str:
             w = round(width * value / total) if total else 0
             if w < 1:
                 continue
-            legend.setdefault(name, colour)
+            drawn.add(name)
             cells.append(
                 f'<td width="{w}" height="16" bgcolor="{colour}" title="{escape(name)}" '
                 f'style="width:{w}px;height:16px;background:{colour};font-size:1px;line-height:1px">&nbsp;</td>'
@@ -77,6 +77,8 @@ def _bars(bars: list[Bar]) -> str:
             f'<td style="padding:3px 0">{bar}</td>'
             f'<td style="{cell};padding-left:8px">{escape(b.text)}</td></tr>'
         )
+    # the legend in the segments' order (the same in every bar), only what some bar shows
+    legend = {name: colour for b in bars for _, colour, name in b.segments if name in drawn}
     keys = "".join(
         f'<span style="display:inline-block;margin-right:14px"><span style="display:inline-block;width:10px;'
         f'height:10px;background:{colour};margin-right:4px">&nbsp;</span>{escape(name)}</span>'
