@@ -395,6 +395,7 @@ def test_login_reads_the_password_from_the_environment(ledger_file):
 
 
 @NEEDS_AIOSMTPD
+@pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS:UserWarning")  # smtps is TLS
 @pytest.mark.parametrize("mode", ["starttls", "implicit"])
 def test_tls_verified_against_the_given_ca(ledger_file, tmp_path, mode):
     cert = self_signed_cert(tmp_path)
