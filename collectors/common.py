@@ -178,6 +178,7 @@ _SENTENCES: tuple[tuple[str, str], ...] = (
         r"state machine reached an invalid state|Unterminated quote|unterminated quote|quote.*not terminated",
         "not well-formed CSV (a stray quote or a broken line)",
     ),
+    (r"Map keys must be unique", "a name appears twice in one record (duplicate labels or keys)"),
     (r'Duplicate named argument "([^"]*)"', 'the name "{0}" appears twice (duplicate column names or keys)'),
     (
         r'[Dd]uplicate (?:column|key)(?: name)?[: ]+"?([^"\s]*)"?',

@@ -304,7 +304,26 @@ class DcgmText:
             missing = con.execute("SELECT min(line_no) FROM prom_parsed WHERE p.ts = ''").fetchall()[0][0]
             raise FormatError(path, int(missing), "this sample has no timestamp but others in the file do")
         else:
+            odd = con.execute(
+                """SELECT line_no, p.ts FROM prom_parsed
+                   WHERE NOT abs(coalesce(TRY_CAST(p.ts AS DOUBLE), 1e300)) < 1e14 ORDER BY line_no LIMIT 1"""
+            ).fetchall()
+            if odd:  # Prometheus timestamps are milliseconds since 1970: 1e14 is the year 5138
+                raise FormatError(
+                    path, int(odd[0][0]), f"the timestamp is not milliseconds since 1970: {odd[0][1]!r}"
+                )
             ts_sql = "make_timestamp(CAST(p.ts AS BIGINT) * 1000)"
+        dup = con.execute(
+            f"""SELECT line_no, names FROM (
+                    SELECT line_no, regexp_extract_all(p.labels, {quote(LABEL_RE)}, 1) AS names FROM prom_parsed)
+                WHERE len(names) <> len(list_distinct(names)) ORDER BY line_no LIMIT 1"""
+        ).fetchall()
+        if dup:
+            line_no, names = dup[0]
+            twice = next(n for n in names if names.count(n) > 1)
+            raise FormatError(
+                path, int(line_no), f'the label "{twice}" appears twice in one series (duplicate labels)'
+            )
         con.execute(
             f"""CREATE TEMP TABLE prom_long AS
                 SELECT line_no, p.metric AS metric,

@@ -296,6 +296,22 @@ def test_wandb_gpu_count_of_a_billion_is_rejected_before_any_work(ledger, tmp_pa
             id="duplicate-json-key",
         ),
         pytest.param(
+            "dcgm.prom",
+            '# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a",modelName="Tesla T4"} 10\n'
+            'DCGM_FI_DEV_GPU_UTIL{gpu="1",gpu="2",UUID="GPU-b",modelName="Tesla T4"} 20\n',
+            3,
+            'the label "gpu" appears twice in one series (duplicate labels)',
+            id="duplicate-prometheus-labels",
+        ),
+        pytest.param(
+            "dcgm.prom",
+            'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a"} 10 1740787200000\n'
+            'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a"} 20 174078720000000000000\n',
+            2,
+            "the timestamp is not milliseconds since 1970: '174078720000000000000'",
+            id="huge-prometheus-timestamp",
+        ),
+        pytest.param(
             "jobs.jsonl",
             '{"job_id":"j1","user":"a","team":"t","cluster":"c","gpu_model":"H100",'
             '"gpu_count":99999999999999999999999999999,"start":"2025-03-01T00:00:00",'
