@@ -163,3 +163,17 @@ def test_a_literal_path_wins_and_a_pattern_expands_only_when_no_file_has_that_na
     ]
     assert main(["ingest", "--db", db_path, str(tmp_path / "nothing*.csv")]) == 1
     assert "no such file, and no file matches it as a pattern" in capsys.readouterr().err
+
+
+def test_a_killed_runs_spill_folder_is_removed_by_the_next_run(db_path, tmp_path, capsys):
+    import subprocess
+
+    ended = subprocess.Popen(["true"])  # a process that has ended: its pid names no live writer
+    ended.wait()
+    stale = Path(db_path + ".tmp") / f"ingest-{ended.pid}"
+    stale.mkdir(parents=True)
+    (stale / "duckdb_temp_storage-0.tmp").write_bytes(b"\0" * 4096)  # what a killed writer leaves
+    path = write(tmp_path, "ok.csv", "\n".join([HEADER, *GOOD]) + "\n")
+    assert main(["ingest", "--db", db_path, str(path)]) == 0
+    capsys.readouterr()
+    assert not Path(db_path + ".tmp").exists()
