@@ -526,14 +526,15 @@ class NvidiaSmiCsv:
     def _check_identity(con: duckdb.DuckDBPyConnection, path: Path, layout: Layout, idx: int | None) -> None:
         """Two rows for one GPU at one time mean the identity columns do not say which GPU a row is."""
         dup = con.execute(
-            "SELECT gpu_id, ts FROM stage_samples GROUP BY gpu_id, ts HAVING count(*) > 1 LIMIT 1"
+            """SELECT gpu_id, ts, max(line_no) FROM stage_samples GROUP BY gpu_id, ts HAVING count(*) > 1
+               ORDER BY 3 LIMIT 1"""
         ).fetchall()
         if not dup:
             return
         if idx is None:
             raise FormatError(
                 path,
-                None,
+                int(dup[0][2]) if dup[0][2] is not None else None,  # the second row of that time
                 f"several rows at {dup[0][1]} UTC but no index or uuid column says which GPU each is: "
                 "add index,uuid to --query-gpu",
             )
