@@ -7,7 +7,9 @@ Kinds (docs/recommendations.md):
   that model of GPUs × the share of the hour they held them); demand = its 95th percentile (nearest rank:
   the ⌈0.95·n⌉-th smallest of n hours); keep ⌈p95⌉ GPUs, release R = N − ⌈p95⌉ (N: the declared GPUs, or
   the physical ones seen in telemetry if more). saving = Σ over hours of min(R, N − held) (the released
-  GPUs' unheld hours) × the capacity's price, at most the unallocated $;
+  GPUs' unheld hours) × the capacity's price, at most the unallocated $. The action names the least busy
+  hosts first (busy = their GPUs' Σ utilization × time ÷ (GPUs × window), :func:`host_busy`); the evidence
+  names the hosts idle over 90 % of the view;
 - ``offpeak_capacity`` (the same pair): the GPUs kept after that release that sat free for two hours or
   more in a row (:func:`offpeak_gpu_hours`): scale-down after ``SCALE_DOWN_AFTER_MIN`` idle minutes for nodes
   billed by the hour, or a preemptible backfill queue on owned nodes; saving = those GPU-hours × price, at
@@ -52,6 +54,33 @@ def offpeak_gpu_hours(held: list[float], kept: float) -> float:
     from the second hour of a free stretch on (the first hour is left as the scale-down lag)."""
     free = [max(0.0, kept - h) for h in held]
     return sum(min(a, b) for a, b in itertools.pairwise(free))
+
+
+def host_busy(
+    con: duckdb.DuckDBPyConnection, cluster: str, gpu_model: str, lo: dt.datetime, hi: dt.datetime
+) -> list[tuple[str, int, float]]:
+    """(host, physical GPUs, busy share) of the cluster's hosts with that model, least busy first: busy =
+    Σ utilization × time of their GPUs' samples in [lo, hi) ÷ (GPUs × the window's seconds)."""
+    window_s = (hi - lo).total_seconds()
+    if window_s <= 0:
+        return []
+    rows = con.execute(
+        """
+        WITH g AS (SELECT gpu_id, host FROM gpus
+                   WHERE cluster = ? AND model = ? AND parent_gpu_id IS NULL AND host IS NOT NULL),
+        b AS (SELECT g.host, sum(s.util_s) AS busy_s FROM g JOIN samples_day s ON s.gpu_id = g.gpu_id
+              WHERE s.day >= ?::DATE AND s.day <= ?::DATE GROUP BY g.host)
+        SELECT g.host, count(*) AS n, coalesce(any_value(b.busy_s), 0) AS busy_s
+        FROM g LEFT JOIN b USING (host) GROUP BY g.host
+        """,
+        [cluster, gpu_model, lo, hi],
+    ).fetchall()
+    out = [(str(h), int(n), float(busy) / (n * window_s)) for h, n, busy in rows]
+    return sorted(out, key=lambda r: (r[2], r[0]))
+
+
+def _some(values: list[str], shown: int = 5) -> str:
+    return ", ".join(values[:shown]) + (f" and {len(values) - shown} more" if len(values) > shown else "")
 
 
 def hourly_held(
@@ -99,7 +128,7 @@ def capacity_items(
             continue
         window_h = r["capacity_gpu_hours"] / n
         hi = min(filters.hi, as_of) if filters.hi else as_of
-        lo = hi - dt.timedelta(hours=math.floor(window_h))
+        lo = hi - dt.timedelta(hours=math.floor(window_h + 1e-6))  # float noise of the sum
         held = hourly_held(con, r["cluster"], r["gpu_model"], lo, hi)
         p95 = nearest_rank(held, P_DEMAND)
         keep = math.ceil(p95 - 1e-9)
@@ -126,6 +155,18 @@ def capacity_items(
         }
         released_free = sum(min(release, max(0.0, n - h)) for h in held)  # unheld hours of the released GPUs
         saving = min(released_free * price, r["unallocated_usd"]) if release else 0.0
+        hosts = host_busy(con, r["cluster"], r["gpu_model"], lo, hi)
+        idle_hosts = [h for h, _, b in hosts if b < IDLE_CLUSTER_BUSY_SHARE]
+        if idle_hosts:
+            seen += (
+                f" {plural(len(idle_hosts), 'host')} sat idle over 90 % of the view ({_some(idle_hosts)})."
+            )
+        pick, count = [], 0
+        for h, g, b in hosts:  # the least busy hosts first, until they hold the GPUs to release
+            if count >= release:
+                break
+            pick.append(f"{h} ({b * 100:.0f} % busy)")
+            count += g
         if saving > 0:
             items.append(
                 item(
@@ -133,7 +174,8 @@ def capacity_items(
                     evidence=f"{seen} {plural(release, 'GPU')} above the p95 demand cost ${saving:,.2f} in the view.",
                     action=(
                         f"Release {release} of the {n:g} {r['gpu_model']} on {r['cluster']} (keep {keep}, the p95 "
-                        f"demand), or shrink the reservation to {keep}."
+                        f"demand), or shrink the reservation to {keep}"
+                        + (f"; the least busy nodes first: {_some(pick, 4)}." if pick else ".")
                     ),
                     saving_usd=saving,
                     confidence="high" if len(held) >= 24 * 7 else "medium",

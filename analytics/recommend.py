@@ -595,7 +595,7 @@ def _families(items: list[dict[str, object]], by_id: dict[str, dict[str, object]
             {
                 "target_type": "family",
                 "target": f"{user}/{stem}",
-                "evidence": f"{len(its)} runs of family {stem} ({user}: {', '.join(str(x) for x in ids)}), "
+                "evidence": f"{len(its)} runs of family {stem} ({user}: {_some(ids)}), "
                 f"${saving:,.2f} in all. The largest: {top['evidence']}",
                 "saving_usd": saving,
                 "confidence": min((str(i["confidence"]) for i in its), key=lambda c: rank.get(c, 0)),
@@ -607,6 +607,12 @@ def _families(items: list[dict[str, object]], by_id: dict[str, dict[str, object]
         )
         out.append(card)
     return out
+
+
+def _some(ids: list[object], shown: int = 5) -> str:
+    """The first few ids, then how many more."""
+    head = ", ".join(str(x) for x in ids[:shown])
+    return head + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
 
 
 def _input_bound_or_unused(jobs: pl.DataFrame) -> set[str]:

@@ -15,12 +15,14 @@ from gpuledger.ledger.settings import load_settings
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "recommend",
-        help="ranked recommendations (idle, right-size, fewer GPUs, batch size, spot, MIG) with $ per week",
+        help="ranked recommendations (idle, right-size, fewer GPUs, batch size, spot, MIG, failed runs, capacity, "
+        "input pipeline, inference) with $ per week",
         description="What to change, ranked by estimated dollars saved per week. Each item says what was "
         "measured, what to do, and how sure we are; docs/recommendations.md gives every rule and formula. "
         "Items can concern the same dollars (an idle notebook under two kinds, two alternatives for one job): "
         "the total counts each dollar once, and each item's counted_usd_per_week is what it adds beyond the "
-        "items above it.",
+        "items above it. Recurring items (a run family, a habit, a service, capacity) state $ per week; a "
+        "one-off states what it would have saved, and the weekly total leaves it out.",
     )
     add_filter_options(p)
     p.add_argument("--limit", type=int, default=20, help="show the top N (default 20; 0 = all)")
