@@ -368,21 +368,6 @@ def owner(rec: dict[str, Any]) -> str:
     return f"{user} ({team})" if team else str(user)
 
 
-def group_rows(frame: pl.DataFrame, key: str, total: float) -> list[dict[str, Any]]:
-    """Rows of a waste_by frame as dicts with the key's display name and shares of total spend."""
-    out = []
-    for r in frame.iter_rows(named=True):
-        name = r[key]
-        out.append(
-            {
-                **r,
-                "name": "Unallocated capacity (no team)" if name == UNALLOCATED else str(name),
-                "total": total,
-            }
-        )
-    return out
-
-
 def definitions(settings: Settings) -> list[tuple[str, str]]:
     """Every figure of the report in words: the recipient has no docs folder, so they travel with it."""
     s = settings

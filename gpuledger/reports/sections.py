@@ -9,6 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuledger.ledger.palette import (
+    NOT_A_TEAM_LABELS,
+    PART_COLOURS,
+    SPEND_COLOUR,
+    WASTE_COLOUR,
+    is_team,
+    team_colours,
+)
 from gpuledger.reports import fmt
 from gpuledger.reports.content import (
     TOP_ACTIONS,
@@ -22,17 +30,7 @@ from gpuledger.reports.content import (
     owner,
 )
 
-# One colour per waste part (Okabe–Ito, colour-blind safe); productive is the quiet one so waste shows.
-PART_COLOURS = {
-    "productive_usd": "#56B4E9",
-    "idle_allocated_usd": "#E69F00",
-    "underused_usd": "#F0E442",
-    "failed_usd": "#D55E00",
-    "unallocated_usd": "#CC79A7",
-    "unmeasured_usd": "#BBBBBB",
-}
-SPEND_COLOUR = "#0072B2"
-WASTE_COLOUR = "#D55E00"
+# colours: the one palette of pages and report (gpuledger/ledger/palette.py)
 
 
 @dataclass(frozen=True)
@@ -159,9 +157,12 @@ def _group_section(data: ReportData, title: str, frame_key: str, key: str, label
     frame = getattr(data, frame_key)
     spend = data.summary["spend_usd"]
     rows, chart = [], []
+    colours = team_colours(frame[key].to_list()) if key == "team" else {}
     for r in frame.iter_rows(named=True):
         name = r[key]
-        shown = "Unallocated capacity (no team)" if name == UNALLOCATED else str(name)
+        shown = NOT_A_TEAM_LABELS.get(name, str(name)) if key in ("team", "user_name") else str(name)
+        if name == UNALLOCATED:
+            shown = NOT_A_TEAM_LABELS[UNALLOCATED].capitalize()
         rows.append(
             [
                 shown,
@@ -173,13 +174,16 @@ def _group_section(data: ReportData, title: str, frame_key: str, key: str, label
                 fmt.usd(r["failed_usd"]),
             ]
         )
-        if bars and name != UNALLOCATED:
+        if bars and is_team(name):  # a pseudo-row (unallocated, unattributed) is never drawn as a team
             waste = max(0.0, float(r["waste_usd"] or 0.0))
             rest = max(0.0, float(r["spend_usd"] or 0.0) - waste)
             chart.append(
                 Bar(
                     shown,
-                    [(waste, WASTE_COLOUR, "waste"), (rest, SPEND_COLOUR, "rest of spend")],
+                    [
+                        (waste, WASTE_COLOUR, "waste"),
+                        (rest, colours.get(name, SPEND_COLOUR), f"{shown}: rest of spend"),
+                    ],
                     fmt.usd(r["spend_usd"]),
                 )
             )

@@ -14,7 +14,7 @@ from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.reference import sync_reference
 from gpuledger.ledger.settings import load_settings
 from gpuledger.reports import mail
-from gpuledger.reports.content import UNALLOCATED, ReportData, collect, default_title
+from gpuledger.reports.content import ReportData, collect, default_title
 from gpuledger.reports.fmt import slug
 from gpuledger.reports.weekly import FORMATS, render
 
@@ -99,7 +99,9 @@ def team_files(teams: list[str], fmt: str) -> dict[str, str]:
 
 
 def _teams(data: ReportData) -> list[str]:
-    return [t for t in data.by_team["team"].to_list() if t not in (UNALLOCATED, "(none)") and t is not None]
+    from gpuledger.ledger.palette import is_team
+
+    return [t for t in data.by_team["team"].to_list() if is_team(t) and t != "(none)"]
 
 
 def run(args: argparse.Namespace) -> int:
