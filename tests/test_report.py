@@ -364,3 +364,20 @@ def test_per_team_file_names_are_safe(hostile_ledger, tmp_path: Path):
     names = sorted(p.name for p in folder.iterdir())
     assert names == ["nlp.md", "script-alert-1-script.md", "speech.md", "vision.md"]
     assert all(p.parent == folder for p in folder.iterdir())
+
+
+def test_unpriced_gpu_hours_are_a_data_quality_note_not_a_headline(db_path, tmp_path: Path):
+    # 2 GPUs × 3 h on a model the catalog and the price sheet do not know: 6.0 GPU-hours, never $0
+    odd = "odd-1,zoe,nlp,atlas,Mystery GPU 9000,2,2026-11-18T00:00:00Z,2026-11-18T03:00:00Z,COMPLETED,training,odd,,,,,,,,,"
+    db = _ledger(db_path, tmp_path, odd)
+    done = cli("report", "--week", "2026-W47", "--format", "md", "--db", db)
+    assert done.returncode == 0, done.stderr
+    notes = done.stdout.split("## Data-quality notes")[1].split("## ")[0]
+    assert (
+        "- 6.0 GPU-hours ran on GPU models without a price (Mystery GPU 9000) and are not in the spend"
+        in notes
+    )
+    assert "Unpriced" not in done.stdout.split("## Top 5 actions")[0]  # not a headline figure
+    report = json.loads(cli("report", "--week", "2026-W47", "--format", "json", "--db", db).stdout)
+    assert report["headline"]["unpriced_gpu_hours"] == pytest.approx(2 * 3)
+    assert report["headline"]["spend_usd"] == pytest.approx(188 * 2.99 + 2 * 6 * 0.71 + 12 * 1.006)
