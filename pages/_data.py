@@ -621,3 +621,102 @@ def _report(
     except ModuleNotFoundError as exc:
         raise NotReady(f"{exc.name} is not part of this install yet") from exc
     return {"html": render_html(data), "md": render_markdown(data)}
+
+
+# ---------------------------------------------------------------- overview: the previous period, savings, capacity
+
+
+def view_period(filters: Filters) -> Filters:
+    """The view with its open ends closed at the ledger's first/last day (the period the figures cover)."""
+    c = filter_choices()
+    since = filters.since or c.first_day
+    until = filters.until or c.last_day
+    return Filters(since, until, filters.teams, filters.clusters, filters.users)
+
+
+def previous_summary(filters: Filters) -> tuple[Filters | None, dict[str, Any] | None]:
+    """The period of equal length just before the view (gpuledger.reports.content.previous_period, what the
+    report's change column uses) and ``summary --json`` for it; (None, None) when the view has no dates."""
+    from gpuledger.reports.content import previous_period
+
+    prev = previous_period(view_period(filters))
+    if prev is None:
+        return None, None
+    return prev, summary(prev)
+
+
+def savings(filters: Filters) -> dict[str, Any]:
+    """``gpuledger recommend --total --json`` for the view: analytics.savings.savings_total plus coverage."""
+    filters = scoped(filters)
+    path, ver, fp, s = _ctx()
+    return _savings(path, ver, fp, filters, s)
+
+
+@st.cache_data(show_spinner=False, max_entries=CACHE_VIEWS, ttl=CACHE_TTL_S)
+def _savings(
+    db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
+) -> dict[str, Any]:
+    rec = _analytics("recommend")
+    with reader(db_path) as con:
+        recs = _recommendations(con, filters, _settings)
+        total = rec.savings_total(recs)
+        total["coverage"] = rec.view_coverage(con, recs, filters=filters, settings=_settings)
+    return total
+
+
+def capacity(filters: Filters) -> pl.DataFrame:
+    """``analytics.waste.unallocated`` for the view: paid-for capacity per cluster and GPU model (no rows
+    for a team view that leaves out "unallocated")."""
+    filters = scoped(filters)
+    path, ver, fp, s = _ctx()
+    return _capacity(path, ver, fp, filters, s)
+
+
+@st.cache_data(show_spinner=False, max_entries=CACHE_VIEWS, ttl=CACHE_TTL_S)
+def _capacity(
+    db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
+) -> pl.DataFrame:
+    with reader(db_path) as con:
+        return _analytics("waste").unallocated(con, filters=filters, settings=_settings)
+
+
+def job(job_id: str) -> dict[str, Any] | None:
+    """One job's row of ``gpuledger jobs --json`` (None when it is not in the ledger or not the viewer's)."""
+    if not job_id or not _job_in_scope(job_id):
+        return None
+    path, ver, fp, s = _ctx()
+    return _job(path, ver, fp, job_id, s)
+
+
+@st.cache_data(show_spinner=False, max_entries=64, ttl=CACHE_TTL_S)
+def _job(
+    db_path: str, ver: tuple[int, int], fp: str, job_id: str, _settings: Settings
+) -> dict[str, Any] | None:
+    with reader(db_path) as con:
+        row = con.execute(
+            "SELECT start_ts::DATE, coalesce(end_ts, start_ts)::DATE, team FROM jobs WHERE job_id = ?",
+            [job_id],
+        ).fetchone()
+        if row is None:
+            return None
+        f = Filters(since=row[0], until=row[1], teams=(row[2],) if row[2] else ())
+        table = _jobs_table(con, f, _settings).filter(pl.col("job_id") == job_id)
+    return table.row(0, named=True) if table.height else None
+
+
+def settings_file() -> tuple[str, str]:
+    """The settings file in use and where that choice came from (gpuledger.ledger.paths.choose_settings);
+    with none, the user's ``~/.config/gpuledger/settings.toml`` (created on the first edit)."""
+    from gpuledger.ledger.paths import choose_settings, user_config_dir
+
+    chosen = choose_settings(None)
+    if chosen.path is None:
+        return str(user_config_dir() / "settings.toml"), "none yet: the first edit creates the user's file"
+    return chosen.path, chosen.origin
+
+
+def prices_in_force() -> list[Any]:
+    """gpuledger.ledger.reference.effective_prices for the settings: the shipped sheet with the user's rows."""
+    from gpuledger.ledger.reference import effective_prices
+
+    return effective_prices(settings())

@@ -61,15 +61,47 @@ def usd(value: float | None, *, cents: bool = True) -> str:
     return f"${value:,.2f}" if cents else f"${value:,.0f}"
 
 
+def _unsigned_zero(value: float, digits: int) -> float:
+    """0.0 for a value that rounds to zero at ``digits`` (no "-0.0" from float noise)."""
+    return 0.0 if round(value, digits) == 0 else value
+
+
 def pct(value: float | None, digits: int = 1) -> str:
-    return NA if value is None else f"{value:.{digits}f} %"
+    """The one percent format: ``12.3 %``; ``n/a`` for unknown."""
+    return NA if value is None else f"{_unsigned_zero(value, digits):.{digits}f} %"
+
+
+def na(reason: str) -> str:
+    """``n/a (reason)``: an unknown figure with why it is unknown."""
+    return f"{NA} ({reason})"
 
 
 def num(value: float | None, digits: int = 1, unit: str = "") -> str:
     if value is None:
         return NA
-    text = f"{value:,.{digits}f}"
+    text = f"{_unsigned_zero(value, digits):,.{digits}f}"
     return f"{text} {unit}".rstrip()
+
+
+def delta(now: float | None, before: float | None, kind: str = "usd") -> str | None:
+    """The change vs the previous period for ``st.metric(delta=...)``: ``+$1,234.56 (+12.3 %)``,
+    ``+4.2 pts`` for percentages (``kind="pct"``), ``+12.0`` for counts; None when either figure is unknown
+    (the caller says why). The percentage is left out when the previous figure is 0."""
+    if now is None or before is None:
+        return None
+    diff = now - before
+    if kind == "pct":
+        d = _unsigned_zero(diff, 1)
+        return f"{d:+.1f} pts"
+    if kind == "usd":
+        d = 0.0 if abs(diff) < 0.005 else diff
+        text = f"{'-' if d < 0 else '+'}${abs(d):,.2f}"
+    else:
+        d = _unsigned_zero(diff, 1)
+        text = f"{d:+,.1f}"
+    if abs(before) >= 0.005:
+        text += f" ({_unsigned_zero(100.0 * diff / abs(before), 1):+,.1f} %)"
+    return text
 
 
 def empty_state(what: str = "the ledger") -> None:

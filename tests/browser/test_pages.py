@@ -12,7 +12,7 @@ from playwright.sync_api import Page
 from tests.browser.conftest import Server, assert_no_exception, open_page, screenshot
 
 PAGES = [
-    ("", "overview", ["Spend per team per week", "Mean utilization", "Where the money went"]),
+    ("", "overview", ["Spend per team per week", "Held-GPU utilization", "Where the money went"]),
     ("waste", "waste", ["By team", "By week", "Jobs that wasted the most"]),
     ("jobs", "jobs", ["Sort by", "One job's utilization"]),
     ("fleet", "fleet", ["Utilization per GPU per hour", "GPUs idle longest", "By GPU model"]),
