@@ -297,7 +297,6 @@ def mutate(data: bytes, rng: random.Random) -> tuple[bytes, list[str]]:
 _FILE_LEVEL = (
     "no parser recognises",
     "the file is empty",
-    "not valid JSON",
     "not a W&B",
     'no "',
     "missing column",
@@ -306,9 +305,8 @@ _FILE_LEVEL = (
     "no DCGM",
     "unknown column",
     "not a Hugging Face",
-    "not sacct --json",
     "resultType",
-    "not well-formed XML",
+    "the API answered",
 )
 
 

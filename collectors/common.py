@@ -190,6 +190,7 @@ _SENTENCES: tuple[tuple[str, str], ...] = (
         "a number too large to store",
     ),
     (r'Could not convert string "([^"]*)" to \'?(\w+)', "a value is not a {1}: {0!r}"),
+    (r"Malformed JSON[^:]*: (unexpected [a-z ]+)", "not valid JSON ({0}: a truncated or damaged file?)"),
     (
         r"Malformed JSON|malformed JSON|unexpected character|unexpected end of|Expecting value|not valid JSON",
         "not valid JSON",
@@ -219,6 +220,22 @@ def _line_of(exc: BaseException, text: str) -> int | None:
     if m:
         return int(next(g for g in m.groups() if g))
     return None
+
+
+def line_at_byte(path: str | Path, offset: int) -> int | None:
+    """The 1-based line holding byte ``offset`` of a file (DuckDB's JSON errors give a byte, not a line)."""
+    try:
+        with Path(path).open("rb") as fh:
+            line, left = 1, offset
+            while left > 0:
+                chunk = fh.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                line += chunk.count(b"\n")
+                left -= len(chunk)
+            return line
+    except OSError:
+        return None
 
 
 def describe_failure(path: str | Path, exc: BaseException, *, landing: bool = False) -> FormatError:
@@ -256,6 +273,9 @@ def describe_failure(path: str | Path, exc: BaseException, *, landing: bool = Fa
             sentence = f"could not be read ({detail[:160]})"
     if line is None and "UTF-8" in sentence:
         line = first_non_utf8_line(path)
+    at_byte = re.search(r"at byte (\d+)", text)
+    if line is None and at_byte:
+        line = line_at_byte(path, max(int(at_byte.group(1)) - 1, 0))
     if landing:
         sentence = f"could not be landed: {sentence}"
     return FormatError(path, line, sentence)

@@ -94,7 +94,14 @@ class HfTrainerState:
                 con,
                 path,
                 "hf_log",
-                [Check(f"json_type(e) <> 'OBJECT' OR {_num('e', 'step')} IS NULL", "has no step number")],
+                [
+                    Check(f"json_type(e) <> 'OBJECT' OR {_num('e', 'step')} IS NULL", "has no step number"),
+                    Check(
+                        f"NOT abs({_num('e', 'step')}) < 9.2e18",
+                        "step is {value}, too large for a step count",
+                        _num("e", "step"),
+                    ),
+                ],
                 line_col="idx",
             )
         except FormatError as exc:  # idx is the entry's position in log_history, not a line of the file
@@ -123,10 +130,10 @@ class HfTrainerState:
                              ORDER BY idx DESC LIMIT 1),
                  tokens AS (SELECT max(tokens_seen) AS t FROM stage_train_log)
             SELECT {quote(job_id)} AS job_id, 'hf_trainer' AS source,
-                   CAST({_num("s", "train_batch_size")} AS INTEGER) AS batch_size,
+                   TRY_CAST({_num("s", "train_batch_size")} AS INTEGER) AS batch_size,
                    coalesce(nullif({_num("s", "num_input_tokens_seen")}, 0), (SELECT t FROM tokens)) AS tokens,
                    coalesce({_num("s", "epoch")}, {_num("(SELECT e FROM summary)", "epoch")}) AS epochs,
-                   CAST(coalesce({_num("s", "global_step")}, {_num("(SELECT e FROM summary)", "step")}) AS BIGINT) AS steps,
+                   TRY_CAST(coalesce({_num("s", "global_step")}, {_num("(SELECT e FROM summary)", "step")}) AS BIGINT) AS steps,
                    {_num("(SELECT e FROM summary)", "train_runtime")} AS runtime_s,
                    {_num("(SELECT e FROM summary)", "train_samples_per_second")} AS samples_per_s,
                    {_num("(SELECT e FROM summary)", "train_tokens_per_second")} AS tokens_per_s,
@@ -193,6 +200,11 @@ class LlamaFactoryLog:
             "lf_log",
             [
                 Check(f"{_num('e', 'current_steps')} IS NULL", "current_steps is not a number: {value}", "e"),
+                Check(
+                    f"NOT abs({_num('e', 'current_steps')}) < 9.2e18",
+                    "current_steps is {value}, too large for a step count",
+                    _num("e", "current_steps"),
+                ),
                 Check(
                     f"{elapsed_text} IS NOT NULL AND {_hms_s(elapsed_text)} IS NULL",
                     'elapsed_time is not a duration: "{value}"',
