@@ -227,28 +227,15 @@ SCRIPT_PAGES = {
 SCRIPT_TARGET_S = 1.0
 
 
-def _run_script(page: str) -> tuple[float, Any]:
-    """Seconds of one run of ``page`` through the router (app.py), and the AppTest (for its exceptions)."""
-    from streamlit.testing.v1 import AppTest  # noqa: TID251 (a bench that runs the pages themselves)
-
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
-    if page != "pages/overview.py":
-        at.switch_page(page)
-    t0 = time.perf_counter()
-    at.run()
-    return time.perf_counter() - t0, at
-
-
 def bench_scripts(db: str, repeat: int, pages: list[str]) -> dict[str, tuple[float, float]]:
-    """Per page: (cold s, warm s, median over ``repeat``); prints the table and returns it."""
-    os.environ.setdefault("STREAMLIT_LOGGER_LEVEL", "error")  # no "missing ScriptRunContext" per run
-    import streamlit as st  # noqa: TID251 (to clear the page caches between runs)
-
+    """Per page: (cold s, warm s), medians over ``repeat``; prints the table and returns it."""
     os.environ["GPULEDGER_DB"] = db
-    # this file is named pages.py too: off the path, or app.py's `from pages import _data` finds it
+    # this file is named pages.py too: off the path, or `import pages` (here and in app.py) finds it
     here = Path(__file__).resolve().parent
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
-    _run_script("pages/overview.py")  # imports, the price-sheet sync: once per server, not per page
+    from pages._script_timer import clear_caches, run_page  # streamlit stays in pages/
+
+    run_page("pages/overview.py")  # imports, the price-sheet sync: once per server, not per page
     print(f"\n{'page script':<16} {'cold s':>7} {'warm s':>7}   (AppTest, in-process; cold = caches cleared)")
     out = {}
     for name, page in SCRIPT_PAGES.items():
@@ -256,12 +243,12 @@ def bench_scripts(db: str, repeat: int, pages: list[str]) -> dict[str, tuple[flo
             continue
         cold, warm = [], []
         for _ in range(repeat):
-            st.cache_data.clear()
-            seconds, at = _run_script(page)
-            if at.exception:
-                raise SystemExit(f"{page} raised: {at.exception[0].message}")
+            clear_caches()
+            seconds, error = run_page(page)
+            if error:
+                raise SystemExit(f"{page} raised: {error}")
             cold.append(seconds)
-            warm.append(_run_script(page)[0])
+            warm.append(run_page(page)[0])
         out[name] = (statistics.median(cold), statistics.median(warm))
         flag = "" if out[name][0] <= SCRIPT_TARGET_S else f"  over the {SCRIPT_TARGET_S:g} s target"
         print(f"{name:<16} {out[name][0]:7.2f} {out[name][1]:7.2f}{flag}", flush=True)
