@@ -14,6 +14,7 @@ stretches, with the documented rule: consecutive samples of one GPU and job at o
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -241,26 +242,34 @@ def test_mean_util_and_idle_hours_equal_the_raw_ingest(prom, db_path, tmp_path):
 
 
 def test_cli_jobs_json_and_a_second_run_reads_only_new_hours(prom, db_path, capsys):
+    """Two runs split at 19:00, inside J3 and inside its 18:00-20:00 idle stretch: the parts add up to the
+    one-day truth (plain SQL), so a stretch cut at a run's edge is counted once, in full."""
     argv = ["collect", "prometheus", "--jobs", "--url", str(prom["url"]), "--db", db_path, "--json"]
-    start = prom["start"]
-    assert (
-        main([*argv, "--since", utc(start).isoformat(), "--until", utc(start + 12 * 3600).isoformat()]) == 0
-    )
-    import json
-
+    start, split = prom["start"], prom["start"] + 19 * 3600
+    assert main([*argv, "--since", utc(start).isoformat(), "--until", utc(split).isoformat()]) == 0
     first = json.loads(capsys.readouterr().out)
-    # 12 hours: J1 (0-5 h) and J2 (5:20-13:20, cut at 12 h) on 8 GPUs
-    assert first["jobs"] == 16 and first["job_summaries"] == 16 and first["scrape_s"] == 30.0
+    # up to 19:00: J1 (0-5 h), J2 (5:20-13:20) and J3 (13:20-, cut at 19 h) on 8 GPUs
+    assert first["jobs"] == 24 and first["job_summaries"] == 24 and first["scrape_s"] == 30.0
     assert main([*argv, "--until", utc(start + 86_400).isoformat(), "--scrape", "30s"]) == 0
     second = json.loads(capsys.readouterr().out)
-    assert second["start"] == utc(start + 12 * 3600).isoformat()  # resumed at the cursor
-    assert second["jobs"] == 16  # J2's remainder and J3
+    assert second["start"] == utc(split).isoformat()  # resumed at the cursor
+    assert second["jobs"] == 8  # J3's remainder
     with writer(db_path) as con:
-        # J2 in two parts whose samples add up to the job's: 05:20-13:20 = 480 min = 960 scrapes per GPU
-        parts = con.execute(
-            "SELECT count(*), sum(samples) FROM job_summaries WHERE job_id = '1012'"
-        ).fetchall()[0]
-    assert parts == (2, 960)
+        parts = {
+            (j, g): (n, p, i)
+            for j, g, n, p, i in con.execute(
+                """SELECT job_id, gpu_id, count(*), sum(samples), sum(idle_s) FROM job_summaries
+                   GROUP BY ALL"""
+            ).fetchall()
+        }
+    truth = expected(prom["raw"])
+    assert parts.keys() == truth.keys()
+    for key, row in truth.items():
+        n_parts, samples, idle_s = parts[key]
+        assert n_parts == (2 if key[0].endswith("3") else 1), key
+        assert samples == row[0] and idle_s == pytest.approx(row[7], abs=1e-6), key
+    # J3 on GPU 1 by hand: 13:20-24:00 = 640 min = 1,280 scrapes; idle 31 min + 120 min (cut at 19:00)
+    assert parts[("1013", "GPU-00000001-0000-4000-8000-000000000000")] == (2, 1280, (31 + 120) * 60)
 
 
 def test_the_jobs_table_reads_summaries_for_jobs_without_samples(prom, db_path, tmp_path):
