@@ -275,14 +275,14 @@ class PromClient:
             ) from None
         except requests.exceptions.RequestException as exc:
             raise CollectorError(
-                f"{url}: no answer after {self.opts.retries + 1} tries ({_root_cause(exc)}); "
+                f"{url}: no answer after {_tries(self.opts.retries + 1)} ({_root_cause(exc)}); "
                 "committed chunks are kept, run the same command again to resume"
             ) from None
         history = getattr(getattr(response.raw, "retries", None), "history", ()) or ()
         self.retried += len(history)
         if response.status_code in RETRY_STATUSES:
             raise CollectorError(
-                f"{url}: no answer after {self.opts.retries + 1} tries (HTTP {response.status_code}: "
+                f"{url}: no answer after {_tries(self.opts.retries + 1)} (HTTP {response.status_code}: "
                 f"{_api_error(response)}); committed chunks are kept, run the same command again to resume"
             )
         if response.status_code >= 400:
@@ -315,6 +315,10 @@ def _api_error(response: requests.Response) -> str:
         return str(response.json().get("error") or response.reason)
     except (ValueError, AttributeError):
         return str(response.reason or response.status_code)
+
+
+def _tries(n: int) -> str:
+    return f"{n} try" if n == 1 else f"{n} tries"
 
 
 def _root_cause(exc: BaseException) -> str:
