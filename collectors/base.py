@@ -417,6 +417,13 @@ def _land_polls(
         SELECT {", ".join(exprs)} FROM fresh s
         """,
     )
+    if not overlap:
+        # every staged row landed, in poll order: the rollup can read them back without a sort
+        # (gpuledger/ledger/rollup.py _sequence_polls); dropped with the other stage_* tables
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE stage_landed_polls AS SELECT ?::BIGINT AS ingest_id, gpu_id FROM stage_cadence",
+            [ingest_id],
+        )
     for t in ("stage_cadence", "stage_overlap"):
         con.execute(f"DROP TABLE IF EXISTS temp.{t}")
     counts = {"samples": written, "samples_duplicate": total - written - merged}

@@ -42,7 +42,7 @@ from gpuledger.demo.fleet import (
     build_fleet,
 )
 from gpuledger.demo.planted import outages, plant_episode
-from gpuledger.demo.telemetry import telemetry
+from gpuledger.demo.telemetry import telemetry_chunks
 from gpuledger.demo.workload import background
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.settings import Settings
@@ -173,11 +173,17 @@ def _stage_telemetry(
     """``stage_samples`` from gpuledger/demo/telemetry.py's Arrow table; interval_s and job_id stay NULL
     so that land() derives the interval and attributes samples through the allocations, as for real data."""
     gaps = outages(fleet, window_s)
-    table = telemetry(fleet, jobs, lo=np.datetime64(lo, "us"), window_s=window_s, seed=seed, gaps=gaps)
-    con.register("demo_samples_arrow", table)
-    cols = ", ".join("gpu_id::VARCHAR AS gpu_id" if c == "gpu_id" else c for c in table.column_names)
-    con.execute(f"CREATE TEMP TABLE stage_samples AS SELECT {cols} FROM demo_samples_arrow")
-    con.unregister("demo_samples_arrow")
+    chunks = telemetry_chunks(
+        fleet, jobs, lo=np.datetime64(lo, "us"), window_s=window_s, seed=seed, gaps=gaps
+    )
+    # a chunk of GPUs at a time, so Python holds one chunk's columns, never the whole fleet's
+    for i, table in enumerate(chunks):
+        con.register("demo_samples_arrow", table)
+        cols = ", ".join("gpu_id::VARCHAR AS gpu_id" if c == "gpu_id" else c for c in table.column_names)
+        into = "CREATE TEMP TABLE stage_samples AS" if i == 0 else "INSERT INTO stage_samples"
+        con.execute(f"{into} SELECT {cols} FROM demo_samples_arrow")
+        con.unregister("demo_samples_arrow")
+        del table
 
 
 def _stage_fleet(con: duckdb.DuckDBPyConnection, fleet: Fleet, lo: dt.datetime, hi: dt.datetime) -> None:

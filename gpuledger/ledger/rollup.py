@@ -133,25 +133,23 @@ def _sequence(con: duckdb.DuckDBPyConnection) -> None:
     the first sample of a stretch of one job), that is the last sample (a ``tail``) of the job's previous
     stretch on the GPU, found by an ASOF join of the few heads against the few tails; this equals
     ``lag(...) OVER (PARTITION BY gpu_id, job_id ORDER BY ts)`` without a second sort of every sample.
+
+    When the look window holds only samples one ingest landed as whole polls in order (TEMP
+    ``stage_landed_polls``, from collectors/base.py ``_land_polls``), the neighbours come without the sort:
+    :func:`_sequence_polls`.
     """
-    con.execute(
-        """
-        CREATE OR REPLACE TEMP TABLE rollup_seq AS
-        SELECT s.ts, s.gpu_id, s.job_id, coalesce(s.job_id, chr(0)) AS jkey,
-               s.interval_s::DOUBLE AS iv, s.util_pct::DOUBLE AS util, s.mem_used_mib::DOUBLE AS mem_used,
-               s.mem_total_mib, s.power_w::DOUBLE AS power_w, s.energy_j, s.sm_active_pct::DOUBLE AS sm,
-               s.tensor_active_pct::DOUBLE AS tensor, s.temp_c::DOUBLE AS temp_c, s.throttle_reasons,
-               lead(s.ts) OVER g AS next_ts, lead(s.energy_j) OVER g AS next_energy_j,
-               lag(s.ts) OVER g AS pj_ts, lag(s.interval_s::DOUBLE) OVER g AS pj_iv,
-               lag(s.util_pct::DOUBLE) OVER g AS pj_util,
-               lag(coalesce(s.job_id, chr(0))) OVER g IS DISTINCT FROM coalesce(s.job_id, chr(0)) AS head,
-               lead(coalesce(s.job_id, chr(0))) OVER g IS DISTINCT FROM coalesce(s.job_id, chr(0)) AS tail
-        FROM samples s JOIN rollup_m w ON s.gpu_id = w.gpu_id AND s.ts >= w.look_lo AND s.ts < w.look_hi
-        WHERE s.ts >= ? AND s.ts < ?
-        WINDOW g AS (PARTITION BY s.gpu_id ORDER BY s.ts)
-        """,
-        _bounds(con, "SELECT min(look_lo), max(look_hi) FROM rollup_m"),
-    )
+    bounds = _bounds(con, "SELECT min(look_lo), max(look_hi) FROM rollup_m")
+    if not _sequence_polls(con, bounds):
+        con.execute(
+            f"""
+            CREATE OR REPLACE TEMP TABLE rollup_seq AS
+            SELECT {_SEQ_COLUMNS.format(w="OVER g", n="")}
+            FROM samples s JOIN rollup_m w ON s.gpu_id = w.gpu_id AND s.ts >= w.look_lo AND s.ts < w.look_hi
+            WHERE s.ts >= ? AND s.ts < ?
+            WINDOW g AS (PARTITION BY s.gpu_id ORDER BY s.ts)
+            """,
+            bounds,
+        )
     con.execute(
         """
         UPDATE rollup_seq SET pj_ts = f.pj_ts, pj_iv = f.pj_iv, pj_util = f.pj_util
@@ -162,6 +160,63 @@ def _sequence(con: duckdb.DuckDBPyConnection) -> None:
         WHERE rollup_seq.head AND rollup_seq.gpu_id = f.gpu_id AND rollup_seq.ts = f.ts
         """
     )
+
+
+# rollup_seq's columns; {w} is the window (OVER g, or OVER () in poll order) and {n} the offset (", N").
+_SEQ_COLUMNS = """
+    s.ts, s.gpu_id, s.job_id, coalesce(s.job_id, chr(0)) AS jkey,
+    s.interval_s::DOUBLE AS iv, s.util_pct::DOUBLE AS util, s.mem_used_mib::DOUBLE AS mem_used,
+    s.mem_total_mib, s.power_w::DOUBLE AS power_w, s.energy_j, s.sm_active_pct::DOUBLE AS sm,
+    s.tensor_active_pct::DOUBLE AS tensor, s.temp_c::DOUBLE AS temp_c, s.throttle_reasons,
+    lead(s.ts{n}) {w} AS next_ts, lead(s.energy_j{n}) {w} AS next_energy_j,
+    lag(s.ts{n}) {w} AS pj_ts, lag(s.interval_s::DOUBLE{n}) {w} AS pj_iv,
+    lag(s.util_pct::DOUBLE{n}) {w} AS pj_util,
+    lag(coalesce(s.job_id, chr(0)){n}) {w} IS DISTINCT FROM coalesce(s.job_id, chr(0)) AS head,
+    lead(coalesce(s.job_id, chr(0)){n}) {w} IS DISTINCT FROM coalesce(s.job_id, chr(0)) AS tail"""
+
+
+def _sequence_polls(con: duckdb.DuckDBPyConnection, bounds: list[object]) -> bool:
+    """``rollup_seq`` without a sort, when the batch's look window holds exactly the samples of one ingest
+    that landed as whole polls in time order: then, scanned in the order they were written, each sample's
+    previous and next sample of its GPU are the rows N before and after it (N = the batch's GPUs), and
+    ``lag/lead(…, N) OVER ()`` stream. Checked, not assumed: another ingest's sample in the window, or a
+    row whose neighbours N away are another GPU or not earlier/later, answers False (and the caller sorts).
+    """
+    if not con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = 'stage_landed_polls'"
+    ).fetchall()[0][0]:
+        return False
+    ingest_id, n = con.execute(
+        """SELECT any_value(p.ingest_id), count(*) FROM stage_landed_polls p
+           WHERE p.gpu_id IN (SELECT gpu_id FROM rollup_m)"""
+    ).fetchall()[0]
+    if not n:
+        return False
+    others = con.execute(
+        """SELECT count(*) FROM samples s
+           JOIN rollup_m w ON s.gpu_id = w.gpu_id AND s.ts >= w.look_lo AND s.ts < w.look_hi
+           WHERE s.ts >= ? AND s.ts < ? AND s.ingest_id <> ?""",
+        [*bounds, ingest_id],
+    ).fetchall()[0][0]
+    if others:
+        return False
+    w, off = "OVER ()", f", {int(n)}"
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE rollup_seq AS
+        SELECT {_SEQ_COLUMNS.format(w=w, n=off)},
+               lag(s.gpu_id{off}) {w} AS prev_gpu, lead(s.gpu_id{off}) {w} AS next_gpu
+        FROM samples s
+        WHERE s.ingest_id = ? AND s.gpu_id IN (SELECT gpu_id FROM stage_landed_polls)
+          AND s.gpu_id IN (SELECT gpu_id FROM rollup_m) AND s.ts >= ? AND s.ts < ?
+        """,
+        [ingest_id, *bounds],
+    )
+    off_order = con.execute(
+        """SELECT count(*) FROM rollup_seq
+           WHERE prev_gpu <> gpu_id OR next_gpu <> gpu_id OR pj_ts >= ts OR next_ts <= ts"""
+    ).fetchall()[0][0]
+    return not off_order
 
 
 def _refresh_runs(con: duckdb.DuckDBPyConnection, idle: float) -> None:

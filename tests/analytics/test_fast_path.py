@@ -213,3 +213,36 @@ def test_two_day_demo() -> None:
         assert fast_parts["idle_allocated_usd"] > 0  # the planted idle notebooks are there
     finally:
         con.close()
+
+
+def test_polls_of_two_gpus_roll_up_without_a_sort_and_equal_the_raw_path(
+    con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two GPUs polled together every 60 s, in one ingest, rows in poll order: the rollup reads their
+    neighbours N = 2 rows away (rollup._sequence_polls) instead of sorting, while jobs change on one GPU.
+    n1:0: j1 (0-70 min) busy 30 min then idle 40 min (a stretch), j2 (70-160, telemetry until 150) swinging
+    90/3 %; n1:1: j3 (0-150) busy 100 min, then idle 50 min (a stretch). Idle = (40 + 50) min = 1.5 h. (The
+    teams' spends differ, 160 vs 150 GPU-minutes, so tables ordered by spend have one order.)"""
+    ingest(
+        con,
+        jobs=[job("j1", 0, 70), job("j2", 70, 160), job("j3", 0, 150, team="cv")],
+        allocations=[alloc("j1", "n1:0", 0, 70), alloc("j2", "n1:0", 70, 160), alloc("j3", "n1:1", 0, 150)],
+        gpus=[gpu("n1:0"), gpu("n1:1")],
+    )
+    util0 = [80.0] * 30 + [1.0] * 40 + [90.0, 3.0] * 40
+    util1 = [50.0] * 100 + [0.0] * 50
+    a = series("n1:0", 0, util0, power_w=300.0, energy_j=1.0e6, mem_used_mib=2000.0, mem_total_mib=81559.0)
+    b = series("n1:1", 0, util1, power_w=200.0, temp_c=86.0, throttle_reasons=0x20)
+    polls = [row for pair in zip(a, b, strict=True) for row in pair]  # n1:0, n1:1, n1:0, ...
+    taken: list[bool] = []
+    real = rollup._sequence_polls
+
+    def spy(*args: object) -> bool:
+        taken.append(real(*args))  # type: ignore[arg-type]
+        return taken[-1]
+
+    monkeypatch.setattr(rollup, "_sequence_polls", spy)
+    ingest(con, samples=polls)
+    assert taken and all(taken), "poll-ordered samples of one ingest should roll up without a sort"
+    assert idle_hours(con) == pytest.approx((40 + 50) / 60)
+    assert_fast_equals_raw(con)
