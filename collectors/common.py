@@ -333,7 +333,9 @@ def reading(path: str | Path, *, landing: bool = False) -> Iterator[None]:
         raise describe_failure(path, exc, landing=landing) from exc
 
 
-_RAW = re.compile(r"[A-Z][A-Za-z]*(?: [A-Z][A-Za-z]*)* Error: |CSV Error on Line|struct_pack|state machine")
+_RAW = re.compile(
+    r"[A-Z][A-Za-z]*(?: [A-Z][A-Za-z]*)* Error: |CSV Error on Line|struct_pack|state machine|(?:'[-\w]+' )?codec can't decode"
+)
 
 
 def _plain(exc: FormatError) -> FormatError:

@@ -116,7 +116,8 @@ class HfTrainerState:
                    -- num_input_tokens_seen 0 means token counting was off, not zero tokens; TRL's
                    -- SFTTrainer logs its own cumulative count as num_tokens
                    coalesce(nullif({_num("e", "num_input_tokens_seen")}, 0), nullif({_num("e", "num_tokens")}, 0))
-                       AS tokens_seen
+                       AS tokens_seen,
+                   'log_history[' || (idx - 1) || ']' AS row_label
             FROM hf_log
             WHERE json_type(e, '$.train_runtime') IS NULL
             ORDER BY idx

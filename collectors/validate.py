@@ -22,8 +22,9 @@ the value and the limit; the ledger is untouched). With ``skip_bad_rows`` every 
 stage instead (with the rows of other stage tables that belong to a removed job) and recorded in the ledger's
 ``rejected_rows`` table; the rest lands.
 
-Parsers help the messages by staging a ``line_no`` column (the row's line in the file) and by naming their
-columns with :func:`name_columns` (``power.draw`` rather than ``power_w``). ``gpuledger check`` runs the same
+Parsers help the messages by staging a ``line_no`` column (the row's line in the file; ``line_no__<column>``
+where one row comes from many lines), or ``row_label`` where lines say nothing (``log_history[12]`` of a JSON
+document), and by naming their columns with :func:`name_columns` (``power.draw`` rather than ``power_w``). ``gpuledger check`` runs the same
 rules over what is already in the ledger (:func:`ledger_violations`).
 """
 
@@ -466,14 +467,15 @@ def find_violations(
     sql = f"""
         WITH hit AS (
             SELECT s.rowid AS rid, {line} AS line, CASE {arms} END AS which, s.*, {model} AS cat_model,
-                   CAST({key} AS VARCHAR) AS row_key, {ingest} AS row_ingest
+                   CAST({key} AS VARCHAR) AS row_key, {ingest} AS row_ingest,
+                   {"s.row_label" if "row_label" in cols else "NULL::VARCHAR"} AS row_label_
                    {", cat.memory_mib AS cat_memory_mib, cat.tdp_w AS cat_tdp_w" if join else ""}
             FROM {source} s {join or ""}
         )
         SELECT rid, line, which,
                {f"CASE which {num_vals} END" if num_vals else "NULL::DOUBLE"} AS num,
                {f"CASE which {txt_vals} END" if txt_vals else "NULL::VARCHAR"} AS txt,
-               CASE which {limits} END AS lim, cat_model, row_key, row_ingest
+               CASE which {limits} END AS lim, cat_model, row_key, row_ingest, row_label_
         FROM (SELECT * FROM hit WHERE which IS NOT NULL) s
         {"LEFT JOIN gpu_catalog cat ON cat.model = s.cat_model" if join else ""}
         ORDER BY line NULLS LAST, rid
@@ -483,7 +485,7 @@ def find_violations(
     used = {k: v for k, v in params.items() if f"${k}" in sql}
     rows = con.execute(sql, used).fetchall()
     out = []
-    for rid, ln, which, num, txt, lim, cat_model, row_key, row_ingest in rows:
+    for rid, ln, which, num, txt, lim, cat_model, row_key, row_ingest, row_label in rows:
         rule = rules[int(which)]
         value = _show(num) if txt is None else txt
         try:
@@ -492,6 +494,8 @@ def find_violations(
             shown_lim = str(lim)
         name = names.get(rule.column, rule.column)
         reason = rule.reason.format(name=name, value=value, limit=shown_lim, model=cat_model or "")
+        if ln is None and row_label:  # a JSON document's entry (log_history[12]) where lines say nothing
+            reason = f"{row_label}: {reason}"
         out.append(
             Violation(
                 table,
