@@ -16,6 +16,12 @@ Price rules (docs/metrics.md, "Cost"):
 - a job spanning a price change is split at the change;
 - only the part of a job inside the view's date range counts; running jobs are costed up to the ledger's
   data horizon;
+- shared GPUs: when the allocations of several jobs name one physical GPU at the same time and their
+  declared fractions (the allocation's gpu_count: 1 for a whole card, gpu_milli / 1000 or a MIG share for
+  less) sum to more than one GPU, each GPU-second is split among them in proportion to what each declared
+  (all whole cards: equally), so the shares of one GPU-second sum to one and the jobs together are billed
+  for one GPU. What a job declared beyond its share is ``oversubscribed_gpu_hours``: reported, not billed
+  (:data:`SHARED_SEGMENTS_SQL`). Fractions that fit in one GPU are each job's own and are billed as declared;
 - telemetry-only GPUs (samples, but no allocation names the GPU or its host, and no sample of it carries a
   known job) are costed as pseudo-jobs ``unattributed:<gpu_id>`` (user and team "unattributed", kind
   "other", 1 GPU, on_demand for the GPU's model) held from their first sample in the view to the end of
@@ -52,7 +58,9 @@ JOB_COST_COLUMNS = {
     "span_start": "start of the part inside the view (UTC)",
     "span_end": "end of the part inside the view (UTC)",
     "hours": "wall hours inside the view",
-    "gpu_hours": "gpu_count × hours",
+    "gpu_hours": "gpu_count × hours, less oversubscribed_gpu_hours (a shared GPU's time beyond the job's share)",
+    "oversubscribed_gpu_hours": "GPU-hours the job declared on GPUs whose jobs declared more than one GPU "
+    "in total, beyond its share of each GPU-second (reported, not billed)",
     "cost_usd": "NULL when the GPU model has no price",
 }
 
@@ -90,6 +98,50 @@ def pseudo_jobs_sql(lo: dt.datetime, hi: dt.datetime) -> tuple[str, list[object]
     GROUP BY s.gpu_id
     """
     return sql, [lo, hi]
+
+
+# Shared GPUs: every stretch of a physical GPU during which the allocations (or the host-level card ties of
+# collectors/attribute.py, a whole card each) of several jobs name it and
+# their declared fractions (allocations.gpu_count) sum to more than one GPU. Each job's share of the stretch
+# is its fraction over the sum (whole cards: 1/k each), so the shares of one GPU-second sum to one; ``cut``
+# is the fraction it declared beyond its share. No parameters.
+SHARED_SEGMENTS_SQL = """
+    WITH ga AS (
+        SELECT job_id, gpu_id, gpu_count AS d, start_ts AS a_from,
+               coalesce(end_ts, TIMESTAMP '9999-12-31') AS a_to
+        FROM allocations WHERE gpu_id IS NOT NULL AND gpu_count > 0
+        UNION ALL  -- a host-level allocation's card ties (collectors/attribute.py): one whole card each
+        SELECT job_id, gpu_id, 1.0, start_ts, coalesce(end_ts, TIMESTAMP '9999-12-31') FROM host_attribution
+    ),
+    multi AS (  -- GPUs that two jobs' allocations name at overlapping times
+        SELECT DISTINCT x.gpu_id FROM ga x JOIN ga y
+          ON x.gpu_id = y.gpu_id AND x.job_id < y.job_id AND x.a_from < y.a_to AND y.a_from < x.a_to
+    ),
+    pts AS (SELECT gpu_id, a_from AS t FROM ga WHERE gpu_id IN (SELECT gpu_id FROM multi)
+            UNION SELECT gpu_id, a_to FROM ga WHERE gpu_id IN (SELECT gpu_id FROM multi)),
+    seg AS (SELECT gpu_id, t AS s_from, lead(t) OVER (PARTITION BY gpu_id ORDER BY t) AS s_to FROM pts),
+    inseg AS (
+        SELECT seg.gpu_id, seg.s_from, seg.s_to, ga.job_id, max(ga.d) AS d  -- a job's own rows: once
+        FROM seg JOIN ga ON ga.gpu_id = seg.gpu_id AND ga.a_from <= seg.s_from AND ga.a_to >= seg.s_to
+        WHERE seg.s_to IS NOT NULL
+        GROUP BY ALL
+    ),
+    tot AS (
+        SELECT *, sum(d) OVER (PARTITION BY gpu_id, s_from) AS sum_d,
+               count(*) OVER (PARTITION BY gpu_id, s_from) AS k
+        FROM inseg
+    )
+    SELECT job_id, gpu_id, s_from, s_to, d / sum_d AS share, d - d / sum_d AS cut
+    FROM tot WHERE k > 1 AND sum_d > 1
+"""
+
+
+def shared_cut_sql(alias: str) -> str:
+    """GPU-seconds the row ``alias`` (job_id, span_start, span_end) declared beyond its shares of shared GPUs
+    inside its span; reads the CTE ``shared`` (:data:`SHARED_SEGMENTS_SQL`)."""
+    return f"""coalesce((SELECT sum(c.cut * greatest(0, epoch(least(c.s_to, {alias}.span_end)
+                                                           - greatest(c.s_from, {alias}.span_start))))
+                         FROM shared c WHERE c.job_id = {alias}.job_id), 0)"""
 
 
 # Rows of the same (model, tier, cluster, day) from several origins: the user's settings win over a price a
@@ -140,7 +192,8 @@ def job_costs_sql(
     else:
         source, pseudo_params = "jobs", []
     sql = f"""
-    WITH j AS (
+    WITH shared AS ({SHARED_SEGMENTS_SQL}),
+    j AS (
         SELECT j.*,
                greatest(j.start_ts, ?::TIMESTAMP) AS span_start,
                least(coalesce(j.end_ts, greatest(?::TIMESTAMP, j.start_ts)), ?::TIMESTAMP) AS span_end
@@ -149,7 +202,12 @@ def job_costs_sql(
     ),
     jv AS (SELECT * FROM j WHERE span_end > span_start),
     jt AS (SELECT jv.*, {price_tier_sql("jv", "jv.pricing_tier")} AS price_tier FROM jv),
-    jc AS (SELECT jt.*, {price_cluster_sql("jt", "jt.price_tier")} AS price_cluster FROM jt),
+    jc AS (
+        SELECT jt.*, {price_cluster_sql("jt", "jt.price_tier")} AS price_cluster,
+               {shared_cut_sql("jt")} AS cut_s,
+               jt.gpu_count * epoch(jt.span_end - jt.span_start) AS declared_s
+        FROM jt
+    ),
     {PRICE_PERIODS_CTE.strip()},
     priced AS (
         SELECT jc.job_id,
@@ -165,8 +223,10 @@ def job_costs_sql(
            jc.gpu_count, jc.pricing_tier, jc.price_tier, jc.state, jc.start_ts, jc.end_ts,
            jc.span_start, jc.span_end,
            epoch(jc.span_end - jc.span_start) / 3600.0 AS hours,
-           jc.gpu_count * epoch(jc.span_end - jc.span_start) / 3600.0 AS gpu_hours,
-           priced.cost_usd
+           (jc.declared_s - jc.cut_s) / 3600.0 AS gpu_hours,
+           jc.cut_s / 3600.0 AS oversubscribed_gpu_hours,
+           -- a shared GPU's time beyond the job's share is not billed
+           priced.cost_usd * CASE WHEN jc.declared_s > 0 THEN 1 - jc.cut_s / jc.declared_s ELSE 1 END AS cost_usd
     FROM jc LEFT JOIN priced USING (job_id)
     """
     return sql, [lo, as_of, hi, *pseudo_params, *params]

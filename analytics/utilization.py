@@ -350,7 +350,7 @@ def job_utilization(
         )
     sql = f"""
     WITH jc AS ({jobs_sql}), t AS ({totals_sql}), p AS ({pct_sql}),
-    h AS (SELECT jc.job_id, jc.gpu_count * epoch(jc.span_end - jc.span_start) AS held_s FROM jc)
+    h AS (SELECT jc.job_id, jc.gpu_hours * 3600.0 AS held_s FROM jc)
     SELECT h.job_id,
            h.held_s / 3600.0 AS held_gpu_h,
            least(coalesce(t.util_cov_s, 0), h.held_s) / 3600.0 AS covered_gpu_h,
@@ -440,8 +440,8 @@ def utilization_by(
         sql = f"""
         WITH jc AS ({jobs_sql}), t AS ({totals_sql})
         SELECT {GROUPS[by]} AS key,
-               sum(jc.gpu_count * epoch(jc.span_end - jc.span_start)) / 3600.0 AS held_gpu_h,
-               sum(least(coalesce(t.util_cov_s, 0), jc.gpu_count * epoch(jc.span_end - jc.span_start)))
+               sum(jc.gpu_hours) AS held_gpu_h,
+               sum(least(coalesce(t.util_cov_s, 0), jc.gpu_hours * 3600.0))
                    / 3600.0 AS covered_gpu_h,
                sum(t.util_s) / nullif(sum(t.util_cov_s), 0) * 100.0 AS mean_util_pct,
                sum(t.util_s) / 3600.0 AS effective_gpu_h,

@@ -32,11 +32,13 @@ import polars as pl
 from analytics.cost import (
     PRICE_PERIODS_CTE,
     PSEUDO_PREFIX,
+    SHARED_SEGMENTS_SQL,
     TELEMETRY_ONLY_GPUS_SQL,
     UNATTRIBUTED,
     job_costs_sql,
     price_cluster_sql,
     price_tier_sql,
+    shared_cut_sql,
 )
 from analytics.filters import Filters, horizon
 from analytics.query import frame
@@ -72,7 +74,8 @@ JOB_WASTE_COLUMNS = {
     "start_ts": "UTC (pseudo-jobs: first sample in the view)",
     "end_ts": "UTC, NULL while running",
     "week": "ISO week of the job's in-view start (YYYY-Www)",
-    "gpu_hours": "held GPU-hours inside the view",
+    "gpu_hours": "held GPU-hours inside the view (a shared GPU's time beyond the job's share excluded)",
+    "oversubscribed_gpu_hours": "GPU-hours declared on an oversubscribed shared GPU beyond the job's share",
     "covered_gpu_hours": "GPU-hours with a utilization reading, clamped to held",
     "idle_gpu_hours": "GPU-hours in idle stretches (clamped like covered)",
     "cost_usd": "in-view cost; NULL when unpriced",
@@ -118,7 +121,7 @@ def _parts_sql(jobs_sql: str, totals_sql: str, key: str) -> str:
     WITH jc AS ({jobs_sql}), t AS ({totals_sql}),
     b AS (
         SELECT jc.*, t.util_cov_s, t.idle_s, t.underused_s, t.util_s, t.energy_j, lj.last_checkpoint_ts,
-               jc.gpu_count * epoch(jc.span_end - jc.span_start) AS held_s,
+               jc.gpu_hours * 3600.0 AS held_s,
                jc.state IN ({_sql_list(FAILED_STATES)}) AND jc.kind IN ({_sql_list(FAILURE_KINDS)}) AS failed
         FROM jc LEFT JOIN t USING ({key}) LEFT JOIN jobs lj ON lj.job_id = jc.job_id
     ),
@@ -130,7 +133,8 @@ def _parts_sql(jobs_sql: str, totals_sql: str, key: str) -> str:
                -- the share before it was kept and is classified like any other held time
                CASE WHEN NOT failed THEN 0.0
                     WHEN last_checkpoint_ts IS NULL THEN held_s
-                    ELSE least(held_s, gpu_count * greatest(0, epoch(span_end - greatest(last_checkpoint_ts, span_start))))
+                    ELSE held_s * least(1.0, greatest(0, epoch(span_end - greatest(last_checkpoint_ts, span_start)))
+                                            / nullif(epoch(span_end - span_start), 0))
                END AS lost_s
         FROM b
     ),
@@ -151,7 +155,7 @@ def _parts_sql(jobs_sql: str, totals_sql: str, key: str) -> str:
     )
     SELECT job_id, team, user_name, cluster, name, kind, state, gpu_model, gpu_count, start_ts, end_ts,
            strftime(span_start, '%G-W%V') AS week,
-           held_s / 3600.0 AS gpu_hours,
+           held_s / 3600.0 AS gpu_hours, oversubscribed_gpu_hours,
            f * coalesce(util_cov_s, 0) / 3600.0 AS covered_gpu_hours,
            f * coalesce(idle_s, 0) / 3600.0 AS idle_gpu_hours,
            cost_usd, failed,
@@ -346,10 +350,17 @@ def _unallocated_sql(
                   SELECT 1 FROM capacity d
                   WHERE d.ingest_id = 0 AND d.cluster = c.cluster AND d.gpu_model = c.gpu_model)
     ),
-    held AS (
-        SELECT cluster, gpu_model, gpu_count, greatest(span_start, ?::TIMESTAMP) AS t_from,
+    hj AS MATERIALIZED (
+        SELECT job_id, cluster, gpu_model, gpu_count, greatest(span_start, ?::TIMESTAMP) AS t_from,
                least(span_end, ?::TIMESTAMP) AS t_to
         FROM ({all_jobs_sql})
+    ),
+    -- a shared GPU's oversubscribed stretches hold one GPU, not the sum of what its jobs declared
+    held AS (
+        SELECT cluster, gpu_model, gpu_count, t_from, t_to FROM hj
+        UNION ALL
+        SELECT hj.cluster, hj.gpu_model, -c.cut, greatest(c.s_from, hj.t_from), least(c.s_to, hj.t_to)
+        FROM ({SHARED_SEGMENTS_SQL}) c JOIN hj ON hj.job_id = c.job_id
     ),
     ev0 AS MATERIALIZED (
         SELECT cluster, coalesce(gpu_model, '') AS mkey, 'd' AS k, t_from AS ts, gpu_count AS n FROM decl
@@ -440,23 +451,23 @@ def _unallocated_sql(
          AND p.p_from <= sh.seg_lo AND p.p_to > sh.seg_lo
     )
     SELECT cluster, any_value(gpu_model) AS gpu_model, any_value(tier) AS tier,
-           CASE WHEN sum(d * dur_h) > 0 AND sum(o * dur_h) > 0 THEN 'declared+observed'
-                WHEN sum(d * dur_h) > 0 THEN 'declared' WHEN sum(o * dur_h) > 0 THEN 'observed' END
+           CASE WHEN fsum(d * dur_h) > 0 AND fsum(o * dur_h) > 0 THEN 'declared+observed'
+                WHEN fsum(d * dur_h) > 0 THEN 'declared' WHEN fsum(o * dur_h) > 0 THEN 'observed' END
                AS capacity_basis,
-           sum(d * dur_h) AS declared_gpu_hours,
-           sum(o * dur_h) AS observed_gpu_hours,
-           sum(cap * dur_h) AS capacity_gpu_hours,
-           sum(alloc * dur_h) AS allocated_gpu_hours,
-           sum(taken * dur_h) AS unknown_model_gpu_hours,
-           sum((over_known + over_unknown) * dur_h) AS oversubscribed_gpu_hours,
-           sum(un_h) AS unallocated_gpu_hours,
-           coalesce(sum(un_h * price) / nullif(sum(un_h) FILTER (WHERE price IS NOT NULL), 0),
-                    sum(price * dur_h) / nullif(sum(dur_h) FILTER (WHERE price IS NOT NULL), 0))
+           fsum(d * dur_h) AS declared_gpu_hours,
+           fsum(o * dur_h) AS observed_gpu_hours,
+           fsum(cap * dur_h) AS capacity_gpu_hours,
+           fsum(alloc * dur_h) AS allocated_gpu_hours,
+           fsum(taken * dur_h) AS unknown_model_gpu_hours,
+           fsum((over_known + over_unknown) * dur_h) AS oversubscribed_gpu_hours,
+           fsum(un_h) AS unallocated_gpu_hours,
+           coalesce(fsum(un_h * price) / nullif(fsum(un_h) FILTER (WHERE price IS NOT NULL), 0),
+                    fsum(price * dur_h) / nullif(fsum(dur_h) FILTER (WHERE price IS NOT NULL), 0))
                AS usd_per_gpu_hour,
-           CASE WHEN count(price) = count(*) THEN sum(un_h * price) END AS unallocated_usd
+           CASE WHEN count(price) = count(*) THEN fsum(un_h * price) END AS unallocated_usd
     FROM priced
     GROUP BY cluster, mkey
-    HAVING sum(cap * dur_h) > 0 OR sum((over_known + over_unknown) * dur_h) > 0
+    HAVING fsum(cap * dur_h) > 0 OR fsum((over_known + over_unknown) * dur_h) > 0
     ORDER BY cluster, mkey
     """
     params = [
@@ -574,6 +585,7 @@ def _job_week_costs_sql(
     where, where_params = filters.job_where("pj")
     sql = f"""
     WITH wk AS ({buckets[0]}),
+    shared AS ({SHARED_SEGMENTS_SQL}),
     real AS ({real_sql}),
     pseudo AS (
         SELECT wk.week, '{PSEUDO_PREFIX}' || s.gpu_id AS job_id, any_value(g.cluster) AS cluster,
@@ -599,7 +611,8 @@ def _job_week_costs_sql(
         WHERE pj.start_ts IS NOT NULL AND {where}
     ),
     pc AS (
-        SELECT *, {price_cluster_sql("pieces", "pieces.price_tier")} AS price_cluster
+        SELECT *, {price_cluster_sql("pieces", "pieces.price_tier")} AS price_cluster,
+               {shared_cut_sql("pieces")} AS cut_s, gpu_count * epoch(span_end - span_start) AS declared_s
         FROM pieces WHERE span_end > span_start
     ),
     {PRICE_PERIODS_CTE.strip()},
@@ -613,10 +626,11 @@ def _job_week_costs_sql(
          AND p.p_from < pc.span_end AND p.p_to > pc.span_start
         GROUP BY pc.job_id, pc.week
     )
-    SELECT pc.* EXCLUDE (price_cluster),
+    SELECT pc.* EXCLUDE (price_cluster, cut_s, declared_s),
            epoch(pc.span_end - pc.span_start) / 3600.0 AS hours,
-           pc.gpu_count * epoch(pc.span_end - pc.span_start) / 3600.0 AS gpu_hours,
-           priced.cost_usd
+           (pc.declared_s - pc.cut_s) / 3600.0 AS gpu_hours,
+           pc.cut_s / 3600.0 AS oversubscribed_gpu_hours,
+           priced.cost_usd * CASE WHEN pc.declared_s > 0 THEN 1 - pc.cut_s / pc.declared_s ELSE 1 END AS cost_usd
     FROM pc LEFT JOIN priced USING (job_id, week)
     """
     as_of_param = as_of or dt.datetime(9999, 1, 1)
@@ -711,7 +725,8 @@ def waste_totals(
     """The view's parts as plain floats (0 where not applicable), plus spend_usd, waste_usd, failed_lost_usd
     (= failed_usd), failed_checkpointed_usd (failed jobs' cost up to their checkpoint, inside the other
     parts), failed_no_checkpoint_usd (the part of failed_usd from jobs with no known checkpoint),
-    idle_gpu_hours and unpriced_gpu_hours."""
+    idle_gpu_hours, unpriced_gpu_hours and oversubscribed_gpu_hours (shared GPUs' time beyond the jobs'
+    shares, and held time beyond a cluster's capacity: reported, never billed)."""
     as_of = as_of or horizon(con)
     sql, params = job_waste_sql(con, filters, settings, as_of, source)
     row = con.execute(
@@ -720,17 +735,22 @@ def waste_totals(
                    coalesce(sum(failed_checkpointed_usd), 0),
                    coalesce(sum(failed_usd) FILTER (WHERE failed_basis LIKE 'no checkpoint%'), 0),
                    coalesce(sum(idle_gpu_hours), 0),
-                   coalesce(sum(gpu_hours) FILTER (WHERE cost_usd IS NULL), 0)
+                   coalesce(sum(gpu_hours) FILTER (WHERE cost_usd IS NULL), 0),
+                   coalesce(sum(oversubscribed_gpu_hours), 0)
             FROM ({sql})""",
         params,
     ).fetchall()[0]
     names = [p for p in PARTS if p != "unallocated_usd"]
     out = {n: float(v) for n, v in zip(names, row[: len(names)], strict=True)}
     extra = ["failed_lost_usd", "failed_checkpointed_usd", "failed_no_checkpoint_usd"]
-    extra += ["idle_gpu_hours", "unpriced_gpu_hours"]
+    extra += ["idle_gpu_hours", "unpriced_gpu_hours", "oversubscribed_gpu_hours"]
     out.update({n: float(v) for n, v in zip(extra, row[len(names) :], strict=True)})
     un = unallocated(con, filters=filters, settings=settings, as_of=as_of)
     out["unallocated_usd"] = float(un["unallocated_usd"].fill_null(0).sum()) if un.height else 0.0
+    # shared GPUs' time beyond the jobs' shares, plus held time beyond a cluster's capacity: never billed
+    out["oversubscribed_gpu_hours"] += (
+        float(un["oversubscribed_gpu_hours"].fill_null(0).sum()) if un.height else 0.0
+    )
     out["spend_usd"] = sum(out[p] for p in PARTS)
     out["waste_usd"] = sum(out[p] for p in WASTE_PARTS)
     return out
