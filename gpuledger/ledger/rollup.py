@@ -43,6 +43,8 @@ META_KEY = "rollup_thresholds"
 # GPUs are re-rolled in batches of about this many samples: one batch's sorted samples and minute
 # aggregation fit the writer's 1 GB memory limit (gpuledger/ledger/db.py) without spilling to disk.
 BATCH_SAMPLES = 1_500_000
+# ... except an ingest of whole polls, read without a sort in one batch up to this many samples (_one_poll_batch)
+POLL_BATCH_SAMPLES = 4_000_000
 DEFAULT_THRESHOLDS = (5.0, 30.0, 60.0)
 Thresholds = tuple[float, float, float]  # idle_util_pct, idle_min_minutes, target_util_pct
 
@@ -186,11 +188,11 @@ def _sequence_polls(con: duckdb.DuckDBPyConnection, bounds: list[object]) -> boo
         "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = 'stage_landed_polls'"
     ).fetchall()[0][0]:
         return False
-    ingest_id, n = con.execute(
-        """SELECT any_value(p.ingest_id), count(*) FROM stage_landed_polls p
-           WHERE p.gpu_id IN (SELECT gpu_id FROM rollup_m)"""
+    ingest_id, n, outside = con.execute(
+        """SELECT any_value(p.ingest_id), count(*),
+                  count(*) FILTER (p.gpu_id NOT IN (SELECT gpu_id FROM rollup_m)) FROM stage_landed_polls p"""
     ).fetchall()[0]
-    if not n:
+    if not n or outside:  # the batch must hold every GPU of the polls: the read below has no GPU filter
         return False
     others = con.execute(
         """SELECT count(*) FROM samples s
@@ -207,8 +209,7 @@ def _sequence_polls(con: duckdb.DuckDBPyConnection, bounds: list[object]) -> boo
         SELECT {_SEQ_COLUMNS.format(w=w, n=off)},
                lag(s.gpu_id{off}) {w} AS prev_gpu, lead(s.gpu_id{off}) {w} AS next_gpu
         FROM samples s
-        WHERE s.ingest_id = ? AND s.gpu_id IN (SELECT gpu_id FROM stage_landed_polls)
-          AND s.gpu_id IN (SELECT gpu_id FROM rollup_m) AND s.ts >= ? AND s.ts < ?
+        WHERE s.ingest_id = ? AND s.ts >= ? AND s.ts < ?
         """,
         [ingest_id, *bounds],
     )
@@ -524,12 +525,31 @@ def _batches(con: duckdb.DuckDBPyConnection) -> int:
         FROM n
         """
     )
+    if _one_poll_batch(con):
+        con.execute("UPDATE rollup_b SET batch = 0")
     # batch numbers may skip (one GPU bigger than a batch): renumber densely
     con.execute(
         """CREATE OR REPLACE TEMP TABLE rollup_b AS
            SELECT gpu_id, dense_rank() OVER (ORDER BY batch) - 1 AS batch FROM rollup_b"""
     )
     return int(con.execute("SELECT coalesce(max(batch) + 1, 0) FROM rollup_b").fetchall()[0][0])
+
+
+def _one_poll_batch(con: duckdb.DuckDBPyConnection) -> bool:
+    """Refresh all GPUs in one batch when they are exactly the GPUs of an ingest landed as whole polls
+    (TEMP ``stage_landed_polls``) and there are at most POLL_BATCH_SAMPLES samples: the unsorted read of
+    :func:`_sequence_polls` needs every GPU of the polls at once (a subset would need a filter, which costs
+    it its speed), and streams rather than sorts, so the batch limit is there for the sort."""
+    if not con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = 'stage_landed_polls'"
+    ).fetchall()[0][0]:
+        return False
+    differ, n = con.execute(
+        """SELECT (SELECT count(*) FROM (SELECT gpu_id FROM rollup_b EXCEPT SELECT gpu_id FROM stage_landed_polls))
+                + (SELECT count(*) FROM (SELECT gpu_id FROM stage_landed_polls EXCEPT SELECT gpu_id FROM rollup_b)),
+                  (SELECT count(*) FROM samples WHERE ingest_id = (SELECT any_value(ingest_id) FROM stage_landed_polls))"""
+    ).fetchall()[0]
+    return not differ and n <= POLL_BATCH_SAMPLES
 
 
 def _run_refresh(con: duckdb.DuckDBPyConnection, th: Thresholds) -> None:
