@@ -351,8 +351,10 @@ def _unallocated_sql(
                   WHERE d.ingest_id = 0 AND d.cluster = c.cluster AND d.gpu_model = c.gpu_model)
     ),
     hj AS MATERIALIZED (
+        -- a running job holds its GPUs to the window's end (its cost stops at the horizon; the last
+        -- sample's interval after it is not unallocated)
         SELECT job_id, cluster, gpu_model, gpu_count, greatest(span_start, ?::TIMESTAMP) AS t_from,
-               least(span_end, ?::TIMESTAMP) AS t_to
+               CASE WHEN end_ts IS NULL THEN ?::TIMESTAMP ELSE least(span_end, ?::TIMESTAMP) END AS t_to
         FROM ({all_jobs_sql})
     ),
     -- a shared GPU's oversubscribed stretches hold one GPU, not the sum of what its jobs declared
@@ -478,6 +480,7 @@ def _unallocated_sql(
         hi,
         hi,  # decl
         lo,
+        hi,
         hi,
         *all_jobs_params,  # held
         lo,

@@ -388,3 +388,45 @@ def test_ensure_demo_fills_only_an_empty_ledger(db_path: str, tmp_path) -> None:
     assert ensure_demo(other, days=2) is False
     with reader(other) as con:
         assert one(con, "SELECT count(*) FROM jobs") == 1
+
+
+def test_headline_money_follows_observed_capacity_and_checkpoints(demo: duckdb.DuckDBPyConnection) -> None:
+    """Plain SQL: atlas (no declared capacity) pays for its reporting H100s, so what its jobs did not hold
+    is unallocated; a failed run's waste is only the time after its last checkpoint."""
+    from analytics.waste import job_waste, unallocated
+
+    un = {r["cluster"]: r for r in unallocated(demo).iter_rows(named=True)}
+    atlas = un["atlas"]
+    assert atlas["capacity_basis"] == "observed"
+    # each atlas GPU reports without a gap from its first sample to its last (+ 30 s), inside the window
+    observed_h = one(
+        demo,
+        """SELECT sum(epoch(least(e, ?) - greatest(f, ?))) / 3600 FROM (
+               SELECT min(s.ts) AS f, max(s.ts + to_seconds(s.interval_s)) AS e
+               FROM samples s JOIN gpus g USING (gpu_id) WHERE g.cluster = 'atlas' GROUP BY s.gpu_id)""",
+        [HI, LO],
+    )
+    held_h = one(
+        demo,
+        """SELECT sum(gpu_count * epoch(least(coalesce(end_ts, ?), ?) - greatest(start_ts, ?))) / 3600
+           FROM jobs WHERE cluster = 'atlas' AND start_ts < ? AND coalesce(end_ts, ?) > ?""",
+        [HI, HI, LO, HI, HI, LO],
+    )
+    assert atlas["observed_gpu_hours"] == pytest.approx(observed_h, rel=1e-9)
+    assert atlas["oversubscribed_gpu_hours"] == pytest.approx(0.0, abs=1e-9)
+    assert atlas["unallocated_gpu_hours"] == pytest.approx(observed_h - held_h, rel=1e-9)
+    assert atlas["unallocated_usd"] == pytest.approx((observed_h - held_h) * 2.99, rel=1e-9)  # H100 on-demand
+    # failed runs whose checkpoint lies inside the window: failed_usd = GPUs × (end − checkpoint) × price
+    expected = rows(
+        demo,
+        """SELECT j.job_id, j.gpu_count * epoch(j.end_ts - j.last_checkpoint_ts) / 3600 * p.usd_per_gpu_hour
+           FROM jobs j JOIN prices p ON p.gpu_model = j.gpu_model AND p.tier = j.pricing_tier AND p.cluster IS NULL
+           WHERE starts_with(j.name, 'failed-') AND j.last_checkpoint_ts >= ? AND j.end_ts <= ?""",
+        [LO, HI],
+    )
+    assert expected
+    w = {r["job_id"]: r for r in job_waste(demo).iter_rows(named=True)}
+    for job_id, lost_usd in expected:
+        assert w[job_id]["failed_usd"] == pytest.approx(lost_usd, rel=1e-9), job_id
+        assert w[job_id]["failed_basis"] == "lost after the last checkpoint"
+        assert w[job_id]["failed_checkpointed_usd"] > 0
