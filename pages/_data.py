@@ -681,17 +681,23 @@ def _capacity(
 
 
 def job(job_id: str) -> dict[str, Any] | None:
-    """One job's row of ``gpuledger jobs --json`` (None when it is not in the ledger or not the viewer's)."""
+    """One job for its page: ``row`` (its row of ``gpuledger jobs --json``), ``stretches`` (its idle stretches,
+    analytics.job_signals.idle_stretches: gpu_id, start_ts, end_ts, idle_s), ``diagnoses`` and
+    ``recommendations`` (the rows of the view of the job's own days that name it). None when the job is
+    not in the ledger or belongs to a team the viewer may not see."""
     if not job_id or not _job_in_scope(job_id):
         return None
     path, ver, fp, s = _ctx()
     return _job(path, ver, fp, job_id, s)
 
 
-@st.cache_data(show_spinner=False, max_entries=64, ttl=CACHE_TTL_S)
+@st.cache_data(show_spinner="Loading the job…", max_entries=64, ttl=CACHE_TTL_S)
 def _job(
     db_path: str, ver: tuple[int, int], fp: str, job_id: str, _settings: Settings
 ) -> dict[str, Any] | None:
+    from analytics.job_signals import idle_stretches
+    from analytics.query import frame
+
     with reader(db_path) as con:
         row = con.execute(
             "SELECT start_ts::DATE, coalesce(end_ts, start_ts)::DATE, team FROM jobs WHERE job_id = ?",
@@ -701,7 +707,30 @@ def _job(
             return None
         f = Filters(since=row[0], until=row[1], teams=(row[2],) if row[2] else ())
         table = _jobs_table(con, f, _settings).filter(pl.col("job_id") == job_id)
-    return table.row(0, named=True) if table.height else None
+        if table.is_empty():
+            return None
+        stretches = idle_stretches(con, filters=f, settings=_settings).filter(pl.col("job_id") == job_id)
+        try:
+            diags = _analytics("diagnoses").diagnoses(con, filters=f, settings=_settings)
+            diags = diags.filter(pl.col("job_id") == job_id)
+        except NotReady:
+            diags = pl.DataFrame()
+        recs = _recommendations(con, f, _settings)
+        recs = recs.filter(pl.col("job_ids").list.contains(job_id))
+        run = frame(con, "SELECT * FROM training_runs WHERE job_id = ?", [job_id])
+        curve = frame(
+            con,
+            "SELECT step, ts, loss, eval_loss, learning_rate FROM train_log WHERE job_id = ? ORDER BY step, ts",
+            [job_id],
+        )
+    return {
+        "row": table.row(0, named=True),
+        "stretches": stretches,
+        "diagnoses": diags,
+        "recommendations": recs,
+        "training_run": run.row(0, named=True) if run.height else None,
+        "train_log": curve,
+    }
 
 
 def settings_file() -> tuple[str, str]:

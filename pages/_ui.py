@@ -104,6 +104,20 @@ def delta(now: float | None, before: float | None, kind: str = "usd") -> str | N
     return text
 
 
+DIAGNOSIS_LABELS = {
+    "busy_but_unproductive": "Busy but unproductive",
+    "input_bound": "Waiting on input (data loading)",
+    "poor_scaling": "Scales poorly across GPUs",
+    "throttling": "Thermal or power throttling",
+    "oversized_gpu": "GPU bigger than needed",
+}
+
+
+def diagnosis_label(code: str) -> str:
+    """A diagnosis code in words (analytics/diagnoses.py's codes)."""
+    return DIAGNOSIS_LABELS.get(code, code.replace("_", " ").capitalize())
+
+
 def empty_state(what: str = "the ledger") -> None:
     """Tell the user how to load data, instead of drawing empty charts."""
     st.info(

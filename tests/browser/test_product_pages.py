@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
+from pathlib import Path
 
 from playwright.sync_api import Page
 
@@ -23,6 +25,9 @@ BAD_TEXT = re.compile(r"\bNone\b|\bnan\b|\bNaN\b|-0\.0\b|\$-0\.00")
 def goto(page: Page, server: Server, path: str = "", query: str = "") -> str:
     page.set_viewport_size({"width": 1440, "height": 900})
     page.goto(f"{server.url}/{path}" + (f"?{query}" if query else ""))
+    wait_for_app(page)
+    # a deep link as a session's first request reruns once through app.py (pages/_ui.require_router)
+    page.wait_for_selector("[data-testid='stMain'] h1", timeout=60_000)
     wait_for_app(page)
     assert_no_exception(page)
     return main_text(page)
@@ -117,3 +122,73 @@ def test_overview_never_draws_unallocated_as_a_team(page: Page, server: Server) 
     legend = page.locator("[data-testid='stPlotlyChart'] .legend").first.text_content() or ""
     assert "unallocated capacity (no team)" in legend
     assert "unallocated" not in legend.replace("unallocated capacity (no team)", "")
+
+
+JOB = "atlas/410012"  # the demo's over-allocated whisper fine-tune: 8 GPUs, idle stretches on most of them
+
+
+def test_job_url_opens_the_job_with_its_timeline(page: Page, server: Server) -> None:
+    text = goto(page, server, "jobs", f"job={JOB}")
+    shots(page, "job")
+    assert_clean(text)
+    row = next(r for r in json_cli(server, "jobs") if r["job_id"] == JOB)
+    assert f"Job {JOB}" in text
+    assert metric(page, "Cost")[0] == money(row["cost_usd"])
+    assert metric(page, "Idle $")[0] == money(row["idle_allocated_usd"])
+    assert metric(page, "Waste $")[0] == money(row["waste_usd"])
+    # the timeline: one utilization line per GPU (8 ≤ MAX_LINES), memory below, idle stretches shaded
+    chart = page.get_by_test_id("stPlotlyChart").first
+    assert chart.locator(".scatterlayer .trace").count() == 2 * int(row["gpu_count"])
+    assert chart.locator(".shapelayer path").count() > 0
+    # the stretches' $ add up to the job's idle $
+    assert f"{money(row['idle_allocated_usd'])} in all" in text
+    for heading in ("Training metrics", "Diagnoses", "Recommendations"):
+        assert heading in text
+
+
+def test_jobs_row_click_opens_the_job(page: Page, server: Server) -> None:
+    text = goto(page, server, "jobs", VIEW)
+    shots(page, "jobs")
+    assert_clean(text)
+    first = json_cli(server, "jobs", *VIEW_ARGS)[0]  # the costliest job: the table's first row
+    grid = page.get_by_test_id("stDataFrame").first
+    box = grid.bounding_box()
+    assert box is not None
+    page.mouse.click(box["x"] + 14, box["y"] + 35 + 17)  # the first row's selection cell
+    page.wait_for_url("**job=**", timeout=30_000)
+    page.get_by_role("heading", name=f"Job {first['job_id']}").wait_for(timeout=60_000)
+    wait_for_app(page)
+    assert "since=2026-11-21" in page.url  # the view's filters stay in the job's URL
+
+
+def test_settings_edit_round_trips(page: Page, server: Server) -> None:
+    path = Path(server.env["GPULEDGER_SETTINGS"])
+    original = path.read_text()
+    try:
+        text = goto(page, server, "settings")
+        shots(page, "settings")
+        assert_clean(text)
+        assert "Prices in force" in text and "Thresholds" in text
+        field = page.get_by_role("spinbutton", name="thresholds.idle_util_pct")
+        # a bad value: the CLI's message, nothing written
+        field.fill("150")
+        page.get_by_role("button", name="Save thresholds").click()
+        wait_for_app(page)
+        text = main_text(page)
+        assert "setting 'thresholds.idle_util_pct': must be between 0 and 100, got 150.0" in text
+        assert path.read_text() == original
+        # a good one: written, read back by the CLI, shown as in force
+        page.get_by_role("spinbutton", name="thresholds.idle_util_pct").fill("10")
+        page.get_by_role("button", name="Save thresholds").click()
+        wait_for_app(page)
+        text = main_text(page)
+        assert "thresholds.idle_util_pct 5 → 10" in text
+        assert tomllib.loads(path.read_text())["thresholds"]["idle_util_pct"] == 10.0
+        assert page.get_by_role("spinbutton", name="thresholds.idle_util_pct").input_value() == "10.0"
+        shots(page, "settings-saved")
+        # applied: the Overview's idle $ is summary --json's under the new threshold
+        goto(page, server, "", VIEW)
+        now = json_cli(server, "summary", *VIEW_ARGS)
+        assert metric(page, "Idle $")[0] == money(now["idle_usd"])
+    finally:
+        path.write_text(original)

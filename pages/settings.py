@@ -1,0 +1,282 @@
+"""Settings: the prices in force (with source and date), the thresholds and the clusters, and edits to them.
+
+An edit is checked exactly as every command checks the file (gpuledger.ledger.settings.from_dict, then the
+price rows against the GPU catalog): a bad value shows the CLI's own message and nothing is written. A good
+one is written into the settings file in use (gpuledger.ledger.paths.choose_settings; with none, the user's
+~/.config/gpuledger/settings.toml), keeping the file's other lines and comments, and every page uses it from
+the next click: the figures' caches are keyed on the settings' fingerprint.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import tomllib
+from pathlib import Path
+
+import polars as pl
+import streamlit as st
+
+from gpuledger.ledger.errors import LedgerError
+from gpuledger.ledger.reference import catalog, effective_prices
+from gpuledger.ledger.settings import BILLING, TIERS, Settings, from_dict
+from pages import _data, _ui
+from pages._ui import code, column_config, md
+
+# (toml section, key, Settings field, what it means, step)
+THRESHOLDS = [
+    ("thresholds", "idle_util_pct", "idle_util_pct", "a GPU at or under this utilization is idle (%)", 1.0),
+    (
+        "thresholds",
+        "idle_min_minutes",
+        "idle_min_minutes",
+        "an idle stretch counts from this long (min)",
+        5.0,
+    ),
+    (
+        "thresholds",
+        "target_util_pct",
+        "target_util_pct",
+        "held time under this utilization is under-used (%)",
+        5.0,
+    ),
+    (
+        "thresholds",
+        "notebook_idle_stop_minutes",
+        "notebook_idle_stop_minutes",
+        "stop an idle notebook after (min)",
+        5.0,
+    ),
+    (
+        "thresholds",
+        "capacity_gap_minutes",
+        "capacity_gap_minutes",
+        "telemetry silence that ends capacity (min)",
+        5.0,
+    ),
+    ("thresholds", "max_job_days", "max_job_days", "a longer job is implausible (days)", 1.0),
+    ("energy", "usd_per_kwh", "usd_per_kwh", "electricity price ($/kWh)", 0.01),
+    ("energy", "gco2e_per_kwh", "gco2e_per_kwh", "grid intensity (gCO2e/kWh)", 10.0),
+    (
+        "recommend",
+        "batch_safety_fraction",
+        "batch_safety_fraction",
+        "share of GPU memory a batch may use",
+        0.05,
+    ),
+]
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(float(value)) if isinstance(value, float) else str(value)
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+    return f'"{text}"'
+
+
+def set_key(text: str, section: str, key: str, value: object) -> str:
+    """``text`` (a TOML file) with ``key = value`` under ``[section]``: the key's line replaced, or added at
+    the end of the section, or the section added at the end. Other lines (comments too) stay."""
+    lines = text.splitlines()
+    header = re.compile(r"^\s*\[\s*" + re.escape(section) + r"\s*\]\s*(#.*)?$")
+    any_header = re.compile(r"^\s*\[")
+    line_re = re.compile(r"^\s*" + re.escape(key) + r"\s*=")
+    new = f"{key} = {_toml_value(value)}"
+    start = next((i for i, line in enumerate(lines) if header.match(line)), None)
+    if start is None:
+        body = "\n".join(lines).rstrip("\n")
+        return (body + "\n\n" if body else "") + f"[{section}]\n{new}\n"
+    end = next((i for i in range(start + 1, len(lines)) if any_header.match(lines[i])), len(lines))
+    for i in range(start + 1, end):
+        if line_re.match(lines[i]):
+            lines[i] = new
+            return "\n".join(lines) + "\n"
+    last = max(i for i in range(start, end) if lines[i].strip() and not lines[i].lstrip().startswith("#"))
+    lines.insert(last + 1, new)
+    return "\n".join(lines) + "\n"
+
+
+def add_price(text: str, row: dict[str, object]) -> str:
+    block = "\n".join(["[[price]]", *(f"{k} = {_toml_value(v)}" for k, v in row.items() if v is not None)])
+    return text.rstrip("\n") + ("\n\n" if text.strip() else "") + block + "\n"
+
+
+def check(text: str, path: Path) -> Settings:
+    """The settings ``text`` would give, checked as every command checks them; LedgerError when not."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise LedgerError(f"{path}: setting '(syntax)': {exc}") from None
+    s = from_dict(data, path)
+    effective_prices(s)  # user price rows must name catalog models
+    return s
+
+
+def save(path: Path, text: str, what: str) -> None:
+    """Check, then write, then say so on the next run (the page reruns to show the new values)."""
+    try:
+        check(text, path)
+    except LedgerError as exc:
+        st.session_state["settings_error"] = f"error: {exc}"
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    st.session_state["settings_saved"] = what
+    st.session_state.pop("settings_error", None)
+
+
+_ui.require_router()
+st.title("Settings")
+file_name, origin = _data.settings_file()
+path = Path(file_name)
+current = path.read_text(encoding="utf-8") if path.is_file() else ""
+s = _data.settings()
+st.caption(
+    f"Settings file in use: {code(file_name)} ({md(origin)}). Edits below are checked as `gpuledger` checks "
+    "the file, written there, and used by every page and command from then on (docs/settings.md)."
+)
+if msg := st.session_state.pop("settings_saved", None):
+    st.success(
+        f"Saved to {code(file_name)}: {md(msg)}. Every page now uses it.", icon=":material/check_circle:"
+    )
+if err := st.session_state.pop("settings_error", None):
+    st.error(f"{md(err)}\n\nNothing was written. Change the value and save again.", icon=":material/error:")
+
+# ---------------------------------------------------------------- prices
+st.subheader("Prices in force")
+try:
+    prices = _data.prices_in_force()
+except LedgerError as exc:
+    st.error(f"{md(str(exc))}\n\nFix the price rows in the settings file.", icon=":material/error:")
+    prices = []
+user_rows = set(s.prices)
+table = pl.DataFrame(
+    {
+        "gpu_model": [r.gpu_model for r in prices],
+        "tier": [r.tier for r in prices],
+        "cluster": [r.cluster or "every cluster" for r in prices],
+        "usd_per_gpu_hour": [r.usd_per_gpu_hour for r in prices],
+        "effective_from": [r.effective_from for r in prices],
+        "from": ["your settings" if r in user_rows else "shipped price sheet" for r in prices],
+        "source": [r.source for r in prices],
+        "source_date": [r.source_date for r in prices],
+    },
+    schema_overrides={"effective_from": pl.Date, "source_date": pl.Date, "usd_per_gpu_hour": pl.Float64},
+).sort("gpu_model", "tier", "cluster", "effective_from")
+cfg = column_config(table.columns) | {
+    "usd_per_gpu_hour": st.column_config.NumberColumn("$ per GPU-hour", format="dollar"),
+    "source": st.column_config.TextColumn("source", width="large"),
+    "effective_from": st.column_config.DateColumn("in force from", format="YYYY-MM-DD"),
+    "source_date": st.column_config.DateColumn("source date", format="YYYY-MM-DD"),
+}
+st.dataframe(table, hide_index=True, column_config=cfg, height=300)
+st.caption(
+    "A row is in force from its date until the next row of the same model, tier and cluster. Your rows replace "
+    f"the shipped row of the same model, tier, cluster and date. Jobs without a tier use {code(s.default_tier)}."
+)
+with st.form("add_price", border=True):
+    st.markdown("**Add or replace a price**")
+    c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
+    models = sorted(m.model for m in catalog())
+    model = c1.selectbox("GPU model", models, key="price_model")
+    tier = c2.selectbox("Tier", TIERS, key="price_tier")
+    usd = c3.number_input(
+        "$ per GPU-hour", min_value=0.0, value=1.0, step=0.01, format="%.2f", key="price_usd"
+    )
+    since = c4.date_input("In force from", value=dt.date.today(), key="price_from", format="YYYY-MM-DD")
+    c5, c6 = st.columns([3, 1])
+    source = c5.text_input(
+        "Source (where the price comes from)", key="price_source", placeholder="e.g. our contract"
+    )
+    cluster = c6.text_input("Cluster (empty: every cluster)", key="price_cluster")
+    if st.form_submit_button("Save price", icon=":material/save:"):
+        row = {
+            "gpu_model": model,
+            "tier": tier,
+            "usd_per_gpu_hour": float(usd),
+            "effective_from": since,
+            "source": source.strip() or "entered on the Settings page",
+            "source_date": dt.date.today(),
+            "cluster": cluster.strip() or None,
+        }
+        save(path, add_price(current, row), f"{model} {tier} ${usd:,.2f}/GPU-h from {since}")
+        st.rerun()
+
+# ---------------------------------------------------------------- thresholds
+st.subheader("Thresholds")
+with st.form("thresholds", border=True):
+    cols = st.columns(3)
+    values: dict[tuple[str, str], float] = {}
+    for i, (section, key, fld, meaning, step) in enumerate(THRESHOLDS):
+        values[(section, key)] = cols[i % 3].number_input(
+            f"{section}.{key}",
+            value=float(getattr(s, fld)),
+            step=step,
+            help=meaning,
+            key=f"set_{section}_{key}",
+            format="%.2f" if step < 1 else "%.1f",
+        )
+    if st.form_submit_button("Save thresholds", icon=":material/save:"):
+        text = current
+        changed = []
+        for (section, key, fld, _, _), value in zip(THRESHOLDS, values.values(), strict=True):
+            if abs(float(value) - float(getattr(s, fld))) > 1e-9:
+                text = set_key(text, section, key, float(value))
+                changed.append(f"{section}.{key} {getattr(s, fld):g} → {value:g}")
+        if changed:
+            save(path, text, "; ".join(changed))
+        else:
+            st.session_state.pop("settings_error", None)
+        st.rerun()
+st.caption(
+    " · ".join(f"{code(f'{sec}.{key}')}: {meaning}" for sec, key, _, meaning, _ in THRESHOLDS[:3])
+    + " (hover a field for the others)."
+)
+
+# ---------------------------------------------------------------- clusters
+st.subheader("Clusters")
+names = sorted(set(s.clusters) | set(_data.filter_choices().clusters))
+rows = []
+for name in names:
+    c = s.clusters.get(name)
+    rows.append(
+        {
+            "cluster": name,
+            "tier": (c.tier if c and c.tier else f"{s.default_tier} (the default)"),
+            "billing": (c.billing if c else "always_on"),
+            "declared_capacity": (
+                ", ".join(f"{cap.gpu_count:g} × {cap.gpu_model}" for cap in c.capacity)
+                if c and c.capacity
+                else "none declared: observed GPUs count"
+            ),
+        }
+    )
+if rows:
+    st.dataframe(pl.DataFrame(rows), hide_index=True, column_config=column_config(list(rows[0])))
+st.caption(
+    "billing always_on: capacity nobody holds is paid for (unallocated waste); per_job: it is not (cloud jobs "
+    "billed by the job). Declared capacity is set in the file ([clusters.NAME] capacity, docs/settings.md)."
+)
+if names:
+    with st.form("cluster", border=True):
+        st.markdown("**Change a cluster's tier or billing**")
+        c1, c2, c3 = st.columns(3)
+        name = c1.selectbox("Cluster", names, key="cluster_name")
+        old = s.clusters.get(name)
+        new_tier = c2.selectbox(
+            "Tier", TIERS, index=TIERS.index(old.tier) if old and old.tier else 0, key="cluster_tier"
+        )
+        new_billing = c3.selectbox(
+            "Billing", BILLING, index=BILLING.index(old.billing) if old else 0, key="cluster_billing"
+        )
+        if st.form_submit_button("Save cluster", icon=":material/save:"):
+            section = (
+                f'clusters."{name}"' if not re.fullmatch(r"[A-Za-z0-9_-]+", name) else f"clusters.{name}"
+            )
+            text = set_key(set_key(current, section, "tier", new_tier), section, "billing", new_billing)
+            save(path, text, f"cluster {name}: tier {new_tier}, billing {new_billing}")
+            st.rerun()
