@@ -128,3 +128,18 @@ def test_declared_and_observed_take_whichever_covers_more(ledger):
     assert un["allocated_gpu_hours"] == pytest.approx(2.0)
     assert un["oversubscribed_gpu_hours"] == pytest.approx(1.0)
     assert un["unallocated_gpu_hours"] == pytest.approx(3.0)
+
+
+def test_billing_and_gap_settings_are_validated(tmp_path):
+    from gpuledger.ledger.errors import SettingsError
+    from gpuledger.ledger.settings import load_settings
+
+    good = tmp_path / "good.toml"
+    good.write_text('[thresholds]\ncapacity_gap_minutes = 90\n[clusters.lab]\nbilling = "per_job"\n')
+    s = load_settings(good)
+    assert s.capacity_gap_minutes == 90.0 and s.clusters["lab"].billing == "per_job"
+    assert Settings().clusters.get("lab", ClusterSettings()).billing == "always_on"  # the default
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[clusters.lab]\nbilling = "sometimes"\n')
+    with pytest.raises(SettingsError, match=r"clusters\.lab\.billing.*must be one of always_on, per_job"):
+        load_settings(bad)
