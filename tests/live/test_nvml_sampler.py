@@ -159,7 +159,8 @@ def test_processes_jobs_and_allocations_from_proc_and_job_map(db_path: str, tmp_
     # a host-level allocation of job ci/4242 that sacct brought earlier must survive the sampler's flushes
     with writer(db_path) as con:
         con.execute(
-            "INSERT INTO allocations VALUES ('ci/4242', 'ws1', NULL, 1, '2025-09-08 09:00:00', NULL, 0)"
+            "INSERT INTO allocations (job_id, host, gpu_id, gpu_count, start_ts, end_ts, ingest_id) "
+            "VALUES ('ci/4242', 'ws1', NULL, 1, '2025-09-08 09:00:00', NULL, 0)"
         )
     replay = ReplayNvml(path, columns=XYPP3_COLUMNS, processes=procs)
     replay_run(
