@@ -46,6 +46,7 @@ from collectors.base import (
 )
 from collectors.nvml_api import DeviceInfo, DeviceLost, NvmlApi
 from collectors.proc_jobs import ProcJobs, jobs_from_mapping_dir
+from collectors.validate import screen_live
 from gpuledger.ledger.db import writer
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.reference import normalize_model
@@ -344,7 +345,9 @@ class NvmlSampler:
 
         ingest_id = next_ingest_id(con)
         self._stage(con)
+        rejected = screen_live(con, ingest_id, f"nvml://{self.host}")
         rows, notes = split_sample_notes(land(con, ingest_id, self.opts))
+        notes.update(rejected)
         span = self.samples.data["ts"]
         marker = f"{self.host}|{span[0] if span else ''}|{span[-1] if span else ''}|{uuid.uuid4()}"
         record_ingest(

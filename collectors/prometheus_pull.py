@@ -61,6 +61,7 @@ from collectors.base import (
     split_sample_notes,
 )
 from collectors.dcgm import stage_long
+from collectors.validate import screen_live
 from gpuledger.ledger.db import writer
 from gpuledger.ledger.errors import CollectorError
 from gpuledger.ledger.settings import Settings
@@ -678,6 +679,7 @@ def commit_chunk(
                 ).fetchall()[0][0]
                 if staged:
                     chunk.ingest_id = next_ingest_id(con)
+                    chunk.skipped.update(screen_live(con, chunk.ingest_id, path))
                     rows, notes = split_sample_notes(land(con, chunk.ingest_id, ingest_opts))
                     chunk.skipped.update(notes)
                     chunk.rows = rows

@@ -41,6 +41,7 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, land, next_ingest_id, record_ingest, run_in_transaction
+from collectors.validate import screen_live
 from gpuledger.ledger.db import writer
 from gpuledger.ledger.errors import CollectorError
 
@@ -284,6 +285,7 @@ def poll(
                         apply_gpu_indices(con, indices or {})
                     if indices is None:
                         report.skipped["running jobs whose GPU indices scontrol did not give"] = len(running)
+                    report.skipped.update(screen_live(con, ingest_id, source))
                     report.rows = land(con, ingest_id, opts)
                     record_ingest(
                         con,

@@ -637,3 +637,14 @@ def ledger_violations(
         )
     con.execute("DROP TABLE IF EXISTS temp.valid_models")
     return out
+
+
+def screen_live(con: duckdb.DuckDBPyConnection, ingest_id: int, source: str) -> dict[str, int]:
+    """The live collectors' checks (NVML flush, Prometheus chunk, Slurm poll): the same rules as a file, but a
+    collector must not stop on one bad reading, so the implausible rows are left out and kept in
+    ``rejected_rows`` under ``source``; returns the note for the ingest's ``skipped`` counts."""
+    bad = validate_stage(con, source, skip_bad_rows=True)
+    if not bad:
+        return {}
+    record_rejections(con, ingest_id, source, bad)
+    return {f"rows outside their physical range (rejected_rows of ingest #{ingest_id})": len(bad)}

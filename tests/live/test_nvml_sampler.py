@@ -384,3 +384,24 @@ def test_missing_nvml_is_one_line_and_exit_1(db_path: str) -> None:
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == ["error: NVML not available: NVML Shared Library Not Found"]
     assert proc.stdout == ""
+
+
+# ---- a live flush is held to the same physical ranges as a file ----------------------------------------
+def test_a_bad_reading_is_left_out_and_recorded_without_stopping_the_collector(
+    db_path: str, tmp_path: Path
+) -> None:
+    # four readings of one RTX 4090 at 1 s; the third says 250 % utilization and -300 W (a driver glitch)
+    path = write(
+        tmp_path,
+        "gpu.csv",
+        "timestamp, name, utilization.gpu [%], utilization.memory [%], memory.used [MiB], power.draw [W]\n"
+        "2026/01/03 15:36:53.000, NVIDIA GeForce RTX 4090, 96 %, 40 %, 17959 MiB, 305.81 W\n"
+        "2026/01/03 15:36:54.000, NVIDIA GeForce RTX 4090, 97 %, 41 %, 17959 MiB, 306.00 W\n"
+        "2026/01/03 15:36:55.000, NVIDIA GeForce RTX 4090, 250 %, 41 %, 17959 MiB, -300 W\n"
+        "2026/01/03 15:36:56.000, NVIDIA GeForce RTX 4090, 95 %, 40 %, 17959 MiB, 304.00 W\n",
+    )
+    sampler = replay_run(db_path, ReplayNvml(path), 4, interval_s=1.0, flush_s=60.0)
+    assert sampler.summary.samples == 4
+    assert rows(db_path, "SELECT count(*), max(util_pct), min(power_w) FROM samples") == [(3, 97.0, 304.0)]
+    rejected = rows(db_path, "SELECT path, table_name, count(*) FROM rejected_rows GROUP BY ALL")
+    assert rejected == [("nvml://ws1", "samples", 1)]
