@@ -157,6 +157,21 @@ def reprice_model(jobs: pl.DataFrame, old: str, new: str, prices: list[PriceRow]
     )
 
 
+def after_model_change(
+    jobs: pl.DataFrame, old: str, new: str, prices: list[PriceRow], tier: str
+) -> pl.DataFrame:
+    """``jobs`` as they would be after :func:`reprice_model`: the jobs on ``old`` now on ``new`` at its
+    ``tier`` price, so that a later change (a team on spot) reprices them once, from there."""
+    new_price = price_in_force(prices, new, tier)
+    if new_price is None:
+        return jobs
+    on_old = (pl.col("gpu_model") == old) & pl.col("cost_usd").is_not_null()
+    return jobs.with_columns(
+        pl.when(on_old).then(pl.col("gpu_hours") * new_price).otherwise(pl.col("cost_usd")).alias("cost_usd"),
+        pl.when(on_old).then(pl.lit(new)).otherwise(pl.col("gpu_model")).alias("gpu_model"),
+    )
+
+
 def what_if(summary: dict[str, Any], changes: list[Change]) -> WhatIf:
     """The summary's figures before and after ``changes``.
 

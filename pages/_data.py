@@ -524,6 +524,7 @@ def fleet(filters: Filters) -> dict[str, pl.DataFrame]:
 def _fleet(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> dict[str, pl.DataFrame]:
+    from analytics.query import frame
     from analytics.timeline import gpu_hour_heatmap, idle_gpus
 
     util = _analytics("utilization")
@@ -533,6 +534,7 @@ def _fleet(
             "idle": idle_gpus(con, filters=filters),
             "by_model": util.utilization_by(con, by="gpu_model", filters=filters, settings=_settings),
             "by_cluster": util.utilization_by(con, by="cluster", filters=filters, settings=_settings),
+            "gpu_clusters": frame(con, "SELECT gpu_id, cluster FROM gpus", []),
         }
 
 
@@ -603,7 +605,8 @@ def _training(
 
 
 def report(filters: Filters) -> dict[str, str]:
-    """The weekly report (gpuledger/reports/weekly.py) for the view: {"html": ..., "md": ...}, from one analysis."""
+    """The weekly report (gpuledger/reports/weekly.py) for the view in every format (weekly.FORMATS: html, md,
+    csv, json, txt), from one analysis."""
     filters = scoped(filters)
     path, ver, fp, s = _ctx()
     return _report(path, ver, fp, filters, s)
@@ -613,14 +616,14 @@ def report(filters: Filters) -> dict[str, str]:
 def _report(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> dict[str, str]:
-    from gpuledger.reports.weekly import collect, render_html, render_markdown
+    from gpuledger.reports.weekly import FORMATS, collect, render
 
     try:
         with reader(db_path) as con:
             data = collect(con, filters=filters, settings=_settings)
     except ModuleNotFoundError as exc:
         raise NotReady(f"{exc.name} is not part of this install yet") from exc
-    return {"html": render_html(data), "md": render_markdown(data)}
+    return {fmt: render(data, fmt) for fmt in FORMATS}
 
 
 # ---------------------------------------------------------------- overview: the previous period, savings, capacity

@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 import polars as pl
 import streamlit as st
 
+from analytics.whatif import price_in_force
 from pages import _data, _ui
 from pages._ui import column_config, no_rows, not_ready
 
@@ -17,33 +18,31 @@ try:
 except _data.NotReady as exc:
     not_ready(exc)
 
-st.subheader("Utilization per GPU per hour")
-heat = f["heatmap"]
-if heat.is_empty():
-    no_rows("No telemetry in this view.")
-else:
-    # One row per GPU (ordered as the query returns them: by host), one column per hour of the view: a
-    # matrix plotly sends as one binary array, instead of 75,000 (x, y, z) triples for 112 GPUs × 28 days.
-    gpus = heat.select("gpu_id", "host", "gpu_model").unique(subset="gpu_id", maintain_order=True)
-    labels = gpus.select(
-        pl.concat_str(
-            pl.col("host").fill_null("?"),
-            pl.lit(" · "),
-            pl.col("gpu_model").fill_null("unknown model"),
-            pl.lit(" · "),
-            pl.col("gpu_id").str.slice(0, 12),
+GROUP_PAST = 60  # more GPUs than this: one heatmap row per host or cluster, with a drill-down
+
+
+def heatmap(heat: pl.DataFrame, key: str, label: pl.Expr, title: str) -> None:
+    """One row per ``key`` value, one column per hour: utilization weighted by telemetry seconds."""
+    cells = (
+        heat.with_columns(label.alias("row"))
+        .group_by("row", "hour", maintain_order=True)
+        .agg(
+            (
+                (pl.col("mean_util_pct") * pl.col("covered_s")).sum()
+                / pl.col("covered_s").filter(pl.col("mean_util_pct").is_not_null()).sum()
+            ).alias("util")
         )
-    ).to_series()
+    )
+    rows = cells["row"].unique(maintain_order=True)
     hours = pl.datetime_range(heat["hour"].min(), heat["hour"].max(), "1h", eager=True)
-    row = heat["gpu_id"].replace_strict(gpus["gpu_id"], pl.int_range(gpus.height, eager=True)).to_numpy()
-    col = ((heat["hour"] - hours[0]).dt.total_seconds() // 3600).cast(pl.Int64).to_numpy()
-    z = np.full((gpus.height, hours.len()), np.nan)
-    z[row, col] = heat["mean_util_pct"].cast(pl.Float64).fill_null(np.nan).to_numpy()
-    n_gpus = gpus.height
+    r = cells["row"].replace_strict(rows, pl.int_range(rows.len(), eager=True)).to_numpy()
+    c = ((cells["hour"] - hours[0]).dt.total_seconds() // 3600).cast(pl.Int64).to_numpy()
+    z = np.full((rows.len(), hours.len()), np.nan)
+    z[r, c] = cells["util"].cast(pl.Float64).fill_null(np.nan).fill_nan(np.nan).to_numpy()
     fig = go.Figure(
         go.Heatmap(
             x=hours.to_numpy(),
-            y=labels.to_list(),
+            y=rows.to_list(),
             z=z,
             zmin=0,
             zmax=100,
@@ -53,26 +52,103 @@ else:
         )
     )
     fig.update_layout(
-        height=min(1600, 120 + 11 * n_gpus),
+        height=min(1400, 140 + 22 * rows.len()),
         margin={"t": 10, "b": 10},
-        yaxis={"autorange": "reversed", "showticklabels": n_gpus <= 140, "tickfont": {"size": 9}},
+        yaxis={"autorange": "reversed", "tickfont": {"size": 12}, "type": "category"},
         xaxis_title="hour (UTC)",
     )
-    _ui.plotly_chart(fig, key="fleet_heatmap")
-    st.caption(
-        f"{n_gpus} GPUs (host · model · GPU id), grouped by host. Blank cells: no telemetry. Each cell is the "
-        "time-weighted mean utilization of the samples in that hour; hover for the exact value."
+    _ui.plotly_chart(fig, key=key)
+    st.caption(f"{rows.len():,} rows ({title}). Blank cells: no telemetry. Hover for the exact value.")
+
+
+st.subheader("Utilization per hour")
+heat = f["heatmap"]
+if heat.is_empty():
+    no_rows("No telemetry in this view.")
+else:
+    heat = heat.with_columns(
+        pl.col("host").fill_null("unknown host"), pl.col("gpu_model").fill_null("unknown model")
     )
+    n_gpus = heat["gpu_id"].n_unique()
+    gpu_label = pl.concat_str(
+        pl.col("host"), pl.lit(" · "), pl.col("gpu_model"), pl.lit(" · "), pl.col("gpu_id").str.slice(0, 12)
+    )
+    if n_gpus <= GROUP_PAST:
+        heatmap(heat, "fleet_heatmap", gpu_label, "host · model · GPU id")
+    else:
+        clusters = f["gpu_clusters"]
+        heat = heat.join(clusters, on="gpu_id", how="left").with_columns(
+            pl.col("cluster").fill_null("unknown cluster")
+        )
+        by = st.radio("One row per", ["host", "cluster"], horizontal=True, key="fleet_group")
+        heatmap(heat, "fleet_heatmap", pl.col(by), f"one per {by}, the mean over its {n_gpus:,} GPUs")
+        groups = sorted(heat[by].unique().to_list())
+        pick = st.selectbox(
+            f"Open a {by}: one row per GPU",
+            groups,
+            index=None,
+            key="fleet_drill",
+            placeholder=f"choose a {by}",
+        )
+        if pick:
+            heatmap(
+                heat.filter(pl.col(by) == pick), "fleet_drill_heatmap", gpu_label, f"the GPUs of {by} {pick}"
+            )
 
 st.subheader("GPUs idle longest")
 idle = f["idle"]
 if idle.is_empty():
     no_rows("No GPU sat idle in this view.")
 else:
-    st.dataframe(idle, hide_index=True, column_config=column_config(idle.columns))
+    s = _data.settings()
+    prices = _data.prices_in_force()
+
+    def price(model: str | None, cluster: str | None) -> float | None:
+        if model is None:
+            return None
+        c = s.clusters.get(cluster or "")
+        return price_in_force(prices, model, (c.tier if c and c.tier else s.default_tier))
+
+    idle = idle.with_columns(
+        pl.Series(
+            "price",
+            [price(m, c) for m, c in zip(idle["gpu_model"], idle["cluster"], strict=True)],
+            dtype=pl.Float64,
+        )
+    ).with_columns(
+        (pl.col("idle_h") * pl.col("price")).alias("idle_usd"),
+        (100.0 * pl.col("idle_share")).alias("idle_pct"),
+    )
+    table = idle.select(
+        "gpu_id",
+        "host",
+        "cluster",
+        "gpu_model",
+        "idle_usd",
+        "idle_h",
+        "telemetry_h",
+        "idle_pct",
+        "allocated_idle_h",
+        "unallocated_h",
+        "mean_util_pct",
+    )
+    st.dataframe(
+        table,
+        hide_index=True,
+        column_config=column_config(table.columns)
+        | {
+            "idle_h": st.column_config.NumberColumn("idle (h)", format="%.1f"),
+            "telemetry_h": st.column_config.NumberColumn("with telemetry (h)", format="%.1f"),
+            "idle_pct": st.column_config.NumberColumn("idle (% of telemetry)", format="%.1f %%"),
+            "allocated_idle_h": st.column_config.NumberColumn("idle while a job held it (h)", format="%.1f"),
+            "unallocated_h": st.column_config.NumberColumn("held by no job (h)", format="%.1f"),
+            "mean_util_pct": st.column_config.NumberColumn("mean utilization (%)", format="%.1f %%"),
+        },
+    )
     st.caption(
-        "Idle: samples at or under the idle threshold (settings `idle_util_pct`), of any length. Unallocated: "
-        "telemetry while no job held the GPU. Mean util is n/a (empty) for a GPU with no utilization reading."
+        "Idle: samples at or under the idle threshold (Settings), of any length. Idle $: idle hours at the price "
+        "in force for the GPU model and its cluster's tier (empty: no price for the model). A GPU with no "
+        "utilization reading has an empty mean utilization (unknown)."
     )
 
 left, right = st.columns(2)
@@ -85,6 +161,21 @@ for col, key, title in ((left, "by_model", "By GPU model"), (right, "by_cluster"
         else:
             name = "GPU model" if key == "by_model" else "cluster"
             df = df.select(
-                pl.col("key").alias(name), "held_gpu_h", "mean_util_pct", "idle_gpu_h", "unknown_share"
+                pl.col("key").fill_null("unknown").alias(name),
+                "held_gpu_h",
+                "mean_util_pct",
+                "idle_gpu_h",
+                (100.0 * pl.col("unknown_share")).alias("no_telemetry_pct"),
             )
-            st.dataframe(df, hide_index=True, column_config=column_config(df.columns))
+            st.dataframe(
+                df,
+                hide_index=True,
+                column_config=column_config(df.columns)
+                | {
+                    "held_gpu_h": st.column_config.NumberColumn("held (GPU-h)", format="%.1f"),
+                    "idle_gpu_h": st.column_config.NumberColumn("idle (GPU-h)", format="%.1f"),
+                    "no_telemetry_pct": st.column_config.NumberColumn(
+                        "held with no telemetry (%)", format="%.1f %%"
+                    ),
+                },
+            )

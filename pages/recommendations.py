@@ -1,5 +1,6 @@
-"""Recommendations: what to change, ranked by dollars per week, each with its evidence and one action
-(analytics/recommend.py, the list ``gpuledger recommend --json`` prints), and the diagnoses behind them."""
+"""Recommendations: what to change, grouped by kind and ranked by dollars per week, each with its evidence
+and one action (analytics/recommend.py, the list ``gpuledger recommend --json`` prints), the share of the
+view's waste they address (``recommend --total --json``'s coverage), and the diagnoses behind them."""
 
 from __future__ import annotations
 
@@ -7,66 +8,112 @@ import polars as pl
 import streamlit as st
 
 from analytics.savings import savings_total
+from gpuledger.ledger.palette import is_team
 from pages import _data
-from pages._ui import column_config, md, no_rows, not_ready, usd
+from pages._ui import column_config, diagnosis_label, md, no_rows, not_ready, pct, usd
 
-CARDS = 25  # the top items as cards with their evidence; the rest in one table (quicker to read and draw)
-KIND_LABELS = {
-    "reclaim_idle": "Reclaim idle GPUs",
-    "stop_idle_notebooks": "Stop idle notebooks",
-    "right_size_gpu": "Right-size the GPU",
-    "fewer_gpus": "Use fewer GPUs",
-    "larger_batch": "Use a larger batch",
-    "use_spot": "Run on spot",
-    "mig_slice": "Use a MIG slice",
-}
+CARDS_PER_KIND = 3  # the top items of each kind as cards; the rest of the kind in one table
 
 filters = _data.open_page("Recommendations")
 try:
     recs = _data.recommendations(filters)
+    total_view = _data.savings(filters)
 except _data.NotReady as exc:
     not_ready(exc)
+
+
+def owner(r: dict) -> str:
+    """Who acts: the user, else the team; capacity items belong to whoever runs the cluster."""
+    if r.get("user_name"):
+        return str(r["user_name"])
+    if r.get("team") and is_team(r["team"]):
+        return f"team {r['team']}"
+    return "cluster owner"
+
 
 if recs.is_empty():
     no_rows("Nothing to recommend in this view.")
 else:
-    kinds = sorted(recs["kind"].unique().to_list())
-    chosen = st.multiselect(
-        "Kinds", kinds, format_func=lambda k: KIND_LABELS.get(k, k), key="rec_kinds", placeholder="all kinds"
+    recs = recs.with_columns(
+        pl.Series("owner", [owner(r) for r in recs.select("user_name", "team").iter_rows(named=True)])
     )
-    shown = recs.filter(recs["kind"].is_in(chosen)) if chosen else recs
+    labels = dict(zip(recs["kind"], recs["kind_label"], strict=True))
+    left, right = st.columns(2)
+    chosen = left.multiselect(
+        "Kind",
+        sorted(labels, key=labels.get),
+        format_func=labels.get,
+        key="rec_kinds",
+        placeholder="all kinds",
+    )
+    owners = right.multiselect("Owner", sorted(set(recs["owner"])), key="rec_owners", placeholder="everyone")
+    shown = recs
+    if chosen:
+        shown = shown.filter(pl.col("kind").is_in(chosen))
+    if owners:
+        shown = shown.filter(pl.col("owner").is_in(owners))
     total = savings_total(shown)
-    st.metric(
+    cov = total_view.get("coverage") or {}
+    cols = st.columns(3)
+    cols[0].metric(
         "Possible savings",
         f"{usd(total['total_usd_per_week'])} / week",
-        help="Each dollar counted once: items can overlap (one idle notebook under two kinds; a smaller GPU "
-        "and a MIG slice are alternatives), so this is less than the plain sum of the list "
+        help="Recurring items, each dollar counted once: items can overlap (one idle notebook under two kinds; "
+        "a smaller GPU and a MIG slice are alternatives), so this is less than the plain sum "
         f"({usd(total['listed_usd_per_week'])}). docs/recommendations.md explains the rule.",
     )
-    st.caption(
-        f"{shown.height:,} recommendations, ranked by dollars per week (the saving over the view, scaled to 7 "
-        f"days). The plain sum of the list is {usd(total['listed_usd_per_week'])} / week; "
-        f"{usd(total['overlap_usd_per_week'])} of it overlaps, so the total counts each dollar once."
+    cols[1].metric(
+        "Waste addressed",
+        pct(cov.get("addressed_pct")) if cov.get("addressed_pct") is not None else "n/a (no waste in view)",
+        help=f"Of this view's waste ({usd(cov.get('waste_usd'))}), the dollars at least one recommendation "
+        f"acts on ({usd(cov.get('addressed_usd'))}): recommend --total's coverage, over the whole list.",
     )
-    for i, r in enumerate(shown.head(CARDS).iter_rows(named=True), start=1):
-        with st.container(border=True):
-            head, money = st.columns([4, 1])
-            head.markdown(f"**{i}. {KIND_LABELS.get(r['kind'], r['kind'])}** · {md(r['target'])}")
-            money.markdown(f"**{usd(r['usd_per_week'])} / week**  \n{r['confidence']} confidence")
-            st.markdown(md(r["evidence"]))
-            st.markdown(f"**Action:** {md(r['action'])}")
-            if r["kind"] == "larger_batch" and r.get("recommended_batch_size") is not None:
-                st.caption(
-                    f"batch {r.get('current_batch_size')} → {r.get('recommended_batch_size')}; predicted peak "
-                    f"{r.get('predicted_peak_mem_mib') or 0:,.0f} of {r.get('card_mem_mib') or 0:,.0f} MiB; "
-                    f"throughput +{r.get('predicted_throughput_gain_pct') or 0:.0f} %; {md(r.get('lr_rule') or '')}"
-                    + (f"; gentler: batch {r['knee_batch_size']}" if r.get("knee_batch_size") else "")
+    cols[2].metric(
+        "One-off savings",
+        usd(total["one_off_saved_usd"]),
+        help="What the one-off items (finished jobs) would have saved in this view: not a weekly figure",
+    )
+    st.caption(
+        f"{shown.height:,} of {recs.height:,} recommendations, grouped by kind, each kind ranked by dollars per "
+        "week (the saving over the view, scaled to 7 days)."
+    )
+    by_kind = (
+        shown.group_by("kind", "kind_label")
+        .agg(pl.len().alias("n"), pl.col("counted_usd_per_week").sum(), pl.col("saving_usd").sum())
+        .sort("counted_usd_per_week", "saving_usd", descending=True, nulls_last=True)
+    )
+    for g in by_kind.iter_rows(named=True):
+        items = shown.filter(pl.col("kind") == g["kind"])
+        money = (
+            f"{usd(g['counted_usd_per_week'])} / week"
+            if g["counted_usd_per_week"]
+            else f"one-off: {usd(g['saving_usd'])}"
+        )
+        with st.expander(
+            f"**{g['kind_label']}** · {g['n']:,} item{'s' if g['n'] != 1 else ''} · {money}", expanded=True
+        ):
+            for r in items.head(CARDS_PER_KIND).iter_rows(named=True):
+                with st.container(border=True):
+                    head, right_col = st.columns([4, 1])
+                    head.markdown(f"**{md(r['target'])}** · owner: {md(r['owner'])}")
+                    right_col.markdown(
+                        f"**{usd(r['usd_per_week'])} / week**"
+                        if r["usd_per_week"] is not None
+                        else f"**one-off: {usd(r['saving_usd'])}**"
+                    )
+                    st.markdown(md(r["evidence"]))
+                    st.markdown(f"**Action:** {md(r['action'])} · {md(r['confidence'])} confidence")
+            if items.height > CARDS_PER_KIND:
+                rest = items.slice(CARDS_PER_KIND).select(
+                    "target", "owner", "usd_per_week", "saving_usd", "confidence", "action"
                 )
-    if shown.height > CARDS:
-        st.subheader(f"The other {shown.height - CARDS:,}")
-        rest = shown.slice(CARDS).with_columns(pl.col("kind").replace(KIND_LABELS))
-        cols = ["kind", "target", "usd_per_week", "confidence", "action", "evidence"]
-        st.dataframe(rest.select(cols), hide_index=True, column_config=column_config(cols), height=360)
+                st.dataframe(
+                    rest,
+                    hide_index=True,
+                    column_config=column_config(rest.columns)
+                    | {"action": st.column_config.TextColumn("action", width="large")},
+                    height=min(400, 38 + 35 * rest.height),
+                )
 
 st.subheader("Diagnoses")
 try:
@@ -76,4 +123,17 @@ except _data.NotReady as exc:
 if diags.is_empty():
     no_rows("No job in this view raised a diagnosis.")
 else:
-    st.dataframe(diags.select("diagnosis", "job_id", "name", "team", "evidence"), hide_index=True)
+    table = diags.select(
+        pl.col("diagnosis").map_elements(diagnosis_label, return_dtype=pl.String),
+        "job_id",
+        "name",
+        "team",
+        "evidence",
+    )
+    st.dataframe(
+        table,
+        hide_index=True,
+        column_config=column_config(table.columns)
+        | {"evidence": st.column_config.TextColumn("evidence", width="large")},
+    )
+    st.caption("Open a job on the Jobs page (`/jobs?job=ID`) to see its timeline beside its diagnosis.")

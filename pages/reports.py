@@ -1,4 +1,5 @@
-"""Reports: the weekly cost report (gpuledger/reports/weekly.py), as a file to download and mail on."""
+"""Reports: the weekly cost report (gpuledger/reports/) for a chosen week and team, previewed as the HTML a
+recipient gets (its chart included), and downloadable in every format ``gpuledger report`` writes."""
 
 from __future__ import annotations
 
@@ -7,9 +8,18 @@ import datetime as dt
 import streamlit as st
 
 from analytics.filters import Filters
-from gpuledger.reports.weekly import last_full_week, week_range
+from gpuledger.reports.weekly import FORMATS, MIME, last_full_week, week_range
 from pages import _data
 from pages._ui import code, md, not_ready
+
+FORMAT_NAMES = {
+    "html": "HTML (mail)",
+    "md": "Markdown",
+    "csv": "CSV",
+    "json": "JSON",
+    "txt": "plain text",
+}
+ALL = "all teams"
 
 filters = _data.open_page("Weekly report", caption=False)
 weeks = _data.weeks_of(Filters(teams=filters.teams, clusters=filters.clusters))
@@ -19,47 +29,45 @@ try:
 except _data.NotReady as exc:
     not_ready(exc)
 default = last_full_week(dt.datetime.fromisoformat(as_of) if as_of else None)  # as `gpuledger report`
-left, mid, right = st.columns([2, 1, 1])
+left, mid = st.columns([1, 1])
 week = left.selectbox(
     "ISO week (Monday to Sunday, UTC)",
     labels,
     index=labels.index(default) if default in labels else 0,
     key="report_week",
 )
-fmt = mid.radio(
-    "Format",
-    ["html", "md"],
-    format_func={"html": "HTML", "md": "Markdown"}.get,
-    key="report_fmt",
-    horizontal=True,
-)
+teams = list(filters.teams) or list(_data.filter_choices().teams)
+team = mid.selectbox("Team", [ALL, *teams] if len(teams) != 1 else teams, key="report_team")
+chosen = filters.teams if team == ALL else (team,)
 since, until = week_range(week)
-scope = Filters(since=since, until=until, teams=filters.teams, clusters=filters.clusters)
+scope = Filters(since=since, until=until, teams=chosen, clusters=filters.clusters)
 command = (
     f"gpuledger report --week {week}"
-    + "".join(f" --team {t}" for t in filters.teams)
+    + "".join(f" --team {t}" for t in chosen)
     + "".join(f" --cluster {c}" for c in filters.clusters)
-    + f" --out report-{week}.{fmt}"
+    + f" --out report-{week}.html"
 )
 st.caption(
-    f"Teams: {', '.join(md(t) for t in filters.teams) or 'all'} · "
-    f"clusters: {', '.join(md(c) for c in filters.clusters) or 'all'} "
-    f"(from the sidebar). The same report from the command line: {code(command)}"
+    f"Teams: {', '.join(md(t) for t in chosen) or 'all'} · "
+    f"clusters: {', '.join(md(c) for c in filters.clusters) or 'all'} (clusters from the sidebar). "
+    f"The same report from the command line: {code(command)}; `--mail-to` mails it (docs/reports.md)."
 )
 try:
     files = _data.report(scope)
 except _data.NotReady as exc:
     not_ready(exc)
-text = files[fmt]
-preview = files["md"].replace("\n## ", "\n#### ").replace("# ", "### ", 1)  # smaller headings on the page
 
-right.download_button(
-    "Download",
-    data=text.encode("utf-8"),
-    file_name=f"gpuledger-report-{week}.{fmt}",
-    mime="text/html" if fmt == "html" else "text/markdown",
-    icon=":material/download:",
-    key="report_download",
-)
-with st.container(border=True):
-    st.markdown(preview)
+buttons = st.columns(len(FORMATS))
+stem = f"gpuledger-report-{week}" + ("" if team == ALL else f"-{team}")
+for col, fmt in zip(buttons, FORMATS, strict=True):
+    col.download_button(
+        FORMAT_NAMES.get(fmt, fmt),
+        data=files[fmt].encode("utf-8"),
+        file_name=f"{stem}.{fmt}",
+        mime=MIME.get(fmt, "text/plain"),
+        icon=":material/download:",
+        key=f"report_download_{fmt}",
+    )
+st.caption("The preview below is the HTML report itself, as a mail client shows it.")
+with st.container(border=True, key="report_preview"):
+    st.html(files["html"])

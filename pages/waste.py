@@ -4,45 +4,42 @@ week, and the jobs that wasted the most dollars (analytics/waste.py; definitions
 from __future__ import annotations
 
 import plotly.express as px
+import plotly.graph_objects as go
 import polars as pl
 import streamlit as st
 
+from gpuledger.ledger.palette import NOT_A_TEAM_LABELS, PART_COLOURS, SPEND_COLOUR
+from gpuledger.ledger.palette import PART_LABELS as PALETTE_LABELS
 from pages import _data, _ui
-from pages._ui import KPI_WIDTHS, column_config, no_rows, not_ready, num, usd
+from pages._ui import KPI_WIDTHS, column_config, no_rows, not_ready, num, pct, usd
 
-PART_LABELS = {
-    "idle_allocated_usd": "idle (allocated)",
-    "underused_usd": "under-used",
-    "failed_usd": "failed runs",
-    "unallocated_usd": "unallocated capacity",
-    "unmeasured_usd": "no telemetry",
-    "productive_usd": "productive",
-}
-COLORS = {
-    "idle (allocated)": "#d62728",
-    "under-used": "#ff7f0e",
-    "failed runs": "#8c564b",
-    "unallocated capacity": "#9467bd",
-    "no telemetry": "#c7c7c7",
-    "productive": "#2ca02c",
-}
+# the waterfall's order: spend, minus each waste part, minus no telemetry, leaves productive
+WASTE_ORDER = [
+    "idle_allocated_usd",
+    "underused_usd",
+    "failed_usd",
+    "unallocated_usd",
+    "unmeasured_usd",
+    "productive_usd",
+]
+
+PART_LABELS = {k: PALETTE_LABELS[k] for k in WASTE_ORDER}
+COLORS = {PALETTE_LABELS[k]: PART_COLOURS[k] for k in WASTE_ORDER}
 
 TOP_COLUMNS = [
     "job_id",
+    "waste_usd",
+    "cost_usd",
+    "idle_allocated_usd",
+    "underused_usd",
+    "failed_usd",
     "team",
     "user_name",
     "name",
-    "kind",
     "state",
     "gpu_model",
     "gpu_count",
     "gpu_hours",
-    "cost_usd",
-    "waste_usd",
-    "idle_allocated_usd",
-    "underused_usd",
-    "failed_usd",
-    "failed_lost_usd",
 ]
 
 filters = _data.open_page("Waste")
@@ -71,12 +68,46 @@ st.caption(
 )
 
 
+st.subheader("From spend to productive spend")
+spend = float(s["spend_usd"])
+steps = [("spend", spend, 0.0, SPEND_COLOUR)]
+level = spend
+for k in WASTE_ORDER[:-1]:
+    v = float(w[k])
+    steps.append((PALETTE_LABELS[k], v, level - v, PART_COLOURS[k]))
+    level -= v
+steps.append(
+    (PALETTE_LABELS["productive_usd"], float(w["productive_usd"]), 0.0, PART_COLOURS["productive_usd"])
+)
+fig = go.Figure(
+    go.Bar(
+        x=[name for name, *_ in steps],
+        y=[v for _, v, _, _ in steps],
+        base=[b for _, _, b, _ in steps],
+        marker_color=[c for *_, c in steps],
+        text=[
+            f"{usd(v, cents=False)} · {pct(100.0 * v / spend) if spend else 'n/a'}" for _, v, _, _ in steps
+        ],
+        textposition="outside",
+        customdata=[usd(v) for _, v, _, _ in steps],
+        hovertemplate="%{x}: %{customdata}<extra></extra>",
+    )
+)
+fig.update_yaxes(tickprefix="$", separatethousands=True, rangemode="tozero")
+fig.update_layout(height=380, margin={"t": 30, "b": 10}, showlegend=False, bargap=0.3)
+_ui.plotly_chart(fig, key="waste_waterfall")
+st.caption(
+    "Each bar after the first takes its part out of the spend; what is left is productive spend. No telemetry: "
+    "held time with no utilization reading (unknown, neither idle nor busy). Percentages are of the spend."
+)
+
+
 def _long(df: pl.DataFrame, key: str) -> pl.DataFrame:
     parts = list(PART_LABELS)
     return (
         df.select(key, *parts)
         .unpivot(index=key, on=parts, variable_name="part", value_name="usd")
-        .with_columns(pl.col("part").replace_strict(PART_LABELS))
+        .with_columns(pl.col("part").replace_strict(PART_LABELS), pl.col(key).replace(NOT_A_TEAM_LABELS))
     )
 
 
@@ -93,6 +124,7 @@ with left:
             color="part",
             orientation="h",
             color_discrete_map=COLORS,
+            category_orders={"part": list(COLORS)},
             labels={"key": "team", "usd": "cost ($)", "part": "part"},
         )
         fig.update_xaxes(tickprefix="$")
@@ -112,6 +144,7 @@ with right:
             y="usd",
             color="part",
             color_discrete_map=COLORS,
+            category_orders={"part": list(COLORS)},
             labels={"usd": "cost ($)", "week": "ISO week (UTC)", "part": "part"},
         )
         fig.update_yaxes(tickprefix="$")
@@ -123,8 +156,5 @@ st.subheader("Jobs that wasted the most")
 if top.is_empty():
     no_rows("No job in this view wasted money.")
 else:
-    st.dataframe(
-        top.select(TOP_COLUMNS),
-        hide_index=True,
-        column_config=column_config(TOP_COLUMNS),
-    )
+    st.dataframe(top.select(TOP_COLUMNS), hide_index=True, column_config=column_config(TOP_COLUMNS))
+    st.caption("Open a job on the Jobs page (`/jobs?job=ID`) for its timeline and idle stretches.")

@@ -26,6 +26,8 @@ PAGES = {
     "pages/training.py": "Training",
     "pages/upload.py": "Upload a file",
     "pages/reports.py": "Weekly report",
+    "pages/whatif.py": "What if",
+    "pages/settings.py": "Settings",
 }
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from analytics.savings import with_counted
 from analytics.whatif import (
+    after_model_change,
     capacity_utilization_pct,
     price_in_force,
     recommendations_change,
@@ -81,6 +82,16 @@ def test_model_instead_of_model() -> None:
     assert c.jobs == 2
     worse = reprice_model(JOBS, "L4", "A100-80GB", PRICES, "on_demand")
     assert worse.saving_usd == pytest.approx(2.8 - 4 * 2.0)  # costs $5.20 more: a negative saving
+
+
+def test_model_change_then_spot_counts_each_job_once() -> None:
+    moved = after_model_change(JOBS, "L4", "H100-SXM-80GB", PRICES, "on_demand")
+    # job b: 4 GPU-h on H100 at $3.00 = $12.00 (was $2.80 on L4)
+    assert moved.filter(pl.col("job_id") == "b")["cost_usd"].item() == pytest.approx(12.0)
+    spot = reprice_team_on_spot(moved, "nlp", PRICES)
+    # job a: $30 → 10 × $1.50 = $15; job b: $12 → 4 × $1.50 = $6: $21 in all, both jobs
+    assert spot.saving_usd == pytest.approx(21.0)
+    assert spot.jobs == 2
 
 
 def test_before_and_after() -> None:

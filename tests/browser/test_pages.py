@@ -14,12 +14,14 @@ from tests.browser.conftest import Server, assert_no_exception, open_page, scree
 PAGES = [
     ("", "overview", ["Spend per team per week", "Held-GPU utilization", "Where the money went"]),
     ("waste", "waste", ["By team", "By week", "Jobs that wasted the most"]),
-    ("jobs", "jobs", ["Sort by", "One job's utilization"]),
-    ("fleet", "fleet", ["Utilization per GPU per hour", "GPUs idle longest", "By GPU model"]),
+    ("jobs", "jobs", ["Sort by", "Click a row to open the job"]),
+    ("fleet", "fleet", ["Utilization per hour", "GPUs idle longest", "By GPU model"]),
     ("recommendations", "recommendations", ["ranked by dollars per week", "/ week", "Action:", "Diagnoses"]),
     ("training", "training", ["Cost per unit of work", "Batch size"]),
     ("upload", "upload", ["Upload a file", "Accepted formats"]),
-    ("reports", "reports", ["Weekly report", "Key figures", "Spend by team", "Download"]),
+    ("reports", "reports", ["Weekly report", "Headline", "Spend and waste by team", "HTML (mail)"]),
+    ("whatif", "whatif", ["What if", "Take these recommendations", "Changes and assumptions"]),
+    ("settings", "settings", ["Prices in force", "Thresholds", "Clusters"]),
 ]
 
 

@@ -13,6 +13,7 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
 from playwright.sync_api import Page
 
 from tests.browser.conftest import Server, assert_no_exception, screenshot, wait_for_app
@@ -192,3 +193,84 @@ def test_settings_edit_round_trips(page: Page, server: Server) -> None:
         assert metric(page, "Idle $")[0] == money(now["idle_usd"])
     finally:
         path.write_text(original)
+
+
+def test_waste_waterfall(page: Page, server: Server) -> None:
+    text = goto(page, server, "waste", VIEW)
+    shots(page, "waste")
+    assert_clean(text)
+    now = json_cli(server, "summary", *VIEW_ARGS)
+    assert metric(page, "Waste $")[0] == money(now["waste_usd"])
+    assert "From spend to productive spend" in text
+    # spend, five parts taken out of it, productive: seven bars, each part visible
+    bars = page.get_by_test_id("stPlotlyChart").first.locator(".bars .point")
+    assert bars.count() == 7
+    w = now["waste"]
+    # by hand: the parts sum to the spend (money never disappears), as the waterfall draws them
+    assert sum(w.values()) == pytest.approx(now["spend_usd"], abs=0.01)
+
+
+def test_fleet_grouped_with_drill_down_and_idle_dollars(page: Page, server: Server) -> None:
+    text = goto(page, server, "fleet", VIEW)
+    assert_clean(text)
+    # the demo has 112 GPUs (> 60): one heatmap row per host, a drill-down into one host's GPUs
+    assert "One row per" in text and "one per host, the mean over its 112 GPUs" in text
+    page.get_by_test_id("stSelectbox").filter(has_text="Open a host").click()
+    page.get_by_role("option").first.click()
+    wait_for_app(page)
+    assert page.get_by_test_id("stPlotlyChart").count() == 2
+    assert "the GPUs of host" in main_text(page)
+    shots(page, "fleet")
+    assert "Idle $: idle hours at the price in force" in main_text(page)
+
+
+def test_recommendations_grouped_with_coverage(page: Page, server: Server) -> None:
+    text = goto(page, server, "recommendations", VIEW)
+    shots(page, "recommendations")
+    assert_clean(text)
+    total = json_cli(server, "recommend", "--total", *VIEW_ARGS)
+    assert metric(page, "Possible savings")[0] == f"{money(total['total_usd_per_week'])} / week"
+    assert metric(page, "Waste addressed")[0] == f"{total['coverage']['addressed_pct']:.1f} %"
+    recs = json_cli(server, "recommend", *VIEW_ARGS)
+    for label in {r["kind_label"] for r in recs}:
+        assert label in text  # human labels, never the codes
+    assert "fewer_gpus" not in text and "busy_but_unproductive" not in text
+    assert "Kind" in text and "Owner" in text
+
+
+def test_reports_preview_is_the_html_report_with_its_chart(page: Page, server: Server) -> None:
+    text = goto(page, server, "reports")
+    shots(page, "reports")
+    assert_clean(text)
+    week = json_cli(server, "summary", "--since", "2026-11-16", "--until", "2026-11-22")
+    preview = page.get_by_test_id("stHtml").first
+    assert money(week["spend_usd"]) in preview.inner_text()  # the headline: summary --json of the week
+    assert preview.locator("td[bgcolor]").count() > 3  # the chart: table bars, as mail clients draw them
+    for name in ("HTML (mail)", "Markdown", "CSV", "JSON", "plain text"):
+        assert page.get_by_test_id("stDownloadButton").filter(has_text=name).count() == 1
+
+
+def test_what_if_before_and_after(page: Page, server: Server) -> None:
+    text = goto(page, server, "whatif", VIEW)
+    assert_clean(text)
+    now = json_cli(server, "summary", *VIEW_ARGS)
+    assert metric(page, "Spend")[0] == money(now["spend_usd"])
+    first = json_cli(server, "recommend", *VIEW_ARGS)[0]
+    page.get_by_test_id("stMultiSelect").filter(has_text="Take these recommendations").click()
+    # the option by its words (the list's first entry is "select all")
+    page.get_by_role("option").filter(has_text=f"{first['kind_label']} · {first['target']} · ").first.click()
+    page.keyboard.press("Escape")
+    wait_for_app(page)
+    shots(page, "whatif")
+    # by hand: one item alone counts its whole saving; it comes out of the waste and the spend
+    assert metric(page, "Spend")[0] == money(now["spend_usd"] - first["saving_usd"])
+    assert metric(page, "Waste $")[0] == money(now["waste_usd"] - first["saving_usd"])
+    assert "every saved dollar was waste" in main_text(page)
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["", "waste", "jobs", "fleet", "recommendations", "whatif", "training", "upload", "reports", "settings"],
+)
+def test_no_page_shows_none_nan_or_minus_zero(page: Page, server: Server, path: str) -> None:
+    assert_clean(goto(page, server, path, VIEW))

@@ -1,0 +1,127 @@
+"""What-if: choose recommendations to take, teams to move to spot, or a GPU model to use instead of another,
+and see the view's summary before and after, with the assumptions stated (analytics/whatif.py)."""
+
+from __future__ import annotations
+
+import polars as pl
+import streamlit as st
+
+from analytics.savings import with_counted
+from analytics.whatif import (
+    after_model_change,
+    recommendations_change,
+    reprice_model,
+    reprice_team_on_spot,
+    what_if,
+)
+from gpuledger.ledger.palette import PART_LABELS, is_team
+from gpuledger.ledger.reference import catalog
+from pages import _data
+from pages._ui import md, no_rows, not_ready, num, pct, usd
+
+NONE = "(no change)"
+
+filters = _data.open_page("What if")
+try:
+    s = _data.summary(filters)
+    recs = _data.recommendations(filters)
+    jobs = _data.jobs_table(filters)
+except _data.NotReady as exc:
+    not_ready(exc)
+if jobs.is_empty():
+    no_rows("No jobs in this view.")
+    st.stop()
+settings = _data.settings()
+prices = _data.prices_in_force()
+
+st.write("Pick changes; the figures below show the view as it would have been with them.")
+label = {
+    r["id"]: f"{r['kind_label']} · {r['target']} · "
+    + (
+        f"{usd(r['usd_per_week'])} / week"
+        if r["usd_per_week"] is not None
+        else f"one-off {usd(r['saving_usd'])}"
+    )
+    for r in recs.iter_rows(named=True)
+}
+picked = st.multiselect(
+    "Take these recommendations",
+    list(label),
+    format_func=label.get,
+    key="whatif_recs",
+    placeholder="choose recommendations (ranked by $ / week)",
+)
+left, mid, right = st.columns(3)
+teams = sorted(t for t in jobs["team"].drop_nulls().unique().to_list() if is_team(t))
+spot_teams = left.multiselect("Run these teams on spot", teams, key="whatif_spot", placeholder="no team")
+models = sorted(jobs["gpu_model"].drop_nulls().unique().to_list())
+old = mid.selectbox("Instead of GPU model", [NONE, *models], key="whatif_from")
+new = right.selectbox(
+    "use GPU model", [NONE, *sorted(m.model for m in catalog())], key="whatif_to", disabled=old == NONE
+)
+
+changes = []
+if picked:
+    chosen = with_counted(
+        recs.filter(pl.col("id").is_in(picked)).drop(
+            "id", "overlaps_with", "counted_saving_usd", "counted_usd_per_week"
+        )
+    )
+    changes.append(recommendations_change(chosen))
+repriced = jobs
+if old != NONE and new != NONE and new != old:  # the model first; spot then reprices from the new model
+    changes.append(reprice_model(jobs, old, new, prices, settings.default_tier))
+    repriced = after_model_change(jobs, old, new, prices, settings.default_tier)
+for team in spot_teams:
+    changes.append(reprice_team_on_spot(repriced, team, prices))
+changes = [c for c in changes if c is not None]
+result = what_if(s, changes)
+
+rows = [
+    ("Spend", "spend_usd", usd),
+    ("Waste $", "waste_usd", usd),
+    *(
+        (PART_LABELS[k], k, usd)
+        for k in ("idle_allocated_usd", "underused_usd", "failed_usd", "unallocated_usd")
+    ),
+    ("Productive", "productive_usd", usd),
+    ("GPU-hours", "gpu_hours", lambda v: num(v, 1)),
+    ("Held-GPU utilization", "mean_util_pct", pct),
+]
+cols = st.columns(3)
+for col, (title, key, fmt) in zip(cols, [*rows[:2], rows[-3]], strict=True):
+    before, after = result.before[key], result.after[key]
+    d = None if before is None or after is None else after - before
+    col.metric(
+        title,
+        fmt(after),
+        (
+            f"{'-' if d < -0.005 else '+'}${abs(d):,.2f} vs now"
+            if d is not None and key.endswith("_usd")
+            else None
+        ),
+        delta_color="inverse",
+        help=f"now: {fmt(before)}",
+    )
+table = pl.DataFrame(
+    {
+        "figure": [t for t, _, _ in rows],
+        "now": [fmt(result.before[k]) for _, k, fmt in rows],
+        "with the changes": [fmt(result.after[k]) for _, k, fmt in rows],
+    }
+)
+st.dataframe(table, hide_index=True, width="content")
+
+st.subheader("Changes and assumptions")
+if not changes:
+    st.caption("No change chosen yet: the figures are the view's as they are.")
+for c in changes:
+    jobs_text = f" ({c.jobs:,} jobs)" if c.jobs else ""
+    st.markdown(f"- **{md(c.what)}**{jobs_text}: {usd(c.saving_usd)} out of the spend. {md(c.assumption)}.")
+for note in result.notes:
+    st.caption(md(note))
+st.caption(
+    "Repricing (spot, another GPU model) moves money, not waste: each part keeps its share of the smaller "
+    "spend. A recommendation's saving comes out of the waste parts in proportion to their size. Utilization "
+    "and GPU-hours stay as they are: the same work runs. Savings are over this view's days, not per week."
+)
