@@ -49,6 +49,15 @@ PHASES = (
 _ROLLUP_STEPS = ("_sequence", "_refresh_runs", "_refresh_minutes")
 
 
+def _hwm_mib() -> float:
+    """This process's peak RSS so far (VmHWM), MiB."""
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) / 1024 for line in fh if line.startswith("VmHWM"))
+
+
+PEAK: dict[str, float] = {}
+
+
 def _timed(module: Any, name: str, spent: dict[str, float]) -> None:
     inner: Callable[..., Any] = getattr(module, name)
 
@@ -58,6 +67,7 @@ def _timed(module: Any, name: str, spent: dict[str, float]) -> None:
             return inner(*args, **kwargs)
         finally:
             spent[name] = spent.get(name, 0.0) + time.perf_counter() - started
+            PEAK[name] = _hwm_mib()
 
     setattr(module, name, wrapper)
 
@@ -87,7 +97,9 @@ def main() -> int:
     )
     for _, name in PHASES:
         label = f"  {name}" if name.startswith("_") and name in _ROLLUP_STEPS else name
-        print(f"  {label:<20} {spent.get(name, 0.0):7.1f} s")
+        print(
+            f"  {label:<20} {spent.get(name, 0.0):7.1f} s   peak RSS after it {PEAK.get(name, 0.0):6,.0f} MiB"
+        )
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"  {'total':<20} {wall:7.1f} s wall, {cpu:.1f} s CPU, load average {load:.1f} at start")
     budget = BUDGET_S * args.days / demo.DEFAULT_DAYS
