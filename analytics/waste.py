@@ -43,6 +43,7 @@ from analytics.cost import (
 from analytics.filters import Filters, horizon
 from analytics.query import frame
 from analytics.utilization import Source, job_bucket_totals_sql, job_totals_sql
+from gpuledger.ledger.observed import observed_runs_ready
 from gpuledger.ledger.settings import Settings
 
 ALL_FILTERS = Filters()  # the whole ledger
@@ -236,7 +237,7 @@ def unallocated(
     """
     as_of = as_of or horizon(con)
     built = (
-        _unallocated_sql(filters, settings, as_of, _data_start(con), _data_end(con, as_of))
+        _unallocated_sql(filters, settings, as_of, _data_start(con), _data_end(con, as_of), con)
         if _sees_unallocated(filters)
         else None
     )
@@ -295,6 +296,46 @@ OBSERVED_SPANS = f"""
         FROM oi GROUP BY phys, island
     )"""
 
+# The same spans from ``observed_runs`` (gpuledger/ledger/observed.py: runs of consecutive minutes of one GPU,
+# cut at midnight), one row per run start instead of one per minute. Equal to OBSERVED_SPANS when the gap is
+# at least two minutes (a minute whose previous minute has a row is never more than 120 s after it, so only
+# a run's first minute can start a span; every earlier run ends before that minute or covers the one before
+# it) and every run lies wholly inside or outside the window's minutes (lo and hi are midnights, or lie
+# outside the data: :func:`_observed_from_runs`). Same parameters.
+OBSERVED_SPANS_FROM_RUNS = OBSERVED_SPANS.replace(
+    """SELECT og.phys, any_value(og.cluster) AS cluster, any_value(og.gpu_model) AS gpu_model, m.minute,
+               min(m.first_ts) AS f, max(m.max_end_ts) AS e
+        FROM samples_minute m JOIN og ON og.gpu_id = m.gpu_id
+        WHERE m.minute >= date_trunc('minute', ?::TIMESTAMP) AND m.minute < ?::TIMESTAMP
+        GROUP BY og.phys, m.minute""",
+    """SELECT og.phys, any_value(og.cluster) AS cluster, any_value(og.gpu_model) AS gpu_model,
+               r.first_minute AS minute, min(r.first_ts) AS f, max(r.end_ts) AS e
+        FROM observed_runs r JOIN og ON og.gpu_id = r.gpu_id
+        WHERE r.first_minute >= date_trunc('minute', ?::TIMESTAMP) AND r.first_minute < ?::TIMESTAMP
+        GROUP BY og.phys, r.first_minute""",
+)
+assert OBSERVED_SPANS_FROM_RUNS != OBSERVED_SPANS
+
+
+def _observed_from_runs(
+    con: duckdb.DuckDBPyConnection,
+    lo: dt.datetime,
+    hi: dt.datetime,
+    start: dt.datetime,
+    end: dt.datetime,
+    gap_s: float,
+) -> bool:
+    """True when :data:`OBSERVED_SPANS_FROM_RUNS` gives the spans of :data:`OBSERVED_SPANS` for [lo, hi):
+    the runs were built whole, the gap is at least two minutes, and no run is cut by the window (lo is a
+    midnight or the data's start; hi a midnight or the data's end, after every sample's end)."""
+    midnight = dt.time()
+    return (
+        gap_s >= 120.0
+        and (lo.time() == midnight or lo == start)
+        and (hi.time() == midnight or hi == end)
+        and observed_runs_ready(con)
+    )
+
 
 def _values_sql(rows: list[tuple[object, ...]], names: str, types: str) -> tuple[str, list[object]]:
     """Bound rows as a VALUES table; an empty list gives an empty table of the given column types."""
@@ -313,6 +354,7 @@ def _unallocated_sql(
     as_of: dt.datetime | None,
     start: dt.datetime | None,
     end: dt.datetime | None,
+    con: duckdb.DuckDBPyConnection | None = None,
 ) -> tuple[str, list[object]] | None:
     """SQL (and params) of :func:`unallocated` for the view, given the ledger's data start and end
     (:func:`_data_end`); None when the capacity window is empty. Running jobs are held up to ``as_of``."""
@@ -338,10 +380,13 @@ def _unallocated_sql(
         cluster_where = f"AND cluster IN ({', '.join('?' for _ in filters.clusters)})"
         cluster_params = list(filters.clusters)
     gap_s = float(settings.capacity_gap_minutes) * 60.0
+    spans = OBSERVED_SPANS
+    if con is not None and _observed_from_runs(con, lo, hi, start, end, gap_s):
+        spans = OBSERVED_SPANS_FROM_RUNS  # the same spans, from a few rows per GPU-day
     # Level changes per (cluster, model key): +n when GPUs are declared / start reporting / are taken by a
     # job, −n when they stop. mkey '' is an unknown model (capacity of uncatalogued cards; jobs with no model).
     sql = f"""
-    WITH {OBSERVED_SPANS.strip()},
+    WITH {spans.strip()},
     decl AS (
         SELECT c.cluster, c.gpu_model, c.gpu_count, greatest(c.start_ts, ?::TIMESTAMP) AS t_from,
                least(coalesce(c.end_ts, ?::TIMESTAMP), ?::TIMESTAMP) AS t_to
@@ -691,7 +736,9 @@ def waste_by_week(
     # Each week's capacity on its own (as unallocated() for that week), all weeks in one statement.
     start = _data_start(con) if _sees_unallocated(filters) else None
     end = _data_end(con, as_of)
-    parts = [(week, _unallocated_sql(f, settings, as_of, start, end)) for week, f in view_weeks(con, filters)]
+    parts = [
+        (week, _unallocated_sql(f, settings, as_of, start, end, con)) for week, f in view_weeks(con, filters)
+    ]
     built = [(week, b) for week, b in parts if b is not None]
     un_rows = pl.DataFrame()
     if built:

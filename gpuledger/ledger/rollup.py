@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import duckdb
 
+from gpuledger.ledger.observed import refresh_observed
+
 GAP_TOLERANCE = 1.5  # = analytics.utilization.GAP_TOLERANCE: a later sample beyond 1.5 × interval_s is a gap
 # = analytics.job_signals' constants (a test pins them equal)
 LOW_UTIL_PCT = 10.0
@@ -570,6 +572,7 @@ def _run_refresh(con: duckdb.DuckDBPyConnection, th: Thresholds) -> None:
             _sequence(con)
             _refresh_runs(con, th[0])
             _refresh_minutes(con, th)
+        refresh_observed(con, "temp.rollup_m_all")  # gpuledger/ledger/observed.py
         for table in ("rollup_seq", "rollup_m", "rollup_m_all", "rw_all", "rollup_b"):
             con.execute(f"DROP TABLE IF EXISTS temp.{table}")
     con.execute("DROP TABLE IF EXISTS temp.rw")

@@ -343,6 +343,18 @@ SCHEMA_V2: list[str] = [
         sent_ts     TIMESTAMP NOT NULL         -- when the mail was accepted by the SMTP server (UTC); the cooldown counts from here
     )
     """,
+    # -- observed spans --
+    # When each GPU reported telemetry, a few rows per GPU-day (gpuledger/ledger/observed.py): the capacity
+    # analytics' observed GPUs read these instead of one row per GPU-minute. Kept with the rollups.
+    """
+    CREATE TABLE IF NOT EXISTS observed_runs (
+        gpu_id       VARCHAR NOT NULL,         -- gpus.gpu_id
+        day          DATE NOT NULL,            -- UTC day of the run (runs are cut at midnight)
+        first_minute TIMESTAMP NOT NULL,       -- first minute of the run (samples_minute.minute)
+        first_ts     TIMESTAMP,                -- first sample in that minute (UTC)
+        end_ts       TIMESTAMP                 -- latest ts + interval_s of the run's samples (UTC)
+    )
+    """,
     # -- job summaries (Prometheus pushdown) --
     # One row per job, GPU and query window, computed by Prometheus over the job's own samples
     # (collectors/prometheus_jobs.py, `collect prometheus --jobs`); no raw samples travel. Where a job has no

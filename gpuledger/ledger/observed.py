@@ -1,0 +1,79 @@
+"""``observed_runs``: when each GPU reported telemetry, as a few rows per GPU-day instead of one per minute.
+
+A run is a maximal stretch of consecutive minutes of one GPU with a ``samples_minute`` row, cut at UTC midnight:
+its first minute, the first sample in that minute and the latest sample end (ts + interval_s) of the run. The
+capacity analytics (analytics/waste.py, ``OBSERVED_SPANS``) read these instead of the minute rows: a silence of
+at least two minutes always starts a new run, so for a gap setting of two minutes or more the reporting spans
+found from the runs are those found from the minutes.
+
+Maintained with the rollups, inside the ingest's transaction (:func:`refresh_observed`, called from
+``gpuledger.ledger.rollup``): the GPU-days whose minute rows were re-rolled are recomputed from them. A ledger
+whose runs were never built whole (from before this table) has no ``META_KEY`` row; its readers keep to the
+minute rows until the next refresh builds the table whole.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+META_KEY = "observed_runs"
+META_VALUE = "1"  # the runs' definition; readers use the table only when it was built with this one
+
+# = the SCHEMA_V2 statement (block "observed spans"): a ledger already at schema version 2 gets it here
+TABLE_SQL = """
+    CREATE TABLE IF NOT EXISTS observed_runs (
+        gpu_id       VARCHAR NOT NULL,         -- gpus.gpu_id
+        day          DATE NOT NULL,            -- UTC day of the run (runs are cut at midnight)
+        first_minute TIMESTAMP NOT NULL,       -- first minute of the run (samples_minute.minute)
+        first_ts     TIMESTAMP,                -- first sample in that minute (UTC)
+        end_ts       TIMESTAMP                 -- latest ts + interval_s of the run's samples (UTC)
+    )
+    """
+
+_RUNS_SQL = """
+    SELECT gpu_id, day, min(minute) AS first_minute,
+           arg_min_null(f, minute) AS first_ts, max(e) AS end_ts
+    FROM (
+        SELECT *, minute - to_minutes(row_number() OVER (PARTITION BY gpu_id, day ORDER BY minute)) AS run
+        FROM (SELECT m.gpu_id, m.minute::DATE AS day, m.minute, min(m.first_ts) AS f, max(m.max_end_ts) AS e
+              FROM samples_minute m {join}
+              GROUP BY m.gpu_id, m.minute)
+    )
+    GROUP BY gpu_id, day, run
+"""
+
+
+def observed_runs_ready(con: duckdb.DuckDBPyConnection) -> bool:
+    """True when ``observed_runs`` holds the runs of every minute row (built whole, then kept up to date)."""
+    rows = con.execute("SELECT value FROM schema_meta WHERE key = ?", [META_KEY]).fetchall()
+    return bool(rows) and rows[0][0] == META_VALUE
+
+
+def refresh_observed(con: duckdb.DuckDBPyConnection, windows: str | None) -> None:
+    """Recompute the runs of the GPU-days the rollup refresh re-rolled: ``windows`` names a table of
+    (gpu_id, m_lo, m_hi_end) minute windows (the rollup's ``rollup_m_all``). The first refresh of a ledger
+    without the table (or never built whole) builds it from all minute rows. The caller owns the transaction."""
+    con.execute(TABLE_SQL)
+    if windows is None or not observed_runs_ready(con):
+        con.execute("DELETE FROM observed_runs")
+        con.execute(f"INSERT INTO observed_runs {_RUNS_SQL.format(join='')}")
+        con.execute("INSERT OR REPLACE INTO schema_meta VALUES (?, ?)", [META_KEY, META_VALUE])
+        return
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE observed_d AS
+            SELECT DISTINCT gpu_id, unnest(range(m_lo::DATE, (m_hi_end - INTERVAL 1 MINUTE)::DATE + INTERVAL 1 DAY,
+                                                 INTERVAL 1 DAY))::DATE AS day
+            FROM {windows} WHERE m_hi_end > m_lo"""
+    )
+    con.execute(
+        """DELETE FROM observed_runs USING temp.observed_d d
+           WHERE observed_runs.gpu_id = d.gpu_id AND observed_runs.day = d.day"""
+    )
+    join = "JOIN temp.observed_d d ON d.gpu_id = m.gpu_id AND d.day = m.minute::DATE"
+    con.execute(f"INSERT INTO observed_runs {_RUNS_SQL.format(join=join)}")
+    # GPU-days left with no minute rows at all (samples removed outside any window) go too
+    con.execute(
+        """DELETE FROM observed_runs WHERE NOT EXISTS (
+               SELECT 1 FROM samples_day s WHERE s.gpu_id = observed_runs.gpu_id AND s.day = observed_runs.day)"""
+    )
+    con.execute("DROP TABLE temp.observed_d")
