@@ -596,7 +596,7 @@ def _training(
     unit_costs = _analytics("unit_costs")
     with reader(db_path) as con:
         out = {"unit_costs": unit_costs.job_unit_costs(con, filters=filters)}
-        recs = _recommendations(con, filters, _settings)
+    recs = _recommendations_cached(db_path, ver, fp, filters, _settings)  # shared with the other pages
     out["batch"] = recs.filter(pl.col("kind") == "larger_batch")
     return out
 
@@ -660,8 +660,9 @@ def _savings(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> dict[str, Any]:
     rec = _analytics("recommend")
+    # the same list the Recommendations cache holds (computed once for both, not again here)
+    recs = _recommendations_cached(db_path, ver, fp, filters, _settings)
     with reader(db_path) as con:
-        recs = _recommendations(con, filters, _settings)
         total = rec.savings_total(recs)
         total["coverage"] = rec.view_coverage(con, recs, filters=filters, settings=_settings)
     return total
