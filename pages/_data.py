@@ -304,6 +304,8 @@ class UploadResult:
     timeline: pl.DataFrame | None = None
     recommendations: pl.DataFrame | None = None
     missing: tuple[str, ...] = ()  # analyses this install lacks
+    needs_gpu: tuple[str, ...] = ()  # jobs (training logs) that name no GPU model or count: ask for them
+    gpu_assumed: str | None = None  # what was assumed for them, in words, when the page gave the GPU facts
 
 
 def _safe_name(name: str) -> str:
@@ -327,14 +329,63 @@ def limit_upload_memory(con: duckdb.DuckDBPyConnection, s: Settings, spill_dir: 
     con.execute("SET temp_directory = ?", [spill_dir])
 
 
-def analyse_upload(name: str, data: bytes, cluster: str | None, tz: str | None) -> UploadResult:
+def analyse_upload(
+    name: str,
+    data: bytes,
+    cluster: str | None,
+    tz: str | None,
+    gpu_model: str | None = None,
+    gpu_count: float | None = None,
+) -> UploadResult:
+    """The upload's analysis; ``gpu_model``/``gpu_count``: what ran the file's jobs that name no GPU (a
+    training log), given on the page, so the run can be priced."""
     s = settings()
-    return _analyse_upload(name, data, cluster or None, tz or None, s.fingerprint(), s)
+    gpu = (gpu_model, float(gpu_count)) if gpu_model and gpu_count else None
+    return _analyse_upload(name, data, cluster or None, tz or None, s.fingerprint(), s, gpu)
+
+
+_NO_GPU_SQL = "FROM jobs WHERE gpu_model IS NULL OR coalesce(gpu_count, 0) = 0"
+
+
+def _assume_gpu(con: duckdb.DuckDBPyConnection, gpu: tuple[str, float]) -> str | None:
+    """Give the jobs that name no GPU the page's model and count; a job with no start or end (a training
+    log's summary) runs for its logged runtime, ending now (the log does not say when it ran, so today's
+    price applies). Returns the assumption in words, or None when no job could be priced."""
+    import datetime as dt_
+
+    end = dt_.datetime.now(dt_.UTC).replace(tzinfo=None, microsecond=0)
+    rows = con.execute(
+        f"""SELECT j.job_id, r.runtime_s, j.start_ts, j.end_ts
+            FROM jobs j LEFT JOIN training_runs r USING (job_id)
+            WHERE j.job_id IN (SELECT job_id {_NO_GPU_SQL})"""
+    ).fetchall()
+    timed = [r for r in rows if (r[2] is not None and r[3] is not None) or r[1]]
+    if not timed:
+        return None
+    con.execute(
+        f"""UPDATE jobs SET gpu_model = ?, gpu_count = ?,
+                start_ts = coalesce(start_ts, ?::TIMESTAMP - to_seconds(
+                    (SELECT round(runtime_s)::BIGINT FROM training_runs r WHERE r.job_id = jobs.job_id))),
+                end_ts = coalesce(end_ts, ?::TIMESTAMP)
+            WHERE job_id IN (SELECT job_id {_NO_GPU_SQL})""",
+        [gpu[0], gpu[1], end, end],
+    )
+    hours = sum((r[1] or 0.0) for r in timed) / 3600.0
+    return (
+        f"{gpu[1]:g} × {gpu[0]} for the logged runtime ({hours:,.2f} h), at the price in force today "
+        "(the log does not say when it ran)"
+    )
 
 
 @st.cache_data(show_spinner="Reading the file…", max_entries=16, ttl=CACHE_TTL_S)
 def _analyse_upload(
-    name: str, data: bytes, cluster: str | None, tz: str | None, fp: str, _settings: Settings
+    name: str,
+    data: bytes,
+    cluster: str | None,
+    tz: str | None,
+    fp: str,
+    _settings: Settings,
+    gpu: tuple[str, float] | None = None,
 ) -> UploadResult:
     """Ingest a copy of the uploaded bytes into an in-memory ledger and run the Overview's analyses on it.
 
@@ -368,6 +419,8 @@ def _analyse_upload(
                     f"({int(_settings.upload_memory_mb):,} MB, dashboard.upload_memory_mb in the settings)",
                 )
             ingest = report.as_dict() | {"path": name}
+            no_gpu = tuple(r[0] for r in con.execute(f"SELECT job_id {_NO_GPU_SQL} ORDER BY 1").fetchall())
+            assumed = _assume_gpu(con, gpu) if gpu and no_gpu else None
             filters = Filters()
             missing: list[str] = []
             out: dict[str, Any] = {}
@@ -381,7 +434,14 @@ def _analyse_upload(
                     out[key] = fn()
                 except NotReady as exc:
                     missing.append(str(exc))
-            return UploadResult(name, ingest=ingest, missing=tuple(missing), **out)
+            return UploadResult(
+                name,
+                ingest=ingest,
+                missing=tuple(missing),
+                needs_gpu=no_gpu,
+                gpu_assumed=assumed,
+                **out,
+            )
         finally:
             con.close()
 

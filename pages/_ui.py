@@ -198,6 +198,56 @@ def column_config(columns: list[str]) -> dict[str, object]:
     return config
 
 
+def _text(column: str, value: object) -> str:
+    """One cell as :func:`column_config` would draw it, ``n/a`` for unknown."""
+    if value is None or (isinstance(value, float) and value != value):
+        return NA
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if column.endswith("_usd") or column.startswith("usd_"):
+        return usd(value)
+    if column.endswith("_pct"):
+        return pct(value)
+    if column.endswith(("_share", "_frac")) or column == "mfu":
+        return pct(100.0 * value)
+    if column.endswith("_mib"):
+        return num(value, 0)
+    if column.endswith(("_hours", "_h")) or column == "hours":
+        return num(value, 2)
+    return num(value, 0) if float(value).is_integer() else num(value, 2)
+
+
+def shown(frame: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, object]]:
+    """``frame`` ready for ``st.dataframe`` and its column config: a column with unknown (null) cells
+    becomes text in its unit's format with ``n/a`` in those cells (the grid would print "None"); the other
+    columns stay numbers (sortable) with :func:`column_config`'s formats."""
+    config = column_config(frame.columns)
+    out = []
+    for name in frame.columns:
+        col = frame[name]
+        numeric = col.dtype.is_numeric()
+        share = name.endswith(("_share", "_frac")) or name == "mfu"  # one percent format: "12.3 %"
+        if numeric and (share or col.null_count() or (col.dtype.is_float() and col.is_nan().any())):
+            out.append(pl.Series(name, [_text(name, v) for v in col.to_list()], dtype=pl.String))
+            config[name] = st.column_config.TextColumn(label(name) or name)
+        elif col.null_count() and col.dtype == pl.String:
+            out.append(col.fill_null(NA))
+        else:
+            out.append(col)
+    return pl.DataFrame(out), config
+
+
+def dataframe(frame: pl.DataFrame, overrides: dict[str, object] | None = None, **kwargs: Any) -> Any:
+    """``st.dataframe`` of :func:`shown` ``(frame)``: unit formats, ``n/a`` for unknown, human headers.
+    ``overrides``: column configs for columns that stay numbers (a text column keeps its text config)."""
+    data, config = shown(frame)
+    for name, cfg in (overrides or {}).items():
+        if name in data.columns and (data[name].dtype != pl.String or frame[name].dtype == pl.String):
+            config[name] = cfg
+    kwargs.setdefault("hide_index", True)
+    return st.dataframe(data, column_config=config, **kwargs)
+
+
 # ---------------------------------------------------------------- user strings and downloads, made safe
 
 # Every ASCII punctuation character CommonMark lets a backslash escape: with all of them escaped, a team,

@@ -10,7 +10,7 @@ import streamlit as st
 
 from analytics.whatif import price_in_force
 from pages import _data, _ui
-from pages._ui import column_config, no_rows, not_ready
+from pages._ui import no_rows, not_ready
 
 filters = _data.open_page("Fleet")
 try:
@@ -132,11 +132,9 @@ else:
         "unallocated_h",
         "mean_util_pct",
     )
-    st.dataframe(
+    _ui.dataframe(
         table,
-        hide_index=True,
-        column_config=column_config(table.columns)
-        | {
+        {
             "idle_h": st.column_config.NumberColumn("idle (h)", format="%.1f"),
             "telemetry_h": st.column_config.NumberColumn("with telemetry (h)", format="%.1f"),
             "idle_pct": st.column_config.NumberColumn("idle (% of telemetry)", format="%.1f %%"),
@@ -167,11 +165,9 @@ for col, key, title in ((left, "by_model", "By GPU model"), (right, "by_cluster"
                 "idle_gpu_h",
                 (100.0 * pl.col("unknown_share")).alias("no_telemetry_pct"),
             )
-            st.dataframe(
+            _ui.dataframe(
                 df,
-                hide_index=True,
-                column_config=column_config(df.columns)
-                | {
+                {
                     "held_gpu_h": st.column_config.NumberColumn("held (GPU-h)", format="%.1f"),
                     "idle_gpu_h": st.column_config.NumberColumn("idle (GPU-h)", format="%.1f"),
                     "no_telemetry_pct": st.column_config.NumberColumn(

@@ -13,7 +13,6 @@ from plotly.subplots import make_subplots
 from gpuledger.ledger.palette import PART_COLOURS
 from pages import _data, _ui
 from pages._ui import (
-    column_config,
     diagnosis_label,
     download_csv,
     md,
@@ -162,7 +161,7 @@ def job_view(job_id: str) -> None:
             (pl.col("idle_s") / total_s * idle_usd if total_s else pl.lit(0.0)).alias("idle_usd"),
         )
         st.markdown(f"**Idle stretches** (shaded above): {shown.height:,}, {usd(idle_usd)} in all")
-        st.dataframe(shown, hide_index=True, column_config=column_config(shown.columns), height=220)
+        _ui.dataframe(shown, height=220)
         st.caption(
             "An idle stretch: at or under the idle threshold for at least the minimum length (Settings). Each "
             "stretch's $ is its share of the job's idle seconds times the job's idle $."
@@ -258,10 +257,8 @@ st.caption(
     f"{table.height:,} of {jobs.height:,} jobs. Click a row to open the job (its page has its own link); click "
     "a column header to sort the table itself. Empty cells: unknown (no telemetry or no price)."
 )
-event = st.dataframe(
+event = _ui.dataframe(
     shown,
-    hide_index=True,
-    column_config=column_config(order),
     height=460,
     on_select="rerun",
     selection_mode="single-row",

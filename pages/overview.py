@@ -199,7 +199,7 @@ parts = pl.DataFrame(
 )
 left, right = st.columns([2, 3])
 with left:
-    st.dataframe(parts, hide_index=True, width="content", column_config=_ui.column_config(parts.columns))
+    _ui.dataframe(parts, width="content")
 with right:
     fig = px.bar(
         parts,

@@ -9,8 +9,8 @@ import streamlit as st
 
 from analytics.savings import savings_total
 from gpuledger.ledger.palette import is_team
-from pages import _data
-from pages._ui import column_config, diagnosis_label, md, no_rows, not_ready, pct, usd
+from pages import _data, _ui
+from pages._ui import diagnosis_label, md, no_rows, not_ready, pct, usd
 
 CARDS_PER_KIND = 3  # the top items of each kind as cards; the rest of the kind in one table
 
@@ -107,11 +107,9 @@ else:
                 rest = items.slice(CARDS_PER_KIND).select(
                     "target", "owner", "usd_per_week", "saving_usd", "confidence", "action"
                 )
-                st.dataframe(
+                _ui.dataframe(
                     rest,
-                    hide_index=True,
-                    column_config=column_config(rest.columns)
-                    | {"action": st.column_config.TextColumn("action", width="large")},
+                    {"action": st.column_config.TextColumn("action", width="large")},
                     height=min(400, 38 + 35 * rest.height),
                 )
 
@@ -130,10 +128,5 @@ else:
         "team",
         "evidence",
     )
-    st.dataframe(
-        table,
-        hide_index=True,
-        column_config=column_config(table.columns)
-        | {"evidence": st.column_config.TextColumn("evidence", width="large")},
-    )
+    _ui.dataframe(table, {"evidence": st.column_config.TextColumn("evidence", width="large")})
     st.caption("Open a job on the Jobs page (`/jobs?job=ID`) to see its timeline beside its diagnosis.")

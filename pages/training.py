@@ -64,11 +64,7 @@ else:
         "mfu": st.column_config.NumberColumn("MFU", format="percent"),
         "tokens_per_s_per_gpu": st.column_config.NumberColumn("tokens/s per GPU", format="%.0f"),
     }
-    st.dataframe(
-        units.select(shown).sort("cost_usd", descending=True, nulls_last=True),
-        hide_index=True,
-        column_config=config,
-    )
+    _ui.dataframe(units.select(shown).sort("cost_usd", descending=True, nulls_last=True), config)
     st.caption("n/a: an input is missing (the reason columns say which); no figure is guessed.")
 
 st.subheader("Batch size")
@@ -93,4 +89,4 @@ else:
         )
         if c in batch.columns
     ]
-    st.dataframe(batch.select(cols), hide_index=True, column_config=column_config(cols))
+    _ui.dataframe(batch.select(cols))

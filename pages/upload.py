@@ -7,10 +7,13 @@ Recommendations pages. A file gpuledger cannot read shows the CLI's one-line err
 
 from __future__ import annotations
 
+import re
+
 import plotly.express as px
 import streamlit as st
 
 from collectors.registry import PARSERS
+from gpuledger.ledger.reference import catalog
 from pages import _data, _ui
 from pages._ui import KPI_WIDTHS, num, pct, usd
 
@@ -43,13 +46,21 @@ if uploaded.size > limit_mb * 1024 * 1024:  # the server enforces it too (gpuled
     )
     st.stop()
 
-result = _data.analyse_upload(uploaded.name, uploaded.getvalue(), cluster, tz)
+gpu_facts = st.session_state.get("upload_gpu") or {}
+facts = gpu_facts.get(uploaded.file_id) or (None, None)
+result = _data.analyse_upload(uploaded.name, uploaded.getvalue(), cluster, tz, *facts)
 if result.error:
+    named_line = re.match(r"^.+?:(\d+): ", result.error)
+    what_next = (
+        f"Fix line {int(named_line.group(1)):,} (or choose the right file), then upload it again."
+        if named_line
+        else "The file is not in a format gpuledger reads, or it is damaged: choose the right file, then upload "
+        "it again."
+    )
     st.error(
         f"{_ui.md(result.error)}\n\n"
-        "Nothing was analysed. Fix the line named above (or choose the right file), then upload it again. "
-        "The accepted formats and their columns are listed above and in the README; "
-        "`gpuledger ingest --help` shows them too.",
+        f"Nothing was analysed. {what_next} The accepted formats and their columns are listed above and in the "
+        "README; `gpuledger ingest --help` shows them too.",
         icon=":material/error:",
     )
     st.stop()
@@ -65,12 +76,32 @@ for reason, n in (ingest.get("skipped") or {}).items():
 for what in result.missing:
     st.warning(f"Part of the analysis is not available: {what}.")
 
+if result.needs_gpu and not result.gpu_assumed:
+    with st.form("upload_gpu_form", border=True):
+        st.markdown(
+            f"**Which GPUs ran it?** {_ui.md(', '.join(result.needs_gpu[:3]))} names no GPU model or count, so "
+            "it cannot be priced. Say what ran it:"
+        )
+        c1, c2 = st.columns([3, 1])
+        model = c1.selectbox("GPU model", sorted(m.model for m in catalog()), key="upload_gpu_model")
+        count = c2.number_input(
+            "GPUs", min_value=1, max_value=100_000, value=1, step=1, key="upload_gpu_count"
+        )
+        if st.form_submit_button("Price the run", icon=":material/paid:"):
+            st.session_state["upload_gpu"] = gpu_facts | {uploaded.file_id: (model, int(count))}
+            st.rerun()
+elif result.gpu_assumed:
+    st.info(f"Priced as {_ui.md(result.gpu_assumed)}.", icon=":material/paid:")
+
 s = result.summary
 if s is not None:
     cols = st.columns(KPI_WIDTHS)
     cols[0].metric("Spend", usd(s["spend_usd"]))
     cols[1].metric("GPU-hours", num(s["gpu_hours"], 1))
-    cols[2].metric("Mean utilization", pct(s["mean_util_pct"]))
+    cols[2].metric(
+        "Mean utilization",
+        pct(s["mean_util_pct"]) if s["mean_util_pct"] is not None else _ui.na("no telemetry"),
+    )
     cols[3].metric("Idle $", usd(s["idle_usd"]))
     cols[4].metric("Waste $", usd(s["waste_usd"]))
     if s.get("unpriced_gpu_hours"):
@@ -93,11 +124,30 @@ if result.timeline is not None and not result.timeline.is_empty():
 
 if result.jobs is not None and not result.jobs.is_empty():
     st.subheader("Jobs")
-    st.dataframe(result.jobs, hide_index=True)
+    first = [
+        "job_id",
+        "cost_usd",
+        "waste_usd",
+        "name",
+        "kind",
+        "state",
+        "gpu_model",
+        "gpu_count",
+        "gpu_hours",
+    ]
+    first += ["mean_util_pct", "usd_per_mtok", "start_ts", "end_ts"]
+    jobs = result.jobs.select([c for c in first if c in result.jobs.columns])
+    _ui.dataframe(jobs)
+    st.caption("Empty cells: unknown (no telemetry, no token count, or no price).")
 
 if result.recommendations is not None and not result.recommendations.is_empty():
     st.subheader("Recommendations")
     for r in result.recommendations.iter_rows(named=True):
+        money = (
+            f"{usd(r['usd_per_week'])} / week"
+            if r["usd_per_week"] is not None
+            else f"one-off {usd(r['saving_usd'])}"
+        )
         st.markdown(
-            f"**{usd(r['usd_per_week'])} / week** · `{r['kind']}` · {_ui.md(r['evidence'])} {_ui.md(r['action'])}"
+            f"**{money}** · {_ui.md(r['kind_label'])} · {_ui.md(r['evidence'])} {_ui.md(r['action'])}"
         )

@@ -11,7 +11,7 @@ import streamlit as st
 from gpuledger.ledger.palette import NOT_A_TEAM_LABELS, PART_COLOURS, SPEND_COLOUR
 from gpuledger.ledger.palette import PART_LABELS as PALETTE_LABELS
 from pages import _data, _ui
-from pages._ui import KPI_WIDTHS, column_config, no_rows, not_ready, num, pct, usd
+from pages._ui import KPI_WIDTHS, no_rows, not_ready, num, pct, usd
 
 # the waterfall's order: spend, minus each waste part, minus no telemetry, leaves productive
 WASTE_ORDER = [
@@ -156,5 +156,5 @@ st.subheader("Jobs that wasted the most")
 if top.is_empty():
     no_rows("No job in this view wasted money.")
 else:
-    st.dataframe(top.select(TOP_COLUMNS), hide_index=True, column_config=column_config(TOP_COLUMNS))
+    _ui.dataframe(top.select(TOP_COLUMNS))
     st.caption("Open a job on the Jobs page (`/jobs?job=ID`) for its timeline and idle stretches.")

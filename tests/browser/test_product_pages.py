@@ -215,8 +215,10 @@ def test_fleet_grouped_with_drill_down_and_idle_dollars(page: Page, server: Serv
     assert_clean(text)
     # the demo has 112 GPUs (> 60): one heatmap row per host, a drill-down into one host's GPUs
     assert "One row per" in text and "one per host, the mean over its 112 GPUs" in text
-    page.get_by_test_id("stSelectbox").filter(has_text="Open a host").click()
-    page.get_by_role("option").first.click()
+    box = page.get_by_test_id("stSelectbox").filter(has_text="Open a host")
+    box.scroll_into_view_if_needed()
+    box.locator("input").click()
+    page.get_by_role("option", name="atlas-n00", exact=True).click()
     wait_for_app(page)
     assert page.get_by_test_id("stPlotlyChart").count() == 2
     assert "the GPUs of host" in main_text(page)
@@ -274,3 +276,24 @@ def test_what_if_before_and_after(page: Page, server: Server) -> None:
 )
 def test_no_page_shows_none_nan_or_minus_zero(page: Page, server: Server, path: str) -> None:
     assert_clean(goto(page, server, path, VIEW))
+
+
+def test_upload_a_training_log_asks_for_its_gpus_and_prices_the_run(page: Page, server: Server) -> None:
+    from tests.conftest import dataset
+
+    log = dataset("hf-trainer/mistral7b-lora-translator/trainer_state.json")  # names no GPU; 20,388 s runtime
+    goto(page, server, "upload")
+    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(log))
+    page.get_by_text("Which GPUs ran it?").wait_for(timeout=60_000)
+    wait_for_app(page)
+    page.get_by_test_id("stSelectbox").filter(has_text="GPU model").click()
+    page.get_by_role("option", name="A100-80GB", exact=True).click()
+    page.get_by_role("button", name="Price the run").click()
+    page.get_by_text("Priced as 1 × A100-80GB").wait_for(timeout=60_000)
+    wait_for_app(page)
+    shots(page, "upload-priced")
+    text = main_text(page)
+    assert_clean(text)
+    # by hand: 20,388 s = 5.6633 h on 1 × A100-80GB at the shipped on-demand $1.79 = $10.14
+    assert metric(page, "Spend")[0] == money(20388 / 3600 * 1.79)
+    assert metric(page, "GPU-hours")[0] == "5.7"
