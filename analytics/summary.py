@@ -12,7 +12,7 @@ from typing import Any
 import duckdb
 
 from analytics.filters import Filters, horizon
-from analytics.unit_costs import inference_usd_per_mtok_generated, training_usd_per_mtok
+from analytics.unit_costs import view_usd_per_mtok
 from analytics.utilization import Source
 from analytics.waste import PARTS, WASTE_PARTS, job_waste_sql, unallocated
 from gpuledger.ledger.settings import Settings
@@ -123,6 +123,7 @@ def summary(
     waste = {p: waste[p] for p in PARTS}
     spend = sum(waste.values())
     energy = None if energy_kwh is None else float(energy_kwh)
+    per_mtok = view_usd_per_mtok(con, filters=filters, as_of=as_of)  # training, inference: one pass
     return {
         "spend_usd": spend,
         "gpu_hours": float(gpu_hours),
@@ -134,10 +135,8 @@ def summary(
         "unpriced_gpu_hours": float(unpriced_h),
         "energy_kwh": energy,
         "co2e_kg": None if energy is None else energy * settings.gco2e_per_kwh / 1000.0,
-        "training_usd_per_mtok": training_usd_per_mtok(con, filters=filters, as_of=as_of),
-        "inference_usd_per_mtok_generated": inference_usd_per_mtok_generated(
-            con, filters=filters, as_of=as_of
-        ),
+        "training_usd_per_mtok": per_mtok[0],
+        "inference_usd_per_mtok_generated": per_mtok[1],
         "waste": waste,
         "attribution": attribution_quality(con, sql, params),
         "filters": _filters_dict(filters),

@@ -167,3 +167,23 @@ def inference_usd_per_mtok_generated(
     """The view's inference $ per 1M generated tokens: Σ in-view cost of inference jobs with a generated
     token count ÷ Σ their in-view generated tokens × 1e6 (NULL when no such job is in the view)."""
     return _view_usd_per_m(con, filters, as_of, "kind = 'inference'", "generated_tokens")
+
+
+def view_usd_per_mtok(
+    con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL_FILTERS, as_of: dt.datetime | None = None
+) -> tuple[float | None, float | None]:
+    """(:func:`training_usd_per_mtok`, :func:`inference_usd_per_mtok_generated`) from one pass over the
+    view's unit costs instead of two (the same sums over the same rows)."""
+    as_of = as_of or horizon(con)
+    sql, params = job_unit_costs_sql(filters, as_of)
+    train = "kind IS DISTINCT FROM 'inference' AND tokens * view_share > 0 AND cost_usd IS NOT NULL"
+    infer = "kind = 'inference' AND generated_tokens * view_share > 0 AND cost_usd IS NOT NULL"
+    row = con.execute(
+        f"""SELECT sum(cost_usd) FILTER (WHERE {train})
+                       / nullif(sum(tokens * view_share) FILTER (WHERE {train}), 0) * 1e6,
+                   sum(cost_usd) FILTER (WHERE {infer})
+                       / nullif(sum(generated_tokens * view_share) FILTER (WHERE {infer}), 0) * 1e6
+            FROM ({sql})""",
+        params,
+    ).fetchall()[0]
+    return tuple(None if v is None else float(v) for v in row)  # type: ignore[return-value]
