@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
 import os
 import select
 import signal
@@ -343,9 +344,17 @@ def test_sigterm_flushes_what_is_buffered_and_exits_0(db_path: str) -> None:
 
 
 def test_kill_9_loses_at_most_one_flush_interval(db_path: str) -> None:
+    """kill -9 loses only the samples of the flush in progress: every flush the sampler reported is in the
+    ledger, whole, and what is missing spans at most one flush period as this machine achieved it (measured
+    here between the sampler's own flush lines, so a loaded CI box does not turn into a failure)."""
     interval, flush = 0.05, 0.5
     proc = start_replay(db_path, interval=interval, flush=flush)
-    wait_for_lines(proc, "nvml: flushed", 3)
+    wait_for_lines(proc, "nvml: flushed", 2)
+    arrivals = []
+    for _ in range(3):
+        wait_for_lines(proc, "nvml: flushed", 1)
+        arrivals.append(time.monotonic())
+    period = max(b - a for a, b in itertools.pairwise(arrivals))
     time.sleep(0.3)
     killed = utc_now()
     os.kill(proc.pid, signal.SIGKILL)
@@ -353,9 +362,11 @@ def test_kill_9_loses_at_most_one_flush_interval(db_path: str) -> None:
     n, last, ingests = rows(db_path, "SELECT count(*), max(ts), (SELECT count(*) FROM ingests) FROM samples")[
         0
     ]
-    assert ingests >= 3 and n >= 3
+    assert ingests >= 5 and n >= 5  # the 5 flushes it reported are all there
     lost_s = (killed - last).total_seconds()
-    assert lost_s <= flush + interval + 0.5, f"lost {lost_s:.2f} s of samples at kill -9"
+    assert lost_s <= max(period, flush) + interval + 0.5, (
+        f"lost {lost_s:.2f} s of samples at kill -9 (flush period here {period:.2f} s)"
+    )
     # the ledger is intact: every committed flush is whole (its rows_json count equals its rows)
     assert rows(
         db_path,
