@@ -42,6 +42,7 @@ from analytics.cost import (
 )
 from analytics.filters import Filters, horizon
 from analytics.query import frame
+from analytics.shared import shared
 from analytics.utilization import Source, job_bucket_totals_sql, job_totals_sql
 from gpuledger.ledger.observed import observed_runs_ready
 from gpuledger.ledger.settings import Settings
@@ -171,6 +172,7 @@ def _parts_sql(jobs_sql: str, totals_sql: str, key: str) -> str:
     """
 
 
+@shared  # one computation per view inside a read-only batch (analytics/shared.py)
 def job_waste(
     con: duckdb.DuckDBPyConnection,
     *,
@@ -215,6 +217,7 @@ def _data_end(con: duckdb.DuckDBPyConnection, as_of: dt.datetime | None) -> dt.d
     return max((t for t in (as_of, end) if t is not None), default=None)
 
 
+@shared  # one computation per view inside a read-only batch (analytics/shared.py)
 def unallocated(
     con: duckdb.DuckDBPyConnection,
     *,

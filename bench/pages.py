@@ -233,6 +233,7 @@ def bench_scripts(db: str, repeat: int, pages: list[str]) -> dict[str, tuple[flo
     # this file is named pages.py too: off the path, or `import pages` (here and in app.py) finds it
     here = Path(__file__).resolve().parent
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
+    from analytics import shared as shared_results
     from pages._script_timer import clear_caches, run_page  # streamlit stays in pages/
 
     run_page("pages/overview.py")  # imports, the price-sheet sync: once per server, not per page
@@ -244,6 +245,7 @@ def bench_scripts(db: str, repeat: int, pages: list[str]) -> dict[str, tuple[flo
         cold, warm = [], []
         for _ in range(repeat):
             clear_caches()
+            shared_results.clear()  # analytics/shared.py keeps a view's figures per ledger version too
             seconds, error = run_page(page)
             if error:
                 raise SystemExit(f"{page} raised: {error}")

@@ -270,8 +270,16 @@ def _summary(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> dict[str, Any]:
     compute = _analytics("summary").summary
-    with reader(db_path) as con:
+    with reader(db_path) as con, _sharing(con, db_path, ver):
         return compute(con, filters=filters, settings=_settings)
+
+
+def _sharing(con: duckdb.DuckDBPyConnection, db_path: str, ver: tuple[int, int]) -> Any:
+    """The view's intermediate results (unallocated capacity, per-job waste) computed once for all the data
+    functions of this ledger version (analytics/shared.py), not once per function."""
+    from analytics.shared import sharing
+
+    return sharing(con, (db_path, ver))
 
 
 class NotReady(Exception):
@@ -506,7 +514,7 @@ def waste_by(filters: Filters, by: str) -> pl.DataFrame:
 def _waste_by(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, by: str, _settings: Settings
 ) -> pl.DataFrame:
-    with reader(db_path) as con:
+    with reader(db_path) as con, _sharing(con, db_path, ver):
         return _analytics("waste").waste_by(con, by=by, filters=filters, settings=_settings)
 
 
@@ -521,7 +529,7 @@ def top_wasted_jobs(filters: Filters, limit: int = 20) -> pl.DataFrame:
 def _top_wasted_jobs(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, limit: int, _settings: Settings
 ) -> pl.DataFrame:
-    with reader(db_path) as con:
+    with reader(db_path) as con, _sharing(con, db_path, ver):
         return _top_wasted(con, filters, _settings, limit)
 
 
@@ -622,7 +630,7 @@ def recommendations(filters: Filters) -> pl.DataFrame:
 def _recommendations_cached(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> pl.DataFrame:
-    with reader(db_path) as con:
+    with reader(db_path) as con, _sharing(con, db_path, ver):
         return _recommendations(con, filters, _settings)
 
 
@@ -679,7 +687,7 @@ def _report(
     from gpuledger.reports.weekly import FORMATS, collect, render
 
     try:
-        with reader(db_path) as con:
+        with reader(db_path) as con, _sharing(con, db_path, ver):
             data = collect(con, filters=filters, settings=_settings)
     except ModuleNotFoundError as exc:
         raise NotReady(f"{exc.name} is not part of this install yet") from exc
@@ -722,7 +730,7 @@ def _savings(
     rec = _analytics("recommend")
     # the same list the Recommendations cache holds (computed once for both, not again here)
     recs = _recommendations_cached(db_path, ver, fp, filters, _settings)
-    with reader(db_path) as con:
+    with reader(db_path) as con, _sharing(con, db_path, ver):
         total = rec.savings_total(recs)
         total["coverage"] = rec.view_coverage(con, recs, filters=filters, settings=_settings)
     return total
@@ -740,7 +748,7 @@ def capacity(filters: Filters) -> pl.DataFrame:
 def _capacity(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> pl.DataFrame:
-    with reader(db_path) as con:
+    with reader(db_path) as con, _sharing(con, db_path, ver):
         return _analytics("waste").unallocated(con, filters=filters, settings=_settings)
 
 

@@ -1,0 +1,106 @@
+"""One view's intermediate results computed once per read-only batch instead of once per caller.
+
+Many analytics functions recompute the same thing internally: the weekly report asks for the view's unallocated
+capacity seven times and its per-job waste six times; the Overview's summary, capacity and savings each ask
+again. Inside ``with sharing(con, key):`` each call of a function marked :func:`shared` with the same
+arguments on ``con`` is computed once and the result handed out again (a copy). Outside such a block nothing
+is kept, so a connection that writes between calls (the tests, an ingest) always reads fresh figures.
+
+Only for batches during which the ledger cannot change: a reader (gpuledger.ledger.db.reader). ``key`` names
+the ledger's state, e.g. (path, data_version): blocks with the same key share results (the last few keys are
+kept), so the data functions of one page load, each with its own reader, compute a view's figures once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any, TypeVar
+
+import duckdb
+import polars as pl
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+KEPT_STATES = 4  # ledger states (keys) whose results are kept; each holds at most ENTRIES results
+ENTRIES = 64
+_states: OrderedDict[Hashable, OrderedDict[Hashable, Any]] = OrderedDict()
+_lock = threading.Lock()
+_local = threading.local()  # per thread (Streamlit runs each session's script in its own thread)
+
+
+def _store_for(key: Hashable | None) -> OrderedDict[Hashable, Any]:
+    if key is None:
+        return OrderedDict()
+    with _lock:
+        store = _states.pop(key, None) or OrderedDict()
+        _states[key] = store
+        while len(_states) > KEPT_STATES:
+            _states.popitem(last=False)
+        return store
+
+
+@contextlib.contextmanager
+def sharing(con: duckdb.DuckDBPyConnection, key: Hashable | None = None) -> Iterator[None]:
+    """Share results of :func:`shared` functions called on ``con`` inside the block (see the module)."""
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    stack.append((con, _store_for(key)))
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def _active(con: duckdb.DuckDBPyConnection) -> OrderedDict[Hashable, Any] | None:
+    for c, store in reversed(getattr(_local, "stack", None) or ()):
+        if c is con:
+            return store
+    return None
+
+
+def _arg_key(value: Any) -> Hashable:
+    fingerprint = getattr(value, "fingerprint", None)  # Settings: its content, not the object
+    if callable(fingerprint):
+        return ("settings", fingerprint())
+    hash(value)  # Filters (frozen), datetimes, strings: a TypeError here means: do not share
+    return value
+
+
+def _copy(value: Any) -> Any:
+    return value.clone() if isinstance(value, pl.DataFrame) else value
+
+
+def shared(fn: F) -> F:
+    """Mark ``fn(con, **keywords)`` as sharable (its result depends only on the ledger and the keywords)."""
+
+    @functools.wraps(fn)
+    def wrapper(con: duckdb.DuckDBPyConnection, *args: Any, **kwargs: Any) -> Any:
+        store = _active(con)
+        if store is None or args:
+            return fn(con, *args, **kwargs)
+        try:
+            key = (fn.__module__, fn.__qualname__, tuple(sorted((k, _arg_key(v)) for k, v in kwargs.items())))
+        except TypeError:
+            return fn(con, **kwargs)
+        if key in store:
+            store.move_to_end(key)
+            return _copy(store[key])
+        out = fn(con, **kwargs)
+        with _lock:
+            store[key] = out
+            while len(store) > ENTRIES:
+                store.popitem(last=False)
+        return _copy(out)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def clear() -> None:
+    """Forget every kept result (bench/pages.py's cold runs, like ``st.cache_data.clear``)."""
+    with _lock:
+        _states.clear()

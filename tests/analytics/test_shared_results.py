@@ -1,0 +1,54 @@
+"""analytics/shared.py: inside a sharing block a view's unallocated capacity and per-job waste are computed
+once and equal the plain calls; outside one (or under another key) a write is always seen."""
+
+from __future__ import annotations
+
+import analytics.waste as waste
+from analytics.filters import Filters
+from analytics.shared import sharing
+from gpuledger.ledger.settings import Settings
+from tests.analytics.build import alloc, gpu, ingest, job, series, set_test_prices
+
+
+def _one_gpu(con, minutes: int) -> None:
+    # one H100 on c1 reporting every minute, held by a job for the first 60 min
+    ingest(
+        con,
+        jobs=[job(f"j{minutes}", 0, 60)],
+        allocations=[alloc(f"j{minutes}", "n1:0", 0, 60)],
+        samples=series("n1:0", 0, [50.0] * minutes),
+        gpus=[gpu("n1:0")],
+    )
+
+
+def test_inside_a_block_each_view_is_computed_once_and_equals_the_plain_call(ledger, monkeypatch):
+    set_test_prices(ledger)
+    _one_gpu(ledger, 180)
+    plain_un = waste.unallocated(ledger)
+    plain_jobs = waste.job_waste(ledger)
+    # observed 3 GPU-h, held 1 → 2 GPU-h unallocated at $4
+    assert plain_un["unallocated_usd"].sum() == 2 * 4.0
+    calls = []
+    real = waste._unallocated_sql
+    monkeypatch.setattr(waste, "_unallocated_sql", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with sharing(ledger, ("test", 1)):
+        for _ in range(3):
+            assert waste.unallocated(ledger, filters=Filters(), settings=Settings()).equals(plain_un)
+            assert waste.job_waste(ledger, filters=Filters(), settings=Settings()).equals(plain_jobs)
+        waste.unallocated(ledger, filters=Filters(clusters=("c1",)), settings=Settings())  # another view
+    assert len(calls) == 2
+    waste.unallocated(ledger)  # outside any block: computed again
+    assert len(calls) == 3
+
+
+def test_outside_a_block_or_under_a_new_key_a_write_is_seen(ledger):
+    set_test_prices(ledger)
+    _one_gpu(ledger, 180)
+    with sharing(ledger, ("test", 1)):
+        before = waste.unallocated(ledger)["unallocated_usd"].sum()
+    # 60 more minutes of telemetry (180-240 min): observed 4 GPU-h, held 1 → 3 unallocated
+    ingest(ledger, samples=series("n1:0", 180, [0.0] * 60))
+    assert before == 2 * 4.0
+    assert waste.unallocated(ledger)["unallocated_usd"].sum() == 3 * 4.0
+    with sharing(ledger, ("test", 2)):
+        assert waste.unallocated(ledger)["unallocated_usd"].sum() == 3 * 4.0
