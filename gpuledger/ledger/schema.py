@@ -412,6 +412,7 @@ TABLES = (
     "idle_runs",
     "samples_util_hist",
     "job_summaries",
+    "rejected_rows",
     "host_attribution",
 )
 
@@ -423,10 +424,10 @@ INGESTED_TABLES = (
     "allocations",
     "training_runs",
     "train_log",
-    "rejected_rows",
     "processes",
     "gpu_events",
     "capacity",
+    "rejected_rows",
 )
 
 
@@ -438,7 +439,6 @@ def current_version(con: duckdb.DuckDBPyConnection) -> int:
         return 0
     rows = con.execute("SELECT value FROM schema_meta WHERE key = 'schema_version'").fetchall()
     return int(rows[0][0]) if rows else 0
-    "rejected_rows",
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> int:
