@@ -44,7 +44,9 @@ class Capacity:
 class ClusterSettings:
     tier: str | None = None  # pricing tier of jobs on this cluster that name none
     capacity: tuple[Capacity, ...] = ()
-    billing: str = "always_on"  # always_on: capacity nobody holds is paid for (unallocated) | per_job: it is not
+    billing: str = (
+        "always_on"  # always_on: capacity nobody holds is paid for (unallocated) | per_job: it is not
+    )
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,9 @@ class Settings:
     default_tier: str = "on_demand"
     batch_safety_fraction: float = 0.9
     notebook_idle_stop_minutes: float = 60.0
-    max_job_days: float = 365.0  # a job or allocation longer than this is implausible (collectors/validate.py)
+    max_job_days: float = (
+        365.0  # a job or allocation longer than this is implausible (collectors/validate.py)
+    )
     # observed capacity: a GPU's telemetry stops being paid-for capacity at a silence longer than this
     capacity_gap_minutes: float = 30.0
     prices: tuple[PriceRow, ...] = ()
@@ -192,7 +196,9 @@ def _clusters(path: Path, raw: Any) -> dict[str, ClusterSettings]:
             )
         billing = body.get("billing", "always_on")
         if billing not in BILLING:
-            raise SettingsError(path, f"{key}.billing", f"must be one of {', '.join(BILLING)}, got {billing!r}")
+            raise SettingsError(
+                path, f"{key}.billing", f"must be one of {', '.join(BILLING)}, got {billing!r}"
+            )
         out[name] = ClusterSettings(tier=tier, capacity=tuple(caps), billing=str(billing))
     return out
 
