@@ -205,7 +205,7 @@ def test_a_lead_sees_only_their_team(signed_server: Server, context_page: Page) 
     page.goto(f"{signed_server.url}/jobs")
     wait_for_app(page)
     with page.expect_download() as info:
-        page.get_by_role("button", name="Download these jobs (CSV)").click()
+        page.get_by_role("button", name="Download these jobs (CSV, every column)").click()
     rows = list(csv.DictReader(io.StringIO(Path(info.value.path()).read_text(encoding="utf-8-sig"))))
     assert rows and {r["team"] for r in rows} == {"speech"}
     expected = json.loads(signed_server.cli("jobs", "--json", "--team", "speech").stdout)

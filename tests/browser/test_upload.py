@@ -75,5 +75,5 @@ def test_a_bad_file_shows_the_error_and_what_to_do(page: Page, server: Server, t
     sentence = cli.stderr.strip().removeprefix("error: ").replace(str(bad), "broken_jobs.csv")
     assert sentence.startswith("broken_jobs.csv:3: ") and "gpu_count" in sentence
     assert sentence in error
-    assert "Fix the line named above" in error and "upload it again" in error
+    assert "Fix line 3 (or choose the right file)" in error and "upload it again" in error
     assert "Spend" not in body
