@@ -54,22 +54,15 @@ def input_pipeline_items(jobs: pl.DataFrame) -> list[dict[str, object]]:
             "prefetch, a CPU:GPU ratio that matches, data on local or faster storage."
         )
         items.append(
-            item(
+            _job_item(
                 "fix_input_pipeline",
-                target_type="job",
-                target=j["job_id"],
-                user_name=j["user_name"],
-                team=j["team"],
-                evidence=evidence,
-                action=action,
-                saving_usd=saving,
-                confidence="medium",
-                confidence_reasons="the swing pattern is measured; CPU and I/O wait are not in the ledger",
-                job_ids=[j["job_id"]],
-                job_saving_usd=[saving],
-                job_cost_usd=[j["cost_usd"]],
+                j,
+                evidence,
+                action,
+                saving,
+                "medium",
+                "the swing pattern is measured; CPU and I/O wait are not in the ledger",
                 lever="work",
-                addresses=["underused_usd", "idle_allocated_usd"],
                 recurring=False,
             )
         )
@@ -103,23 +96,49 @@ def inference_items(
             "and scale replicas with the request rate."
         )
         items.append(
-            item(
+            _job_item(
                 "consolidate_inference",
-                target_type="job",
-                target=j["job_id"],
-                user_name=j["user_name"],
-                team=j["team"],
-                evidence=evidence,
-                action=action,
-                saving_usd=saving,
-                confidence="low",
-                confidence_reasons="how far replicas pack depends on the service's latency budget",
-                job_ids=[j["job_id"]],
-                job_saving_usd=[saving],
-                job_cost_usd=[j["cost_usd"]],
+                j,
+                evidence,
+                action,
+                saving,
+                "low",
+                "how far replicas pack depends on the service's latency budget",
                 lever="time",
-                addresses=["underused_usd", "idle_allocated_usd"],
                 recurring=True,
             )
         )
     return items
+
+
+def _job_item(
+    kind: str,
+    j: dict[str, object],
+    evidence: str,
+    action: str,
+    saving: float,
+    confidence: str,
+    reasons: str,
+    *,
+    lever: str,
+    recurring: bool,
+) -> dict[str, object]:
+    """One job's item that addresses its under-used and idle $ (the shape both kinds here share)."""
+    return item(
+        kind,
+        target_type="job",
+        target=j["job_id"],
+        user_name=j["user_name"],
+        team=j["team"],
+        evidence=evidence,
+        action=action,
+        saving_usd=saving,
+        confidence=confidence,
+        confidence_reasons=reasons,
+        job_ids=[j["job_id"]],
+        job_saving_usd=[saving],
+        job_cost_usd=[j["cost_usd"]],
+        lever=lever,
+        addresses=["underused_usd", "idle_allocated_usd"],
+        recurring=recurring,
+    )
