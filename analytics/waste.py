@@ -6,7 +6,8 @@ The taxonomy (docs/metrics.md, "Waste"; /work contract shared with the recommend
 - **failed_usd**: of jobs that ended FAILED, CANCELLED, TIMEOUT, OOM, NODE_FAIL, BOOT_FAIL or DEADLINE and
   whose kind is training, fine-tune or other (a notebook or an inference service that is cancelled or times
   out has ended normally), the work lost: the cost of the in-view held time after the job's
-  ``last_checkpoint_ts``, or of all of it when no checkpoint is known (``failed_basis`` says which);
+  ``last_checkpoint_ts`` (the job record's, or placed by a tied training log: collectors/checkpoints.py), or
+  of all of it when no checkpoint is known (``failed_basis`` says which);
 - with rate = cost_usd / held_gpu_s (held_gpu_s = gpu_count × in-view seconds), f = min(1, held_gpu_s /
   covered_s) (samples never stand for more time than was held) and kept = 1 − lost_gpu_s / held_gpu_s (1
   for a job that did not fail; a failed job's checkpointed share): **idle_allocated_usd** = rate × f × kept
@@ -52,6 +53,11 @@ DEFAULT_SETTINGS = Settings()
 
 FAILED_STATES = ("FAILED", "CANCELLED", "TIMEOUT", "OOM", "NODE_FAIL", "BOOT_FAIL", "DEADLINE")
 FAILURE_KINDS = ("training", "fine-tune", "other")
+# Job sources whose records carry a checkpoint field (jobs_table.py's last_checkpoint, the demo;
+# collectors/checkpoints.EXPLICIT_SOURCES); another job's last_checkpoint_ts, when its run came from one of the
+# training logs that place checkpoints (collectors/checkpoints.py), was placed by that log.
+CHECKPOINT_SOURCES = ("jobs_csv", "jobs_jsonl", "demo")
+CHECKPOINT_LOG_SOURCES = ("hf_trainer", "llamafactory", "lightning")
 UNALLOCATED = "unallocated"
 PARTS = (
     "productive_usd",
@@ -91,7 +97,8 @@ JOB_WASTE_COLUMNS = {
     "in-view cost when no checkpoint is known)",
     "failed_checkpointed_usd": "failed jobs: cost of the held time up to the last checkpoint, classified like "
     "any other held time",
-    "failed_basis": "failed jobs: 'lost after the last checkpoint' | 'no checkpoint known: whole run lost'",
+    "failed_basis": "failed jobs: 'lost after the last checkpoint' (the job record's) | 'lost after the last "
+    "checkpoint found in the training log' | 'no checkpoint known: whole run lost'",
     "waste_usd": "idle_allocated + underused + failed",
     "effective_gpu_hours": "Σ util × interval / 3600 over the job's samples in the view",
     "util_covered_hours": "Σ interval_s / 3600 of samples with a utilization reading (not clamped)",
@@ -123,9 +130,11 @@ def _parts_sql(jobs_sql: str, totals_sql: str, key: str) -> str:
     WITH jc AS ({jobs_sql}), t AS ({totals_sql}),
     b AS (
         SELECT jc.*, t.util_cov_s, t.idle_s, t.underused_s, t.util_s, t.energy_j, lj.last_checkpoint_ts,
+               lj.source AS record_source, tr.source AS run_source,
                jc.gpu_hours * 3600.0 AS held_s,
                jc.state IN ({_sql_list(FAILED_STATES)}) AND jc.kind IN ({_sql_list(FAILURE_KINDS)}) AS failed
         FROM jc LEFT JOIN t USING ({key}) LEFT JOIN jobs lj ON lj.job_id = jc.job_id
+             LEFT JOIN training_runs tr ON tr.job_id = jc.job_id
     ),
     r AS (
         SELECT b.*,
@@ -152,6 +161,10 @@ def _parts_sql(jobs_sql: str, totals_sql: str, key: str) -> str:
                CASE WHEN failed THEN rate * (held_s - lost_s) END AS failed_checkpointed_usd,
                CASE WHEN NOT failed THEN NULL
                     WHEN last_checkpoint_ts IS NULL THEN 'no checkpoint known: whole run lost'
+                    -- a record without a checkpoint field of its own got it from its tied training log
+                    WHEN record_source NOT IN ({_sql_list(CHECKPOINT_SOURCES)})
+                         AND run_source IN ({_sql_list(CHECKPOINT_LOG_SOURCES)})
+                        THEN 'lost after the last checkpoint found in the training log'
                     ELSE 'lost after the last checkpoint' END AS failed_basis
         FROM k
     )

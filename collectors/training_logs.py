@@ -24,8 +24,17 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
-from collectors.common import Check, first_violation, json_object_limit, sql_path
-from collectors.validate import name_columns
+from collectors.checkpoints import after_hf_stage, after_lightning_stage, after_llamafactory_stage
+from collectors.common import (
+    Check,
+    JsonLines,
+    csv_layout_problem,
+    first_violation,
+    json_lines,
+    json_object_limit,
+    sql_path,
+)
+from collectors.validate import find_violations, name_columns
 from gpuledger.ledger.errors import FormatError
 
 
@@ -51,6 +60,12 @@ def stage_own_job(con: duckdb.DuckDBPyConnection, job_id: str, source: str, fini
 def _duckdb_failure(path: Path, exc: duckdb.Error, what: str) -> FormatError:
     text = str(exc).split("\n")[0]
     m = re.search(r"line (\d+)", text)
+    if m is None and what == "CSV" and "sniffing" in text:
+        # DuckDB's sniffer says only that it could not lay the file out; the line that breaks the layout
+        # (an empty line, a stray \r, an unclosed quote, a record of another width) is found by a scan
+        found = csv_layout_problem(path)
+        if found:
+            return FormatError(path, found[0], f"not valid CSV: {found[1]}")
     return FormatError(path, int(m.group(1)) if m else None, f"not valid {what}: {text[:250]}")
 
 
@@ -97,6 +112,11 @@ class HfTrainerState:
                 [
                     Check(f"json_type(e) <> 'OBJECT' OR {_num('e', 'step')} IS NULL", "has no step number"),
                     Check(
+                        f"NOT isfinite({_num('e', 'step')})",
+                        "step is {value}, not a finite number",
+                        _num("e", "step"),
+                    ),
+                    Check(
                         f"NOT abs({_num('e', 'step')}) < 9.2e18",
                         "step is {value}, too large for a step count",
                         _num("e", "step"),
@@ -104,8 +124,11 @@ class HfTrainerState:
                 ],
                 line_col="idx",
             )
-        except FormatError as exc:  # idx is the entry's position in log_history, not a line of the file
-            raise FormatError(path, None, f"log_history[{(exc.line or 1) - 1}] {exc.reason}") from None
+        except FormatError as exc:  # idx is the entry's position in log_history: its line, from a scan
+            n = (exc.line or 1) - 1
+            lines = _hf_lines(con, path)
+            at = (lines.items[n][1].get("step", lines.items[n][0])) if lines else None
+            raise FormatError(path, at, f"log_history[{n}] {exc.reason}") from None
         job_id = run_job_id(path, "trainer_state.json", "hf", opts)
         con.execute(
             f"""
@@ -117,7 +140,7 @@ class HfTrainerState:
                    -- SFTTrainer logs its own cumulative count as num_tokens
                    coalesce(nullif({_num("e", "num_input_tokens_seen")}, 0), nullif({_num("e", "num_tokens")}, 0))
                        AS tokens_seen,
-                   'log_history[' || (idx - 1) || ']' AS row_label
+                   'log_history[' || (idx - 1) || ']' AS row_label, idx
             FROM hf_log
             WHERE json_type(e, '$.train_runtime') IS NULL
             ORDER BY idx
@@ -154,12 +177,106 @@ class HfTrainerState:
                 "batch_size": "train_batch_size",
             },
         )
+        if _implausible(con, opts):  # only then is the file scanned for the lines the messages name
+            _stage_hf_lines(con, path)
         finished = con.execute("SELECT runtime_s IS NOT NULL FROM stage_training_runs").fetchall()[0][0]
         if not opts.job_id:
             stage_own_job(con, job_id, "hf_trainer", bool(finished))
+        notes = after_hf_stage(con, path, opts.job_id)  # the newest checkpoint → the job's (checkpoints.py)
         con.execute("DROP TABLE temp.hf_log")
         con.execute("DROP TABLE temp.hf_state")
-        return {}
+        return notes
+
+
+def _implausible(con: duckdb.DuckDBPyConnection, opts: IngestOptions) -> bool:
+    """Would collectors/validate.py reject (or skip) a staged training row? (The same rules, asked early.)"""
+    return any(
+        find_violations(
+            con, table, source=f"temp.stage_{table}", staged=True, max_job_days=opts.max_job_days, limit=1
+        )
+        for table in ("training_runs", "train_log")
+    )
+
+
+def _hf_lines(con: duckdb.DuckDBPyConnection, path: Path) -> JsonLines | None:
+    """The lines of trainer_state.json's keys and log_history entries, when the scan found the same entries
+    DuckDB did (else None: the messages then name the entry by its index)."""
+    found = json_lines(path, "log_history")
+    entries = con.execute("SELECT count(*) FROM hf_log").fetchall()[0][0]
+    return found if found is not None and len(found.items) == entries else None
+
+
+# stage_train_log column → the log_history keys its value comes from (first present wins)
+_HF_ENTRY_KEYS = {
+    "step": ("step",),
+    "epoch": ("epoch",),
+    "loss": ("loss",),
+    "eval_loss": ("eval_loss",),
+    "learning_rate": ("learning_rate",),
+    "tokens_seen": ("num_input_tokens_seen", "num_tokens"),
+}
+# stage_training_runs column → (top-level key, key of the final summary entry) its value comes from
+_HF_RUN_KEYS = {
+    "batch_size": ("train_batch_size", None),
+    "epochs": ("epoch", "epoch"),
+    "steps": ("global_step", "step"),
+    "runtime_s": (None, "train_runtime"),
+    "samples_per_s": (None, "train_samples_per_second"),
+    "tokens_per_s": (None, "train_tokens_per_second"),
+    "total_flos": ("total_flos", "total_flos"),
+}
+
+
+def _stage_hf_lines(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """``line_no`` (the entry's first line) and ``line_no__<column>`` (the line of the key the value came
+    from) on the staged train log and run, so a rejection names a line of trainer_state.json."""
+    lines = _hf_lines(con, path)
+    if lines is None:
+        return
+    entries = [line for line, _ in lines.items]
+    per_key = {
+        col: [next((own[k] for k in keys if k in own), None) for _, own in lines.items]
+        for col, keys in _HF_ENTRY_KEYS.items()
+    }
+    cols = ", ".join(f"unnest(${col}) AS line_no__{col}" for col in per_key)
+    con.execute(
+        f"""CREATE TEMP TABLE hf_lines AS
+            SELECT unnest(range(1, len($entries) + 1)) AS idx, unnest($entries) AS line_no, {cols}""",
+        {"entries": entries, **per_key},
+    )
+    picked = ", ".join(["l.line_no", *(f"l.line_no__{col}" for col in per_key)])
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE stage_train_log AS
+            SELECT t.*, {picked} FROM stage_train_log t LEFT JOIN hf_lines l ON l.idx = t.idx ORDER BY t.idx"""
+    )
+    summary = con.execute(
+        "SELECT max(idx) FROM hf_log WHERE json_type(e, '$.train_runtime') IS NOT NULL"
+    ).fetchall()[0][0]
+    line_of = {}
+    for col, (top, inner) in _HF_RUN_KEYS.items():
+        used_top = (
+            top is not None
+            and con.execute(f"SELECT {_num('s', top)} IS NOT NULL FROM hf_state").fetchall()[0][0]
+        )
+        if used_top:
+            line_of[col] = lines.keys.get(top)
+        elif inner is not None and summary is not None:
+            line, own = lines.items[summary - 1]
+            line_of[col] = own.get(inner, line)
+    tokens_top = con.execute(
+        f"SELECT nullif({_num('s', 'num_input_tokens_seen')}, 0) IS NOT NULL FROM hf_state"
+    ).fetchall()[0][0]
+    tokens_line = (
+        str(lines.keys.get("num_input_tokens_seen", "NULL"))
+        if tokens_top
+        else "(SELECT arg_max(line_no__tokens_seen, tokens_seen) FROM stage_train_log)"
+    )
+    extra = "".join(f", {int(v)}::BIGINT AS line_no__{col}" for col, v in line_of.items() if v is not None)
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE stage_training_runs AS
+            SELECT *{extra}, {tokens_line}::BIGINT AS line_no__tokens FROM stage_training_runs"""
+    )
+    con.execute("DROP TABLE temp.hf_lines")
 
 
 def _hms_s(v: str) -> str:
@@ -202,6 +319,11 @@ class LlamaFactoryLog:
             [
                 Check(f"{_num('e', 'current_steps')} IS NULL", "current_steps is not a number: {value}", "e"),
                 Check(
+                    f"NOT isfinite({_num('e', 'current_steps')})",
+                    "current_steps is {value}, not a finite number",
+                    _num("e", "current_steps"),
+                ),
+                Check(
                     f"NOT abs({_num('e', 'current_steps')}) < 9.2e18",
                     "current_steps is {value}, too large for a step count",
                     _num("e", "current_steps"),
@@ -231,7 +353,12 @@ class LlamaFactoryLog:
             SELECT {quote(job_id)} AS job_id, 'llamafactory' AS source,
                    max(epoch) AS epochs, max(step) AS steps, max(elapsed_s) AS runtime_s,
                    max(tokens_seen) AS tokens,
-                   max(tokens_seen) / nullif(max(elapsed_s), 0) AS tokens_per_s
+                   max(tokens_seen) / nullif(max(elapsed_s), 0) AS tokens_per_s,
+                   -- the line each run figure came from (the largest value; NaN sorts above all numbers)
+                   arg_max(line_no, epoch) AS line_no__epochs, arg_max(line_no, step) AS line_no__steps,
+                   arg_max(line_no, elapsed_s) AS line_no__runtime_s,
+                   arg_max(line_no, tokens_seen) AS line_no__tokens,
+                   coalesce(arg_max(line_no, tokens_seen), arg_max(line_no, elapsed_s)) AS line_no__tokens_per_s
             FROM stage_train_log
             """
         )
@@ -240,13 +367,18 @@ class LlamaFactoryLog:
             "train_log",
             {"step": "current_steps", "elapsed_s": "elapsed_time", "tokens_seen": "total_tokens"},
         )
+        name_columns(
+            con,
+            "training_runs",
+            {"steps": "current_steps", "runtime_s": "elapsed_time", "tokens": "total_tokens"},
+        )
         done = con.execute(
             f"SELECT bool_or({_num('e', 'current_steps')} >= {_num('e', 'total_steps')}) FROM lf_log"
         ).fetchall()[0][0]
         if not opts.job_id:
             stage_own_job(con, job_id, "llamafactory", bool(done))
         con.execute("DROP TABLE temp.lf_log")
-        return {}
+        return after_llamafactory_stage(con, path, opts.job_id)  # the newest checkpoint (checkpoints.py)
 
 
 # hparams.yaml keys (lower case) → training_runs columns; first present wins.
@@ -357,10 +489,15 @@ class LightningMetrics:
             ]
             + [
                 Check(
+                    "NOT isfinite(TRY_CAST(step AS DOUBLE))",
+                    'column "step" is {value}, not a finite number',
+                    "step",
+                ),
+                Check(
                     "abs(TRY_CAST(step AS DOUBLE)) >= 9.2e18",
                     'column "step" is {value}, too large for a step count',
                     "step",
-                )
+                ),
             ],
         )
         lr_cols = tuple(c for c in cols if c.startswith("lr-") or c in ("lr", "learning_rate"))
@@ -384,7 +521,13 @@ class LightningMetrics:
             SELECT {quote(job_id)} AS job_id, 'lightning' AS source,
                    max(TRY_CAST(epoch AS DOUBLE)) + 1 AS epochs,  -- Lightning counts epochs from 0
                    max(CAST(TRY_CAST(step AS DOUBLE) AS BIGINT)) AS steps,
-                   sum({epoch_time}) AS runtime_s {hp_sql}
+                   sum({epoch_time}) AS runtime_s {hp_sql},
+                   -- the line each run figure came from: the largest value (NaN sorts above all numbers),
+                   -- the smallest epoch_time for a negative sum
+                   arg_max(line_no, TRY_CAST(epoch AS DOUBLE)) AS line_no__epochs,
+                   arg_max(line_no, TRY_CAST(step AS DOUBLE)) AS line_no__steps,
+                   CASE WHEN sum({epoch_time}) < 0 THEN arg_min(line_no, {epoch_time})
+                        ELSE arg_max(line_no, {epoch_time}) END AS line_no__runtime_s
             FROM pl_raw
             """
         )
@@ -393,5 +536,6 @@ class LightningMetrics:
         ).fetchall()[0][0]
         if not opts.job_id:
             stage_own_job(con, job_id, "lightning", False)
+        notes = after_lightning_stage(con, path, opts.job_id)  # the newest .ckpt → the job's (checkpoints.py)
         con.execute("DROP TABLE temp.pl_raw")
-        return {"epoch-summary rows (folded into the run)": int(other)} if other else {}
+        return {**({"epoch-summary rows (folded into the run)": int(other)} if other else {}), **notes}

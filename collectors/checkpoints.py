@@ -1,0 +1,310 @@
+"""Checkpoints found in training logs → the tied job's ``jobs.last_checkpoint_ts`` (failed waste).
+
+A failed run loses only the work after its last checkpoint (analytics/waste.py). A jobs table can say when
+that was (``last_checkpoint``); this module finds it in the training logs themselves, so a run tied with
+``--job ID`` to its scheduler job gets a checkpoint without anyone writing one down. docs/metrics.md
+("Waste taxonomy", failed runs) and docs/formats-jobs.md ("Checkpoints in training logs") state the rule.
+
+**Which step** (the newest checkpoint, first rule that gives one):
+
+- Hugging Face ``trainer_state.json`` and LLaMA-Factory ``trainer_log.jsonl``: the ``checkpoint-N`` folders
+  of the run's output directory (the file's folder, or the folder above when the file is itself inside a
+  ``checkpoint-N``; HF's own ``get_last_checkpoint`` pattern ``^checkpoint-(\\d+)$``, directories only): the
+  largest N, or the ``global_step`` of that folder's ``trainer_state.json`` when it has one. Else the
+  ``save_steps`` the Trainer recorded (the HF file itself; for LLaMA-Factory a ``trainer_state.json`` beside
+  the log) with ``save_strategy`` absent or ``steps``: S = ⌊last step ÷ save_steps⌋ × save_steps (a
+  ``save_steps`` below 1 is a fraction of ``max_steps``, as in TrainingArguments).
+- PyTorch Lightning ``metrics.csv``: the ModelCheckpoint files ``*.ckpt`` beside it or in its
+  ``checkpoints/`` folder (``lightning_logs/version_N/checkpoints/epoch=3-step=1200.ckpt``): the largest
+  ``step=`` in a name; a name with only ``epoch=E`` stands for the last step the log shows for epoch E.
+  ``last.ckpt`` names no step and is not used.
+
+Folders and files count only beside a file with the tool's own name (``trainer_state.json``,
+``trainer_log.jsonl``, ``metrics.csv``): a renamed copy has left its run directory.
+
+**When** (first rule that applies; the job's ``start_ts`` must be known):
+
+1. the newest checkpoint's own file time (mtime of its folder's ``trainer_state.json``, the folder, or the
+   ``.ckpt``) when it lies inside the job's span: the files are where training wrote them;
+2. job start + the log's elapsed time at step S (LLaMA-Factory ``elapsed_time``; linear between the logged
+   steps around S, from (0, 0) before the first);
+3. job start + S × step time, step time = job span ÷ the last step known (the log's last step), only when the
+   job has an end and the log reaches past S (a log that stops at its checkpoint cannot say how long the run
+   went on after it).
+
+Worked example: a job of 10 h, ``save_steps`` 500, last logged step 1,250 → S = 1,000 → step time
+36,000 s ÷ 1,250 = 28.8 s → checkpoint at start + 28,800 s = hour 8 → failed waste = 2/10 of its cost.
+
+**Never twice, never later than a jobs table:** a job whose record comes from a source with a checkpoint
+field of its own (:data:`EXPLICIT_SOURCES`) keeps the earlier of its given checkpoint and the log's; any
+other job's value can only have come from a log and is replaced by the log's answer, so re-ingesting a log
+gives the same value again. A checkpoint that cannot be placed (the job is not in the ledger yet, has no
+start, ...) is reported as a note of the ingest and nothing is written.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+# Job sources whose records carry a checkpoint of their own (jobs_table.py's last_checkpoint, the demo).
+# analytics/waste.py names the same sources to tell a given checkpoint from one found in a training log.
+EXPLICIT_SOURCES = ("jobs_csv", "jobs_jsonl", "demo")
+
+HF_DIR = re.compile(r"^checkpoint-(\d+)$")
+CKPT_STEP = re.compile(r"(?:^|[-_])step=(\d+)")
+CKPT_EPOCH = re.compile(r"(?:^|[-_])epoch=(\d+)")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The newest checkpoint a log shows: its step, the evidence in words, and its file time if any."""
+
+    step: int
+    evidence: str  # "checkpoint-1000 folder", "save_steps 500", "epoch=3-step=1200.ckpt"
+    saved_at: dt.datetime | None = None  # UTC, naive (the file's mtime)
+
+
+def _mtime(*candidates: Path) -> dt.datetime | None:
+    for p in candidates:
+        try:
+            ts = p.stat().st_mtime
+        except OSError:
+            continue
+        return dt.datetime.fromtimestamp(ts, dt.UTC).replace(tzinfo=None)
+    return None
+
+
+def _global_step(state: Path) -> int | None:
+    try:
+        value = json.loads(state.read_text(encoding="utf-8")).get("global_step")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def hf_folder_checkpoint(run_dir: Path) -> Checkpoint | None:
+    """The newest ``checkpoint-N`` directory of an HF output directory, or None."""
+    try:
+        found = [
+            (int(m.group(1)), p) for p in run_dir.iterdir() if (m := HF_DIR.match(p.name)) and p.is_dir()
+        ]
+    except OSError:
+        return None
+    if not found:
+        return None
+    n, folder = max(found)
+    state = folder / "trainer_state.json"
+    step = _global_step(state)
+    return Checkpoint(n if step is None else step, f"{folder.name} folder", _mtime(state, folder))
+
+
+def save_steps_checkpoint(
+    save_steps: float | None, save_strategy: str | None, max_steps: float | None, last_step: int
+) -> Checkpoint | None:
+    """The step of the last save a ``save_steps`` schedule made by ``last_step``, or None."""
+    if (
+        save_steps is None
+        or not 0 < save_steps < 9.2e18
+        or (save_strategy or "steps").lower().rsplit(".", 1)[-1] != "steps"
+    ):
+        return None
+    every = save_steps
+    if every < 1:  # TrainingArguments: a float below 1 is a ratio of the total training steps
+        if max_steps is None or not 0 < max_steps < 9.2e18:
+            return None
+        every = math.ceil(max_steps * every)
+    step = int(last_step // every * every)
+    return Checkpoint(step, f"save_steps {int(every)}") if step > 0 else None
+
+
+def lightning_checkpoint(run_dir: Path, epoch_last_step: dict[int, int]) -> Checkpoint | None:
+    """The newest ModelCheckpoint file beside a Lightning ``metrics.csv`` or in its ``checkpoints/``."""
+    found: list[tuple[int, str, Path]] = []
+    for folder in (run_dir, run_dir / "checkpoints"):
+        try:
+            files = [p for p in folder.iterdir() if p.suffix == ".ckpt" and p.is_file()]
+        except OSError:
+            continue
+        for p in files:
+            if m := CKPT_STEP.search(p.stem):
+                found.append((int(m.group(1)), p.name, p))
+            elif (m := CKPT_EPOCH.search(p.stem)) and int(m.group(1)) in epoch_last_step:
+                found.append((epoch_last_step[int(m.group(1))], p.name, p))
+    if not found:
+        return None
+    step, name, p = max(found)
+    return Checkpoint(step, name, _mtime(p))
+
+
+def elapsed_at(step: int, elapsed: list[tuple[int, float]]) -> float | None:
+    """Seconds since training started at ``step``, linear between the logged (step, elapsed_s) pairs
+    around it (sorted by step), from (0, 0) before the first; None past the last logged step."""
+    if not elapsed or step > elapsed[-1][0]:
+        return None
+    steps = [s for s, _ in elapsed]
+    i = bisect.bisect_left(steps, step)
+    s1, e1 = elapsed[i]
+    if s1 == step:
+        return e1
+    s0, e0 = elapsed[i - 1] if i > 0 else (0, 0.0)
+    return e0 + (e1 - e0) * (step - s0) / (s1 - s0)
+
+
+def checkpoint_time(
+    ckpt: Checkpoint,
+    start: dt.datetime,
+    end: dt.datetime | None,
+    last_step: int,
+    elapsed: list[tuple[int, float]],
+) -> tuple[dt.datetime | None, str]:
+    """When the checkpoint was written (module docstring, rules 1–3), or None and why not."""
+    if ckpt.saved_at is not None and start <= ckpt.saved_at and (end is None or ckpt.saved_at <= end):
+        return ckpt.saved_at, ""
+    offset = elapsed_at(ckpt.step, elapsed)
+    if offset is None:
+        if end is None:
+            return None, "the job has no end yet and the log no elapsed time at that step"
+        if last_step <= ckpt.step:
+            return None, "the log stops at that step, so it cannot say how long the run went on after it"
+        offset = ckpt.step * (end - start).total_seconds() / last_step
+    at = start + dt.timedelta(seconds=offset)
+    if end is not None and at > end:
+        return (
+            None,
+            f"the log's elapsed time there ({offset / 3600:,.2f} h) is past the job's end (is --job right?)",
+        )
+    return at, ""
+
+
+def place(
+    con: duckdb.DuckDBPyConnection,
+    job_id: str | None,
+    ckpt: Checkpoint | None,
+    last_step: int,
+    elapsed: list[tuple[int, float]] | None = None,
+) -> dict[str, int]:
+    """Write ``ckpt``'s time into ``jobs.last_checkpoint_ts`` of ``job_id`` (inside the ingest's transaction).
+
+    Returns the ingest's note when a checkpoint was found for a ``--job`` but cannot be placed; a run with no
+    ``--job`` has its own job with no start, so nothing is placed and nothing is said.
+    """
+    if job_id is None or ckpt is None:
+        return {}
+    what = f"checkpoint at step {ckpt.step:,} ({ckpt.evidence}) not placed in time for job {job_id}"
+    rows = con.execute("SELECT start_ts, end_ts FROM jobs WHERE job_id = ?", [job_id]).fetchall()
+    if not rows:
+        return {
+            f"{what}: the job is not in the ledger yet (ingest its record, then this log with --replace)": 1
+        }
+    start, end = rows[0]
+    if start is None:
+        return {f"{what}: the job has no start time": 1}
+    at, why = checkpoint_time(ckpt, start, end, last_step, elapsed or [])
+    if at is None:
+        return {f"{what}: {why}": 1}
+    explicit = ", ".join("'" + s + "'" for s in EXPLICIT_SOURCES)
+    con.execute(
+        f"""UPDATE jobs SET last_checkpoint_ts =
+                CASE WHEN source IN ({explicit}) AND last_checkpoint_ts IS NOT NULL
+                     THEN least(last_checkpoint_ts, ?::TIMESTAMP) ELSE ?::TIMESTAMP END
+            WHERE job_id = ?""",
+        [at, at, job_id],
+    )
+    return {}
+
+
+def _one(con: duckdb.DuckDBPyConnection, sql: str) -> tuple:
+    return con.execute(sql).fetchall()[0]
+
+
+def _last_step(con: duckdb.DuckDBPyConnection, *extra: int | None) -> int:
+    logged = _one(con, "SELECT max(step) FROM stage_train_log")[0]
+    return max([int(v) for v in (logged, *extra) if v is not None] or [0])
+
+
+# --- the hooks, called by the stage functions of collectors/training_logs.py ------------------------------
+
+
+def after_hf_stage(con: duckdb.DuckDBPyConnection, path: Path, job_id: str | None) -> dict[str, int]:
+    """HF ``trainer_state.json``: needs the TEMP tables ``hf_state`` (s: the file) and ``stage_train_log``."""
+    if job_id is None:
+        return {}
+
+    def num(key: str) -> str:
+        return f"TRY_CAST(json_extract_string(s, '$.{key}') AS DOUBLE)"
+
+    save_steps, strategy, max_steps, global_step = _one(
+        con,
+        f"""SELECT {num("save_steps")}, json_extract_string(s, '$.save_strategy'), {num("max_steps")},
+                   {num("global_step")} FROM hf_state""",
+    )
+    last = _last_step(
+        con, int(global_step) if global_step is not None and abs(global_step) < 9.2e18 else None
+    )
+    ckpt = None
+    if path.name == "trainer_state.json":
+        run_dir = path.parent.parent if HF_DIR.match(path.parent.name) else path.parent
+        ckpt = hf_folder_checkpoint(run_dir)
+    ckpt = ckpt or save_steps_checkpoint(save_steps, strategy, max_steps, last)
+    return place(con, job_id, ckpt, max(last, ckpt.step) if ckpt else last)
+
+
+def after_llamafactory_stage(
+    con: duckdb.DuckDBPyConnection, path: Path, job_id: str | None
+) -> dict[str, int]:
+    """LLaMA-Factory ``trainer_log.jsonl``: needs ``stage_train_log`` (step, elapsed_s)."""
+    if job_id is None or path.name != "trainer_log.jsonl":
+        return {}
+    last = _last_step(con)
+    ckpt = hf_folder_checkpoint(path.parent)
+    state = path.with_name("trainer_state.json")
+    if ckpt is None and state.is_file():
+        try:
+            s = json.loads(state.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            s = None
+        if isinstance(s, dict):
+            save, strategy, most = s.get("save_steps"), s.get("save_strategy"), s.get("max_steps")
+            ckpt = save_steps_checkpoint(
+                float(save) if isinstance(save, int | float) else None,
+                strategy if isinstance(strategy, str) else None,
+                float(most) if isinstance(most, int | float) else None,
+                last,
+            )
+    elapsed = [
+        (int(s), float(e))
+        for s, e in con.execute(
+            """SELECT step, max(elapsed_s) FROM stage_train_log
+               WHERE step IS NOT NULL AND elapsed_s IS NOT NULL GROUP BY step ORDER BY step"""
+        ).fetchall()
+    ]
+    return place(con, job_id, ckpt, max(last, ckpt.step) if ckpt else last, elapsed)
+
+
+def after_lightning_stage(con: duckdb.DuckDBPyConnection, path: Path, job_id: str | None) -> dict[str, int]:
+    """Lightning ``metrics.csv``: needs the TEMP table ``pl_raw`` (all rows, VARCHAR) and ``stage_training_runs``."""
+    if job_id is None or path.name != "metrics.csv":
+        return {}
+    cols = {r[0] for r in con.execute("DESCRIBE pl_raw").fetchall()}
+    epoch_last_step: dict[int, int] = {}
+    if "epoch" in cols:
+        epoch_last_step = {
+            int(e): int(s)
+            for e, s in con.execute(
+                """SELECT TRY_CAST(TRY_CAST(epoch AS DOUBLE) AS BIGINT) AS e,
+                          max(TRY_CAST(TRY_CAST(step AS DOUBLE) AS BIGINT)) AS s
+                   FROM pl_raw GROUP BY e HAVING e IS NOT NULL AND s IS NOT NULL"""
+            ).fetchall()
+        }
+    steps = _one(con, "SELECT max(steps) FROM stage_training_runs")[0]
+    last = _last_step(con, steps)
+    ckpt = lightning_checkpoint(path.parent, epoch_last_step)
+    return place(con, job_id, ckpt, max(last, ckpt.step) if ckpt else last)
