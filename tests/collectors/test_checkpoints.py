@@ -17,7 +17,7 @@ from analytics.waste import job_waste
 from collectors.base import IngestOptions, ingest_file
 from collectors.checkpoints import elapsed_at, save_steps_checkpoint
 from tests.analytics.build import at, ingest, job, set_test_prices
-from tests.conftest import write
+from tests.conftest import dataset, write
 
 RATE = 4.0  # $/GPU-hour, H100 on_demand in the test sheet
 JOB = "c1/7"
@@ -277,3 +277,29 @@ def test_elapsed_at_is_linear_between_logged_steps():
     assert elapsed_at(150, logged) == 100.0  # halfway between 50 s and 150 s
     assert elapsed_at(50, logged) == 25.0  # from (0, 0) to the first entry
     assert elapsed_at(201, logged) is None  # past the log: unknown
+
+
+# --- the real files ---------------------------------------------------------------------------------------
+
+
+def test_real_llamafactory_log_with_the_trainer_state_beside_it(con):
+    # luojiu: save_steps 100 in the trainer_state.json beside the log, last step 8,712 → step 8,700; its
+    # elapsed_time, read here straight from the file's line for step 8,700, places it after the job's start.
+    path = dataset("hf-trainer/luojiu-7b-qlora-a10/trainer_log.jsonl")
+    line = next(e for e in map(json.loads, path.read_text().splitlines()) if e["current_steps"] == 8700)
+    days, hms = line["elapsed_time"].split(" days, ")  # "4 days, 7:17:…"
+    h, m, s = (int(x) for x in hms.split(":"))
+    elapsed_s = int(days) * 86400 + h * 3600 + m * 60 + s
+    ingest(con, jobs=[job("c1/8", 0, 5 * 24 * 60, state="FAILED", source="sacct")])  # 5 days
+    report = ingest_file(con, path, opts=IngestOptions(job_id="c1/8"))
+    assert report.skipped == {}
+    assert checkpoint_ts(con, "c1/8") == at(0) + dt.timedelta(seconds=elapsed_s)
+    lost_h = 5 * 24 - elapsed_s / 3600
+    assert waste_row(con, "c1/8")["failed_usd"] == pytest.approx(lost_h * RATE)
+
+
+def test_real_hf_trainer_state_save_steps(con):
+    # mistral7b: save_steps 500, global_step 8,660 → step 8,500 of 8,660 in the 10-h job
+    path = dataset("hf-trainer/mistral7b-lora-translator/trainer_state.json")
+    ingest_file(con, path, opts=tie(path))
+    assert checkpoint_ts(con) == at(0) + dt.timedelta(seconds=8500 * 36000 / 8660)
