@@ -238,6 +238,125 @@ def line_at_byte(path: str | Path, offset: int) -> int | None:
         return None
 
 
+_JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"(\s*:)?|[\[\]{},]', re.S)  # group 1: the string is a key
+_NON_SPACE = re.compile(rb"\S")
+JSON_LINES_MAX_BYTES = 256 * 2**20  # past this, entries keep their index label (a scan would be slow)
+
+
+@dataclass(frozen=True)
+class JsonLines:
+    """Where things sit in a JSON document, by 1-based line: ``keys`` (top-level key → the line of the key),
+    ``items`` (each element of the array under one top-level key: the line it starts on, and the line of
+    each of its own keys)."""
+
+    keys: dict[str, int]
+    items: list[tuple[int, dict[str, int]]]
+
+
+def json_lines(path: str | Path, array_key: str) -> JsonLines | None:
+    """Lines of a whole-file JSON document's top-level keys and of the entries of its ``array_key`` list
+    (``log_history`` of a trainer_state.json), for messages: DuckDB's JSON functions say which entry broke a
+    rule, never on which line it is. A lexical scan (strings, keys, brackets, commas), so a value DuckDB
+    read but Python's json would refuse (``NaN``) does not stop it. None when the file cannot be read or is
+    larger than :data:`JSON_LINES_MAX_BYTES`; the caller checks ``len(items)`` against the entries it has."""
+    import bisect
+
+    try:
+        p = Path(path)
+        if p.stat().st_size > JSON_LINES_MAX_BYTES:
+            return None
+        data = p.read_bytes()
+    except OSError:
+        return None
+    newlines = [m.start() for m in re.finditer(rb"\n", data)]
+
+    def line(offset: int) -> int:
+        return bisect.bisect_left(newlines, offset) + 1
+
+    keys: dict[str, int] = {}
+    items: list[tuple[int, dict[str, int]]] = []
+    stack: list[int] = []  # b"{" or b"[" of each open container
+    target = 0  # the stack depth inside the array, while in it
+    done = False
+    pending_key = False  # the top-level key array_key was just read: its value comes next
+    wanted = array_key.encode()
+
+    def element_after(pos: int) -> None:
+        m = _NON_SPACE.search(data, pos)
+        if m and data[m.start()] != 93:  # "]": an empty list or a trailing comma
+            items.append((line(m.start()), {}))
+
+    for m in _JSON_TOKEN.finditer(data):
+        start = m.start()
+        tok = data[start]
+        key, pending_key = pending_key, False
+        if tok == 34:  # a string
+            if m.group(1) is None:
+                continue
+            depth = len(stack)
+            if depth == 1 and stack[0] == 123:
+                name = data[start + 1 : m.start(1) - 1]
+                keys.setdefault(name.decode("utf-8", "replace"), line(start))
+                pending_key = name == wanted
+            elif target and depth == target + 1 and stack[-1] == 123 and items:
+                name = data[start + 1 : m.start(1) - 1]
+                items[-1][1].setdefault(name.decode("utf-8", "replace"), line(start))
+        elif tok == 91 or tok == 123:  # [ {
+            stack.append(tok)
+            if key and tok == 91 and not done and len(stack) == 2:
+                target = 2
+                element_after(m.end())
+        elif tok == 44:  # ,
+            if target and len(stack) == target:
+                element_after(m.end())
+        else:  # ] }
+            if stack:
+                stack.pop()
+            if target and len(stack) < target:
+                target, done = 0, True
+    return JsonLines(keys, items)
+
+
+def csv_layout_problem(path: str | Path, delimiter: str = ",") -> tuple[int, str] | None:
+    """The first line that breaks a CSV file's layout, as (line, sentence), for a reader that only says it
+    could not lay the file out (DuckDB's sniffer): an empty line or a stray carriage return inside the
+    table, a quote that is never closed, or a record with more or fewer values than the header. None when
+    no line does (then the file as a whole is the problem). Blank lines at the end are not a problem."""
+    import csv
+
+    try:
+        text = Path(path).read_bytes().decode("utf-8", "replace").removeprefix("\ufeff")
+    except OSError:
+        return None
+    lines = text.split("\n")
+    while lines and lines[-1].strip("\r") == "":
+        lines.pop()
+    header: int | None = None
+    i = 0
+    while i < len(lines):
+        start = i + 1
+        record = lines[i].removesuffix("\r")
+        while record.count('"') % 2 and i + 1 < len(lines):  # a quoted field goes on on the next line
+            i += 1
+            record += "\n" + lines[i].removesuffix("\r")
+        i += 1
+        if record.count('"') % 2:
+            return start, 'a quote (") that is never closed'
+        if "\r" in record and '"' not in record:  # inside quotes a CR is part of a value
+            return start, "a stray carriage return (\\r) inside the line"
+        if record == "":
+            return start, "an empty line inside the table (a blank or broken line)"
+        try:
+            values = next(csv.reader([record], delimiter=delimiter, strict=True), [])
+        except csv.Error:
+            return start, "not well-formed CSV (a stray quote or a broken line)"
+        if header is None:
+            header = len(values)
+        elif len(values) != header:
+            return start, f"{len(values)} values where the header has {header} (a truncated or mixed line?)"
+    return None
+
+
 def describe_failure(path: str | Path, exc: BaseException, *, landing: bool = False) -> FormatError:
     """Any exception a reader raised inside a parser (DuckDB, polars, pyarrow, json, xml, yaml, tarfile, the
     standard library) → ``FormatError(path, line when the message says it, one sentence)``."""
