@@ -26,8 +26,9 @@ Folders and files count only beside a file with the tool's own name (``trainer_s
 
 1. the newest checkpoint's own file time (mtime of its folder's ``trainer_state.json``, the folder, or the
    ``.ckpt``) when it lies inside the job's span: the files are where training wrote them;
-2. job start + the log's elapsed time at step S (LLaMA-Factory ``elapsed_time``; linear between the logged
-   steps around S, from (0, 0) before the first);
+2. job start + the log's elapsed time at step S (LLaMA-Factory ``elapsed_time``, also read from a
+   ``trainer_log.jsonl`` in an HF file's output directory; linear between the logged steps around S, from
+   (0, 0) before the first);
 3. job start + S × step time, step time = job span ÷ the last step known (the log's last step), only when the
    job has an end and the log reaches past S (a log that stops at its checkpoint cannot say how long the run
    went on after it).
@@ -61,6 +62,8 @@ EXPLICIT_SOURCES = ("jobs_csv", "jobs_jsonl", "demo")
 HF_DIR = re.compile(r"^checkpoint-(\d+)$")
 CKPT_STEP = re.compile(r"(?:^|[-_])step=(\d+)")
 CKPT_EPOCH = re.compile(r"(?:^|[-_])epoch=(\d+)")
+HMS = re.compile(r"^(?:(\d+) days?, )?(\d+):(\d{2}):(\d{2}(?:\.\d+)?)$")  # Python timedelta text
+SIBLING_LOG_MAX_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,31 @@ def lightning_checkpoint(run_dir: Path, epoch_last_step: dict[int, int]) -> Chec
         return None
     step, name, p = max(found)
     return Checkpoint(step, name, _mtime(p))
+
+
+def llamafactory_elapsed(log: Path) -> list[tuple[int, float]]:
+    """(step, elapsed_s) of a LLaMA-Factory ``trainer_log.jsonl`` that is not the file being ingested (the
+    one beside an HF trainer_state.json), sorted by step; lines it cannot read are left out, never an error."""
+    try:
+        if not log.is_file() or log.stat().st_size > SIBLING_LOG_MAX_BYTES:
+            return []
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    best: dict[int, float] = {}
+    for line in lines:
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        step, text = (e.get("current_steps"), e.get("elapsed_time")) if isinstance(e, dict) else (None, None)
+        m = HMS.match(text) if isinstance(text, str) else None
+        if not isinstance(step, int) or isinstance(step, bool) or m is None:
+            continue
+        days, h, mi, sec = m.groups()
+        seconds = int(days or 0) * 86400 + int(h) * 3600 + int(mi) * 60 + float(sec)
+        best[step] = max(seconds, best.get(step, 0.0))
+    return sorted(best.items())
 
 
 def elapsed_at(step: int, elapsed: list[tuple[int, float]]) -> float | None:
@@ -249,12 +277,13 @@ def after_hf_stage(con: duckdb.DuckDBPyConnection, path: Path, job_id: str | Non
     last = _last_step(
         con, int(global_step) if global_step is not None and abs(global_step) < 9.2e18 else None
     )
-    ckpt = None
+    ckpt, elapsed = None, []
     if path.name == "trainer_state.json":
         run_dir = path.parent.parent if HF_DIR.match(path.parent.name) else path.parent
         ckpt = hf_folder_checkpoint(run_dir)
+        elapsed = llamafactory_elapsed(run_dir / "trainer_log.jsonl")  # when LLaMA-Factory ran the Trainer
     ckpt = ckpt or save_steps_checkpoint(save_steps, strategy, max_steps, last)
-    return place(con, job_id, ckpt, max(last, ckpt.step) if ckpt else last)
+    return place(con, job_id, ckpt, max(last, ckpt.step) if ckpt else last, elapsed)
 
 
 def after_llamafactory_stage(

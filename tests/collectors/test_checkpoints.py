@@ -132,6 +132,22 @@ def test_hf_log_that_stops_at_its_checkpoint_places_nothing_and_says_why(con, tm
     assert waste_row(con)["failed_usd"] == pytest.approx(4 * RATE)
 
 
+def test_hf_checkpoint_state_with_llamafactory_elapsed_time_in_its_output_dir(con, tmp_path):
+    # LLaMA-Factory ran the Trainer: its trainer_log.jsonl in output_dir logs 9 s a step, so the newest
+    # checkpoint's own state (which stops at step 1,000) is placed at 1,000 × 9 s = 9,000 s = minute 150.
+    out = tmp_path / "output_dir"
+    (out / "checkpoint-1000").mkdir(parents=True)
+    lines = [
+        json.dumps({"current_steps": s, "total_steps": 5000, "elapsed_time": _hms(9 * s)})
+        for s in (500, 1000, 1100)
+    ]
+    write(out, "trainer_log.jsonl", "\n".join(lines) + "\nnot json\n")  # a line it cannot read is left out
+    path = write(out / "checkpoint-1000", "trainer_state.json", hf_state(1000, save_steps=500))
+    assert ingest_file(con, path, opts=tie(path)).skipped == {}
+    assert checkpoint_ts(con) == at(150)
+    assert waste_row(con)["failed_usd"] == pytest.approx((600 - 150) / 60 * RATE)  # 7.5 h lost
+
+
 def test_hf_job_not_in_the_ledger_yet_is_a_note_and_no_row(ledger, tmp_path):
     path = write(tmp_path, "trainer_state.json", hf_state(1250, save_steps=500))
     report = ingest_file(ledger, path, opts=IngestOptions(job_id="c1/99"))
@@ -298,8 +314,12 @@ def test_real_llamafactory_log_with_the_trainer_state_beside_it(con):
     assert waste_row(con, "c1/8")["failed_usd"] == pytest.approx(lost_h * RATE)
 
 
-def test_real_hf_trainer_state_save_steps(con):
-    # mistral7b: save_steps 500, global_step 8,660 → step 8,500 of 8,660 in the 10-h job
+def test_real_hf_trainer_state_save_steps_timed_by_the_llamafactory_log_beside_it(con):
+    # mistral7b: save_steps 500, global_step 8,660 → step 8,500; LLaMA-Factory ran the Trainer, so the
+    # trainer_log.jsonl beside it times that step (its line for step 8,500, read here by hand)
     path = dataset("hf-trainer/mistral7b-lora-translator/trainer_state.json")
+    log = path.with_name("trainer_log.jsonl").read_text().splitlines()
+    line = next(e for e in map(json.loads, log) if e["current_steps"] == 8500)
+    h, m, s = (int(x) for x in line["elapsed_time"].split(":"))  # "5:33:…", under a day
     ingest_file(con, path, opts=tie(path))
-    assert checkpoint_ts(con) == at(0) + dt.timedelta(seconds=8500 * 36000 / 8660)
+    assert checkpoint_ts(con) == at(0) + dt.timedelta(seconds=h * 3600 + m * 60 + s)
