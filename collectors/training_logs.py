@@ -445,6 +445,11 @@ def _hparams_for(path: Path) -> dict[str, int]:
     return {column: v for column, v in values.items() if v is not None}
 
 
+def _head(path: Path) -> str:
+    with path.open("rb") as fh:
+        return fh.read(64 * 1024).decode("utf-8", "replace")
+
+
 class LightningMetrics:
     name = "lightning_csv"
     description = "PyTorch Lightning CSVLogger metrics.csv (+ hparams.yaml beside it)"
@@ -468,6 +473,10 @@ class LightningMetrics:
             raise _duckdb_failure(path, exc, "CSV") from None
         cols = [r[0] for r in con.execute("DESCRIBE pl_raw").fetchall()]
         if "step" not in cols:
+            # a header with "step" that the reader did not take as one: a line breaks the layout
+            found = csv_layout_problem(path) if self.sniff(path, _head(path)).score else None
+            if found:
+                raise FormatError(path, found[0], f"not valid CSV: {found[1]}")
             raise FormatError(path, 1, 'no "step" column: not a Lightning CSVLogger metrics.csv')
 
         def first_of(names: tuple[str, ...]) -> str:

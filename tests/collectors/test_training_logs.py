@@ -74,10 +74,63 @@ def test_hf_job_option_ties_the_run_and_writes_no_job(ledger, tmp_path):
 
 def test_hf_entry_without_step_is_an_error(ledger, tmp_path):
     state = {**NEW_STATE, "log_history": [{"step": 1, "loss": 1.0}, {"loss": 2.0}]}
-    path = write(tmp_path, "trainer_state.json", json.dumps(state))
-    with pytest.raises(FormatError, match=r"trainer_state.json: log_history\[1\] has no step number"):
+    path = write(tmp_path, "trainer_state.json", json.dumps(state))  # one line: the whole document
+    with pytest.raises(FormatError, match=r"trainer_state.json:1: log_history\[1\] has no step number"):
         ingest_file(ledger, path)
     assert ledger.execute("SELECT count(*) FROM train_log").fetchall() == [(0,)]
+
+
+# A trainer_state.json as the Trainer writes it (indent 2), with a string that holds JSON punctuation: the
+# line numbers in the tests below are counted by hand from this text.
+HF_LINES = """{
+  "global_step": 20,
+  "log_history": [
+    {
+      "epoch": 0.5,
+      "note": "a ], { and \\" , \\"x\\": [ inside a string",
+      "loss": 2.5,
+      "step": 10
+    },
+    {
+      "epoch": 1.0,
+      "loss": LOSS,
+      "step": STEP
+    },
+    {
+      "epoch": 1.0,
+      "step": 20,
+      "train_runtime": RUNTIME
+    }
+  ],
+  "train_batch_size": 4
+}
+"""
+
+
+def hf_lines(loss="2.0", step="20", runtime="120.0") -> str:
+    return HF_LINES.replace("LOSS", loss).replace("STEP", step).replace("RUNTIME", runtime)
+
+
+def test_hf_lines_helper_text_is_valid_json():
+    assert json.loads(hf_lines())["log_history"][0]["note"] == 'a ], { and " , "x": [ inside a string'
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        # log_history[1] starts on line 10; its "loss" key is on line 12, its "step" key on line 13
+        ({"loss": "NaN"}, "trainer_state.json:12: loss is nan, not a finite number"),
+        ({"step": "NaN"}, "trainer_state.json:13: log_history[1] step is nan, not a finite number"),
+        ({"step": "1e30"}, "trainer_state.json:13: log_history[1] step is 1e+30, too large for a step count"),
+        # the run's figure comes from the summary entry (log_history[2]): train_runtime is on line 18
+        ({"runtime": "-20388"}, "trainer_state.json:18: train_runtime is -20,388 s, below 0 s"),
+    ],
+)
+def test_hf_implausible_value_names_the_line_of_its_key(ledger, tmp_path, edit, message):
+    path = write(tmp_path, "trainer_state.json", hf_lines(**edit))
+    with pytest.raises(FormatError, match=re.escape(message) + "$"):
+        ingest_file(ledger, path, fmt="hf_trainer_state")
+    assert ledger.execute("SELECT count(*) FROM ingests").fetchall() == [(0,)]
 
 
 def test_hf_truncated_json_is_an_error(ledger, tmp_path):
@@ -138,6 +191,19 @@ def test_llamafactory_bad_duration_names_its_line(ledger, tmp_path):
         ingest_file(ledger, path)
 
 
+def test_llamafactory_run_figure_names_the_line_it_came_from(ledger, tmp_path):
+    # the run's runtime is the largest elapsed_time: 99999 days = 99999 * 86400 s, on line 2
+    bad = LF_LINES[1].replace("1 day, 2:00:01", "99999 days, 0:00:00")
+    path = write(tmp_path, "trainer_log.jsonl", "\n".join([LF_LINES[0], bad]) + "\n")
+    with pytest.raises(
+        FormatError,
+        match=re.escape(
+            "trainer_log.jsonl:2: elapsed_time is 8,639,913,600 s, longer than thresholds.max_job_days"
+        ),
+    ):
+        ingest_file(ledger, path)
+
+
 def test_llamafactory_real_luojiu(ledger):
     path = dataset("hf-trainer/luojiu-7b-qlora-a10/trainer_log.jsonl")
     report = ingest_file(ledger, path)
@@ -187,6 +253,47 @@ def test_lightning_bad_value_names_its_line(ledger, tmp_path):
         FormatError, match=re.escape('metrics.csv:3: column "train_loss_step" is not a number: "seven"')
     ):
         ingest_file(ledger, path)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # a line cut short: 3 values where the header has 7 (line 4)
+        (
+            PL_CSV.replace("0,,99,,,6.8,\n", "0,,99\n"),
+            "metrics.csv:4: not valid CSV: 3 values where the header has 7 (a truncated or mixed line?)",
+        ),
+        # CRLF written twice (\r\r\n): the stray \r is on the header line already
+        (
+            PL_CSV.replace("\n", "\r\r\n"),
+            "metrics.csv:1: not valid CSV: a stray carriage return (\\r) inside the line",
+        ),
+        # the run's epochs is the largest epoch + 1: inf, from line 6
+        (PL_CSV.replace("1,,149,", "inf,,149,"), "metrics.csv:6: epochs is inf, not a finite number"),
+    ],
+)
+def test_lightning_layout_and_run_figures_name_their_line(ledger, tmp_path, text, message):
+    path = write(tmp_path, "metrics.csv", text)
+    with pytest.raises(FormatError, match=re.escape(message) + "$"):
+        ingest_file(ledger, path, fmt="lightning_csv")
+    assert ledger.execute("SELECT count(*) FROM ingests").fetchall() == [(0,)]
+
+
+def test_lightning_blank_line_inside_a_real_log_names_its_line(ledger, tmp_path):
+    # the fuzzer's case: 300 lines of the real log (CRLF line ends) with one blank line moved in, where
+    # DuckDB's sniffer can only say it found no dialect; the blank line is line 134
+    real = dataset("lightning-csvlogger/slm_training_version_0_metrics.csv").read_bytes().split(b"\n")[:300]
+    lines = [*real[:133], b"", *real[133:]]
+    path = tmp_path / "metrics.csv"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(
+        FormatError,
+        match=re.escape(
+            "metrics.csv:134: not valid CSV: an empty line inside the table (a blank or broken line)"
+        )
+        + "$",
+    ):
+        ingest_file(ledger, path, fmt="lightning_csv")
 
 
 def test_lightning_real_slm(ledger):
