@@ -18,10 +18,12 @@ Price rules (docs/metrics.md, "Cost"):
   data horizon;
 - shared GPUs: when the allocations of several jobs name one physical GPU at the same time and their
   declared fractions (the allocation's gpu_count: 1 for a whole card, gpu_milli / 1000 or a MIG share for
-  less) sum to more than one GPU, each GPU-second is split among them in proportion to what each declared
-  (all whole cards: equally), so the shares of one GPU-second sum to one and the jobs together are billed
-  for one GPU. What a job declared beyond its share is ``oversubscribed_gpu_hours``: reported, not billed
-  (:data:`SHARED_SEGMENTS_SQL`). Fractions that fit in one GPU are each job's own and are billed as declared;
+  less) sum to more than one GPU, each GPU-second is split among them — by their processes' SM utilization
+  where it is known for that second (nvidia-smi pmon, table process_shares), else in proportion to what
+  each declared (all whole cards: equally) — so the shares of one GPU-second sum to one and the jobs together
+  are billed for one GPU. What a job declared beyond its share is ``oversubscribed_gpu_hours``: reported, not
+  billed (:data:`SHARED_SEGMENTS_SQL`). Fractions that fit in one GPU are each job's own and are billed as
+  declared;
 - telemetry-only GPUs (samples, but no allocation names the GPU or its host, and no sample of it carries a
   known job) are costed as pseudo-jobs ``unattributed:<gpu_id>`` (user and team "unattributed", kind
   "other", 1 GPU, on_demand for the GPU's model) held from their first sample in the view to the end of
@@ -60,7 +62,8 @@ JOB_COST_COLUMNS = {
     "hours": "wall hours inside the view",
     "gpu_hours": "gpu_count × hours, less oversubscribed_gpu_hours (a shared GPU's time beyond the job's share)",
     "oversubscribed_gpu_hours": "GPU-hours the job declared on GPUs whose jobs declared more than one GPU "
-    "in total, beyond its share of each GPU-second (reported, not billed)",
+    "in total, beyond its share of each GPU-second (reported, not billed; negative where per-process SM "
+    "utilization gave it more than it declared)",
     "cost_usd": "NULL when the GPU model has no price",
 }
 
@@ -101,10 +104,17 @@ def pseudo_jobs_sql(lo: dt.datetime, hi: dt.datetime) -> tuple[str, list[object]
 
 
 # Shared GPUs: every stretch of a physical GPU during which the allocations (or the host-level card ties of
-# collectors/attribute.py, a whole card each) of several jobs name it and
-# their declared fractions (allocations.gpu_count) sum to more than one GPU. Each job's share of the stretch
-# is its fraction over the sum (whole cards: 1/k each), so the shares of one GPU-second sum to one; ``cut``
-# is the fraction it declared beyond its share. No parameters.
+# collectors/attribute.py, a whole card each) of several jobs name it and their declared fractions
+# (allocations.gpu_count) sum to more than one GPU. Each GPU-second of such a stretch is split among its jobs
+# so that the shares sum to one:
+#   1. by per-process utilization where it is known: inside a poll of per-process SM utilization
+#      (process_shares, from nvidia-smi pmon) in which the stretch's jobs used any SMs, a job's share is its
+#      processes' SM % over the sum of those of all the stretch's jobs (a job with no process there: 0);
+#   2. else (no poll, or a poll with no SM activity of these jobs) by declared fraction: fraction over the
+#      sum (whole cards: 1/k each).
+# Rows are pieces of stretches (cut at the polls' bounds) with a constant share; ``cut`` is what the job
+# declared beyond its share (negative where its processes used more of the SMs than it declared). No
+# parameters.
 SHARED_SEGMENTS_SQL = """
     WITH ga AS (
         SELECT job_id, gpu_id, gpu_count AS d, start_ts AS a_from,
@@ -130,9 +140,47 @@ SHARED_SEGMENTS_SQL = """
         SELECT *, sum(d) OVER (PARTITION BY gpu_id, s_from) AS sum_d,
                count(*) OVER (PARTITION BY gpu_id, s_from) AS k
         FROM inseg
+    ),
+    sh AS MATERIALIZED (SELECT gpu_id, s_from, s_to, job_id, d, sum_d FROM tot WHERE k > 1 AND sum_d > 1),
+    -- each job's SM % in each poll overlapping its stretch, the poll clipped to the stretch
+    pj AS MATERIALIZED (
+        SELECT sh.gpu_id, sh.s_from, sh.s_to, sh.job_id, greatest(p.ts, sh.s_from) AS p_from,
+               max(least(p.ts + to_microseconds(CAST(round(p.interval_s * 1e6) AS BIGINT)), sh.s_to)) AS p_to,
+               sum(coalesce(p.sm_pct, 0)) AS sm  -- no SM sample for its processes: no activity
+        FROM sh JOIN process_shares p ON p.gpu_id = sh.gpu_id AND p.job_id = sh.job_id
+         AND p.ts < sh.s_to AND p.ts + to_microseconds(CAST(round(p.interval_s * 1e6) AS BIGINT)) > sh.s_from
+        GROUP BY ALL
+    ),
+    polls AS (  -- the polls in which the stretch's jobs used SMs
+        SELECT gpu_id, s_from, s_to, p_from, max(p_to) AS p_to, sum(sm) AS sm_sum
+        FROM pj GROUP BY gpu_id, s_from, s_to, p_from HAVING sum(sm) > 0
+    ),
+    cuts AS (
+        SELECT gpu_id, s_from, s_to, s_from AS t FROM sh
+        UNION SELECT gpu_id, s_from, s_to, s_to FROM sh
+        UNION SELECT gpu_id, s_from, s_to, p_from FROM polls
+        UNION SELECT gpu_id, s_from, s_to, p_to FROM polls
+    ),
+    pieces AS (
+        SELECT gpu_id, s_from, t AS q_from, lead(t) OVER (PARTITION BY gpu_id, s_from ORDER BY t) AS q_to
+        FROM cuts
+    ),
+    pa AS (  -- each piece with the poll it lies in, if any (the latest poll starting at or before it)
+        SELECT pc.gpu_id, pc.s_from, pc.q_from, pc.q_to,
+               CASE WHEN po.p_to >= pc.q_to THEN po.p_from END AS p_from,
+               CASE WHEN po.p_to >= pc.q_to THEN po.sm_sum END AS sm_sum
+        FROM pieces pc ASOF LEFT JOIN polls po
+          ON po.gpu_id = pc.gpu_id AND po.s_from = pc.s_from AND pc.q_from >= po.p_from
+        WHERE pc.q_to > pc.q_from
+    ),
+    shares AS (
+        SELECT sh.job_id, sh.gpu_id, pa.q_from AS s_from, pa.q_to AS s_to, sh.d,
+               CASE WHEN pa.sm_sum > 0 THEN coalesce(pj.sm, 0) / pa.sm_sum ELSE sh.d / sh.sum_d END AS share
+        FROM pa JOIN sh ON sh.gpu_id = pa.gpu_id AND sh.s_from = pa.s_from
+        LEFT JOIN pj ON pj.gpu_id = pa.gpu_id AND pj.s_from = pa.s_from AND pj.p_from = pa.p_from
+                    AND pj.job_id = sh.job_id
     )
-    SELECT job_id, gpu_id, s_from, s_to, d / sum_d AS share, d - d / sum_d AS cut
-    FROM tot WHERE k > 1 AND sum_d > 1
+    SELECT job_id, gpu_id, s_from, s_to, share, d - share AS cut FROM shares
 """
 
 

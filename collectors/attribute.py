@@ -210,10 +210,73 @@ def attribute_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
         """,
         [ingest_id, ingest_id],
     )
-    hosts = _affected_hosts(con, ingest_id)
+    resolved_hosts, resolved_ingests = resolve_process_jobs(con)
+    hosts = sorted(set(_affected_hosts(con, ingest_id)) | set(resolved_hosts))
     if hosts:
         attribute_hosts(con, hosts, ingest_id)
     _record_methods(con, ingest_id, hosts)
+    refresh_process_shares(con, sorted({ingest_id, *resolved_ingests}))
+
+
+def resolve_process_jobs(con: duckdb.DuckDBPyConnection) -> tuple[list[str], list[int]]:
+    """Tie per-process utilization rows (``processes`` with an ``interval_s``: nvidia-smi pmon) that name no
+    job to the job another source saw running that pid on the same host (NVML's SLURM_JOB_ID or cgroup, a
+    pmon log ingested with ``--job``), when that job's span covers the row's time (a pid reused later by
+    another job is not mistaken for it). A bare scheduler id (``123``) finds the ledger's ``<cluster>/123``.
+    A pid two such jobs claim at one time stays unknown. Returns the hosts and ingests whose rows got a job.
+    """
+    pending = con.execute(
+        """SELECT count(*) FROM (SELECT 1 FROM processes
+           WHERE job_id IS NULL AND interval_s IS NOT NULL AND pid IS NOT NULL LIMIT 1)"""
+    ).fetchall()[0][0]
+    if not pending:
+        return [], []
+    hk = host_key("g.host")
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE attr_pid_jobs AS
+            WITH seen AS (
+                SELECT DISTINCT {hk} AS hk, m.pid, m.job_id FROM processes m JOIN gpus g USING (gpu_id)
+                WHERE m.job_id IS NOT NULL AND m.pid IS NOT NULL AND g.host IS NOT NULL
+            )
+            SELECT s.hk, s.pid, j.job_id, j.start_ts, j.end_ts FROM seen s JOIN jobs j ON j.job_id = s.job_id
+            UNION
+            SELECT s.hk, s.pid, j.job_id, j.start_ts, j.end_ts FROM seen s JOIN jobs j
+              ON j.job_id LIKE '%/' || s.job_id AND s.job_id NOT LIKE '%/%'"""
+    )
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE attr_pid_rows AS
+            SELECT p.rowid AS rid, any_value(p.ingest_id) AS ingest_id, any_value({hk}) AS hk,
+                   min(m.job_id) AS job_id
+            FROM processes p JOIN gpus g USING (gpu_id)
+                 JOIN attr_pid_jobs m ON m.hk = {hk} AND m.pid = p.pid
+                  AND p.ts >= m.start_ts AND (m.end_ts IS NULL OR p.ts < m.end_ts)
+            WHERE p.job_id IS NULL AND p.interval_s IS NOT NULL AND p.pid IS NOT NULL
+            GROUP BY p.rowid
+            HAVING count(DISTINCT m.job_id) = 1"""
+    )
+    con.execute("UPDATE processes SET job_id = r.job_id FROM attr_pid_rows r WHERE processes.rowid = r.rid")
+    hosts = [r[0] for r in con.execute("SELECT DISTINCT hk FROM attr_pid_rows ORDER BY 1").fetchall()]
+    ingests = [int(r[0]) for r in con.execute("SELECT DISTINCT ingest_id FROM attr_pid_rows").fetchall()]
+    for t in ("attr_pid_jobs", "attr_pid_rows"):
+        con.execute(f"DROP TABLE IF EXISTS temp.{t}")
+    return hosts, ingests
+
+
+def refresh_process_shares(con: duckdb.DuckDBPyConnection, ingest_ids: list[int]) -> None:
+    """Rebuild ``process_shares`` for the processes rows of these ingests: per GPU, poll and job, the sum of
+    its processes' SM utilization (NULL when none of them had an SM sample in that poll). Rows whose job is
+    unknown are left out; the shared-GPU rule (analytics/cost.py) reads only the jobs holding the GPU."""
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE attr_share_ingests AS SELECT unnest(?::BIGINT[]) AS i", [ingest_ids]
+    )
+    con.execute("DELETE FROM process_shares WHERE ingest_id IN (SELECT i FROM attr_share_ingests)")
+    con.execute(
+        """INSERT INTO process_shares
+           SELECT gpu_id, ts, max(interval_s), job_id, sum(sm_pct), ingest_id FROM processes
+           WHERE ingest_id IN (SELECT i FROM attr_share_ingests) AND interval_s IS NOT NULL AND job_id IS NOT NULL
+           GROUP BY gpu_id, ts, job_id, ingest_id"""
+    )
+    con.execute("DROP TABLE IF EXISTS temp.attr_share_ingests")
 
 
 def _affected_hosts(con: duckdb.DuckDBPyConnection, ingest_id: int) -> list[str]:

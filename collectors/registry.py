@@ -6,6 +6,7 @@ from collectors.base import Parser
 from collectors.dcgm import DcgmText
 from collectors.jobs_table import JobsJsonl, JobsTable
 from collectors.nvidia_smi_csv import NvidiaSmiAppsCsv, NvidiaSmiCsv
+from collectors.nvidia_smi_pmon import NvidiaSmiPmon
 from collectors.nvidia_smi_xml import NvidiaSmiXml
 from collectors.prometheus_json import PrometheusJson
 from collectors.sacct import SacctJson, SacctParsable
@@ -31,5 +32,15 @@ PARSERS: dict[str, Parser] = {
     )
 }
 PARSERS.update(
-    {p.name: p for p in (NvidiaSmiCsv(), NvidiaSmiAppsCsv(), NvidiaSmiXml(), DcgmText(), PrometheusJson())}
+    {
+        p.name: p
+        for p in (
+            NvidiaSmiCsv(),
+            NvidiaSmiAppsCsv(),
+            NvidiaSmiPmon(),
+            NvidiaSmiXml(),
+            DcgmText(),
+            PrometheusJson(),
+        )
+    }
 )

@@ -5,7 +5,8 @@ against the ranges below, the same way for every source, so a value no GPU, sche
 (a sample dated 2099 by a node with a wrong clock, ``250 %`` utilization, ``1e30 W``, ``gpu_count = inf``, a
 job ending on 9999-12-31) never becomes GPU-hours or money:
 
-- utilization, memory utilization, SM and tensor activity: 0–100 %;
+- utilization, memory utilization, SM and tensor activity: 0–100 %; a process's SM, memory, encoder and
+  decoder utilization (nvidia-smi pmon) too, and its poll interval is positive and at most a day;
 - memory used ≥ 0 and ≤ the sample's memory total; memory total ≤ the catalog's memory × 1.05 where the GPU
   model is known, else ≤ 1 TiB;
 - power 0 … 2 × the catalog's TDP where the model is known, else ≤ 3,000 W;
@@ -281,7 +282,20 @@ RULES: dict[str, list[Rule]] = {
         _finite("eval_loss"),
         _finite("learning_rate"),
     ],
-    "processes": [_required("ts"), _time("ts"), *_nonneg("used_mem_mib", "MiB", MAX_MEMORY_MIB)],
+    "processes": [
+        _required("ts"),
+        _time("ts"),
+        *_nonneg("used_mem_mib", "MiB", MAX_MEMORY_MIB),
+        # per-process utilization (nvidia-smi pmon): each engine's share of the poll, 0-100 %
+        *(
+            rule
+            for col in ("sm_pct", "mem_util_pct", "enc_pct", "dec_pct")
+            for rule in _range(col, 0, 100, "%")
+        ),
+        _finite("interval_s"),
+        Rule("interval_s", "s.interval_s <= 0", "{name} is {value} s, not a positive interval"),
+        Rule("interval_s", "s.interval_s > 86400", "{name} is {value} s, above a day"),
+    ],
     "gpu_events": [_required("ts"), _time("ts")],
     "capacity": [
         *_count("gpu_count"),

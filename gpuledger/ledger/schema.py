@@ -388,6 +388,35 @@ SCHEMA_V2: list[str] = [
         PRIMARY KEY (job_id, gpu_id, window_end)
     )
     """,
+    # -- per-process utilization (shared GPUs) --
+    # nvidia-smi pmon (collectors/nvidia_smi_pmon.py) adds each process's utilization to its processes row;
+    # process_shares sums it per GPU, poll and job (collectors/attribute.py), and the shared-GPU rule of
+    # analytics/cost.py splits a GPU-second several jobs hold by those SM shares.
+    """
+    ALTER TABLE processes ADD COLUMN IF NOT EXISTS sm_pct FLOAT -- SM utilization of the process over the poll (%; nvidia-smi pmon sm, NVML process utilization)
+    """,
+    """
+    ALTER TABLE processes ADD COLUMN IF NOT EXISTS mem_util_pct FLOAT -- memory-controller utilization of the process over the poll (%; pmon mem)
+    """,
+    """
+    ALTER TABLE processes ADD COLUMN IF NOT EXISTS enc_pct FLOAT -- video encoder utilization of the process (%; pmon enc)
+    """,
+    """
+    ALTER TABLE processes ADD COLUMN IF NOT EXISTS dec_pct FLOAT -- video decoder utilization of the process (%; pmon dec)
+    """,
+    """
+    ALTER TABLE processes ADD COLUMN IF NOT EXISTS interval_s FLOAT -- time the poll stands for (s; utilization sources only, NULL for snapshots)
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS process_shares (
+        gpu_id      VARCHAR NOT NULL,          -- gpus.gpu_id of the physical GPU
+        ts          TIMESTAMP NOT NULL,        -- poll time (UTC): the SM figure holds over [ts, ts + interval_s)
+        interval_s  FLOAT NOT NULL,            -- time the poll stands for (s)
+        job_id      VARCHAR NOT NULL,          -- jobs.job_id the processes belong to
+        sm_pct      FLOAT,                     -- Σ sm_pct of the job's processes on the GPU in the poll (%); NULL: none had an SM sample
+        ingest_id   BIGINT NOT NULL            -- ingests.ingest_id of the processes rows it sums
+    )
+    """,
 ]
 
 MIGRATIONS: list[list[str]] = [SCHEMA_V1, SCHEMA_V2]
@@ -414,6 +443,7 @@ TABLES = (
     "job_summaries",
     "rejected_rows",
     "host_attribution",
+    "process_shares",
 )
 
 # Tables whose rows belong to one ingest (deleted with it on --replace).
@@ -428,6 +458,7 @@ INGESTED_TABLES = (
     "gpu_events",
     "capacity",
     "rejected_rows",
+    "process_shares",
 )
 
 
