@@ -16,6 +16,7 @@ import pytest
 from analytics.waste import job_waste
 from collectors.base import IngestOptions, ingest_file
 from collectors.checkpoints import elapsed_at, save_steps_checkpoint
+from gpuledger.ledger.errors import FormatError
 from tests.analytics.build import at, ingest, job, set_test_prices
 from tests.conftest import dataset, write
 
@@ -146,6 +147,19 @@ def test_hf_checkpoint_state_with_llamafactory_elapsed_time_in_its_output_dir(co
     assert ingest_file(con, path, opts=tie(path)).skipped == {}
     assert checkpoint_ts(con) == at(150)
     assert waste_row(con)["failed_usd"] == pytest.approx((600 - 150) / 60 * RATE)  # 7.5 h lost
+
+
+def test_a_rejected_log_leaves_the_job_untouched(con, tmp_path):
+    state = json.loads(hf_state(1250, save_steps=500))
+    state["log_history"].append({"step": -5, "loss": 1.0})  # a negative step: the whole file is rejected
+    path = write(tmp_path, "trainer_state.json", json.dumps(state))
+    with pytest.raises(FormatError, match=r"trainer_state\.json"):
+        ingest_file(con, path, opts=tie(path))
+    assert checkpoint_ts(con) is None
+    assert con.execute("SELECT count(*) FROM ingests").fetchall() == [(1,)]  # only the job's own
+    # with --skip-bad-rows the rest lands, and the checkpoint with it
+    ingest_file(con, path, opts=tie(path, skip_bad_rows=True))
+    assert checkpoint_ts(con) == at(8 * 60)
 
 
 def test_hf_job_not_in_the_ledger_yet_is_a_note_and_no_row(ledger, tmp_path):
