@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
@@ -75,14 +76,42 @@ def _copy(value: Any) -> Any:
     return value.clone() if isinstance(value, pl.DataFrame) else value
 
 
+def horizon(con: duckdb.DuckDBPyConnection) -> Any:
+    """:func:`analytics.filters.horizon`, asked once per sharing block (every function asks for it)."""
+    from analytics.filters import horizon as compute
+
+    store = _active(con)
+    if store is None:
+        return compute(con)
+    key = ("horizon",)
+    if key in store:
+        return store[key]
+    value = compute(con)
+    with _lock:
+        store[key] = value
+    return value
+
+
 def shared(fn: F) -> F:
-    """Mark ``fn(con, **keywords)`` as sharable (its result depends only on the ledger and the keywords)."""
+    """Mark ``fn(con, **keywords)`` as sharable (its result depends only on the ledger and the keywords).
+
+    The key holds every keyword with its default filled in, and a function with an ``as_of`` keyword treats
+    an omitted (None) ``as_of`` as the ledger's horizon: ``f(con)``, ``f(con, filters=Filters())`` and
+    ``f(con, as_of=horizon(con))`` share one result."""
+    signature = inspect.signature(fn)
+    first = next(iter(signature.parameters))  # the connection
+    takes_as_of = "as_of" in signature.parameters
 
     @functools.wraps(fn)
     def wrapper(con: duckdb.DuckDBPyConnection, *args: Any, **kwargs: Any) -> Any:
         store = _active(con)
         if store is None or args:
             return fn(con, *args, **kwargs)
+        bound = signature.bind(con, **kwargs)
+        bound.apply_defaults()
+        kwargs = {k: v for k, v in bound.arguments.items() if k != first}
+        if takes_as_of and kwargs.get("as_of") is None:
+            kwargs["as_of"] = horizon(con)
         try:
             key = (fn.__module__, fn.__qualname__, tuple(sorted((k, _arg_key(v)) for k, v in kwargs.items())))
         except TypeError:

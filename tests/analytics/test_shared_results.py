@@ -52,3 +52,20 @@ def test_outside_a_block_or_under_a_new_key_a_write_is_seen(ledger):
     assert waste.unallocated(ledger)["unallocated_usd"].sum() == 3 * 4.0
     with sharing(ledger, ("test", 2)):
         assert waste.unallocated(ledger)["unallocated_usd"].sum() == 3 * 4.0
+
+
+def test_an_omitted_as_of_or_default_keyword_shares_the_result_of_the_explicit_call(ledger, monkeypatch):
+    from analytics.filters import horizon
+
+    set_test_prices(ledger)
+    _one_gpu(ledger, 180)
+    calls = []
+    real = waste._unallocated_sql
+    monkeypatch.setattr(waste, "_unallocated_sql", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with sharing(ledger, ("test", 3)):
+        a = waste.unallocated(ledger)
+        b = waste.unallocated(ledger, filters=Filters(), settings=Settings(), as_of=horizon(ledger))
+        c = waste.unallocated(ledger, as_of=None)
+    assert len(calls) == 1
+    # observed 3 GPU-h, held 1 → 2 GPU-h unallocated at $4, whichever way it was asked
+    assert a["unallocated_usd"].sum() == b["unallocated_usd"].sum() == c["unallocated_usd"].sum() == 2 * 4.0
