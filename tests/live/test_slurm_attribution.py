@@ -6,7 +6,8 @@ spanning g1 and g3 — are polled by the Slurm collector; then telemetry for tho
 nvidia-smi log (../shared/datasets/nvidia-smi-csv), time-shifted into the jobs' spans as sacct reports them,
 and ingested per node with ``--host``. Every expected figure is plain SQL over the samples, sacct's output or
 the GPUs the jobs themselves printed (``SLURM_JOB_GPUS``). The sharing jobs are checked twice: polled while
-running (scontrol names their GPUs: exact) and only after the end without scontrol (by share).
+running (scontrol names their GPUs: exact) and only after the end without scontrol (by share). The nodes
+also report for 5 minutes before and after their jobs: observed − held = unallocated, to the cent.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import duckdb
 import pytest
 
 from analytics.jobs import jobs_table
+from analytics.waste import unallocated, waste_totals
 from collectors.base import IngestOptions, ingest_file
 from collectors.slurm_poll import poll
 from gpuledger.ledger.db import reader, writer
@@ -34,6 +36,8 @@ from tests.live.test_slurm_collector import sbatch, wait_until
 SERVICES = ROOT / "tests" / "services"
 REAL_LOG = "nvidia-smi-csv/eobo0530_vlm_optimization_gpu_log.csv"  # 2,619 rows at 1 s, one RTX 4090
 FINISHED = {"COMPLETED"}
+# each node's telemetry starts this long before its first job and ends this long after its last
+PAD = dt.timedelta(minutes=5)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +116,8 @@ def job_gpus(work: Path, raw: str) -> list[int]:
 
 
 def common_checks(con: duckdb.DuckDBPyConnection, job: dict[str, str], span: dict) -> dict[str, dict]:
-    """What holds whether the shared node is tied exactly or by share; returns the jobs table by name."""
+    """What holds whether the shared node is tied exactly or by share (capacity too); returns the jobs table
+    by name."""
     table = {r["job_id"]: r for r in jobs_table(con).to_dicts()}
     by_name = {n: table[j] for n, j in job.items()}
     assert (by_name["whole"]["attribution"], by_name["two_nodes"]["attribution"]) == ("exact", "exact")
@@ -134,7 +139,38 @@ def common_checks(con: duckdb.DuckDBPyConnection, job: dict[str, str], span: dic
                  AND s.ts >= a.start_ts AND s.ts < a.end_ts)"""
     ).fetchall()[0][0]
     assert stray == 0
+    capacity_checks(con)
     return by_name
+
+
+def capacity_checks(con: duckdb.DuckDBPyConnection) -> None:
+    """Observed − held = unallocated, to the cent, with observed and held in plain SQL: each GPU reports from its
+    first sample to its last sample's end (ts + interval_s; the replayed logs have no gaps), the jobs hold their
+    allocations (sacct's spans × GPUs per node), all priced at the one price in force for the nodes' card
+    (on_demand, no cluster override: the test declares none). And no job's cost goes unmeasured."""
+    (model,) = con.execute("SELECT DISTINCT model FROM gpus").fetchall()[0]  # one card model on every node
+    price = plain(
+        con,
+        """SELECT usd_per_gpu_hour FROM prices WHERE gpu_model = ? AND tier = 'on_demand' AND cluster IS NULL
+             AND effective_from <= current_date ORDER BY effective_from DESC LIMIT 1""",
+        [model],
+    )
+    observed_h = plain(
+        con,
+        """SELECT sum(epoch(last_end - first_ts)) / 3600.0 FROM (
+               SELECT gpu_id, min(ts) AS first_ts,
+                      max(ts + to_microseconds(CAST(round(interval_s * 1e6) AS BIGINT))) AS last_end
+               FROM samples GROUP BY gpu_id)""",
+        [],
+    )
+    held_h = plain(con, "SELECT sum(gpu_count * epoch(end_ts - start_ts)) / 3600.0 FROM allocations", [])
+    # the nodes also reported for PAD before and after their jobs: 12 GPUs × 10 min of it at least
+    assert observed_h - held_h >= 12 * 2 * PAD.total_seconds() / 3600
+    un = unallocated(con)
+    assert un["unallocated_gpu_hours"].sum() == pytest.approx(observed_h - held_h, rel=1e-9)
+    got = un["unallocated_usd"].sum()
+    assert abs(got - (observed_h - held_h) * price) < 0.005, (got, observed_h, held_h, price)
+    assert waste_totals(con)["unmeasured_usd"] == pytest.approx(0, abs=0.005)
 
 
 @pytest.mark.service
@@ -169,12 +205,16 @@ def test_whole_node_shared_node_and_two_node_jobs_get_their_nodes_telemetry(slur
     printed = {n: job_gpus(slurm3, ids[n]) for n in ("share_a", "share_b")}
     assert sorted(printed["share_a"] + printed["share_b"]) == [0, 1, 2, 3]  # Slurm split g2 between them
 
-    # telemetry: each node sampled every second from its first job's start to its last job's end; in
-    # "late", g2's four GPUs read the same each second, so a figure over any two of them is the same
+    # telemetry: each node sampled every second from PAD before its first job's start to PAD after its last
+    # job's end (a node reports while idle too: that is unallocated capacity); in "late", g2's four GPUs read
+    # the same each second, so a figure over any two of them is the same
     windows = {
-        "g1": (span["whole"][0], span["two_nodes"][1]),
-        "g2": (min(span["share_a"][0], span["share_b"][0]), max(span["share_a"][1], span["share_b"][1])),
-        "g3": (span["two_nodes"][0], span["two_nodes"][1]),
+        "g1": (span["whole"][0] - PAD, span["two_nodes"][1] + PAD),
+        "g2": (
+            min(span["share_a"][0], span["share_b"][0]) - PAD,
+            max(span["share_a"][1], span["share_b"][1]) + PAD,
+        ),
+        "g3": (span["two_nodes"][0] - PAD, span["two_nodes"][1] + PAD),
     }
     for db, same in ((live, False), (late, True)):
         with writer(db) as con:
