@@ -36,6 +36,12 @@ family as the job's model (``A100-40GB`` from a bare ``gres/gpu:a100`` on cards 
 A100-SXM4-80GB") — or that has no model — takes the telemetry's model, so it is priced as the card it ran on.
 
 Hosts match on their short, lower-case name (``node01.cluster.local`` is ``node01``).
+
+Per-process utilization (``processes`` rows with an ``interval_s``: nvidia-smi pmon) names pids, not jobs:
+before the ties are made, :func:`resolve_process_jobs` gives each such row the job another source saw running
+that pid on the same host while the job ran (NVML's SLURM_JOB_ID / cgroup, a pmon log ingested with
+``--job``), so those rows are ``process`` evidence too; :func:`refresh_process_shares` then sums them per GPU,
+poll and job into ``process_shares``, which the shared-GPU rule of analytics/cost.py splits a GPU-second by.
 """
 
 from __future__ import annotations
