@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/fuzz.py                    # 10,000 inputs per family (hours on a small machine)
     .venv/bin/python bench/fuzz.py --count 200 --family dcgm --seed 3
+    .venv/bin/python bench/fuzz.py --jobs 2 --step 250   # two processes; a running tally every 250 inputs
 
 Each input is a real file from ../shared/datasets (the first ``BASE_LINES`` lines of a long line-oriented
 one) with one to three mutations of the kinds real fleets produce: truncation, byte flips, dropped or
@@ -14,13 +15,19 @@ unicode and NUL bytes, duplicated or shuffled lines. Every input must end in one
 Printed per family: inputs, landed, rejected, **crashes** (any other exception: a traceback a user would
 see), **out of range landed** (rows ``gpuledger check`` would list), **rejections without a line** (and how
 many of those are file-level: no parser recognises the file, it is empty, a JSON document), and the slowest
-input with its time. tests/test_fuzz.py runs the same engine on a few dozen inputs per family.
+input with its time. The families take turns (``--step`` inputs each, a running tally after each turn), so
+a run stopped early still has figures for every family. After each landed input the ledger is held to the
+same rules as ``gpuledger check``, over the tables whose rows changed (:class:`LedgerWatch`); a ledger that
+took an out-of-range row, a crash or a hang is replaced, so one bad input is counted once.
+tests/test_fuzz.py runs the same engine on a few dozen inputs per family.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+import os
 import random
 import re
 import shutil
@@ -37,7 +44,7 @@ if str(ROOT) not in sys.path:
 import duckdb  # noqa: E402
 
 from collectors.base import IngestOptions, ingest_file  # noqa: E402
-from collectors.validate import ledger_violations  # noqa: E402
+from collectors.validate import TABLES, find_violations  # noqa: E402
 from gpuledger.ledger.db import memory_ledger  # noqa: E402
 from gpuledger.ledger.errors import FormatError, UnknownFormatError  # noqa: E402
 
@@ -191,8 +198,14 @@ def duplicate_column(data: bytes, rng: random.Random) -> bytes:
     return b"\n".join(out)
 
 
+@functools.lru_cache(maxsize=32)
+def _number_spans(data: bytes) -> tuple[tuple[int, int], ...]:
+    """Where the numbers are (cached: most inputs mutate one of a few base files first)."""
+    return tuple(m.span() for m in _NUMBER.finditer(data))
+
+
 def _replace_numbers(data: bytes, rng: random.Random, choices: list[str], n: int) -> bytes:
-    spans = [m.span() for m in _NUMBER.finditer(data)]
+    spans = _number_spans(data)
     if not spans:
         return data
     picked = sorted(rng.sample(spans, min(n, len(spans))), reverse=True)
@@ -210,7 +223,7 @@ def nonfinite(data: bytes, rng: random.Random) -> bytes:
 
 
 def negative(data: bytes, rng: random.Random) -> bytes:
-    spans = [m.span() for m in _NUMBER.finditer(data)]
+    spans = _number_spans(data)
     if not spans:
         return data
     a, b = rng.choice(spans)
@@ -310,8 +323,46 @@ _FILE_LEVEL = (
 )
 
 
-def run_one(con: duckdb.DuckDBPyConnection, path: Path, mutations: list[str]) -> Outcome:
-    """Ingest ``path``; classify what happened (see the module docstring)."""
+class LedgerWatch:
+    """What ``gpuledger check`` would list, asked after every landed input, at the cost of the tables that
+    changed: the rules of collectors/validate.py over every row of each table a source writes whose rows
+    changed since the last clean check (a fingerprint: row count and the XOR of the rows' hashes), and over
+    the samples again when the GPUs changed (a sample's limits come from its GPU's model). A table that did
+    not change was clean at the last check and stays so: the rules read one row (and its GPU's catalog
+    entry), and the latest plausible time only moves later."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+        have = {
+            r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall()
+        }
+        self.tables = [t for t in TABLES if t in have]
+        self.clean: dict[str, tuple[int, int]] = {}
+        self.fingerprint_sql = " UNION ALL ".join(
+            f"SELECT '{t}', count(*), coalesce(bit_xor(hash(x)), 0) FROM {t} x" for t in self.tables
+        )
+
+    def violations(self) -> list:
+        now = {t: (n, h) for t, n, h in self.con.execute(self.fingerprint_sql).fetchall()}
+        changed = [t for t in self.tables if now[t] != self.clean.get(t) and now[t][0]]
+        if "gpus" in changed and "samples" not in changed and now.get("samples", (0, 0))[0]:
+            changed.append("samples")
+        try:
+            for table in changed:
+                hits = find_violations(self.con, table, source=table, staged=False, limit=1)
+                if hits:
+                    return hits
+        finally:
+            self.con.execute("DROP TABLE IF EXISTS temp.valid_models")
+        self.clean = now
+        return []
+
+
+def run_one(
+    con: duckdb.DuckDBPyConnection, path: Path, mutations: list[str], watch: LedgerWatch | None = None
+) -> Outcome:
+    """Ingest ``path``; classify what happened (see the module docstring). ``watch`` checks the ledger after
+    a landed input (by default a new one, which checks every table)."""
     timer = threading.Timer(HANG_S, con.interrupt)
     timer.start()
     started = time.perf_counter()
@@ -332,7 +383,7 @@ def run_one(con: duckdb.DuckDBPyConnection, path: Path, mutations: list[str]) ->
     finally:
         timer.cancel()
     took = time.perf_counter() - started
-    bad = ledger_violations(con)
+    bad = (watch or LedgerWatch(con)).violations()
     if bad:
         return Outcome("out_of_range", took, mutations, f"{bad[0].table}: {bad[0].reason}")
     return Outcome("ok", took, mutations)
@@ -344,34 +395,98 @@ def fresh_ledger() -> duckdb.DuckDBPyConnection:
     return con
 
 
-def fuzz_family(family: str, count: int, seed: int, workdir: Path, datasets: Path = DATASETS) -> Tally:
-    """``count`` mutated inputs of ``family``'s files, round robin; deterministic for a seed."""
-    tally = Tally(family)
-    rng = random.Random(f"{family}:{seed}")
-    sources = []
-    for spec in FAMILIES[family]:
-        main, *siblings = spec.split("+")
-        sources.append((datasets / main, [datasets / s for s in siblings]))
-    bases = {src: base_bytes(src) for src, _ in sources}
-    con = fresh_ledger()
-    try:
-        for i in range(count):
-            if i and i % FRESH_EVERY == 0:
-                con.close()
-                con = fresh_ledger()
-            src, siblings = sources[i % len(sources)]
-            data, names = mutate(bases[src], rng)
-            where = workdir / f"{family}-{i}"
+class FamilyRun:
+    """One family's inputs, deterministic for a seed, run in steps (so that families can take turns)."""
+
+    def __init__(self, family: str, seed: int, workdir: Path, datasets: Path = DATASETS) -> None:
+        self.family, self.workdir = family, workdir
+        self.tally = Tally(family)
+        self.rng = random.Random(f"{family}:{seed}")
+        self.sources = []
+        for spec in FAMILIES[family]:
+            main, *siblings = spec.split("+")
+            self.sources.append((datasets / main, [datasets / s for s in siblings]))
+        self.bases = {src: base_bytes(src) for src, _ in self.sources}
+        self.i = 0
+        self.seconds = 0.0
+        self.con: duckdb.DuckDBPyConnection | None = None
+        self.watch: LedgerWatch | None = None
+        self.in_ledger = 0
+
+    def _ledger(self) -> tuple[duckdb.DuckDBPyConnection, LedgerWatch]:
+        if self.con is None or self.watch is None or self.in_ledger >= FRESH_EVERY:
+            self.close()
+            self.con = fresh_ledger()
+            self.watch = LedgerWatch(self.con)
+            self.in_ledger = 0
+        self.in_ledger += 1
+        return self.con, self.watch
+
+    def run(self, count: int) -> Tally:
+        started = time.perf_counter()
+        for _ in range(count):
+            i = self.i
+            self.i += 1
+            src, siblings = self.sources[i % len(self.sources)]
+            data, names = mutate(self.bases[src], self.rng)
+            where = self.workdir / f"{self.family}-{i}"
             where.mkdir(parents=True)
             for s in siblings:
                 shutil.copyfile(s, where / s.name)
             target = where / src.name
             target.write_bytes(data)
-            tally.add(run_one(con, target, names), f"{src.name}#{i}")
+            con, watch = self._ledger()
+            outcome = run_one(con, target, names, watch)
+            self.tally.add(outcome, f"{src.name}#{i}")
+            if outcome.kind in ("out_of_range", "hang", "crash"):
+                self.close()  # what it left must not count against the inputs after it
             shutil.rmtree(where, ignore_errors=True)
+        self.seconds += time.perf_counter() - started
+        return self.tally
+
+    def close(self) -> None:
+        if self.con is not None:
+            self.con.close()
+        self.con, self.watch = None, None
+
+
+def fuzz_family(family: str, count: int, seed: int, workdir: Path, datasets: Path = DATASETS) -> Tally:
+    """``count`` mutated inputs of ``family``'s files, round robin; deterministic for a seed."""
+    run = FamilyRun(family, seed, workdir, datasets)
+    try:
+        return run.run(count)
     finally:
-        con.close()
-    return tally
+        run.close()
+
+
+def fuzz_families(
+    families: list[str], count: int, seed: int, workdir: Path, step: int, examples: int
+) -> list[tuple[Tally, float]]:
+    """The families take turns, ``step`` inputs each, so a long run stopped early has figures for every
+    family; a running tally is printed after each turn. Returns (tally, seconds) per family."""
+    runs = [FamilyRun(f, seed, workdir) for f in families]
+    try:
+        while any(r.i < count for r in runs):
+            for r in runs:
+                if r.i < count:
+                    r.run(min(step, count - r.i))
+                    print(
+                        f"  {'done' if r.i >= count else 'so far'}: {r.tally.line()} ({r.seconds:.0f} s)",
+                        flush=True,
+                    )
+                    if r.i >= count:
+                        r.close()
+                        _examples(r.tally, examples)
+        return [(r.tally, r.seconds) for r in runs]
+    finally:
+        for r in runs:
+            r.close()
+
+
+def _examples(tally: Tally, examples: int) -> None:
+    for kind, items in tally.examples.items():
+        for text in items[:examples]:
+            print(f"    {tally.family} {kind}: {text}", flush=True)
 
 
 def fuzz_cli(count: int, seed: int, workdir: Path, datasets: Path = DATASETS) -> tuple[int, int, list[str]]:
@@ -416,6 +531,11 @@ def fuzz_cli(count: int, seed: int, workdir: Path, datasets: Path = DATASETS) ->
     return count, tracebacks, examples
 
 
+def _group(job: tuple[list[str], int, int, str, int, int]) -> list[tuple[Tally, float]]:
+    families, count, seed, tmp, step, examples = job
+    return fuzz_families(families, count, seed, Path(tmp), step, examples)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--count", type=int, default=10_000, help="inputs per family (default 10,000)")
@@ -423,22 +543,41 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--examples", type=int, default=3, help="show this many examples of each problem")
     ap.add_argument("--cli", type=int, default=0, help="also run N inputs through the gpuledger CLI")
+    ap.add_argument("--step", type=int, default=500, help="inputs per family per turn (a running tally each)")
+    ap.add_argument(
+        "--jobs", type=int, default=1, help="processes, each taking a share of the families (default 1)"
+    )
     args = ap.parse_args()
     failed = False
-    with tempfile.TemporaryDirectory(prefix="gpuledger-fuzz-") as tmp:
+    families = args.family or sorted(FAMILIES)
+    started = time.perf_counter()
+    shm = Path("/dev/shm")  # inputs are written and removed by the thousand: memory is faster than a disk
+    scratch = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+    with tempfile.TemporaryDirectory(prefix="gpuledger-fuzz-", dir=scratch) as tmp:
         if args.cli:
             runs, tracebacks, examples = fuzz_cli(args.cli, args.seed, Path(tmp))
             print(f"CLI: {runs:,} runs of gpuledger ingest, {tracebacks} ended in a traceback", flush=True)
             for text in examples[: args.examples]:
                 print(f"    traceback: {text}")
             failed |= bool(tracebacks)
-        for family in args.family or sorted(FAMILIES):
-            started = time.perf_counter()
-            tally = fuzz_family(family, args.count, args.seed, Path(tmp))
-            print(tally.line(), f"({time.perf_counter() - started:.0f} s)", flush=True)
-            for kind, items in tally.examples.items():
-                for text in items[: args.examples]:
-                    print(f"    {kind}: {text}")
+        jobs = max(1, min(args.jobs, len(families)))
+        groups = [families[k::jobs] for k in range(jobs)]
+        work = [(g, args.count, args.seed, tmp, args.step, args.examples) for g in groups]
+        if jobs == 1:
+            results = [_group(work[0])]
+        else:
+            import multiprocessing
+
+            with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+                results = pool.map(_group, work)
+        done = {t.family: (t, sec) for group in results for t, sec in group}
+        print(
+            f"\n{args.count:,} inputs per family, seed {args.seed}, {jobs} process(es), "
+            f"{time.perf_counter() - started:.0f} s in all:"
+        )
+        for family in families:
+            tally, seconds = done[family]
+            print(tally.line(), f"({seconds:.0f} s)", flush=True)
             failed |= bool(tally.crashes or tally.out_of_range or tally.hangs)
     return 1 if failed else 0
 
