@@ -8,6 +8,7 @@ import datetime as dt
 import streamlit as st
 
 from analytics.filters import Filters
+from gpuledger.reports.fmt import demote_headings
 from gpuledger.reports.weekly import FORMATS, MIME, last_full_week, week_range
 from pages import _data
 from pages._ui import code, md, not_ready
@@ -70,4 +71,5 @@ for col, fmt in zip(buttons, FORMATS, strict=True):
     )
 st.caption("The preview below is the HTML report itself, as a mail client shows it.")
 with st.container(border=True, key="report_preview"):
-    st.html(files["html"])
+    # one level down: the page's own title stays its only top-level heading (the report's look the same)
+    st.html(demote_headings(files["html"]))

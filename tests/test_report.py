@@ -344,6 +344,18 @@ def test_hostile_names_are_inert_in_html(hostile_ledger):
     assert "<a " not in html.lower()
 
 
+def test_the_page_preview_demotes_the_reports_own_headings_only(hostile_ledger):
+    html = render(_hostile_data(hostile_ledger), "html")
+    shown = fmt.demote_headings(html)
+    # the report has one h1 (its title) and one h2 per section; in the page they are h2 and h3
+    assert (html.count("<h1"), shown.count("<h1"), shown.count("<h2")) == (1, 0, 1)
+    assert shown.count("<h3") == html.count("<h2") > 0 and shown.count("</h3>") == html.count("</h2>")
+    assert re.sub(r"</?h[1-6]", "", shown) == re.sub(r"</?h[1-6]", "", html)  # nothing else changed
+    assert fmt.demote_headings('<H1 style="x">t</H1><h6>s</h6> &lt;h1&gt;') == (
+        '<h2 style="x">t</h2><h6>s</h6> &lt;h1&gt;'  # an escaped name is text, not a tag
+    )
+
+
 def test_hostile_names_are_inert_in_csv_json_and_text(hostile_ledger):
     data = _hostile_data(hostile_ledger)
     rows = list(csv.reader(io.StringIO(render(data, "csv"))))

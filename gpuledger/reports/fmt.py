@@ -106,6 +106,17 @@ def md_escape(text: object) -> str:
     return re.sub(r"(?i)\b(www)\.", r"\1\\.", out)
 
 
+_HEADING_TAG = re.compile(r"<(/?)h([1-5])(?=[\s>/])", re.IGNORECASE)
+
+
+def demote_headings(html: str) -> str:
+    """The HTML report with every heading one level down (``<h1>`` → ``<h2>``, …, ``<h5>`` → ``<h6>``), to
+    show it inside a page that has its own title (the dashboard's Reports preview). Headings keep their
+    inline style, so they look the same; nothing else changes. User strings in the report are HTML-escaped
+    (``&lt;h1&gt;``), so only the report's own tags match."""
+    return _HEADING_TAG.sub(lambda m: f"<{m.group(1)}h{int(m.group(2)) + 1}", html)
+
+
 _CSV_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
 
 

@@ -62,15 +62,7 @@ PAGES = [
     "fleet",
     "recommendations",
     "training",
-    pytest.param(
-        "reports",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="the Reports page previews the weekly report's own Markdown, whose escaping "
-            "(gpuledger/reports/fmt.py, issue 13) does not yet stop Streamlit's autolinks "
-            "(https://…, www.…, a@b.c): break them as pages/_ui.py md() does, then drop this mark",
-        ),
-    ),
+    "reports",
 ]
 
 
