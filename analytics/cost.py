@@ -112,7 +112,7 @@ def pseudo_jobs_sql(lo: dt.datetime, hi: dt.datetime) -> tuple[str, list[object]
 #      processes' SM % over the sum of those of all the stretch's jobs (a job with no process there: 0);
 #   2. else (no poll, or a poll with no SM activity of these jobs) by declared fraction: fraction over the
 #      sum (whole cards: 1/k each).
-# Rows are pieces of stretches (cut at the polls' bounds) with a constant share; ``cut`` is what the job
+# Rows are pieces of stretches (a poll, or the time between polls) with a constant share; ``cut`` is what the job
 # declared beyond its share (negative where its processes used more of the SMs than it declared). No
 # parameters.
 SHARED_SEGMENTS_SQL = """
@@ -155,30 +155,27 @@ SHARED_SEGMENTS_SQL = """
         SELECT gpu_id, s_from, s_to, p_from, max(p_to) AS p_to, sum(sm) AS sm_sum
         FROM pj GROUP BY gpu_id, s_from, s_to, p_from HAVING sum(sm) > 0
     ),
-    cuts AS (
-        SELECT gpu_id, s_from, s_to, s_from AS t FROM sh
-        UNION SELECT gpu_id, s_from, s_to, s_to FROM sh
-        UNION SELECT gpu_id, s_from, s_to, p_from FROM polls
-        UNION SELECT gpu_id, s_from, s_to, p_to FROM polls
-    ),
-    pieces AS (
-        SELECT gpu_id, s_from, t AS q_from, lead(t) OVER (PARTITION BY gpu_id, s_from ORDER BY t) AS q_to
-        FROM cuts
-    ),
-    pa AS (  -- each piece with the poll it lies in, if any (the latest poll starting at or before it)
-        SELECT pc.gpu_id, pc.s_from, pc.q_from, pc.q_to,
-               CASE WHEN po.p_to >= pc.q_to THEN po.p_from END AS p_from,
-               CASE WHEN po.p_to >= pc.q_to THEN po.sm_sum END AS sm_sum
-        FROM pieces pc ASOF LEFT JOIN polls po
-          ON po.gpu_id = pc.gpu_id AND po.s_from = pc.s_from AND pc.q_from >= po.p_from
-        WHERE pc.q_to > pc.q_from
+    -- each stretch's active polls in time order, its end as a last (empty) one; a poll ends where the next
+    -- begins at the latest (two logs of one GPU never count a second twice), and the time between the end of
+    -- one (or the stretch's start) and the next is split by declared fraction
+    ev AS (
+        SELECT *, least(p_to, lead(p_from) OVER w) AS p_end,
+               least(coalesce(lag(p_to) OVER w, s_from), p_from) AS gap_from
+        FROM (SELECT gpu_id, s_from, s_to, p_from, p_to, sm_sum FROM polls
+              UNION ALL SELECT DISTINCT gpu_id, s_from, s_to, s_to, s_to, NULL::DOUBLE FROM sh)
+        WINDOW w AS (PARTITION BY gpu_id, s_from ORDER BY p_from, sm_sum NULLS LAST)
     ),
     shares AS (
-        SELECT sh.job_id, sh.gpu_id, pa.q_from AS s_from, pa.q_to AS s_to, sh.d,
-               CASE WHEN pa.sm_sum > 0 THEN coalesce(pj.sm, 0) / pa.sm_sum ELSE sh.d / sh.sum_d END AS share
-        FROM pa JOIN sh ON sh.gpu_id = pa.gpu_id AND sh.s_from = pa.s_from
-        LEFT JOIN pj ON pj.gpu_id = pa.gpu_id AND pj.s_from = pa.s_from AND pj.p_from = pa.p_from
+        SELECT sh.job_id, sh.gpu_id, ev.p_from AS s_from, ev.p_end AS s_to, sh.d,
+               coalesce(pj.sm, 0) / ev.sm_sum AS share
+        FROM ev JOIN sh ON sh.gpu_id = ev.gpu_id AND sh.s_from = ev.s_from
+        LEFT JOIN pj ON pj.gpu_id = ev.gpu_id AND pj.s_from = ev.s_from AND pj.p_from = ev.p_from
                     AND pj.job_id = sh.job_id
+        WHERE ev.sm_sum IS NOT NULL AND ev.p_end > ev.p_from
+        UNION ALL
+        SELECT sh.job_id, sh.gpu_id, ev.gap_from, ev.p_from, sh.d, sh.d / sh.sum_d
+        FROM ev JOIN sh ON sh.gpu_id = ev.gpu_id AND sh.s_from = ev.s_from
+        WHERE ev.p_from > ev.gap_from
     )
     SELECT job_id, gpu_id, s_from, s_to, share, d - share AS cut FROM shares
 """

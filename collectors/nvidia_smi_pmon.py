@@ -87,6 +87,31 @@ def _units(line: str) -> bool:
     return line.startswith("#") and "idx" in line[1:].lower().split()
 
 
+def _readable(text: str) -> bool:
+    if text == "-":
+        return True
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+class _Layout:
+    """Where each column sits in a value line of one header's layout."""
+
+    def __init__(self, names: list[str], line: int) -> None:
+        self.names, self.line = names, line
+        pos = {c: i for i, c in enumerate(names)}
+        self.date, self.time, self.gpu, self.pid = pos["date"], pos["time"], pos["gpu"], pos["pid"]
+        self.command = pos.get("command")
+        # command (last) keeps its spaces: split the rest only
+        self.maxsplit = len(names) - 1 if self.command is not None else 0
+        self.needed = len(names) - 1 if self.command is not None else len(names)
+        self.numeric = [(pos[c], t) for c, t in COLUMNS.items() if t in NUMERIC and c in pos]
+        self.absent = [t for t in NUMERIC if t not in {x for _, x in self.numeric}]
+
+
 class NvidiaSmiPmon:
     """``nvidia-smi pmon -s um -o DT`` logs → processes with per-process utilization."""
 
@@ -116,7 +141,9 @@ class NvidiaSmiPmon:
         }
         polls: dict[tuple[str, int], int] = {}  # (local time text, gpu index) → first line
         names: list[str] | None = None
+        lay: _Layout | None = None
         header_line = 0
+        checked: set[str] = set()
         ignored: set[str] = set()
         with path.open(encoding="utf-8", errors="replace") as fh:
             for n, raw in enumerate(fh, start=1):
@@ -127,15 +154,16 @@ class NvidiaSmiPmon:
                 if found is not None:
                     names, header_line = found, n
                     self._check_header(path, n, names)
+                    lay = _Layout(names, n)
                     ignored |= {
                         c for c in names if COLUMNS.get(c) is None and c not in ("date", "time", "gpu")
                     }
                     continue
                 if line.startswith("#") or _units(line):
                     continue
-                if names is None:
+                if lay is None:
                     raise FormatError(path, n, "a value line before any '# gpu pid ...' header")
-                self._row(path, n, line, names, header_line, cols, polls)
+                self._row(path, n, line, lay, cols, polls, checked)
         if names is None:
             raise FormatError(path, 1, "no '# gpu pid ...' header: not nvidia-smi pmon output")
         if not polls:
@@ -211,50 +239,50 @@ class NvidiaSmiPmon:
         path: Path,
         n: int,
         line: str,
-        names: list[str],
-        header_line: int,
+        lay: _Layout,
         cols: dict[str, list[object]],
         polls: dict[tuple[str, int], int],
+        checked: set[str],
     ) -> None:
-        last = len(names) - 1 if names[-1] == "command" else len(names)
-        parts = line.split(None, last) if last < len(names) else line.split()
-        if len(parts) < last or (last == len(names) and len(parts) != len(names)):
+        parts = line.split(None, lay.maxsplit) if lay.maxsplit else line.split()
+        if len(parts) < lay.needed or (not lay.maxsplit and len(parts) != len(lay.names)):
             raise FormatError(
-                path, n, f"{len(parts)} values, the header at line {header_line} names {len(names)} columns"
+                path, n, f"{len(parts)} values, the header at line {lay.line} names {len(lay.names)} columns"
             )
-        value = dict(zip(names, parts, strict=False))
-        date, clock = value["date"], value["time"]
-        if not _DATE.match(date) or not _TIME.match(clock):
-            raise FormatError(path, n, f"Date/Time is {date} {clock}, not YYYYMMDD HH:MM:SS")
+        local = parts[lay.date] + " " + parts[lay.time]
+        if local not in checked:  # each poll's time is checked once
+            if not _DATE.match(parts[lay.date]) or not _TIME.match(parts[lay.time]):
+                raise FormatError(path, n, f"Date/Time is {local}, not YYYYMMDD HH:MM:SS")
+            checked.add(local)
         try:
-            gpu = int(value["gpu"])
+            gpu = int(parts[lay.gpu])
         except ValueError:
-            raise FormatError(path, n, f"gpu is {value['gpu']!r}, not a GPU index") from None
-        local = f"{date} {clock}"
+            raise FormatError(path, n, f"gpu is {parts[lay.gpu]!r}, not a GPU index") from None
         polls.setdefault((local, gpu), n)
-        if value["pid"] == "-":  # a GPU with no process in this poll
+        pid_text = parts[lay.pid]
+        if pid_text == "-":  # a GPU with no process in this poll
             return
         try:
-            pid = int(value["pid"])
+            pid = int(pid_text)
+            values = [None if parts[i] == "-" else float(parts[i]) for i, _ in lay.numeric]
         except ValueError:
-            raise FormatError(path, n, f"pid is {value['pid']!r}, not a process id") from None
+            bad = next(
+                (lay.names[i], parts[i])
+                for i in (lay.pid, *(i for i, _ in lay.numeric))
+                if not _readable(parts[i])
+            )
+            what = "not a process id" if bad[0] == "pid" else "not a number or '-'"
+            raise FormatError(path, n, f"{bad[0]} is {bad[1]!r}, {what}") from None
         cols["line_no"].append(n)
         cols["local"].append(local)
         cols["gpu_index"].append(gpu)
         cols["pid"].append(pid)
-        for name, target in COLUMNS.items():
-            if target not in NUMERIC:
-                continue
-            text = value.get(name)
-            if text is None or text == "-":
-                cols[target].append(None)
-                continue
-            try:
-                cols[target].append(float(text))
-            except ValueError:
-                raise FormatError(path, n, f"{name} is {text!r}, not a number or '-'") from None
-        command = value.get("command")
-        cols["process_name"].append(None if command in (None, "-") else command.strip())
+        for (_, target), v in zip(lay.numeric, values, strict=True):
+            cols[target].append(v)
+        for target in lay.absent:
+            cols[target].append(None)
+        command = parts[lay.command].strip() if lay.command is not None and len(parts) > lay.command else None
+        cols["process_name"].append(None if command in (None, "", "-") else command)
 
     @staticmethod
     def _utc(path: Path, n: int, local: str, zone: ZoneInfo) -> dt.datetime:
