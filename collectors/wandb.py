@@ -21,7 +21,7 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
-from collectors.common import Check, epoch_ts, first_violation, sql_path
+from collectors.common import Check, epoch_ts, first_violation, json_lines, sql_path
 from collectors.training_logs import _duckdb_failure
 from collectors.validate import MAX_GPU_COUNT, name_columns
 from gpuledger.ledger.errors import FormatError
@@ -243,4 +243,14 @@ class WandbMetadata:
                 n,
                 "SELECT NULL::TIMESTAMP AS lo, NULL::TIMESTAMP AS hi",
             )
+            # the job's times and count come from this file's keys: their lines, for the messages
+            found = json_lines(path, "")
+            keys = found.keys if found else {}
+            con.execute(
+                """CREATE OR REPLACE TEMP TABLE stage_jobs AS
+                   SELECT *, ?::BIGINT AS line_no__start_ts, ?::BIGINT AS line_no__end_ts,
+                          ?::BIGINT AS line_no__gpu_count FROM stage_jobs""",
+                [keys.get("startedAt"), keys.get("heartbeatAt"), keys.get("gpu_count")],
+            )
+            name_columns(con, "jobs", {"start_ts": "startedAt", "end_ts": "heartbeatAt"})
         return {}

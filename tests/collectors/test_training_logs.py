@@ -380,6 +380,26 @@ def test_wandb_real_metadata(ledger):
     )  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "line"),
+    [("startedAt", "1970-02-19T00:08:33.249681", 5), ("heartbeatAt", "0001-02-19T00:17:09.330135", 24)],
+)
+def test_wandb_metadata_time_out_of_range_names_the_line_of_its_key(ledger, tmp_path, key, value, line):
+    # the real file with one time off: startedAt is on line 5, heartbeatAt on line 24 (counted by hand)
+    real = dataset("wandb/spaceinvaders-colab-T4/wandb-metadata.json").read_text(encoding="utf-8")
+    run = tmp_path / "run-1"
+    run.mkdir()
+    old = json.loads(real)[key]
+    path = write(run, "wandb-metadata.json", real.replace(old, value))
+    shown = value.replace("T", " ")
+    with pytest.raises(
+        FormatError,
+        match=rf"wandb-metadata\.json:{line}: {key} is {re.escape(shown)}, not a time between 2000-01-01 and ",
+    ):
+        ingest_file(ledger, path)
+    assert ledger.execute("SELECT count(*) FROM ingests").fetchall() == [(0,)]
+
+
 # --- real-file shapes that went wrong (issue 8) -----------------------------------------------------------
 
 
