@@ -287,48 +287,52 @@ OBSERVED_GPUS_SQL = f"""
     WHERE g.gpu_id NOT IN ({TELEMETRY_ONLY_GPUS_SQL})
 """
 
-# Reporting spans of each physical GPU inside [lo, hi): from the per-minute rollup (first sample and
-# max(ts + interval_s) of each GPU-minute); a silence longer than the gap setting starts a new span. Every
-# gap of at least a minute lies between minute rows, so the spans are those of the raw samples.
-# Parameters: lo, hi, gap seconds.
+# Reporting spans of each physical GPU inside each capacity window [lo, hi) of ``uw`` (w_id, lo, hi): from the
+# per-minute rollup (first sample and max(ts + interval_s) of each GPU-minute); a silence longer than the gap
+# setting starts a new span. Every gap of at least a minute lies between minute rows, so the spans are those
+# of the raw samples. Each window is on its own (a span never reaches across a window's bounds).
+# Parameters: the windows' overall lo and hi (a plain range the scan can skip by), gap seconds.
 OBSERVED_SPANS = f"""
     og AS ({OBSERVED_GPUS_SQL}),
     om AS (
-        SELECT og.phys, any_value(og.cluster) AS cluster, any_value(og.gpu_model) AS gpu_model, m.minute,
+        SELECT w.w_id, og.phys, any_value(og.cluster) AS cluster, any_value(og.gpu_model) AS gpu_model, m.minute,
                min(m.first_ts) AS f, max(m.max_end_ts) AS e
         FROM samples_minute m JOIN og ON og.gpu_id = m.gpu_id
+             JOIN uw w ON m.minute >= date_trunc('minute', w.lo) AND m.minute < w.hi
         WHERE m.minute >= date_trunc('minute', ?::TIMESTAMP) AND m.minute < ?::TIMESTAMP
-        GROUP BY og.phys, m.minute
+        GROUP BY w.w_id, og.phys, m.minute
     ),
     oi AS (
         SELECT *, sum(CASE WHEN epoch(f - prev_e) > ? THEN 1 ELSE 0 END)
-                      OVER (PARTITION BY phys ORDER BY minute ROWS UNBOUNDED PRECEDING) AS island
-        FROM (SELECT om.*, max(e) OVER (PARTITION BY phys ORDER BY minute
+                      OVER (PARTITION BY w_id, phys ORDER BY minute ROWS UNBOUNDED PRECEDING) AS island
+        FROM (SELECT om.*, max(e) OVER (PARTITION BY w_id, phys ORDER BY minute
                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_e FROM om)
     ),
     obs AS MATERIALIZED (
-        SELECT phys, any_value(cluster) AS cluster, any_value(gpu_model) AS gpu_model,
+        SELECT w_id, phys, any_value(cluster) AS cluster, any_value(gpu_model) AS gpu_model,
                min(f) AS t_from, max(e) AS t_to
-        FROM oi GROUP BY phys, island
+        FROM oi GROUP BY w_id, phys, island
     )"""
 
 # The same spans from ``observed_runs`` (gpuledger/ledger/observed.py: runs of consecutive minutes of one GPU,
 # cut at midnight), one row per run start instead of one per minute. Equal to OBSERVED_SPANS when the gap is
 # at least two minutes (a minute whose previous minute has a row is never more than 120 s after it, so only
 # a run's first minute can start a span; every earlier run ends before that minute or covers the one before
-# it) and every run lies wholly inside or outside the window's minutes (lo and hi are midnights, or lie
+# it) and every run lies wholly inside or outside each window's minutes (lo and hi are midnights, or lie
 # outside the data: :func:`_observed_from_runs`). Same parameters.
 OBSERVED_SPANS_FROM_RUNS = OBSERVED_SPANS.replace(
-    """SELECT og.phys, any_value(og.cluster) AS cluster, any_value(og.gpu_model) AS gpu_model, m.minute,
+    """SELECT w.w_id, og.phys, any_value(og.cluster) AS cluster, any_value(og.gpu_model) AS gpu_model, m.minute,
                min(m.first_ts) AS f, max(m.max_end_ts) AS e
         FROM samples_minute m JOIN og ON og.gpu_id = m.gpu_id
+             JOIN uw w ON m.minute >= date_trunc('minute', w.lo) AND m.minute < w.hi
         WHERE m.minute >= date_trunc('minute', ?::TIMESTAMP) AND m.minute < ?::TIMESTAMP
-        GROUP BY og.phys, m.minute""",
-    """SELECT og.phys, any_value(og.cluster) AS cluster, any_value(og.gpu_model) AS gpu_model,
+        GROUP BY w.w_id, og.phys, m.minute""",
+    """SELECT w.w_id, og.phys, any_value(og.cluster) AS cluster, any_value(og.gpu_model) AS gpu_model,
                r.first_minute AS minute, min(r.first_ts) AS f, max(r.end_ts) AS e
         FROM observed_runs r JOIN og ON og.gpu_id = r.gpu_id
+             JOIN uw w ON r.first_minute >= date_trunc('minute', w.lo) AND r.first_minute < w.hi
         WHERE r.first_minute >= date_trunc('minute', ?::TIMESTAMP) AND r.first_minute < ?::TIMESTAMP
-        GROUP BY og.phys, r.first_minute""",
+        GROUP BY w.w_id, og.phys, r.first_minute""",
 )
 assert OBSERVED_SPANS_FROM_RUNS != OBSERVED_SPANS
 
@@ -374,12 +378,37 @@ def _unallocated_sql(
 ) -> tuple[str, list[object]] | None:
     """SQL (and params) of :func:`unallocated` for the view, given the ledger's data start and end
     (:func:`_data_end`); None when the capacity window is empty. Running jobs are held up to ``as_of``."""
+    built = _unallocated_windows_sql(filters, [("", filters)], settings, as_of, start, end, con)
+    if built is None:
+        return None
+    return f"SELECT * EXCLUDE (w_id) FROM ({built[0]}) ORDER BY cluster, coalesce(gpu_model, '')", built[1]
+
+
+def _unallocated_windows_sql(
+    view: Filters,
+    windows: list[tuple[str, Filters]],
+    settings: Settings,
+    as_of: dt.datetime | None,
+    start: dt.datetime | None,
+    end: dt.datetime | None,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> tuple[str, list[object]] | None:
+    """UNALLOCATED_COLUMNS with ``w_id`` first, for each window (label, the view narrowed to its dates: the
+    weeks of :func:`view_weeks`, or the view itself under the label ''), in one statement: the rows of a
+    window equal :func:`unallocated` for its filters, each window computed on its own (capacity, held time
+    and the cuts inside its own bounds). None when every window is empty. Windows must not overlap."""
     if start is None or as_of is None or end is None:
         return None
-    lo = max(filters.lo or start, start)
-    hi = min(filters.hi or end, end)
-    if hi <= lo:
+    bounds = []
+    for label, f in windows:
+        lo, hi = max(f.lo or start, start), min(f.hi or end, end)
+        if hi > lo:
+            bounds.append((label, f, lo, hi))
+    if not bounds:
         return None
+    windows_sql, window_params = _values_sql(
+        [(label, lo, hi) for label, _, lo, hi in bounds], "w_id, lo, hi", "VARCHAR, TIMESTAMP, TIMESTAMP"
+    )
     tiers_sql, tier_params = _values_sql(
         [(name, body.tier or settings.default_tier) for name, body in settings.clusters.items()],
         "cluster, tier",
@@ -390,23 +419,42 @@ def _unallocated_sql(
         "cluster",
         "VARCHAR",
     )
-    all_jobs_sql, all_jobs_params = job_costs_sql(Filters(since=filters.since, until=filters.until), as_of)
+    # Held time: every job's (whatever the team filter) inside each window. One window: the jobs of its
+    # dates (job_costs); several: each job cut at the windows' bounds and the telemetry-only GPUs' pseudo-jobs
+    # per window, as job_costs gives for each window's dates (_job_week_costs_sql).
+    dates = Filters(since=view.since, until=view.until)
+    if len(bounds) == 1:
+        label, f, _, _ = bounds[0]
+        jobs_sql, jobs_params = job_costs_sql(Filters(since=f.since, until=f.until), as_of)
+        held_jobs_sql, held_jobs_params = (
+            f"SELECT ?::VARCHAR AS w_id, * FROM ({jobs_sql})",
+            [label, *jobs_params],
+        )
+    else:
+        jobs_sql, jobs_params = _job_week_costs_sql(
+            dates, as_of, _buckets_sql([(b[0], b[1]) for b in bounds])
+        )
+        held_jobs_sql, held_jobs_params = f"SELECT week AS w_id, * FROM ({jobs_sql})", jobs_params
     cluster_where, cluster_params = "", []
-    if filters.clusters:
-        cluster_where = f"AND cluster IN ({', '.join('?' for _ in filters.clusters)})"
-        cluster_params = list(filters.clusters)
+    if view.clusters:
+        cluster_where = f"AND cluster IN ({', '.join('?' for _ in view.clusters)})"
+        cluster_params = list(view.clusters)
     gap_s = float(settings.capacity_gap_minutes) * 60.0
     spans = OBSERVED_SPANS
-    if con is not None and _observed_from_runs(con, lo, hi, start, end, gap_s):
+    if con is not None and all(
+        _observed_from_runs(con, lo, hi, start, end, gap_s) for _, _, lo, hi in bounds
+    ):
         spans = OBSERVED_SPANS_FROM_RUNS  # the same spans, from a few rows per GPU-day
-    # Level changes per (cluster, model key): +n when GPUs are declared / start reporting / are taken by a
-    # job, −n when they stop. mkey '' is an unknown model (capacity of uncatalogued cards; jobs with no model).
+    # Level changes per (window, cluster, model key): +n when GPUs are declared / start reporting / are taken
+    # by a job, −n when they stop. mkey '' is an unknown model (capacity of uncatalogued cards; jobs with no
+    # model). Every window, partition and cut below carries w_id, so the windows never mix.
     sql = f"""
-    WITH {spans.strip()},
+    WITH uw AS ({windows_sql}),
+    {spans.strip()},
     decl AS (
-        SELECT c.cluster, c.gpu_model, c.gpu_count, greatest(c.start_ts, ?::TIMESTAMP) AS t_from,
-               least(coalesce(c.end_ts, ?::TIMESTAMP), ?::TIMESTAMP) AS t_to
-        FROM capacity c
+        SELECT w.w_id, c.cluster, c.gpu_model, c.gpu_count, greatest(c.start_ts, w.lo) AS t_from,
+               least(coalesce(c.end_ts, w.hi), w.hi) AS t_to
+        FROM capacity c CROSS JOIN uw w
         WHERE c.ingest_id = 0 OR NOT EXISTS (
                   SELECT 1 FROM capacity d
                   WHERE d.ingest_id = 0 AND d.cluster = c.cluster AND d.gpu_model = c.gpu_model)
@@ -414,41 +462,46 @@ def _unallocated_sql(
     hj AS MATERIALIZED (
         -- a running job holds its GPUs to the window's end (its cost stops at the horizon; the last
         -- sample's interval after it is not unallocated)
-        SELECT job_id, cluster, gpu_model, gpu_count, greatest(span_start, ?::TIMESTAMP) AS t_from,
-               CASE WHEN end_ts IS NULL THEN ?::TIMESTAMP ELSE least(span_end, ?::TIMESTAMP) END AS t_to
-        FROM ({all_jobs_sql})
+        SELECT j.w_id, j.job_id, j.cluster, j.gpu_model, j.gpu_count, greatest(j.span_start, w.lo) AS t_from,
+               CASE WHEN j.end_ts IS NULL THEN w.hi ELSE least(j.span_end, w.hi) END AS t_to
+        FROM ({held_jobs_sql}) j JOIN uw w ON w.w_id = j.w_id
     ),
     -- a shared GPU's oversubscribed stretches hold one GPU, not the sum of what its jobs declared
     held AS (
-        SELECT cluster, gpu_model, gpu_count, t_from, t_to FROM hj
+        SELECT w_id, cluster, gpu_model, gpu_count, t_from, t_to FROM hj
         UNION ALL
-        SELECT hj.cluster, hj.gpu_model, -c.cut, greatest(c.s_from, hj.t_from), least(c.s_to, hj.t_to)
+        SELECT hj.w_id, hj.cluster, hj.gpu_model, -c.cut, greatest(c.s_from, hj.t_from), least(c.s_to, hj.t_to)
         FROM ({SHARED_SEGMENTS_SQL}) c JOIN hj ON hj.job_id = c.job_id
     ),
     ev0 AS MATERIALIZED (
-        SELECT cluster, coalesce(gpu_model, '') AS mkey, 'd' AS k, t_from AS ts, gpu_count AS n FROM decl
+        SELECT w_id, cluster, coalesce(gpu_model, '') AS mkey, 'd' AS k, t_from AS ts, gpu_count AS n FROM decl
         WHERE t_to > t_from
-        UNION ALL SELECT cluster, coalesce(gpu_model, ''), 'd', t_to, -gpu_count FROM decl WHERE t_to > t_from
         UNION ALL
-        SELECT cluster, coalesce(gpu_model, ''), 'o', greatest(t_from, ?::TIMESTAMP), 1.0 FROM obs
-        WHERE least(t_to, ?::TIMESTAMP) > greatest(t_from, ?::TIMESTAMP)
+        SELECT w_id, cluster, coalesce(gpu_model, ''), 'd', t_to, -gpu_count FROM decl WHERE t_to > t_from
         UNION ALL
-        SELECT cluster, coalesce(gpu_model, ''), 'o', least(t_to, ?::TIMESTAMP), -1.0 FROM obs
-        WHERE least(t_to, ?::TIMESTAMP) > greatest(t_from, ?::TIMESTAMP)
-        UNION ALL SELECT cluster, coalesce(gpu_model, ''), 'h', t_from, gpu_count FROM held WHERE t_to > t_from
-        UNION ALL SELECT cluster, coalesce(gpu_model, ''), 'h', t_to, -gpu_count FROM held WHERE t_to > t_from
+        SELECT o.w_id, o.cluster, coalesce(o.gpu_model, ''), 'o', greatest(o.t_from, w.lo), 1.0
+        FROM obs o JOIN uw w ON w.w_id = o.w_id
+        WHERE least(o.t_to, w.hi) > greatest(o.t_from, w.lo)
+        UNION ALL
+        SELECT o.w_id, o.cluster, coalesce(o.gpu_model, ''), 'o', least(o.t_to, w.hi), -1.0
+        FROM obs o JOIN uw w ON w.w_id = o.w_id
+        WHERE least(o.t_to, w.hi) > greatest(o.t_from, w.lo)
+        UNION ALL
+        SELECT w_id, cluster, coalesce(gpu_model, ''), 'h', t_from, gpu_count FROM held WHERE t_to > t_from
+        UNION ALL
+        SELECT w_id, cluster, coalesce(gpu_model, ''), 'h', t_to, -gpu_count FROM held WHERE t_to > t_from
     ),
+    -- a cluster counts (in a window) only where capacity is known there: declared, or GPUs reporting
+    known AS (SELECT DISTINCT w_id, cluster FROM ev0 WHERE k IN ('d', 'o')),
     ev AS MATERIALIZED (
-        SELECT * FROM ev0
-        WHERE cluster IS NOT NULL {cluster_where}
-          AND cluster NOT IN (SELECT cluster FROM ({per_job_sql}))
-          -- a cluster counts only where capacity is known: declared, or GPUs reporting
-          AND cluster IN (SELECT cluster FROM ev0 WHERE k IN ('d', 'o'))
+        SELECT ev0.* FROM ev0 JOIN known ON known.w_id = ev0.w_id AND known.cluster = ev0.cluster
+        WHERE ev0.cluster IS NOT NULL {cluster_where.replace("cluster IN", "ev0.cluster IN")}
+          AND ev0.cluster NOT IN (SELECT cluster FROM ({per_job_sql}))
     ),
-    -- each (cluster, model key) and its price: the cluster's tier (settings, else the default), on_demand
-    -- when the model has no price for it; the cluster's own price rows when it has some
+    -- each (window, cluster, model key) and its price: the cluster's tier (settings, else the default),
+    -- on_demand when the model has no price for it; the cluster's own price rows when it has some
     cm0 AS (
-        SELECT DISTINCT e.cluster, e.mkey, nullif(e.mkey, '') AS gpu_model,
+        SELECT DISTINCT e.w_id, e.cluster, e.mkey, nullif(e.mkey, '') AS gpu_model,
                coalesce(t.tier, ?) AS asked_tier
         FROM ev e LEFT JOIN ({tiers_sql}) t ON t.cluster = e.cluster
     ),
@@ -456,20 +509,22 @@ def _unallocated_sql(
     cm AS MATERIALIZED (SELECT cm1.*, {price_cluster_sql("cm1", "cm1.tier")} AS price_cluster FROM cm1),
     {PRICE_PERIODS_CTE.strip()},
     cut AS (
-        SELECT cluster, ts FROM ev
-        UNION SELECT DISTINCT cluster, ?::TIMESTAMP FROM ev
-        UNION SELECT DISTINCT cluster, ?::TIMESTAMP FROM ev
+        SELECT w_id, cluster, ts FROM ev
+        UNION SELECT DISTINCT ev.w_id, ev.cluster, w.lo FROM ev JOIN uw w ON w.w_id = ev.w_id
+        UNION SELECT DISTINCT ev.w_id, ev.cluster, w.hi FROM ev JOIN uw w ON w.w_id = ev.w_id
         UNION
-        SELECT cm.cluster, p.p_from FROM cm JOIN periods p
+        SELECT cm.w_id, cm.cluster, p.p_from
+        FROM cm JOIN uw w ON w.w_id = cm.w_id JOIN periods p
           ON p.gpu_model = cm.gpu_model AND p.tier = cm.tier AND p.cluster IS NOT DISTINCT FROM cm.price_cluster
-        WHERE p.p_from > ?::TIMESTAMP AND p.p_from < ?::TIMESTAMP
+        WHERE p.p_from > w.lo AND p.p_from < w.hi
     ),
     seg AS (
-        SELECT cluster, ts AS seg_lo, lead(ts) OVER (PARTITION BY cluster ORDER BY ts) AS seg_hi FROM cut
+        SELECT w_id, cluster, ts AS seg_lo, lead(ts) OVER (PARTITION BY w_id, cluster ORDER BY ts) AS seg_hi
+        FROM cut
     ),
     sm AS (
-        SELECT s.cluster, cm.mkey, cm.gpu_model, s.seg_lo, epoch(s.seg_hi - s.seg_lo) / 3600.0 AS dur_h
-        FROM seg s JOIN cm ON cm.cluster = s.cluster
+        SELECT s.w_id, s.cluster, cm.mkey, cm.gpu_model, s.seg_lo, epoch(s.seg_hi - s.seg_lo) / 3600.0 AS dur_h
+        FROM seg s JOIN cm ON cm.w_id = s.w_id AND cm.cluster = s.cluster
         WHERE s.seg_hi IS NOT NULL AND s.seg_hi > s.seg_lo
     ),
     -- the levels at each stretch's start: running sums of the changes, each stretch a zero change placed
@@ -478,13 +533,13 @@ def _unallocated_sql(
         SELECT *, sum(CASE WHEN k = 'd' THEN n ELSE 0 END) OVER w AS d,
                sum(CASE WHEN k = 'o' THEN n ELSE 0 END) OVER w AS o,
                sum(CASE WHEN k = 'h' THEN n ELSE 0 END) OVER w AS h
-        FROM (SELECT cluster, mkey, NULL::VARCHAR AS gpu_model, ts, k, n, NULL::DOUBLE AS dur_h FROM ev
+        FROM (SELECT w_id, cluster, mkey, NULL::VARCHAR AS gpu_model, ts, k, n, NULL::DOUBLE AS dur_h FROM ev
               UNION ALL
-              SELECT cluster, mkey, gpu_model, seg_lo, 'z', 0.0, dur_h FROM sm)
-        WINDOW w AS (PARTITION BY cluster, mkey ORDER BY ts, k = 'z' ROWS UNBOUNDED PRECEDING)
+              SELECT w_id, cluster, mkey, gpu_model, seg_lo, 'z', 0.0, dur_h FROM sm)
+        WINDOW w AS (PARTITION BY w_id, cluster, mkey ORDER BY ts, k = 'z' ROWS UNBOUNDED PRECEDING)
     ),
     lv AS (
-        SELECT cluster, mkey, gpu_model, ts AS seg_lo, dur_h,
+        SELECT w_id, cluster, mkey, gpu_model, ts AS seg_lo, dur_h,
                greatest(d, 0) AS d, greatest(o, 0) AS o, greatest(h, 0) AS h
         FROM run WHERE k = 'z'
     ),
@@ -497,7 +552,7 @@ def _unallocated_sql(
                sum(CASE WHEN mkey = '' THEN h ELSE 0 END) OVER c AS unk,
                sum(CASE WHEN mkey = '' THEN greatest(d, o) ELSE greatest(0, greatest(d, o) - h) END) OVER c
                    AS free_all
-        FROM lv WINDOW c AS (PARTITION BY cluster, seg_lo)
+        FROM lv WINDOW c AS (PARTITION BY w_id, cluster, seg_lo)
     ),
     sh AS (
         SELECT fr.*,
@@ -508,12 +563,12 @@ def _unallocated_sql(
     ),
     priced AS (
         SELECT sh.*, cm.tier, p.usd_per_gpu_hour AS price, (free - taken) * dur_h AS un_h
-        FROM sh JOIN cm USING (cluster, mkey)
+        FROM sh JOIN cm USING (w_id, cluster, mkey)
         LEFT JOIN periods p
           ON p.gpu_model = cm.gpu_model AND p.tier = cm.tier AND p.cluster IS NOT DISTINCT FROM cm.price_cluster
          AND p.p_from <= sh.seg_lo AND p.p_to > sh.seg_lo
     )
-    SELECT cluster, any_value(gpu_model) AS gpu_model, any_value(tier) AS tier,
+    SELECT w_id, cluster, any_value(gpu_model) AS gpu_model, any_value(tier) AS tier,
            CASE WHEN fsum(d * dur_h) > 0 AND fsum(o * dur_h) > 0 THEN 'declared+observed'
                 WHEN fsum(d * dur_h) > 0 THEN 'declared' WHEN fsum(o * dur_h) > 0 THEN 'observed' END
                AS capacity_basis,
@@ -529,35 +584,20 @@ def _unallocated_sql(
                AS usd_per_gpu_hour,
            CASE WHEN count(price) = count(*) THEN fsum(un_h * price) END AS unallocated_usd
     FROM priced
-    GROUP BY cluster, mkey
+    GROUP BY w_id, cluster, mkey
     HAVING fsum(cap * dur_h) > 0 OR fsum((over_known + over_unknown) * dur_h) > 0
-    ORDER BY cluster, mkey
+    ORDER BY w_id, cluster, mkey
     """
     params = [
-        lo,
-        hi,
+        *window_params,  # uw
+        min(b[2] for b in bounds),
+        max(b[3] for b in bounds),
         gap_s,  # OBSERVED_SPANS
-        lo,
-        hi,
-        hi,  # decl
-        lo,
-        hi,
-        hi,
-        *all_jobs_params,  # held
-        lo,
-        hi,
-        lo,
-        hi,
-        hi,
-        lo,  # ev0 observed (from, to)
+        *held_jobs_params,  # hj
         *cluster_params,
-        *per_job_params,
+        *per_job_params,  # ev
         settings.default_tier,
         *tier_params,  # cm0
-        lo,
-        hi,
-        lo,
-        hi,  # cut
     ]
     return sql, params
 
@@ -749,17 +789,14 @@ def waste_by_week(
         .agg(*sums, pl.lit(0.0).alias("unallocated_usd"))
     )
     key = {"cluster": "cluster", "gpu_model": "gpu_model"}.get(by)
-    # Each week's capacity on its own (as unallocated() for that week), all weeks in one statement.
+    # Each week's capacity on its own (as unallocated() for that week), all weeks in one query whose every
+    # partition carries the week (the shared parts: observed spans, held jobs, prices, computed once).
     start = _data_start(con) if _sees_unallocated(filters) else None
     end = _data_end(con, as_of)
-    parts = [
-        (week, _unallocated_sql(f, settings, as_of, start, end, con)) for week, f in view_weeks(con, filters)
-    ]
-    built = [(week, b) for week, b in parts if b is not None]
+    built = _unallocated_windows_sql(filters, view_weeks(con, filters), settings, as_of, start, end, con)
     un_rows = pl.DataFrame()
-    if built:
-        sql = " UNION ALL ".join(f"SELECT ? AS week, * FROM ({b[0]})" for _, b in built)
-        un_rows = frame(con, sql, [x for week, b in built for x in (week, *b[1])])
+    if built is not None:
+        un_rows = frame(con, *built).rename({"w_id": "week"})
     if un_rows.height:
         un_rows = (
             un_rows.with_columns(pl.col(key).alias("key") if key else pl.lit(UNALLOCATED).alias("key"))
