@@ -296,6 +296,38 @@ def test_lightning_blank_line_inside_a_real_log_names_its_line(ledger, tmp_path)
         ingest_file(ledger, path, fmt="lightning_csv")
 
 
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("a,b\n1,2\n3,4\n\n\n", None),  # blank lines at the end are no problem
+        ("\ufeffa,b\r\n1,2\r\n", None),  # a BOM and CRLF line ends are no problem
+        ('a,b\n1,"two\nlines"\n3,4\n', None),  # a quoted value may hold a line break
+        ('a,b\n1,2\n3,"4\n5,6\n', (3, 'a quote (") that is never closed')),
+        ("a,b\n1,2\n\n3,4\n", (3, "an empty line inside the table (a blank or broken line)")),
+        ("a,b\n1,2,3\n", (2, "3 values where the header has 2 (a truncated or mixed line?)")),
+        ('a,b\n1,"2"x\n', (2, "not well-formed CSV (a stray quote or a broken line)")),
+    ],
+)
+def test_csv_layout_problem_finds_the_first_line_that_breaks_the_layout(tmp_path, text, found):
+    from collectors.common import csv_layout_problem
+
+    path = tmp_path / "m.csv"
+    path.write_bytes(text.encode("utf-8"))
+    assert csv_layout_problem(path) == found
+
+
+def test_json_lines_counts_entries_of_any_kind_and_skips_nested_lists(tmp_path):
+    from collectors.common import json_lines
+
+    path = tmp_path / "s.json"
+    # line 1 "{", 2 "a", 3 "log_history": [, 4 the scalar 7, 5-6 an object with a nested list, 7 "],", 8 "b"
+    path.write_text('{\n"a": [1, 2],\n"log_history": [\n7,\n{"x": [1, {"y": 2}],\n "z": NaN}\n],\n"b": 1}\n')
+    found = json_lines(path, "log_history")
+    assert found is not None
+    assert found.keys == {"a": 2, "log_history": 3, "b": 8}
+    assert found.items == [(4, {}), (5, {"x": 5, "z": 6})]
+
+
 def test_lightning_real_slm(ledger):
     path = dataset("lightning-csvlogger/slm_training_version_0_metrics.csv")
     report = ingest_file(ledger, path)
