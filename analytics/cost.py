@@ -107,12 +107,13 @@ def pseudo_jobs_sql(lo: dt.datetime, hi: dt.datetime) -> tuple[str, list[object]
 # collectors/attribute.py, a whole card each) of several jobs name it and their declared fractions
 # (allocations.gpu_count) sum to more than one GPU. Each GPU-second of such a stretch is split among its jobs
 # so that the shares sum to one:
-#   1. by per-process utilization where it is known: inside a poll of per-process SM utilization
-#      (process_shares, from nvidia-smi pmon) in which the stretch's jobs used any SMs, a job's share is its
-#      processes' SM % over the sum of those of all the stretch's jobs (a job with no process there: 0);
-#   2. else (no poll, or a poll with no SM activity of these jobs) by declared fraction: fraction over the
-#      sum (whole cards: 1/k each).
-# Rows are pieces of stretches (a poll, or the time between polls) with a constant share; ``cut`` is what the job
+#   1. by per-process utilization where it is known: each job's reading (Σ SM % of its processes, table
+#      process_shares, from nvidia-smi pmon) holds over its own poll; where every job of the stretch has a
+#      reading — or a node-level log's poll runs, whose absent jobs had no process (0) — and the readings sum
+#      to more than 0, a job's share is its reading over the sum;
+#   2. else (a job without a reading, or no SM activity at all) by declared fraction: fraction over the sum
+#      (whole cards: 1/k each).
+# Rows are pieces of stretches (cut at every poll's bounds) with a constant share; ``cut`` is what the job
 # declared beyond its share (negative where its processes used more of the SMs than it declared). No
 # parameters.
 SHARED_SEGMENTS_SQL = """
@@ -142,40 +143,70 @@ SHARED_SEGMENTS_SQL = """
         FROM inseg
     ),
     sh AS MATERIALIZED (SELECT gpu_id, s_from, s_to, job_id, d, sum_d FROM tot WHERE k > 1 AND sum_d > 1),
-    -- each job's SM % in each poll overlapping its stretch, the poll clipped to the stretch
+    -- each job's SM % in each of its polls overlapping its stretch, the poll clipped to the stretch
     pj AS MATERIALIZED (
-        SELECT sh.gpu_id, sh.s_from, sh.s_to, sh.job_id, greatest(p.ts, sh.s_from) AS p_from,
+        SELECT sh.gpu_id, sh.s_from, sh.job_id, greatest(p.ts, sh.s_from) AS p_from,
                max(least(p.ts + to_microseconds(CAST(round(p.interval_s * 1e6) AS BIGINT)), sh.s_to)) AS p_to,
                sum(coalesce(p.sm_pct, 0)) AS sm  -- no SM sample for its processes: no activity
         FROM sh JOIN process_shares p ON p.gpu_id = sh.gpu_id AND p.job_id = sh.job_id
          AND p.ts < sh.s_to AND p.ts + to_microseconds(CAST(round(p.interval_s * 1e6) AS BIGINT)) > sh.s_from
         GROUP BY ALL
     ),
-    polls AS (  -- the polls in which the stretch's jobs used SMs
-        SELECT gpu_id, s_from, s_to, p_from, max(p_to) AS p_to, sum(sm) AS sm_sum
-        FROM pj GROUP BY gpu_id, s_from, s_to, p_from HAVING sum(sm) > 0
+    st AS MATERIALIZED (SELECT DISTINCT gpu_id, s_from, s_to FROM sh),
+    -- the polls of node-level logs (every process on the GPU listed) overlapping a stretch, clipped
+    np AS MATERIALIZED (
+        SELECT st.gpu_id, st.s_from, greatest(p.ts, st.s_from) AS p_from,
+               max(least(p.ts + to_microseconds(CAST(round(p.interval_s * 1e6) AS BIGINT)), st.s_to)) AS p_to
+        FROM st JOIN process_shares p ON p.gpu_id = st.gpu_id AND p.job_id IS NULL
+         AND p.ts < st.s_to AND p.ts + to_microseconds(CAST(round(p.interval_s * 1e6) AS BIGINT)) > st.s_from
+        GROUP BY ALL
     ),
-    -- each stretch's active polls in time order, its end as a last (empty) one; a poll ends where the next
-    -- begins at the latest (two logs of one GPU never count a second twice), and the time between the end of
-    -- one (or the stretch's start) and the next is split by declared fraction
-    ev AS (
-        SELECT *, least(p_to, lead(p_from) OVER w) AS p_end,
-               least(coalesce(lag(p_to) OVER w, s_from), p_from) AS gap_from
-        FROM (SELECT gpu_id, s_from, s_to, p_from, p_to, sm_sum FROM polls
-              UNION ALL SELECT DISTINCT gpu_id, s_from, s_to, s_to, s_to, NULL::DOUBLE FROM sh)
-        WINDOW w AS (PARTITION BY gpu_id, s_from ORDER BY p_from, sm_sum NULLS LAST)
+    -- the stretch cut at its bounds and at every poll's; a job's reading holds over its own poll
+    cuts AS (
+        SELECT DISTINCT gpu_id, s_from, t FROM (
+            SELECT gpu_id, s_from, s_from AS t FROM st UNION ALL SELECT gpu_id, s_from, s_to FROM st
+            UNION ALL SELECT gpu_id, s_from, p_from FROM pj UNION ALL SELECT gpu_id, s_from, p_to FROM pj
+            UNION ALL SELECT gpu_id, s_from, p_from FROM np UNION ALL SELECT gpu_id, s_from, p_to FROM np)
+    ),
+    pieces AS MATERIALIZED (
+        SELECT * FROM (SELECT gpu_id, s_from, t AS q_from,
+                              lead(t) OVER (PARTITION BY gpu_id, s_from ORDER BY t) AS q_to FROM cuts)
+        WHERE q_to > q_from
+    ),
+    -- at each piece: is a node-level poll running (then a job with no reading had no process: 0)?
+    nc AS (
+        SELECT gpu_id, s_from, q_from, q_to, coalesce(last_value(r_to IGNORE NULLS) OVER w >= q_to, false) AS node
+        FROM (SELECT gpu_id, s_from, q_from AS t, q_from, q_to, NULL::TIMESTAMP AS r_to, 1 AS piece FROM pieces
+              UNION ALL SELECT gpu_id, s_from, p_from, NULL, NULL, p_to, 0 FROM np)
+        WINDOW w AS (PARTITION BY gpu_id, s_from ORDER BY t, piece ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+        QUALIFY piece = 1
+    ),
+    -- at each piece, each job's reading: its latest poll started at or before it, if not ended
+    jr AS (
+        SELECT gpu_id, s_from, job_id, q_from, q_to,
+               CASE WHEN last_value(r_to IGNORE NULLS) OVER w >= q_to THEN last_value(r_sm IGNORE NULLS) OVER w END
+                   AS own
+        FROM (SELECT pc.gpu_id, pc.s_from, sh.job_id, pc.q_from AS t, pc.q_from, pc.q_to, NULL::TIMESTAMP AS r_to,
+                     NULL::DOUBLE AS r_sm, 1 AS piece
+              FROM pieces pc JOIN sh ON sh.gpu_id = pc.gpu_id AND sh.s_from = pc.s_from
+              UNION ALL SELECT gpu_id, s_from, job_id, p_from, NULL, NULL, p_to, sm, 0 FROM pj)
+        WINDOW w AS (PARTITION BY gpu_id, s_from, job_id ORDER BY t, piece
+                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+        QUALIFY piece = 1
+    ),
+    -- known when every job of the stretch has a reading there (or a node-level poll says it had no process)
+    pk AS (
+        SELECT jr.*, sh.d, sh.sum_d,
+               bool_and(jr.own IS NOT NULL OR nc.node) OVER pw AS known,
+               sum(coalesce(jr.own, 0)) OVER pw AS sm_sum
+        FROM jr JOIN sh ON sh.gpu_id = jr.gpu_id AND sh.s_from = jr.s_from AND sh.job_id = jr.job_id
+        JOIN nc ON nc.gpu_id = jr.gpu_id AND nc.s_from = jr.s_from AND nc.q_from = jr.q_from
+        WINDOW pw AS (PARTITION BY jr.gpu_id, jr.s_from, jr.q_from)
     ),
     shares AS (
-        SELECT sh.job_id, sh.gpu_id, ev.p_from AS s_from, ev.p_end AS s_to, sh.d,
-               coalesce(pj.sm, 0) / ev.sm_sum AS share
-        FROM ev JOIN sh ON sh.gpu_id = ev.gpu_id AND sh.s_from = ev.s_from
-        LEFT JOIN pj ON pj.gpu_id = ev.gpu_id AND pj.s_from = ev.s_from AND pj.p_from = ev.p_from
-                    AND pj.job_id = sh.job_id
-        WHERE ev.sm_sum IS NOT NULL AND ev.p_end > ev.p_from
-        UNION ALL
-        SELECT sh.job_id, sh.gpu_id, ev.gap_from, ev.p_from, sh.d, sh.d / sh.sum_d
-        FROM ev JOIN sh ON sh.gpu_id = ev.gpu_id AND sh.s_from = ev.s_from
-        WHERE ev.p_from > ev.gap_from
+        SELECT job_id, gpu_id, q_from AS s_from, q_to AS s_to, d,
+               CASE WHEN known AND sm_sum > 0 THEN coalesce(own, 0) / sm_sum ELSE d / sum_d END AS share
+        FROM pk
     )
     SELECT job_id, gpu_id, s_from, s_to, share, d - share AS cut FROM shares
 """

@@ -222,6 +222,14 @@ def attribute_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
         attribute_hosts(con, hosts, ingest_id)
     _record_methods(con, ingest_id, hosts)
     refresh_process_shares(con, sorted({ingest_id, *resolved_ingests}))
+    if con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = 'stage_pmon_polls'"
+    ).fetchall()[0][0]:
+        # a node-level log's polls (collectors/nvidia_smi_pmon.py): a job with no process in one had none
+        con.execute(
+            "INSERT INTO process_shares SELECT gpu_id, ts, interval_s, NULL, NULL, ? FROM stage_pmon_polls",
+            [ingest_id],
+        )
 
 
 def resolve_process_jobs(con: duckdb.DuckDBPyConnection) -> tuple[list[str], list[int]]:
@@ -269,13 +277,16 @@ def resolve_process_jobs(con: duckdb.DuckDBPyConnection) -> tuple[list[str], lis
 
 
 def refresh_process_shares(con: duckdb.DuckDBPyConnection, ingest_ids: list[int]) -> None:
-    """Rebuild ``process_shares`` for the processes rows of these ingests: per GPU, poll and job, the sum of
-    its processes' SM utilization (NULL when none of them had an SM sample in that poll). Rows whose job is
-    unknown are left out; the shared-GPU rule (analytics/cost.py) reads only the jobs holding the GPU."""
+    """Rebuild the job rows of ``process_shares`` for the processes rows of these ingests: per GPU, poll and
+    job, the sum of its processes' SM utilization (NULL when none of them had an SM sample in that poll).
+    Rows whose job is unknown are left out; the shared-GPU rule (analytics/cost.py) reads only the jobs
+    holding the GPU. The poll rows (job NULL) of a node-level log are written once, when it lands."""
     con.execute(
         "CREATE OR REPLACE TEMP TABLE attr_share_ingests AS SELECT unnest(?::BIGINT[]) AS i", [ingest_ids]
     )
-    con.execute("DELETE FROM process_shares WHERE ingest_id IN (SELECT i FROM attr_share_ingests)")
+    con.execute(
+        "DELETE FROM process_shares WHERE ingest_id IN (SELECT i FROM attr_share_ingests) AND job_id IS NOT NULL"
+    )
     con.execute(
         """INSERT INTO process_shares
            SELECT gpu_id, ts, max(interval_s), job_id, sum(sm_pct), ingest_id FROM processes

@@ -32,8 +32,10 @@ get the median; a single poll gets pmon's default 1 s). A pid twice on one GPU i
 both a compute and a graphics context) is one row with the larger values.
 
 Rows land in ``processes`` (with ``job_id`` from ``--job`` when the log belongs to one job; otherwise
-collectors/attribute.py ties each pid to its job from the process → job maps already in the ledger). The
-shared-GPU cost rule (analytics/cost.py) splits a GPU-second several jobs hold by these SM shares.
+collectors/attribute.py ties each pid to its job from the process → job maps already in the ledger). A log
+without ``--job`` is the node's: it lists every process, so its polls (staged as ``stage_pmon_polls``, kept in
+``process_shares`` with no job) also say that a job absent from one had no process there. The shared-GPU cost
+rule (analytics/cost.py) splits a GPU-second several jobs hold by these SM readings.
 """
 
 from __future__ import annotations
@@ -344,6 +346,19 @@ class NvidiaSmiPmon:
                     ORDER BY r.ts, g.gpu_id, r.pid""",
                 [opts.job_id],
             )
+            if opts.job_id is None:
+                # a node-level log lists every process on each GPU: its polls say "no other process" too
+                con.execute(
+                    f"""CREATE TEMP TABLE stage_pmon_polls AS
+                        WITH cadence AS (
+                            SELECT gpu_index, coalesce(median(gap_s), {DEFAULT_DELAY_S}) AS cad_s
+                            FROM pmon_gaps GROUP BY gpu_index
+                        )
+                        SELECT g.gpu_id, p.ts,
+                               CAST(CASE WHEN p.gap_s IS NULL OR p.gap_s > {GAP_FACTOR} * c.cad_s THEN c.cad_s
+                                         ELSE p.gap_s END AS FLOAT) AS interval_s
+                        FROM pmon_gaps p JOIN cadence c USING (gpu_index) JOIN pmon_gpus g USING (gpu_index)"""
+                )
             cluster = opts.cluster
             con.execute(
                 """CREATE TEMP TABLE stage_gpus AS

@@ -412,8 +412,8 @@ SCHEMA_V2: list[str] = [
         gpu_id      VARCHAR NOT NULL,          -- gpus.gpu_id of the physical GPU
         ts          TIMESTAMP NOT NULL,        -- poll time (UTC): the SM figure holds over [ts, ts + interval_s)
         interval_s  FLOAT NOT NULL,            -- time the poll stands for (s)
-        job_id      VARCHAR NOT NULL,          -- jobs.job_id the processes belong to
-        sm_pct      FLOAT,                     -- Σ sm_pct of the job's processes on the GPU in the poll (%); NULL: none had an SM sample
+        job_id      VARCHAR,                   -- jobs.job_id the processes belong to; NULL: the poll itself, from a node-level log that lists every process on the GPU (a job absent from it had none)
+        sm_pct      FLOAT,                     -- Σ sm_pct of the job's processes on the GPU in the poll (%); NULL: none had an SM sample, or a poll row
         ingest_id   BIGINT NOT NULL            -- ingests.ingest_id of the processes rows it sums
     )
     """,

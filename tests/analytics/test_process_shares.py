@@ -160,3 +160,63 @@ def test_sacct_jobs_time_slicing_one_card_resolved_from_an_nvml_pid_map(ledger, 
         "SELECT sum(interval_s) / 3600.0 * 4.0 FROM samples WHERE gpu_id = 'n1:0'"
     ).fetchall()[0][0]
     assert round(rows["ci/101"]["cost_usd"] + rows["ci/102"]["cost_usd"], 2) == round(card, 2)
+
+
+def test_per_job_logs_polled_at_different_times_still_split_3_to_1(ledger, tmp_path):
+    # a's log polls at :00, :10, ...; b's at :05, :15, ...: each reading holds over its own 10 s poll, so at
+    # every second both are known (60 and 20) — except b's first 5 s, before its first poll (declared ½)
+    set_test_prices(ledger)
+    ingest(
+        ledger,
+        jobs=[job("a", 0, 60), job("b", 0, 60)],
+        allocations=[alloc("a", "h1:0", 0, 60), alloc("b", "h1:0", 0, 60)],
+        samples=series("h1:0", 0, [50.0] * 60),
+        gpus=[{**gpu("h1:0"), "gpu_index": 0}],
+    )
+    for j, pid, value, start in (("a", 1001, 60, T0), ("b", 2002, 20, T0 + dt.timedelta(seconds=5))):
+        log = pmon(tmp_path / f"{j}.log", start, 60, {pid: value})
+        ingest_file(ledger, log, opts=IngestOptions(tz="UTC", host="h1", job_id=j))
+    rows = costs(ledger)
+    # b's log ends 5 s after the hour (its last poll) but the stretch ends at the hour
+    first = 5 / 3600  # hours split ½ / ½
+    assert rows["a"]["cost_usd"] == pytest.approx(RATE * (first * 0.5 + (1 - first) * 0.75))
+    assert rows["b"]["cost_usd"] == pytest.approx(RATE * (first * 0.5 + (1 - first) * 0.25))
+    assert rows["a"]["cost_usd"] + rows["b"]["cost_usd"] == pytest.approx(RATE)
+
+
+def test_a_job_without_any_reading_keeps_the_declared_split(ledger, tmp_path):
+    # only a ran pmon (--job a): b's use of the card is unknown, so the hour is split ½ / ½, not all to a
+    _two_jobs_on_one_card(ledger, tmp_path, a={"sm": {1001: 60}})
+    rows = costs(ledger)
+    assert rows["a"]["cost_usd"] == pytest.approx(RATE / 2)
+    assert rows["b"]["cost_usd"] == pytest.approx(RATE / 2)
+
+
+def test_a_node_level_log_without_a_job_s_process_gives_it_no_share(ledger, tmp_path):
+    # one log of the node (no --job): both processes for the first half hour, only a's for the second —
+    # the node's log lists every process, so b had none then and a uses the card alone
+    set_test_prices(ledger)
+    ingest(
+        ledger,
+        jobs=[job("a", 0, 60), job("b", 0, 60)],
+        allocations=[alloc("a", "h1:0", 0, 60), alloc("b", "h1:0", 0, 60)],
+        samples=series("h1:0", 0, [50.0] * 60),
+        gpus=[{**gpu("h1:0"), "gpu_index": 0}],
+    )
+
+    def nvml_map():  # which job each pid belongs to (the NVML sampler's SLURM_JOB_ID)
+        ledger.execute(
+            """CREATE TEMP TABLE stage_processes AS
+               SELECT ?::TIMESTAMP AS ts, 'h1:0' AS gpu_id, unnest([1001, 2002]) AS pid, 'python' AS process_name,
+                      1000.0 AS used_mem_mib, unnest(['a', 'b']) AS job_id""",
+            [T0 + dt.timedelta(minutes=1)],
+        )
+        land(ledger, next_ingest_id(ledger), IngestOptions())
+
+    run_in_transaction(ledger, nvml_map)
+    log = pmon(tmp_path / "node.log", T0, 60, {1001: 60, 2002: 20}, after_min=30, sm_after={1001: 60})
+    ingest_file(ledger, log, opts=IngestOptions(tz="UTC", host="h1"))
+    rows = costs(ledger)
+    # a: ½ h × $4 × ¾ + ½ h × $4 × 1 = $3.50; b: ½ h × $4 × ¼ = $0.50
+    assert rows["a"]["cost_usd"] == pytest.approx(0.5 * RATE * 0.75 + 0.5 * RATE)
+    assert rows["b"]["cost_usd"] == pytest.approx(0.5 * RATE * 0.25)
