@@ -66,20 +66,43 @@ HEATMAP_COLUMNS = {
 }
 
 
+GROUPS = {"host": "g.host", "cluster": "coalesce(g.cluster, j.cluster)"}
+
+
+def _within(within: tuple[str, str | None] | None) -> tuple[str, list[object]]:
+    """The condition keeping the minutes of one host or cluster (``(by, value)``; value None: none named)."""
+    if within is None:
+        return "TRUE", []
+    by, value = within
+    if by not in GROUPS:
+        raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(GROUPS)}")
+    if value is None:
+        return f"{GROUPS[by]} IS NULL", []
+    return f"{GROUPS[by]} = ?", [value]
+
+
 def gpu_hour_heatmap(
-    con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL, max_gpus: int = 400
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters = ALL,
+    max_gpus: int = 400,
+    within: tuple[str, str | None] | None = None,
 ) -> pl.DataFrame:
     """Mean utilization per GPU per UTC hour (HEATMAP_COLUMNS), ordered by host, GPU and hour.
 
-    At most ``max_gpus`` GPUs (the ones with the most telemetry in the view) so a heatmap stays legible.
+    At most ``max_gpus`` GPUs (the ones with the most telemetry in the view) so a heatmap stays legible;
+    ``within=("host", "n01")`` (or ``("cluster", …)``, as :func:`group_hour_heatmap` groups) keeps one
+    group's GPUs: the drill-down of a grouped heatmap.
     """
     where, params = _where(filters)
+    inside, inside_params = _within(within)
+    where, params = f"{where} AND {inside}", [*params, *inside_params]
     sql = f"""
     WITH cells AS (
         SELECT m.gpu_id, date_trunc('hour', m.minute) AS hour,
                sum(m.util_s) / nullif(sum(m.util_cov_s), 0) * 100.0 AS mean_util_pct,
                sum(m.covered_s) AS covered_s
-        FROM {_from_for(filters)}
+        FROM {_from_for(filters) if within is None else _FROM}
         WHERE {where}
         GROUP BY ALL
     ),
@@ -91,6 +114,46 @@ def gpu_hour_heatmap(
     ORDER BY g.host NULLS LAST, c.gpu_id, c.hour
     """
     return frame(con, sql, [*params, max_gpus])
+
+
+GROUP_HEATMAP_COLUMNS = {
+    "key": "the host (gpus.host) or cluster (gpus.cluster, else the cluster of the job the minute is "
+    "attributed to); NULL when none is known",
+    "hour": "UTC hour (start)",
+    "mean_util_pct": "time-weighted mean utilization over the group's samples in the hour (Σ util_s / "
+    "Σ util_cov_s × 100); NULL when no sample had a reading",
+    "covered_s": "GPU-seconds of telemetry in the hour",
+    "gpus": "GPUs of the group with telemetry in the hour",
+}
+
+
+def group_hour_heatmap(con: duckdb.DuckDBPyConnection, *, by: str, filters: Filters = ALL) -> pl.DataFrame:
+    """Mean utilization per host or cluster (``by``) per UTC hour over every GPU of the view
+    (GROUP_HEATMAP_COLUMNS), ordered by key and hour: a fleet of any size in one row per group, aggregated
+    in DuckDB (the per-GPU heatmap keeps at most a few hundred GPUs)."""
+    if by not in GROUPS:
+        raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(GROUPS)}")
+    where, params = _where(filters)
+    sql = f"""
+    SELECT {GROUPS[by]} AS key, date_trunc('hour', m.minute) AS hour,
+           sum(m.util_s) / nullif(sum(m.util_cov_s), 0) * 100.0 AS mean_util_pct,
+           sum(m.covered_s) AS covered_s, count(DISTINCT m.gpu_id) AS gpus
+    FROM {_FROM}
+    WHERE {where}
+    GROUP BY ALL
+    ORDER BY key NULLS LAST, hour
+    """
+    return frame(con, sql, params)
+
+
+def view_gpu_count(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL) -> int:
+    """GPUs with telemetry in the view, from the per-day rollup (the days inside a view hold exactly its
+    minutes, as for :func:`idle_gpus`)."""
+    where, params = _where(filters, "m.day")
+    sql = (
+        f"SELECT count(DISTINCT m.gpu_id) FROM {_FROM.replace('samples_minute', 'samples_day')} WHERE {where}"
+    )
+    return int(con.execute(sql, params).fetchall()[0][0])
 
 
 IDLE_GPU_COLUMNS = {

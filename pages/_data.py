@@ -580,9 +580,14 @@ def _job_timeline(db_path: str, ver: tuple[int, int], job_id: str, per_gpu: bool
 # ---------------------------------------------------------------- fleet
 
 
-def fleet(filters: Filters) -> dict[str, pl.DataFrame]:
-    """heatmap (analytics.timeline.gpu_hour_heatmap), idle (idle_gpus), by_model and by_cluster
-    (analytics.utilization.utilization_by) for the view, in one reader batch."""
+FLEET_GROUP_PAST = 60  # more GPUs than this in the view: the heatmap has one row per host or cluster
+
+
+def fleet(filters: Filters) -> dict[str, Any]:
+    """n_gpus (GPUs with telemetry in the view, analytics.timeline.view_gpu_count), heatmap (per GPU,
+    analytics.timeline.gpu_hour_heatmap; only when n_gpus <= FLEET_GROUP_PAST, else None: see
+    :func:`fleet_groups`), idle (idle_gpus), by_model and by_cluster (analytics.utilization.utilization_by)
+    for the view, in one reader batch."""
     filters = scoped(filters)
     path, ver, fp, s = _ctx()
     return _fleet(path, ver, fp, filters, s)
@@ -591,19 +596,53 @@ def fleet(filters: Filters) -> dict[str, pl.DataFrame]:
 @st.cache_data(show_spinner="Reading the fleet's telemetry…", max_entries=CACHE_VIEWS, ttl=CACHE_TTL_S)
 def _fleet(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
-) -> dict[str, pl.DataFrame]:
-    from analytics.query import frame
-    from analytics.timeline import gpu_hour_heatmap, idle_gpus
+) -> dict[str, Any]:
+    from analytics.timeline import gpu_hour_heatmap, idle_gpus, view_gpu_count
 
     util = _analytics("utilization")
     with reader(db_path) as con:
+        n_gpus = view_gpu_count(con, filters=filters)
+        heat = gpu_hour_heatmap(con, filters=filters) if n_gpus <= FLEET_GROUP_PAST else None
         return {
-            "heatmap": gpu_hour_heatmap(con, filters=filters),
+            "n_gpus": n_gpus,
+            "heatmap": heat,
             "idle": idle_gpus(con, filters=filters),
             "by_model": util.utilization_by(con, by="gpu_model", filters=filters, settings=_settings),
             "by_cluster": util.utilization_by(con, by="cluster", filters=filters, settings=_settings),
-            "gpu_clusters": frame(con, "SELECT gpu_id, cluster FROM gpus", []),
         }
+
+
+def fleet_groups(filters: Filters, by: str) -> pl.DataFrame:
+    """analytics.timeline.group_hour_heatmap: one heatmap row per host or cluster (``by``) over every GPU
+    of the view, aggregated in DuckDB."""
+    filters = scoped(filters)
+    path, ver, _, _ = _ctx()
+    return _fleet_groups(path, ver, filters, by)
+
+
+@st.cache_data(show_spinner="Reading the fleet's telemetry…", max_entries=CACHE_VIEWS, ttl=CACHE_TTL_S)
+def _fleet_groups(db_path: str, ver: tuple[int, int], filters: Filters, by: str) -> pl.DataFrame:
+    from analytics.timeline import group_hour_heatmap
+
+    with reader(db_path) as con:
+        return group_hour_heatmap(con, by=by, filters=filters)
+
+
+def fleet_drill(filters: Filters, by: str, value: str | None) -> pl.DataFrame:
+    """The per-GPU heatmap (analytics.timeline.gpu_hour_heatmap) of one host or cluster of the view."""
+    filters = scoped(filters)
+    path, ver, _, _ = _ctx()
+    return _fleet_drill(path, ver, filters, by, value)
+
+
+@st.cache_data(show_spinner=False, max_entries=CACHE_VIEWS, ttl=CACHE_TTL_S)
+def _fleet_drill(
+    db_path: str, ver: tuple[int, int], filters: Filters, by: str, value: str | None
+) -> pl.DataFrame:
+    from analytics.timeline import gpu_hour_heatmap
+
+    with reader(db_path) as con:
+        return gpu_hour_heatmap(con, filters=filters, within=(by, value))
 
 
 def _fleet_timeline(con: Any, filters: Filters, s: Settings) -> pl.DataFrame:

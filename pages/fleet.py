@@ -18,27 +18,26 @@ try:
 except _data.NotReady as exc:
     not_ready(exc)
 
-GROUP_PAST = 60  # more GPUs than this: one heatmap row per host or cluster, with a drill-down
 
-
-def heatmap(heat: pl.DataFrame, key: str, label: pl.Expr, title: str) -> None:
-    """One row per ``key`` value, one column per hour: utilization weighted by telemetry seconds."""
+def heatmap(cells: pl.DataFrame, key: str, row: pl.Expr, title: str) -> None:
+    """One row per ``row`` value, one column per hour: the cells' mean utilization (already aggregated per
+    GPU or group; two GPUs whose labels coincide share a row, weighted by telemetry seconds)."""
     cells = (
-        heat.with_columns(label.alias("row"))
+        cells.with_columns(row.alias("row"))
         .group_by("row", "hour", maintain_order=True)
         .agg(
             (
                 (pl.col("mean_util_pct") * pl.col("covered_s")).sum()
                 / pl.col("covered_s").filter(pl.col("mean_util_pct").is_not_null()).sum()
-            ).alias("util")
+            ).alias("mean_util_pct")
         )
     )
     rows = cells["row"].unique(maintain_order=True)
-    hours = pl.datetime_range(heat["hour"].min(), heat["hour"].max(), "1h", eager=True)
+    hours = pl.datetime_range(cells["hour"].min(), cells["hour"].max(), "1h", eager=True)
     r = cells["row"].replace_strict(rows, pl.int_range(rows.len(), eager=True)).to_numpy()
     c = ((cells["hour"] - hours[0]).dt.total_seconds() // 3600).cast(pl.Int64).to_numpy()
     z = np.full((rows.len(), hours.len()), np.nan)
-    z[r, c] = cells["util"].cast(pl.Float64).fill_null(np.nan).fill_nan(np.nan).to_numpy()
+    z[r, c] = cells["mean_util_pct"].cast(pl.Float64).fill_null(np.nan).fill_nan(np.nan).to_numpy()
     fig = go.Figure(
         go.Heatmap(
             x=hours.to_numpy(),
@@ -61,39 +60,45 @@ def heatmap(heat: pl.DataFrame, key: str, label: pl.Expr, title: str) -> None:
     st.caption(f"{rows.len():,} rows ({title}). Blank cells: no telemetry. Hover for the exact value.")
 
 
+GPU_LABEL = pl.concat_str(
+    pl.col("host").fill_null("unknown host"),
+    pl.lit(" · "),
+    pl.col("gpu_model").fill_null("unknown model"),
+    pl.lit(" · "),
+    pl.col("gpu_id").str.slice(0, 12),
+)
+
 st.subheader("Utilization per hour")
-heat = f["heatmap"]
-if heat.is_empty():
+n_gpus = f["n_gpus"]
+if n_gpus == 0:
     no_rows("No telemetry in this view.")
+elif f["heatmap"] is not None:  # up to _data.FLEET_GROUP_PAST GPUs: one row per GPU
+    heatmap(f["heatmap"], "fleet_heatmap", GPU_LABEL, "host · model · GPU id")
 else:
-    heat = heat.with_columns(
-        pl.col("host").fill_null("unknown host"), pl.col("gpu_model").fill_null("unknown model")
+    by = st.radio("One row per", ["host", "cluster"], horizontal=True, key="fleet_group")
+    unknown = f"unknown {by}"
+    groups = _data.fleet_groups(filters, by)  # aggregated in DuckDB over every GPU of the view
+    heatmap(
+        groups,
+        "fleet_heatmap",
+        pl.col("key").fill_null(unknown),
+        f"one per {by}, the mean over its {n_gpus:,} GPUs",
     )
-    n_gpus = heat["gpu_id"].n_unique()
-    gpu_label = pl.concat_str(
-        pl.col("host"), pl.lit(" · "), pl.col("gpu_model"), pl.lit(" · "), pl.col("gpu_id").str.slice(0, 12)
+    names = groups["key"].unique().to_list()
+    choices = sorted(k for k in names if k is not None) + ([unknown] if None in names else [])
+    pick = st.selectbox(
+        f"Open a {by}: one row per GPU",
+        choices,
+        index=None,
+        key="fleet_drill",
+        placeholder=f"choose a {by}",
     )
-    if n_gpus <= GROUP_PAST:
-        heatmap(heat, "fleet_heatmap", gpu_label, "host · model · GPU id")
-    else:
-        clusters = f["gpu_clusters"]
-        heat = heat.join(clusters, on="gpu_id", how="left").with_columns(
-            pl.col("cluster").fill_null("unknown cluster")
-        )
-        by = st.radio("One row per", ["host", "cluster"], horizontal=True, key="fleet_group")
-        heatmap(heat, "fleet_heatmap", pl.col(by), f"one per {by}, the mean over its {n_gpus:,} GPUs")
-        groups = sorted(heat[by].unique().to_list())
-        pick = st.selectbox(
-            f"Open a {by}: one row per GPU",
-            groups,
-            index=None,
-            key="fleet_drill",
-            placeholder=f"choose a {by}",
-        )
-        if pick:
-            heatmap(
-                heat.filter(pl.col(by) == pick), "fleet_drill_heatmap", gpu_label, f"the GPUs of {by} {pick}"
-            )
+    if pick:
+        drill = _data.fleet_drill(filters, by, None if pick == unknown else pick)
+        if drill.is_empty():
+            no_rows(f"No telemetry from {by} {pick} in this view.")
+        else:
+            heatmap(drill, "fleet_drill_heatmap", GPU_LABEL, f"the GPUs of {by} {pick}")
 
 st.subheader("GPUs idle longest")
 idle = f["idle"]

@@ -11,7 +11,14 @@ import datetime as dt
 import pytest
 
 from analytics.filters import Filters
-from analytics.timeline import gpu_hour_heatmap, gpu_timeline, idle_gpus, job_timeline
+from analytics.timeline import (
+    gpu_hour_heatmap,
+    gpu_timeline,
+    group_hour_heatmap,
+    idle_gpus,
+    job_timeline,
+    view_gpu_count,
+)
 from collectors.base import IngestOptions, drop_stage, land, next_ingest_id
 
 T0 = dt.datetime(2026, 11, 16, 0, 0, 0)
@@ -68,6 +75,46 @@ def test_filters_select_cluster_team_and_dates(fleet):
     # a team filter keeps only minutes attributed to that team's jobs: g1 while j1 held it
     assert gpu_hour_heatmap(fleet, filters=Filters(teams=("nlp",)))["gpu_id"].unique().to_list() == ["g1"]
     assert gpu_hour_heatmap(fleet, filters=Filters(since=dt.date(2026, 11, 17))).is_empty()
+
+
+def test_grouped_heatmap_pools_every_gpu_of_a_host_or_cluster_and_drills_down(fleet):
+    # a second GPU on host h0 (cluster a), hour 00: one sample at 80 % for 60 s
+    fleet.execute("BEGIN TRANSACTION")
+    fleet.execute(
+        """CREATE TEMP TABLE stage_samples AS SELECT TIMESTAMP '2026-11-16 00:00:00' AS ts, 'g2' AS gpu_id,
+             60.0::FLOAT AS interval_s, 80.0::FLOAT AS util_pct"""
+    )
+    fleet.execute(
+        "CREATE TEMP TABLE stage_gpus AS SELECT 'g2' AS gpu_id, 'h0' AS host, 'L4' AS model, 'a' AS cluster"
+    )
+    land(fleet, next_ingest_id(fleet), IngestOptions())
+    drop_stage(fleet)
+    fleet.execute("COMMIT")
+    hosts = {(r["key"], r["hour"]): r for r in group_hour_heatmap(fleet, by="host").iter_rows(named=True)}
+    assert set(hosts) == {("h0", T0), ("h1", T0 + dt.timedelta(hours=1))}
+    # by hand: h0 at 00: (0×30 + 10×30 + 100×30 + 80×60) / (90 + 60) s with a reading = 52 %, not the mean
+    # of the two GPUs' means (36.67 and 80); telemetry 120 + 60 s; two GPUs
+    assert hosts[("h0", T0)]["mean_util_pct"] == pytest.approx((0 + 300 + 3000 + 4800) / 150)
+    assert hosts[("h0", T0)]["covered_s"] == 180
+    assert hosts[("h0", T0)]["gpus"] == 2
+    # the same cell in plain SQL over the raw samples
+    (plain,) = fleet.execute(
+        """SELECT sum(util_pct * interval_s) FILTER (WHERE util_pct IS NOT NULL)
+                  / sum(interval_s) FILTER (WHERE util_pct IS NOT NULL)
+           FROM samples JOIN gpus USING (gpu_id) WHERE host = 'h0' AND ts < TIMESTAMP '2026-11-16 01:00:00'"""
+    ).fetchall()[0]
+    assert hosts[("h0", T0)]["mean_util_pct"] == pytest.approx(plain)
+    clusters = group_hour_heatmap(fleet, by="cluster")
+    assert clusters["key"].to_list() == ["a", "b"]
+    # the drill-down: one row per GPU of the chosen group, the per-GPU cells unchanged
+    drill = gpu_hour_heatmap(fleet, within=("host", "h0"))
+    assert sorted(drill["gpu_id"].unique().to_list()) == ["g0", "g2"]
+    assert drill.filter(drill["gpu_id"] == "g2")["mean_util_pct"].item() == pytest.approx(80.0)
+    assert gpu_hour_heatmap(fleet, within=("cluster", "b"))["gpu_id"].unique().to_list() == ["g1"]
+    assert view_gpu_count(fleet) == 3
+    assert view_gpu_count(fleet, filters=Filters(clusters=("b",))) == 1
+    with pytest.raises(ValueError, match="unknown grouping 'rack'"):
+        group_hour_heatmap(fleet, by="rack")
 
 
 def test_idle_gpus_rank_by_idle_hours_and_split_allocated(fleet):
