@@ -216,7 +216,7 @@ def attribute_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
         """,
         [ingest_id, ingest_id],
     )
-    resolved_hosts, resolved_ingests = resolve_process_jobs(con)
+    resolved_hosts, resolved_ingests = resolve_process_jobs(con, ingest_id)
     hosts = sorted(set(_affected_hosts(con, ingest_id)) | set(resolved_hosts))
     if hosts:
         attribute_hosts(con, hosts, ingest_id)
@@ -232,16 +232,20 @@ def attribute_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
         )
 
 
-def resolve_process_jobs(con: duckdb.DuckDBPyConnection) -> tuple[list[str], list[int]]:
+def resolve_process_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int) -> tuple[list[str], list[int]]:
     """Tie per-process utilization rows (``processes`` with an ``interval_s``: nvidia-smi pmon) that name no
     job to the job another source saw running that pid on the same host (NVML's SLURM_JOB_ID or cgroup, a
     pmon log ingested with ``--job``), when that job's span covers the row's time (a pid reused later by
     another job is not mistaken for it). A bare scheduler id (``123``) finds the ledger's ``<cluster>/123``.
-    A pid two such jobs claim at one time stays unknown. Returns the hosts and ingests whose rows got a job.
+    A pid two such jobs claim at one time stays unknown. Runs when ingest ``ingest_id`` brought processes or
+    jobs (what a tie depends on). Returns the hosts and ingests whose rows got a job.
     """
     pending = con.execute(
-        """SELECT count(*) FROM (SELECT 1 FROM processes
-           WHERE job_id IS NULL AND interval_s IS NOT NULL AND pid IS NOT NULL LIMIT 1)"""
+        """SELECT (SELECT count(*) FROM (SELECT 1 FROM processes
+                   WHERE job_id IS NULL AND interval_s IS NOT NULL AND pid IS NOT NULL LIMIT 1))
+                * (SELECT count(*) FROM (SELECT 1 FROM processes WHERE ingest_id = ? UNION ALL
+                                         SELECT 1 FROM jobs WHERE ingest_id = ? LIMIT 1))""",
+        [ingest_id, ingest_id],
     ).fetchall()[0][0]
     if not pending:
         return [], []
