@@ -66,7 +66,7 @@ HEATMAP_COLUMNS = {
 }
 
 
-GROUPS = {"host": "g.host", "cluster": "coalesce(g.cluster, j.cluster)"}
+GROUPS = {"host": "g.host", "cluster": "g.cluster"}  # the GPU's own (gpus), NULL when unknown
 
 
 def _within(within: tuple[str, str | None] | None) -> tuple[str, list[object]]:
@@ -76,9 +76,10 @@ def _within(within: tuple[str, str | None] | None) -> tuple[str, list[object]]:
     by, value = within
     if by not in GROUPS:
         raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(GROUPS)}")
+    # a semi-join on the GPUs (a few rows): the minute scan keeps its join-free plan (_from_for)
     if value is None:
-        return f"{GROUPS[by]} IS NULL", []
-    return f"{GROUPS[by]} = ?", [value]
+        return f"m.gpu_id IN (SELECT g.gpu_id FROM gpus g WHERE {GROUPS[by]} IS NULL)", []
+    return f"m.gpu_id IN (SELECT g.gpu_id FROM gpus g WHERE {GROUPS[by]} = ?)", [value]
 
 
 def gpu_hour_heatmap(
@@ -102,7 +103,7 @@ def gpu_hour_heatmap(
         SELECT m.gpu_id, date_trunc('hour', m.minute) AS hour,
                sum(m.util_s) / nullif(sum(m.util_cov_s), 0) * 100.0 AS mean_util_pct,
                sum(m.covered_s) AS covered_s
-        FROM {_from_for(filters) if within is None else _FROM}
+        FROM {_from_for(filters)}
         WHERE {where}
         GROUP BY ALL
     ),
@@ -117,8 +118,7 @@ def gpu_hour_heatmap(
 
 
 GROUP_HEATMAP_COLUMNS = {
-    "key": "the host (gpus.host) or cluster (gpus.cluster, else the cluster of the job the minute is "
-    "attributed to); NULL when none is known",
+    "key": "the GPU's host (gpus.host) or cluster (gpus.cluster); NULL when the ledger names none",
     "hour": "UTC hour (start)",
     "mean_util_pct": "time-weighted mean utilization over the group's samples in the hour (Σ util_s / "
     "Σ util_cov_s × 100); NULL when no sample had a reading",
@@ -134,14 +134,21 @@ def group_hour_heatmap(con: duckdb.DuckDBPyConnection, *, by: str, filters: Filt
     if by not in GROUPS:
         raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(GROUPS)}")
     where, params = _where(filters)
+    # per GPU and hour first, over the minutes alone (no join unless a filter needs one), then the GPUs' host
+    # or cluster from gpus (a few rows): the sums, not the means, are pooled, so a group's cell is exact
     sql = f"""
-    SELECT {GROUPS[by]} AS key, date_trunc('hour', m.minute) AS hour,
-           sum(m.util_s) / nullif(sum(m.util_cov_s), 0) * 100.0 AS mean_util_pct,
-           sum(m.covered_s) AS covered_s, count(DISTINCT m.gpu_id) AS gpus
-    FROM {_FROM}
-    WHERE {where}
+    WITH cells AS (
+        SELECT m.gpu_id, date_trunc('hour', m.minute) AS hour, sum(m.util_s) AS util_s,
+               sum(m.util_cov_s) AS util_cov_s, sum(m.covered_s) AS covered_s
+        FROM {_from_for(filters)}
+        WHERE {where}
+        GROUP BY ALL
+    )
+    SELECT {GROUPS[by]} AS key, c.hour, sum(c.util_s) / nullif(sum(c.util_cov_s), 0) * 100.0 AS mean_util_pct,
+           sum(c.covered_s) AS covered_s, count(*) AS gpus
+    FROM cells c LEFT JOIN gpus g USING (gpu_id)
     GROUP BY ALL
-    ORDER BY key NULLS LAST, hour
+    ORDER BY key NULLS LAST, c.hour
     """
     return frame(con, sql, params)
 
@@ -150,9 +157,7 @@ def view_gpu_count(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL) ->
     """GPUs with telemetry in the view, from the per-day rollup (the days inside a view hold exactly its
     minutes, as for :func:`idle_gpus`)."""
     where, params = _where(filters, "m.day")
-    sql = (
-        f"SELECT count(DISTINCT m.gpu_id) FROM {_FROM.replace('samples_minute', 'samples_day')} WHERE {where}"
-    )
+    sql = f"SELECT count(DISTINCT m.gpu_id) FROM {_from_for(filters).replace('samples_minute', 'samples_day')} WHERE {where}"
     return int(con.execute(sql, params).fetchall()[0][0])
 
 
