@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from analytics.cost import job_costs
+from analytics.cost import SHARED_SEGMENTS_SQL, job_costs
 from analytics.waste import PARTS, unallocated, waste_totals
 from collectors.base import IngestOptions, ingest_file, land, next_ingest_id, run_in_transaction
 from tests.analytics.build import T0, alloc, gpu, ingest, job, series, set_test_prices
@@ -182,6 +182,13 @@ def test_per_job_logs_polled_at_different_times_still_split_3_to_1(ledger, tmp_p
     assert rows["a"]["cost_usd"] == pytest.approx(RATE * (first * 0.5 + (1 - first) * 0.75))
     assert rows["b"]["cost_usd"] == pytest.approx(RATE * (first * 0.5 + (1 - first) * 0.25))
     assert rows["a"]["cost_usd"] + rows["b"]["cost_usd"] == pytest.approx(RATE)
+    # every piece of the hour: the two shares sum to one, and the pieces tile the hour once per job
+    pieces = ledger.execute(
+        f"""SELECT s_from, sum(share), count(*), any_value(epoch(s_to - s_from))
+            FROM ({SHARED_SEGMENTS_SQL}) GROUP BY s_from"""
+    ).fetchall()
+    assert all(abs(total - 1) < 1e-9 and n == 2 for _, total, n, _ in pieces)
+    assert sum(secs for *_, secs in pieces) == pytest.approx(3600)
 
 
 def test_a_job_without_any_reading_keeps_the_declared_split(ledger, tmp_path):
