@@ -465,26 +465,34 @@ def fuzz_families(
     """The families take turns, ``step`` inputs each, so a long run stopped early has figures for every
     family; a running tally is printed after each turn. Returns (tally, seconds) per family."""
     runs = [FamilyRun(f, seed, workdir) for f in families]
+    shown: dict[tuple[str, str], int] = {}  # (family, kind) → problems already printed
     try:
         while any(r.i < count for r in runs):
             for r in runs:
                 if r.i < count:
                     r.run(min(step, count - r.i))
+                    for kind in ("crash", "out_of_range", "hang"):  # each problem as soon as it is seen
+                        items = r.tally.examples.get(kind, [])
+                        for text in items[shown.get((r.family, kind), 0) : examples]:
+                            print(f"    {r.family} {kind}: {text}", flush=True)
+                        shown[(r.family, kind)] = len(items)
                     print(
                         f"  {'done' if r.i >= count else 'so far'}: {r.tally.line()} ({r.seconds:.0f} s)",
                         flush=True,
                     )
                     if r.i >= count:
                         r.close()
-                        _examples(r.tally, examples)
+                        _examples(r.tally, examples, only=("no_line",))
         return [(r.tally, r.seconds) for r in runs]
     finally:
         for r in runs:
             r.close()
 
 
-def _examples(tally: Tally, examples: int) -> None:
+def _examples(tally: Tally, examples: int, only: tuple[str, ...] | None = None) -> None:
     for kind, items in tally.examples.items():
+        if only is not None and kind not in only:
+            continue
         for text in items[:examples]:
             print(f"    {tally.family} {kind}: {text}", flush=True)
 

@@ -56,3 +56,30 @@ def test_ledger_watch_rechecks_what_changed_and_the_samples_of_a_changed_gpu(tmp
         assert bad.table == "samples" and bad.column == "mem_total_mib" and "T4" in bad.reason, bad
     finally:
         con.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="found by bench/fuzz.py (traces, seed 1, input #382): land derives interval_s from the gap to the "
+    "GPU's next sample after validation, so a GPU whose samples are years apart gets an interval of years; "
+    "collectors/base.py (_land_samples / _land_polls) should keep a derived interval within a day",
+)
+def test_a_derived_sample_interval_is_never_over_a_day(tmp_path):
+    from bench.fuzz import LedgerWatch, fresh_ledger
+    from collectors.base import IngestOptions, ingest_file
+
+    # pod a: one sample at 2022-09-11 and one at 2001-09-09 (epoch 1e9, a plausible time): the gap between
+    # them is 1,662,858,720 - 1,000,000,000 = 662,858,720 s; pod b reports every 57 s
+    path = tmp_path / "pod_gpu_duty_cycle_anon.csv"
+    path.write_text(
+        "value,timestamp_anon,container_ip\n"
+        "10.0,1662858720.0,a\n20.0,1000000000,a\n"
+        "30.0,1662858720.0,b\n40.0,1662858777.0,b\n50.0,1662858834.0,b\n"
+    )
+    con = fresh_ledger()
+    try:
+        ingest_file(con, path, opts=IngestOptions(tz="UTC"))
+        assert con.execute("SELECT max(interval_s) FROM samples").fetchall()[0][0] <= 86400
+        assert LedgerWatch(con).violations() == []
+    finally:
+        con.close()
