@@ -147,7 +147,8 @@ SHARED_SEGMENTS_SQL = """
     pj AS MATERIALIZED (
         SELECT sh.gpu_id, sh.s_from, sh.job_id, greatest(p.ts, sh.s_from) AS p_from,
                max(least(p.ts + to_microseconds(CAST(round(p.interval_s * 1e6) AS BIGINT)), sh.s_to)) AS p_to,
-               sum(coalesce(p.sm_pct, 0)) AS sm  -- no SM sample for its processes: no activity
+               -- no SM sample for its processes: no activity; the same poll from two logs: counted once
+               max(coalesce(p.sm_pct, 0)) AS sm
         FROM sh JOIN process_shares p ON p.gpu_id = sh.gpu_id AND p.job_id = sh.job_id
          AND p.ts < sh.s_to AND p.ts + to_microseconds(CAST(round(p.interval_s * 1e6) AS BIGINT)) > sh.s_from
         GROUP BY ALL

@@ -259,7 +259,7 @@ def resolve_process_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int) -> tupl
             SELECT s.hk, s.pid, j.job_id, j.start_ts, j.end_ts FROM seen s JOIN jobs j ON j.job_id = s.job_id
             UNION
             SELECT s.hk, s.pid, j.job_id, j.start_ts, j.end_ts FROM seen s JOIN jobs j
-              ON j.job_id LIKE '%/' || s.job_id AND s.job_id NOT LIKE '%/%'"""
+              ON suffix(j.job_id, '/' || s.job_id) AND NOT contains(s.job_id, '/')"""
     )
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE attr_pid_rows AS

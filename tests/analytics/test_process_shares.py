@@ -227,3 +227,40 @@ def test_a_node_level_log_without_a_job_s_process_gives_it_no_share(ledger, tmp_
     # a: ½ h × $4 × ¾ + ½ h × $4 × 1 = $3.50; b: ½ h × $4 × ¼ = $0.50
     assert rows["a"]["cost_usd"] == pytest.approx(0.5 * RATE * 0.75 + 0.5 * RATE)
     assert rows["b"]["cost_usd"] == pytest.approx(0.5 * RATE * 0.25)
+
+
+def test_the_same_poll_in_two_logs_counts_once(ledger, tmp_path):
+    # the node's log (both jobs) and a's own log (--job a) report the same polls: a's 60 is not 120
+    set_test_prices(ledger)
+    ingest(
+        ledger,
+        jobs=[job("a", 0, 60), job("b", 0, 60)],
+        allocations=[alloc("a", "h1:0", 0, 60), alloc("b", "h1:0", 0, 60)],
+        samples=series("h1:0", 0, [50.0] * 60),
+        gpus=[{**gpu("h1:0"), "gpu_index": 0}],
+    )
+
+    def nvml_map():  # b's pid (a's is known from a's own log)
+        ledger.execute(
+            """CREATE TEMP TABLE stage_processes AS
+               SELECT ?::TIMESTAMP AS ts, 'h1:0' AS gpu_id, 2002 AS pid, 'python' AS process_name,
+                      1000.0 AS used_mem_mib, 'b' AS job_id""",
+            [T0 + dt.timedelta(minutes=1)],
+        )
+        land(ledger, next_ingest_id(ledger), IngestOptions())
+
+    run_in_transaction(ledger, nvml_map)
+    own = pmon(tmp_path / "a.log", T0, 60, {1001: 60})
+    ingest_file(ledger, own, opts=IngestOptions(tz="UTC", host="h1", job_id="a"))
+    ingest_file(
+        ledger,
+        pmon(tmp_path / "node.log", T0, 60, {1001: 60, 2002: 20}),
+        opts=IngestOptions(tz="UTC", host="h1"),
+    )
+    assert ledger.execute(
+        "SELECT count(*) FROM processes WHERE interval_s IS NOT NULL AND job_id IS NULL"
+    ).fetchall() == [(0,)]
+    rows = costs(ledger)
+    # summed, a would read 120 against b's 20 (6/7); once: 60 / 20
+    assert rows["a"]["cost_usd"] == pytest.approx(RATE * 0.75)
+    assert rows["b"]["cost_usd"] == pytest.approx(RATE * 0.25)
