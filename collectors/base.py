@@ -325,7 +325,7 @@ def _land_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> dict[str, i
     total, lo, hi, n_gpus = con.execute(
         "SELECT count(*), min(ts), max(ts), count(DISTINCT gpu_id) FROM stage_samples"
     ).fetchall()[0]
-    if total and _polls_in_order(con, n_gpus):
+    if total and _polls_in_order(con, n_gpus, total):
         return _land_polls(con, ingest_id, n_gpus, total, lo, hi)
     source = "stage_samples"
     gaps_sql = """CREATE OR REPLACE TEMP TABLE stage_gaps AS
@@ -368,23 +368,32 @@ def _land_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> dict[str, i
     return counts | ({"samples_merged": merged} if merged else {})
 
 
-def _polls_in_order(con: duckdb.DuckDBPyConnection, n_gpus: int) -> bool:
+def _polls_in_order(con: duckdb.DuckDBPyConnection, n_gpus: int, total: int) -> bool:
     """Is the stage a sequence of polls that each list the same ``n_gpus`` GPUs in the same order, in time
     order (what ``nvidia-smi -l``, a dcgm scrape loop or the demo write)? Then each sample's next sample of
     its GPU is the row ``n_gpus`` further on, and the gaps need no sort: one streaming pass over the stage
-    (``lead(…, n_gpus) OVER ()``) checks it and leaves TEMP ``stage_cadence`` (gpu_id, cad_s: the median
-    gap) for :func:`_land_polls`. A GPU missing from a poll, a sample out of order or a (gpu_id, ts) twice
-    answers False, and the general path sorts."""
+    (``lead(ts, n_gpus) OVER ()``) checks it and leaves TEMP ``stage_cadence`` (pos: the GPU's place in a
+    poll, gpu_id, cad_s: the median gap) for :func:`_land_polls`. A GPU missing from a poll, a sample out
+    of order or a (gpu_id, ts) twice answers False, and the general path sorts.
+
+    The check groups by place in the poll (rowid % n_gpus, an integer) rather than by GPU id: each place
+    must hold one GPU, every GPU one place, and the rowids must be ``total`` consecutive numbers (no row
+    removed), so the row ``n_gpus`` on is the same GPU's next poll."""
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE stage_cadence AS
-            SELECT gpu_id, coalesce(median(gap_s), 1.0) AS cad_s,
-                   count(*) FILTER (next_gpu <> gpu_id OR gap_s <= 0) AS off
-            FROM (SELECT gpu_id, epoch(lead(ts, {n_gpus}) OVER () - ts) AS gap_s,
-                         lead(gpu_id, {n_gpus}) OVER () AS next_gpu
+            SELECT pos, min(gpu_id) AS gpu_id, coalesce(median(gap_s), 1.0) AS cad_s,
+                   count(*) FILTER (gap_s <= 0) + (min(gpu_id) IS DISTINCT FROM max(gpu_id))::INTEGER AS off,
+                   min(rid) AS first_rid, max(rid) AS last_rid
+            FROM (SELECT rowid AS rid, rowid % {n_gpus} AS pos, gpu_id,
+                         epoch(lead(ts, {n_gpus}) OVER () - ts) AS gap_s
                   FROM stage_samples)
-            GROUP BY gpu_id"""
+            GROUP BY pos"""
     )
-    if _count(con, "SELECT coalesce(sum(off), 0) FROM stage_cadence"):
+    off, places, gpus, span = con.execute(
+        "SELECT coalesce(sum(off), 0), count(*), count(DISTINCT gpu_id), max(last_rid) - min(first_rid) + 1 "
+        "FROM stage_cadence"
+    ).fetchall()[0]
+    if off or places != n_gpus or gpus != n_gpus or span != total:
         con.execute("DROP TABLE temp.stage_cadence")
         return False
     return True
@@ -411,7 +420,7 @@ def _land_polls(
                 coalesce(s.interval_s,
                          CASE WHEN s.gap_s IS NULL OR s.gap_s > {GAP_FACTOR} * c.cad_s
                               THEN c.cad_s ELSE s.gap_s END) AS interval_s)
-            FROM seq s JOIN (SELECT gpu_id, cad_s FROM stage_cadence) c USING (gpu_id)
+            FROM seq s JOIN stage_cadence c ON c.pos = s.rid % {n_gpus}
             {fresh_only}
         )
         SELECT {", ".join(exprs)} FROM fresh s

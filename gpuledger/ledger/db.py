@@ -68,12 +68,13 @@ def _connect(path: str, *, read_only: bool, timeout_s: float) -> duckdb.DuckDBPy
 # A writer's buffer pool is bounded so an ingest's memory does not grow with the file. With DuckDB's
 # default (80 % of RAM) a 10 M-row nvidia-smi CSV peaked at 5.3 GiB, as DuckDB keeps all it can in memory.
 # Past this limit the staging tables (TEMP ones included), sorts, windows and joins spill to
-# ``<ledger>.tmp`` beside the ledger (DuckDB removes it on close): measured peak RSS 0.7 / 1.1 / 1.3 GiB at
-# 1 / 3 / 10 M rows. 1 GB leaves room for the dashboard and the rest of a small machine. The price is
-# spilling: at 10 M rows the ingest took ~2x as long as unbounded, almost all in the rollup refresh
-# (gpuledger/ledger/rollup.py), whose windows over the whole ingest spill; 2 GB spilled nearly as much.
-# $GPULEDGER_MEMORY_LIMIT (a DuckDB size, "8GB") trades memory back for speed.
-WRITER_MEMORY_LIMIT = "1GB"
+# ``<ledger>.tmp`` beside the ledger (DuckDB removes it on close). The process's peak RSS is about the limit
+# plus ~160 MiB (Python, the libraries, DuckDB's own structures): a 2 M-row nvidia-smi CSV (bench/ingest.py,
+# 2026-12-01) peaked at 890 MiB under 1 GB and 460 MiB under 300 MB, at ~15 % more CPU for the spilling
+# (the rollup's sequence and minute steps). 300 MB keeps an ingest under the 500 MiB the product promises
+# next to a running dashboard on a small machine; $GPULEDGER_MEMORY_LIMIT (a DuckDB size, "2GB") trades
+# memory back for speed.
+WRITER_MEMORY_LIMIT = "300MB"
 
 
 def _configure(con: duckdb.DuckDBPyConnection) -> None:

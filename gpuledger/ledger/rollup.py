@@ -43,7 +43,8 @@ HOT_TEMP_C = 85.0
 
 META_KEY = "rollup_thresholds"
 # GPUs are re-rolled in batches of about this many samples: one batch's sorted samples and minute
-# aggregation fit the writer's 1 GB memory limit (gpuledger/ledger/db.py) without spilling to disk.
+# aggregation fit 1 GB of buffer pool without spilling (under the writer's 300 MB limit,
+# gpuledger/ledger/db.py, they spill part of it; smaller batches would re-scan the ingest's span more often).
 BATCH_SAMPLES = 1_500_000
 # ... except an ingest of whole polls, read without a sort in one batch up to this many samples (_one_poll_batch)
 POLL_BATCH_SAMPLES = 4_000_000
@@ -143,7 +144,11 @@ def _sequence(con: duckdb.DuckDBPyConnection) -> None:
     :func:`_sequence_polls`.
     """
     bounds = _bounds(con, "SELECT min(look_lo), max(look_hi) FROM rollup_m")
-    if not _sequence_polls(con, bounds):
+    _drop_seq_view(con)
+    polls = _sequence_polls(con, bounds)
+    if polls == "view":
+        return  # no sample has an earlier sample of another job before it: nothing to fix up
+    if polls is None:
         con.execute(
             f"""
             CREATE OR REPLACE TEMP TABLE rollup_seq AS
@@ -166,6 +171,14 @@ def _sequence(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def _drop_seq_view(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop ``rollup_seq`` when it is a view (:func:`_sequence_polls`); a table is replaced or dropped as one."""
+    if con.execute(
+        "SELECT count(*) FROM duckdb_views() WHERE temporary AND view_name = 'rollup_seq'"
+    ).fetchall()[0][0]:
+        con.execute("DROP VIEW temp.rollup_seq")
+
+
 # rollup_seq's columns; {w} is the window (OVER g, or OVER () in poll order) and {n} the offset (", N").
 _SEQ_COLUMNS = """
     s.ts, s.gpu_id, s.job_id, coalesce(s.job_id, chr(0)) AS jkey,
@@ -179,23 +192,28 @@ _SEQ_COLUMNS = """
     lead(coalesce(s.job_id, chr(0)){n}) {w} IS DISTINCT FROM coalesce(s.job_id, chr(0)) AS tail"""
 
 
-def _sequence_polls(con: duckdb.DuckDBPyConnection, bounds: list[object]) -> bool:
+def _sequence_polls(con: duckdb.DuckDBPyConnection, bounds: list[object]) -> str | None:
     """``rollup_seq`` without a sort, when the batch's look window holds exactly the samples of one ingest
     that landed as whole polls in time order: then, scanned in the order they were written, each sample's
     previous and next sample of its GPU are the rows N before and after it (N = the batch's GPUs), and
     ``lag/lead(…, N) OVER ()`` stream. Checked, not assumed: another ingest's sample in the window, or a
-    row whose neighbours N away are another GPU or not earlier/later, answers False (and the caller sorts).
+    row whose neighbours N away are another GPU or not earlier/later, answers None (and the caller sorts).
+
+    Returns "view" when ``rollup_seq`` is a TEMP VIEW: no sample's previous sample belongs to another job
+    (no job fix-up to do), so the consumers (idle runs, minutes) read the streaming windows directly and
+    2 M samples are never copied into a temporary table (nor spilled under the writer's memory limit);
+    "table" when it is a table the caller fixes up (jobs alternate on a GPU).
     """
     if not con.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = 'stage_landed_polls'"
     ).fetchall()[0][0]:
-        return False
+        return None
     ingest_id, n, outside = con.execute(
         """SELECT any_value(p.ingest_id), count(*),
                   count(*) FILTER (p.gpu_id NOT IN (SELECT gpu_id FROM rollup_m)) FROM stage_landed_polls p"""
     ).fetchall()[0]
     if not n or outside:  # the batch must hold every GPU of the polls: the read below has no GPU filter
-        return False
+        return None
     others = con.execute(
         """SELECT count(*) FROM samples s
            JOIN rollup_m w ON s.gpu_id = w.gpu_id AND s.ts >= w.look_lo AND s.ts < w.look_hi
@@ -203,23 +221,30 @@ def _sequence_polls(con: duckdb.DuckDBPyConnection, bounds: list[object]) -> boo
         [*bounds, ingest_id],
     ).fetchall()[0][0]
     if others:
-        return False
+        return None
     w, off = "OVER ()", f", {int(n)}"
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE rollup_seq AS
+    lo, hi = (con.execute("SELECT CAST(?::TIMESTAMP AS VARCHAR)", [b]).fetchall()[0][0] for b in bounds)
+    # the GPU check compares hashes (a window over 8-byte integers, not over the id strings); the bounds
+    # are literals, as a view takes no parameters
+    raw = f"""
         SELECT {_SEQ_COLUMNS.format(w=w, n=off)},
-               lag(s.gpu_id{off}) {w} AS prev_gpu, lead(s.gpu_id{off}) {w} AS next_gpu
+               lag(hash(s.gpu_id){off}) {w} <> hash(s.gpu_id) OR lead(hash(s.gpu_id){off}) {w} <> hash(s.gpu_id)
+                   AS other_gpu
         FROM samples s
-        WHERE s.ingest_id = ? AND s.ts >= ? AND s.ts < ?
-        """,
-        [ingest_id, *bounds],
-    )
-    off_order = con.execute(
-        """SELECT count(*) FROM rollup_seq
-           WHERE prev_gpu <> gpu_id OR next_gpu <> gpu_id OR pj_ts >= ts OR next_ts <= ts"""
-    ).fetchall()[0][0]
-    return not off_order
+        WHERE s.ingest_id = {int(ingest_id)} AND s.ts >= TIMESTAMP '{lo}' AND s.ts < TIMESTAMP '{hi}'
+        """
+    off_order, to_fix = con.execute(
+        f"""SELECT count(*) FILTER (other_gpu OR pj_ts >= ts OR next_ts <= ts),
+                   count(*) FILTER (head AND pj_ts IS NOT NULL)
+            FROM ({raw})"""
+    ).fetchall()[0]
+    if off_order:
+        return None
+    if not to_fix:
+        con.execute(f"CREATE TEMP VIEW rollup_seq AS {raw}")
+        return "view"
+    con.execute(f"CREATE OR REPLACE TEMP TABLE rollup_seq AS {raw}")
+    return "table"
 
 
 def _refresh_runs(con: duckdb.DuckDBPyConnection, idle: float) -> None:
@@ -573,6 +598,7 @@ def _run_refresh(con: duckdb.DuckDBPyConnection, th: Thresholds) -> None:
             _refresh_runs(con, th[0])
             _refresh_minutes(con, th)
         refresh_observed(con, "temp.rollup_m_all")  # gpuledger/ledger/observed.py
+        _drop_seq_view(con)
         for table in ("rollup_seq", "rollup_m", "rollup_m_all", "rw_all", "rollup_b"):
             con.execute(f"DROP TABLE IF EXISTS temp.{table}")
     con.execute("DROP TABLE IF EXISTS temp.rw")

@@ -246,3 +246,36 @@ def test_polls_of_two_gpus_roll_up_without_a_sort_and_equal_the_raw_path(
     assert taken and all(taken), "poll-ordered samples of one ingest should roll up without a sort"
     assert idle_hours(con) == pytest.approx((40 + 50) / 60)
     assert_fast_equals_raw(con)
+
+
+def test_polls_with_one_job_per_gpu_roll_up_from_a_streaming_view_and_equal_the_raw_path(
+    con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same polls, but each GPU held by one job for all its telemetry: no sample's previous sample is
+    another job's, so rollup._sequence_polls answers "view" (idle runs and minutes read the streaming
+    windows; no sample is copied into a temporary table). n1:0: j1 busy 30 min, idle 40 min (a stretch),
+    then 80 min swinging 90/3 % (1-min idle runs, no stretch); n1:1: j3 busy 100 min, idle 50 min (a
+    stretch). Idle = (40 + 50) min = 1.5 h."""
+    ingest(
+        con,
+        jobs=[job("j1", 0, 160), job("j3", 0, 150, team="cv")],
+        allocations=[alloc("j1", "n1:0", 0, 160), alloc("j3", "n1:1", 0, 150)],
+        gpus=[gpu("n1:0"), gpu("n1:1")],
+    )
+    util0 = [80.0] * 30 + [1.0] * 40 + [90.0, 3.0] * 40
+    util1 = [50.0] * 100 + [0.0] * 50
+    a = series("n1:0", 0, util0, power_w=300.0, energy_j=1.0e6, mem_used_mib=2000.0, mem_total_mib=81559.0)
+    b = series("n1:1", 0, util1, power_w=200.0, temp_c=86.0, throttle_reasons=0x20)
+    polls = [row for pair in zip(a, b, strict=True) for row in pair]
+    taken: list[str | None] = []
+    real = rollup._sequence_polls
+
+    def spy(*args: object) -> str | None:
+        taken.append(real(*args))  # type: ignore[arg-type]
+        return taken[-1]
+
+    monkeypatch.setattr(rollup, "_sequence_polls", spy)
+    ingest(con, samples=polls)
+    assert taken == ["view"]
+    assert idle_hours(con) == pytest.approx((40 + 50) / 60)
+    assert_fast_equals_raw(con)

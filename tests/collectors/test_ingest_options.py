@@ -124,14 +124,16 @@ def _limit(con: duckdb.DuckDBPyConnection) -> str:
 def test_writers_have_a_bounded_buffer_pool(db_path, monkeypatch):
     """DuckDB's default pool is 80 % of RAM, and an ingest's memory grew with the file (docs/formats-telemetry)."""
     plain = duckdb.connect()
-    plain.execute("SET memory_limit = '1GB'")
-    one_gb = _limit(plain)  # DuckDB shows it as 953.6 MiB
+    default = _limit(plain)
+    plain.execute("SET memory_limit = '300MB'")  # gpuledger.ledger.db.WRITER_MEMORY_LIMIT
+    bounded = _limit(plain)  # DuckDB shows it as 286.1 MiB
     plain.execute("SET memory_limit = '3GB'")
     three_gb = _limit(plain)
     plain.close()
+    assert bounded != default
     monkeypatch.delenv("GPULEDGER_MEMORY_LIMIT", raising=False)
     with writer(db_path) as con:
-        assert _limit(con) == one_gb
+        assert _limit(con) == bounded
     monkeypatch.setenv("GPULEDGER_MEMORY_LIMIT", "3GB")
     with writer(db_path) as con:
         assert _limit(con) == three_gb
