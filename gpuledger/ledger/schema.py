@@ -388,6 +388,10 @@ SCHEMA_V2: list[str] = [
         PRIMARY KEY (job_id, gpu_id, window_end)
     )
     """,
+]
+
+# Version 3: what came after the first ledgers at version 2 were written (a v2 ledger gets it on its next open).
+SCHEMA_V3: list[str] = [
     # -- per-process utilization (shared GPUs) --
     # nvidia-smi pmon (collectors/nvidia_smi_pmon.py) adds each process's utilization to its processes row;
     # process_shares sums it per GPU, poll and job (collectors/attribute.py), and the shared-GPU rule of
@@ -419,7 +423,7 @@ SCHEMA_V2: list[str] = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [SCHEMA_V1, SCHEMA_V2]
+MIGRATIONS: list[list[str]] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 TABLES = (
