@@ -247,8 +247,10 @@ def test_hf_train_runtime_negative_is_rejected(ledger, tmp_path):
     final["train_runtime"] = -final["train_runtime"]
     run = tmp_path / "run"
     run.mkdir()
-    err = rejects(ledger, write(run, "trainer_state.json", json.dumps(state)))
-    assert (err.line, err.reason) == (None, "train_runtime is -20,387.71 s, below 0 s")
+    text = json.dumps(state, indent=1)
+    line = next(n for n, t in enumerate(text.splitlines(), 1) if '"train_runtime"' in t)  # by hand
+    err = rejects(ledger, write(run, "trainer_state.json", text))
+    assert (err.line, err.reason) == (line, "train_runtime is -20,387.71 s, below 0 s")
 
 
 def test_wandb_gpu_count_of_a_billion_is_rejected_before_any_work(ledger, tmp_path):
