@@ -7,11 +7,15 @@ the tests know. Screenshots of every page land in test-artifacts/ (gitignored) f
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -77,18 +81,28 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _build_ledger(db: str) -> None:
+@functools.cache
+def _ledger_template() -> Path:
+    """The small demo fleet plus tests/fixtures/dashboard/jobs.csv, built once per test process.
+
+    ``build_demo`` takes its settings as an argument (defaults here), never from GPULEDGER_SETTINGS, so every
+    server's ledger can start as a byte copy of this one; each server then reads its own settings file.
+    """
     from collectors.base import ingest_file
+    from gpuledger.demo.build import build_demo
     from gpuledger.ledger.db import writer
 
-    with writer(db) as con:
-        try:
-            from gpuledger.demo.build import build_demo
-        except ImportError:
-            build_demo = None
-        if build_demo is not None:
-            build_demo(con, days=DEMO_DAYS)
+    folder = Path(tempfile.mkdtemp(prefix="gpuledger-ledger-template-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    path = folder / "ledger.duckdb"
+    with writer(str(path)) as con:
+        build_demo(con, days=DEMO_DAYS)
         ingest_file(con, FIXTURES / "jobs.csv")
+    return path
+
+
+def _build_ledger(db: str) -> None:
+    shutil.copyfile(_ledger_template(), db)
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 60) -> None:
