@@ -114,9 +114,12 @@ def job_timeline(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any
 
 
 def fleet_heatmap(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
-    from analytics.timeline import gpu_hour_heatmap
+    """What the Fleet page draws first: per GPU up to 60 GPUs, else one row per host (its default)."""
+    from analytics.timeline import gpu_hour_heatmap, group_hour_heatmap, view_gpu_count
 
-    return gpu_hour_heatmap(con, filters=f)
+    if view_gpu_count(con, filters=f) <= 60:
+        return gpu_hour_heatmap(con, filters=f)
+    return group_hour_heatmap(con, by="host", filters=f)
 
 
 def fleet_idle(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
