@@ -146,6 +146,7 @@ STAGES = [
     ("gpuledger.ledger.rollup", "refresh_rollup"),
     ("gpuledger.ledger.rollup", "merge_staged_rollup"),
     ("gpuledger.ledger.rollup", "_sequence"),
+    ("gpuledger.ledger.rollup", "_sequence_polls"),
     ("gpuledger.ledger.rollup", "_refresh_runs"),
     ("gpuledger.ledger.rollup", "_refresh_minutes"),
     ("collectors.base", "_refresh_merged"),
@@ -159,7 +160,7 @@ NESTED = {
     "merge_staged_rollup",
     "_refresh_merged",
 }
-NESTED2 = {"_sequence", "_refresh_runs", "_refresh_minutes"}
+NESTED2 = {"_sequence", "_sequence_polls", "_refresh_runs", "_refresh_minutes"}
 
 
 def generate(path: Path, rows: int, *, start: str = "2025-03-01 00:00:00", step_s: int = 1) -> None:
