@@ -1,10 +1,15 @@
 """The demo fleet's 30 s telemetry, computed column-wise with numpy (never a Python loop per sample).
 
 Every GPU reports for the whole window: its timeline is cut into segments (one per job it held, idle
-segments between), which tile it exactly, so the samples in GPU-then-time order are each segment's profile
-repeated over its ticks (``np.repeat``) plus seeded noise. The result is an Arrow table that demo.py stages
-as ``stage_samples``. Measured on 28 days (9 M samples): a few seconds, against ~15 s for the same
-columns in DuckDB SQL, where the energy counter's running sum (a window over every sample) dominated.
+segments between), which tile it exactly, so each sample is its segment's profile (found by one
+``searchsorted`` over the segments' (GPU, start) keys) plus seeded noise. The samples come out in time order,
+a day of polls at a time (Arrow tables that build.py appends to ``stage_samples``), each poll listing the
+GPUs in fleet order, as a collector writes them. The noise is still drawn GPU by GPU for the whole window
+(so the values are those of every earlier version) and sliced per chunk; the energy counter's running sum
+carries over from chunk to chunk. Measured on 28 days (9 M samples): ~10 s on a busy 2-core machine,
+~300 MiB peak for the plan and the telemetry together (GPU-major chunks of 16 GPUs peaked at ~1.8 GiB with
+DuckDB's share). numpy rather than DuckDB SQL: the values must stay those of numpy's seeded generators,
+and the SQL version (~15 s) spent most of its time in the energy counter's window over every sample.
 """
 
 from __future__ import annotations
@@ -34,9 +39,9 @@ BURST_ON = 3  # ... 3 burst, 2 dip
 GPU_IDLE = 0x1  # NVML clocks_event_reasons: GpuIdle
 HOT_REASONS = 0x4 | 0x20 | 0x40  # SwPowerCap | SwThermalSlowdown | HwThermalSlowdown
 POWER_CAP = 0x4
-# GPUs computed at a time: the columns of one chunk (28 days of 16 GPUs: 1.3 M samples, ~150 MB of numpy
-# temporaries) rather than of the whole fleet (~1 GB for 9 M samples), with the same values.
-CHUNK_GPUS = 16
+# Polls computed at a time: one day of the 112-GPU fleet (322,560 samples, ~40 MB of numpy temporaries)
+# rather than the whole window (~1 GB for 28 days' 9 M samples), with the same values.
+CHUNK_TICKS = 2880
 
 
 def segments(fleet: Fleet, jobs: list[Job], window_s: int) -> list[tuple[int, int, int, Profile | None]]:
@@ -85,10 +90,13 @@ def telemetry_chunks(
     window_s: int,
     seed: int,
     gaps: Sequence[tuple[list[int], int, int]] = (),
-    chunk_gpus: int = CHUNK_GPUS,
+    chunk_ticks: int = CHUNK_TICKS,
 ) -> Iterator[pa.Table]:
-    """The telemetry of ``chunk_gpus`` GPUs at a time, in GPU-then-time order (rows and values as one
-    table would have them: the noise is drawn for the whole fleet first, then sliced per chunk).
+    """The telemetry in time order, ``chunk_ticks`` polls at a time; within a poll the GPUs in fleet order
+    (what ``nvidia-smi -l`` or a scrape loop writes, so each staged chunk appends to the ones before).
+    Rows and values are those of one table built at once: the noise is drawn for the whole fleet first (GPU
+    by GPU, as it always was) and sliced per chunk; the energy counter carries its running sum from chunk
+    to chunk.
 
     util is an integer percent like nvidia-smi's; SM-/tensor-active are NULL except on GPUs with profiling
     (the H100s); the energy counter starts at a per-GPU offset (energy since driver load) and adds
@@ -99,57 +107,82 @@ def telemetry_chunks(
     n_gpus, per_gpu = len(fleet.gpus), window_s // TICK_S
     assert sum((e - s) // TICK_S for _, s, e, _ in all_segs) == n_gpus * per_gpu
     rng = np.random.default_rng([seed, 30])
-    u1_all = rng.random(n_gpus * per_gpu, dtype=np.float32)
-    u2_all = rng.random(n_gpus * per_gpu, dtype=np.float32)
+    u1_all = rng.random(n_gpus * per_gpu, dtype=np.float32).reshape(n_gpus, per_gpu)
+    u2_all = rng.random(n_gpus * per_gpu, dtype=np.float32).reshape(n_gpus, per_gpu)
     in_use = rng.random((n_gpus, window_s // NOTEBOOK_BLOCK_S + 1)) < NOTEBOOK_ACTIVE
     energy0 = np.round(np.random.default_rng([seed, 31]).uniform(1e8, 5e9, n_gpus))
+    plan = _Plan(fleet, all_segs, window_s)
     ids = pa.array([g.gpu_id for g in fleet.gpus], type=pa.string())
-    for g0 in range(0, n_gpus, chunk_gpus):
-        g1 = min(n_gpus, g0 + chunk_gpus)
-        rows = slice(g0 * per_gpu, g1 * per_gpu)
-        segs = [sg for sg in all_segs if g0 <= sg[0] < g1]
-        yield _chunk(
-            fleet, segs, g0, g1, per_gpu, lo, u1_all[rows], u2_all[rows], in_use, energy0[g0:g1], ids, gaps
+    ran = np.zeros(n_gpus)  # each GPU's sum of power × 30 s before the chunk (float64, summed in order)
+    for k0 in range(0, per_gpu, chunk_ticks):
+        k1 = min(per_gpu, k0 + chunk_ticks)
+        table, ran = _chunk(
+            plan, k0, k1, lo, u1_all[:, k0:k1].T, u2_all[:, k0:k1].T, in_use, energy0, ran, ids, gaps
         )
+        yield table
+
+
+class _Plan:
+    """Each segment's profile fields as arrays, found per (poll, GPU) by one ``searchsorted``; and each
+    GPU's card, as a row that broadcasts over a chunk's polls."""
+
+    def __init__(self, fleet: Fleet, segs: list[tuple[int, int, int, Profile | None]], window_s: int) -> None:
+        self.window_s = window_s
+        self.n_gpus = len(fleet.gpus)
+        # segments tile each GPU's window in GPU-then-time order: (gpu, start) keys increase
+        self.key = np.array([g * window_s + s for g, s, _, _ in segs], dtype=np.int64)
+
+        def seg(fn: Any, dtype: Any) -> np.ndarray:
+            return np.array([fn(p, s) for _, s, _, p in segs], dtype=dtype)
+
+        self.pattern = seg(lambda p, s: p.pattern if p else IDLE, np.int8)
+        self.base = seg(lambda p, s: p.util if p else 0.0, np.float32)
+        self.amp = seg(lambda p, s: p.amp if p else 0.0, np.float32)
+        self.mem = seg(lambda p, s: p.mem_mib if p else 0.0, np.float32)
+        self.sm_ratio = seg(lambda p, s: p.sm_ratio if p else 0.0, np.float32)
+        self.tensor_ratio = seg(lambda p, s: p.tensor_ratio if p else 0.0, np.float32)
+        self.hot = seg(lambda p, s: bool(p and p.hot), np.bool_)
+        never = np.iinfo(np.int64).max
+        self.idle_from = seg(lambda p, s: s + p.idle_after_s if p and p.idle_after_s else never, np.int64)
+
+        def spec(fn: Any, dtype: Any = np.float32) -> np.ndarray:
+            return np.array([fn(g.spec) for g in fleet.gpus], dtype=dtype)[None, :]
+
+        self.tdp, self.idle_w = spec(lambda s: s.tdp_w), spec(lambda s: s.idle_w)
+        self.memory_mib = spec(lambda s: s.memory_mib)
+        self.profiling = spec(lambda s: s.profiling, np.bool_)
+        self.max_clock = spec(lambda s: s.max_clock_mhz)
+        self.idle_clock = spec(lambda s: s.idle_clock_mhz)
+
+    def segment(self, t: np.ndarray) -> np.ndarray:
+        """The segment index of every (poll, GPU): ``t`` is the polls' seconds, a column."""
+        gpus = np.arange(self.n_gpus, dtype=np.int64)[None, :]
+        return np.searchsorted(self.key, gpus * self.window_s + t, side="right") - 1
 
 
 def _chunk(
-    fleet: Fleet,
-    segs: list[tuple[int, int, int, Profile | None]],
-    g0: int,
-    g1: int,
-    per_gpu: int,
+    plan: _Plan,
+    k0: int,
+    k1: int,
     lo: np.datetime64,
     u1: np.ndarray,
     u2: np.ndarray,
     in_use: np.ndarray,
     energy0: np.ndarray,
+    ran: np.ndarray,
     ids: pa.Array,
     gaps: Sequence[tuple[list[int], int, int]],
-) -> pa.Table:
-    """The rows of GPUs g0..g1-1 (their segments ``segs``, their slice of the noise)."""
-    n_gpus = g1 - g0
-    total = n_gpus * per_gpu
-    lens = np.array([(e - s) // TICK_S for _, s, e, _ in segs], dtype=np.int64)
-    assert int(lens.sum()) == total
-
-    def seg(fn: Any, dtype: Any) -> np.ndarray:
-        return np.repeat(np.array([fn(p, s) for _, s, _, p in segs], dtype=dtype), lens)
-
-    def spec(fn: Any, dtype: Any = np.float32) -> np.ndarray:
-        return np.array([fn(g.spec) for g in fleet.gpus[g0:g1]], dtype=dtype)[gpu - g0]
-
-    pattern = seg(lambda p, s: p.pattern if p else IDLE, np.int8)
-    base = seg(lambda p, s: p.util if p else 0.0, np.float32)
-    amp = seg(lambda p, s: p.amp if p else 0.0, np.float32)
-    mem = seg(lambda p, s: p.mem_mib if p else 0.0, np.float32)
-    sm_ratio = seg(lambda p, s: p.sm_ratio if p else 0.0, np.float32)
-    tensor_ratio = seg(lambda p, s: p.tensor_ratio if p else 0.0, np.float32)
-    hot = seg(lambda p, s: bool(p and p.hot), np.bool_)
-    never = np.iinfo(np.int64).max
-    idle_from = seg(lambda p, s: s + p.idle_after_s if p and p.idle_after_s else never, np.int64)
-    gpu = np.repeat(np.arange(g0, g1, dtype=np.int32), per_gpu)
-    t = np.tile(np.arange(per_gpu, dtype=np.int64) * TICK_S, n_gpus)
+) -> tuple[pa.Table, np.ndarray]:
+    """Polls k0..k1-1 of every GPU: arrays shaped (poll, GPU), so ``ravel()`` is time order. ``u1``/``u2``
+    are the chunk's noise, ``ran`` each GPU's energy sum before it; returns the rows and the sums after."""
+    n_gpus = plan.n_gpus
+    t = (np.arange(k0, k1, dtype=np.int64) * TICK_S)[:, None]
+    t = np.broadcast_to(t, (k1 - k0, n_gpus))
+    seg = plan.segment(t)
+    gpu = np.broadcast_to(np.arange(n_gpus, dtype=np.int32)[None, :], t.shape)
+    pattern, base, amp, mem = plan.pattern[seg], plan.base[seg], plan.amp[seg], plan.mem[seg]
+    sm_ratio, tensor_ratio, hot = plan.sm_ratio[seg], plan.tensor_ratio[seg], plan.hot[seg]
+    idle_from = plan.idle_from[seg]
 
     steady = base + amp * (2 * u1 - 1)
     util = np.select(
@@ -170,7 +203,7 @@ def _chunk(
     util = np.where(t >= idle_from, 2.49 * u1, util)  # an idle notebook: 0–2 %
     util = np.clip(np.rint(util), 0, 100).astype(np.float32)
 
-    tdp, idle_w = spec(lambda s: s.tdp_w), spec(lambda s: s.idle_w)
+    tdp, idle_w = plan.tdp, plan.idle_w
     power = np.where(
         hot,
         tdp * (0.96 + 0.04 * u2),
@@ -181,26 +214,25 @@ def _chunk(
         ),
     )
     power = np.round(power, 1).astype(np.float32)
-    energy = (
-        energy0[:, None] + np.cumsum(power.astype(np.float64).reshape(n_gpus, per_gpu) * TICK_S, axis=1)
-    ).ravel()
-    profiling = spec(lambda s: s.profiling, np.bool_)
-    no_prof = np.where(profiling, np.float32(0), np.float32(np.nan))  # NaN → NULL where dcgm is absent
-    max_clock = spec(lambda s: s.max_clock_mhz)
+    # the counter's running sum, in poll order per GPU, continued from the previous chunk
+    summed = np.cumsum(np.concatenate([ran[None, :], power.astype(np.float64) * TICK_S]), axis=0)[1:]
+    energy = energy0[None, :] + summed
+    no_prof = np.where(plan.profiling, np.float32(0), np.float32(np.nan))  # NaN → NULL where dcgm is absent
+    max_clock = plan.max_clock
 
     def col(x: np.ndarray) -> pa.Array:
-        return pa.array(x, from_pandas=True)  # NaN → NULL
+        return pa.array(np.broadcast_to(x, t.shape).ravel(), from_pandas=True)  # NaN → NULL
 
     table = pa.table(
         {
-            "ts": pa.array(lo + t.astype("timedelta64[s]"), type=pa.timestamp("us")),
-            "gpu_id": pa.DictionaryArray.from_arrays(pa.array(gpu, type=pa.int32()), ids),
+            "ts": pa.array(lo + t.ravel().astype("timedelta64[s]"), type=pa.timestamp("us")),
+            "gpu_id": pa.DictionaryArray.from_arrays(pa.array(gpu.ravel(), type=pa.int32()), ids),
             "util_pct": col(util),
             "mem_util_pct": col(np.rint(util * 0.45 * (0.8 + 0.4 * u2)).astype(np.float32)),
             "mem_used_mib": col(
                 np.where(pattern == IDLE, 0, np.rint(mem * (0.96 + 0.04 * u2))).astype(np.float32)
             ),
-            "mem_total_mib": col(spec(lambda s: s.memory_mib)),
+            "mem_total_mib": col(plan.memory_mib),
             "power_w": col(power),
             "energy_j": col(energy),
             "temp_c": col(np.rint(np.where(hot, 85 + 5 * u2, 31 + 0.4 * util + 3 * u2)).astype(np.float32)),
@@ -217,7 +249,7 @@ def _chunk(
             "sm_clock_mhz": col(
                 np.where(
                     util == 0,
-                    spec(lambda s: s.idle_clock_mhz),
+                    plan.idle_clock,
                     np.where(hot, np.round(max_clock * 0.7), max_clock),
                 ).astype(np.float32)
             ),
@@ -228,9 +260,10 @@ def _chunk(
             ),
         }
     )
+    ran = summed[-1]
     if not gaps:
-        return table
-    missing = np.zeros(total, dtype=np.bool_)
+        return table, ran
+    missing = np.zeros(t.shape, dtype=np.bool_)
     for gpus, start, end in gaps:
         missing |= np.isin(gpu, gpus) & (t >= start) & (t < end)
-    return table.filter(pa.array(~missing))
+    return table.filter(pa.array(~missing.ravel())), ran
