@@ -15,8 +15,8 @@ import duckdb
 import pytest
 
 from gpuledger.cli.main import main
-from gpuledger.demo.build import DEFAULT_END, build_demo, ensure_demo
-from gpuledger.ledger.db import memory_ledger, reader
+from gpuledger.demo.build import DEFAULT_END, DEMO_MEMORY_LIMIT, _bounded_memory, build_demo, ensure_demo
+from gpuledger.ledger.db import memory_ledger, reader, writer
 from gpuledger.ledger.errors import LedgerError
 from tests.conftest import write
 
@@ -372,11 +372,15 @@ def test_cli_demo_json_then_no_op(db_path: str, capsys: pytest.CaptureFixture[st
     assert "must be between 2 and 366 days, got 1" in capsys.readouterr().err
 
 
-def test_ensure_demo_fills_only_an_empty_ledger(db_path: str, tmp_path) -> None:
+def test_ensure_demo_fills_only_an_empty_ledger(
+    db_path: str, tmp_path, demo: duckdb.DuckDBPyConnection
+) -> None:
     assert ensure_demo(db_path, days=2) is True
     assert ensure_demo(db_path, days=2) is False
     with reader(db_path) as con:
         assert one(con, "SELECT count(*) FROM ingests WHERE format = 'demo'") == 1
+        # built into a file under the demo's lower memory limit (spilling): the same ledger as in memory
+        assert checksums(con) == checksums(demo)
     other = str(tmp_path / "own.duckdb")
     jobs = write(
         tmp_path,
@@ -388,6 +392,34 @@ def test_ensure_demo_fills_only_an_empty_ledger(db_path: str, tmp_path) -> None:
     assert ensure_demo(other, days=2) is False
     with reader(other) as con:
         assert one(con, "SELECT count(*) FROM jobs") == 1
+
+
+def _limit(con: duckdb.DuckDBPyConnection) -> float:
+    """memory_limit in MiB, as DuckDB prints it (to 0.1 of its unit: what a restored setting round-trips to)."""
+    value, unit = str(one(con, "SELECT current_setting('memory_limit')")).split()
+    return round(float(value) * {"KiB": 2**-10, "MiB": 1, "GiB": 2**10, "TiB": 2**20}[unit], 1)
+
+
+def test_demo_memory_limit_is_lowered_for_a_file_and_put_back(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GPULEDGER_MEMORY_LIMIT", raising=False)
+    probe = duckdb.connect()
+    probe.execute(f"SET memory_limit = '{DEMO_MEMORY_LIMIT}'")
+    lowered = _limit(probe)  # DuckDB's spelling of 600MB
+    with writer(db_path) as con:
+        before = _limit(con)
+        with _bounded_memory(con):
+            assert _limit(con) == lowered != before
+        assert _limit(con) == pytest.approx(before, abs=0.11)
+        monkeypatch.setenv("GPULEDGER_MEMORY_LIMIT", "2GB")  # the user's choice is left alone
+        with _bounded_memory(con):
+            assert _limit(con) == pytest.approx(before, abs=0.11)
+    mem = memory_ledger()  # an in-memory ledger has nowhere to spill to
+    before = _limit(mem)
+    monkeypatch.delenv("GPULEDGER_MEMORY_LIMIT")
+    with _bounded_memory(mem):
+        assert _limit(mem) == before
 
 
 def test_headline_money_follows_observed_capacity_and_checkpoints(demo: duckdb.DuckDBPyConnection) -> None:

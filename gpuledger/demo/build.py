@@ -3,7 +3,7 @@
 :func:`build_demo` turns the plan of gpuledger/demo/fleet.py (fleet and people), demo_planted.py (the twelve
 planted scenarios of the waste-and-demo contract) and demo_workload.py (thousands of ordinary jobs) into
 ``stage_*`` tables — jobs, allocations with ``gpu_id`` (so samples are attributed by the same rule as real
-data), training runs, GPUs, capacity, and 30 s telemetry computed with numpy (demo_telemetry.py) — and lands them with
+data), training runs, GPUs, capacity, and 30 s telemetry computed with numpy in time order (telemetry.py) — and lands them with
 :func:`collectors.base.land` inside one transaction, recorded in ``ingests`` with format ``demo`` and a
 content hash of (seed, days, end): building the same demo twice is a no-op, and a different demo replaces
 the earlier one. The same seed, days and end date give an identical ledger. docs/demo.md lists what is in it.
@@ -15,6 +15,8 @@ import datetime as dt
 import hashlib
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import duckdb
@@ -62,6 +64,11 @@ ONPREM_PRICE_SOURCE = (
     "(26,280 h) = $0.95, plus $0.15 power, cooling and hosting"
 )
 CAPACITY = (("borealis", "A100-80GB", 32.0),)
+# DuckDB's memory limit while the demo builds into a file (see _bounded_memory), leaving room for Python's
+# ~300 MiB (interpreter, plan, one chunk of telemetry) under the demo's 1 GiB budget. Measured on 28 days
+# with the time-order telemetry: 1,484 MiB peak RSS (1,978 MiB before): DuckDB's own memory still grows past
+# its limit with the window (issue 11), and the spilling costs CPU (7 days at 500 MB: +7 %).
+DEMO_MEMORY_LIMIT = "600MB"
 
 
 def demo_hash(*, days: int, seed: int, end: dt.date) -> str:
@@ -176,7 +183,9 @@ def _stage_telemetry(
     chunks = telemetry_chunks(
         fleet, jobs, lo=np.datetime64(lo, "us"), window_s=window_s, seed=seed, gaps=gaps
     )
-    # a chunk of GPUs at a time, so Python holds one chunk's columns, never the whole fleet's
+    # a day of polls at a time, appended in time order: Python holds one chunk's columns and the stage
+    # grows at its end. (borealis-n00's outages leave its GPUs out of some polls, so land() takes its
+    # general path rather than the whole-polls one; the samples table is written in time order either way.)
     for i, table in enumerate(chunks):
         con.register("demo_samples_arrow", table)
         cols = ", ".join("gpu_id::VARCHAR AS gpu_id" if c == "gpu_id" else c for c in table.column_names)
@@ -294,7 +303,33 @@ def build_demo(
             path, FORMAT, ingest_id, rows, skipped, replaced=earlier, seconds=time.perf_counter() - started
         )
 
-    return run_in_transaction(con, work).rows
+    with _bounded_memory(con):
+        return run_in_transaction(con, work).rows
+
+
+@contextmanager
+def _bounded_memory(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """DuckDB's memory limit lowered to DEMO_MEMORY_LIMIT for the build, then put back.
+
+    The writer's 1 GB limit bounds DuckDB's buffer pool, not the process: with the interpreter, the plan
+    and DuckDB's allocations outside the pool, the 28-day build peaked near 2 GiB. The demo's budget is
+    1 GiB for the whole process, so it gives DuckDB less and lets the rollup spill to the ledger's
+    ``.tmp`` folder. A limit the user chose ($GPULEDGER_MEMORY_LIMIT) is left alone, and so is an
+    in-memory ledger (tests, the upload page), which has nowhere to spill to.
+    """
+    on_file = con.execute(
+        "SELECT path IS NOT NULL AND path <> '' FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchall()
+    if os.environ.get("GPULEDGER_MEMORY_LIMIT") or not (on_file and on_file[0][0]):
+        yield
+        return
+    # put back as DuckDB prints it (to 0.1 of its unit): the writer's limit, give or take 0.1 MiB
+    before = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    con.execute(f"SET memory_limit = '{DEMO_MEMORY_LIMIT}'")
+    try:
+        yield
+    finally:
+        con.execute(f"SET memory_limit = '{str(before).replace(chr(39), '')}'")
 
 
 def ensure_demo(
