@@ -33,6 +33,7 @@ from tests.browser.conftest import (
     _build_ledger,
     _free_port,
     _wait_healthy,
+    new_context,
     screenshot,
     wait_for_app,
 )
@@ -126,7 +127,7 @@ speech = ["{LEAD}"]
 @pytest.fixture
 def context_page(browser: Browser) -> Iterator[Page]:
     """A fresh browser profile (no sign-in cookie) per test."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    context = new_context(browser, viewport={"width": 1400, "height": 1000}, accept_downloads=True)
     page = context.new_page()
     yield page
     context.close()
