@@ -71,10 +71,10 @@ def _connect(path: str, *, read_only: bool, timeout_s: float) -> duckdb.DuckDBPy
 # ``<ledger>.tmp`` beside the ledger (DuckDB removes it on close). The process's peak RSS is about the limit
 # plus ~160 MiB (Python, the libraries, DuckDB's own structures): a 2 M-row nvidia-smi CSV (bench/ingest.py,
 # 2026-12-01) peaked at 890 MiB under 1 GB and 460 MiB under 300 MB, at ~15 % more CPU for the spilling
-# (the rollup's sequence and minute steps). Not bounded by it: a TEMP table created inside the ingest's
-# transaction (the parsers' stage_* tables) stays in memory, so a 10 M-row CSV still peaked at 1.6 GiB;
-# bounding that needs the stage written where DuckDB can spill it. $GPULEDGER_MEMORY_LIMIT (a DuckDB size,
-# "2GB") trades memory back for speed.
+# (the rollup's sequence and minute steps). A 10 M-row CSV still peaked at 1.6 GiB, already in the parser's
+# stage step (not yet explained: a plain TEMP ``CREATE TABLE AS`` inside a transaction does spill — 2 M
+# all-VARCHAR rows under 100 MB peaked at 200 MiB). $GPULEDGER_MEMORY_LIMIT (a DuckDB size, "2GB") trades
+# memory back for speed.
 WRITER_MEMORY_LIMIT = "300MB"
 
 
