@@ -76,20 +76,26 @@ def _copy(value: Any) -> Any:
     return value.clone() if isinstance(value, pl.DataFrame) else value
 
 
+def memo(con: duckdb.DuckDBPyConnection, key: Hashable, compute: Callable[[], Any]) -> Any:
+    """``compute()`` once per sharing block on ``con`` under ``key`` (a small fact about the ledger many
+    functions ask for); outside a block, every call computes."""
+    store = _active(con)
+    if store is None:
+        return compute()
+    key = ("memo", key)
+    if key in store:
+        return store[key]
+    value = compute()
+    with _lock:
+        store[key] = value
+    return value
+
+
 def horizon(con: duckdb.DuckDBPyConnection) -> Any:
     """:func:`analytics.filters.horizon`, asked once per sharing block (every function asks for it)."""
     from analytics.filters import horizon as compute
 
-    store = _active(con)
-    if store is None:
-        return compute(con)
-    key = ("horizon",)
-    if key in store:
-        return store[key]
-    value = compute(con)
-    with _lock:
-        store[key] = value
-    return value
+    return memo(con, "horizon", lambda: compute(con))
 
 
 def shared(fn: F) -> F:

@@ -29,6 +29,7 @@ import polars as pl
 from analytics.cost import PSEUDO_PREFIX, TELEMETRY_ONLY_GPUS_SQL, job_costs_sql
 from analytics.filters import Filters, horizon
 from analytics.query import frame
+from analytics.shared import memo
 from gpuledger.ledger.rollup import rollup_matches, thresholds
 from gpuledger.ledger.settings import Settings
 
@@ -185,7 +186,12 @@ def job_totals_sql(
 def fast_path(con: duckdb.DuckDBPyConnection, settings: Settings) -> bool:
     """True when the rollups give exactly the raw-sample figures under ``settings``: they were built with
     its thresholds, and no telemetry-only GPU carries samples of several job ids (raw samples make those one
-    pseudo-job, whose idle runs the rollup, keyed by the samples' own job id, would split)."""
+    pseudo-job, whose idle runs the rollup, keyed by the samples' own job id, would split). Asked once per
+    sharing block (analytics/shared.py: every per-job function of a page asks)."""
+    return bool(memo(con, ("fast_path", settings.fingerprint()), lambda: _fast_path(con, settings)))
+
+
+def _fast_path(con: duckdb.DuckDBPyConnection, settings: Settings) -> bool:
     th = thresholds(settings.idle_util_pct, settings.idle_min_minutes, settings.target_util_pct)
     if not rollup_matches(con, th):
         return False

@@ -69,3 +69,20 @@ def test_an_omitted_as_of_or_default_keyword_shares_the_result_of_the_explicit_c
     assert len(calls) == 1
     # observed 3 GPU-h, held 1 → 2 GPU-h unallocated at $4, whichever way it was asked
     assert a["unallocated_usd"].sum() == b["unallocated_usd"].sum() == c["unallocated_usd"].sum() == 2 * 4.0
+
+
+def test_the_fast_path_check_is_made_once_per_block_and_again_after_it(ledger, monkeypatch):
+    import analytics.utilization as utilization
+
+    set_test_prices(ledger)
+    _one_gpu(ledger, 180)
+    calls = []
+    real = utilization._fast_path
+    monkeypatch.setattr(utilization, "_fast_path", lambda *a: calls.append(1) or real(*a))
+    with sharing(ledger, ("test", 4)):
+        answers = {utilization.fast_path(ledger, Settings()) for _ in range(3)}
+        waste.job_waste(ledger)  # asks for it too
+    assert len(calls) == 1
+    assert answers == {real(ledger, Settings())}
+    utilization.fast_path(ledger, Settings())  # outside any block: asked again
+    assert len(calls) == 2
