@@ -7,6 +7,7 @@ summary equals the sum of its parts; docs/metrics.md defines each key.
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from typing import Any
 
 import duckdb
@@ -14,7 +15,7 @@ import duckdb
 from analytics.filters import Filters, horizon
 from analytics.unit_costs import view_usd_per_mtok
 from analytics.utilization import Source
-from analytics.waste import PARTS, WASTE_PARTS, job_waste_sql, unallocated
+from analytics.waste import PARTS, WASTE_PARTS, job_waste, unallocated
 from gpuledger.ledger.settings import Settings
 
 ALL_FILTERS = Filters()  # the whole ledger
@@ -103,19 +104,26 @@ def summary(
     - as_of: the ledger's data horizon (running jobs are costed up to it), ISO-8601 UTC, or NULL when empty.
     """
     as_of = as_of or horizon(con)
-    sql, params = job_waste_sql(con, filters, settings, as_of, source)
+    # the view's per-job waste, shared with the other callers of one page load (analytics/shared.py), read
+    # back by DuckDB for the sums instead of running its SQL again (once for the sums, once for attribution)
+    jobs = job_waste(con, filters=filters, settings=settings, as_of=as_of, source=source)
     parts = [p for p in PARTS if p != "unallocated_usd"]
-    row = con.execute(
-        f"""SELECT {", ".join(f"coalesce(sum({p}), 0)" for p in parts)},
-                   coalesce(sum(gpu_hours), 0),
-                   sum(effective_gpu_hours) / nullif(sum(util_covered_hours), 0) * 100.0,
-                   coalesce(sum(idle_gpu_hours), 0),
-                   count(*),
-                   coalesce(sum(gpu_hours) FILTER (WHERE cost_usd IS NULL), 0),
-                   sum(energy_kwh)
-            FROM ({sql})""",
-        params,
-    ).fetchall()[0]
+    name = f"summary_jobs_{uuid.uuid4().hex}"
+    con.register(name, jobs.to_arrow())
+    try:
+        row = con.execute(
+            f"""SELECT {", ".join(f"coalesce(sum({p}), 0)" for p in parts)},
+                       coalesce(sum(gpu_hours), 0),
+                       sum(effective_gpu_hours) / nullif(sum(util_covered_hours), 0) * 100.0,
+                       coalesce(sum(idle_gpu_hours), 0),
+                       count(*),
+                       coalesce(sum(gpu_hours) FILTER (WHERE cost_usd IS NULL), 0),
+                       sum(energy_kwh)
+                FROM {name}"""
+        ).fetchall()[0]
+        attribution = attribution_quality(con, f"SELECT * FROM {name}", [])
+    finally:
+        con.unregister(name)
     waste = {p: float(v) for p, v in zip(parts, row[: len(parts)], strict=True)}
     gpu_hours, mean_util, idle_h, n_jobs, unpriced_h, energy_kwh = row[len(parts) :]
     un = unallocated(con, filters=filters, settings=settings, as_of=as_of)
@@ -138,7 +146,7 @@ def summary(
         "training_usd_per_mtok": per_mtok[0],
         "inference_usd_per_mtok_generated": per_mtok[1],
         "waste": waste,
-        "attribution": attribution_quality(con, sql, params),
+        "attribution": attribution,
         "filters": _filters_dict(filters),
         "as_of": as_of.isoformat() if as_of else None,
     }
