@@ -11,6 +11,7 @@ import atexit
 import functools
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -214,6 +215,16 @@ def assert_no_exception(page: Page) -> None:
     # app.py turns a page's exception into this sentence (the traceback goes to the server log)
     failed = page.get_by_test_id("stAlertContentError").filter(has_text="This page could not be drawn")
     assert failed.count() == 0, "a page raised; its traceback is in the streamlit server log"
+
+
+BAD_TEXT = re.compile(r"\bNone\b|\bnan\b|\bNaN\b|-0\.0\b|\$-0\.00")
+
+
+def assert_clean(text: str) -> None:
+    found = BAD_TEXT.search(text)
+    assert found is None, (
+        f"{found.group(0)!r} on the page: …{text[max(0, found.start() - 80) : found.end() + 80]}…"
+    )
 
 
 def screenshot(page: Page, name: str) -> Path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page
 
-from tests.browser.conftest import Server, assert_no_exception, open_page, screenshot
+from tests.browser.conftest import Server, assert_clean, assert_no_exception, open_page, screenshot
 
 PAGES = [
     ("", "overview", ["Spend per team per week", "Held-GPU utilization", "Where the money went"]),
@@ -45,6 +45,7 @@ def test_page_loads_with_real_content(
     assert_no_exception(page)
     body = page.locator("[data-testid='stMain']").inner_text()
     assert "not available" not in body, body[:500]
+    assert_clean(body)  # no None, nan or minus zero (Product pages check the same on a filtered view)
     for text in texts:
         assert text in body, f"{name}: {text!r} missing"
 
