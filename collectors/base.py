@@ -46,6 +46,11 @@ HEAD_BYTES = 64 * 1024
 # A telemetry sample stands for the time until the next sample of its GPU, but never more than this many
 # times the GPU's typical cadence: a longer silence is a gap (unknown), not busy or idle time.
 GAP_FACTOR = 2.5
+# The longest interval a sample is given when it is derived from the gaps (collectors/validate.py's range for
+# interval_s). A GPU's median gap above it is no cadence (two readings years apart, a wrong clock): its samples
+# then stand for 1 s each, as a lone sample does, and no gap longer than this is ever one sample's interval.
+MAX_DERIVED_INTERVAL_S = 86_400.0
+_CADENCE = f"CASE WHEN median(gap_s) IS NULL OR median(gap_s) > {MAX_DERIVED_INTERVAL_S} THEN 1.0 ELSE median(gap_s) END"
 # Files this big get a progress bar on a terminal; smaller ones land before one would be drawn.
 PROGRESS_MIN_BYTES = 4 * 2**20
 # Sample columns a second series for the same (gpu_id, ts) never changes (see _land_samples).
@@ -349,12 +354,12 @@ def _land_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> dict[str, i
         f"""
         INSERT INTO samples
         WITH cadence AS (
-            SELECT gpu_id, coalesce(median(gap_s), 1.0) AS cad_s FROM stage_gaps GROUP BY gpu_id
+            SELECT gpu_id, {_CADENCE} AS cad_s FROM stage_gaps GROUP BY gpu_id
         ),
         fresh AS (
             SELECT sp.* REPLACE (
                 coalesce(sp.interval_s,
-                         CASE WHEN g.gap_s IS NULL OR g.gap_s > {GAP_FACTOR} * c.cad_s
+                         CASE WHEN g.gap_s IS NULL OR g.gap_s > least({GAP_FACTOR} * c.cad_s, {MAX_DERIVED_INTERVAL_S})
                               THEN c.cad_s ELSE g.gap_s END) AS interval_s)
             FROM {source} sp JOIN stage_gaps g ON g.rid = sp.rowid JOIN cadence c ON c.gpu_id = g.gpu_id
             {fresh_only}
@@ -381,7 +386,7 @@ def _polls_in_order(con: duckdb.DuckDBPyConnection, n_gpus: int, total: int) -> 
     removed), so the row ``n_gpus`` on is the same GPU's next poll."""
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE stage_cadence AS
-            SELECT pos, min(gpu_id) AS gpu_id, coalesce(median(gap_s), 1.0) AS cad_s,
+            SELECT pos, min(gpu_id) AS gpu_id, {_CADENCE} AS cad_s,
                    count(*) FILTER (gap_s <= 0) + (min(gpu_id) IS DISTINCT FROM max(gpu_id))::INTEGER AS off,
                    min(rid) AS first_rid, max(rid) AS last_rid
             FROM (SELECT rowid AS rid, rowid % {n_gpus} AS pos, gpu_id,
@@ -418,7 +423,7 @@ def _land_polls(
         fresh AS (
             SELECT s.* EXCLUDE (rid, gap_s) REPLACE (
                 coalesce(s.interval_s,
-                         CASE WHEN s.gap_s IS NULL OR s.gap_s > {GAP_FACTOR} * c.cad_s
+                         CASE WHEN s.gap_s IS NULL OR s.gap_s > least({GAP_FACTOR} * c.cad_s, {MAX_DERIVED_INTERVAL_S})
                               THEN c.cad_s ELSE s.gap_s END) AS interval_s)
             FROM seq s JOIN stage_cadence c ON c.pos = s.rid % {n_gpus}
             {fresh_only}
