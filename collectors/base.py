@@ -533,12 +533,27 @@ def _land_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptio
         con.execute("ALTER TABLE stage_jobs ADD COLUMN cluster VARCHAR")
         if opts.cluster:
             con.execute("UPDATE stage_jobs SET cluster = ?", [opts.cluster])
+    # A newer record of a job that names no checkpoint (the next sacct export or Slurm poll) keeps the one
+    # the ledger has (from a jobs table, or placed from a training log, collectors/checkpoints.py): a scheduler
+    # never says "no checkpoint", it just does not know. A --replace of that record's own ingest has already
+    # removed its row, so nothing is carried from a record that is being withdrawn.
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE kept_checkpoints AS
+           SELECT job_id, last_checkpoint_ts FROM jobs
+           WHERE last_checkpoint_ts IS NOT NULL AND job_id IN (SELECT job_id FROM stage_jobs)"""
+    )
     exprs = _insert_from_stage(con, "jobs", ingest_id, defaults)
     con.execute("DELETE FROM jobs WHERE job_id IN (SELECT job_id FROM stage_jobs)")
     con.execute(
         f"""INSERT INTO jobs SELECT {", ".join(exprs)}
             FROM (SELECT * FROM stage_jobs QUALIFY row_number() OVER (PARTITION BY job_id ORDER BY end_ts DESC NULLS FIRST) = 1) s"""
     )
+    con.execute(
+        """UPDATE jobs SET last_checkpoint_ts = k.last_checkpoint_ts FROM kept_checkpoints k
+           WHERE jobs.job_id = k.job_id AND jobs.ingest_id = ? AND jobs.last_checkpoint_ts IS NULL""",
+        [ingest_id],
+    )
+    con.execute("DROP TABLE temp.kept_checkpoints")
     return _count(con, "SELECT count(*) FROM jobs WHERE ingest_id = ?", [ingest_id])
 
 

@@ -85,6 +85,21 @@ def test_hf_save_steps_worked_example_failed_waste_is_2_of_10(con, tmp_path):
     assert waste_row(con)["failed_usd"] == pytest.approx(8.0)
 
 
+def test_a_newer_scheduler_record_keeps_the_checkpoint_a_log_placed(con, tmp_path):
+    # the 10-h example, then the scheduler reports the job again (the next sacct export or Slurm poll), with
+    # no checkpoint field and its end 1 h later (11 h): the checkpoint stays at hour 8, so 3 of 11 h are lost
+    run = tmp_path / "run"
+    run.mkdir()
+    path = write(run, "trainer_state.json", hf_state(1250, save_steps=500))
+    ingest_file(con, path, opts=tie(path))
+    assert checkpoint_ts(con) == at(8 * 60)
+    ingest(con, jobs=[job(JOB, 0, 660, state="FAILED", source="sacct")])
+    assert checkpoint_ts(con) == at(8 * 60)
+    row = waste_row(con)
+    assert row["cost_usd"] == pytest.approx(11 * RATE)  # 1 GPU × 11 h × $4 = $44
+    assert row["failed_usd"] == pytest.approx(3 * RATE)  # $12: hours 8–11
+
+
 def test_hf_newest_checkpoint_folder_wins_over_save_steps(con, tmp_path):
     out = tmp_path / "output_dir"
     for n in (500, 1000):
