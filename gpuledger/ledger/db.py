@@ -54,8 +54,11 @@ def _connect(path: str, *, read_only: bool, timeout_s: float) -> duckdb.DuckDBPy
     while True:
         try:
             return duckdb.connect(path, read_only=read_only)
-        except duckdb.IOException as exc:
-            if not _is_lock_error(exc):
+        except (duckdb.IOException, duckdb.ConnectionException) as exc:
+            # Another process holds the file (a lock error), or this process has it open the other way: DuckDB
+            # refuses a read-only and a read-write connection to one file in one process at once (the dashboard
+            # saving settings while another session reads). Both end when the other connection closes: wait.
+            if not (_is_lock_error(exc) or "different configuration" in str(exc)):
                 raise
             if time.monotonic() >= deadline:
                 raise DatabaseBusyError(
