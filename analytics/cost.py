@@ -39,6 +39,7 @@ import polars as pl
 
 from analytics.filters import Filters, horizon
 from analytics.query import frame
+from analytics.shared import materialized
 
 ALL_FILTERS = Filters()  # the whole ledger
 
@@ -96,7 +97,7 @@ def pseudo_jobs_sql(lo: dt.datetime, hi: dt.datetime) -> tuple[str, list[object]
            min(s.first_ts) AS start_ts, max(s.max_end_ts) AS end_ts,
            'UNKNOWN' AS state, NULL::VARCHAR AS exit_reason, NULL::TIMESTAMP AS last_checkpoint_ts,
            NULL::BIGINT AS ingest_id
-    FROM samples_day s JOIN ({TELEMETRY_ONLY_GPUS_SQL}) t USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
+    FROM samples_day s JOIN ({telemetry_only_gpus_sql()}) t USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
     WHERE s.day >= ?::DATE AND s.day < ?::DATE
     GROUP BY s.gpu_id
     """
@@ -213,6 +214,16 @@ SHARED_SEGMENTS_SQL = """
 """
 
 
+def shared_segments_sql() -> str:
+    """:data:`SHARED_SEGMENTS_SQL` as a sub-query (computed once per sharing block, analytics.shared)."""
+    return materialized(("shared_segments",), SHARED_SEGMENTS_SQL, [])[0]
+
+
+def telemetry_only_gpus_sql() -> str:
+    """:data:`TELEMETRY_ONLY_GPUS_SQL` as a sub-query (computed once per sharing block, analytics.shared)."""
+    return materialized(("telemetry_only_gpus",), TELEMETRY_ONLY_GPUS_SQL, [])[0]
+
+
 def shared_cut_sql(alias: str) -> str:
     """GPU-seconds the row ``alias`` (job_id, span_start, span_end) declared beyond its shares of shared GPUs
     inside its span; reads the CTE ``shared`` (:data:`SHARED_SEGMENTS_SQL`)."""
@@ -269,7 +280,7 @@ def job_costs_sql(
     else:
         source, pseudo_params = "jobs", []
     sql = f"""
-    WITH shared AS ({SHARED_SEGMENTS_SQL}),
+    WITH shared AS ({shared_segments_sql()}),
     j AS (
         SELECT j.*,
                greatest(j.start_ts, ?::TIMESTAMP) AS span_start,
@@ -306,7 +317,8 @@ def job_costs_sql(
            priced.cost_usd * CASE WHEN jc.declared_s > 0 THEN 1 - jc.cut_s / jc.declared_s ELSE 1 END AS cost_usd
     FROM jc LEFT JOIN priced USING (job_id)
     """
-    return sql, [lo, as_of, hi, *pseudo_params, *params]
+    key = ("job_costs", filters, as_of, unattributed)
+    return materialized(key, sql, [lo, as_of, hi, *pseudo_params, *params])
 
 
 def job_costs(
@@ -323,7 +335,7 @@ def job_costs(
     """
     as_of = as_of or horizon(con)
     sql, params = job_costs_sql(filters, as_of, unattributed=unattributed)
-    return frame(con, sql + " ORDER BY jc.start_ts, jc.job_id", params)
+    return frame(con, f"SELECT * FROM ({sql}) jc ORDER BY jc.start_ts, jc.job_id", params)
 
 
 COST_BY = {

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import duckdb
 import polars as pl
 
-from analytics.cost import PSEUDO_PREFIX, TELEMETRY_ONLY_GPUS_SQL, job_costs_sql
+from analytics.cost import PSEUDO_PREFIX, job_costs_sql, telemetry_only_gpus_sql
 from analytics.filters import Filters, horizon
 from analytics.query import frame
 from analytics.utilization import (
@@ -188,7 +188,7 @@ def _fast_stretches(
     min_s = float(settings.idle_min_minutes) * 60.0
     marks = ", ".join("?" for _ in cut) or "NULL"
     sql = f"""
-    WITH vj AS (SELECT job_id FROM ({jobs_sql})), tele AS ({TELEMETRY_ONLY_GPUS_SQL}),
+    WITH vj AS (SELECT job_id FROM ({jobs_sql})), tele AS ({telemetry_only_gpus_sql()}),
     p AS (
         SELECT CASE WHEN t.gpu_id IS NOT NULL THEN '{PSEUDO_PREFIX}' || r.gpu_id ELSE r.job_id END AS job_id,
                r.gpu_id, r.run_start, r.first_ts, r.end_ts, r.idle_s

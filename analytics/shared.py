@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
@@ -31,6 +32,7 @@ ENTRIES = 64
 _states: OrderedDict[Hashable, OrderedDict[Hashable, Any]] = OrderedDict()
 _lock = threading.Lock()
 _local = threading.local()  # per thread (Streamlit runs each session's script in its own thread)
+_temp_names = itertools.count()
 
 
 def _store_for(key: Hashable | None) -> OrderedDict[Hashable, Any]:
@@ -46,22 +48,55 @@ def _store_for(key: Hashable | None) -> OrderedDict[Hashable, Any]:
 
 @contextlib.contextmanager
 def sharing(con: duckdb.DuckDBPyConnection, key: Hashable | None = None) -> Iterator[None]:
-    """Share results of :func:`shared` functions called on ``con`` inside the block (see the module)."""
+    """Share results of :func:`shared` functions called on ``con`` inside the block (see the module).
+
+    Without a ``key``, a block opened inside another block on ``con`` is that block (a report collected
+    inside a page's data function shares the page's results)."""
+    if key is None and _active(con) is not None:
+        yield
+        return
     stack = getattr(_local, "stack", None)
     if stack is None:
         stack = _local.stack = []
-    stack.append((con, _store_for(key)))
+    temps: dict[Hashable, str] = {}
+    stack.append((con, _store_for(key), temps))
     try:
         yield
     finally:
         stack.pop()
+        for name in temps.values():
+            with contextlib.suppress(duckdb.Error):  # a connection closed inside the block has none left
+                con.execute(f"DROP TABLE IF EXISTS temp.{name}")
 
 
 def _active(con: duckdb.DuckDBPyConnection) -> OrderedDict[Hashable, Any] | None:
-    for c, store in reversed(getattr(_local, "stack", None) or ()):
+    for c, store, _ in reversed(getattr(_local, "stack", None) or ()):
         if c is con:
             return store
     return None
+
+
+def materialized(key: Hashable, sql: str, params: list[object]) -> tuple[str, list[object]]:
+    """``(sql, params)`` of a sub-query many statements of a batch embed, read from a temp table instead.
+
+    DuckDB plans every statement anew, and planning is what our statements cost on ledgers of any size below
+    a few million rows: the per-job costs (analytics/cost.py) are about 10 kB of SQL, and a page's statements
+    embed them one to three times each (measured: 90-180 ms a statement, 10-15 ms of it executing). Inside a
+    sharing block on this thread the sub-query runs once, into a temp table of the block's connection
+    (dropped when the block ends), and callers get a plain scan of it; ``key`` names the sub-query with
+    everything its result depends on. Outside a block, the sub-query itself comes back. A statement run on
+    another connection than the block's fails on the missing table, never reads another ledger's rows.
+    """
+    stack = getattr(_local, "stack", None)
+    if not stack:
+        return sql, params
+    con, _, temps = stack[-1]
+    name = temps.get(key)
+    if name is None:
+        name = f"gl_shared_{next(_temp_names)}"
+        con.execute(f"CREATE TEMP TABLE {name} AS {sql}", params)
+        temps[key] = name
+    return f"SELECT * FROM temp.{name}", []
 
 
 def _arg_key(value: Any) -> Hashable:

@@ -26,7 +26,7 @@ from typing import Literal
 import duckdb
 import polars as pl
 
-from analytics.cost import PSEUDO_PREFIX, TELEMETRY_ONLY_GPUS_SQL, job_costs_sql
+from analytics.cost import PSEUDO_PREFIX, job_costs_sql, telemetry_only_gpus_sql
 from analytics.filters import Filters, horizon
 from analytics.query import frame
 from analytics.shared import memo
@@ -88,7 +88,7 @@ def flagged_samples_sql(
     min_s = float(settings.idle_min_minutes) * 60.0
     sql = f"""
     WITH vj AS (SELECT job_id FROM ({jobs_sql})),
-    tele AS ({TELEMETRY_ONLY_GPUS_SQL}),
+    tele AS ({telemetry_only_gpus_sql()}),
     seq AS (
         SELECT s.ts, s.gpu_id, s.interval_s::DOUBLE AS interval_s, s.util_pct::DOUBLE AS util_pct,
                s.mem_used_mib::DOUBLE AS mem_used_mib,
@@ -197,7 +197,7 @@ def _fast_path(con: duckdb.DuckDBPyConnection, settings: Settings) -> bool:
         return False
     mixed = con.execute(
         f"""SELECT count(*) FROM (
-                SELECT gpu_id FROM samples_minute WHERE gpu_id IN ({TELEMETRY_ONLY_GPUS_SQL})
+                SELECT gpu_id FROM samples_minute WHERE gpu_id IN ({telemetry_only_gpus_sql()})
                 GROUP BY gpu_id HAVING count(DISTINCT coalesce(job_id, chr(0))) > 1)"""
     ).fetchall()[0][0]
     return not mixed
@@ -217,7 +217,7 @@ def minute_view_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str, l
     lo, hi = view_bounds(filters)
     sql = f"""
     mvj AS (SELECT job_id FROM ({jobs_sql})),
-    mtele AS ({TELEMETRY_ONLY_GPUS_SQL}),
+    mtele AS ({telemetry_only_gpus_sql()}),
     mv AS (
         SELECT m.* REPLACE (CASE WHEN t.gpu_id IS NOT NULL THEN '{PSEUDO_PREFIX}' || m.gpu_id
                                  ELSE m.job_id END AS job_id),
@@ -383,7 +383,7 @@ def _fast_percentiles_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[
     jobs_sql, jobs_params = job_costs_sql(filters, as_of)
     lo, hi = view_bounds(filters)
     sql = f"""
-    WITH vj AS (SELECT job_id FROM ({jobs_sql})), tele AS ({TELEMETRY_ONLY_GPUS_SQL}),
+    WITH vj AS (SELECT job_id FROM ({jobs_sql})), tele AS ({telemetry_only_gpus_sql()}),
     hv AS (
         SELECT CASE WHEN t.gpu_id IS NOT NULL THEN '{PSEUDO_PREFIX}' || h.gpu_id ELSE h.job_id END AS job_id,
                h.util_pct, h.seconds

@@ -33,13 +33,13 @@ import polars as pl
 from analytics.cost import (
     PRICE_PERIODS_CTE,
     PSEUDO_PREFIX,
-    SHARED_SEGMENTS_SQL,
-    TELEMETRY_ONLY_GPUS_SQL,
     UNATTRIBUTED,
     job_costs_sql,
     price_cluster_sql,
     price_tier_sql,
     shared_cut_sql,
+    shared_segments_sql,
+    telemetry_only_gpus_sql,
 )
 from analytics.filters import Filters, horizon
 from analytics.query import frame
@@ -284,7 +284,7 @@ OBSERVED_GPUS_SQL = f"""
                         OR (a.gpu_id IS NULL AND lower(split_part(a.host, '.', 1)) = lower(split_part(g.host, '.', 1)))))
                AS cluster
     FROM gpus g
-    WHERE g.gpu_id NOT IN ({TELEMETRY_ONLY_GPUS_SQL})
+    WHERE g.gpu_id NOT IN ({telemetry_only_gpus_sql()})
 """
 
 # Reporting spans of each physical GPU inside each capacity window [lo, hi) of ``uw`` (w_id, lo, hi): from the
@@ -471,7 +471,7 @@ def _unallocated_windows_sql(
         SELECT w_id, cluster, gpu_model, gpu_count, t_from, t_to FROM hj
         UNION ALL
         SELECT hj.w_id, hj.cluster, hj.gpu_model, -c.cut, greatest(c.s_from, hj.t_from), least(c.s_to, hj.t_to)
-        FROM ({SHARED_SEGMENTS_SQL}) c JOIN hj ON hj.job_id = c.job_id
+        FROM ({shared_segments_sql()}) c JOIN hj ON hj.job_id = c.job_id
     ),
     ev0 AS MATERIALIZED (
         SELECT w_id, cluster, coalesce(gpu_model, '') AS mkey, 'd' AS k, t_from AS ts, gpu_count AS n FROM decl
@@ -689,7 +689,7 @@ def _job_week_costs_sql(
     where, where_params = filters.job_where("pj")
     sql = f"""
     WITH wk AS ({buckets[0]}),
-    shared AS ({SHARED_SEGMENTS_SQL}),
+    shared AS ({shared_segments_sql()}),
     real AS ({real_sql}),
     pseudo AS (
         SELECT wk.week, '{PSEUDO_PREFIX}' || s.gpu_id AS job_id, any_value(g.cluster) AS cluster,
@@ -698,7 +698,7 @@ def _job_week_costs_sql(
                1.0::DOUBLE AS gpu_count, 'on_demand' AS pricing_tier, 'UNKNOWN' AS state,
                min(s.first_ts) AS start_ts, max(s.max_end_ts) AS end_ts,
                any_value(wk.w_lo) AS w_lo, any_value(wk.w_hi) AS w_hi
-        FROM samples_day s JOIN ({TELEMETRY_ONLY_GPUS_SQL}) t USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
+        FROM samples_day s JOIN ({telemetry_only_gpus_sql()}) t USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
              JOIN wk ON s.day >= wk.w_lo::DATE AND s.day < wk.w_hi::DATE
         GROUP BY wk.week, s.gpu_id
     ),

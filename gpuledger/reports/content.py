@@ -157,6 +157,15 @@ def collect(
     con: duckdb.DuckDBPyConnection, *, filters: Filters, settings: Settings, title: str | None = None
 ) -> ReportData:
     """Run the analyses the report needs, on one reader connection, at one data horizon."""
+    from analytics.shared import sharing
+
+    with sharing(con):  # the ledger does not change while the report is read: every figure computed once
+        return _collect(con, filters=filters, settings=settings, title=title)
+
+
+def _collect(
+    con: duckdb.DuckDBPyConnection, *, filters: Filters, settings: Settings, title: str | None
+) -> ReportData:
     from analytics.filters import horizon
     from analytics.jobs import jobs_table
     from analytics.recommend import recommendations

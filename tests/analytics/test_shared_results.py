@@ -86,3 +86,57 @@ def test_the_fast_path_check_is_made_once_per_block_and_again_after_it(ledger, m
     assert answers == {real(ledger, Settings())}
     utilization.fast_path(ledger, Settings())  # outside any block: asked again
     assert len(calls) == 2
+
+
+def _temp_tables(con) -> list[str]:
+    return [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()]
+
+
+def test_a_block_runs_the_per_job_costs_once_into_a_temp_table_and_drops_it_after(ledger, monkeypatch):
+    from analytics import cost, shared
+    from analytics.utilization import utilization_by
+
+    set_test_prices(ledger)
+    _one_gpu(ledger, 180)
+    plain = (cost.job_costs(ledger), utilization_by(ledger, by="team"), waste.job_waste(ledger))
+    made = []
+    real = shared.materialized
+    monkeypatch.setattr(cost, "materialized", lambda key, sql, p: made.append(key[0]) or real(key, sql, p))
+    with sharing(ledger):
+        inside = (cost.job_costs(ledger), utilization_by(ledger, by="team"), waste.job_waste(ledger))
+        kept = _temp_tables(ledger)
+    assert all(a.equals(b) for a, b in zip(plain, inside, strict=True))
+    # asked for by every statement, computed once each: the view's job costs, the shared stretches, the
+    # telemetry-only GPUs
+    assert {"job_costs", "shared_segments", "telemetry_only_gpus"} <= set(made)
+    assert len(kept) == 3, kept
+    assert _temp_tables(ledger) == []  # dropped with the block
+    # outside a block the sub-query is inlined: a write is seen at once
+    assert cost.job_costs_sql(Filters(), None)[0].lstrip().startswith("WITH shared AS")
+
+
+def test_a_write_after_a_block_is_seen_by_the_next_block(ledger):
+    from analytics import cost
+
+    set_test_prices(ledger)
+    _one_gpu(ledger, 180)
+    with sharing(ledger):
+        before = cost.job_costs(ledger, unattributed=False)["cost_usd"].sum()
+    ingest(ledger, jobs=[job("j2", 0, 30)], allocations=[alloc("j2", "n2:0", 0, 30)], gpus=[gpu("n2:0")])
+    with sharing(ledger):
+        after = cost.job_costs(ledger, unattributed=False)["cost_usd"].sum()
+    assert before == 4.0  # 1 h of an H100 at $4
+    assert after == 4.0 + 0.5 * 4.0
+
+
+def test_a_block_without_a_key_inside_a_block_is_that_block(ledger, monkeypatch):
+    set_test_prices(ledger)
+    _one_gpu(ledger, 180)
+    calls = []
+    real = waste._unallocated_sql
+    monkeypatch.setattr(waste, "_unallocated_sql", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with sharing(ledger, ("page", 1)):
+        waste.unallocated(ledger)
+        with sharing(ledger):  # e.g. a report collected inside a page's data function
+            waste.unallocated(ledger)
+    assert len(calls) == 1

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import duckdb
 
+from analytics.shared import sharing
 from gpuledger.cli.commands._common import add_db_options, print_json
 from gpuledger.ledger.db import reader
 from gpuledger.ledger.errors import LedgerError
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.parquet)
     if out.exists() and not out.is_dir():
         raise LedgerError(f"{out}: exists and is not a folder")
-    with reader(args.db) as con:
+    with reader(args.db) as con, sharing(con):
         written = export_parquet(con, out)
     if args.json:
         print_json({"path": str(out.resolve()), "tables": written})

@@ -7,6 +7,7 @@ import argparse
 import polars as pl
 
 from analytics.jobs import jobs_table
+from analytics.shared import sharing
 from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json
 from gpuledger.cli.commands.summary import filters_from
 from gpuledger.ledger.db import reader
@@ -35,7 +36,7 @@ def _fmt(v: object, fmt: str) -> str:
 def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     sync_reference(args.db, settings)
-    with reader(args.db) as con:
+    with reader(args.db) as con, sharing(con):
         table = jobs_table(
             con, filters=filters_from(args), settings=settings, sort=args.sort, limit=args.limit
         )

@@ -9,6 +9,7 @@ import datetime as dt
 import sys
 
 from analytics.filters import Filters, horizon
+from analytics.shared import sharing
 from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json
 from gpuledger.ledger.db import reader, writer
 from gpuledger.ledger.errors import LedgerError
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     sync_reference(args.db, settings)
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0)
-    with reader(args.db) as con:
+    with reader(args.db) as con, sharing(con):
         since, until = args.since, args.until
         week = None
         if args.week or not (since or until):

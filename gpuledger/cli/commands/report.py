@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from analytics.filters import Filters, horizon
+from analytics.shared import sharing
 from gpuledger.cli.commands._common import add_db_options, add_filter_options
 from gpuledger.ledger.db import reader
 from gpuledger.ledger.errors import LedgerError
@@ -126,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         target = mail.parse_smtp_url(args.smtp, starttls=args.starttls)
     settings = load_settings(args.settings)
     sync_reference(args.db, settings)
-    with reader(args.db) as con:
+    with reader(args.db) as con, sharing(con):
         since, until = args.since, args.until
         if args.week or not (since or until):
             since, until = week_range(args.week or last_full_week(horizon(con)))

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from analytics.filters import Filters
+from analytics.shared import sharing
 from analytics.summary import summary
 from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json
 from gpuledger.ledger.db import reader
@@ -79,7 +80,7 @@ def render(s: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     sync_reference(args.db, settings)
-    with reader(args.db) as con:
+    with reader(args.db) as con, sharing(con):
         result = summary(con, filters=filters_from(args), settings=settings)
     if args.json:
         print_json(result)
