@@ -204,22 +204,27 @@ def test_two_day_demo() -> None:
         build_demo(con, days=2)
         views = [Filters(), Filters(since=dt.date(2026, 11, 22), until=dt.date(2026, 11, 22))]
         assert fast_path(con, Settings())
-        for f in views:
-            kw = {"filters": f}
-            assert close(summary(con, source="raw", **kw), summary(con, source="auto", **kw))
-            same(jobs_table(con, source="raw", **kw), jobs_table(con, source="auto", **kw))
-            for by in ("team", "day"):
-                same(
-                    utilization_by(con, by=by, source="raw", **kw),
-                    utilization_by(con, by=by, source="auto", **kw),
-                )
-            same(recommendations(con, source="raw", **kw), recommendations(con, source="auto", **kw))
-        raw_parts = waste_totals(con, source="raw")
-        fast_parts = waste_totals(con, source="auto")
-        assert close(raw_parts, fast_parts)
-        assert fast_parts["idle_allocated_usd"] > 0  # the planted idle notebooks are there
+        with sharing(con):
+            _two_day_demo_views(con, views)
     finally:
         con.close()
+
+
+def _two_day_demo_views(con: duckdb.DuckDBPyConnection, views: list[Filters]) -> None:
+    for f in views:
+        kw = {"filters": f}
+        assert close(summary(con, source="raw", **kw), summary(con, source="auto", **kw))
+        same(jobs_table(con, source="raw", **kw), jobs_table(con, source="auto", **kw))
+        for by in ("team", "day"):
+            same(
+                utilization_by(con, by=by, source="raw", **kw),
+                utilization_by(con, by=by, source="auto", **kw),
+            )
+        same(recommendations(con, source="raw", **kw), recommendations(con, source="auto", **kw))
+    raw_parts = waste_totals(con, source="raw")
+    fast_parts = waste_totals(con, source="auto")
+    assert close(raw_parts, fast_parts)
+    assert fast_parts["idle_allocated_usd"] > 0  # the planted idle notebooks are there
 
 
 def test_polls_of_two_gpus_roll_up_without_a_sort_and_equal_the_raw_path(
