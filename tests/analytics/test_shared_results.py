@@ -21,6 +21,14 @@ def _one_gpu(con, minutes: int) -> None:
     )
 
 
+def _count_unallocated(monkeypatch) -> list[int]:
+    """A list that grows by one each time the unallocated capacity is really computed."""
+    calls: list[int] = []
+    real = waste._unallocated_sql
+    monkeypatch.setattr(waste, "_unallocated_sql", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
 def test_inside_a_block_each_view_is_computed_once_and_equals_the_plain_call(ledger, monkeypatch):
     set_test_prices(ledger)
     _one_gpu(ledger, 180)
@@ -28,9 +36,7 @@ def test_inside_a_block_each_view_is_computed_once_and_equals_the_plain_call(led
     plain_jobs = waste.job_waste(ledger)
     # observed 3 GPU-h, held 1 → 2 GPU-h unallocated at $4
     assert plain_un["unallocated_usd"].sum() == 2 * 4.0
-    calls = []
-    real = waste._unallocated_sql
-    monkeypatch.setattr(waste, "_unallocated_sql", lambda *a, **k: calls.append(1) or real(*a, **k))
+    calls = _count_unallocated(monkeypatch)
     with sharing(ledger, ("test", 1)):
         for _ in range(3):
             assert waste.unallocated(ledger, filters=Filters(), settings=Settings()).equals(plain_un)
@@ -59,9 +65,7 @@ def test_an_omitted_as_of_or_default_keyword_shares_the_result_of_the_explicit_c
 
     set_test_prices(ledger)
     _one_gpu(ledger, 180)
-    calls = []
-    real = waste._unallocated_sql
-    monkeypatch.setattr(waste, "_unallocated_sql", lambda *a, **k: calls.append(1) or real(*a, **k))
+    calls = _count_unallocated(monkeypatch)
     with sharing(ledger, ("test", 3)):
         a = waste.unallocated(ledger)
         b = waste.unallocated(ledger, filters=Filters(), settings=Settings(), as_of=horizon(ledger))
@@ -132,9 +136,7 @@ def test_a_write_after_a_block_is_seen_by_the_next_block(ledger):
 def test_a_block_without_a_key_inside_a_block_is_that_block(ledger, monkeypatch):
     set_test_prices(ledger)
     _one_gpu(ledger, 180)
-    calls = []
-    real = waste._unallocated_sql
-    monkeypatch.setattr(waste, "_unallocated_sql", lambda *a, **k: calls.append(1) or real(*a, **k))
+    calls = _count_unallocated(monkeypatch)
     with sharing(ledger, ("page", 1)):
         waste.unallocated(ledger)
         with sharing(ledger):  # e.g. a report collected inside a page's data function
