@@ -61,9 +61,12 @@ def _connect(path: str, *, read_only: bool, timeout_s: float) -> duckdb.DuckDBPy
             if not (_is_lock_error(exc) or "different configuration" in str(exc)):
                 raise
             if time.monotonic() >= deadline:
-                raise DatabaseBusyError(
-                    f"{path}: another gpuledger process has held the database for over {timeout_s:.0f} s"
-                ) from exc
+                held = (
+                    "another gpuledger process has held the database"
+                    if _is_lock_error(exc)
+                    else f"this process has held the database open {'read-write' if read_only else 'read-only'}"
+                )
+                raise DatabaseBusyError(f"{path}: {held} for over {timeout_s:.0f} s") from exc
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.5)
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from gpuledger.ledger.db import reader, writer
+from gpuledger.ledger.errors import DatabaseBusyError
 
 
 def _hold(ctx, seconds: float, opened: threading.Event) -> None:
@@ -40,4 +43,17 @@ def test_a_writer_waits_for_a_reader_in_the_same_process(db_path):
     assert opened.wait(30)
     with writer(db_path, timeout_s=30) as con:
         con.execute("SELECT count(*) FROM jobs").fetchall()
+    holder.join()
+
+
+def test_a_wait_that_runs_out_says_which_connection_held_the_file(db_path):
+    with writer(db_path):
+        pass
+    opened = threading.Event()
+    holder = threading.Thread(target=_hold, args=(writer(db_path), 1.5, opened))
+    holder.start()
+    assert opened.wait(30)
+    busy = "this process has held the database open read-write for over 0 s"
+    with pytest.raises(DatabaseBusyError, match=busy), reader(db_path, timeout_s=0.2):
+        pass
     holder.join()
