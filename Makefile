@@ -27,10 +27,9 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# Three xdist workers on two cores: the suite waits on browsers, servers and services about a third of the
-# time, so a third worker fills it; tests/conftest.py says which tests share a worker and in what order.
+# Two xdist workers; tests/conftest.py says which tests share a worker and in what order they are handed out.
 test: setup system-deps lint
-	$(BIN)/pytest -n 3 --dist loadgroup --no-loadscope-reorder
+	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder
 
 bench: setup
 	$(BIN)/python bench/ingest.py

@@ -84,12 +84,12 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     return path
 
 
-# `make test` runs the suite in three pytest-xdist workers (``-n 3 --dist loadgroup``). A group is the unit a
+# `make test` runs the suite in two pytest-xdist workers (``-n 2 --dist loadgroup``). A group is the unit a
 # worker takes whole: by default a test module (so a module-scoped service or server starts once); the
 # browser modules on the session's Streamlit server in two groups (each worker that takes one starts its own
 # server on a copy of the same ledger, so the two halves run side by side); the two modules that start a real
 # Slurm together (one Slurm cluster at a time). Groups are handed out in the order below, longest first, so
-# the workers finish close together; the rest follow in file order.
+# the two workers finish close together; the rest follow in file order.
 _SHARED_GROUPS = {
     "tests/browser/test_product_pages.py": "browser-product",
     "tests/browser/test_pages.py": "browser-pages",
