@@ -185,23 +185,12 @@ def new_context(browser: Browser, **options: object) -> BrowserContext:
     return context
 
 
-@pytest.fixture(scope="session")
-def shared_context(browser: Browser) -> Iterator[BrowserContext]:
-    """One browser profile for the tests of a worker: its HTTP and code caches keep Streamlit's and
-    plotly's bundles compiled across tests (measured: 1-3 CPU-s of Chromium less per page load). Each test
-    still gets its own page, so its own Streamlit session; cookies are cleared after each. The sign-in
-    tests make their own contexts (tests/browser/test_auth.py)."""
-    context = new_context(browser, viewport={"width": 1400, "height": 1600}, accept_downloads=True)
-    yield context
-    context.close()
-
-
 @pytest.fixture
-def page(shared_context: BrowserContext) -> Iterator[Page]:
-    pg = shared_context.new_page()
+def page(browser: Browser) -> Iterator[Page]:
+    context = new_context(browser, viewport={"width": 1400, "height": 1600})
+    pg = context.new_page()
     yield pg
-    pg.close()
-    shared_context.clear_cookies()
+    context.close()
 
 
 def wait_for_app(page: Page, timeout_ms: int = 60_000) -> None:
