@@ -6,8 +6,10 @@ configuration"); the dashboard hits that when one session saves settings while a
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -15,45 +17,45 @@ from gpuledger.ledger.db import reader, writer
 from gpuledger.ledger.errors import DatabaseBusyError
 
 
-def _hold(ctx, seconds: float, opened: threading.Event) -> None:
-    with ctx as con:
-        con.execute("SELECT 1").fetchall()
-        opened.set()
-        time.sleep(seconds)
+@contextlib.contextmanager
+def _held(db_path: str, open_ledger, seconds: float) -> Iterator[None]:
+    """The ledger (created first, with its schema) held by ``open_ledger(db_path)`` in another thread of
+    this process for ``seconds``; the block runs while it is held."""
+    with writer(db_path):
+        pass
+    opened = threading.Event()
+
+    def hold() -> None:
+        with open_ledger(db_path) as con:
+            con.execute("SELECT 1").fetchall()
+            opened.set()
+            time.sleep(seconds)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert opened.wait(30)
+    try:
+        yield
+    finally:
+        holder.join()
 
 
 def test_a_reader_waits_for_a_writer_in_the_same_process(db_path):
-    with writer(db_path):
-        pass  # the file exists, with its schema
-    opened = threading.Event()
-    holder = threading.Thread(target=_hold, args=(writer(db_path), 0.5, opened))
-    holder.start()
-    assert opened.wait(30)
-    with reader(db_path, timeout_s=30) as con:  # without the wait: ConnectionException at once
+    with _held(db_path, writer, 0.5), reader(db_path, timeout_s=30) as con:
+        # without the wait: ConnectionException at once
         assert con.execute("SELECT count(*) FROM jobs").fetchall() == [(0,)]
-    holder.join()
 
 
 def test_a_writer_waits_for_a_reader_in_the_same_process(db_path):
-    with writer(db_path):
-        pass
-    opened = threading.Event()
-    holder = threading.Thread(target=_hold, args=(reader(db_path), 0.5, opened))
-    holder.start()
-    assert opened.wait(30)
-    with writer(db_path, timeout_s=30) as con:
+    with _held(db_path, reader, 0.5), writer(db_path, timeout_s=30) as con:
         con.execute("SELECT count(*) FROM jobs").fetchall()
-    holder.join()
 
 
 def test_a_wait_that_runs_out_says_which_connection_held_the_file(db_path):
-    with writer(db_path):
-        pass
-    opened = threading.Event()
-    holder = threading.Thread(target=_hold, args=(writer(db_path), 1.5, opened))
-    holder.start()
-    assert opened.wait(30)
     busy = "this process has held the database open read-write for over 0 s"
-    with pytest.raises(DatabaseBusyError, match=busy), reader(db_path, timeout_s=0.2):
+    with (
+        _held(db_path, writer, 1.5),
+        pytest.raises(DatabaseBusyError, match=busy),
+        reader(db_path, timeout_s=0.2),
+    ):
         pass
-    holder.join()
