@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page
+from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import Server, assert_clean, assert_no_exception, screenshot, wait_for_app
 
@@ -165,16 +165,21 @@ def test_settings_edit_round_trips(page: Page, server: Server) -> None:
         # a bad value: the CLI's message, nothing written
         field.fill("150")
         page.get_by_role("button", name="Save thresholds").click()
+        # the message comes from the click's run: wait for it, not for a pause between runs
+        expect(page.get_by_test_id("stMain")).to_contain_text(
+            "setting 'thresholds.idle_util_pct': must be between 0 and 100, got 150.0", timeout=60_000
+        )
         wait_for_app(page)
-        text = main_text(page)
-        assert "setting 'thresholds.idle_util_pct': must be between 0 and 100, got 150.0" in text
         assert path.read_text() == original
         # a good one: written, read back by the CLI, shown as in force
         page.get_by_role("spinbutton", name="thresholds.idle_util_pct").fill("10")
         page.get_by_role("button", name="Save thresholds").click()
+        # the save's run writes and calls st.rerun(); the script state can read "notRunning" between the two
+        # runs, so wait for the second run's message itself (a wrong message still fails after 60 s)
+        expect(page.get_by_test_id("stMain")).to_contain_text(
+            "thresholds.idle_util_pct 5 → 10", timeout=60_000
+        )
         wait_for_app(page)
-        text = main_text(page)
-        assert "thresholds.idle_util_pct 5 → 10" in text
         assert tomllib.loads(path.read_text())["thresholds"]["idle_util_pct"] == 10.0
         assert page.get_by_role("spinbutton", name="thresholds.idle_util_pct").input_value() == "10.0"
         shots(page, "settings-saved")
