@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from tests.conftest import ROOT
 
@@ -206,6 +206,34 @@ def open_page(page: Page, server: Server, path: str = "", query: str = "") -> No
     # a deep link as the server's first request reruns once through app.py (pages/_ui.require_router): the
     # first run can end before the rerun starts, so wait for the page's own title, then for that run's end
     page.wait_for_selector("[data-testid='stMain'] h1", timeout=60_000)
+    wait_for_app(page)
+
+
+# Each page's sidebar link (app.py's st.Page title) and the heading its script draws first.
+NAV = {
+    "": ("Overview", "Overview"),
+    "waste": ("Waste", "Waste"),
+    "jobs": ("Jobs", "Jobs"),
+    "fleet": ("Fleet", "Fleet"),
+    "recommendations": ("Recommendations", "Recommendations"),
+    "whatif": ("What if", "What if"),
+    "training": ("Training", "Training"),
+    "upload": ("Upload", "Upload a file"),
+    "reports": ("Reports", "Weekly report"),
+    "settings": ("Settings", "Settings"),
+}
+
+
+def navigate(page: Page, path: str) -> None:
+    """Move to another page as a person does, by its sidebar link, and wait for that page's run to end.
+
+    No reload: the browser keeps the app's scripts and the server the session (with the view's filters in the
+    URL), so a move costs Chromium about a third of a fresh load. The new page's heading shows once its run
+    has begun; only then is a "notRunning" state the end of that run, not the pause before it starts.
+    """
+    label, heading = NAV[path]
+    page.get_by_test_id("stSidebarNav").get_by_text(label, exact=True).click()
+    expect(page.locator("[data-testid='stMain'] h1").first).to_have_text(heading, timeout=60_000)
     wait_for_app(page)
 
 

@@ -35,6 +35,7 @@ from tests.browser.conftest import (
     _free_port,
     _wait_healthy,
     assert_no_exception,
+    navigate,
     open_page,
     screenshot,
     wait_for_app,
@@ -55,13 +56,13 @@ EVIL_ROWS = [
     ["evil-4", "mallory", HTML_TEAM, "atlas", "H100-SXM-80GB", "1",
      "2026-11-18T00:00:00Z", "2026-11-18T01:00:00Z", "COMPLETED", "training", "<i>job</i>"],
 ]  # fmt: skip
-PAGES = [
+PAGES = [  # training first: opened by its own URL (the others by their links)
+    "training",
     "",
     "waste",
     "jobs",
     "fleet",
     "recommendations",
-    "training",
     "reports",
 ]
 
@@ -172,10 +173,23 @@ def test_host_flag_exposes_it_with_a_warning(exposed: Server) -> None:
 # ---------------------------------------------------------------- user strings
 
 
-@pytest.mark.parametrize("path", PAGES)
-def test_user_strings_are_never_links_or_markup(exposed: Server, page: Page, path: str) -> None:
+def test_user_strings_are_never_links_or_markup(
+    exposed: Server, page: Page, subtests: pytest.Subtests
+) -> None:
+    """Hostile team names in the URL, on every page: the first opened by its own URL, the others reached by
+    their sidebar links (which keep the view's query string, so each page draws the same names)."""
     query = urllib.parse.urlencode([("team", EVIL_TEAM), ("team", WWW_TEAM), ("team", HTML_TEAM)])
-    open_page(page, exposed, path, query)
+    open_page(page, exposed, PAGES[0], query)
+    for path in PAGES:
+        with subtests.test(page=path or "overview"):
+            if path != PAGES[0]:
+                navigate(page, path)
+            teams = urllib.parse.parse_qs(urllib.parse.urlsplit(page.url).query).get("team", [])
+            assert sorted(teams) == sorted([EVIL_TEAM, WWW_TEAM, HTML_TEAM]), page.url
+            _assert_names_are_text(page, path)
+
+
+def _assert_names_are_text(page: Page, path: str) -> None:
     assert_no_exception(page)
     page.wait_for_function(  # plotly draws after the script run; its links are SVG <a xlink:href>
         """() => [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]

@@ -9,7 +9,14 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page
 
-from tests.browser.conftest import Server, assert_clean, assert_no_exception, open_page, screenshot
+from tests.browser.conftest import (
+    Server,
+    assert_clean,
+    assert_no_exception,
+    navigate,
+    open_page,
+    screenshot,
+)
 
 PAGES = [
     ("", "overview", ["Spend per team per week", "Held-GPU utilization", "Where the money went"]),
@@ -36,31 +43,34 @@ def money(value: float) -> str:
     return f"${value:,.2f}"
 
 
-@pytest.mark.parametrize(("path", "name", "texts"), PAGES, ids=[p[1] for p in PAGES])
-def test_page_loads_with_real_content(
-    page: Page, server: Server, path: str, name: str, texts: list[str]
-) -> None:
-    open_page(page, server, path)
-    screenshot(page, f"page-{name}")
-    assert_no_exception(page)
-    body = page.locator("[data-testid='stMain']").inner_text()
-    assert "not available" not in body, body[:500]
-    assert_clean(body)  # no None, nan or minus zero (Product pages check the same on a filtered view)
-    for text in texts:
-        assert text in body, f"{name}: {text!r} missing"
-
-
-def test_overview_spend_equals_summary_json(page: Page, server: Server) -> None:
+def test_every_page_loads_with_real_content(page: Page, server: Server, subtests: pytest.Subtests) -> None:
+    """Every page, reached from the Overview by its sidebar link (each page's own URL is opened directly by
+    the Product pages tests); each page is its own subtest, so one broken page does not hide the others."""
     open_page(page, server)
-    assert metric_value(page, "Spend") == money(server.summary()["spend_usd"])
+    for path, name, texts in PAGES:
+        with subtests.test(page=name):
+            if path:
+                navigate(page, path)
+            screenshot(page, f"page-{name}")
+            assert_no_exception(page)
+            body = page.locator("[data-testid='stMain']").inner_text()
+            assert "not available" not in body, body[:500]
+            assert_clean(body)  # no None, nan or minus zero (Product pages check the same on a filtered view)
+            for text in texts:
+                assert text in body, f"{name}: {text!r} missing"
+            if not path:  # the whole fleet's spend is summary --json's
+                assert metric_value(page, "Spend") == money(server.summary()["spend_usd"])
 
 
-def test_filters_in_the_url_reproduce_the_view(page: Page, server: Server) -> None:
+def test_filters_in_the_url_reproduce_the_view_and_survive_moving_to_another_page(
+    page: Page, server: Server
+) -> None:
     query = "since=2026-11-17&until=2026-11-24&team=nlp"
     open_page(page, server, query=query)
     screenshot(page, "page-overview-filtered")
     assert_no_exception(page)
-    expected = server.summary("--since", "2026-11-17", "--until", "2026-11-24", "--team", "nlp")
+    view = ("--since", "2026-11-17", "--until", "2026-11-24", "--team", "nlp")
+    expected = server.summary(*view)
     # by hand: in tests/fixtures/dashboard/jobs.csv only dash-2 (team nlp, 1 × H100-SXM-80GB, 12 h, on
     # 2026-11-17) is in this view: 1 × 12 h × $2.99 (shipped on-demand H100 price) = $35.88
     assert expected["spend_usd"] == pytest.approx(1 * 12 * 2.99)
@@ -68,12 +78,8 @@ def test_filters_in_the_url_reproduce_the_view(page: Page, server: Server) -> No
     assert metric_value(page, "GPU-hours") == "12.0"
     sidebar = page.get_by_test_id("stSidebar").inner_text()
     assert "nlp" in sidebar
-
-
-def test_filters_survive_moving_to_another_page(page: Page, server: Server) -> None:
-    open_page(page, server, query="team=nlp")
-    page.get_by_test_id("stSidebarNav").get_by_text("Waste", exact=True).click()
-    page.wait_for_url("**/waste**")
-    page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']")
-    assert "team=nlp" in page.url
-    assert metric_value(page, "Waste $") == money(server.summary("--team", "nlp")["waste_usd"])
+    # the sidebar link to another page keeps the view: the URL still names it, the figures are its own
+    before = page.url.split("?", 1)[1]
+    navigate(page, "waste")
+    assert page.url.split("?", 1)[1] == before and "team=nlp" in before, page.url
+    assert metric_value(page, "Waste $") == money(expected["waste_usd"])
