@@ -153,3 +153,28 @@ def test_nvidia_smi_ingest_with_a_path_tz(tmp_path: Path, clean_env: dict[str, s
         check=False,
     )
     assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["summary", "--json"], "summary"),
+        (["--db", "x.duckdb", "summary"], "summary"),
+        (["--db=x.duckdb", "--settings", "s.toml", "jobs", "--team", "nlp"], "jobs"),
+        (["--help"], None),
+        (["--version"], None),
+        (["sumary"], None),  # a typo: the whole parser, so the error lists every command
+        ([], None),
+    ],
+)
+def test_only_the_named_command_is_imported_to_parse(argv: list[str], command: str | None) -> None:
+    from gpuledger.cli.main import build_parser, command_in
+
+    assert command_in(argv) == command
+    if command is not None:
+        # the one-command parser reads the arguments exactly as the whole parser does
+        one, whole = build_parser(command).parse_args(argv), build_parser().parse_args(argv)
+        assert {k: v for k, v in vars(one).items() if k != "func"} == {
+            k: v for k, v in vars(whole).items() if k != "func"
+        }
+        assert one.func is whole.func
