@@ -204,6 +204,7 @@ def test_a_lead_sees_only_their_team(signed_server: Server, context_page: Page) 
 
     # the jobs download holds only their team's jobs: as many as `gpuledger jobs --team speech`
     page.goto(f"{signed_server.url}/jobs")
+    page.wait_for_selector("[data-testid='stMain'] h1:has-text('Jobs')", timeout=60_000)
     wait_for_app(page)
     with page.expect_download() as info:
         page.get_by_role("button", name="Download these jobs (CSV, every column)").click()
@@ -214,6 +215,8 @@ def test_a_lead_sees_only_their_team(signed_server: Server, context_page: Page) 
 
     # the weekly report made from the page is the team's
     page.goto(f"{signed_server.url}/reports")
+    # a deep link's first run can end before the router's rerun starts: wait for the page's own text
+    page.get_by_text("--team speech").first.wait_for(timeout=60_000)
     wait_for_app(page)
     body = text(page.get_by_test_id("stMain"))
     assert "Teams: speech" in body and "--team speech" in body
