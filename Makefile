@@ -27,9 +27,9 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# Two xdist workers; tests/conftest.py says which tests share a worker and in what order they are handed out.
+# Two xdist workers, a test module each at a time; tests/conftest.py says in what order modules are handed out.
 test: setup system-deps lint
-	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder
+	$(BIN)/pytest -n 2 --dist loadscope --no-loadscope-reorder
 
 bench: setup
 	$(BIN)/python bench/ingest.py

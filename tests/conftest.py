@@ -84,47 +84,32 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     return path
 
 
-# `make test` runs the suite in two pytest-xdist workers (``-n 2 --dist loadgroup``). A group is the unit a
-# worker takes whole: by default a test module (so a module-scoped service or server starts once); the
-# browser modules on the session's Streamlit server in two groups (each worker that takes one starts its own
-# server on a copy of the same ledger, so the two halves run side by side); the two modules that start a real
-# Slurm together (one Slurm cluster at a time). Groups are handed out in the order below, longest first, so
-# the two workers finish close together; the rest follow in file order.
-_SHARED_GROUPS = {
-    "tests/browser/test_product_pages.py": "browser-product",
-    "tests/browser/test_pages.py": "browser-pages",
-    "tests/browser/test_upload.py": "browser-pages",
-    "tests/browser/test_writers_and_readers.py": "browser-pages",
-    "tests/live/test_slurm_collector.py": "slurm",
-    "tests/live/test_slurm_attribution.py": "slurm",
-}
+# `make test` runs the suite in two pytest-xdist workers (``-n 2 --dist loadscope --no-loadscope-reorder``):
+# a worker takes a test module whole, so a module-scoped service or server (Prometheus, a Slurm cluster, the
+# signed-in dashboard) starts once, not once per worker. Modules are handed out in the order below, longest
+# first, so the two workers finish close together; the rest follow in file order.
+# (``--dist loadgroup`` with xdist_group marks did nothing here: xdist 3.8 writes the group into
+# ``item._nodeid``, which pytest 9 no longer reads, so every test went to whichever worker was free.)
 _LONGEST_FIRST = (
-    "browser-product",
-    "browser-pages",
-    "tests/browser/test_exposure.py",
-    "slurm",
+    "tests/browser/test_product_pages.py",
     "tests/browser/test_auth.py",
+    "tests/browser/test_exposure.py",
+    "tests/browser/test_pages.py",
     "tests/live/test_prometheus_collector.py",
-    "tests/live/test_prometheus_pushdown.py",
+    "tests/browser/test_writers_and_readers.py",
+    "tests/analytics/test_fast_path.py",
+    "tests/test_report.py",
+    "tests/test_demo.py",
     "tests/live/test_nvml_sampler.py",
     "tests/install/test_wheel.py",
-    "tests/analytics/test_fast_path.py",
-    "tests/test_demo.py",
+    "tests/live/test_slurm_attribution.py",
+    "tests/browser/test_upload.py",
+    "tests/live/test_slurm_collector.py",
 )
 
 
-def _group(module: str) -> str:
-    return _SHARED_GROUPS.get(module, module)
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
-    groups = []
-    for item in items:
-        module = Path(str(item.fspath)).relative_to(ROOT).as_posix()
-        name = _group(module)
-        item.add_marker(pytest.mark.xdist_group(name))
-        groups.append(rank.get(name, len(rank)))
-    order = sorted(range(len(items)), key=lambda i: groups[i])  # stable: file order within a rank
+    ranks = [rank.get(Path(str(item.fspath)).relative_to(ROOT).as_posix(), len(rank)) for item in items]
+    order = sorted(range(len(items)), key=lambda i: ranks[i])  # stable: file order within a rank
     items[:] = [items[i] for i in order]
