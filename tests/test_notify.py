@@ -3,7 +3,6 @@ through a real SMTP server on 127.0.0.1, the cooldown remembered in the ledger, 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 from gpuledger.ledger.db import writer
 from tests.analytics.build import ingest, job
 from tests.analytics.recommend_ledgers import recommend_ledger
-from tests.conftest import ROOT
+from tests.conftest import ROOT, gpuledger
 from tests.test_report_mail import smtp_server
 
 # tests/analytics/recommend_ledgers.py on 2025-03-03 (a Monday: ISO week 2025-W10), H100 $3/GPU-h,
@@ -50,14 +49,7 @@ def ledger_file(db_path: str) -> str:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuledger", "notify", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={k: v for k, v in os.environ.items() if k != "GPULEDGER_SMTP_PASSWORD"},
-    )
+    return gpuledger("notify", *args, env={"GPULEDGER_SMTP_PASSWORD": None})
 
 
 def _sent_rows(db: str) -> list[tuple]:

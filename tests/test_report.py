@@ -9,7 +9,6 @@ import io
 import json
 import re
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from gpuledger.ledger.settings import Settings
 from gpuledger.reports import fmt
 from gpuledger.reports.content import collect, kind_label
 from gpuledger.reports.weekly import FORMATS, build_report, last_full_week, render, week_range
-from tests.conftest import ROOT
+from tests.conftest import ROOT, gpuledger
 
 JOBS = ROOT / "tests" / "fixtures" / "dashboard" / "jobs.csv"
 HEADER = JOBS.read_text().splitlines()[0]
@@ -64,9 +63,7 @@ def hostile_ledger(db_path: str, tmp_path: Path) -> str:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuledger", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    return gpuledger(*args)
 
 
 # ---------------------------------------------------------------- weeks

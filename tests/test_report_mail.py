@@ -176,7 +176,7 @@ import sys  # noqa: E402
 
 from collectors.base import ingest_file  # noqa: E402
 from gpuledger.ledger.db import writer  # noqa: E402
-from tests.conftest import ROOT  # noqa: E402
+from tests.conftest import ROOT, gpuledger  # noqa: E402
 
 JOBS = ROOT / "tests" / "fixtures" / "dashboard" / "jobs.csv"
 WEEK = ("--week", "2026-W47")
@@ -190,14 +190,7 @@ def ledger_file(db_path: str) -> str:
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpuledger", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **(env or {})},
-    )
+    return gpuledger(*args, env=env)
 
 
 def _parts(msg: EmailMessage) -> dict[str, str]:

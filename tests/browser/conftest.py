@@ -15,7 +15,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -26,7 +25,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, gpuledger
 
 CHROMIUM = Path("/usr/bin/chromium")
 FIXTURES = ROOT / "tests" / "fixtures" / "dashboard"
@@ -57,15 +56,10 @@ class Server:
     log: Path
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run ``gpuledger ARGS --db <this ledger>`` the way a user would, in a subprocess."""
-        done = subprocess.run(
-            [sys.executable, "-m", "gpuledger", *args, "--db", self.db],
-            env=self.env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        """``gpuledger ARGS --db <this ledger>`` with this server's settings, by the command's own main() in
+        this process (tests/conftest.py ``gpuledger``: the same code, without a new interpreter per call)."""
+        mine = {k: v for k, v in self.env.items() if k.startswith("GPULEDGER_")}
+        done = gpuledger(*args, "--db", self.db, env=mine)
         if check and done.returncode != 0:
             raise AssertionError(
                 f"gpuledger {' '.join(args)} exited {done.returncode}: {done.stderr[-2000:]}"

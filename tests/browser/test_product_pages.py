@@ -162,44 +162,6 @@ def test_jobs_row_click_opens_the_job(page: Page, server: Server) -> None:
     assert "since=2026-11-21" in page.url  # the view's filters stay in the job's URL
 
 
-def test_settings_edit_round_trips(page: Page, server: Server) -> None:
-    path = Path(server.env["GPULEDGER_SETTINGS"])
-    original = path.read_text()
-    try:
-        text = goto(page, server, "settings")
-        shots(page, "settings")
-        assert_clean(text)
-        assert "Prices in force" in text and "Thresholds" in text
-        field = page.get_by_role("spinbutton", name="thresholds.idle_util_pct")
-        # a bad value: the CLI's message, nothing written
-        field.fill("150")
-        page.get_by_role("button", name="Save thresholds").click()
-        # the message comes from the click's run: wait for it, not for a pause between runs
-        expect(page.get_by_test_id("stMain")).to_contain_text(
-            "setting 'thresholds.idle_util_pct': must be between 0 and 100, got 150.0", timeout=60_000
-        )
-        wait_for_app(page)
-        assert path.read_text() == original
-        # a good one: written, read back by the CLI, shown as in force
-        page.get_by_role("spinbutton", name="thresholds.idle_util_pct").fill("10")
-        page.get_by_role("button", name="Save thresholds").click()
-        # the save's run writes and calls st.rerun(); the script state can read "notRunning" between the two
-        # runs, so wait for the second run's message itself (a wrong message still fails after 60 s)
-        expect(page.get_by_test_id("stMain")).to_contain_text(
-            "thresholds.idle_util_pct 5 → 10", timeout=60_000
-        )
-        wait_for_app(page)
-        assert tomllib.loads(path.read_text())["thresholds"]["idle_util_pct"] == 10.0
-        assert page.get_by_role("spinbutton", name="thresholds.idle_util_pct").input_value() == "10.0"
-        shots(page, "settings-saved")
-        # applied: the Overview's idle $ is summary --json's under the new threshold
-        goto(page, server, "", VIEW)
-        now = json_cli(server, "summary", *VIEW_ARGS)
-        assert metric(page, "Idle $")[0] == money(now["idle_usd"])
-    finally:
-        path.write_text(original)
-
-
 def test_waste_waterfall(page: Page, server: Server) -> None:
     text = goto(page, server, "waste", VIEW)
     shots(page, "waste")
@@ -294,3 +256,43 @@ def test_upload_a_training_log_asks_for_its_gpus_and_prices_the_run(page: Page, 
     # by hand: 20,388 s = 5.6633 h on 1 × A100-80GB at the shipped on-demand $1.79 = $10.14
     assert metric(page, "Spend")[0] == money(20388 / 3600 * 1.79)
     assert metric(page, "GPU-hours")[0] == "5.7"
+
+
+# Last in the module: a saved threshold rebuilds the ledger's rollup, and restoring it makes the next reader
+# rebuild it again, which cost the test after this one ~12 s.
+def test_settings_edit_round_trips(page: Page, server: Server) -> None:
+    path = Path(server.env["GPULEDGER_SETTINGS"])
+    original = path.read_text()
+    try:
+        text = goto(page, server, "settings")
+        shots(page, "settings")
+        assert_clean(text)
+        assert "Prices in force" in text and "Thresholds" in text
+        field = page.get_by_role("spinbutton", name="thresholds.idle_util_pct")
+        # a bad value: the CLI's message, nothing written
+        field.fill("150")
+        page.get_by_role("button", name="Save thresholds").click()
+        # the message comes from the click's run: wait for it, not for a pause between runs
+        expect(page.get_by_test_id("stMain")).to_contain_text(
+            "setting 'thresholds.idle_util_pct': must be between 0 and 100, got 150.0", timeout=60_000
+        )
+        wait_for_app(page)
+        assert path.read_text() == original
+        # a good one: written, read back by the CLI, shown as in force
+        page.get_by_role("spinbutton", name="thresholds.idle_util_pct").fill("10")
+        page.get_by_role("button", name="Save thresholds").click()
+        # the save's run writes and calls st.rerun(); the script state can read "notRunning" between the two
+        # runs, so wait for the second run's message itself (a wrong message still fails after 60 s)
+        expect(page.get_by_test_id("stMain")).to_contain_text(
+            "thresholds.idle_util_pct 5 → 10", timeout=60_000
+        )
+        wait_for_app(page)
+        assert tomllib.loads(path.read_text())["thresholds"]["idle_util_pct"] == 10.0
+        assert page.get_by_role("spinbutton", name="thresholds.idle_util_pct").input_value() == "10.0"
+        shots(page, "settings-saved")
+        # applied: the Overview's idle $ is summary --json's under the new threshold
+        goto(page, server, "", VIEW)
+        now = json_cli(server, "summary", *VIEW_ARGS)
+        assert metric(page, "Idle $")[0] == money(now["idle_usd"])
+    finally:
+        path.write_text(original)
