@@ -33,6 +33,7 @@ from tests.browser.conftest import (
     _build_ledger,
     _free_port,
     _wait_healthy,
+    navigate,
     new_context,
     screenshot,
     wait_for_app,
@@ -203,9 +204,7 @@ def test_a_lead_sees_only_their_team(signed_server: Server, context_page: Page) 
     assert metric_value(page, "Spend") == money(team["spend_usd"])
 
     # the jobs download holds only their team's jobs: as many as `gpuledger jobs --team speech`
-    page.goto(f"{signed_server.url}/jobs")
-    page.wait_for_selector("[data-testid='stMain'] h1:has-text('Jobs')", timeout=60_000)
-    wait_for_app(page)
+    navigate(page, "jobs")  # by the sidebar, from the view the shared link opened
     with page.expect_download() as info:
         page.get_by_role("button", name="Download these jobs (CSV, every column)").click()
     rows = list(csv.DictReader(io.StringIO(Path(info.value.path()).read_text(encoding="utf-8-sig"))))
@@ -214,10 +213,7 @@ def test_a_lead_sees_only_their_team(signed_server: Server, context_page: Page) 
     assert sorted(r["job_id"] for r in rows) == sorted(j["job_id"] for j in expected)
 
     # the weekly report made from the page is the team's
-    page.goto(f"{signed_server.url}/reports")
-    # a deep link's first run can end before the router's rerun starts: wait for the page's own text
-    page.get_by_text("--team speech").first.wait_for(timeout=60_000)
-    wait_for_app(page)
+    navigate(page, "reports")
     body = text(page.get_by_test_id("stMain"))
     assert "Teams: speech" in body and "--team speech" in body
     for other in ("llm-core", "vision", "applied-ml"):

@@ -110,19 +110,16 @@ def test_overview_deltas_actions_and_capacity(page: Page, server: Server) -> Non
     total = json_cli(server, "recommend", "--total", *VIEW_ARGS)
     assert f"save {money(total['total_usd_per_week'])} / week" in text
     assert f"{total['coverage']['addressed_pct']:.1f} % of this view's waste" in text
+    # unallocated capacity is drawn as itself, never as a team
+    legend = page.locator("[data-testid='stPlotlyChart'] .legend").first.text_content() or ""
+    assert "unallocated capacity (no team)" in legend
+    assert "unallocated" not in legend.replace("unallocated capacity (no team)", "")
     page.get_by_role("link", name="All recommendations").click()
     page.wait_for_url("**/recommendations**")
     assert "since=2026-11-21" in page.url
 
 
 VIEW_ARGS = ("--since", "2026-11-21", "--until", "2026-11-22")
-
-
-def test_overview_never_draws_unallocated_as_a_team(page: Page, server: Server) -> None:
-    goto(page, server, "", VIEW)
-    legend = page.locator("[data-testid='stPlotlyChart'] .legend").first.text_content() or ""
-    assert "unallocated capacity (no team)" in legend
-    assert "unallocated" not in legend.replace("unallocated capacity (no team)", "")
 
 
 JOB = "atlas/410012"  # the demo's over-allocated whisper fine-tune: 8 GPUs, idle stretches on most of them

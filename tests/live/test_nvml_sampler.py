@@ -59,12 +59,13 @@ def replay_run(db: str, replay: ReplayNvml, ticks: int, **kw: object) -> NvmlSam
 # ---- values land exactly as recorded -------------------------------------------------------------------
 def test_single_gpu_replay_lands_every_recorded_value(db_path: str) -> None:
     path = dataset(EOBO)
-    sampler = replay_run(db_path, ReplayNvml(path), 2619, interval_s=1.0, flush_s=60.0)
+    sampler = replay_run(db_path, ReplayNvml(path), 2619, interval_s=1.0, flush_s=240.0)
 
     assert sampler.summary.samples == 2619
-    # 48 min of recorded time flushed every 60 s of it: one ingest per flush, each its own provenance
+    # 48 min of recorded time flushed every 4 min of it: one ingest per flush, each its own provenance (a
+    # flush is ~0.45 s of fixed ingest work here; at 60 s the test spent 21 s in 47 flushes)
     ingests = rows(db_path, "SELECT count(*), count(DISTINCT content_sha256), min(path) FROM ingests")[0]
-    assert ingests[0] == sampler.summary.flushes >= 47
+    assert ingests[0] == sampler.summary.flushes >= 12
     assert ingests[1] == ingests[0] and ingests[2] == "nvml://ws1"
     # the same file read independently with plain SQL: every field of every row must match
     mismatches = rows(
