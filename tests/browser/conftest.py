@@ -8,7 +8,8 @@ the tests know. Screenshots of every page land in test-artifacts/ (gitignored) f
 from __future__ import annotations
 
 import atexit
-import functools
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -76,9 +77,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@functools.cache
-def _ledger_template() -> Path:
-    """The small demo fleet plus tests/fixtures/dashboard/jobs.csv, built once per test process.
+@contextlib.contextmanager
+def _template_lock() -> Iterator[Path]:
+    """The folder of this run's ledger template, locked: the xdist workers of one run share it (the same
+    PYTEST_XDIST_TESTRUNUID), so the first one to need it builds it and the other copies it."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", f"pid{os.getpid()}")
+    folder = Path(tempfile.gettempdir()) / f"gpuledger-ledger-template-{run}"
+    with (folder.parent / f"{folder.name}.lock").open("w") as lock:  # an empty file, left behind
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        folder.mkdir(exist_ok=True)
+        yield folder
+
+
+def _ledger_template(folder: Path) -> Path:
+    """The small demo fleet plus tests/fixtures/dashboard/jobs.csv in ``folder``, built once per test run.
 
     ``build_demo`` takes its settings as an argument (defaults here), never from GPULEDGER_SETTINGS, so every
     server's ledger can start as a byte copy of this one; each server then reads its own settings file.
@@ -87,17 +99,26 @@ def _ledger_template() -> Path:
     from gpuledger.demo.build import build_demo
     from gpuledger.ledger.db import writer
 
-    folder = Path(tempfile.mkdtemp(prefix="gpuledger-ledger-template-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     path = folder / "ledger.duckdb"
-    with writer(str(path)) as con:
-        build_demo(con, days=DEMO_DAYS)
-        ingest_file(con, FIXTURES / "jobs.csv")
+    if not path.exists():
+        building = folder / "building.duckdb"
+        building.unlink(missing_ok=True)
+        with writer(str(building)) as con:
+            build_demo(con, days=DEMO_DAYS)
+            ingest_file(con, FIXTURES / "jobs.csv")
+        building.rename(path)  # whole or absent: a worker that died mid-build leaves no template
+        atexit.register(_remove_template)
     return path
 
 
+def _remove_template() -> None:
+    with _template_lock() as folder:
+        shutil.rmtree(folder, ignore_errors=True)  # a worker that needs it later builds it again
+
+
 def _build_ledger(db: str) -> None:
-    shutil.copyfile(_ledger_template(), db)
+    with _template_lock() as folder:
+        shutil.copyfile(_ledger_template(folder), db)
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 60) -> None:
@@ -256,7 +277,7 @@ def screenshot(page: Page, name: str) -> Path:
                  .every(e => e.querySelector('.main-svg'))""",
         timeout=20_000,
     )
-    page.wait_for_timeout(700)  # data grids paint on a canvas a moment later
+    page.wait_for_timeout(400)  # data grids paint on a canvas a moment later
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
