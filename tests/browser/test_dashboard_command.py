@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from playwright.sync_api import Browser
+from playwright.sync_api import Browser, expect
 
 from tests.browser.conftest import ROOT, _free_port, _wait_healthy, screenshot, wait_for_app
 
@@ -44,6 +44,9 @@ def test_dashboard_command_serves_the_empty_state(browser: Browser, tmp_path: Pa
         # A deep link (a shared URL) as the server's very first request: Streamlit would run pages/waste.py without
         # app.py (no sidebar filters, every module in the menu) unless the page reroutes (pages/_ui.py).
         page.goto(f"http://127.0.0.1:{port}/waste")
+        # the first run can end before the router's rerun draws the page: wait for what that rerun shows
+        expect(page.get_by_test_id("stMain")).to_contain_text("No data in the ledger yet", timeout=60_000)
+        expect(page.get_by_test_id("stSidebar")).to_contain_text("From (UTC day)", timeout=60_000)
         wait_for_app(page)
         nav = page.get_by_test_id("stSidebarNav").inner_text()
         assert "Waste" in nav and "Overview" in nav, nav
@@ -51,6 +54,7 @@ def test_dashboard_command_serves_the_empty_state(browser: Browser, tmp_path: Pa
         assert "From (UTC day)" in page.get_by_test_id("stSidebar").inner_text()
         assert "No data in the ledger yet" in page.get_by_test_id("stMain").inner_text()
         page.goto(f"http://127.0.0.1:{port}/")
+        expect(page.get_by_test_id("stMain")).to_contain_text("gpuledger ingest FILE", timeout=60_000)
         wait_for_app(page)
         screenshot(page, "overview-empty")
         body = page.get_by_test_id("stMain").inner_text()
