@@ -136,8 +136,7 @@ def context_page(browser: Browser) -> Iterator[Page]:
 
 def sign_in(page: Page, server: Server, who: str) -> None:
     page.goto(server.url)
-    wait_for_app(page)
-    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("button", name="Sign in").click(timeout=60_000)
     # the provider's own authorization form: one button per known user
     page.locator(f"button[name='sub'][value='{who}']").click(timeout=30_000)
     page.wait_for_url(f"{server.url}/**", timeout=30_000)
@@ -166,6 +165,7 @@ def keep(path: Path, name: str) -> None:
 def test_a_visitor_sees_only_the_sign_in(signed_server: Server, context_page: Page, path: str) -> None:
     page = context_page
     page.goto(f"{signed_server.url}/{path}")
+    page.get_by_text("Sign in to continue").wait_for(timeout=60_000)  # not a pause before the gate's run
     wait_for_app(page)
     main = text(page.get_by_test_id("stMain"))
     assert "Sign in to continue" in main, main
