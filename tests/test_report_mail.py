@@ -189,8 +189,7 @@ def ledger_file(db_path: str) -> str:
     return db_path
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return gpuledger(*args, env=env)
+cli = gpuledger  # the command's main() in this process (tests/conftest.py)
 
 
 def _parts(msg: EmailMessage) -> dict[str, str]:

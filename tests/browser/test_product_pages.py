@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Locator, Page, expect
 
 from tests.browser.conftest import Server, assert_clean, assert_no_exception, screenshot, wait_for_app
 
@@ -50,10 +50,14 @@ def main_text(page: Page) -> str:
     return page.locator("[data-testid='stMain']").inner_text()
 
 
-def metric(page: Page, label: str) -> tuple[str, str | None]:
-    box = page.get_by_test_id("stMetric").filter(
+def metric_box(page: Page, label: str) -> Locator:
+    return page.get_by_test_id("stMetric").filter(
         has=page.get_by_test_id("stMetricLabel").get_by_text(label, exact=True)
     )
+
+
+def metric(page: Page, label: str) -> tuple[str, str | None]:
+    box = metric_box(page, label)
     value = box.get_by_test_id("stMetricValue").inner_text().strip()
     d = box.get_by_test_id("stMetricDelta")
     return value, (d.inner_text().strip() if d.count() else None)
@@ -62,10 +66,7 @@ def metric(page: Page, label: str) -> tuple[str, str | None]:
 def expect_metric(page: Page, label: str, value: str) -> None:
     """Wait (up to 60 s) for a metric to read ``value``: after a widget changes, the page's rerun may not
     have begun when the script state first reads "notRunning", so wait for the figure itself."""
-    box = page.get_by_test_id("stMetric").filter(
-        has=page.get_by_test_id("stMetricLabel").get_by_text(label, exact=True)
-    )
-    expect(box.get_by_test_id("stMetricValue")).to_have_text(value, timeout=60_000)
+    expect(metric_box(page, label).get_by_test_id("stMetricValue")).to_have_text(value, timeout=60_000)
 
 
 def money(v: float) -> str:
