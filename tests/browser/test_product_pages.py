@@ -10,12 +10,23 @@ from __future__ import annotations
 
 import json
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import Browser, Locator, Page, expect
 
-from tests.browser.conftest import Server, assert_clean, assert_no_exception, screenshot, wait_for_app
+from tests.browser.conftest import (
+    NAV,
+    Server,
+    assert_clean,
+    assert_no_exception,
+    navigate,
+    new_context,
+    open_page,
+    screenshot,
+    wait_for_app,
+)
 
 VIEW = "since=2026-11-21&until=2026-11-22"
 PREVIOUS = ("--since", "2026-11-19", "--until", "2026-11-20")  # the two days before VIEW
@@ -28,6 +39,29 @@ def goto(page: Page, server: Server, path: str = "", query: str = "") -> str:
     # a deep link as a session's first request reruns once through app.py (pages/_ui.require_router)
     page.wait_for_selector("[data-testid='stMain'] h1", timeout=60_000)
     wait_for_app(page)
+    assert_no_exception(page)
+    return main_text(page)
+
+
+@pytest.fixture(scope="module")
+def view(browser: Browser, server: Server) -> Iterator[Page]:
+    """One browser session over VIEW, opened by its link on the Overview, for the tests that read a page of
+    that view: each moves to its page by the sidebar link (:func:`at`), as a person does. A move costs the
+    browser about a third of a fresh load, and the server runs the page once, not twice as for a deep link.
+    The deep links themselves are tested too: the Overview's here, a job's and the other pages' below."""
+    context = new_context(browser, viewport={"width": 1440, "height": 900})
+    pg = context.new_page()
+    open_page(pg, server, "", VIEW)
+    yield pg
+    context.close()
+
+
+def at(page: Page, path: str) -> str:
+    """Move ``page`` to the view's page ``path`` (unless it shows it already) and return its text."""
+    heading = page.locator("[data-testid='stMain'] h1").first
+    if heading.inner_text().strip() != NAV[path][1]:
+        navigate(page, path)
+    assert "since=2026-11-21" in page.url and "until=2026-11-22" in page.url, page.url  # the view's filters
     assert_no_exception(page)
     return main_text(page)
 
@@ -84,8 +118,9 @@ def json_cli(server: Server, *args: str) -> object:
     return json.loads(server.cli(*args, "--json").stdout)
 
 
-def test_overview_deltas_actions_and_capacity(page: Page, server: Server) -> None:
-    text = goto(page, server, "", VIEW)
+def test_overview_deltas_actions_and_capacity(view: Page, server: Server) -> None:
+    page = view
+    text = at(page, "")
     shots(page, "overview")
     assert_clean(text)
     now = json_cli(server, "summary", "--since", "2026-11-21", "--until", "2026-11-22")
@@ -145,8 +180,9 @@ def test_job_url_opens_the_job_with_its_timeline(page: Page, server: Server) -> 
         assert heading in text
 
 
-def test_jobs_row_click_opens_the_job(page: Page, server: Server) -> None:
-    text = goto(page, server, "jobs", VIEW)
+def test_jobs_row_click_opens_the_job(view: Page, server: Server) -> None:
+    page = view
+    text = at(page, "jobs")
     shots(page, "jobs")
     assert_clean(text)
     first = json_cli(server, "jobs", *VIEW_ARGS)[0]  # the costliest job: the table's first row
@@ -160,8 +196,9 @@ def test_jobs_row_click_opens_the_job(page: Page, server: Server) -> None:
     assert "since=2026-11-21" in page.url  # the view's filters stay in the job's URL
 
 
-def test_waste_waterfall(page: Page, server: Server) -> None:
-    text = goto(page, server, "waste", VIEW)
+def test_waste_waterfall(view: Page, server: Server) -> None:
+    page = view
+    text = at(page, "waste")
     shots(page, "waste")
     assert_clean(text)
     now = json_cli(server, "summary", *VIEW_ARGS)
@@ -175,8 +212,9 @@ def test_waste_waterfall(page: Page, server: Server) -> None:
     assert sum(w.values()) == pytest.approx(now["spend_usd"], abs=0.01)
 
 
-def test_fleet_grouped_with_drill_down_and_idle_dollars(page: Page, server: Server) -> None:
-    text = goto(page, server, "fleet", VIEW)
+def test_fleet_grouped_with_drill_down_and_idle_dollars(view: Page, server: Server) -> None:
+    page = view
+    text = at(page, "fleet")
     assert_clean(text)
     # the demo has 112 GPUs (> 60): one heatmap row per host, a drill-down into one host's GPUs
     assert "One row per" in text and "one per host, the mean over its 112 GPUs" in text
@@ -191,8 +229,9 @@ def test_fleet_grouped_with_drill_down_and_idle_dollars(page: Page, server: Serv
     assert "Idle $: idle hours at the price in force" in main_text(page)
 
 
-def test_recommendations_grouped_with_coverage(page: Page, server: Server) -> None:
-    text = goto(page, server, "recommendations", VIEW)
+def test_recommendations_grouped_with_coverage(view: Page, server: Server) -> None:
+    page = view
+    text = at(page, "recommendations")
     shots(page, "recommendations")
     assert_clean(text)
     total = json_cli(server, "recommend", "--total", *VIEW_ARGS)
@@ -217,8 +256,9 @@ def test_reports_preview_is_the_html_report_with_its_chart(page: Page, server: S
         assert page.get_by_test_id("stDownloadButton").filter(has_text=name).count() == 1
 
 
-def test_what_if_before_and_after(page: Page, server: Server) -> None:
-    text = goto(page, server, "whatif", VIEW)
+def test_what_if_before_and_after(view: Page, server: Server) -> None:
+    page = view
+    text = at(page, "whatif")
     assert_clean(text)
     now = json_cli(server, "summary", *VIEW_ARGS)
     assert metric(page, "Spend")[0] == money(now["spend_usd"])

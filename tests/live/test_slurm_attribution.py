@@ -179,12 +179,12 @@ def test_whole_node_shared_node_and_two_node_jobs_get_their_nodes_telemetry(slur
     out = ["-o", f"{slurm3}/%j.out"]
     wrap = "--wrap=echo GPUS=$SLURM_JOB_GPUS; sleep {}"
     ids = {
-        "whole": sbatch(*out, "-w", "g1", "--gres=gpu:4", "-J", "whole", wrap.format(8)),
-        "share_a": sbatch(*out, "-w", "g2", "--gres=gpu:2", "-J", "share_a", wrap.format(12)),
-        "share_b": sbatch(*out, "-w", "g2", "--gres=gpu:2", "-J", "share_b", wrap.format(14)),
+        "whole": sbatch(*out, "-w", "g1", "--gres=gpu:4", "-J", "whole", wrap.format(4)),
+        "share_a": sbatch(*out, "-w", "g2", "--gres=gpu:2", "-J", "share_a", wrap.format(6)),
+        "share_b": sbatch(*out, "-w", "g2", "--gres=gpu:2", "-J", "share_b", wrap.format(7)),
         # two whole nodes; g1 is busy with "whole", so this one starts when that one ends
         "two_nodes": sbatch(
-            *out, "-N", "2", "-w", "g1,g3", "--gres=gpu:4", "-J", "two_nodes", wrap.format(8)
+            *out, "-N", "2", "-w", "g1,g3", "--gres=gpu:4", "-J", "two_nodes", wrap.format(4)
         ),
     }
     any_state = {"PENDING", "RUNNING", "COMPLETED"}
