@@ -135,8 +135,9 @@ def page_failed() -> None:
 
 
 try:
-    sidebar()
-    with _ui.routed():
-        page.run()
+    with _data.one_connection():
+        sidebar()
+        with _ui.routed():
+            page.run()
 except Exception:  # st.stop() and st.rerun() are BaseExceptions and pass through
     page_failed()

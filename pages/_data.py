@@ -3,8 +3,9 @@
 Why one module: the cache keys are the whole concurrency story (docs/concurrency.md). Every cached function
 takes ``(db, version, ...)`` where ``version`` is :func:`gpuledger.ledger.db.data_version` — the ledger file's
 (mtime, size), which changes with every commit — so the first page load after an ingest recomputes and no
-page shows stale data forever. Each call opens :func:`gpuledger.ledger.db.reader` for one batch of queries and
-closes it, so a writer (``gpuledger ingest``, a collector) only ever waits for one batch.
+page shows stale data forever. Each call asks :func:`gpuledger.ledger.db.reader` for a connection; within one
+script run they share one (:func:`one_connection`, opened at the first cache miss and closed at the run's end),
+so a writer (``gpuledger ingest``, a collector) only ever waits for one page run.
 
 Functions here never compute a figure: they call the same analytics functions the CLI's ``--json`` prints
 (``analytics.summary.summary``, ``analytics.waste``, ``analytics.recommend`` …) and pass the result through.
@@ -14,6 +15,7 @@ Arguments are hashable (``Filters`` is a frozen dataclass); the settings object 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 from dataclasses import dataclass
@@ -25,7 +27,7 @@ import streamlit as st
 
 from analytics.filters import Filters
 from gpuledger.ledger.access import Scope, resolve_scope
-from gpuledger.ledger.db import data_version, reader, resolve_db
+from gpuledger.ledger.db import data_version, one_reader, reader, resolve_db
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.settings import Settings, load_settings
 
@@ -53,6 +55,12 @@ class Choices:
 def db() -> str:
     """The ledger this server reads: ``$GPULEDGER_DB`` (set by ``gpuledger dashboard``) or the default."""
     return resolve_db(None)
+
+
+def one_connection() -> contextlib.AbstractContextManager[None]:
+    """One read-only connection for the data functions of this script run (app.py wraps the page in it),
+    not one per function: :func:`gpuledger.ledger.db.one_reader`."""
+    return one_reader(db())
 
 
 def settings() -> Settings:

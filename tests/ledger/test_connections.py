@@ -11,9 +11,10 @@ import threading
 import time
 from collections.abc import Iterator
 
+import duckdb
 import pytest
 
-from gpuledger.ledger.db import reader, writer
+from gpuledger.ledger.db import one_reader, reader, writer
 from gpuledger.ledger.errors import DatabaseBusyError
 
 
@@ -59,3 +60,35 @@ def test_a_wait_that_runs_out_says_which_connection_held_the_file(db_path):
         reader(db_path, timeout_s=0.2),
     ):
         pass
+
+
+def test_one_reader_hands_out_one_connection_and_gives_way_to_a_writer(db_path):
+    with writer(db_path):
+        pass
+    with one_reader(db_path):
+        with reader(db_path) as first:
+            pass
+        with reader(db_path) as second:
+            assert second is first  # opened once for the block
+            assert first.execute("SELECT count(*) FROM jobs").fetchall() == [(0,)]
+        # a writer on this thread inside the block: the block's read-only connection is closed first (else
+        # DuckDB's "different configuration" makes the writer wait for itself until its timeout)
+        with writer(db_path, timeout_s=2) as con:
+            con.execute("CREATE TABLE marker AS SELECT 1 AS x")
+        with pytest.raises(duckdb.ConnectionException):
+            first.execute("SELECT 1")
+        with reader(db_path) as third:  # a fresh one, which sees the commit
+            assert third is not first
+            assert third.execute("SELECT x FROM marker").fetchall() == [(1,)]
+    with pytest.raises(duckdb.ConnectionException):
+        third.execute("SELECT 1")  # closed with the block
+    with reader(db_path) as a, reader(db_path) as b:  # outside a block: a connection per reader
+        assert a is not b
+
+
+def test_one_reader_of_another_ledger_leaves_this_one_alone(db_path, tmp_path):
+    other = str(tmp_path / "other.duckdb")
+    with writer(db_path), writer(other):
+        pass
+    with one_reader(other), reader(db_path) as a, reader(db_path) as b:
+        assert a is not b
