@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import numpy as np
+import plotly.graph_objects as go
 import polars as pl
 import streamlit as st
 
@@ -351,7 +352,8 @@ def _escaped(value: object) -> object:
 
 
 def safe_figure(fig: Any) -> Any:
-    """The figure with every user string it draws (team, user, job, GPU and host names) HTML-escaped."""
+    """The figure with every user string it draws (team, user, job, GPU and host names) HTML-escaped: the
+    traces' values and names, and the axes' category lists."""
     for trace in fig.data:
         if isinstance(trace.name, str):
             trace.name = html.escape(trace.name, quote=False)
@@ -359,6 +361,56 @@ def safe_figure(fig: Any) -> Any:
             value = getattr(trace, attr, None) if attr in trace else None
             if value is not None:
                 setattr(trace, attr, _escaped(value))
+    # an axis' own list of categories is drawn as its tick labels, so it holds the same names
+    fig.for_each_xaxis(_escape_categories)
+    fig.for_each_yaxis(_escape_categories)
+    return fig
+
+
+def _escape_categories(axis: Any) -> None:
+    if axis.categoryarray is not None:
+        axis.categoryarray = _escaped(axis.categoryarray)
+
+
+def stacked_bars(
+    frame: pl.DataFrame,
+    *,
+    x: str,
+    y: str,
+    by: str,
+    colours: dict[str, str],
+    order: list[str] | None = None,
+    horizontal: bool = False,
+    titles: tuple[str, str, str] = ("", "", ""),
+) -> go.Figure:
+    """Stacked bars, one trace per value of ``by`` (in ``order``, else as they first appear) coloured by
+    ``colours``, with axis and legend titles ``titles`` (x, y, legend): what ``plotly.express.bar(color=…)``
+    draws, built directly. Express spent ~50 ms a figure preparing its data (measured on the Overview's two
+    charts, warm); this takes ~10 ms. A categorical axis is ordered as the values first appear in ``frame``."""
+    fig = go.Figure()
+    names = order if order is not None else frame[by].unique(maintain_order=True).to_list()
+    for name in names:
+        part = frame.filter(pl.col(by) == name)
+        if part.is_empty():
+            continue
+        fig.add_trace(
+            go.Bar(
+                x=part[x].to_list(),
+                y=part[y].to_list(),
+                name=name,
+                legendgroup=name,
+                marker_color=colours.get(name),
+                orientation="h" if horizontal else "v",
+            )
+        )
+    category = x if not horizontal else y
+    axis = {"categoryorder": "array", "categoryarray": frame[category].unique(maintain_order=True).to_list()}
+    fig.update_layout(
+        barmode="stack",
+        legend_title_text=titles[2],
+        xaxis={"title": {"text": titles[0]}, **(axis if not horizontal else {})},
+        yaxis={"title": {"text": titles[1]}, **(axis if horizontal else {})},
+    )
     return fig
 
 

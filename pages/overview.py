@@ -3,7 +3,6 @@ length, the three actions worth most, and where the money went by team and week.
 
 from __future__ import annotations
 
-import plotly.express as px
 import polars as pl
 import streamlit as st
 
@@ -151,14 +150,14 @@ else:
     order = sorted(t for t in colours if is_team(t)) + [
         NOT_A_TEAM_LABELS[t] for t in NOT_A_TEAM_LABELS if t in colours
     ]
-    fig = px.bar(
-        weekly,
+    fig = _ui.stacked_bars(
+        weekly.sort("week"),
         x="week",
         y="cost_usd",
-        color="drawn",
-        color_discrete_map=colour_map,
-        category_orders={"drawn": order},
-        labels={"cost_usd": "spend ($)", "week": "ISO week (UTC)", "drawn": ""},
+        by="drawn",
+        colours=colour_map,
+        order=order,
+        titles=("ISO week (UTC)", "spend ($)", "team"),
     )
     for trace in fig.data:
         if trace.name in NOT_A_TEAM_LABELS.values():
@@ -201,14 +200,14 @@ left, right = st.columns([2, 3])
 with left:
     _ui.dataframe(parts, width="content")
 with right:
-    fig = px.bar(
+    fig = _ui.stacked_bars(
         parts,
         x="cost_usd",
         y="part",
-        orientation="h",
-        color="part",
-        color_discrete_map={PART_LABELS[k]: PART_COLOURS[k] for k in keys},
-        labels={"cost_usd": "$", "part": ""},
+        by="part",
+        colours={PART_LABELS[k]: PART_COLOURS[k] for k in keys},
+        horizontal=True,
+        titles=("$", "", ""),
     )
     fig.update_layout(showlegend=False, height=240, margin={"t": 5, "b": 5}, yaxis={"autorange": "reversed"})
     fig.update_xaxes(tickprefix="$", separatethousands=True)

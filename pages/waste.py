@@ -3,7 +3,6 @@ week, and the jobs that wasted the most dollars (analytics/waste.py; definitions
 
 from __future__ import annotations
 
-import plotly.express as px
 import plotly.graph_objects as go
 import polars as pl
 import streamlit as st
@@ -117,15 +116,15 @@ with left:
     if by_team.is_empty():
         no_rows("No jobs in this view.")
     else:
-        fig = px.bar(
+        fig = _ui.stacked_bars(
             _long(by_team, "key"),
             y="key",
             x="usd",
-            color="part",
-            orientation="h",
-            color_discrete_map=COLORS,
-            category_orders={"part": list(COLORS)},
-            labels={"key": "team", "usd": "cost ($)", "part": "part"},
+            by="part",
+            colours=COLORS,
+            order=list(COLORS),
+            horizontal=True,
+            titles=("cost ($)", "team", "part"),
         )
         fig.update_xaxes(tickprefix="$")
         fig.update_traces(hovertemplate="%{y} · %{fullData.name}: $%{x:,.2f}<extra></extra>")
@@ -138,14 +137,14 @@ with right:
     if weekly.is_empty():
         no_rows("No jobs in this view.")
     else:
-        fig = px.bar(
-            _long(weekly, "week"),
+        fig = _ui.stacked_bars(
+            _long(weekly, "week").sort("week", maintain_order=True),
             x="week",
             y="usd",
-            color="part",
-            color_discrete_map=COLORS,
-            category_orders={"part": list(COLORS)},
-            labels={"usd": "cost ($)", "week": "ISO week (UTC)", "part": "part"},
+            by="part",
+            colours=COLORS,
+            order=list(COLORS),
+            titles=("ISO week (UTC)", "cost ($)", "part"),
         )
         fig.update_yaxes(tickprefix="$")
         fig.update_traces(hovertemplate="%{x} · %{fullData.name}: $%{y:,.2f}<extra></extra>")

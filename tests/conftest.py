@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import fcntl
 import io
 import os
+import shutil
 import subprocess
-from collections.abc import Iterator, Mapping
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import duckdb
@@ -30,6 +34,70 @@ def ledger() -> Iterator[duckdb.DuckDBPyConnection]:
 def db_path(tmp_path: Path) -> str:
     """A path for a ledger file of this test's own (created on first use)."""
     return str(tmp_path / "ledger.duckdb")
+
+
+DEMO_DAYS = 2  # the smallest demo fleet (every planted scenario once), to keep the suite quick
+
+
+@contextlib.contextmanager
+def run_folder() -> Iterator[Path]:
+    """A folder for what this test run builds once, locked while the block runs: the xdist workers of one
+    run share it (the same PYTEST_XDIST_TESTRUNUID), so the first that needs a thing builds it and the
+    others copy it. Locks do not nest: call the builders below with the folder this block gives."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", f"pid{os.getpid()}")
+    folder = Path(tempfile.gettempdir()) / f"gpuledger-ledger-template-{run}"
+    with (folder.parent / f"{folder.name}.lock").open("w") as lock:  # an empty file, left behind
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        folder.mkdir(exist_ok=True)
+        yield folder
+
+
+def _remove_run_folder() -> None:
+    with run_folder() as folder:
+        shutil.rmtree(folder, ignore_errors=True)  # a worker that needs a template later builds it again
+
+
+def built_once(folder: Path, name: str, build: Callable[[str], None]) -> Path:
+    """``folder/name``, made by ``build(path)`` the first time this run asks (``folder`` locked by
+    :func:`run_folder`); whole or absent, so a worker that died mid-build leaves nothing half-made."""
+    path = folder / name
+    if not path.exists():
+        building = folder / f"building-{name}"
+        building.unlink(missing_ok=True)
+        build(str(building))
+        building.rename(path)
+        atexit.register(_remove_run_folder)
+    return path
+
+
+def demo_template(folder: Path) -> Path:
+    """The 2-day demo ledger (``build_demo(days=2)``, default settings), built once per test run.
+
+    ``build_demo`` takes its settings as an argument (defaults here), never from GPULEDGER_SETTINGS, so a
+    byte copy of this file is what building the demo in the test itself would give (tests/test_demo.py
+    builds it afresh and compares every table with a copy)."""
+
+    def build(path: str) -> None:
+        from gpuledger.demo.build import build_demo
+        from gpuledger.ledger.db import writer
+
+        with writer(path) as con:
+            build_demo(con, days=DEMO_DAYS)
+
+    return built_once(folder, "demo.duckdb", build)
+
+
+def copy_demo(dest: Path | str) -> str:
+    """A ledger file at ``dest`` holding the 2-day demo (a copy of :func:`demo_template`)."""
+    with run_folder() as folder:
+        shutil.copyfile(demo_template(folder), dest)
+    return str(dest)
+
+
+@pytest.fixture
+def demo_db(tmp_path: Path) -> str:
+    """A ledger file of this test's own holding the 2-day demo fleet."""
+    return copy_demo(tmp_path / "demo.duckdb")
 
 
 @pytest.fixture(autouse=True, scope="session")

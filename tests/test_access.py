@@ -293,6 +293,27 @@ def test_charts_draw_names_as_text() -> None:
     assert list(fig.data[0].y) == [1.0]  # numbers untouched
 
 
+def test_stacked_bars_escape_the_axis_categories_too() -> None:
+    """A categorical axis' own list of categories is drawn as its tick labels (found by the hostile-names
+    browser check on the Waste page: an unescaped team name there became a link)."""
+    from pages._ui import safe_figure, stacked_bars
+
+    evil = '<a href="https://evil.example">x</a>'
+    frame = pl.DataFrame(
+        {"team": [evil, "R&D", evil], "part": ["idle", "idle", "failed"], "usd": [1.0, 2.0, 3.0]}
+    )
+    fig = stacked_bars(frame, x="usd", y="team", by="part", colours={"idle": "#111111"}, horizontal=True)
+    # one trace per part, in first appearance; the axis lists the teams in first appearance
+    assert [t.name for t in fig.data] == ["idle", "failed"]
+    assert list(fig.data[0].y) == [evil, "R&D"] and list(fig.data[1].x) == [3.0]
+    assert fig.data[0].marker.color == "#111111" and fig.data[0].orientation == "h"
+    assert fig.layout.barmode == "stack" and list(fig.layout.yaxis.categoryarray) == [evil, "R&D"]
+    safe = safe_figure(fig)
+    escaped = '&lt;a href="https://evil.example"&gt;x&lt;/a&gt;'
+    assert list(safe.layout.yaxis.categoryarray) == [escaped, "R&amp;D"]
+    assert list(safe.data[0].y) == [escaped, "R&amp;D"]
+
+
 def test_csv_download_neutralizes_formulas() -> None:
     frame = pl.DataFrame(
         {

@@ -18,9 +18,9 @@ from gpuledger.cli.main import main
 from gpuledger.demo.build import DEFAULT_END, DEMO_MEMORY_LIMIT, _bounded_memory, build_demo, ensure_demo
 from gpuledger.ledger.db import memory_ledger, reader, writer
 from gpuledger.ledger.errors import LedgerError
-from tests.conftest import write
+from tests.conftest import DEMO_DAYS, copy_demo, write
 
-DAYS = 2
+DAYS = DEMO_DAYS  # the demo copy_demo holds
 LO = dt.datetime(2026, 11, 21)  # DEFAULT_END (2026-11-23) minus 2 days
 HI = dt.datetime(2026, 11, 23)
 # 2 days × 2,880 samples a day × 112 GPUs, less borealis-n00's 3-hour exporter outage (8 GPUs × 360)
@@ -43,11 +43,11 @@ CHECKED = ("gpus", "samples", "jobs", "allocations", "training_runs", "capacity"
 
 
 @pytest.fixture(scope="module")
-def demo() -> Iterator[duckdb.DuckDBPyConnection]:
-    con = memory_ledger()
-    build_demo(con, days=DAYS)
-    yield con
-    con.close()
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[duckdb.DuckDBPyConnection]:
+    """The 2-day demo, built once per test run in another process or worker (tests/conftest.py): the rerun
+    test below builds it again here and compares every table with this copy."""
+    with writer(copy_demo(tmp_path_factory.mktemp("demo") / "demo.duckdb")) as con:
+        yield con
 
 
 def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[object] | None = None) -> list[tuple]:

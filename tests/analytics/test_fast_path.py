@@ -26,7 +26,7 @@ from analytics.utilization import fast_path, job_totals, utilization_by
 from analytics.waste import waste_by, waste_totals
 from collectors.base import delete_ingests
 from gpuledger.ledger import rollup
-from gpuledger.ledger.db import memory_ledger
+from gpuledger.ledger.db import memory_ledger, writer
 from gpuledger.ledger.rollup import ensure_rollup, stored_thresholds, thresholds
 from gpuledger.ledger.settings import Settings
 from tests.analytics.build import T0, alloc, gpu, ingest, job, series, set_test_prices
@@ -196,18 +196,12 @@ def test_midnight_running_jobs_and_telemetry_only_gpus(con: duckdb.DuckDBPyConne
     assert_fast_equals_raw(con)
 
 
-def test_two_day_demo() -> None:
-    from gpuledger.demo.build import build_demo
-
-    con = memory_ledger()
-    try:
-        build_demo(con, days=2)
+def test_two_day_demo(demo_db: str) -> None:
+    with writer(demo_db) as con:
         views = [Filters(), Filters(since=dt.date(2026, 11, 22), until=dt.date(2026, 11, 22))]
         assert fast_path(con, Settings())
         with sharing(con):
             _two_day_demo_views(con, views)
-    finally:
-        con.close()
 
 
 def _two_day_demo_views(con: duckdb.DuckDBPyConnection, views: list[Filters]) -> None:

@@ -18,7 +18,7 @@ import pytest
 from analytics.filters import Filters, horizon
 from analytics.recommend import KINDS, RECOMMENDATION_COLUMNS, as_json, recommendations, view_window
 from analytics.savings import savings_total
-from gpuledger.ledger.db import memory_ledger
+from gpuledger.ledger.db import memory_ledger, writer
 from tests.analytics.build import H100, alloc, ingest, job, series
 from tests.analytics.recommend_ledgers import A100, DAY, EARLIER, recommend_ledger, run, set_prices
 
@@ -408,12 +408,12 @@ def test_cli_recommend_json_and_text(tmp_path):
     assert f"Possible savings: ${total['total_usd_per_week']:,.2f}/week" in text.stdout
 
 
-def test_demo_fleet_every_planted_kind_is_found():
-    demo = pytest.importorskip(
-        "gpuledger.demo.build", reason="gpuledger.demo.build (the demo fleet) is not in this checkout"
-    )
-    con = memory_ledger()
-    demo.build_demo(con, days=2)
+def test_demo_fleet_every_planted_kind_is_found(demo_db):
+    with writer(demo_db) as con:
+        _every_planted_kind_is_found(con)
+
+
+def _every_planted_kind_is_found(con):
     recs = recommendations(con, min_usd_per_week=0.0)
     names = dict(con.execute("SELECT job_id, name FROM jobs").fetchall())
     found = {
@@ -443,4 +443,3 @@ def test_demo_fleet_every_planted_kind_is_found():
             assert b["recommended_batch_size"] <= 2 * b["largest_observed_batch_size"], b
         # ... and never on a failed, cancelled, timed-out or OOM run
         assert all(states[j] in ("COMPLETED", "RUNNING") for j in b["job_ids"]), b
-    con.close()

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from analytics.summary import summary
 from analytics.waste import PARTS, unallocated, waste_by
 from collectors.base import ingest_file
+from gpuledger.ledger.db import writer
 from tests.conftest import dataset
 
 
@@ -81,12 +80,7 @@ def test_openb_pods_of_unknown_model_consume_the_node_capacity(ledger):
     assert s["waste"]["unallocated_usd"] < whole
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("gpuledger.demo.build") is None, reason="gpuledger.demo.build not present"
-)
-def test_parts_reconcile_on_the_demo_fleet(ledger):
-    from gpuledger.demo.build import MIN_DAYS, build_demo
-
-    build_demo(ledger, days=MIN_DAYS)
-    s, _ = _check(ledger)
+def test_parts_reconcile_on_the_demo_fleet(demo_db):
+    with writer(demo_db) as ledger:
+        s, _ = _check(ledger)
     assert s["waste"]["idle_allocated_usd"] > 0 and s["waste"]["failed_usd"] > 0

@@ -7,16 +7,12 @@ the tests know. Screenshots of every page land in test-artifacts/ (gitignored) f
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import fcntl
 import json
 import os
 import re
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -26,12 +22,11 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
-from tests.conftest import ROOT, gpuledger
+from tests.conftest import ROOT, built_once, demo_template, gpuledger, run_folder
 
 CHROMIUM = Path("/usr/bin/chromium")
 FIXTURES = ROOT / "tests" / "fixtures" / "dashboard"
 ARTIFACTS = ROOT / "test-artifacts"
-DEMO_DAYS = 2  # the smallest demo (every planted scenario), to keep the suite quick
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -77,47 +72,23 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@contextlib.contextmanager
-def _template_lock() -> Iterator[Path]:
-    """The folder of this run's ledger template, locked: the xdist workers of one run share it (the same
-    PYTEST_XDIST_TESTRUNUID), so the first one to need it builds it and the other copies it."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", f"pid{os.getpid()}")
-    folder = Path(tempfile.gettempdir()) / f"gpuledger-ledger-template-{run}"
-    with (folder.parent / f"{folder.name}.lock").open("w") as lock:  # an empty file, left behind
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        folder.mkdir(exist_ok=True)
-        yield folder
-
-
 def _ledger_template(folder: Path) -> Path:
-    """The small demo fleet plus tests/fixtures/dashboard/jobs.csv in ``folder``, built once per test run.
+    """The 2-day demo fleet plus tests/fixtures/dashboard/jobs.csv, built once per test run (tests/conftest.py):
+    every server's ledger starts as a byte copy of it, and each server then reads its own settings file."""
 
-    ``build_demo`` takes its settings as an argument (defaults here), never from GPULEDGER_SETTINGS, so every
-    server's ledger can start as a byte copy of this one; each server then reads its own settings file.
-    """
-    from collectors.base import ingest_file
-    from gpuledger.demo.build import build_demo
-    from gpuledger.ledger.db import writer
+    def build(path: str) -> None:
+        from collectors.base import ingest_file
+        from gpuledger.ledger.db import writer
 
-    path = folder / "ledger.duckdb"
-    if not path.exists():
-        building = folder / "building.duckdb"
-        building.unlink(missing_ok=True)
-        with writer(str(building)) as con:
-            build_demo(con, days=DEMO_DAYS)
+        shutil.copyfile(demo_template(folder), path)
+        with writer(path) as con:
             ingest_file(con, FIXTURES / "jobs.csv")
-        building.rename(path)  # whole or absent: a worker that died mid-build leaves no template
-        atexit.register(_remove_template)
-    return path
 
-
-def _remove_template() -> None:
-    with _template_lock() as folder:
-        shutil.rmtree(folder, ignore_errors=True)  # a worker that needs it later builds it again
+    return built_once(folder, "dashboard.duckdb", build)
 
 
 def _build_ledger(db: str) -> None:
-    with _template_lock() as folder:
+    with run_folder() as folder:
         shutil.copyfile(_ledger_template(folder), db)
 
 
