@@ -23,7 +23,7 @@ import duckdb
 import polars as pl
 
 from analytics.filters import Filters, horizon
-from analytics.job_signals import job_signals, prices_at, view_jobs_sql, with_active
+from analytics.job_signals import prices_at, view_jobs_sql, view_signals, with_active
 from analytics.query import frame
 from gpuledger.ledger.reference import GpuModel, catalog
 from gpuledger.ledger.settings import Settings
@@ -226,7 +226,9 @@ def right_size(
     settings = settings or Settings()
     as_of = as_of or horizon(con)
     sig = with_active(
-        signals if signals is not None else job_signals(con, filters=filters, settings=settings, as_of=as_of)
+        signals
+        if signals is not None
+        else view_signals(con, filters=filters, settings=settings, as_of=as_of)[1]
     )
     if view is None:
         vj, params = view_jobs_sql(filters, as_of)
@@ -365,7 +367,9 @@ def diagnoses(
     settings = settings or Settings()
     as_of = as_of or horizon(con)
     sig = (
-        signals if signals is not None else job_signals(con, filters=filters, settings=settings, as_of=as_of)
+        signals
+        if signals is not None
+        else view_signals(con, filters=filters, settings=settings, as_of=as_of)[1]
     )
     vj, params = view_jobs_sql(filters, as_of)
     view = frame(con, vj, params).select(

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import uuid
 
 import duckdb
 import polars as pl
@@ -35,11 +34,9 @@ from analytics.batch_size import batch_recommendations
 from analytics.diagnoses import THRESHOLDS, TRAINING_KINDS, right_size, scaling_table
 from analytics.filters import Filters, horizon
 from analytics.job_signals import (
-    idle_stretches,
-    job_signals,
     prices_at,
-    split_jobs,
     view_jobs_sql,
+    view_signals,
     with_active,
 )
 from analytics.query import frame
@@ -191,15 +188,7 @@ def recommendations(
         return pl.DataFrame(schema=RECOMMENDATION_COLUMNS)
     days = window[2]
     fast = use_rollup(con, settings, source)
-    name = f"recommend_view_{uuid.uuid4().hex}"
-    con.register(name, view.to_arrow())  # the fast path's queries read these rows, not the view's SQL again
-    try:
-        split = split_jobs(con, filters, as_of, name) if fast else None
-        kw = {"filters": filters, "settings": settings, "as_of": as_of, "source": source if fast else "raw"}
-        stretches = idle_stretches(con, split=split, **kw)
-        sig = job_signals(con, stretches=stretches, split=split, **kw)
-    finally:
-        con.unregister(name)
+    stretches, sig = view_signals(con, filters=filters, settings=settings, as_of=as_of, source=source)
     jobs = view.join(sig.drop("held_gpu_s"), on="job_id", how="left").with_columns(
         (pl.col("cost_usd") / pl.col("held_gpu_s")).alias("rate_usd_per_gpu_s")
     )

@@ -108,6 +108,8 @@ def _arg_key(value: Any) -> Hashable:
 
 
 def _copy(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return tuple(_copy(v) for v in value)
     return value.clone() if isinstance(value, pl.DataFrame) else value
 
 

@@ -692,7 +692,7 @@ def diagnoses(filters: Filters) -> pl.DataFrame:
 def _diagnoses(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> pl.DataFrame:
-    with reader(db_path) as con:
+    with reader(db_path) as con, _sharing(con, db_path, ver):  # the view's signals, as recommendations' are
         return _analytics("diagnoses").diagnoses(con, filters=filters, settings=_settings)
 
 

@@ -142,3 +142,23 @@ def test_a_block_without_a_key_inside_a_block_is_that_block(ledger, monkeypatch)
         with sharing(ledger):  # e.g. a report collected inside a page's data function
             waste.unallocated(ledger)
     assert len(calls) == 1
+
+
+def test_recommendations_and_diagnoses_of_one_view_compute_its_signals_once(ledger, monkeypatch):
+    """The Recommendations page asks for both; each used to compute the view's job signals itself."""
+    import analytics.job_signals as signals
+    from analytics.diagnoses import diagnoses
+    from analytics.recommend import recommendations
+
+    set_test_prices(ledger)
+    _one_gpu(ledger, 180)
+    plain_recs, plain_diag = recommendations(ledger), diagnoses(ledger)
+    calls: list[int] = []
+    real = signals.job_signals
+    monkeypatch.setattr(signals, "job_signals", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with sharing(ledger, ("test", 2)):
+        assert recommendations(ledger).equals(plain_recs)
+        assert diagnoses(ledger).equals(plain_diag)
+    assert len(calls) == 1
+    diagnoses(ledger)  # outside any block: computed again
+    assert len(calls) == 2
