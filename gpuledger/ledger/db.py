@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -95,8 +96,25 @@ def _limit_memory(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"SET memory_limit = '{limit.replace(chr(39), '')}'")
 
 
-# The open batch of this thread (:func:`one_reader`): the ledger's path and its connection once opened.
-_batch = threading.local()
+@dataclass
+class _Batch:
+    """A :func:`one_reader` block: its ledger and, once a reader asked, the connection it hands out."""
+
+    db: str
+    con: duckdb.DuckDBPyConnection | None = None
+
+    def release(self) -> None:
+        if self.con is not None:
+            con, self.con = self.con, None
+            con.close()
+
+
+_batches = threading.local()  # .open: this thread's innermost _Batch, or None
+
+
+def _batch_for(db: str) -> _Batch | None:
+    batch: _Batch | None = getattr(_batches, "open", None)
+    return batch if batch is not None and batch.db == db else None
 
 
 @contextmanager
@@ -111,21 +129,13 @@ def one_reader(path: str | None = None) -> Iterator[None]:
     rebuilt for new thresholds) closes the batch's connection first, and the next reader opens a fresh one,
     which sees what the writer committed.
     """
-    outer = getattr(_batch, "open", None)
-    state: dict[str, object] = {"db": resolve_db(path), "con": None}
-    _batch.open = state
+    outer = getattr(_batches, "open", None)
+    batch = _batches.open = _Batch(resolve_db(path))
     try:
         yield
     finally:
-        _batch.open = outer
-        _release(state)
-
-
-def _release(state: dict[str, object] | None) -> None:
-    con = state and state["con"]
-    if isinstance(con, duckdb.DuckDBPyConnection):
-        state["con"] = None  # type: ignore[index]
-        con.close()
+        _batches.open = outer
+        batch.release()
 
 
 @contextmanager
@@ -135,9 +145,9 @@ def writer(path: str | None = None, *, timeout_s: float = 120.0) -> Iterator[duc
     The caller opens its own transaction(s); the migration runs in one of its own first.
     """
     db = resolve_db(path)
-    batch = getattr(_batch, "open", None)
-    if batch is not None and batch["db"] == db:
-        _release(batch)  # DuckDB refuses a read-write and a read-only connection to one file in one process
+    batch = _batch_for(db)
+    if batch is not None:
+        batch.release()  # DuckDB refuses a read-write and a read-only connection to one file in one process
     if db != MEMORY:
         Path(db).parent.mkdir(parents=True, exist_ok=True)
     con = _connect(db, read_only=False, timeout_s=timeout_s)
@@ -161,11 +171,11 @@ def reader(path: str | None = None, *, timeout_s: float = 120.0) -> Iterator[duc
     db = resolve_db(path)
     if db == MEMORY:
         raise ValueError("an in-memory ledger has no separate readers; pass the writer connection")
-    batch = getattr(_batch, "open", None)
-    if batch is not None and batch["db"] == db:
-        if batch["con"] is None:
-            batch["con"] = _open_reader(db, timeout_s)
-        yield batch["con"]  # type: ignore[misc]
+    batch = _batch_for(db)
+    if batch is not None:
+        if batch.con is None:
+            batch.con = _open_reader(db, timeout_s)
+        yield batch.con
         return
     con = _open_reader(db, timeout_s)
     try:
