@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup dashboard test lint system-deps bench constraints
+.PHONY: setup dashboard test lint system-deps bench constraints screenshots
 
 setup: $(VENV)/.installed
 
@@ -30,6 +30,10 @@ lint: setup
 # Two xdist workers, a test module each at a time; tests/conftest.py says in what order modules are handed out.
 test: setup system-deps lint
 	$(BIN)/pytest -n 2 --dist loadscope --no-loadscope-reorder
+
+# The browser tests with every page they visit saved in test-artifacts/ (make test saves only failed pages).
+screenshots: setup system-deps
+	GPULEDGER_SCREENSHOTS=1 $(BIN)/pytest -n 2 --dist loadscope --no-loadscope-reorder tests/browser
 
 bench: setup
 	$(BIN)/python bench/ingest.py

@@ -82,7 +82,7 @@ else:
         groups,
         "fleet_heatmap",
         pl.col("key").fill_null(unknown),
-        f"one per {by}, the mean over its {n_gpus:,} GPUs",
+        f"one per {by}, the mean over its GPUs; {n_gpus:,} GPUs in the view",
     )
     names = groups["key"].unique().to_list()
     choices = sorted(k for k in names if k is not None) + ([unknown] if None in names else [])

@@ -2,11 +2,15 @@
 
 One server and one browser per session keep the suite quick. The ledger holds a small demo fleet (when
 gpuledger.demo.build is present) plus tests/fixtures/dashboard/jobs.csv, a hand-written jobs table whose numbers
-the tests know. Screenshots of every page land in test-artifacts/ (gitignored) for a human to look at.
+the tests know. With ``GPULEDGER_SCREENSHOTS=1`` (``make screenshots``) every page the tests visit is saved in
+test-artifacts/ (gitignored) for a human to look at; otherwise only the page of a failed test is (a full-page
+screenshot costs Chromium more than the checks around it: the Product pages module ran 124 s with them, 96 s
+without).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -27,6 +31,7 @@ from tests.conftest import ROOT, built_once, demo_template, gpuledger, run_folde
 CHROMIUM = Path("/usr/bin/chromium")
 FIXTURES = ROOT / "tests" / "fixtures" / "dashboard"
 ARTIFACTS = ROOT / "test-artifacts"
+SCREENSHOTS = os.environ.get("GPULEDGER_SCREENSHOTS", "") not in ("", "0")
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -42,6 +47,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(str(item.fspath)).is_relative_to(here):
             item.add_marker(pytest.mark.browser)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed browser test leaves its page in test-artifacts/failed-TEST.png (before its fixtures close)."""
+    report = yield
+    if report.failed and call.when == "call":
+        funcargs = getattr(item, "funcargs", {})
+        for value in funcargs.values():
+            if isinstance(value, Page) and not value.is_closed():
+                name = "failed-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", item.name)
+                with contextlib.suppress(Exception):  # the report matters more than the picture
+                    screenshot(value, name, always=True)
+                break
+    return report
 
 
 @dataclass(frozen=True)
@@ -182,7 +202,17 @@ def page(browser: Browser) -> Iterator[Page]:
 def wait_for_app(page: Page, timeout_ms: int = 60_000) -> None:
     """Wait until the script run triggered by the last navigation or interaction has finished."""
     page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=timeout_ms)
-    page.wait_for_timeout(300)  # let the last deltas render
+    painted(page)
+
+
+# Two animation frames: every delta the run sent has been rendered and painted once (a fixed 300 ms pause
+# here cost the browser modules about 50 s of waiting a run).
+_TWO_FRAMES = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
+
+
+def painted(page: Page) -> None:
+    """Return once the page has rendered what it has received and painted it."""
+    page.evaluate(_TWO_FRAMES)
 
 
 def open_page(page: Page, server: Server, path: str = "", query: str = "") -> None:
@@ -241,8 +271,11 @@ def assert_clean(text: str) -> None:
     )
 
 
-def screenshot(page: Page, name: str) -> Path:
-    """Save the page, once its plotly charts have drawn (they render after the script run ends)."""
+def screenshot(page: Page, name: str, *, always: bool = False) -> Path | None:
+    """Save the page as test-artifacts/NAME.png once its plotly charts have drawn (they render after the
+    script run ends), when screenshots are asked for (``GPULEDGER_SCREENSHOTS=1``) or ``always``."""
+    if not (SCREENSHOTS or always):
+        return None
     page.wait_for_function(
         """() => [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
                  .every(e => e.querySelector('.main-svg'))""",

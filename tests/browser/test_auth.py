@@ -17,7 +17,6 @@ import csv
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -45,7 +44,6 @@ werkzeug_serving = pytest.importorskip("werkzeug.serving")
 LEAD = "lucas@example.com"  # speech
 ADMIN = "ops@example.com"  # an admin through the group claim
 STRANGER = "guest@example.com"
-SHOTS = Path("/tmp/shots")
 
 
 def money(value: float) -> str:
@@ -156,11 +154,6 @@ def metric_value(page: Page, label: str) -> str:
     return metric.get_by_test_id("stMetricValue").inner_text().strip()
 
 
-def keep(path: Path, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    shutil.copy(path, SHOTS / f"{name}.png")
-
-
 @pytest.mark.parametrize("path", ["", "jobs", "upload", "reports?team=speech"])
 def test_a_visitor_sees_only_the_sign_in(signed_server: Server, context_page: Page, path: str) -> None:
     page = context_page
@@ -175,7 +168,7 @@ def test_a_visitor_sees_only_the_sign_in(signed_server: Server, context_page: Pa
     assert page.get_by_test_id("stMetric").count() == 0
     assert page.get_by_test_id("stDataFrame").count() == 0
     if not path:
-        keep(screenshot(page, "auth-sign-in"), "auth-sign-in")
+        screenshot(page, "auth-sign-in")
 
 
 def test_a_lead_sees_only_their_team(signed_server: Server, context_page: Page) -> None:
@@ -189,7 +182,7 @@ def test_a_lead_sees_only_their_team(signed_server: Server, context_page: Page) 
     sidebar = text(page.get_by_test_id("stSidebar"))
     assert f"Signed in as {LEAD}: you see speech." in sidebar
     assert page.get_by_test_id("stSidebar").locator("a[href^='mailto:']").count() == 0  # shown, not linked
-    keep(screenshot(page, "auth-lead-overview"), "auth-lead-overview")
+    screenshot(page, "auth-lead-overview")
 
     # the team picker offers only their team
     page.get_by_test_id("stSidebar").get_by_role("combobox").nth(1).click()

@@ -69,7 +69,8 @@ def at(page: Page, path: str) -> str:
 def shots(page: Page, name: str) -> None:
     """product-NAME.png at 1440×900 (what one sees first) and product-NAME-full.png, the whole page (the
     viewport stretched to the page's height: Streamlit scrolls inside its own container)."""
-    screenshot(page, f"product-{name}")
+    if screenshot(page, f"product-{name}") is None:
+        return  # screenshots not asked for (tests/browser/conftest.py)
     height = page.evaluate(
         '() => Math.max(...[...document.querySelectorAll(\'[data-testid="stMain"], '
         '[data-testid="stMainBlockContainer"]\')].map(e => e.scrollHeight))'
@@ -217,7 +218,7 @@ def test_fleet_grouped_with_drill_down_and_idle_dollars(view: Page, server: Serv
     text = at(page, "fleet")
     assert_clean(text)
     # the demo has 112 GPUs (> 60): one heatmap row per host, a drill-down into one host's GPUs
-    assert "One row per" in text and "one per host, the mean over its 112 GPUs" in text
+    assert "One row per" in text and "one per host, the mean over its GPUs; 112 GPUs in the view" in text
     box = page.get_by_test_id("stSelectbox").filter(has_text="Open a host")
     box.scroll_into_view_if_needed()
     box.locator("input").click()
