@@ -205,14 +205,23 @@ def wait_for_app(page: Page, timeout_ms: int = 60_000) -> None:
     painted(page)
 
 
-# Two animation frames: every delta the run sent has been rendered and painted once (a fixed 300 ms pause
-# here cost the browser modules about 50 s of waiting a run).
-_TWO_FRAMES = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
+# Quiet for 100 ms: no element of the app added, removed or changed its text for that long (at most 5 s).
+# Some elements render a moment after the run's last delta (the Reports page's HTML preview); a fixed 300 ms
+# pause here instead cost the browser modules about 50 s of waiting a run, and was still a guess.
+_QUIET = """(ms) => new Promise(resolve => {
+  const root = document.querySelector('[data-testid="stApp"]') || document.body;
+  let timer = null;
+  const observer = new MutationObserver(() => { clearTimeout(timer); timer = setTimeout(done, ms); });
+  const cap = setTimeout(done, 5000);
+  function done() { observer.disconnect(); clearTimeout(timer); clearTimeout(cap); resolve(true); }
+  observer.observe(root, {childList: true, subtree: true, characterData: true});
+  timer = setTimeout(done, ms);
+})"""
 
 
-def painted(page: Page) -> None:
-    """Return once the page has rendered what it has received and painted it."""
-    page.evaluate(_TWO_FRAMES)
+def painted(page: Page, quiet_ms: int = 100) -> None:
+    """Return once the page has stopped changing for ``quiet_ms`` (what it received is rendered)."""
+    page.evaluate(_QUIET, quiet_ms)
 
 
 def open_page(page: Page, server: Server, path: str = "", query: str = "") -> None:

@@ -7,7 +7,7 @@ through the URL query string (so a copied link reproduces the view).
 from __future__ import annotations
 
 import pytest
-from playwright.sync_api import Page
+from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import (
     Server,
@@ -51,9 +51,12 @@ def test_every_page_loads_with_real_content(page: Page, server: Server, subtests
         with subtests.test(page=name):
             if path:
                 navigate(page, path)
+            main = page.locator("[data-testid='stMain']")
+            for text in texts:  # waits for elements drawn after the run (the Reports preview)
+                expect(main).to_contain_text(text, timeout=20_000)
             screenshot(page, f"page-{name}")
             assert_no_exception(page)
-            body = page.locator("[data-testid='stMain']").inner_text()
+            body = main.inner_text()
             assert "not available" not in body, body[:500]
             assert_clean(body)  # no None, nan or minus zero (Product pages check the same on a filtered view)
             for text in texts:
