@@ -249,7 +249,12 @@ def _ledger_caption(db_path: str, ver: tuple[int, int]) -> str:
             "SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM samples), (SELECT count(*) FROM ingests)"
         ).fetchall()[0]
     name = os.path.basename(db_path)
-    return f"Ledger `{name}`: {jobs:,} jobs, {samples:,} samples from {ingests:,} ingests."
+    return f"Ledger `{name}`: {_count(jobs, 'job')}, {_count(samples, 'sample')} from {_count(ingests, 'ingest')}."
+
+
+def _count(n: int, word: str) -> str:
+    """``1 ingest``, ``3,555 jobs``."""
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
 # ---------------------------------------------------------------- overview

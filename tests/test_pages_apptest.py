@@ -73,6 +73,13 @@ def test_overview_shows_the_fixture_spend(small_ledger: str) -> None:
     assert spend.value == "$582.71"
 
 
+def test_the_sidebar_counts_the_ledger_in_words(small_ledger: str) -> None:
+    at = run_page("pages/overview.py")
+    captions = [c.value for c in at.sidebar.caption if c.value.startswith("Ledger")]
+    # the fixture: 5 jobs (tests/fixtures/dashboard/jobs.csv), no telemetry, one ingest: singular, not "1 ingests"
+    assert captions == ["Ledger `ledger.duckdb`: 5 jobs, 0 samples from 1 ingest."], captions
+
+
 def test_query_string_sets_the_filters(small_ledger: str) -> None:
     at = run_page("pages/overview.py", {"team": ["vision"]})
     spend = next(m for m in at.metric if m.label == "Spend")
