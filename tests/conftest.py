@@ -187,10 +187,15 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     return path
 
 
-# `make test` runs the suite in two pytest-xdist workers (``-n 2 --dist loadscope --no-loadscope-reorder``):
-# a worker takes a test module whole, so a module-scoped service or server (Prometheus, a Slurm cluster, the
-# signed-in dashboard) starts once, not once per worker. Modules are handed out in the order below, longest
-# first, so the two workers finish close together; the rest follow in file order.
+# `make test` runs the suite in three pytest-xdist workers on two cores (``-n 3 --dist loadscope
+# --no-loadscope-reorder``), scheduled by :class:`BrowserLanes` below: a worker takes a test module whole, so a
+# module-scoped service or server (Prometheus, a Slurm cluster, the signed-in dashboard) starts once, not once
+# per worker, and the browser modules run in two lanes, so at most two Chromiums (and two dashboard servers)
+# paint at a time. Why three workers on two cores: a browser test keeps its worker waiting on Chromium, the
+# server and 100 ms of quiet after each run, and the Slurm and Prometheus tests wait on real jobs and scrapes;
+# the third worker fills those gaps with CPU-bound modules. (Three workers each free to take any module ran
+# slower: three Chromiums and three servers competed for the two cores.)
+# Modules are handed out in the order below, longest first; the rest follow in file order.
 # (``--dist loadgroup`` with xdist_group marks did nothing here: xdist 3.8 writes the group into
 # ``item._nodeid``, which pytest 9 no longer reads, so every test went to whichever worker was free.)
 _LONGEST_FIRST = (
@@ -210,9 +215,44 @@ _LONGEST_FIRST = (
     "tests/live/test_slurm_collector.py",
 )
 
+# The two browser lanes, about even in time (worker seconds measured in `make test`); a browser module not
+# named here joins lane B. Within a lane modules run in the order of _LONGEST_FIRST.
+_LANE_A = (
+    "tests/browser/test_product_pages.py",
+    "tests/browser/test_pages.py",
+    "tests/browser/test_upload.py",
+    "tests/browser/test_dashboard_command.py",
+)
+BROWSER = "tests/browser/"
+
+
+def lane(module: str) -> str | None:
+    """The browser lane a test module runs in, or None for a module any worker may take."""
+    if not module.startswith(BROWSER) or module == BROWSER + "conftest.py":
+        return None
+    return "browser lane A" if module in _LANE_A else "browser lane B"
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
     ranks = [rank.get(Path(str(item.fspath)).relative_to(ROOT).as_posix(), len(rank)) for item in items]
     order = sorted(range(len(items)), key=lambda i: ranks[i])  # stable: file order within a rank
     items[:] = [items[i] for i in order]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Under ``--dist loadscope``: :class:`BrowserLanes` (the browser modules in two lanes)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class BrowserLanes(LoadScopeScheduling):
+        """Load-scope scheduling whose unit is a test module, except that the browser modules form two units
+        (the lanes): a worker that takes a lane runs its modules one after the other, so however many
+        workers there are, no more than two drive a browser at once."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return lane(module) or super()._split_scope(nodeid)
+
+    return BrowserLanes(config, log)

@@ -11,7 +11,7 @@ import pytest
 
 from collectors.base import IngestOptions, ingest_file
 from gpuledger.ledger.errors import FormatError
-from tests.conftest import write
+from tests.conftest import gpuledger, write
 
 HEADER = "job_id,user,team,cluster,gpu_model,gpu_count,start,end,state"
 
@@ -103,6 +103,7 @@ def _sha(path: Path) -> str:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """A real ``gpuledger`` process: its exit status and stderr are what a shell sees."""
     return subprocess.run(
         [sys.executable, "-m", "gpuledger", *args], capture_output=True, text=True, check=False
     )
@@ -140,7 +141,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_cli_bad_file_exits_1_and_leaves_db_byte_identical(tmp_path, name, text, message):
     db = tmp_path / "ledger.duckdb"
     good = write(tmp_path, "good.csv", HEADER + "\nj0,a,t,c,T4,1,2025-01-01,2025-01-02,COMPLETED\n")
-    assert _cli("ingest", "--db", str(db), str(good)).returncode == 0
+    assert gpuledger("ingest", "--db", str(db), str(good)).returncode == 0  # in-process: only the bad one's
     before = _sha(db)
     bad = write(tmp_path, name, text)
     result = _cli("ingest", "--db", str(db), str(bad))

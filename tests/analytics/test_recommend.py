@@ -9,8 +9,6 @@ L4 $0.50 per GPU-hour.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import polars as pl
 import pytest
@@ -21,6 +19,7 @@ from analytics.savings import savings_total
 from gpuledger.ledger.db import memory_ledger, writer
 from tests.analytics.build import H100, alloc, ingest, job, series
 from tests.analytics.recommend_ledgers import A100, DAY, EARLIER, recommend_ledger, run, set_prices
+from tests.conftest import gpuledger
 
 VIEW = Filters(since=DAY, until=DAY)
 
@@ -359,12 +358,8 @@ def test_cli_recommend_json_and_text(tmp_path):
         "--until",
         "2025-03-03",
     ]
-    out = subprocess.run(
-        [sys.executable, "-m", "gpuledger", "recommend", *args, "--json"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    # the command's main() in this process (tests/conftest.py gpuledger), as a user's shell would run it
+    out = gpuledger("recommend", *args, "--json")
     assert out.returncode == 0, out.stderr
     items = json.loads(out.stdout)
     spot = next(i for i in items if i["kind"] == "use_spot")
@@ -373,30 +368,11 @@ def test_cli_recommend_json_and_text(tmp_path):
     # depend on the H100 prices alone are pinned here: use_spot uses the H100 spot row
     assert spot["saving_usd"] == pytest.approx(24 * (3.00 - 1.50 * 1.10), abs=0.01)
     assert spot["usd_per_week"] is None  # a one-off: it would have saved that, once
-    text = subprocess.run(
-        [sys.executable, "-m", "gpuledger", "recommend", *args, "--limit", "3"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    text = gpuledger("recommend", *args, "--limit", "3")
     assert text.returncode == 0, text.stderr
     assert text.stdout.count(" · confidence ") == 3
-    every = json.loads(
-        subprocess.run(
-            [sys.executable, "-m", "gpuledger", "recommend", *args, "--json", "--limit", "0"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    )
-    total = json.loads(
-        subprocess.run(
-            [sys.executable, "-m", "gpuledger", "recommend", *args, "--total", "--json"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    )
+    every = json.loads(gpuledger("recommend", *args, "--json", "--limit", "0").stdout)
+    total = json.loads(gpuledger("recommend", *args, "--total", "--json").stdout)
     # the object sums the whole list (not the --limit'ed part): counted items to the total, items to listed
     assert total["items"] == len(every)
     assert total["total_usd_per_week"] == pytest.approx(

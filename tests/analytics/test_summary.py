@@ -14,6 +14,7 @@ from analytics.summary import SUMMARY_KEYS, summary
 from analytics.waste import PARTS
 from gpuledger.ledger.db import writer
 from tests.analytics.build import alloc, gpu, ingest, job, series, set_test_prices
+from tests.conftest import gpuledger
 
 WASTE_KEYS = {
     "productive_usd",
@@ -84,15 +85,19 @@ def test_cli_summary_json_and_table(db_path, tmp_path):
     settings = tmp_path / "settings.toml"
     settings.write_text("")  # defaults: the reference tables stay as the test wrote them
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
-    out = _cli("summary", "--json", "--db", db_path, "--settings", str(settings), env=env)
+    unset = {k: None for k in os.environ if k.startswith("GPULEDGER_")}
+    # in-process (tests/conftest.py gpuledger: the command's main()); the usage error below is a real process
+    out = gpuledger("summary", "--json", "--db", db_path, "--settings", str(settings), env=unset)
     assert out.returncode == 0, out.stderr
     s = json.loads(out.stdout)
     assert s["spend_usd"] == pytest.approx(12.0)
     assert s["waste"]["failed_usd"] == pytest.approx(4.0)
-    team = _cli("summary", "--json", "--team", "nlp", "--db", db_path, "--settings", str(settings), env=env)
+    team = gpuledger(
+        "summary", "--json", "--team", "nlp", "--db", db_path, "--settings", str(settings), env=unset
+    )
     assert json.loads(team.stdout)["spend_usd"] == pytest.approx(8.0)
     assert json.loads(team.stdout)["filters"]["teams"] == ["nlp"]
-    table = _cli("summary", "--db", db_path, "--settings", str(settings), env=env)
+    table = gpuledger("summary", "--db", db_path, "--settings", str(settings), env=unset)
     assert table.returncode == 0
     assert "spend" in table.stdout and "$12.00" in table.stdout and "idle (allocated)" in table.stdout
     bad = _cli("summary", "--since", "yesterday", "--db", db_path, env=env)
