@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Locator, Page
+from playwright.sync_api import Locator, Page
 
 from tests.browser.conftest import (
     ROOT,
@@ -33,7 +33,6 @@ from tests.browser.conftest import (
     _free_port,
     _wait_healthy,
     navigate,
-    new_context,
     screenshot,
     wait_for_app,
 )
@@ -124,12 +123,10 @@ speech = ["{LEAD}"]
 
 
 @pytest.fixture
-def context_page(browser: Browser) -> Iterator[Page]:
-    """A fresh browser profile (no sign-in cookie) per test."""
-    context = new_context(browser, viewport={"width": 1400, "height": 1000}, accept_downloads=True)
-    page = context.new_page()
-    yield page
-    context.close()
+def context_page(page: Page) -> Page:
+    """The worker's tab with no cookie, so no sign-in (tests/browser/conftest.py ``page``), at 1400×1000."""
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    return page
 
 
 def sign_in(page: Page, server: Server, who: str) -> None:

@@ -38,9 +38,7 @@ def generate_jobs(path: Path, n: int) -> None:
 def test_pages_load_during_an_ingest_and_then_show_the_new_data(
     page: Page, server: Server, tmp_path: Path
 ) -> None:
-    open_page(page, server)
-    before = metric_value(page, "Spend")
-    assert before == money(server.summary()["spend_usd"])
+    before = money(server.summary()["spend_usd"])  # the page showing it is checked after the ingest
 
     path = tmp_path / "many_jobs.csv"
     generate_jobs(path, N_JOBS)
