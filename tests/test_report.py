@@ -51,14 +51,17 @@ def _ledger(db_path: str, tmp_path: Path, *extra: str) -> str:
     return db_path
 
 
-@pytest.fixture
-def ledger_file(db_path: str, tmp_path: Path) -> str:
-    return _ledger(db_path, tmp_path, PREVIOUS_WEEK)
+# Built once for the module: the tests below only read these ledgers (the report and summary commands).
+@pytest.fixture(scope="module")
+def ledger_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    tmp = tmp_path_factory.mktemp("report")
+    return _ledger(str(tmp / "ledger.duckdb"), tmp, PREVIOUS_WEEK)
 
 
-@pytest.fixture
-def hostile_ledger(db_path: str, tmp_path: Path) -> str:
-    return _ledger(db_path, tmp_path, HOSTILE)
+@pytest.fixture(scope="module")
+def hostile_ledger(tmp_path_factory: pytest.TempPathFactory) -> str:
+    tmp = tmp_path_factory.mktemp("report-hostile")
+    return _ledger(str(tmp / "ledger.duckdb"), tmp, HOSTILE)
 
 
 cli = gpuledger  # the command's main() in this process (tests/conftest.py)
