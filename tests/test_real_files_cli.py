@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import dataset
+from tests.conftest import dataset, gpuledger
 
 REAL_FILES = {
     "hf-trainer/mistral7b-lora-translator/trainer_state.json": ("hf_trainer_state", "train_log", 866),
@@ -25,6 +25,7 @@ REAL_FILES = {
 
 
 def _ingest(db, path):
+    """A real ``gpuledger ingest`` process, as a user runs it."""
     return subprocess.run(
         [sys.executable, "-m", "gpuledger", "ingest", "--db", str(db), "--json", str(path)],
         capture_output=True,
@@ -43,5 +44,5 @@ def test_real_file_lands_through_the_cli_once(tmp_path, relative):
     assert first.returncode == 0, first.stderr
     report = json.loads(first.stdout)[0]
     assert report["format"] == fmt and report["rows"][table] == rows
-    again = _ingest(db, path)
+    again = gpuledger("ingest", "--db", str(db), "--json", str(path))  # in-process: the same main()
     assert again.returncode == 0 and json.loads(again.stdout)[0]["already_ingested"] is True
