@@ -187,17 +187,15 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     return path
 
 
-# `make test` runs the suite in three pytest-xdist workers on two cores (``-n 3 --dist loadscope
-# --no-loadscope-reorder``), scheduled by :class:`BrowserLanes` below: a worker takes a test module whole, so a
-# module-scoped service or server (Prometheus, a Slurm cluster, the signed-in dashboard) starts once, not once
-# per worker, and the browser modules run in two lanes, so at most two Chromiums (and two dashboard servers)
-# paint at a time. Why three workers on two cores: a browser test keeps its worker waiting on Chromium, the
-# server and 100 ms of quiet after each run, and the Slurm and Prometheus tests wait on real jobs and scrapes;
-# the third worker fills those gaps with CPU-bound modules. (Three workers each free to take any module ran
-# slower: three Chromiums and three servers competed for the two cores.)
+# `make test` runs the suite in two pytest-xdist workers (``-n 2 --dist loadscope --no-loadscope-reorder``),
+# scheduled by :class:`BrowserLanes` below: a worker takes a test module whole, so a module-scoped service or
+# server (Prometheus, a Slurm cluster, the signed-in dashboard) starts once, not once per worker, and the
+# browser modules run in two lanes, so however many workers there are, at most two Chromiums (and two
+# dashboard servers) paint at a time. Measured on 2 cores (whole suite, one run each): 641 s with two
+# workers, 620 s with three and 633 s with four: the suite is CPU-bound, so more workers only add their own
+# start-up; two stay the default. (``--dist loadgroup`` with xdist_group marks did nothing here: xdist 3.8
+# writes the group into ``item._nodeid``, which pytest 9 no longer reads.)
 # Modules are handed out in the order below, longest first; the rest follow in file order.
-# (``--dist loadgroup`` with xdist_group marks did nothing here: xdist 3.8 writes the group into
-# ``item._nodeid``, which pytest 9 no longer reads, so every test went to whichever worker was free.)
 _LONGEST_FIRST = (
     "tests/browser/test_product_pages.py",
     "tests/browser/test_auth.py",
