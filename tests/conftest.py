@@ -192,8 +192,8 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 # server (Prometheus, a Slurm cluster, the signed-in dashboard) starts once, not once per worker, and the
 # browser modules run in two lanes, so however many workers there are, at most two Chromiums (and two
 # dashboard servers) paint at a time. Measured on 2 cores (whole suite, one run each): 641 s with two
-# workers, 620 s with three and 633 s with four: the suite is CPU-bound, so more workers only add their own
-# start-up; two stay the default. (``--dist loadgroup`` with xdist_group marks did nothing here: xdist 3.8
+# workers, 620 s with three and 633 s with four; after the browser tests began to reuse one tab, 555 s with
+# two and 576 s with three. The suite is CPU-bound, so more workers only add their own start-up; two stay. (``--dist loadgroup`` with xdist_group marks did nothing here: xdist 3.8
 # writes the group into ``item._nodeid``, which pytest 9 no longer reads.)
 # Modules are handed out in the order below, longest first; the rest follow in file order.
 _LONGEST_FIRST = (
