@@ -195,13 +195,15 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 # workers, 620 s with three and 633 s with four; after the browser tests began to reuse one tab, 555 s with
 # two and 576 s with three. The suite is CPU-bound, so more workers only add their own start-up; two stay. (``--dist loadgroup`` with xdist_group marks did nothing here: xdist 3.8
 # writes the group into ``item._nodeid``, which pytest 9 no longer reads.)
-# Modules are handed out in the order below, longest first; the rest follow in file order.
+# Modules are handed out in the order below, longest first; the rest follow in file order. The Prometheus
+# module comes second, before browser lane B: both lanes' first servers copy the demo ledger template, which
+# the first worker builds (~10 s) while the other would wait on its lock; Prometheus needs no template.
 _LONGEST_FIRST = (
     "tests/browser/test_product_pages.py",
+    "tests/live/test_prometheus_collector.py",
     "tests/browser/test_auth.py",
     "tests/browser/test_exposure.py",
     "tests/browser/test_pages.py",
-    "tests/live/test_prometheus_collector.py",
     "tests/browser/test_writers_and_readers.py",
     "tests/analytics/test_fast_path.py",
     "tests/test_report.py",
