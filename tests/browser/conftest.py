@@ -211,12 +211,15 @@ def page(tab: Page) -> Iterator[Page]:
     Why one tab and not a fresh profile per test: measured on the 2-day demo's Overview (server cache warm),
     a load cost Chromium 2.6 CPU-s in a tab that had loaded the app before, 5.2 CPU-s in a new tab of the same
     profile and 6.6-7.4 CPU-s in a new profile: a new tab starts a renderer that compiles Streamlit's scripts
-    again. The state a tab keeps between documents is its cookies (cleared here) and the browser's caches.
+    again. What a tab keeps between documents: cookies (cleared here), the app origin's localStorage (where
+    Streamlit keeps the sidebar's state and width; cleared after each test) and the browser's caches.
     """
     tab.context.clear_cookies()
     tab.set_viewport_size(VIEWPORT)
     yield tab
     with contextlib.suppress(Exception):  # a test that broke the tab has already failed; the next one reloads
+        if tab.url.startswith("http"):
+            tab.evaluate("() => localStorage.clear()")
         tab.goto("about:blank", timeout=10_000)
 
 
