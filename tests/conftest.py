@@ -193,8 +193,9 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 # browser modules run in two lanes, so however many workers there are, at most two Chromiums (and two
 # dashboard servers) paint at a time. Measured on 2 cores (whole suite, one run each): 641 s with two
 # workers, 620 s with three and 633 s with four; after the browser tests began to reuse one tab, 555 s with
-# two and 576 s with three. The suite is CPU-bound, so more workers only add their own start-up; two stay. (``--dist loadgroup`` with xdist_group marks did nothing here: xdist 3.8
-# writes the group into ``item._nodeid``, which pytest 9 no longer reads.)
+# two and 576 s with three. The suite is CPU-bound, so more workers only add their own start-up; two stay.
+# (``--dist loadgroup`` with xdist_group marks did nothing here: xdist 3.8 writes the group into
+# ``item._nodeid``, which pytest 9 no longer reads.)
 # Modules are handed out in the order below, longest first; the rest follow in file order. The Prometheus
 # module comes second, before browser lane B: both lanes' first servers copy the demo ledger template, which
 # the first worker builds (~10 s) while the other would wait on its lock; Prometheus needs no template.
@@ -228,7 +229,7 @@ BROWSER = "tests/browser/"
 
 def lane(module: str) -> str | None:
     """The browser lane a test module runs in, or None for a module any worker may take."""
-    if not module.startswith(BROWSER) or module == BROWSER + "conftest.py":
+    if not module.startswith(BROWSER):
         return None
     return "browser lane A" if module in _LANE_A else "browser lane B"
 
