@@ -250,9 +250,23 @@ def _read_csv_sql(path: Path, layout: Layout, types: dict[int, str], *, keep_hea
     )
 
 
-def line_sql(layout: Layout) -> str:
-    """SQL for a staged row's line in the file (over :func:`_read_csv_sql`'s rows)."""
-    return "__line" if layout.repeated_header else f"row_number() OVER () + {layout.header_lines}"
+def number_lines(con: duckdb.DuckDBPyConnection, table: str, layout: Layout) -> None:
+    """Give each staged row of ``table`` its line in the file, as ``line_no``.
+
+    A repeated header drops lines, so its rows carry the ``__line`` the reader numbered. Otherwise the
+    rows are the file's lines in order: a ``CREATE TABLE AS`` keeps the reader's order
+    (``preserve_insertion_order``, DuckDB's default) and numbers a new table's rows consecutively (from
+    an offset inside a transaction), so a row's line is its ``rowid`` less the first, plus the header.
+    Numbering after the fact costs 0.15 s on 2 M rows; ``row_number() OVER ()`` inside the statement made
+    DuckDB read the file on one thread (2 M rows: 4.6 s against 2.1 s).
+    """
+    if layout.repeated_header:
+        con.execute(f"ALTER TABLE {table} RENAME COLUMN __line TO line_no")
+        return
+    con.execute(f"ALTER TABLE {table} ADD COLUMN line_no BIGINT")
+    con.execute(
+        f"UPDATE {table} SET line_no = rowid - (SELECT min(rowid) FROM {table}) + {1 + layout.header_lines}"
+    )
 
 
 def map_fields(
@@ -495,7 +509,9 @@ class NvidiaSmiCsv:
         # What is one value per GPU is not copied into every staged row: the name goes in as read (its N/A
         # tokens are dropped per GPU), the uuid is the gpu_id, a host that is no column is a constant; all
         # three are taken per GPU in _stage_gpus (2 M rows: about 1 CPU-second and 60 bytes a row less).
-        per_row = [f"{col.integer('gpu_index')} AS gpu_index", f"{line_sql(layout)} AS line_no"]
+        per_row = [f"{col.integer('gpu_index')} AS gpu_index"]
+        if layout.repeated_header:
+            per_row.append("__line")
         if "name" in fields:
             per_row.append(f"{col.text('name') if col.padded else col.raw('name')} AS name")
         if "host" in fields:
@@ -509,6 +525,7 @@ class NvidiaSmiCsv:
             )
         except duckdb.Error as exc:
             raise _reader_error(path, exc) from None
+        number_lines(con, "stage_samples", layout)
         names: dict[str, str] = {}
         for t in ["ts", *(n for n in numeric if n != "mem_free_mib")]:
             names.setdefault(_sample_col(t), split_header(col.name(t))[0].strip())

@@ -115,6 +115,26 @@ def test_900_degrees_is_rejected(ledger, tmp_path):
     assert (err.line, err.reason) == (3, "temperature.gpu is 900 °C, above 130 °C")
 
 
+def test_bad_values_deep_in_a_file_read_in_parallel_are_named_by_their_own_lines(ledger, tmp_path):
+    """300,000 lines (~40 MB) are read by several threads in several buffers; the staged rows are numbered
+    after the read (collectors/nvidia_smi_csv.number_lines), so each rejected line must still be the line
+    that holds the bad value, in the first buffer and in the last."""
+    header = "timestamp, index, uuid, name, utilization.gpu [%], memory.used [MiB], power.draw [W]"
+    path = tmp_path / "big.csv"
+    bad = {3: "250 %", 151_234: "-1 %", 299_999: "101 %"}  # line → utilization; line 1 is the header
+    arms = " ".join(f"WHEN {line - 2} THEN '{v}'" for line, v in bad.items())
+    duckdb.sql(
+        f"""COPY (SELECT strftime(TIMESTAMP '2025-03-01' + to_seconds(i // 8), '%Y/%m/%d %H:%M:%S.000')
+                         || ', ' || i % 8 || ', GPU-' || i % 8 || '-aaaa, NVIDIA H100 80GB HBM3, '
+                         || CASE i {arms} ELSE (i % 97) || ' %' END || ', 1000 MiB, 300.00 W'
+                  FROM range(300000) t(i))
+            TO {sql_path(path)} (FORMAT csv, HEADER false, QUOTE '', ESCAPE '', DELIMITER '\x01')"""
+    )
+    path.write_text(header + "\n" + path.read_text())
+    report = ingest_file(ledger, path, opts=IngestOptions(tz="UTC", skip_bad_rows=True))
+    assert [(r["line"], r["value"]) for r in report.rejected] == [(3, "250"), (151_234, "-1"), (299_999, "101")]
+    assert report.rows["samples"] == 300_000 - 3
+
 def test_a_real_file_still_lands_and_an_energy_counter_reset_is_not_negative_energy(ledger, tmp_path):
     report = ingest_file(ledger, dataset(SMI), opts=UTC)
     assert report.rows["samples"] == 2619 and report.rejected == []
