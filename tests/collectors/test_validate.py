@@ -132,8 +132,13 @@ def test_bad_values_deep_in_a_file_read_in_parallel_are_named_by_their_own_lines
     )
     path.write_text(header + "\n" + path.read_text())
     report = ingest_file(ledger, path, opts=IngestOptions(tz="UTC", skip_bad_rows=True))
-    assert [(r["line"], r["value"]) for r in report.rejected] == [(3, "250"), (151_234, "-1"), (299_999, "101")]
+    assert [(r["line"], r["value"]) for r in report.rejected] == [
+        (3, "250"),
+        (151_234, "-1"),
+        (299_999, "101"),
+    ]
     assert report.rows["samples"] == 300_000 - 3
+
 
 def test_a_real_file_still_lands_and_an_energy_counter_reset_is_not_negative_energy(ledger, tmp_path):
     report = ingest_file(ledger, dataset(SMI), opts=UTC)
