@@ -171,12 +171,34 @@ def _sequence(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def _is_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    return bool(
+        con.execute(
+            "SELECT count(*) FROM duckdb_views() WHERE temporary AND view_name = ?", [name]
+        ).fetchall()[0][0]
+    )
+
+
 def _drop_seq_view(con: duckdb.DuckDBPyConnection) -> None:
     """Drop ``rollup_seq`` when it is a view (:func:`_sequence_polls`); a table is replaced or dropped as one."""
-    if con.execute(
-        "SELECT count(*) FROM duckdb_views() WHERE temporary AND view_name = 'rollup_seq'"
-    ).fetchall()[0][0]:
+    if _is_view(con, "rollup_seq"):
         con.execute("DROP VIEW temp.rollup_seq")
+
+
+def _mostly_alone(con: duckdb.DuckDBPyConnection, bounds: list[object]) -> bool:
+    """Are there fewer than 1.5 samples per GPU-minute in ``rollup_m``'s windows (a cadence near a minute
+    or longer)? Then most minute rows hold one sample, and :func:`_refresh_minutes` writes those without
+    a GROUP BY (:func:`_minute_sql`). A hash table with a group per sample and 44 aggregates is the
+    costliest step of a rollup: 64 GPUs × 28 days at 60 s, 2.6 M samples, took 18 s under the writer's
+    memory limit. Either answer gives the same rows; a wrong guess costs one more pass or a slower one."""
+    samples, minutes = con.execute(
+        """SELECT (SELECT count(*) FROM samples s
+                   JOIN rollup_m w ON s.gpu_id = w.gpu_id AND s.ts >= w.m_lo AND s.ts < w.m_hi_end
+                   WHERE s.ts >= ? AND s.ts < ?),
+                  (SELECT sum(epoch(m_hi_end - m_lo)) / 60 FROM rollup_m)""",
+        bounds,
+    ).fetchall()[0]
+    return bool(minutes) and samples < 1.5 * minutes
 
 
 # rollup_seq's columns; {w} is the window (OVER g, or OVER () in poll order) and {n} the offset (", N").
@@ -319,13 +341,104 @@ def _minute_windows(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-def _minute_sql(th: Thresholds) -> str:
+def _minute_columns(th: Thresholds) -> list[tuple[str, str, str, str]]:
+    """A minute row's columns past its key, as (aggregate, expression over ``f``, column, cast): one list
+    for both forms of :func:`_minute_sql`. ``first`` is ``arg_min(expression, ts)``."""
+    idle, _, target = th
+    return [
+        ("count", "*", "n", "INTEGER"),
+        ("sum", "interval_s", "covered_s", ""),
+        ("sum", "util / 100.0 * interval_s", "util_s", ""),
+        ("sum", "CASE WHEN util IS NOT NULL THEN interval_s END", "util_cov_s", ""),
+        ("sum", f"CASE WHEN util <= {idle} THEN interval_s END", "idle_s", ""),
+        ("max", "util", "util_max", ""),
+        ("max", "mem_used", "mem_used_max_mib", ""),
+        ("max", "mem_total_mib", "mem_total_mib", ""),
+        ("sum", "power_w * interval_s", "power_j", ""),
+        ("sum", "CASE WHEN power_w IS NOT NULL THEN interval_s END", "power_cov_s", ""),
+        ("sum", "sm / 100.0 * interval_s", "sm_active_s", ""),
+        ("sum", "tensor / 100.0 * interval_s", "tensor_active_s", ""),
+        ("sum", "CASE WHEN sm IS NOT NULL OR tensor IS NOT NULL THEN interval_s END", "prof_cov_s", ""),
+        ("min", "ts", "first_ts", ""),
+        ("max", "ts", "last_ts", ""),
+        ("max", "ts + to_microseconds((interval_s * 1e6)::BIGINT)", "max_end_ts", ""),
+        ("sum", "CASE WHEN in_idle THEN interval_s END", "idle_run_s", ""),
+        (
+            "sum",
+            f"CASE WHEN util < {target} AND NOT in_idle THEN interval_s * ({target} - util) / {target} END",
+            "underused_s",
+            "",
+        ),
+        ("sum", "CASE WHEN sm IS NOT NULL THEN interval_s END", "sm_cov_s", ""),
+        ("sum", "CASE WHEN tensor IS NOT NULL THEN interval_s END", "tensor_cov_s", ""),
+        ("max", "mem_used / mem_total_mib", "memk_frac_max", ""),
+        ("sum", "mem_used / mem_total_mib * interval_s", "memk_frac_s", ""),
+        ("sum", "CASE WHEN mem_used IS NOT NULL AND mem_total_mib > 0 THEN interval_s END", "memk_cov_s", ""),
+        ("max", "CASE WHEN mem_total_mib IS NULL THEN mem_used END", "memu_max_mib", ""),
+        ("sum", "CASE WHEN mem_total_mib IS NULL THEN mem_used * interval_s END", "memu_s", ""),
+        (
+            "sum",
+            "CASE WHEN mem_used IS NOT NULL AND mem_total_mib IS NULL THEN interval_s END",
+            "memu_cov_s",
+            "",
+        ),
+        ("count", "CASE WHEN mem_total_mib IS NULL THEN 1 END", "n_no_total", "INTEGER"),
+        ("sum", "e_j", "energy_j", ""),
+        ("sum", "CASE WHEN e_j IS NOT NULL THEN interval_s END", "energy_cov_s", ""),
+        ("count", "util", "util_n", "INTEGER"),
+        ("count", f"CASE WHEN util < {LOW_UTIL_PCT} THEN 1 END", "dip_n", "INTEGER"),
+        ("count", f"CASE WHEN util > {HIGH_UTIL_PCT} THEN 1 END", "burst_n", "INTEGER"),
+        ("count", "throttle_reasons", "throttle_n", "INTEGER"),
+        (
+            "count",
+            f"CASE WHEN throttle_reasons & {POWER_THERMAL_MASK}::UBIGINT <> 0 THEN 1 END",
+            "throttled_n",
+            "INTEGER",
+        ),
+        ("count", "temp_c", "temp_n", "INTEGER"),
+        ("count", f"CASE WHEN temp_c >= {HOT_TEMP_C} THEN 1 END", "hot_n", "INTEGER"),
+        ("max", "temp_c", "temp_max_c", ""),
+        ("sum", "pair", "pairs_n", "INTEGER"),
+        ("sum", "swing", "swings_n", "INTEGER"),
+        ("first", "pair", "first_pair", "INTEGER"),
+        ("first", "swing", "first_swing", "INTEGER"),
+    ]
+
+
+def _of_one(aggregate: str, expr: str) -> str:
+    """An aggregate over one row, as a plain expression: the value itself, or for a count 1 or 0."""
+    if aggregate != "count":
+        return f"({expr})"
+    return "1" if expr == "*" else f"(({expr}) IS NOT NULL)"
+
+
+def _minute_sql(th: Thresholds, alone: bool | None = None, *, ordered: bool = True) -> str:
     """The minute rows of the samples in ``rollup_seq`` inside each GPU's [m_lo, m_hi_end); parameters:
     the overall [min m_lo, max m_hi_end). A sample is inside an idle stretch when it is idle and lies in a
     run (``idle_runs``, already refreshed) of at least idle_min_minutes: an equi-join on (GPU, job, day)
-    with a range test, against the long runs only."""
-    idle, min_minutes, target = th
+    with a range test, against the long runs only.
+
+    ``alone``: None rolls up every sample with one GROUP BY. True takes only the samples ``alone`` in their
+    minute (no earlier sample of the same job and no later sample of the GPU in it: a cadence of a minute
+    or more), whose minute row is the sample's own values, with no hash table; False rolls up the rest.
+    True and False together give the same rows as None: ``alone`` says of a sample that its (minute,
+    gpu_id, job_id) holds no other, so the two never split a group. ``pj_ts`` is the previous sample of
+    the same job (:func:`_sequence`) and ``next_ts`` the GPU's next one, of any job, so a sample of
+    another job in the minute can only make ``alone`` false, never true wrongly.
+    """
+    idle, min_minutes, _ = th
     min_s = min_minutes * 60.0
+    if alone:
+        select = ", ".join(
+            f"{_of_one(a, e)}{f'::{c}' if c else ''} AS {col}" for a, e, col, c in _minute_columns(th)
+        )
+        tail = "WHERE alone"
+    else:
+        select = ", ".join(
+            f"{'arg_min' if a == 'first' else a}({e}{', ts' if a == 'first' else ''}){f'::{c}' if c else ''} AS {col}"
+            for a, e, col, c in _minute_columns(th)
+        )
+        tail = f"{'WHERE NOT alone' if alone is False else ''} GROUP BY minute, gpu_id, job_id"
     return f"""
     WITH kept AS (
         SELECT q.*,
@@ -334,7 +447,9 @@ def _minute_sql(th: Thresholds) -> str:
                           AND epoch(q.next_ts - q.ts) <= {GAP_TOLERANCE} * q.iv
                      THEN q.next_energy_j - q.energy_j
                      ELSE q.power_w * q.iv END) AS e_j,
-               q.pj_ts IS NOT NULL AND epoch(q.ts - q.pj_ts) <= {GAP_TOLERANCE} * q.pj_iv AS contiguous
+               q.pj_ts IS NOT NULL AND epoch(q.ts - q.pj_ts) <= {GAP_TOLERANCE} * q.pj_iv AS contiguous,
+               coalesce(date_trunc('minute', q.pj_ts) < date_trunc('minute', q.ts), true)
+                   AND coalesce(date_trunc('minute', q.next_ts) > date_trunc('minute', q.ts), true) AS alone
         FROM rollup_seq q JOIN rollup_m w ON q.gpu_id = w.gpu_id AND q.ts >= w.m_lo AND q.ts < w.m_hi_end
         WHERE q.ts >= ? AND q.ts < ?
     ),
@@ -344,7 +459,7 @@ def _minute_sql(th: Thresholds) -> str:
     ),
     f AS (
         SELECT k.ts, k.gpu_id, k.job_id, k.iv AS interval_s, k.util, k.mem_used, k.mem_total_mib, k.power_w,
-               k.sm, k.tensor, k.temp_c, k.throttle_reasons, k.e_j,
+               k.sm, k.tensor, k.temp_c, k.throttle_reasons, k.e_j, k.alone,
                r.gpu_id IS NOT NULL AS in_idle,
                (k.contiguous AND k.util IS NOT NULL AND k.pj_util IS NOT NULL)::INTEGER AS pair,
                (k.contiguous AND ((k.util < {LOW_UTIL_PCT} AND k.pj_util > {HIGH_UTIL_PCT})
@@ -354,52 +469,10 @@ def _minute_sql(th: Thresholds) -> str:
           ON k.util <= {idle} AND k.gpu_id = r.gpu_id AND k.jkey = r.jkey AND k.ts::DATE = r.day
          AND k.ts >= r.first_ts AND k.ts <= r.last_ts
     )
-    SELECT date_trunc('minute', ts) AS minute, gpu_id, job_id,
-           count(*)::INTEGER AS n,
-           sum(interval_s) AS covered_s,
-           sum(util / 100.0 * interval_s) AS util_s,
-           sum(CASE WHEN util IS NOT NULL THEN interval_s END) AS util_cov_s,
-           sum(CASE WHEN util <= {idle} THEN interval_s END) AS idle_s,
-           max(util) AS util_max,
-           max(mem_used) AS mem_used_max_mib,
-           max(mem_total_mib) AS mem_total_mib,
-           sum(power_w * interval_s) AS power_j,
-           sum(CASE WHEN power_w IS NOT NULL THEN interval_s END) AS power_cov_s,
-           sum(sm / 100.0 * interval_s) AS sm_active_s,
-           sum(tensor / 100.0 * interval_s) AS tensor_active_s,
-           sum(CASE WHEN sm IS NOT NULL OR tensor IS NOT NULL THEN interval_s END) AS prof_cov_s,
-           min(ts) AS first_ts,
-           max(ts) AS last_ts,
-           max(ts + to_microseconds((interval_s * 1e6)::BIGINT)) AS max_end_ts,
-           sum(CASE WHEN in_idle THEN interval_s END) AS idle_run_s,
-           sum(CASE WHEN util < {target} AND NOT in_idle THEN interval_s * ({target} - util) / {target} END)
-               AS underused_s,
-           sum(CASE WHEN sm IS NOT NULL THEN interval_s END) AS sm_cov_s,
-           sum(CASE WHEN tensor IS NOT NULL THEN interval_s END) AS tensor_cov_s,
-           max(mem_used / mem_total_mib) AS memk_frac_max,
-           sum(mem_used / mem_total_mib * interval_s) AS memk_frac_s,
-           sum(CASE WHEN mem_used IS NOT NULL AND mem_total_mib > 0 THEN interval_s END) AS memk_cov_s,
-           max(CASE WHEN mem_total_mib IS NULL THEN mem_used END) AS memu_max_mib,
-           sum(CASE WHEN mem_total_mib IS NULL THEN mem_used * interval_s END) AS memu_s,
-           sum(CASE WHEN mem_used IS NOT NULL AND mem_total_mib IS NULL THEN interval_s END) AS memu_cov_s,
-           count(CASE WHEN mem_total_mib IS NULL THEN 1 END)::INTEGER AS n_no_total,
-           sum(e_j) AS energy_j,
-           sum(CASE WHEN e_j IS NOT NULL THEN interval_s END) AS energy_cov_s,
-           count(util)::INTEGER AS util_n,
-           count(CASE WHEN util < {LOW_UTIL_PCT} THEN 1 END)::INTEGER AS dip_n,
-           count(CASE WHEN util > {HIGH_UTIL_PCT} THEN 1 END)::INTEGER AS burst_n,
-           count(throttle_reasons)::INTEGER AS throttle_n,
-           count(CASE WHEN throttle_reasons & {POWER_THERMAL_MASK}::UBIGINT <> 0 THEN 1 END)::INTEGER AS throttled_n,
-           count(temp_c)::INTEGER AS temp_n,
-           count(CASE WHEN temp_c >= {HOT_TEMP_C} THEN 1 END)::INTEGER AS hot_n,
-           max(temp_c) AS temp_max_c,
-           sum(pair)::INTEGER AS pairs_n,
-           sum(swing)::INTEGER AS swings_n,
-           arg_min(pair, ts)::INTEGER AS first_pair,
-           arg_min(swing, ts)::INTEGER AS first_swing
+    SELECT date_trunc('minute', ts) AS minute, gpu_id, job_id, {select}
     FROM f
-    GROUP BY ALL
-    ORDER BY minute, gpu_id
+    {tail}
+    {"ORDER BY minute, gpu_id" if ordered else ""}
     """
 
 
@@ -471,7 +544,16 @@ def _refresh_minutes(con: duckdb.DuckDBPyConnection, th: Thresholds) -> None:
              AND samples_minute.minute >= ? AND samples_minute.minute < ?""",
         [m_lo, m_hi],
     )
-    con.execute(f"INSERT INTO samples_minute BY NAME ({_minute_sql(th)})", [m_lo, m_hi])
+    if _mostly_alone(con, [m_lo, m_hi]):
+        # a view streams in time order (_sequence_polls): its one-sample minutes need no sort either
+        streamed = _is_view(con, "rollup_seq")
+        con.execute(
+            f"INSERT INTO samples_minute BY NAME ({_minute_sql(th, True, ordered=not streamed)})",
+            [m_lo, m_hi],
+        )
+        con.execute(f"INSERT INTO samples_minute BY NAME ({_minute_sql(th, False)})", [m_lo, m_hi])
+    else:
+        con.execute(f"INSERT INTO samples_minute BY NAME ({_minute_sql(th)})", [m_lo, m_hi])
     # whole days: [first day, last day] per GPU, and overall
     con.execute(
         """CREATE OR REPLACE TEMP TABLE rollup_d AS
