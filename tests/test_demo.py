@@ -16,6 +16,7 @@ import pytest
 
 from gpuledger.cli.main import main
 from gpuledger.demo.build import DEFAULT_END, DEMO_MEMORY_LIMIT, _bounded_memory, build_demo, ensure_demo
+from gpuledger.demo.fleet import TICK_S
 from gpuledger.ledger.db import memory_ledger, reader, writer
 from gpuledger.ledger.errors import LedgerError
 from tests.conftest import DEMO_DAYS, copy_demo, write
@@ -23,8 +24,10 @@ from tests.conftest import DEMO_DAYS, copy_demo, write
 DAYS = DEMO_DAYS  # the demo copy_demo holds
 LO = dt.datetime(2026, 11, 21)  # DEFAULT_END (2026-11-23) minus 2 days
 HI = dt.datetime(2026, 11, 23)
-# 2 days × 2,880 samples a day × 112 GPUs, less borealis-n00's 3-hour exporter outage (8 GPUs × 360)
-SAMPLES = 2 * 2880 * 112 - 8 * 360
+PER_DAY = 86_400 // TICK_S  # one sample per GPU every TICK_S (60 s): 1,440 a day
+OUTAGE = 3 * 3600 // TICK_S  # borealis-n00's 3-hour exporter outage: 180 samples per GPU
+# 2 days × 1,440 samples a day × 112 GPUs, less the outage's 8 GPUs × 180
+SAMPLES = 2 * PER_DAY * 112 - 8 * OUTAGE
 PREFIXES = (
     "notebook-idle-",
     "small-batch-",
@@ -78,7 +81,7 @@ def test_deterministic_rerun_is_a_no_op_and_another_demo_replaces_it(demo: duckd
     assert {"samples", "jobs", "allocations", "ingests"} <= differs
     assert rows(con, "SELECT count(*), min(format) FROM ingests") == [(1, "demo")]
     assert rows(con, "SELECT count(*), min(ts), max(ts) FROM samples") == [
-        (SAMPLES, dt.datetime(2026, 11, 22), dt.datetime(2026, 11, 23, 23, 59, 30))
+        (SAMPLES, dt.datetime(2026, 11, 22), dt.datetime(2026, 11, 24) - dt.timedelta(seconds=TICK_S))
     ]
     assert one(con, "SELECT count(*) FROM jobs WHERE start_ts < '2026-11-22'") == 0
 
@@ -112,28 +115,28 @@ def test_fleet_shape(demo: duckdb.DuckDBPyConnection) -> None:
         assert one(demo, "SELECT count(*) FROM jobs WHERE starts_with(name, ?)", [prefix]) > 0, prefix
 
 
-def test_telemetry_covers_every_gpu_every_30_s_but_one_outage(demo: duckdb.DuckDBPyConnection) -> None:
+def test_telemetry_covers_every_gpu_every_tick_but_one_outage(demo: duckdb.DuckDBPyConnection) -> None:
     per_host = rows(
         demo,
         """SELECT host = 'borealis-n00', min(n), max(n) FROM (
                SELECT g.host, count(*) AS n FROM samples s JOIN gpus g USING (gpu_id) GROUP BY g.gpu_id, g.host)
            GROUP BY 1 ORDER BY 1""",
     )
-    # 2 days × 86,400 s / 30 s; borealis-n00 misses 08:00–11:00 on the first day (3 h = 360 samples)
-    assert per_host == [(False, 5760, 5760), (True, 5400, 5400)]
+    # 2 days × 86,400 s / 60 s; borealis-n00 misses 08:00–11:00 on the first day (3 h = 180 samples)
+    assert per_host == [(False, 2 * PER_DAY, 2 * PER_DAY), (True, 2 * PER_DAY - OUTAGE, 2 * PER_DAY - OUTAGE)]
     assert rows(
         demo,
         """SELECT min(ts), max(ts) FROM samples s JOIN gpus g USING (gpu_id)
            WHERE g.host = 'borealis-n00' AND ts BETWEEN '2026-11-21 07:00' AND '2026-11-21 12:00'
              AND ts > '2026-11-21 07:59:30'""",
     ) == [(dt.datetime(2026, 11, 21, 11), dt.datetime(2026, 11, 21, 12))]
-    # a sample stands for 30 s, also the one before the outage (a gap is unknown time, not idle)
-    assert one(demo, "SELECT count(*) FROM samples WHERE interval_s <> 30") == 0
-    assert rows(demo, "SELECT min(ts), max(ts) FROM samples") == [(LO, HI - dt.timedelta(seconds=30))]
-    # the energy counter never goes backwards, grows by power × 30 s, and kept counting through the outage
+    # a sample stands for TICK_S, also the one before the outage (a gap is unknown time, not idle)
+    assert one(demo, "SELECT count(*) FROM samples WHERE interval_s <> ?", [TICK_S]) == 0
+    assert rows(demo, "SELECT min(ts), max(ts) FROM samples") == [(LO, HI - dt.timedelta(seconds=TICK_S))]
+    # the energy counter never goes backwards, grows by power × TICK_S, and kept counting through the outage
     steps = rows(
         demo,
-        """SELECT epoch(ts - prev_ts) = 30, count(*) FILTER (WHERE abs(d - power_w * 30) > 0.01),
+        f"""SELECT epoch(ts - prev_ts) = {TICK_S}, count(*) FILTER (WHERE abs(d - power_w * {TICK_S}) > 0.01),
                   count(*) FILTER (WHERE d <= 0) FROM (
                SELECT ts, lag(ts) OVER w AS prev_ts, energy_j - lag(energy_j) OVER w AS d, power_w
                FROM samples WINDOW w AS (PARTITION BY gpu_id ORDER BY ts))
@@ -183,12 +186,12 @@ def per_job(con: duckdb.DuckDBPyConnection, prefix: str, select: str) -> list[tu
 def test_notebook_idle_sits_at_0_to_2_pct_for_8_to_14_h(demo: duckdb.DuckDBPyConnection) -> None:
     got = rows(
         demo,
-        """WITH s AS (
+        f"""WITH s AS (
                SELECT j.name, j.kind, j.gpu_model, s.ts, s.util_pct <= 2 AS low,
                       row_number() OVER (PARTITION BY j.job_id ORDER BY s.ts)
                     - row_number() OVER (PARTITION BY j.job_id, s.util_pct <= 2 ORDER BY s.ts) AS island
                FROM jobs j JOIN samples s USING (job_id) WHERE starts_with(j.name, 'notebook-idle-'))
-           SELECT name, any_value(kind), any_value(gpu_model), max(n) * 30 / 3600.0 AS idle_h FROM (
+           SELECT name, any_value(kind), any_value(gpu_model), max(n) * {TICK_S} / 3600.0 AS idle_h FROM (
                SELECT name, kind, gpu_model, island, count(*) AS n FROM s WHERE low GROUP BY ALL) GROUP BY name""",
     )
     assert len(got) == 4
@@ -430,7 +433,7 @@ def test_headline_money_follows_observed_capacity_and_checkpoints(demo: duckdb.D
     un = {r["cluster"]: r for r in unallocated(demo).iter_rows(named=True)}
     atlas = un["atlas"]
     assert atlas["capacity_basis"] == "observed"
-    # each atlas GPU reports without a gap from its first sample to its last (+ 30 s), inside the window
+    # each atlas GPU reports without a gap from its first sample to its last (+ TICK_S), inside the window
     observed_h = one(
         demo,
         """SELECT sum(epoch(least(e, ?) - greatest(f, ?))) / 3600 FROM (

@@ -2,7 +2,7 @@
 
 Everything here is plain Python over a few thousand jobs (never per sample): a seeded ``numpy`` generator
 draws the background workload, a per-GPU occupancy grid (5-minute slots) places it around the planted
-scenarios, and each job carries a :class:`Profile` per GPU that gpuledger/demo/build.py turns into 30 s telemetry
+scenarios, and each job carries a :class:`Profile` per GPU that gpuledger/demo/build.py turns into 60 s telemetry
 in DuckDB SQL. The same seed and window give the same plan, bit for bit.
 
 Times are integer seconds from the window start (midnight UTC ``days`` before ``end``); a job ending after
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 SLOT_S = 300  # occupancy grid resolution
-TICK_S = 30  # telemetry cadence; every job boundary is a multiple of it
+TICK_S = 60  # telemetry cadence; every job boundary is a multiple of it
 HOUR = 3600
 DAY = 86400
 EPISODE_S = 2 * DAY  # one copy of the planted scenarios fits in two days

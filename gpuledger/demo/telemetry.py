@@ -1,4 +1,4 @@
-"""The demo fleet's 30 s telemetry, computed column-wise with numpy (never a Python loop per sample).
+"""The demo fleet's telemetry (one sample per TICK_S = 60 s), computed column-wise with numpy (never a Python loop per sample).
 
 Every GPU reports for the whole window: its timeline is cut into segments (one per job it held, idle
 segments between), which tile it exactly, so each sample is its segment's profile (found by one
@@ -74,7 +74,7 @@ def telemetry(
     seed: int,
     gaps: Sequence[tuple[list[int], int, int]] = (),
 ) -> pa.Table:
-    """One row per GPU per 30 s: the ``samples`` columns (gpu_id as a dictionary-encoded string); all of
+    """One row per GPU per TICK_S: the ``samples`` columns (gpu_id as a dictionary-encoded string); all of
     :func:`telemetry_chunks` in one table.
     """
     return pa.concat_tables(
@@ -100,7 +100,7 @@ def telemetry_chunks(
 
     util is an integer percent like nvidia-smi's; SM-/tensor-active are NULL except on GPUs with profiling
     (the H100s); the energy counter starts at a per-GPU offset (energy since driver load) and adds
-    power × 30 s per sample; idle GPUs report 0 %, no memory, idle power and the GpuIdle throttle bit.
+    power × TICK_S per sample; idle GPUs report 0 %, no memory, idle power and the GpuIdle throttle bit.
     ``gaps`` (GPU indices, start_s, end_s) are exporter outages: no samples there.
     """
     all_segs = segments(fleet, jobs, window_s)
@@ -113,7 +113,7 @@ def telemetry_chunks(
     energy0 = np.round(np.random.default_rng([seed, 31]).uniform(1e8, 5e9, n_gpus))
     plan = _Plan(fleet, all_segs, window_s)
     ids = pa.array([g.gpu_id for g in fleet.gpus], type=pa.string())
-    ran = np.zeros(n_gpus)  # each GPU's sum of power × 30 s before the chunk (float64, summed in order)
+    ran = np.zeros(n_gpus)  # each GPU's sum of power × TICK_S before the chunk (float64, summed in order)
     for k0 in range(0, per_gpu, chunk_ticks):
         k1 = min(per_gpu, k0 + chunk_ticks)
         table, ran = _chunk(
