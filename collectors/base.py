@@ -348,6 +348,22 @@ def _land_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> dict[str, i
     # only samples not in the ledger are inserted; without overlap there is nothing to exclude
     fresh_only = "WHERE NOT EXISTS (SELECT 1 FROM stage_overlap v WHERE v.rid = sp.rowid)" if overlap else ""
     exprs = _insert_from_stage(con, "samples", ingest_id)
+    if not overlap and _in_time_order(con, source):
+        # already in time order (polls with a GPU missing from some, like the demo's exporter outage): the
+        # intervals go into the stage and the rows land as they are, with no sort of every column (the
+        # 28-day demo, 4.5 M samples: 6.2 s for the sorted INSERT)
+        con.execute(
+            f"""UPDATE {source} SET interval_s =
+                    CASE WHEN g.gap_s IS NULL OR g.gap_s > least({GAP_FACTOR} * c.cad_s, {MAX_DERIVED_INTERVAL_S})
+                         THEN c.cad_s ELSE g.gap_s END
+                FROM stage_gaps g
+                JOIN (SELECT gpu_id, {_CADENCE} AS cad_s FROM stage_gaps GROUP BY gpu_id) c ON c.gpu_id = g.gpu_id
+                WHERE g.rid = {source}.rowid AND {source}.interval_s IS NULL"""
+        )
+        written = _count(con, f"INSERT INTO samples SELECT {', '.join(exprs)} FROM {source} s")
+        for t in ("stage_gaps", "stage_samples_uniq"):
+            con.execute(f"DROP TABLE IF EXISTS temp.{t}")
+        return {"samples": written, "samples_duplicate": total - written}
     written = _count(
         con,
         f"""
@@ -370,6 +386,13 @@ def _land_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> dict[str, i
         con.execute(f"DROP TABLE IF EXISTS temp.{t}")
     counts = {"samples": written, "samples_duplicate": total - written - merged}
     return counts | ({"samples_merged": merged} if merged else {})
+
+
+def _in_time_order(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """Are the rows of ``table`` in time order as stored (one streaming pass, no sort)?"""
+    return not _count(
+        con, f"SELECT count(*) FILTER (ts < prev) FROM (SELECT ts, lag(ts) OVER () AS prev FROM {table})"
+    )
 
 
 def _polls_in_order(con: duckdb.DuckDBPyConnection, n_gpus: int, total: int) -> bool:

@@ -68,7 +68,7 @@ CAPACITY = (("borealis", "A100-80GB", 32.0),)
 # ~300 MiB (interpreter, plan, one chunk of telemetry) under the demo's 1 GiB budget. Measured on 28 days
 # with the time-order telemetry: 1,484 MiB peak RSS (1,978 MiB before): DuckDB's own memory still grows past
 # its limit with the window (issue 11), and the spilling costs CPU (7 days at 500 MB: +7 %).
-DEMO_MEMORY_LIMIT = "600MB"
+DEMO_MEMORY_LIMIT = "400MB"
 
 
 def demo_hash(*, days: int, seed: int, end: dt.date) -> str:

@@ -207,3 +207,41 @@ def test_whole_polls_overlapping_the_ledger_merge_like_the_sorting_path(ledger, 
     # the earlier file's last poll (20 s) stood for the cadence, 10 s; the new samples as hand-worked above
     assert ledger.execute("SELECT count(*), sum(interval_s) FROM samples").fetchall() == [(10, 100.0)]
     assert _rollup_disagrees(ledger) == 0
+
+
+def test_polls_in_time_order_with_a_gpu_missing_land_unsorted_with_the_hand_worked_intervals(tmp_path):
+    """GPU-bbbb misses the 20-s poll, so the polls are not whole and the general path runs; the rows are in
+    time order, so they land as read (base._in_time_order) rather than sorted. By hand: cadence = median gap
+    10 s for both; bbbb's 10 → 30 s gap of 20 s is under 2.5 × 10 s, so its 10-s sample stands for 20 s;
+    every GPU's last sample stands for the cadence. The same rows shuffled take the sorting INSERT."""
+    from collectors import base
+    from gpuledger.ledger.db import ensure_schema
+
+    rows = [
+        (s, g, 50) for s in range(0, 60, 10) for g in ("GPU-aaaa", "GPU-bbbb") if (s, g) != (20, "GPU-bbbb")
+    ]
+    expected = [("GPU-aaaa", s, 10.0) for s in range(0, 60, 10)] + [
+        ("GPU-bbbb", s, iv) for s, iv in ((0, 10.0), (10, 20.0), (30, 10.0), (40, 10.0), (50, 10.0))
+    ]
+    answers = []
+    real = base._in_time_order
+
+    def spy(*args):
+        answers.append(real(*args))
+        return answers[-1]
+
+    base._in_time_order = spy
+    try:
+        for name, order in (("ordered", rows), ("shuffled", rows[::-1])):
+            con = duckdb.connect()
+            ensure_schema(con)
+            ingest_file(con, write(tmp_path, f"{name}.csv", _poll_csv(order)), opts=UTC)
+            got = con.execute("SELECT gpu_id, ts, interval_s FROM samples ORDER BY gpu_id, ts").fetchall()
+            t0 = dt.datetime(2025, 3, 1)
+            assert [(g, int((t - t0).total_seconds()), iv) for g, t, iv in got] == expected, name
+            stored = [r[0] for r in con.execute("SELECT ts FROM samples ORDER BY rowid").fetchall()]
+            assert stored == sorted(stored), f"{name}: samples are stored in time order"
+            assert _rollup_disagrees(con) == 0, name
+    finally:
+        base._in_time_order = real
+    assert answers == [True, False]
