@@ -329,7 +329,8 @@ def _land_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> dict[str, i
     total, lo, hi, n_gpus = con.execute(
         "SELECT count(*), min(ts), max(ts), count(DISTINCT gpu_id) FROM stage_samples"
     ).fetchall()[0]
-    if total and _polls_in_order(con, n_gpus, total):
+    # whole polls hold n_gpus rows each: any other count (a GPU missing from a poll) needs no check
+    if total and total % n_gpus == 0 and _polls_in_order(con, n_gpus, total):
         return _land_polls(con, ingest_id, n_gpus, total, lo, hi)
     source = "stage_samples"
     gaps_sql = """CREATE OR REPLACE TEMP TABLE stage_gaps AS

@@ -30,14 +30,17 @@ TABLE_SQL = """
     )
     """
 
+# A run's minutes share ``minute - dense_rank`` within its GPU-day (several jobs' rows in one minute share
+# a rank, so no GROUP BY per GPU-minute first: at 60 s that is a group per sample). Its first sample is the
+# least first_ts of all its rows: every row's first_ts lies inside its own minute, so the first minute's
+# come first.
 _RUNS_SQL = """
-    SELECT gpu_id, day, min(minute) AS first_minute,
-           arg_min_null(f, minute) AS first_ts, max(e) AS end_ts
+    SELECT gpu_id, day, min(minute) AS first_minute, min(first_ts) AS first_ts, max(max_end_ts) AS end_ts
     FROM (
-        SELECT *, minute - to_minutes(row_number() OVER (PARTITION BY gpu_id, day ORDER BY minute)) AS run
-        FROM (SELECT m.gpu_id, m.minute::DATE AS day, m.minute, min(m.first_ts) AS f, max(m.max_end_ts) AS e
-              FROM samples_minute m {join}
-              GROUP BY m.gpu_id, m.minute)
+        SELECT m.gpu_id, m.minute::DATE AS day, m.minute, m.first_ts, m.max_end_ts,
+               m.minute - to_minutes(dense_rank() OVER (PARTITION BY m.gpu_id, m.minute::DATE ORDER BY m.minute))
+                   AS run
+        FROM samples_minute m {join}
     )
     GROUP BY gpu_id, day, run
 """

@@ -158,3 +158,26 @@ def test_a_ledger_whose_runs_were_never_built_whole_reads_the_minute_rows(ledger
     incremental = _runs(ledger)
     refresh_observed(ledger, None)
     assert _runs(ledger) == incremental
+
+
+def test_two_jobs_in_one_minute_are_one_run() -> None:
+    """Two jobs take turns on n1:0 every 20 s for an hour, so each minute has two minute rows (one per
+    job): the GPU still reported every minute, one run. By hand: first minute T0, first sample T0, end =
+    the last sample (59:40) + its 20 s = T0 + 60 min."""
+    con = memory_ledger()
+    set_test_prices(con)
+    ingest(
+        con,
+        jobs=[job("a", 0, 60), job("b", 0, 60)],
+        allocations=[alloc("a", "n1:0", 0, 60), alloc("b", "n1:0", 0, 60)],
+        gpus=[gpu("n1:0")],
+    )
+    samples = [
+        {"ts": T0 + dt.timedelta(seconds=20 * i), "gpu_id": "n1:0", "job_id": "ab"[i % 2], "util_pct": 50.0}
+        for i in range(180)
+    ]
+    ingest(con, samples=samples)
+    assert con.execute("SELECT count(*), count(DISTINCT minute) FROM samples_minute").fetchall() == [
+        (120, 60)
+    ]
+    assert _runs(con) == [("n1:0", T0.date(), T0, T0, T0 + dt.timedelta(minutes=60))]
