@@ -72,7 +72,14 @@ def refresh_observed(con: duckdb.DuckDBPyConnection, windows: str | None) -> Non
         """DELETE FROM observed_runs USING temp.observed_d d
            WHERE observed_runs.gpu_id = d.gpu_id AND observed_runs.day = d.day"""
     )
+    # the days' bounds as literals as well: zone maps then skip the minute rows of other days (one more
+    # day onto 28: 0.14 s of reading every minute row before)
+    lo, hi = con.execute("SELECT min(day)::VARCHAR, (max(day) + 1)::VARCHAR FROM temp.observed_d").fetchall()[
+        0
+    ]
     join = "JOIN temp.observed_d d ON d.gpu_id = m.gpu_id AND d.day = m.minute::DATE"
+    if lo is not None:
+        join += f" WHERE m.minute >= TIMESTAMP '{lo}' AND m.minute < TIMESTAMP '{hi}'"
     con.execute(f"INSERT INTO observed_runs {_RUNS_SQL.format(join=join)}")
     # GPU-days left with no minute rows at all (samples removed outside any window) go too
     con.execute(
