@@ -40,7 +40,7 @@ _RUNS_SQL = """
         SELECT m.gpu_id, m.minute::DATE AS day, m.minute, m.first_ts, m.max_end_ts,
                m.minute - to_minutes(dense_rank() OVER (PARTITION BY m.gpu_id, m.minute::DATE ORDER BY m.minute))
                    AS run
-        FROM samples_minute m {join}
+        FROM samples_minute m {join} {where}
     )
     GROUP BY gpu_id, day, run
 """
@@ -59,7 +59,7 @@ def refresh_observed(con: duckdb.DuckDBPyConnection, windows: str | None) -> Non
     con.execute(TABLE_SQL)
     if windows is None or not observed_runs_ready(con):
         con.execute("DELETE FROM observed_runs")
-        con.execute(f"INSERT INTO observed_runs {_RUNS_SQL.format(join='')}")
+        con.execute(f"INSERT INTO observed_runs {_RUNS_SQL.format(join='', where='')}")
         con.execute("INSERT OR REPLACE INTO schema_meta VALUES (?, ?)", [META_KEY, META_VALUE])
         return
     con.execute(
@@ -78,9 +78,8 @@ def refresh_observed(con: duckdb.DuckDBPyConnection, windows: str | None) -> Non
         0
     ]
     join = "JOIN temp.observed_d d ON d.gpu_id = m.gpu_id AND d.day = m.minute::DATE"
-    if lo is not None:
-        join += f" WHERE m.minute >= TIMESTAMP '{lo}' AND m.minute < TIMESTAMP '{hi}'"
-    con.execute(f"INSERT INTO observed_runs {_RUNS_SQL.format(join=join)}")
+    where = f"WHERE m.minute >= TIMESTAMP '{lo}' AND m.minute < TIMESTAMP '{hi}'" if lo is not None else ""
+    con.execute(f"INSERT INTO observed_runs {_RUNS_SQL.format(join=join, where=where)}")
     # GPU-days left with no minute rows at all (samples removed outside any window) go too
     con.execute(
         """DELETE FROM observed_runs WHERE NOT EXISTS (

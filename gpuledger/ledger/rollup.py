@@ -172,17 +172,11 @@ def _sequence(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-def _is_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    return bool(
-        con.execute(
-            "SELECT count(*) FROM duckdb_views() WHERE temporary AND view_name = ?", [name]
-        ).fetchall()[0][0]
-    )
-
-
 def _drop_seq_view(con: duckdb.DuckDBPyConnection) -> None:
     """Drop ``rollup_seq`` when it is a view (:func:`_sequence_polls`); a table is replaced or dropped as one."""
-    if _is_view(con, "rollup_seq"):
+    if con.execute(
+        "SELECT count(*) FROM duckdb_views() WHERE temporary AND view_name = 'rollup_seq'"
+    ).fetchall()[0][0]:
         con.execute("DROP VIEW temp.rollup_seq")
 
 
@@ -413,7 +407,7 @@ def _of_one(aggregate: str, expr: str) -> str:
     return "1" if expr == "*" else f"(({expr}) IS NOT NULL)"
 
 
-def _minute_sql(th: Thresholds, alone: bool | None = None, *, ordered: bool = True) -> str:
+def _minute_sql(th: Thresholds, alone: bool | None = None) -> str:
     """The minute rows of the samples in ``rollup_seq`` inside each GPU's [m_lo, m_hi_end); parameters:
     the overall [min m_lo, max m_hi_end). A sample is inside an idle stretch when it is idle and lies in a
     run (``idle_runs``, already refreshed) of at least idle_min_minutes: an equi-join on (GPU, job, day)
@@ -426,6 +420,10 @@ def _minute_sql(th: Thresholds, alone: bool | None = None, *, ordered: bool = Tr
     gpu_id, job_id) holds no other, so the two never split a group. ``pj_ts`` is the previous sample of
     the same job (:func:`_sequence`) and ``next_ts`` the GPU's next one, of any job, so a sample of
     another job in the minute can only make ``alone`` false, never true wrongly.
+
+    The one-row form comes out as read, unsorted: in time order from a streaming view (_sequence_polls),
+    by GPU then time from a sorted batch. Sorting it cost more than the rest of the step (the 7-day demo
+    at 60 s: 4.3 s against 1.7 s); zone maps on those rows then prune by GPU, not by minute.
     """
     idle, min_minutes, _ = th
     min_s = min_minutes * 60.0
@@ -473,7 +471,7 @@ def _minute_sql(th: Thresholds, alone: bool | None = None, *, ordered: bool = Tr
     SELECT date_trunc('minute', ts) AS minute, gpu_id, job_id, {select}
     FROM f
     {tail}
-    {"ORDER BY minute, gpu_id" if ordered else ""}
+    {"" if alone else "ORDER BY minute, gpu_id"}
     """
 
 
@@ -546,13 +544,7 @@ def _refresh_minutes(con: duckdb.DuckDBPyConnection, th: Thresholds) -> None:
         [m_lo, m_hi],
     )
     if _mostly_alone(con, [m_lo, m_hi]):
-        # one-sample minutes go in as read, unsorted: in time order from a streaming view
-        # (_sequence_polls), by GPU then time from a sorted batch. Sorting them cost more than the rest of
-        # the step (the 7-day demo at 60 s: 4.3 s against 1.7 s); zone maps then prune by GPU, not minute.
-        con.execute(
-            f"INSERT INTO samples_minute BY NAME ({_minute_sql(th, True, ordered=False)})",
-            [m_lo, m_hi],
-        )
+        con.execute(f"INSERT INTO samples_minute BY NAME ({_minute_sql(th, True)})", [m_lo, m_hi])
         con.execute(f"INSERT INTO samples_minute BY NAME ({_minute_sql(th, False)})", [m_lo, m_hi])
     else:
         con.execute(f"INSERT INTO samples_minute BY NAME ({_minute_sql(th)})", [m_lo, m_hi])
