@@ -275,8 +275,10 @@ def _sees_unallocated(filters: Filters) -> bool:
 # The physical GPUs whose telemetry counts as observed capacity: every GPU with samples except the
 # telemetry-only ones (already paid for in full as their unattributed:<gpu> pseudo-job). A MIG instance
 # counts as its parent card. The cluster is the GPU's own, else that of a job whose allocation names the GPU
-# or its host (a node's nvidia-smi log ingested without --cluster, its jobs from sacct).
-OBSERVED_GPUS_SQL = f"""
+# or its host (a node's nvidia-smi log ingested without --cluster, its jobs from sacct). {telemetry_only} is
+# filled in when a statement is built (:func:`_observed_spans`), never at import: inside a sharing block it
+# names that block's temp table, which is gone once the block ends.
+OBSERVED_GPUS_SQL = """
     SELECT g.gpu_id, coalesce(g.parent_gpu_id, g.gpu_id) AS phys, g.model AS gpu_model,
            coalesce(g.cluster,
                     (SELECT min(j.cluster) FROM allocations a JOIN jobs j ON j.job_id = a.job_id
@@ -284,7 +286,7 @@ OBSERVED_GPUS_SQL = f"""
                         OR (a.gpu_id IS NULL AND lower(split_part(a.host, '.', 1)) = lower(split_part(g.host, '.', 1)))))
                AS cluster
     FROM gpus g
-    WHERE g.gpu_id NOT IN ({telemetry_only_gpus_sql()})
+    WHERE g.gpu_id NOT IN ({telemetry_only})
 """
 
 # Reporting spans of each physical GPU inside each capacity window [lo, hi) of ``uw`` (w_id, lo, hi): from the
@@ -335,6 +337,12 @@ OBSERVED_SPANS_FROM_RUNS = OBSERVED_SPANS.replace(
         GROUP BY w.w_id, og.phys, r.first_minute""",
 )
 assert OBSERVED_SPANS_FROM_RUNS != OBSERVED_SPANS
+
+
+def _observed_spans(from_runs: bool) -> str:
+    """:data:`OBSERVED_SPANS` (or its ``_FROM_RUNS`` form) with the telemetry-only GPUs' sub-query of now."""
+    spans = OBSERVED_SPANS_FROM_RUNS if from_runs else OBSERVED_SPANS
+    return spans.replace("{telemetry_only}", telemetry_only_gpus_sql())
 
 
 def _observed_from_runs(
@@ -440,11 +448,11 @@ def _unallocated_windows_sql(
         cluster_where = f"AND cluster IN ({', '.join('?' for _ in view.clusters)})"
         cluster_params = list(view.clusters)
     gap_s = float(settings.capacity_gap_minutes) * 60.0
-    spans = OBSERVED_SPANS
-    if con is not None and all(
-        _observed_from_runs(con, lo, hi, start, end, gap_s) for _, _, lo, hi in bounds
-    ):
-        spans = OBSERVED_SPANS_FROM_RUNS  # the same spans, from a few rows per GPU-day
+    # from the runs when they give the same spans: a few rows per GPU-day instead of one per minute
+    spans = _observed_spans(
+        con is not None
+        and all(_observed_from_runs(con, lo, hi, start, end, gap_s) for _, _, lo, hi in bounds)
+    )
     # Level changes per (window, cluster, model key): +n when GPUs are declared / start reporting / are taken
     # by a job, −n when they stop. mkey '' is an unknown model (capacity of uncatalogued cards; jobs with no
     # model). Every window, partition and cut below carries w_id, so the windows never mix.

@@ -3,11 +3,17 @@ once and equal the plain calls; outside one (or under another key) a write is al
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import analytics.waste as waste
 from analytics.filters import Filters
 from analytics.shared import sharing
 from gpuledger.ledger.settings import Settings
 from tests.analytics.build import alloc, gpu, ingest, job, series, set_test_prices
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _one_gpu(con, minutes: int) -> None:
@@ -162,3 +168,24 @@ def test_recommendations_and_diagnoses_of_one_view_compute_its_signals_once(ledg
     assert len(calls) == 1
     diagnoses(ledger)  # outside any block: computed again
     assert len(calls) == 2
+
+
+def test_no_module_keeps_a_blocks_temp_table_from_its_import():
+    """A module first imported inside a sharing block (a page's data function imports lazily) must not
+    build a module-level statement naming that block's temp table: the table is dropped when the block ends,
+    and every later statement built from the constant fails (or reads another block's rows)."""
+    code = """
+import importlib, pkgutil, sys
+import analytics
+from analytics.shared import sharing
+from gpuledger.ledger.db import memory_ledger
+con = memory_ledger()
+with sharing(con, ("import", 1)):
+    for m in pkgutil.iter_modules(analytics.__path__):
+        importlib.import_module(f"analytics.{m.name}")
+kept = [f"{n}.{k}" for n, mod in list(sys.modules.items()) if n.startswith("analytics")
+        for k, v in vars(mod).items() if isinstance(v, str) and "gl_shared" in v]
+print(kept)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
