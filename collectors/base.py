@@ -50,6 +50,8 @@ GAP_FACTOR = 2.5
 # interval_s). A GPU's median gap above it is no cadence (two readings years apart, a wrong clock): its samples
 # then stand for 1 s each, as a lone sample does, and no gap longer than this is ever one sample's interval.
 MAX_DERIVED_INTERVAL_S = 86_400.0
+# staged rows per UPDATE of their intervals (_land_samples, rows already in time order)
+LAND_CHUNK = 1_000_000
 _CADENCE = f"CASE WHEN median(gap_s) IS NULL OR median(gap_s) > {MAX_DERIVED_INTERVAL_S} THEN 1.0 ELSE median(gap_s) END"
 # Files this big get a progress bar on a terminal; smaller ones land before one would be drawn.
 PROGRESS_MIN_BYTES = 4 * 2**20
@@ -352,17 +354,25 @@ def _land_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> dict[str, i
     if not overlap and _in_time_order(con, source):
         # already in time order (polls with a GPU missing from some, like the demo's exporter outage): the
         # intervals go into the stage and the rows land as they are, with no sort of every column (the
-        # 28-day demo, 4.5 M samples: 6.2 s for the sorted INSERT)
+        # 28-day demo, 4.5 M samples: 6.2 s for the sorted INSERT). One UPDATE per LAND_CHUNK rows, so the
+        # join's build side stays a chunk's (10 M rows in one UPDATE overran the writer's memory limit).
         con.execute(
-            f"""UPDATE {source} SET interval_s =
-                    CASE WHEN g.gap_s IS NULL OR g.gap_s > least({GAP_FACTOR} * c.cad_s, {MAX_DERIVED_INTERVAL_S})
-                         THEN c.cad_s ELSE g.gap_s END
-                FROM stage_gaps g
-                JOIN (SELECT gpu_id, {_CADENCE} AS cad_s FROM stage_gaps GROUP BY gpu_id) c ON c.gpu_id = g.gpu_id
-                WHERE g.rid = {source}.rowid AND {source}.interval_s IS NULL"""
+            f"CREATE TEMP TABLE stage_cad AS SELECT gpu_id, {_CADENCE} AS cad_s FROM stage_gaps GROUP BY gpu_id"
         )
+        first, last = con.execute(f"SELECT min(rowid), max(rowid) FROM {source}").fetchall()[0]
+        for a in range(first, last + 1, LAND_CHUNK):
+            b = a + LAND_CHUNK
+            con.execute(
+                f"""UPDATE {source} SET interval_s =
+                        CASE WHEN g.gap_s IS NULL OR g.gap_s > least({GAP_FACTOR} * g.cad_s, {MAX_DERIVED_INTERVAL_S})
+                             THEN g.cad_s ELSE g.gap_s END
+                    FROM (SELECT g.rid, g.gap_s, c.cad_s FROM stage_gaps g JOIN stage_cad c ON c.gpu_id = g.gpu_id
+                          WHERE g.rid >= {a} AND g.rid < {b}) g
+                    WHERE g.rid = {source}.rowid AND {source}.rowid >= {a} AND {source}.rowid < {b}
+                      AND {source}.interval_s IS NULL"""
+            )
         written = _count(con, f"INSERT INTO samples SELECT {', '.join(exprs)} FROM {source} s")
-        for t in ("stage_gaps", "stage_samples_uniq"):
+        for t in ("stage_gaps", "stage_cad", "stage_samples_uniq"):
             con.execute(f"DROP TABLE IF EXISTS temp.{t}")
         return {"samples": written, "samples_duplicate": total - written}
     written = _count(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 
 import duckdb
+import pytest
 
 from collectors.base import IngestOptions, ingest_file
 from tests.conftest import dataset, write
@@ -209,13 +210,21 @@ def test_whole_polls_overlapping_the_ledger_merge_like_the_sorting_path(ledger, 
     assert _rollup_disagrees(ledger) == 0
 
 
-def test_polls_in_time_order_with_a_gpu_missing_land_unsorted_with_the_hand_worked_intervals(tmp_path):
+@pytest.mark.parametrize("chunk", [None, 3], ids=["one-chunk", "chunks-of-3"])
+def test_polls_in_time_order_with_a_gpu_missing_land_unsorted_with_the_hand_worked_intervals(
+    tmp_path, monkeypatch, chunk
+):
     """GPU-bbbb misses the 20-s poll, so the polls are not whole and the general path runs; the rows are in
     time order, so they land as read (base._in_time_order) rather than sorted. By hand: cadence = median gap
     10 s for both; bbbb's 10 → 30 s gap of 20 s is under 2.5 × 10 s, so its 10-s sample stands for 20 s;
-    every GPU's last sample stands for the cadence. The same rows shuffled take the sorting INSERT."""
+    every GPU's last sample stands for the cadence. The same rows shuffled take the sorting INSERT.
+    With chunks of 3 rows the 11 intervals are written by four UPDATEs (base.LAND_CHUNK), the 20-s one
+    first in its chunk: the same answer, every row given its interval once."""
     from collectors import base
     from gpuledger.ledger.db import ensure_schema
+
+    if chunk:
+        monkeypatch.setattr(base, "LAND_CHUNK", chunk)
 
     rows = [
         (s, g, 50) for s in range(0, 60, 10) for g in ("GPU-aaaa", "GPU-bbbb") if (s, g) != (20, "GPU-bbbb")
