@@ -8,7 +8,7 @@ typed INSERT plus rollups, from one run; then the cost of one more day into a 28
 Files are generated once by DuckDB (reused when present) in ``nvidia-smi --query-gpu=timestamp,index,uuid,
 name,utilization.gpu,utilization.memory,memory.used,memory.total,power.draw,temperature.gpu,clocks.sm
 --format=csv`` form. Every contender runs as its own process, so wall time includes start-up and peak RSS is
-that process's alone (``os.wait4``); the contenders alternate within each repeat and the medians are printed,
+that process's alone (its own VmHWM, written as it exits); the contenders alternate within each repeat and the medians are printed,
 with CPU seconds (less disturbed by a busy machine than wall time) and the load average beside them:
 
 - gpuledger: ``gpuledger ingest --tz UTC --quiet`` into a fresh ledger file, at the writer's default memory
@@ -210,19 +210,38 @@ def cached_file(rows: int, *, start: str = "2025-03-01 00:00:00", step_s: int = 
     return path
 
 
+# Every ``python -c`` child writes its own VmHWM (peak RSS) to $BENCH_HWM as it exits. wait4's ru_maxrss is
+# no measure of it: Linux carries the high-water mark of the memory a process had before exec into it, and
+# subprocess starts children by vfork, so every child reported at least this (parent) process's own peak
+# (measured: 893 MiB for all three contenders of one run, whose gpuledger child's VmHWM was 410 MiB).
+HWM_PRELUDE = """import atexit as _atexit, os as _os
+def _bench_hwm():
+    with open("/proc/self/status") as fh, open(_os.environ["BENCH_HWM"], "w") as out:
+        out.write(next(line.split()[1] for line in fh if line.startswith("VmHWM")))
+_atexit.register(_bench_hwm)
+"""
+
+
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float, str]:
-    """(wall s, CPU s, peak RSS MiB, stdout) of one child process."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}
-    )
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    out = proc.stdout.read() if proc.stdout else ""
-    err = proc.stderr.read() if proc.stderr else ""
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(cmd[:5])} failed: {err.strip()[-2000:]}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out.strip()
+    """(wall s, CPU s, peak RSS MiB, stdout) of one ``python -c`` child process."""
+    assert cmd[1] == "-c", cmd[:2]
+    with tempfile.NamedTemporaryFile(prefix="gpuledger-bench-hwm-") as hwm_file:
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            [cmd[0], "-c", HWM_PRELUDE + cmd[2], *cmd[3:]],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {}), "BENCH_HWM": hwm_file.name},
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+        out = proc.stdout.read() if proc.stdout else ""
+        err = proc.stderr.read() if proc.stderr else ""
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"{' '.join(cmd[:5])} failed: {err.strip()[-2000:]}")
+        peak_mib = int(Path(hwm_file.name).read_text()) / 1024
+    return wall, usage.ru_utime + usage.ru_stime, peak_mib, out.strip()
 
 
 def gpuledger_ingest(
