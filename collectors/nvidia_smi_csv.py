@@ -28,10 +28,10 @@ pass that only runs when the typed columns hold NULLs.
 from __future__ import annotations
 
 import datetime as dt
-import mmap
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import duckdb
 
@@ -40,6 +40,8 @@ from collectors.common import NULL_TOKENS, local_zone, sql_path
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import model_sql_case
+
+SCAN_BLOCK = 8 * 2**20  # bytes read at a time when a file is searched for its header again (_repeats_in)
 
 SMI_TS = re.compile(r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?$")
 SMI_TS_FORMAT = "%Y/%m/%d %H:%M:%S.%g"
@@ -188,7 +190,7 @@ def read_layout(path: Path, fields: dict[str, Field], columns: tuple[str, ...] |
 def _header_repeats(path: Path, header: str) -> bool:
     """Does the header line come back later in the file (a shell loop of ``nvidia-smi ... >> log``)?
 
-    The head usually tells; past it a plain file is searched with ``mmap.find`` (memory-speed, no parse);
+    The head usually tells; past it a plain file is searched block by block (:func:`_repeats_in`, no parse);
     a compressed one, which cannot be mapped, by a text scan of DuckDB's reader."""
     head = read_head(path)
     if sum(ln.strip() == header for ln in head.splitlines()) > 1:
@@ -199,10 +201,30 @@ def _header_repeats(path: Path, header: str) -> bool:
             return len(head) >= HEAD_BYTES // 4 and _header_in_compressed(path, header)
     if path.stat().st_size <= HEAD_BYTES:
         return False
-    needle = b"\n" + header.encode()
-    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        first = mm.find(header.encode())
-        return first >= 0 and mm.find(needle, first + len(needle)) >= 0
+    with path.open("rb") as fh:
+        return _repeats_in(fh, header.encode())
+
+
+def _repeats_in(fh: BinaryIO, header: bytes) -> bool:
+    """Is there a line starting with ``header`` after its first occurrence? Read SCAN_BLOCK bytes at a time,
+    each block searched with the last ``len(needle) - 1`` bytes of the one before (a header across two blocks
+    is found whole). Not ``mmap``: every page of a mapped file counts in the process's RSS, so a 1.4 GB log
+    raised the ingest's peak RSS to 1.5 GiB before a row was read."""
+    needle = b"\n" + header
+    keep = len(needle) - 1
+    buf, pos, first = b"", 0, -1  # pos: the file offset of buf[0]
+    while block := fh.read(SCAN_BLOCK):
+        tail = buf[-keep:]
+        pos += len(buf) - len(tail)
+        buf = tail + block
+        if first < 0:
+            first = buf.find(header)
+            if first < 0:
+                continue
+            first += pos
+        if buf.find(needle, max(0, first + len(header) - pos)) >= 0:
+            return True
+    return False
 
 
 def _header_in_compressed(path: Path, header: str) -> bool:

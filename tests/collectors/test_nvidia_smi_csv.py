@@ -354,3 +354,36 @@ def test_a_header_repeated_past_the_sniffed_head_still_lands(ledger, tmp_path, g
         path.write_bytes(gzip.compress(text.encode()))
     report = ingest_file(ledger, path, fmt="nvidia_smi_csv", opts=UTC)
     assert report.rows["samples"] == 2 * 700 + 2
+
+
+def test_the_block_scan_for_a_repeated_header_answers_as_a_search_of_the_whole_file(monkeypatch):
+    """_repeats_in reads SCAN_BLOCK bytes at a time: a header split across two blocks, a first header that is
+    not at the start, or one only inside the first header's own bytes must answer as one search of all the
+    bytes does (a line starting with the header after its first occurrence)."""
+    import io
+
+    from collectors import nvidia_smi_csv as smi
+
+    header = b"timestamp, index, utilization.gpu [%]"
+    row = b"2025/03/01 00:00:00.000, 0, 50 %\n"
+    cases = {
+        "once": header + b"\n" + row * 3,
+        "again": header + b"\n" + row * 2 + header + b"\n" + row,
+        "again at the end": header + b"\n" + row + header,
+        "first not at the start": b"# log\n" + row + header + b"\n" + row + header + b"\n",
+        "never": row * 4,
+        "only mid-line": header + b"\n" + b"x" + header + b"\n",
+        "back to back": header + b"\n" + header,
+    }
+
+    def whole(data: bytes) -> bool:
+        first = data.find(header)
+        return first >= 0 and data.find(b"\n" + header, first + len(header)) >= 0
+
+    expected = {"once": False, "again": True, "again at the end": True, "first not at the start": True}
+    expected |= {"never": False, "only mid-line": False, "back to back": True}
+    for name, data in cases.items():
+        assert whole(data) is expected[name], name
+        for block in (1, 2, 5, len(header) - 1, len(header), len(header) + 1, 64, 1 << 20):
+            monkeypatch.setattr(smi, "SCAN_BLOCK", block)
+            assert smi._repeats_in(io.BytesIO(data), header) is expected[name], (name, block)
