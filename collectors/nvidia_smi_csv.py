@@ -191,7 +191,7 @@ def _header_repeats(path: Path, header: str) -> bool:
     """Does the header line come back later in the file (a shell loop of ``nvidia-smi ... >> log``)?
 
     The head usually tells; past it a plain file is searched block by block (:func:`_repeats_in`, no parse);
-    a compressed one, which cannot be mapped, by a text scan of DuckDB's reader."""
+    a compressed one by a text scan of DuckDB's reader."""
     head = read_head(path)
     if sum(ln.strip() == header for ln in head.splitlines()) > 1:
         return True
