@@ -8,8 +8,8 @@ typed INSERT plus rollups, from one run; then the cost of one more day into a 28
 Files are generated once by DuckDB (reused when present) in ``nvidia-smi --query-gpu=timestamp,index,uuid,
 name,utilization.gpu,utilization.memory,memory.used,memory.total,power.draw,temperature.gpu,clocks.sm
 --format=csv`` form. Every contender runs as its own process, so wall time includes start-up and peak RSS is
-that process's alone (its own VmHWM, written as it exits); the contenders alternate within each repeat and the medians are printed,
-with CPU seconds (less disturbed by a busy machine than wall time) and the load average beside them:
+that process's alone (its own VmHWM, written as it exits); the contenders alternate within each repeat and
+the medians are printed, with CPU seconds (less disturbed by a busy machine than wall time) and the load average beside them:
 
 - gpuledger: ``gpuledger ingest --tz UTC --quiet`` into a fresh ledger file, at the writer's default memory
   limit; the child times each stage (sha256, parse, validate, land, attribute, rollup, commit) by wrapping
