@@ -133,7 +133,7 @@ sys.exit(rc)
 
 # (module, function): the stages in the order they run; nested ones are indented in the table.
 STAGES = [
-    ("gpuledger.ledger.reference", "sync_reference"),
+    ("gpuledger.ledger.reference", "sync_reference_in"),
     ("gpuledger.ledger.db", "ensure_schema"),
     ("collectors.base", "sha256_file"),
     ("collectors.nvidia_smi_csv", "NvidiaSmiCsv.stage"),

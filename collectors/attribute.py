@@ -53,7 +53,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import duckdb
-import polars as pl
 
 FOREVER = dt.datetime.max
 # how a host name is compared: sacct's NodeList has short names, a hostname column may be an FQDN
@@ -414,6 +413,8 @@ def attribute_hosts(con: duckdb.DuckDBPyConnection, hosts: list[str], ingest_id:
            start_ts TIMESTAMP, end_ts TIMESTAMP, method VARCHAR, evidence VARCHAR)"""
     )
     if ties:  # through Arrow: executemany is a round trip per row, bound lists convert datetimes one by one
+        import polars as pl  # only here: a CLI ingest that shares no GPU never pays its 0.12 s import
+
         frame = pl.DataFrame(
             ties,
             schema=[("host", pl.Utf8), ("job_id", pl.Utf8), ("gpu_id", pl.Utf8), ("start_ts", pl.Datetime("us")),

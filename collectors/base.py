@@ -445,19 +445,25 @@ def _land_polls(
     overlap, merged = _merge_overlap(con, "stage_samples", lo, hi)
     fresh_only = "WHERE NOT EXISTS (SELECT 1 FROM stage_overlap v WHERE v.rid = s.rid)" if overlap else ""
     exprs = _insert_from_stage(con, "samples", ingest_id)
+    # Only the columns that land pass through the window, which runs on one thread and copies every column
+    # it is given (the stage's name, index and line number too, with ``sp.*``); the GPU id, one per place in
+    # the poll, comes from stage_cadence.
+    landed = [c for c in _columns(con, "samples") if c != "gpu_id"]
+    carried = ", ".join(f"sp.{c}" for c in _columns(con, "stage_samples", temp=True) if c in landed)
     written = _count(
         con,
         f"""
         INSERT INTO samples
         WITH seq AS (
-            SELECT sp.*, sp.rowid AS rid, epoch(lead(sp.ts, {n_gpus}) OVER () - sp.ts) AS gap_s
+            SELECT {carried}, sp.rowid AS rid, epoch(lead(sp.ts, {n_gpus}) OVER () - sp.ts) AS gap_s
             FROM stage_samples sp
         ),
         fresh AS (
             SELECT s.* EXCLUDE (rid, gap_s) REPLACE (
                 coalesce(s.interval_s,
                          CASE WHEN s.gap_s IS NULL OR s.gap_s > least({GAP_FACTOR} * c.cad_s, {MAX_DERIVED_INTERVAL_S})
-                              THEN c.cad_s ELSE s.gap_s END) AS interval_s)
+                              THEN c.cad_s ELSE s.gap_s END) AS interval_s),
+                   c.gpu_id
             FROM seq s JOIN stage_cadence c ON c.pos = s.rid % {n_gpus}
             {fresh_only}
         )

@@ -43,15 +43,18 @@ from __future__ import annotations
 import datetime as dt
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 import duckdb
-import polars as pl
 
 from collectors.base import GAP_FACTOR, IngestOptions, Sniff
 from collectors.common import local_zone
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
+
+if TYPE_CHECKING:
+    import polars as pl
 
 # header name (lower case) → processes column; None: recognised, not stored
 COLUMNS: dict[str, str | None] = {
@@ -174,6 +177,8 @@ class NvidiaSmiPmon:
         for (t, _), n in polls.items():
             first_line.setdefault(t, n)
         times = {t: self._utc(path, n, t, zone) for t, n in first_line.items()}
+        import polars as pl  # here, not at the top: every CLI run imports the registry (polars costs 0.12 s)
+
         frame = pl.DataFrame(
             {
                 "line_no": pl.Series(cols["line_no"], dtype=pl.Int64),

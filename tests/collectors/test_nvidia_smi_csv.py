@@ -226,6 +226,30 @@ def test_compute_apps_bad_pid_names_the_line(ledger, tmp_path):
         ingest_file(ledger, path, opts=UTC)
 
 
+@pytest.mark.parametrize("delim", [", ", ","])
+def test_one_gpu_row_per_gpu_from_names_that_are_sometimes_missing(ledger, tmp_path, delim):
+    """A GPU's name is the one it gives when some polls say [N/A]; a GPU that never names itself has none.
+    Memory total is its largest, first/last seen its first and last poll (hand-read from the file)."""
+    lines = [
+        "timestamp, index, name, memory.used [MiB], memory.total [MiB]",
+        "2025/03/01 10:00:00.000, 0, [N/A], 100 MiB, 40960 MiB",
+        "2025/03/01 10:00:00.000, 1, [N/A], 100 MiB, 81559 MiB",
+        "2025/03/01 10:00:10.000, 0, NVIDIA A100-SXM4-40GB, 100 MiB, 40960 MiB",
+        "2025/03/01 10:00:10.000, 1, [Not Supported], 100 MiB, 81920 MiB",
+        "2025/03/01 10:00:20.000, 0, [N/A], 100 MiB, 40960 MiB",
+        "2025/03/01 10:00:20.000, 1, N/A, 100 MiB, 81559 MiB",
+    ]
+    text = "\n".join(ln.replace(", ", delim) if i else ln for i, ln in enumerate(lines)) + "\n"
+    ingest_file(ledger, write(tmp_path, "names.csv", text), opts=IngestOptions(tz="UTC", host="n1"))
+    assert _rows(
+        ledger,
+        "SELECT gpu_id, model_raw, memory_total_mib, first_seen::VARCHAR, last_seen::VARCHAR FROM gpus ORDER BY 1",
+    ) == [
+        ("n1:0", "NVIDIA A100-SXM4-40GB", 40960.0, "2025-03-01 10:00:00", "2025-03-01 10:00:20"),
+        ("n1:1", None, 81920.0, "2025-03-01 10:00:00", "2025-03-01 10:00:20"),
+    ]
+
+
 # --- real files from ../shared/datasets ---------------------------------------------------------------
 
 
