@@ -42,6 +42,10 @@ POWER_THERMAL_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 HOT_TEMP_C = 85.0
 
 META_KEY = "rollup_thresholds"
+# No sample stands for more than this (collectors/validate.py rejects interval_s above a day), so none
+# further back than twice its reach can touch a window (_minute_windows reads no further).
+MAX_INTERVAL_S = 86_400.0
+_NEAR = f"INTERVAL {int(2 * (GAP_TOLERANCE * MAX_INTERVAL_S + 1) + 120)} SECOND"
 # GPUs are re-rolled in batches of about this many samples, so that one batch's sort and minute aggregation
 # stay near the writer's memory limit: a batch that spills costs more than the extra scans of more batches.
 # The 28-day demo (4.5 M samples at 60 s, its 400 MB limit), whole build: 5 M per batch 45.1 s, 1.5 M 41.4 s,
@@ -98,9 +102,11 @@ def _widen(con: duckdb.DuckDBPyConnection) -> None:
             UPDATE rw SET reach_hi = greatest(rw.hi, x.reach)
             FROM (SELECT rw.gpu_id, max({_reach("s.ts", "s.interval_s::DOUBLE")}) AS reach
                   FROM rw JOIN samples s ON s.gpu_id = rw.gpu_id AND s.ts >= rw.lo AND s.ts <= rw.hi
+                  WHERE s.ts BETWEEN ? AND ?
                   GROUP BY rw.gpu_id) x
             WHERE x.gpu_id = rw.gpu_id
-            """
+            """,
+            _bounds(con, "SELECT min(lo), max(hi) FROM rw"),
         )
         con.execute(
             """
@@ -313,28 +319,46 @@ def _refresh_runs(con: duckdb.DuckDBPyConnection, idle: float) -> None:
 def _minute_windows(con: duckdb.DuckDBPyConnection) -> None:
     """``rollup_m``: per GPU the minutes to re-roll (the runs' window, plus the sample before it whose
     energy reads the next sample, plus the samples after it whose predecessor changed) and how far to read
-    around them so the window functions see each sample's true neighbours."""
+    around them so the window functions see each sample's true neighbours.
+
+    Only samples near the windows are read: the look is 1.5 × the largest interval among the samples
+    from ``_NEAR`` before a window to its end (a sample further back can reach neither the window nor a
+    sample that does, since no interval exceeds MAX_INTERVAL_S), so one more day onto a year of history
+    reads a few days of it, not the year; literal bounds let zone maps skip the rest."""
+    lo, hi = _bounds(
+        con, f"SELECT min(lo) - {_NEAR}, max(greatest(hi, reach_hi)) + INTERVAL 2 MINUTE FROM rw"
+    )
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE rollup_m AS
         WITH mx AS (
             SELECT s.gpu_id, to_microseconds((ceil({GAP_TOLERANCE} * max(s.interval_s::DOUBLE) * 1e6)
                                               + 1000000)::BIGINT) AS look
-            FROM samples s WHERE s.gpu_id IN (SELECT gpu_id FROM rw) GROUP BY s.gpu_id
+            FROM samples s JOIN rw ON s.gpu_id = rw.gpu_id
+             AND s.ts >= rw.lo - {_NEAR} AND s.ts <= greatest(rw.hi, rw.reach_hi) + INTERVAL 2 MINUTE
+            WHERE s.ts >= $lo AND s.ts <= $hi
+            GROUP BY s.gpu_id
+        ),
+        before AS (
+            SELECT rw.gpu_id, min(s.ts) AS ts
+            FROM rw JOIN mx USING (gpu_id) JOIN samples s
+              ON s.gpu_id = rw.gpu_id AND s.ts < rw.lo AND s.ts >= rw.lo - mx.look
+             AND {_reach("s.ts", "s.interval_s::DOUBLE")} >= rw.lo
+            WHERE s.ts >= $lo AND s.ts <= $hi
+            GROUP BY rw.gpu_id
         ),
         w AS (
             SELECT rw.gpu_id, mx.look,
-                   date_trunc('minute', least(rw.lo, (
-                       SELECT min(s.ts) FROM samples s
-                       WHERE s.gpu_id = rw.gpu_id AND s.ts < rw.lo AND s.ts >= rw.lo - coalesce(mx.look, INTERVAL 0 SECOND)
-                         AND {_reach("s.ts", "s.interval_s::DOUBLE")} >= rw.lo))) AS m_lo,
+                   date_trunc('minute', least(rw.lo, b.ts)) AS m_lo,
                    date_trunc('minute', greatest(rw.hi, rw.reach_hi)) + INTERVAL 1 MINUTE AS m_hi_end
             FROM rw LEFT JOIN mx USING (gpu_id)  -- a GPU whose samples were all removed has no mx row
+            LEFT JOIN before b USING (gpu_id)
         )
         SELECT gpu_id, m_lo, m_hi_end, m_lo - coalesce(look, INTERVAL 0 SECOND) AS look_lo,
                m_hi_end + coalesce(look, INTERVAL 0 SECOND) AS look_hi
         FROM w
-        """
+        """,
+        {"lo": lo, "hi": hi},
     )
 
 
@@ -624,11 +648,13 @@ def _batches(con: duckdb.DuckDBPyConnection) -> int:
             SELECT w.gpu_id, count(s.ts) AS n
             FROM rollup_m_all w LEFT JOIN samples s
               ON s.gpu_id = w.gpu_id AND s.ts >= w.look_lo AND s.ts < w.look_hi
+             AND s.ts >= ? AND s.ts < ?
             GROUP BY w.gpu_id
         )
         SELECT gpu_id, (sum(n) OVER (ORDER BY gpu_id ROWS UNBOUNDED PRECEDING) - n) // {BATCH_SAMPLES} AS batch
         FROM n
-        """
+        """,
+        _bounds(con, "SELECT min(look_lo), max(look_hi) FROM rollup_m_all"),
     )
     if _one_poll_batch(con):
         con.execute("UPDATE rollup_b SET batch = 0")

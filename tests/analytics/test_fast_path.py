@@ -159,6 +159,39 @@ def test_a_threshold_change_rebuilds_the_rollup(con: duckdb.DuckDBPyConnection) 
     assert not fast_path(con, shorter)
 
 
+ROLLUP_TABLES = ("samples_minute", "samples_day", "idle_runs", "samples_util_hist", "observed_runs")
+
+
+def rollup_rows(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[object, ...]]]:
+    return {t: sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in ROLLUP_TABLES}
+
+
+@pytest.mark.parametrize("order", ["in time order", "latest first"])
+def test_long_intervals_reach_across_ingests_days_apart(con: duckdb.DuckDBPyConnection, order: str) -> None:
+    """An incremental refresh reads only samples near its window (rollup._minute_windows): a sample that
+    stands for up to a day, a day before the new ones, still links to them. The rollup after the ingests
+    must equal one rebuilt from every sample, and the fast path the raw one."""
+    ingest(
+        con, jobs=[job("j1", 0, 6 * 1440)], allocations=[alloc("j1", "n1:0", 0, 6 * 1440)], gpus=[gpu("n1:0")]
+    )
+    hourly = series("n1:0", 0, [1.0] * 30, step_s=3600.0, interval_s=3600.0, power_w=100.0)
+    # busy (no idle run widens the window back to it), and 22 h before ``later``: its 80,000 s reach 33.3 h
+    # on, so ``later``'s first sample (3 %) is contiguous with it, a swing from 90 %
+    long = series("n1:0", 30 * 60, [90.0], interval_s=80_000.0, power_w=90.0)
+    later = series("n1:0", 30 * 60 + 22 * 60, [3.0] * 10 + [60.0] * 5, step_s=600.0, interval_s=600.0)
+    far = series("n1:0", 5 * 1440, [0.0] * 4, step_s=60.0)
+    parts = [hourly, long, later, far]
+    for part in parts if order == "in time order" else parts[::-1]:
+        ingest(con, samples=part)
+    incremental = rollup_rows(con)
+    assert incremental["idle_runs"], "the hand-made series has idle runs"
+    con.execute("BEGIN TRANSACTION")
+    rollup.rebuild_rollup(con, idle_util_pct=5.0)
+    con.execute("COMMIT")
+    assert rollup_rows(con) == incremental
+    assert_fast_equals_raw(con)
+
+
 def test_midnight_running_jobs_and_telemetry_only_gpus(con: duckdb.DuckDBPyConnection) -> None:
     # j2 idles 40 min across midnight (a view of day 1 sees its second half only); j3 runs at the horizon;
     # n9:0 has telemetry but no job (its pseudo-job idles 45 min); n2:0 reports memory size and DCGM fields.
