@@ -168,14 +168,20 @@ def _sequence(con: duckdb.DuckDBPyConnection) -> None:
             """,
             bounds,
         )
+    _fix_heads(con, "rollup_seq")
+
+
+def _fix_heads(con: duckdb.DuckDBPyConnection, table: str) -> None:
+    """Give each ``head`` of ``table`` (a sample whose previous sample is another job's) the previous
+    sample of its own job: the last ``tail`` of that job before it on the GPU (ASOF join)."""
     con.execute(
-        """
-        UPDATE rollup_seq SET pj_ts = f.pj_ts, pj_iv = f.pj_iv, pj_util = f.pj_util
+        f"""
+        UPDATE {table} SET pj_ts = f.pj_ts, pj_iv = f.pj_iv, pj_util = f.pj_util
         FROM (SELECT h.gpu_id, h.ts, t.ts AS pj_ts, t.iv AS pj_iv, t.util AS pj_util
-              FROM (SELECT gpu_id, jkey, ts FROM rollup_seq WHERE head) h
-              ASOF LEFT JOIN (SELECT gpu_id, jkey, ts, iv, util FROM rollup_seq WHERE tail) t
+              FROM (SELECT gpu_id, jkey, ts FROM {table} WHERE head) h
+              ASOF LEFT JOIN (SELECT gpu_id, jkey, ts, iv, util FROM {table} WHERE tail) t
                 ON h.gpu_id = t.gpu_id AND h.jkey = t.jkey AND h.ts > t.ts) f
-        WHERE rollup_seq.head AND rollup_seq.gpu_id = f.gpu_id AND rollup_seq.ts = f.ts
+        WHERE {table}.head AND {table}.gpu_id = f.gpu_id AND {table}.ts = f.ts
         """
     )
 
@@ -218,11 +224,17 @@ _SEQ_COLUMNS = """
 
 
 def _sequence_polls(con: duckdb.DuckDBPyConnection, bounds: list[object]) -> str | None:
-    """``rollup_seq`` without a sort, when the batch's look window holds exactly the samples of one ingest
-    that landed as whole polls in time order: then, scanned in the order they were written, each sample's
+    """``rollup_seq`` without a sort, when the batch's look window holds the samples of one ingest that
+    landed as whole polls in time order: then, scanned in the order they were written, each sample's
     previous and next sample of its GPU are the rows N before and after it (N = the batch's GPUs), and
-    ``lag/lead(…, N) OVER ()`` stream. Checked, not assumed: another ingest's sample in the window, or a
-    row whose neighbours N away are another GPU or not earlier/later, answers None (and the caller sorts).
+    ``lag/lead(…, N) OVER ()`` stream. Checked, not assumed: a row whose neighbours N away are another
+    GPU or not earlier/later answers None (and the caller sorts).
+
+    Samples of other ingests in the window are allowed when they all come before this ingest's first
+    sample of their GPU (one more day onto a ledger: the previous day's last polls, which the window
+    reaches back to). Those few, with each GPU's first sample of this ingest, are sequenced by the sort
+    (TEMP ``rollup_prior``); the first samples take their previous sample from there, and the earlier
+    samples their next one. Other samples of other ingests (overlap, interleaving) answer None.
 
     Returns "view" when ``rollup_seq`` is a TEMP VIEW: no sample's previous sample belongs to another job
     (no job fix-up to do), so the consumers (idle runs, minutes) read the streaming windows directly and
@@ -245,7 +257,7 @@ def _sequence_polls(con: duckdb.DuckDBPyConnection, bounds: list[object]) -> str
            WHERE s.ts >= ? AND s.ts < ? AND s.ingest_id <> ?""",
         [*bounds, ingest_id],
     ).fetchall()[0][0]
-    if others:
+    if others and not _sequence_prior(con, bounds, int(ingest_id)):
         return None
     w, off = "OVER ()", f", {int(n)}"
     lo, hi = (con.execute("SELECT CAST(?::TIMESTAMP AS VARCHAR)", [b]).fetchall()[0][0] for b in bounds)
@@ -264,12 +276,58 @@ def _sequence_polls(con: duckdb.DuckDBPyConnection, bounds: list[object]) -> str
             FROM ({raw})"""
     ).fetchall()[0]
     if off_order:
+        con.execute("DROP TABLE IF EXISTS temp.rollup_prior")
         return None
+    if others:
+        # each GPU's first sample takes its previous sample (of its job: rollup_prior is fixed up) and
+        # whether that is another job's from the sorted prior rows; the earlier samples come from there
+        raw = f"""
+            SELECT * EXCLUDE (src) FROM temp.rollup_prior WHERE src <> {int(ingest_id)}
+            UNION ALL BY NAME
+            SELECT r.* REPLACE (coalesce(p.pj_ts, r.pj_ts) AS pj_ts, coalesce(p.pj_iv, r.pj_iv) AS pj_iv,
+                                coalesce(p.pj_util, r.pj_util) AS pj_util, coalesce(p.head, r.head) AS head)
+            FROM ({raw}) r
+            LEFT JOIN (SELECT gpu_id, ts, pj_ts, pj_iv, pj_util, head FROM temp.rollup_prior
+                       WHERE src = {int(ingest_id)}) p ON p.gpu_id = r.gpu_id AND p.ts = r.ts
+            """
     if not to_fix:
         con.execute(f"CREATE TEMP VIEW rollup_seq AS {raw}")
         return "view"
     con.execute(f"CREATE OR REPLACE TEMP TABLE rollup_seq AS {raw}")
+    con.execute("DROP TABLE IF EXISTS temp.rollup_prior")
     return "table"
+
+
+def _sequence_prior(con: duckdb.DuckDBPyConnection, bounds: list[object], ingest_id: int) -> bool:
+    """TEMP ``rollup_prior``: the look window's samples of other ingests, all earlier than this ingest's
+    first sample of their GPU, plus those first samples, sequenced by the sort (and their job heads fixed
+    up), with ``src`` = the sample's ingest. False, and no table, when some other ingest's sample is not
+    earlier (overlap, interleaving): then the whole window is sorted."""
+    firsts = """(SELECT gpu_id, min(ts) AS first_ts FROM samples WHERE ingest_id = $ingest
+                 AND ts >= $lo AND ts < $hi GROUP BY gpu_id)"""
+    late = con.execute(
+        f"""SELECT count(*) FROM samples s
+            JOIN rollup_m w ON s.gpu_id = w.gpu_id AND s.ts >= w.look_lo AND s.ts < w.look_hi
+            LEFT JOIN {firsts} f ON f.gpu_id = s.gpu_id
+            WHERE s.ts >= $lo AND s.ts < $hi AND s.ingest_id <> $ingest
+              AND (f.first_ts IS NULL OR s.ts >= f.first_ts)""",
+        {"lo": bounds[0], "hi": bounds[1], "ingest": ingest_id},
+    ).fetchall()[0][0]
+    if late:
+        return False
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE rollup_prior AS
+        SELECT {_SEQ_COLUMNS.format(w="OVER g", n="")}, false AS other_gpu, s.ingest_id AS src
+        FROM samples s JOIN rollup_m w ON s.gpu_id = w.gpu_id AND s.ts >= w.look_lo AND s.ts < w.look_hi
+        JOIN {firsts} f ON f.gpu_id = s.gpu_id
+        WHERE s.ts >= $lo AND s.ts < $hi AND s.ts <= f.first_ts
+        WINDOW g AS (PARTITION BY s.gpu_id ORDER BY s.ts)
+        """,
+        {"lo": bounds[0], "hi": bounds[1], "ingest": ingest_id},
+    )
+    _fix_heads(con, "rollup_prior")
+    return True
 
 
 def _refresh_runs(con: duckdb.DuckDBPyConnection, idle: float) -> None:
@@ -703,7 +761,7 @@ def _run_refresh(con: duckdb.DuckDBPyConnection, th: Thresholds) -> None:
             _refresh_minutes(con, th)
         refresh_observed(con, "temp.rollup_m_all")  # gpuledger/ledger/observed.py
         _drop_seq_view(con)
-        for table in ("rollup_seq", "rollup_m", "rollup_m_all", "rw_all", "rollup_b"):
+        for table in ("rollup_seq", "rollup_prior", "rollup_m", "rollup_m_all", "rw_all", "rollup_b"):
             con.execute(f"DROP TABLE IF EXISTS temp.{table}")
     con.execute("DROP TABLE IF EXISTS temp.rw")
 

@@ -318,3 +318,48 @@ def test_polls_with_one_job_per_gpu_roll_up_from_a_streaming_view_and_equal_the_
     assert taken == ["view"]
     assert idle_hours(con) == pytest.approx((40 + 50) / 60)
     assert_fast_equals_raw(con)
+
+
+@pytest.mark.parametrize("split_min", [70, 100])
+def test_polls_onto_the_polls_before_roll_up_without_a_sort_and_equal_a_rebuild(
+    con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch, split_min: int
+) -> None:
+    """The same two GPUs' polls in two ingests, the second starting where the first ended (one more day
+    onto a ledger). The second's window reaches back into the first's last polls: those few are
+    sequenced by the sort (rollup._sequence_prior) and the rest streams, so _sequence_polls still answers.
+    At 70 min n1:0 changes job right at the boundary (j1 → j2) and its energy counter runs across it; at
+    100 min n1:1's idle stretch (100-150 min) starts at it. Both must roll up as a rebuild from every
+    sample does, and the fast path equal the raw one."""
+    ingest(
+        con,
+        jobs=[job("j1", 0, 70), job("j2", 70, 160), job("j3", 0, 150, team="cv")],
+        allocations=[alloc("j1", "n1:0", 0, 70), alloc("j2", "n1:0", 70, 160), alloc("j3", "n1:1", 0, 150)],
+        gpus=[gpu("n1:0"), gpu("n1:1")],
+    )
+    util0 = [80.0] * 30 + [1.0] * 40 + [90.0, 3.0] * 40
+    util1 = [50.0] * 100 + [0.0] * 50
+    energy = [1.0e6 + 18_000.0 * i for i in range(150)]
+    a = [
+        {**row, "energy_j": e}
+        for row, e in zip(series("n1:0", 0, util0, power_w=300.0, mem_used_mib=2000.0), energy, strict=True)
+    ]
+    b = series("n1:1", 0, util1, power_w=200.0, temp_c=86.0, throttle_reasons=0x20)
+    polls = [row for pair in zip(a, b, strict=True) for row in pair]
+    ingest(con, samples=polls[: 2 * split_min])
+    taken: list[str | None] = []
+    real = rollup._sequence_polls
+
+    def spy(*args: object) -> str | None:
+        taken.append(real(*args))  # type: ignore[arg-type]
+        return taken[-1]
+
+    monkeypatch.setattr(rollup, "_sequence_polls", spy)
+    ingest(con, samples=polls[2 * split_min :])
+    assert taken and all(taken), "the second ingest's polls should roll up without a sort"
+    assert idle_hours(con) == pytest.approx((40 + 50) / 60)
+    incremental = rollup_rows(con)
+    con.execute("BEGIN TRANSACTION")
+    rollup.rebuild_rollup(con, idle_util_pct=5.0)
+    con.execute("COMMIT")
+    assert rollup_rows(con) == incremental
+    assert_fast_equals_raw(con)
