@@ -19,8 +19,9 @@ the medians are printed, with CPU seconds (less disturbed by a busy machine than
   ``TRY_CAST(replace(col, ' %', ''))`` per column), a per-GPU-minute rollup, a per-day rollup from it and a
   5 %-bucket utilization histogram (docs/PERF-NOTES "Ingest with rollups").
 
-Incremental: a 28-day ledger (64 GPUs at 60 s, one ingest) gets day 29; the same day also goes into a fresh
-ledger. The ratio of the two ingests' own seconds (``IngestReport.seconds``) should be about 1.
+Incremental: a 28-day ledger (64 GPUs at 60 s, one ingest; ``--history 7,28`` also a 7-day one) gets day 29;
+the same day also goes into a fresh ledger. The ratio of the ingests' own seconds (``IngestReport.seconds``)
+should be about 1, and the same for every length of history.
 """
 
 from __future__ import annotations
@@ -333,35 +334,47 @@ def bench_one_file(rows: int, repeat: int) -> None:
     )
 
 
-def bench_incremental(repeat: int) -> None:
-    """Day 29 into a 28-day ledger vs the same day into a fresh one."""
+def bench_incremental(repeat: int, history_days: list[int]) -> None:
+    """Day 29 into ledgers of ``history_days`` days before it vs the same day into a fresh one: the ratio
+    should be about 1 and not grow with the history."""
     per_day = GPUS * 1440
-    month = cached_file(28 * per_day, step_s=60, tag="-28d-60s")
     day = cached_file(per_day, start="2025-03-29 00:00:00", step_s=60, tag="-day29-60s")
     print(
-        f"\nincremental: 28 days ({28 * per_day:,} samples, 64 GPUs at 60 s) + day 29 ({per_day:,} samples)"
+        f"\nincremental: day 29 ({per_day:,} samples, 64 GPUs at 60 s) onto {history_days} days of the same"
     )
     with tempfile.TemporaryDirectory(prefix="gpuledger-bench-") as tmp:
         scratch = Path(tmp)
-        base_db = scratch / "month.duckdb"
-        (wall, _, rss), _, _ = gpuledger_ingest(month, base_db, scratch)
-        print(f"  building the 28-day ledger: {wall:.1f} s, peak RSS {rss:,.0f} MiB")
-        alone, onto = [], []
+        bases = {}
+        for days in history_days:
+            start = f"2025-03-{29 - days:02d} 00:00:00" if days < 29 else None
+            if start is None:
+                raise SystemExit("--history days must be under 29 (the history ends where day 29 starts)")
+            month = cached_file(days * per_day, start=start, step_s=60, tag=f"-{days}d-60s")
+            bases[days] = scratch / f"history-{days}.duckdb"
+            (wall, _, rss), _, _ = gpuledger_ingest(month, bases[days], scratch)
+            print(
+                f"  building the {days}-day ledger ({days * per_day:,} samples): {wall:.1f} s, peak RSS {rss:,.0f} MiB"
+            )
+        alone: list[float] = []
+        onto: dict[int, list[float]] = {d: [] for d in history_days}
         for _ in range(repeat):
             fresh = scratch / "fresh.duckdb"
             fresh.unlink(missing_ok=True)
             _, _, report = gpuledger_ingest(day, fresh, scratch)
             alone.append(report["seconds"])
-            grown = scratch / "grown.duckdb"
-            shutil.copy(base_db, grown)
-            _, _, report = gpuledger_ingest(day, grown, scratch)
-            onto.append(report["seconds"])
-            grown.unlink()
-    a, b = median(alone), median(onto)
-    print(
-        f"  day 29 alone: {a:.2f} s; onto 28 days: {b:.2f} s (ingest's own seconds, median of {repeat}; load {load()})"
-    )
-    print(f"  onto 28 days / alone: {b / a:.2f}x (target about 1)")
+            for days, base_db in bases.items():
+                grown = scratch / "grown.duckdb"
+                shutil.copy(base_db, grown)
+                _, _, report = gpuledger_ingest(day, grown, scratch)
+                onto[days].append(report["seconds"])
+                grown.unlink()
+    a = median(alone)
+    print(f"  day 29 alone: {a:.2f} s (ingest's own seconds, median of {repeat}; load {load()})")
+    for days, xs in onto.items():
+        b = median(xs)
+        print(
+            f"  onto {days} days: {b:.2f} s = {b / a:.2f}x the day alone (target about 1, not growing with the days)"
+        )
 
 
 def main() -> int:
@@ -370,12 +383,17 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-incremental", action="store_true")
     ap.add_argument("--only-incremental", action="store_true")
+    ap.add_argument(
+        "--history",
+        default="28",
+        help="days of history the day goes onto, comma-separated (default 28; e.g. 7,28)",
+    )
     args = ap.parse_args()
     print(f"load average {load()} at start")
     if not args.only_incremental:
         bench_one_file(args.rows, args.repeat)
     if not args.skip_incremental:
-        bench_incremental(args.repeat)
+        bench_incremental(args.repeat, [int(d) for d in args.history.split(",")])
     return 0
 
 
