@@ -465,3 +465,31 @@ def test_headline_money_follows_observed_capacity_and_checkpoints(demo: duckdb.D
         assert w[job_id]["failed_usd"] == pytest.approx(lost_usd, rel=1e-9), job_id
         assert w[job_id]["failed_basis"] == "lost after the last checkpoint"
         assert w[job_id]["failed_checkpointed_usd"] > 0
+
+
+def test_out_of_memory_is_one_error_line_and_the_ledger_keeps_nothing(tmp_path) -> None:
+    """A build that overruns the writer's memory limit (here a 20 MB one) ends with one ``error:`` line
+    saying so and how to raise it, exit 1, no traceback, and no row of it in the ledger. A real process:
+    what a shell sees."""
+    import os
+    import subprocess
+    import sys
+
+    db = tmp_path / "oom.duckdb"
+    env = {**os.environ, "GPULEDGER_MEMORY_LIMIT": "20MB"}
+    env.pop("GPULEDGER_DEBUG", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuledger.cli.main", "demo", "--days", "2", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: the ledger's writer ran out of memory (20MB)")
+    assert "GPULEDGER_MEMORY_LIMIT" in lines[0]
+    with reader(str(db)) as con:
+        assert con.execute("SELECT count(*) FROM samples").fetchall() == [(0,)]
+        assert con.execute("SELECT count(*) FROM ingests").fetchall() == [(0,)]

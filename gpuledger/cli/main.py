@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
+
+import duckdb
 
 from gpuledger import __version__
 from gpuledger.cli.commands._common import DB_HELP, SETTINGS_HELP
@@ -73,6 +76,23 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # never a traceback to a user: one line, and the way to see more
+        if os.environ.get("GPULEDGER_DEBUG"):
+            raise
+        print(f"error: {unexpected(exc)}", file=sys.stderr)
+        return 1
+
+
+def unexpected(exc: Exception) -> str:
+    """One line for an error no command turned into a LedgerError (a bug, or DuckDB out of memory)."""
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        limit = os.environ.get("GPULEDGER_MEMORY_LIMIT")
+        return (
+            f"the ledger's writer ran out of memory ({limit or 'its default limit'}): {first}; "
+            "set GPULEDGER_MEMORY_LIMIT higher (e.g. GPULEDGER_MEMORY_LIMIT=2GB) or give it less at once"
+        )
+    return f"unexpected failure ({type(exc).__name__}: {first}); GPULEDGER_DEBUG=1 shows where"
 
 
 if __name__ == "__main__":

@@ -379,6 +379,10 @@ def _minute_windows(con: duckdb.DuckDBPyConnection) -> None:
     energy reads the next sample, plus the samples after it whose predecessor changed) and how far to read
     around them so the window functions see each sample's true neighbours.
 
+    The sample before is re-rolled only when it has an energy counter: its minute row reads its next
+    sample for nothing else (``e_j``; ``alone`` picks the form, not the values). Without one, a day onto
+    the day before it re-rolls none of that day's minutes, nor then its day row and observed runs.
+
     Only samples near the windows are read: the look is 1.5 × the largest interval among the samples
     from ``_NEAR`` before a window to its end (a sample further back can reach neither the window nor a
     sample that does, since no interval exceeds MAX_INTERVAL_S), so one more day onto a year of history
@@ -397,11 +401,11 @@ def _minute_windows(con: duckdb.DuckDBPyConnection) -> None:
             WHERE s.ts >= $lo AND s.ts <= $hi
             GROUP BY s.gpu_id
         ),
-        before AS (
+        before AS (  -- a sample before the window whose energy now reads a new next sample
             SELECT rw.gpu_id, min(s.ts) AS ts
             FROM rw JOIN mx USING (gpu_id) JOIN samples s
               ON s.gpu_id = rw.gpu_id AND s.ts < rw.lo AND s.ts >= rw.lo - mx.look
-             AND {_reach("s.ts", "s.interval_s::DOUBLE")} >= rw.lo
+             AND {_reach("s.ts", "s.interval_s::DOUBLE")} >= rw.lo AND s.energy_j IS NOT NULL
             WHERE s.ts >= $lo AND s.ts <= $hi
             GROUP BY rw.gpu_id
         ),

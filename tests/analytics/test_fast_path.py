@@ -320,15 +320,17 @@ def test_polls_with_one_job_per_gpu_roll_up_from_a_streaming_view_and_equal_the_
     assert_fast_equals_raw(con)
 
 
-@pytest.mark.parametrize("split_min", [70, 100])
+@pytest.mark.parametrize("split_min", [70, 85, 100])
 def test_polls_onto_the_polls_before_roll_up_without_a_sort_and_equal_a_rebuild(
     con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch, split_min: int
 ) -> None:
     """The same two GPUs' polls in two ingests, the second starting where the first ended (one more day
     onto a ledger). The second's window reaches back into the first's last polls: those few are
     sequenced by the sort (rollup._sequence_prior) and the rest streams, so _sequence_polls still answers.
-    At 70 min n1:0 changes job right at the boundary (j1 → j2) and its energy counter runs across it; at
-    100 min n1:1's idle stretch (100-150 min) starts at it. Both must roll up as a rebuild from every
+    At 70 min n1:0 changes job right at the boundary (j1 → j2); at 85 min its last sample before the
+    boundary is busy (no idle run widens the window back to it) and its energy counter, whose steps are
+    not power × 60 s, now reads the first new sample; at 100 min n1:1's idle stretch (100-150 min) starts
+    at it. Both must roll up as a rebuild from every
     sample does, and the fast path equal the raw one."""
     ingest(
         con,
@@ -338,7 +340,7 @@ def test_polls_onto_the_polls_before_roll_up_without_a_sort_and_equal_a_rebuild(
     )
     util0 = [80.0] * 30 + [1.0] * 40 + [90.0, 3.0] * 40
     util1 = [50.0] * 100 + [0.0] * 50
-    energy = [1.0e6 + 18_000.0 * i for i in range(150)]
+    energy = [1.0e6 + 20_000.0 * i for i in range(150)]  # not power × 60 s: the counter must win
     a = [
         {**row, "energy_j": e}
         for row, e in zip(series("n1:0", 0, util0, power_w=300.0, mem_used_mib=2000.0), energy, strict=True)
