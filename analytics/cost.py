@@ -76,8 +76,10 @@ PSEUDO_PREFIX = "unattributed:"
 # its host) and none of its samples carries the id of a known job. Their samples belong to a pseudo-job.
 TELEMETRY_ONLY_GPUS_SQL = """
     SELECT g.gpu_id FROM gpus g
-    WHERE NOT EXISTS (SELECT 1 FROM allocations a
-                      WHERE a.gpu_id = g.gpu_id OR (a.gpu_id IS NULL AND a.host = g.host))
+    WHERE NOT EXISTS (SELECT 1 FROM allocations a WHERE a.gpu_id = g.gpu_id)
+      -- apart, not one EXISTS with OR: each is then a hash anti-join, not a nested loop over every
+      -- (GPU, allocation) pair (1,232 GPUs × 66 k allocations: 0.2 s a page)
+      AND NOT EXISTS (SELECT 1 FROM allocations a WHERE a.gpu_id IS NULL AND a.host = g.host)
       AND NOT EXISTS (SELECT 1 FROM samples_day m JOIN jobs jj ON jj.job_id = m.job_id
                       WHERE m.gpu_id = g.gpu_id)
       AND EXISTS (SELECT 1 FROM samples_day m WHERE m.gpu_id = g.gpu_id)
