@@ -575,7 +575,9 @@ def _families(items: list[dict[str, object]], by_id: dict[str, dict[str, object]
         if len(its) == 1:
             out.append(its[0])
             continue
-        its = sorted(its, key=lambda i: -float(i["saving_usd"]))
+        # largest saving first; savings equal to a millionth of a dollar (the same job shape, summed in
+        # another order) by job id, so which run the card names does not hang on float rounding
+        its = sorted(its, key=lambda i: (-round(float(i["saving_usd"]), 6), str(i["target"])))
         top = its[0]
         saving = sum(float(i["saving_usd"]) for i in its)
         ids = [i["target"] for i in its]
