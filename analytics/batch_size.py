@@ -444,7 +444,7 @@ def plan_batch(
         else [float(b) for b, _ in mem_points] + [float(b) for b, _ in tput_points]
     )
     largest = int(max([*seen, float(current_batch)]))
-    mem = _memory_fit(tuple(mem_points), params, precision, optimizer, seq_len, hidden_size, n_layers)
+    mem = _memory_fit(_frozen(mem_points), params, precision, optimizer, seq_len, hidden_size, n_layers)
 
     def keep(reason: str, model: MemoryModel | None = None, method: str | None = None) -> BatchPlan:
         return BatchPlan(
@@ -505,7 +505,7 @@ def plan_batch(
     # candidates: multiples of 8 above the current batch, and the bound itself
     first = (current_batch // BATCH_MULTIPLE + 1) * BATCH_MULTIPLE
     cands = sorted({*range(first, bound + 1, BATCH_MULTIPLE), bound})
-    curve = _curve(tuple(tput_points))
+    curve = _curve(_frozen(tput_points))
     if curve is not None:
         base = curve.predict(float(current_batch))
         method = "fit" if curve.fit is not None else "measured"
@@ -590,6 +590,26 @@ def plan_batch(
         knee_batch_size=knee,
         bound_batch_size=bound,
     )
+
+
+class Points(tuple):  # type: ignore[type-arg]
+    """A run family's (batch, value) points, hashed once: the cached fits below key on them for each of the
+    family's jobs, and hashing a tuple of a few hundred pairs each time was most of a plan's cost (a
+    1,232-GPU month: 5,753 plans)."""
+
+    _hash: int
+
+    def __new__(cls, items: Sequence[tuple[float, float]]) -> Points:
+        self = super().__new__(cls, items)
+        self._hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+def _frozen(points: Sequence[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
+    return points if isinstance(points, tuple) else tuple(points)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -724,12 +744,12 @@ def batch_recommendations(
     )
     points = {
         r["family"]: (
-            tuple(
+            Points(
                 sorted(
                     (p["batch_size"], p["peak_mem_mib"]) for p in r["mem"] if p["peak_mem_mib"] is not None
                 )
             ),
-            tuple(
+            Points(
                 sorted(
                     (p["batch_size"], p["tput_per_gpu"]) for p in r["tput"] if p["tput_per_gpu"] is not None
                 )
