@@ -12,6 +12,7 @@ import datetime as dt
 import duckdb
 import pytest
 
+from collectors import base
 from collectors.base import IngestOptions, ingest_file
 from tests.conftest import dataset, write
 
@@ -254,3 +255,33 @@ def test_polls_in_time_order_with_a_gpu_missing_land_unsorted_with_the_hand_work
     finally:
         base._in_time_order = real
     assert answers == [True, False]
+
+
+@pytest.mark.parametrize("overlap_bytes", [0, 10**12], ids=["hashed-while-staging", "hashed-first"])
+def test_the_same_bytes_under_another_name_land_once(ledger, tmp_path, monkeypatch, overlap_bytes):
+    """A file's hash is taken on a second thread while it stages (collectors/base.py OVERLAP_HASH_BYTES,
+    here 0 bytes) or first (a huge threshold): either way a copy of an ingested file under another name
+    is reported as already ingested, with the first ingest's id, and adds nothing; the same name again is
+    answered from the hash alone; a new file lands with its own hash."""
+    import hashlib
+
+    monkeypatch.setattr(base, "OVERLAP_HASH_BYTES", overlap_bytes)
+    text = (
+        "timestamp, index, utilization.gpu [%]\n"
+        "2025/03/01 10:00:00.000, 0, 50 %\n"
+        "2025/03/01 10:00:10.000, 0, 70 %\n"
+    )
+    first = ingest_file(ledger, write(tmp_path, "a.csv", text), opts=UTC)
+    assert first.rows["samples"] == 2 and not first.already
+    copy = ingest_file(ledger, write(tmp_path, "copy-of-a.csv", text), opts=UTC)
+    again = ingest_file(ledger, tmp_path / "a.csv", opts=UTC)
+    for report in (copy, again):
+        assert report.already and report.ingest_id == first.ingest_id
+    assert ledger.execute("SELECT count(*), sum(interval_s) FROM samples").fetchall() == [(2, 20.0)]
+    other = text.replace("70 %", "71 %")
+    third = ingest_file(ledger, write(tmp_path, "b.csv", other), opts=UTC)
+    assert not third.already
+    assert ledger.execute("SELECT content_sha256 FROM ingests ORDER BY ingest_id").fetchall() == [
+        (hashlib.sha256(text.encode()).hexdigest(),),
+        (hashlib.sha256(other.encode()).hexdigest(),),
+    ]
