@@ -518,7 +518,7 @@ def waste_by_team_week(filters: Filters) -> pl.DataFrame:
 def _waste_by_team_week(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> pl.DataFrame:
-    with reader(db_path) as con:
+    with reader(db_path) as con, _sharing(con, db_path, ver):
         out = _analytics("waste").waste_by_week(con, by="team", filters=filters, settings=_settings)
     out = out.rename({"key": "team"})
     return out.filter(pl.col("spend_usd").abs() > 0.005).sort("week", "team")
