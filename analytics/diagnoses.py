@@ -25,6 +25,7 @@ import polars as pl
 from analytics.filters import Filters, horizon
 from analytics.job_signals import prices_at, view_jobs_sql, view_signals, with_active
 from analytics.query import frame
+from analytics.shared import memo
 from gpuledger.ledger.reference import GpuModel, catalog
 from gpuledger.ledger.settings import Settings
 
@@ -75,12 +76,20 @@ def peak_tflops(model: str | None, precision: str | None) -> float | None:
 
 
 def _runs(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
-    return frame(
+    """Every training run with its job's GPUs; read once per sharing block (analytics/shared.py): the
+    Recommendations page asked for it five times (right-sizing and scaling, for recommendations and
+    diagnoses)."""
+    runs = memo(
         con,
-        """SELECT r.job_id, r.model, r.params, r.precision, r.batch_size, r.seq_len, r.tokens_per_s,
-                  r.samples_per_s, r.peak_mem_mib, j.gpu_model, j.gpu_count, j.kind
-           FROM training_runs r JOIN jobs j USING (job_id)""",
+        "training_runs",
+        lambda: frame(
+            con,
+            """SELECT r.job_id, r.model, r.params, r.precision, r.batch_size, r.seq_len, r.tokens_per_s,
+                      r.samples_per_s, r.peak_mem_mib, j.gpu_model, j.gpu_count, j.kind
+               FROM training_runs r JOIN jobs j USING (job_id)""",
+        ),
     )
+    return runs.clone()
 
 
 def mfu(runs: pl.DataFrame) -> pl.DataFrame:

@@ -166,10 +166,10 @@ def memo(con: duckdb.DuckDBPyConnection, key: Hashable, compute: Callable[[], An
 
 
 def horizon(con: duckdb.DuckDBPyConnection) -> Any:
-    """:func:`analytics.filters.horizon`, asked once per sharing block (every function asks for it)."""
+    """:func:`analytics.filters.horizon` (which asks once per sharing block itself)."""
     from analytics.filters import horizon as compute
 
-    return memo(con, "horizon", lambda: compute(con))
+    return compute(con)
 
 
 def shared(fn: F) -> F:

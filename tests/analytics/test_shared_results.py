@@ -238,3 +238,24 @@ print(kept)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_horizon_is_asked_once_per_block_and_again_after_a_write(ledger, monkeypatch):
+    """analytics.filters.horizon is memoised per sharing block (nearly every function asks for it)."""
+    import analytics.filters as filters
+    from analytics.recommend import recommendations
+
+    set_test_prices(ledger)
+    _one_gpu(ledger, 180)
+    plain = filters.horizon(ledger)
+    calls: list[int] = []
+    real = filters._horizon
+    monkeypatch.setattr(filters, "_horizon", lambda con: calls.append(1) or real(con))
+    with sharing(ledger, ("test", 9)):
+        assert filters.horizon(ledger) == plain
+        recommendations(ledger)
+        waste.waste_by_week(ledger)
+    assert len(calls) == 1
+    ingest(ledger, samples=series("n1:0", 180, [0.0] * 60))  # 60 more minutes: a later horizon
+    assert filters.horizon(ledger) > plain  # outside a block: asked again
+    assert len(calls) == 2
