@@ -730,7 +730,8 @@ def _training(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> dict[str, pl.DataFrame]:
     unit_costs = _analytics("unit_costs")
-    with reader(db_path) as con:
+    # in the view's sharing block: its per-job costs become the temp table the recommendations read too
+    with reader(db_path) as con, _sharing(con, db_path, ver):
         out = {"unit_costs": unit_costs.job_unit_costs(con, filters=filters)}
     recs = _recommendations_cached(db_path, ver, fp, filters, _settings)  # shared with the other pages
     out["batch"] = recs.filter(pl.col("kind") == "larger_batch")
