@@ -112,6 +112,12 @@ def _active(con: duckdb.DuckDBPyConnection) -> OrderedDict[Hashable, Any] | None
     return None
 
 
+def active(con: duckdb.DuckDBPyConnection) -> bool:
+    """True inside a sharing block on ``con`` (a caller that passes its own intermediate results outside
+    one may instead ask for a shared result inside one)."""
+    return _active(con) is not None
+
+
 def materialized(key: Hashable, sql: str, params: list[object]) -> tuple[str, list[object]]:
     """``(sql, params)`` of a sub-query many statements of a batch embed, read from a temp table instead.
 
