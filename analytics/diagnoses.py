@@ -25,6 +25,7 @@ import polars as pl
 from analytics.filters import Filters, horizon
 from analytics.job_signals import prices_at, view_jobs_sql, view_signals, with_active
 from analytics.query import frame
+from analytics.shared import active, memo, shared
 from gpuledger.ledger.reference import GpuModel, catalog
 from gpuledger.ledger.settings import Settings
 
@@ -75,12 +76,20 @@ def peak_tflops(model: str | None, precision: str | None) -> float | None:
 
 
 def _runs(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
-    return frame(
+    """Every training run with its job's GPUs; read once per sharing block (analytics/shared.py): the
+    Recommendations page asked for it five times (right-sizing and scaling, for recommendations and
+    diagnoses)."""
+    runs = memo(
         con,
-        """SELECT r.job_id, r.model, r.params, r.precision, r.batch_size, r.seq_len, r.tokens_per_s,
-                  r.samples_per_s, r.peak_mem_mib, j.gpu_model, j.gpu_count, j.kind
-           FROM training_runs r JOIN jobs j USING (job_id)""",
+        "training_runs",
+        lambda: frame(
+            con,
+            """SELECT r.job_id, r.model, r.params, r.precision, r.batch_size, r.seq_len, r.tokens_per_s,
+                      r.samples_per_s, r.peak_mem_mib, j.gpu_model, j.gpu_count, j.kind
+               FROM training_runs r JOIN jobs j USING (job_id)""",
+        ),
     )
+    return runs.clone()
 
 
 def mfu(runs: pl.DataFrame) -> pl.DataFrame:
@@ -334,6 +343,19 @@ def right_size(
     return pl.DataFrame(out, schema=schema)
 
 
+@shared  # one computation per view inside a read-only batch: a page's recommendations and diagnoses both ask
+def view_right_size(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters | None = None,
+    settings: Settings | None = None,
+    as_of: dt.datetime | None = None,
+) -> pl.DataFrame:
+    """:func:`right_size` over the view's own signals and jobs (its defaults), shared: the Recommendations
+    page computed it twice (the recommendations, then the diagnoses), ~40 ms each on the 28-day demo."""
+    return right_size(con, filters=filters, settings=settings, as_of=as_of)
+
+
 def _candidates(
     cur: GpuModel, precision: str | None, tier: str, multi_gpu: bool, prices: dict[tuple[str, str], float]
 ) -> list[tuple[GpuModel, float, float]]:
@@ -501,7 +523,11 @@ def diagnoses(
                 f"efficiency ({j['tput_per_gpu']:,.0f} {j['unit']}/s per GPU vs {j['best_tput_per_gpu']:,.0f} at "
                 f"{j['best_gpu_count']:g} GPUs); {j['best_gpu_count']:g} GPUs give the lowest $ per {j['unit'][:-1]}.",
             )
-    sized = right_size(con, filters=filters, settings=settings, as_of=as_of, signals=sig)
+    sized = (
+        view_right_size(con, filters=filters, settings=settings, as_of=as_of)
+        if signals is None and active(con)  # sig is the view's own: the shared result
+        else right_size(con, filters=filters, settings=settings, as_of=as_of, signals=sig)
+    )
     if not sized.is_empty():
         for j in sized.join(view.select("job_id", "name", "user_name", "team"), on="job_id").to_dicts():
             flag(

@@ -31,7 +31,7 @@ from analytics.advice_common import family_stem
 from analytics.advice_failures import failure_items
 from analytics.advice_jobs import inference_items, input_pipeline_items
 from analytics.batch_size import batch_recommendations
-from analytics.diagnoses import THRESHOLDS, TRAINING_KINDS, right_size, scaling_table
+from analytics.diagnoses import THRESHOLDS, TRAINING_KINDS, right_size, scaling_table, view_right_size
 from analytics.filters import Filters, horizon
 from analytics.job_signals import (
     prices_at,
@@ -41,6 +41,7 @@ from analytics.job_signals import (
 )
 from analytics.query import frame
 from analytics.savings import coverage, savings_total, with_counted
+from analytics.shared import active
 from analytics.utilization import Source, use_rollup
 from analytics.waste import job_waste, unallocated
 from gpuledger.ledger.settings import Settings
@@ -200,7 +201,7 @@ def recommendations(
     items: list[dict[str, object]] = []
     items += _reclaim_idle(jobs, settings)
     items += _stop_idle_notebooks(stretches, by_id, settings)
-    items += _right_size(con, by_id, filters, settings, as_of, sig, view)
+    items += _right_size(con, by_id, filters, settings, as_of, sig, view, source)
     items += _fewer_gpus(con, jobs, settings, as_of)
     items += _larger_batch(con, by_id, filters, settings, as_of, _input_bound_or_unused(jobs), view)
     items += _use_spot(con, jobs, as_of)
@@ -417,10 +418,18 @@ def _right_size(
     as_of: dt.datetime | None,
     sig: pl.DataFrame,
     view: pl.DataFrame,
+    source: Source = "auto",
 ) -> list[dict[str, object]]:
-    """Per job: the cheaper catalog GPU of analytics.diagnoses.right_size; saving = GPU-hours × Δprice."""
+    """Per job: the cheaper catalog GPU of analytics.diagnoses.right_size; saving = GPU-hours × Δprice.
+
+    With the default source, ``sig`` and ``view`` are right_size's own defaults for the view (the shared
+    view_signals, the view_jobs_sql rows): inside a sharing block, the shared result the diagnoses use too."""
     items = []
-    sized = right_size(con, filters=filters, settings=settings, as_of=as_of, signals=sig, view=view)
+    sized = (
+        view_right_size(con, filters=filters, settings=settings, as_of=as_of)
+        if source == "auto" and active(con)
+        else right_size(con, filters=filters, settings=settings, as_of=as_of, signals=sig, view=view)
+    )
     for r in sized.to_dicts():
         j = by_id[r["job_id"]]
         saving = r["gpu_hours"] * (r["rate_usd_per_gpu_hour"] - r["candidate_usd_per_gpu_hour"])

@@ -8,7 +8,9 @@ is kept, so a connection that writes between calls (the tests, an ingest) always
 
 Only for batches during which the ledger cannot change: a reader (gpuledger.ledger.db.reader). ``key`` names
 the ledger's state, e.g. (path, data_version): blocks with the same key share results (the last few keys are
-kept), so the data functions of one page load, each with its own reader, compute a view's figures once.
+kept), so the data functions of one page load, each with its own reader, compute a view's figures once; and
+blocks with the same key on the same connection (a page run's data functions share one:
+gpuledger.ledger.db.one_reader) share the temp tables of :func:`materialized` as well.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ ENTRIES = 64
 _states: OrderedDict[Hashable, OrderedDict[Hashable, Any]] = OrderedDict()
 _lock = threading.Lock()
 _local = threading.local()  # per thread (Streamlit runs each session's script in its own thread)
-_temp_names = itertools.count()
+_temp_names = itertools.count()  # process-unique: a name found on a connection was made there, by us
+# A keyed state's temp tables, per connection (id) they live on: sub-query key -> temp table name. Temp tables
+# belong to their connection and go with it; :func:`_kept_temps` checks that they are still there.
+_state_temps: dict[Hashable, dict[int, dict[Hashable, str]]] = {}
 
 
 def _store_for(key: Hashable | None) -> OrderedDict[Hashable, Any]:
@@ -43,7 +48,34 @@ def _store_for(key: Hashable | None) -> OrderedDict[Hashable, Any]:
         _states[key] = store
         while len(_states) > KEPT_STATES:
             _states.popitem(last=False)
+        for gone in [k for k in _state_temps if k not in _states]:
+            del _state_temps[gone]
         return store
+
+
+def _kept_temps(con: duckdb.DuckDBPyConnection, key: Hashable) -> dict[Hashable, str]:
+    """The temp tables earlier blocks under ``key`` made on ``con`` (and that it still has), to be reused.
+
+    Why: a page run's data functions each open a block on the run's one connection; each used to create the
+    view's per-job costs again (10-30 ms a statement on the 28-day demo, two or three per block). The names
+    are checked against the connection's temp tables: a connection that was closed (a writer on this thread
+    closes the batch's) and a new one that got its id() start with none."""
+    with _lock:
+        temps = _state_temps.setdefault(key, {}).setdefault(id(con), {})
+        listed = dict(temps)
+    if listed:
+        try:
+            there = {r[0] for r in con.execute(_TEMP_TABLES_SQL).fetchall()}
+        except duckdb.Error:  # a closed connection
+            there = set()
+        gone = [k for k, name in listed.items() if name not in there]
+        with _lock:
+            for k in gone:
+                temps.pop(k, None)
+    return temps
+
+
+_TEMP_TABLES_SQL = "SELECT table_name FROM duckdb_tables() WHERE database_name = 'temp'"
 
 
 @contextlib.contextmanager
@@ -58,15 +90,19 @@ def sharing(con: duckdb.DuckDBPyConnection, key: Hashable | None = None) -> Iter
     stack = getattr(_local, "stack", None)
     if stack is None:
         stack = _local.stack = []
-    temps: dict[Hashable, str] = {}
-    stack.append((con, _store_for(key), temps))
+    store = _store_for(key)
+    # a keyed block leaves its temp tables on the connection for the next block under the key (they go with
+    # the connection); a block without a key drops them at its end
+    temps: dict[Hashable, str] = {} if key is None else _kept_temps(con, key)
+    stack.append((con, store, temps))
     try:
         yield
     finally:
         stack.pop()
-        for name in temps.values():
-            with contextlib.suppress(duckdb.Error):  # a connection closed inside the block has none left
-                con.execute(f"DROP TABLE IF EXISTS temp.{name}")
+        if key is None:
+            for name in temps.values():
+                with contextlib.suppress(duckdb.Error):  # a connection closed inside the block has none left
+                    con.execute(f"DROP TABLE IF EXISTS temp.{name}")
 
 
 def _active(con: duckdb.DuckDBPyConnection) -> OrderedDict[Hashable, Any] | None:
@@ -76,6 +112,12 @@ def _active(con: duckdb.DuckDBPyConnection) -> OrderedDict[Hashable, Any] | None
     return None
 
 
+def active(con: duckdb.DuckDBPyConnection) -> bool:
+    """True inside a sharing block on ``con`` (a caller that passes its own intermediate results outside
+    one may instead ask for a shared result inside one)."""
+    return _active(con) is not None
+
+
 def materialized(key: Hashable, sql: str, params: list[object]) -> tuple[str, list[object]]:
     """``(sql, params)`` of a sub-query many statements of a batch embed, read from a temp table instead.
 
@@ -83,7 +125,8 @@ def materialized(key: Hashable, sql: str, params: list[object]) -> tuple[str, li
     a few million rows: the per-job costs (analytics/cost.py) are about 10 kB of SQL, and a page's statements
     embed them one to three times each (measured: 90-180 ms a statement, 10-15 ms of it executing). Inside a
     sharing block on this thread the sub-query runs once, into a temp table of the block's connection
-    (dropped when the block ends), and callers get a plain scan of it; ``key`` names the sub-query with
+    (dropped when a block without a key ends; a keyed block's stay for the next block under that key on the
+    same connection, and go with it), and callers get a plain scan of it; ``key`` names the sub-query with
     everything its result depends on. Outside a block, the sub-query itself comes back. A statement run on
     another connection than the block's fails on the missing table, never reads another ledger's rows.
     """
@@ -129,10 +172,10 @@ def memo(con: duckdb.DuckDBPyConnection, key: Hashable, compute: Callable[[], An
 
 
 def horizon(con: duckdb.DuckDBPyConnection) -> Any:
-    """:func:`analytics.filters.horizon`, asked once per sharing block (every function asks for it)."""
+    """:func:`analytics.filters.horizon` (which asks once per sharing block itself)."""
     from analytics.filters import horizon as compute
 
-    return memo(con, "horizon", lambda: compute(con))
+    return compute(con)
 
 
 def shared(fn: F) -> F:
@@ -176,3 +219,4 @@ def clear() -> None:
     """Forget every kept result (bench/pages.py's cold runs, like ``st.cache_data.clear``)."""
     with _lock:
         _states.clear()
+        _state_temps.clear()

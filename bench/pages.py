@@ -158,6 +158,12 @@ def unit_costs(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
     return job_unit_costs(con, filters=f)
 
 
+def as_of(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
+    """What the Reports page asks before its report: the data horizon alone (pages/_data.as_of)."""
+    when = horizon(con)
+    return when.isoformat() if when else None
+
+
 def weekly_report(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
     """The Reports page's default: the last full ISO week, both formats from one collect()."""
     from gpuledger.reports.weekly import collect, last_full_week, render_html, render_markdown, week_range
@@ -187,7 +193,7 @@ PAGES: dict[str, list[tuple[str, Call]]] = {
     ],
     "recommendations": [("recommendations", recommendations), ("diagnoses", diagnoses)],
     "training": [("unit_costs", unit_costs), ("recommendations", recommendations)],
-    "reports": [("summary", summary), ("weekly report", weekly_report)],
+    "reports": [("as_of", as_of), ("weekly report", weekly_report)],
 }
 
 

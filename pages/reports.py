@@ -25,10 +25,7 @@ ALL = "all teams"
 filters = _data.open_page("Weekly report", caption=False)
 weeks = _data.weeks_of(Filters(teams=filters.teams, clusters=filters.clusters))
 labels = [w for w, _ in weeks][::-1]
-try:
-    as_of = _data.summary(filters).get("as_of")
-except _data.NotReady as exc:
-    not_ready(exc)
+as_of = _data.as_of()  # the data horizon alone: the view's summary is not shown here
 default = last_full_week(dt.datetime.fromisoformat(as_of) if as_of else None)  # as `gpuledger report`
 left, mid = st.columns([1, 1])
 week = left.selectbox(

@@ -93,3 +93,24 @@ def test_empty_ledger_shows_how_to_load_data(tmp_path: Path, monkeypatch: pytest
     at = run_page("pages/overview.py")
     assert not at.exception
     assert "gpuledger demo" in at.info[0].value
+
+
+def test_the_reports_page_default_week_comes_from_the_summary_horizon(small_ledger: str) -> None:
+    """The Reports page reads the data horizon alone (pages/_data.as_of), not a whole summary: the same
+    ``as_of`` string, so the same default week as ``gpuledger report``."""
+    import datetime as dt
+
+    from analytics.summary import summary
+    from gpuledger.ledger.db import data_version, reader
+    from gpuledger.reports.weekly import last_full_week
+    from pages import _data
+
+    with reader(small_ledger) as con:
+        expected = summary(con)["as_of"]
+    got = _data._as_of(small_ledger, data_version(small_ledger))
+    assert got == expected and got is not None
+    at = run_page("pages/reports.py")
+    assert not at.exception, at.exception
+    week = next(s for s in at.selectbox if s.key == "report_week")
+    default = last_full_week(dt.datetime.fromisoformat(expected))
+    assert week.value == (default if default in week.options else week.options[0])

@@ -125,6 +125,55 @@ def test_a_block_runs_the_per_job_costs_once_into_a_temp_table_and_drops_it_afte
     assert cost.job_costs_sql(Filters(), None)[0].lstrip().startswith("WITH shared AS")
 
 
+def test_keyed_blocks_on_one_connection_make_the_per_job_costs_once_and_give_the_plain_figures(ledger):
+    """A page run's data functions each open a block under the ledger's key on the run's one connection: the
+    second block reads the temp tables the first made, and every figure equals the plain call's."""
+    from analytics import cost
+    from analytics.recommend import recommendations
+    from analytics.summary import summary
+
+    set_test_prices(ledger)
+    _one_gpu(ledger, 180)
+    plain = (summary(ledger), recommendations(ledger), waste.waste_by_week(ledger), cost.job_costs(ledger))
+    with sharing(ledger, ("page", 7)):
+        first = summary(ledger)
+        made = _temp_tables(ledger)
+    assert len(made) == 3, made  # job costs, shared stretches, telemetry-only GPUs: kept for the next block
+    with sharing(ledger, ("page", 7)):
+        again = (recommendations(ledger), waste.waste_by_week(ledger), cost.job_costs(ledger))
+        assert set(made) <= set(_temp_tables(ledger))  # read, not made again
+    assert first == plain[0]
+    assert all(a.equals(b) for a, b in zip(plain[1:], again, strict=True))
+    kept = set(_temp_tables(ledger))
+    with sharing(ledger):  # a block without a key still drops what it made
+        cost.job_costs(ledger, filters=Filters(clusters=("c9",)))
+        assert len(_temp_tables(ledger)) > len(kept)
+    assert set(_temp_tables(ledger)) == kept
+
+
+def test_a_keyed_block_on_a_new_connection_makes_its_temp_tables_again(db_path):
+    """Temp tables go with their connection: a block under the same key on another connection (the next
+    page run; or one that got the closed one's id()) must not name the old ones."""
+    from analytics import cost, shared
+    from gpuledger.ledger.db import reader, writer
+
+    with writer(db_path) as con:
+        set_test_prices(con)
+        _one_gpu(con, 180)
+        plain = cost.job_costs(con)
+    with reader(db_path) as con:
+        with sharing(con, ("file", 1)):
+            first = cost.job_costs(con)
+        old = dict(shared._state_temps[("file", 1)][id(con)])
+    assert old
+    with reader(db_path) as con:
+        shared._state_temps[("file", 1)][id(con)] = dict(old)  # as if the new connection got the old id()
+        with sharing(con, ("file", 1)):
+            second = cost.job_costs(con)
+            assert not set(old.values()) & set(_temp_tables(con))
+    assert plain.equals(first) and plain.equals(second)
+
+
 def test_a_write_after_a_block_is_seen_by_the_next_block(ledger):
     from analytics import cost
 
@@ -189,3 +238,45 @@ print(kept)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_horizon_is_asked_once_per_block_and_again_after_a_write(ledger, monkeypatch):
+    """analytics.filters.horizon is memoised per sharing block (nearly every function asks for it)."""
+    import analytics.filters as filters
+    from analytics.recommend import recommendations
+
+    set_test_prices(ledger)
+    _one_gpu(ledger, 180)
+    plain = filters.horizon(ledger)
+    calls: list[int] = []
+    real = filters._horizon
+    monkeypatch.setattr(filters, "_horizon", lambda con: calls.append(1) or real(con))
+    with sharing(ledger, ("test", 9)):
+        assert filters.horizon(ledger) == plain
+        recommendations(ledger)
+        waste.waste_by_week(ledger)
+    assert len(calls) == 1
+    ingest(ledger, samples=series("n1:0", 180, [0.0] * 60))  # 60 more minutes: a later horizon
+    assert filters.horizon(ledger) > plain  # outside a block: asked again
+    assert len(calls) == 2
+
+
+def test_recommendations_and_diagnoses_of_one_view_right_size_its_jobs_once(ledger, monkeypatch):
+    """Both ask analytics.diagnoses for the view's right-sizing; inside a block it is computed once, and
+    both lists equal the plain calls (outside a block each computes it from its own signals)."""
+    import analytics.diagnoses as diag
+    import analytics.recommend as recommend
+    from analytics.recommend import recommendations
+
+    set_test_prices(ledger)
+    _one_gpu(ledger, 180)
+    plain_recs, plain_diag = recommendations(ledger), diag.diagnoses(ledger)
+    calls: list[int] = []
+    real = diag.right_size
+    counted = lambda *a, **k: calls.append(1) or real(*a, **k)  # noqa: E731
+    monkeypatch.setattr(diag, "right_size", counted)
+    monkeypatch.setattr(recommend, "right_size", counted)
+    with sharing(ledger, ("test", 11)):
+        assert recommendations(ledger).equals(plain_recs)
+        assert diag.diagnoses(ledger).equals(plain_diag)
+    assert len(calls) == 1
