@@ -75,7 +75,9 @@ def failure_items(
     )
     if jobs.is_empty():
         return []
-    rows = jobs.to_dicts()
+    # in job id order: the view's rows come in no fixed order, and the sums and ties below (a family's lost
+    # GPU-hours, its largest model) then gave another last digit, or run, from one page load to the next
+    rows = sorted(jobs.to_dicts(), key=lambda j: str(j["job_id"]))
     fams: dict[tuple[str, str], list[dict[str, object]]] = defaultdict(list)
     for j in rows:
         j["span_s"] = (j["span_end"] - j["span_start"]).total_seconds()

@@ -111,3 +111,38 @@ def test_an_oom_run_gets_a_smaller_batch_and_no_larger_one(recs):
     assert "lower the per-GPU batch to 16" in item["action"] and "activation checkpointing" in item["action"]
     batch = recs.filter(pl.col("kind") == "larger_batch")
     assert not any(j in ("od1", "pa1", "mc1") for ids in batch["job_ids"] for j in ids)
+
+
+def test_failure_advice_does_not_depend_on_the_order_of_the_view_rows():
+    """The view's rows come from DuckDB in no fixed order; the failure cards (their sums of lost GPU-hours,
+    the run they size the checkpoint by) must come out the same for every order."""
+    from analytics.advice_failures import failure_items
+    from analytics.filters import horizon
+    from analytics.job_signals import view_jobs_sql
+    from analytics.query import frame
+
+    con = memory_ledger()
+    set_prices(con)
+    ingest(
+        con,
+        jobs=[
+            job(
+                f"pb{i}",
+                0,
+                600,
+                gpu_count=3.0,
+                name=f"pre-bea-{i}",
+                state="FAILED",
+                last_checkpoint_ts=at(7 * i),
+            )
+            for i in range(1, 7)
+        ],
+        training_runs=[run(f"pb{i}", model="m-7b", params=7e9, batch_size=8) for i in range(1, 7)],
+    )
+    sql, params = view_jobs_sql(VIEW, horizon(con))
+    view = frame(con, sql, params)
+    failed = {str(j): 1.0 for j in view["job_id"]}
+    forward = failure_items(con, view.sort("job_id"), failed)
+    backward = failure_items(con, view.sort("job_id", descending=True), failed)
+    con.close()
+    assert forward and forward == backward
