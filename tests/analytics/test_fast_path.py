@@ -254,14 +254,24 @@ def _two_day_demo_views(con: duckdb.DuckDBPyConnection, views: list[Filters]) ->
     assert fast_parts["idle_allocated_usd"] > 0  # the planted idle notebooks are there
 
 
-def test_polls_of_two_gpus_roll_up_without_a_sort_and_equal_the_raw_path(
-    con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Two GPUs polled together every 60 s, in one ingest, rows in poll order: the rollup reads their
-    neighbours N = 2 rows away (rollup._sequence_polls) instead of sorting, while jobs change on one GPU.
-    n1:0: j1 (0-70 min) busy 30 min then idle 40 min (a stretch), j2 (70-160, telemetry until 150) swinging
-    90/3 %; n1:1: j3 (0-150) busy 100 min, then idle 50 min (a stretch). Idle = (40 + 50) min = 1.5 h. (The
-    teams' spends differ, 160 vs 150 GPU-minutes, so tables ordered by spend have one order.)"""
+def spy_on_poll_sequencing(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """What each call of rollup._sequence_polls answers ("view", "table", or None: sorted), in order."""
+    taken: list[str | None] = []
+    real = rollup._sequence_polls
+
+    def spy(*args: object) -> str | None:
+        taken.append(real(*args))  # type: ignore[arg-type]
+        return taken[-1]
+
+    monkeypatch.setattr(rollup, "_sequence_polls", spy)
+    return taken
+
+
+def three_jobs_on_two_gpus(con: duckdb.DuckDBPyConnection, energy_step_j: float | None = None) -> list[dict]:
+    """Ingest j1 (n1:0, 0-70 min), j2 (n1:0, 70-160), j3 (n1:1, 0-150) and return the two GPUs' samples
+    (every 60 s, 150 each) in poll order: n1:0, n1:1, n1:0, ... n1:0 is busy 30 min, idle 40, then swings
+    90/3 %; n1:1 busy 100 min, then idle 50. n1:0's energy counter stays at 1 MJ, or climbs by
+    ``energy_step_j`` a sample."""
     ingest(
         con,
         jobs=[job("j1", 0, 70), job("j2", 70, 160), job("j3", 0, 150, team="cv")],
@@ -271,16 +281,22 @@ def test_polls_of_two_gpus_roll_up_without_a_sort_and_equal_the_raw_path(
     util0 = [80.0] * 30 + [1.0] * 40 + [90.0, 3.0] * 40
     util1 = [50.0] * 100 + [0.0] * 50
     a = series("n1:0", 0, util0, power_w=300.0, energy_j=1.0e6, mem_used_mib=2000.0, mem_total_mib=81559.0)
+    if energy_step_j is not None:
+        a = [{**row, "energy_j": 1.0e6 + energy_step_j * i} for i, row in enumerate(a)]
     b = series("n1:1", 0, util1, power_w=200.0, temp_c=86.0, throttle_reasons=0x20)
-    polls = [row for pair in zip(a, b, strict=True) for row in pair]  # n1:0, n1:1, n1:0, ...
-    taken: list[bool] = []
-    real = rollup._sequence_polls
+    return [row for pair in zip(a, b, strict=True) for row in pair]
 
-    def spy(*args: object) -> bool:
-        taken.append(real(*args))  # type: ignore[arg-type]
-        return taken[-1]
 
-    monkeypatch.setattr(rollup, "_sequence_polls", spy)
+def test_polls_of_two_gpus_roll_up_without_a_sort_and_equal_the_raw_path(
+    con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two GPUs polled together every 60 s, in one ingest, rows in poll order: the rollup reads their
+    neighbours N = 2 rows away (rollup._sequence_polls) instead of sorting, while jobs change on one GPU.
+    n1:0: j1 (0-70 min) busy 30 min then idle 40 min (a stretch), j2 (70-160, telemetry until 150) swinging
+    90/3 %; n1:1: j3 (0-150) busy 100 min, then idle 50 min (a stretch). Idle = (40 + 50) min = 1.5 h. (The
+    teams' spends differ, 160 vs 150 GPU-minutes, so tables ordered by spend have one order.)"""
+    polls = three_jobs_on_two_gpus(con)
+    taken = spy_on_poll_sequencing(monkeypatch)
     ingest(con, samples=polls)
     assert taken and all(taken), "poll-ordered samples of one ingest should roll up without a sort"
     assert idle_hours(con) == pytest.approx((40 + 50) / 60)
@@ -306,14 +322,7 @@ def test_polls_with_one_job_per_gpu_roll_up_from_a_streaming_view_and_equal_the_
     a = series("n1:0", 0, util0, power_w=300.0, energy_j=1.0e6, mem_used_mib=2000.0, mem_total_mib=81559.0)
     b = series("n1:1", 0, util1, power_w=200.0, temp_c=86.0, throttle_reasons=0x20)
     polls = [row for pair in zip(a, b, strict=True) for row in pair]
-    taken: list[str | None] = []
-    real = rollup._sequence_polls
-
-    def spy(*args: object) -> str | None:
-        taken.append(real(*args))  # type: ignore[arg-type]
-        return taken[-1]
-
-    monkeypatch.setattr(rollup, "_sequence_polls", spy)
+    taken = spy_on_poll_sequencing(monkeypatch)
     ingest(con, samples=polls)
     assert taken == ["view"]
     assert idle_hours(con) == pytest.approx((40 + 50) / 60)
@@ -330,32 +339,10 @@ def test_polls_onto_the_polls_before_roll_up_without_a_sort_and_equal_a_rebuild(
     At 70 min n1:0 changes job right at the boundary (j1 → j2); at 85 min its last sample before the
     boundary is busy (no idle run widens the window back to it) and its energy counter, whose steps are
     not power × 60 s, now reads the first new sample; at 100 min n1:1's idle stretch (100-150 min) starts
-    at it. Both must roll up as a rebuild from every
-    sample does, and the fast path equal the raw one."""
-    ingest(
-        con,
-        jobs=[job("j1", 0, 70), job("j2", 70, 160), job("j3", 0, 150, team="cv")],
-        allocations=[alloc("j1", "n1:0", 0, 70), alloc("j2", "n1:0", 70, 160), alloc("j3", "n1:1", 0, 150)],
-        gpus=[gpu("n1:0"), gpu("n1:1")],
-    )
-    util0 = [80.0] * 30 + [1.0] * 40 + [90.0, 3.0] * 40
-    util1 = [50.0] * 100 + [0.0] * 50
-    energy = [1.0e6 + 20_000.0 * i for i in range(150)]  # not power × 60 s: the counter must win
-    a = [
-        {**row, "energy_j": e}
-        for row, e in zip(series("n1:0", 0, util0, power_w=300.0, mem_used_mib=2000.0), energy, strict=True)
-    ]
-    b = series("n1:1", 0, util1, power_w=200.0, temp_c=86.0, throttle_reasons=0x20)
-    polls = [row for pair in zip(a, b, strict=True) for row in pair]
+    at it. Both must roll up as a rebuild from every sample does, and the fast path equal the raw one."""
+    polls = three_jobs_on_two_gpus(con, energy_step_j=20_000.0)  # not power × 60 s: the counter must win
     ingest(con, samples=polls[: 2 * split_min])
-    taken: list[str | None] = []
-    real = rollup._sequence_polls
-
-    def spy(*args: object) -> str | None:
-        taken.append(real(*args))  # type: ignore[arg-type]
-        return taken[-1]
-
-    monkeypatch.setattr(rollup, "_sequence_polls", spy)
+    taken = spy_on_poll_sequencing(monkeypatch)
     ingest(con, samples=polls[2 * split_min :])
     assert taken and all(taken), "the second ingest's polls should roll up without a sort"
     assert idle_hours(con) == pytest.approx((40 + 50) / 60)
