@@ -11,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 
+from gpuledger.ledger.db import RAISE_MEMORY_LIMIT
 from gpuledger.ledger.errors import FormatError
 
 NULL_TOKENS = ("", "[N/A]", "N/A", "[Not Supported]", "Not Supported", "NaN", "nan", "null", "NULL", "None")
@@ -201,7 +202,7 @@ _SENTENCES: tuple[tuple[str, str], ...] = (
     ),
     (
         r"Out of Memory|could not allocate|failed to allocate",
-        "too large to read within the writer's memory limit",
+        f"too large to read within the writer's memory limit: {RAISE_MEMORY_LIMIT}",
     ),
 )
 

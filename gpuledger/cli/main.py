@@ -87,10 +87,12 @@ def unexpected(exc: Exception) -> str:
     """One line for an error no command turned into a LedgerError (a bug, or DuckDB out of memory)."""
     first = (str(exc).strip().splitlines() or [""])[0][:300]
     if isinstance(exc, duckdb.OutOfMemoryException):
+        from gpuledger.ledger.db import RAISE_MEMORY_LIMIT
+
         limit = os.environ.get("GPULEDGER_MEMORY_LIMIT")
         return (
             f"the ledger's writer ran out of memory ({limit or 'its default limit'}): {first}; "
-            "set GPULEDGER_MEMORY_LIMIT higher (e.g. GPULEDGER_MEMORY_LIMIT=2GB) or give it less at once"
+            f"{RAISE_MEMORY_LIMIT} or give it less at once"
         )
     return f"unexpected failure ({type(exc).__name__}: {first}); GPULEDGER_DEBUG=1 shows where"
 

@@ -84,6 +84,8 @@ def _connect(path: str, *, read_only: bool, timeout_s: float) -> duckdb.DuckDBPy
 # all-VARCHAR rows under 100 MB peaked at 200 MiB). $GPULEDGER_MEMORY_LIMIT (a DuckDB size, "2GB") trades
 # memory back for speed.
 WRITER_MEMORY_LIMIT = "300MB"
+# What a user is told when the writer runs out of memory, wherever it happens (a file's landing, a command)
+RAISE_MEMORY_LIMIT = "set GPULEDGER_MEMORY_LIMIT higher (e.g. GPULEDGER_MEMORY_LIMIT=2GB)"
 
 
 def _configure(con: duckdb.DuckDBPyConnection) -> None:

@@ -303,31 +303,37 @@ def _sequence_prior(con: duckdb.DuckDBPyConnection, bounds: list[object], ingest
     first sample of their GPU, plus those first samples, sequenced by the sort (and their job heads fixed
     up), with ``src`` = the sample's ingest. False, and no table, when some other ingest's sample is not
     earlier (overlap, interleaving): then the whole window is sorted."""
-    firsts = """(SELECT gpu_id, min(ts) AS first_ts FROM samples WHERE ingest_id = $ingest
-                 AND ts >= $lo AND ts < $hi GROUP BY gpu_id)"""
-    late = con.execute(
-        f"""SELECT count(*) FROM samples s
-            JOIN rollup_m w ON s.gpu_id = w.gpu_id AND s.ts >= w.look_lo AND s.ts < w.look_hi
-            LEFT JOIN {firsts} f ON f.gpu_id = s.gpu_id
-            WHERE s.ts >= $lo AND s.ts < $hi AND s.ingest_id <> $ingest
-              AND (f.first_ts IS NULL OR s.ts >= f.first_ts)""",
-        {"lo": bounds[0], "hi": bounds[1], "ingest": ingest_id},
-    ).fetchall()[0][0]
-    if late:
-        return False
+    where = {"lo": bounds[0], "hi": bounds[1], "ingest": ingest_id}
+    # each GPU's first sample of this ingest, read once (a scan of the ingest's samples) for both statements
     con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE rollup_prior AS
-        SELECT {_SEQ_COLUMNS.format(w="OVER g", n="")}, false AS other_gpu, s.ingest_id AS src
-        FROM samples s JOIN rollup_m w ON s.gpu_id = w.gpu_id AND s.ts >= w.look_lo AND s.ts < w.look_hi
-        JOIN {firsts} f ON f.gpu_id = s.gpu_id
-        WHERE s.ts >= $lo AND s.ts < $hi AND s.ts <= f.first_ts
-        WINDOW g AS (PARTITION BY s.gpu_id ORDER BY s.ts)
-        """,
-        {"lo": bounds[0], "hi": bounds[1], "ingest": ingest_id},
+        """CREATE OR REPLACE TEMP TABLE rollup_firsts AS
+           SELECT gpu_id, min(ts) AS first_ts FROM samples
+           WHERE ingest_id = $ingest AND ts >= $lo AND ts < $hi GROUP BY gpu_id""",
+        where,
     )
-    _fix_heads(con, "rollup_prior")
-    return True
+    late = con.execute(
+        """SELECT count(*) FROM samples s
+           JOIN rollup_m w ON s.gpu_id = w.gpu_id AND s.ts >= w.look_lo AND s.ts < w.look_hi
+           LEFT JOIN temp.rollup_firsts f ON f.gpu_id = s.gpu_id
+           WHERE s.ts >= $lo AND s.ts < $hi AND s.ingest_id <> $ingest
+             AND (f.first_ts IS NULL OR s.ts >= f.first_ts)""",
+        where,
+    ).fetchall()[0][0]
+    if not late:
+        con.execute(
+            f"""
+            CREATE OR REPLACE TEMP TABLE rollup_prior AS
+            SELECT {_SEQ_COLUMNS.format(w="OVER g", n="")}, false AS other_gpu, s.ingest_id AS src
+            FROM samples s JOIN rollup_m w ON s.gpu_id = w.gpu_id AND s.ts >= w.look_lo AND s.ts < w.look_hi
+            JOIN temp.rollup_firsts f ON f.gpu_id = s.gpu_id
+            WHERE s.ts >= $lo AND s.ts < $hi AND s.ts <= f.first_ts
+            WINDOW g AS (PARTITION BY s.gpu_id ORDER BY s.ts)
+            """,
+            {"lo": bounds[0], "hi": bounds[1]},
+        )
+        _fix_heads(con, "rollup_prior")
+    con.execute("DROP TABLE temp.rollup_firsts")
+    return not late
 
 
 def _refresh_runs(con: duckdb.DuckDBPyConnection, idle: float) -> None:
