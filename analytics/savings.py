@@ -70,14 +70,87 @@ def _order(recs: pl.DataFrame) -> list[int]:
     return [i for i, r in enumerate(rec) if r is not False] + [i for i, r in enumerate(rec) if r is False]
 
 
+def _first_max(current: float | None, value: float) -> float:
+    """Builtin ``max``'s step: a value replaces the current one only when strictly greater."""
+    return value if current is None or value > current else current
+
+
+class _Levers:
+    """One job's items applied so far, folded as :func:`_combined` reads them: the running sum of the
+    additive time items, and the running max of the policy time items, the price items and the work items
+    (None while a lever has none). The same numbers as keeping every (kind, saving) and folding them again at
+    each item: the sum adds in the same order from the same int 0, and each max keeps its first maximal
+    value as builtin ``max`` does (a later value replaces it only when strictly greater; NaN included)."""
+
+    __slots__ = ("price", "time_add", "time_policy", "work")
+
+    def __init__(self) -> None:
+        self.time_add: float = 0  # sum()'s start: an int, as in _combined
+        self.time_policy: float | None = None
+        self.price: float | None = None
+        self.work: float | None = None
+
+    def add(self, lever: str, kind: str, saving: float) -> None:
+        if lever == "time" and kind not in POLICY_KINDS:
+            self.time_add += saving
+        elif lever == "time":
+            self.time_policy = _first_max(self.time_policy, saving)
+        elif lever == "price":
+            self.price = _first_max(self.price, saving)
+        elif lever == "work":
+            self.work = _first_max(self.work, saving)
+        # any other lever: _combined reads only these three
+
+    def combined(self, cost: float) -> float:
+        """:func:`_combined` of the items added so far."""
+        if cost <= 0:
+            return 0.0
+        policy = self.time_policy if self.time_policy is not None else 0.0
+        left = 1.0
+        for value in (
+            max(self.time_add, policy),
+            self.price if self.price is not None else 0.0,
+            self.work if self.work is not None else 0.0,
+        ):
+            left *= 1.0 - min(max(value / cost, 0.0), 1.0)
+        return cost * (1.0 - left)
+
+
 def counted_savings(recs: pl.DataFrame) -> list[float]:
     """Per row: the saving (US$, in the view) it adds beyond the rows counted before it (recurring rows
-    first, then one-offs, each in the list's order)."""
+    first, then one-offs, each in the list's order).
+
+    Each job's levers are folded as its items come (:class:`_Levers`) instead of every item of the job
+    being folded again at each new one (:func:`_combined`, the rule as written): the same figures, without
+    the per-item re-scan (0.29 s for the 21 k job savings of a 50 M-sample ledger's list)."""
+    applied: dict[str, _Levers] = defaultdict(_Levers)
+    done: dict[str, float] = defaultdict(float)
+    out = [0.0] * recs.height
+    cols = ("kind", "lever", "job_ids", "job_saving_usd", "job_cost_usd")
+    rows = list(zip(*(recs[c].to_list() for c in cols), strict=True))
+    for i in _order(recs):
+        kind, lever, ids, savings, costs = rows[i]
+        added = 0.0
+        for job, saving, cost in zip(ids, savings, costs, strict=True):
+            if saving is None or cost is None:
+                continue
+            levers = applied[job]
+            levers.add(lever, kind, saving)
+            now = levers.combined(cost)
+            added += now - done[job]
+            done[job] = now
+        out[i] = max(added, 0.0)
+    return out
+
+
+def counted_savings_reference(recs: pl.DataFrame) -> list[float]:
+    """:func:`counted_savings` by the rule as written, every job's items folded again at each item (kept for
+    the test that the folded version gives the same figures)."""
     applied: dict[str, dict[str, list[tuple[str, float]]]] = defaultdict(lambda: defaultdict(list))
     done: dict[str, float] = defaultdict(float)
     out = [0.0] * recs.height
     cols = ("kind", "lever", "job_ids", "job_saving_usd", "job_cost_usd")
-    rows = list(zip(*(recs[c] for c in cols), strict=True))
+    rows = list(zip(*(recs[c].to_list() for c in cols), strict=True))
     for i in _order(recs):
         kind, lever, ids, savings, costs = rows[i]
         added = 0.0
