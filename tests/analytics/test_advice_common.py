@@ -1,0 +1,32 @@
+"""analytics.advice_common.family_stem: a job's run family by name (cached by the name alone)."""
+
+from __future__ import annotations
+
+import pytest
+
+from analytics.advice_common import family_stem
+
+
+@pytest.mark.parametrize(
+    ("name", "job_id", "stem"),
+    [
+        ("ft-valentina-3284", "j1", "ft-valentina"),
+        ("small-batch-gpt2-medium-b4-w1-0", "j2", "small-batch-gpt2-medium"),
+        ("42-7", "j3", "42"),  # only digit parts: the first one stays
+        ("a--1", "j4", "a-"),  # an empty part carries no digit: the strip stops there
+        ("plain", "j5", "plain"),
+        (None, "train-7", "train"),  # no name: the job id stands in
+        ("", "eval-sven-0075", "eval-sven"),  # an empty name too
+    ],
+)
+def test_family_stem(name: str | None, job_id: str, stem: str) -> None:
+    assert family_stem(name, job_id) == stem
+
+
+def test_family_stem_depends_on_the_name_not_the_job_id_it_was_first_asked_with() -> None:
+    """The cache is keyed by the name (or the job id standing in for none): two jobs of one name share a
+    stem, and a job without a name gets its own id's stem, whatever was asked before."""
+    assert family_stem("sweep-lr-3", "job-a") == "sweep-lr"
+    assert family_stem("sweep-lr-3", "job-b") == "sweep-lr"
+    assert family_stem(None, "job-b") == "job-b"  # no digit in "b": nothing to strip
+    assert family_stem(None, "other-9") == "other"
