@@ -143,28 +143,6 @@ def counted_savings(recs: pl.DataFrame) -> list[float]:
     return out
 
 
-def counted_savings_reference(recs: pl.DataFrame) -> list[float]:
-    """:func:`counted_savings` by the rule as written, every job's items folded again at each item (kept for
-    the test that the folded version gives the same figures)."""
-    applied: dict[str, dict[str, list[tuple[str, float]]]] = defaultdict(lambda: defaultdict(list))
-    done: dict[str, float] = defaultdict(float)
-    out = [0.0] * recs.height
-    cols = ("kind", "lever", "job_ids", "job_saving_usd", "job_cost_usd")
-    rows = list(zip(*(recs[c].to_list() for c in cols), strict=True))
-    for i in _order(recs):
-        kind, lever, ids, savings, costs = rows[i]
-        added = 0.0
-        for job, saving, cost in zip(ids, savings, costs, strict=True):
-            if saving is None or cost is None:
-                continue
-            applied[job][lever].append((kind, saving))
-            now = _combined(cost, applied[job])
-            added += now - done[job]
-            done[job] = now
-        out[i] = max(added, 0.0)
-    return out
-
-
 def overlaps(recs: pl.DataFrame) -> list[list[str]]:
     """Per row: the ids of the other rows that concern at least one of its jobs."""
     ids = item_ids(recs)

@@ -1,14 +1,15 @@
 """analytics.savings.counted_savings folds each job's items as they come; the rule as written
-(counted_savings_reference) folds them all again at every item. Both must give the same figures, bit for bit."""
+(counted_savings_reference, below) folds them all again at every item. Both must give the same figures, bit for bit."""
 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 
 import polars as pl
 import pytest
 
-from analytics.savings import counted_savings, counted_savings_reference
+from analytics.savings import _combined, _order, counted_savings
 
 SCHEMA = {
     "kind": pl.Utf8,
@@ -22,6 +23,28 @@ SCHEMA = {
 
 def frame(rows: list[tuple[object, ...]]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=SCHEMA, orient="row")
+
+
+def counted_savings_reference(recs: pl.DataFrame) -> list[float]:
+    """:func:`counted_savings` by the rule as written (its code before the fold): every job's items folded
+    again by ``_combined`` at each item."""
+    applied: dict[str, dict[str, list[tuple[str, float]]]] = defaultdict(lambda: defaultdict(list))
+    done: dict[str, float] = defaultdict(float)
+    out = [0.0] * recs.height
+    cols = ("kind", "lever", "job_ids", "job_saving_usd", "job_cost_usd")
+    rows = list(zip(*(recs[c].to_list() for c in cols), strict=True))
+    for i in _order(recs):
+        kind, lever, ids, savings, costs = rows[i]
+        added = 0.0
+        for job, saving, cost in zip(ids, savings, costs, strict=True):
+            if saving is None or cost is None:
+                continue
+            applied[job][lever].append((kind, saving))
+            now = _combined(cost, applied[job])
+            added += now - done[job]
+            done[job] = now
+        out[i] = max(added, 0.0)
+    return out
 
 
 # Job "a" (cost 100) gets, in counting order: idle 10 and 5 (time, additive: 15), a notebook auto-stop 12
