@@ -172,9 +172,10 @@ def test_job_url_opens_the_job_with_its_timeline(page: Page, server: Server) -> 
     assert metric(page, "Idle $")[0] == money(row["idle_allocated_usd"])
     assert metric(page, "Waste $")[0] == money(row["waste_usd"])
     # the timeline: one utilization line per GPU (8 ≤ MAX_LINES), memory below, idle stretches shaded
+    # (expect retries: plotly draws into the element a moment after Streamlit's run has ended)
     chart = page.get_by_test_id("stPlotlyChart").first
-    assert chart.locator(".scatterlayer .trace").count() == 2 * int(row["gpu_count"])
-    assert chart.locator(".shapelayer path").count() > 0
+    expect(chart.locator(".scatterlayer .trace")).to_have_count(2 * int(row["gpu_count"]), timeout=30_000)
+    expect(chart.locator(".shapelayer path").first).to_be_attached(timeout=30_000)
     # the stretches' $ add up to the job's idle $
     assert f"{money(row['idle_allocated_usd'])} in all" in text
     for heading in ("Training metrics", "Diagnoses", "Recommendations"):
@@ -207,7 +208,7 @@ def test_waste_waterfall(view: Page, server: Server) -> None:
     assert "From spend to productive spend" in text
     # spend, five parts taken out of it, productive: seven bars, each part visible
     bars = page.get_by_test_id("stPlotlyChart").first.locator(".bars .point")
-    assert bars.count() == 7
+    expect(bars).to_have_count(7, timeout=30_000)
     w = now["waste"]
     # by hand: the parts sum to the spend (money never disappears), as the waterfall draws them
     assert sum(w.values()) == pytest.approx(now["spend_usd"], abs=0.01)
@@ -225,7 +226,7 @@ def test_fleet_grouped_with_drill_down_and_idle_dollars(view: Page, server: Serv
     page.get_by_role("option", name="atlas-n00", exact=True).click()
     expect(page.get_by_test_id("stMain")).to_contain_text("the GPUs of host", timeout=60_000)
     wait_for_app(page)
-    assert page.get_by_test_id("stPlotlyChart").count() == 2
+    expect(page.get_by_test_id("stPlotlyChart")).to_have_count(2, timeout=30_000)
     shots(page, "fleet")
     assert "Idle $: idle hours at the price in force" in main_text(page)
 
