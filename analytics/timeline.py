@@ -1,7 +1,8 @@
 """Utilization over time, for the fleet views: per-GPU per-hour heatmap, idle GPUs, one job's timeline.
 
-All three read the per-GPU-minute rollup (``samples_minute``, gpuledger/ledger/rollup.py), which stores sums, so
-each figure is an exact re-aggregation of the raw samples: mean utilization of a cell =
+All three read the rollups (gpuledger/ledger/rollup.py: the heatmaps ``samples_hour``, the idle GPUs
+``samples_day``, a job's timeline ``samples_minute``), which store sums, so each figure is an exact
+re-aggregation of the raw samples: mean utilization of a cell =
 ``Σ util_s / Σ util_cov_s × 100`` (time-weighted over samples with a reading; a cell with no reading is
 NULL, never 0). ``idle_s`` in the rollup counts samples at or under the idle threshold the rollup was built
 with (settings ``idle_util_pct``); it is *not* the idle-stretch rule of the waste taxonomy (that needs runs
@@ -56,6 +57,12 @@ def _from_for(filters: Filters) -> str:
     return "samples_minute m"
 
 
+def _hours_for(filters: Filters) -> str:
+    """:func:`_from_for` over the per-GPU-hour rollup (``samples_hour``: the minutes' sums per whole hour, so
+    a cell is the same re-aggregation; a view's bounds are midnights, so its hours hold exactly its minutes)."""
+    return _from_for(filters).replace("samples_minute m", "samples_hour m")
+
+
 HEATMAP_COLUMNS = {
     "gpu_id": "GPU (UUID, else host:index)",
     "host": "host of the GPU (NULL when the source names none)",
@@ -95,15 +102,15 @@ def gpu_hour_heatmap(
     ``within=("host", "n01")`` (or ``("cluster", …)``, as :func:`group_hour_heatmap` groups) keeps one
     group's GPUs: the drill-down of a grouped heatmap.
     """
-    where, params = _where(filters)
+    where, params = _where(filters, "m.hour")
     inside, inside_params = _within(within)
     where, params = f"{where} AND {inside}", [*params, *inside_params]
     sql = f"""
     WITH cells AS (
-        SELECT m.gpu_id, date_trunc('hour', m.minute) AS hour,
+        SELECT m.gpu_id, m.hour,
                sum(m.util_s) / nullif(sum(m.util_cov_s), 0) * 100.0 AS mean_util_pct,
                sum(m.covered_s) AS covered_s
-        FROM {_from_for(filters)}
+        FROM {_hours_for(filters)}
         WHERE {where}
         GROUP BY ALL
     ),
@@ -133,14 +140,14 @@ def group_hour_heatmap(con: duckdb.DuckDBPyConnection, *, by: str, filters: Filt
     in DuckDB (the per-GPU heatmap keeps at most a few hundred GPUs)."""
     if by not in GROUPS:
         raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(GROUPS)}")
-    where, params = _where(filters)
-    # per GPU and hour first, over the minutes alone (no join unless a filter needs one), then the GPUs' host
+    where, params = _where(filters, "m.hour")
+    # per GPU and hour first, over the hours alone (no join unless a filter needs one), then the GPUs' host
     # or cluster from gpus (a few rows): the sums, not the means, are pooled, so a group's cell is exact
     sql = f"""
     WITH cells AS (
-        SELECT m.gpu_id, date_trunc('hour', m.minute) AS hour, sum(m.util_s) AS util_s,
+        SELECT m.gpu_id, m.hour, sum(m.util_s) AS util_s,
                sum(m.util_cov_s) AS util_cov_s, sum(m.covered_s) AS covered_s
-        FROM {_from_for(filters)}
+        FROM {_hours_for(filters)}
         WHERE {where}
         GROUP BY ALL
     )

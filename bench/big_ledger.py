@@ -39,6 +39,7 @@ TABLES = (
     "samples",
     "samples_minute",
     "samples_day",
+    "samples_hour",
     "idle_runs",
     "samples_util_hist",
     "observed_runs",

@@ -125,7 +125,7 @@ def main() -> None:
         con = duckdb.connect(str(path), read_only=True)
         rows = {
             t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
-            for t in ("samples_minute", "samples_day", "idle_runs", "samples_util_hist")
+            for t in ("samples_minute", "samples_day", "samples_hour", "idle_runs", "samples_util_hist")
         }
         print("rollup rows: " + ", ".join(f"{t} {n:,}" for t, n in rows.items()))
         fast_s, fast = timed(lambda: summary(con, source="auto"), args.repeat)

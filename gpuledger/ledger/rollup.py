@@ -9,6 +9,8 @@ Three tables, all maintained at ingest inside the ingest's transaction (docs/met
   sample-pair (swing) counts;
 - ``samples_day``: the same columns per (day, gpu_id, job_id), re-aggregated from ``samples_minute``; views
   start and end at midnight, so per-job figures read this one (tens of thousands of rows, not millions);
+- ``samples_hour``: the same per (UTC hour, gpu_id, job_id), re-aggregated from ``samples_minute`` like the
+  days; the hourly heatmaps read it;
 - ``idle_runs``: every maximal run of consecutive idle samples (util ≤ idle_util_pct, no gap) of one GPU
   within one job, of any length, split at UTC midnight; a run crosses minutes, chunks and ingests, so an
   ingest re-computes exactly the runs that touch what it changed (see :func:`refresh_windows`);
@@ -625,6 +627,14 @@ DAY_AGGREGATES = ", ".join(
 )
 
 
+# The hours' sums are compensated (DuckDB's fsum, Kahan-Babuska): an hour re-aggregated by an incremental
+# refresh reads its minute rows in another order than a rebuild does, and a plain sum then differed in the
+# last bits (1457.9999999999973 against 1458.0 for one GPU-hour of util_s).
+HOUR_AGGREGATES = DAY_AGGREGATES.replace(
+    ", ".join(f"sum(m.{c}) AS {c}" for c in _SUMS), ", ".join(f"fsum(m.{c}) AS {c}" for c in _SUMS), 1
+)
+
+
 def _refresh_minutes(con: duckdb.DuckDBPyConnection, th: Thresholds) -> None:
     """Re-roll the minutes of ``rollup_m`` from ``rollup_seq``, then their whole days (a re-aggregation of
     the day's minute rows, old and new) and their utilization histogram. Deletes join on gpu_id with a
@@ -667,6 +677,7 @@ def _refresh_minutes(con: duckdb.DuckDBPyConnection, th: Thresholds) -> None:
         """,
         [d_lo, d_hi],
     )
+    _refresh_hours(con)
     con.execute(
         """
         INSERT INTO samples_util_hist
@@ -680,6 +691,37 @@ def _refresh_minutes(con: duckdb.DuckDBPyConnection, th: Thresholds) -> None:
         [d_lo, d_hi],
     )
     con.execute("DROP TABLE temp.rollup_d")
+
+
+def _refresh_hours(con: duckdb.DuckDBPyConnection) -> None:
+    """Re-aggregate the whole hours the re-rolled minutes of ``rollup_m`` touch into ``samples_hour``, as
+    days are: the hourly heatmaps then read one row per GPU-hour (and job), not sixty (a 1,232-GPU month:
+    1.4 s over the minutes)."""
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE rollup_h AS
+           SELECT gpu_id, date_trunc('hour', m_lo) AS h_lo,
+                  date_trunc('hour', m_hi_end - INTERVAL 1 MINUTE) AS h_hi FROM rollup_m"""
+    )
+    h_lo, h_hi = _bounds(con, "SELECT min(h_lo), max(h_hi) FROM rollup_h")
+    con.execute(
+        """DELETE FROM samples_hour USING rollup_h w
+           WHERE samples_hour.gpu_id = w.gpu_id AND samples_hour.hour BETWEEN w.h_lo AND w.h_hi
+             AND samples_hour.hour BETWEEN ? AND ?""",
+        [h_lo, h_hi],
+    )
+    con.execute(
+        f"""
+        INSERT INTO samples_hour BY NAME
+        SELECT date_trunc('hour', m.minute) AS hour, m.gpu_id, m.job_id, {HOUR_AGGREGATES}
+        FROM samples_minute m JOIN rollup_h w
+          ON m.gpu_id = w.gpu_id AND m.minute >= w.h_lo AND m.minute < w.h_hi + INTERVAL 1 HOUR
+        WHERE m.minute >= ? AND m.minute < ?::TIMESTAMP + INTERVAL 1 HOUR
+        GROUP BY ALL
+        ORDER BY hour, m.gpu_id
+        """,
+        [h_lo, h_hi],
+    )
+    con.execute("DROP TABLE temp.rollup_h")
 
 
 def refresh_windows(
@@ -809,7 +851,7 @@ def rebuild_rollup(
 ) -> None:
     """Recompute all rollups from the samples (a threshold change); the caller owns the transaction."""
     th = thresholds(idle_util_pct, idle_min_minutes, target_util_pct)
-    for table in ("samples_minute", "samples_day", "idle_runs", "samples_util_hist"):
+    for table in ("samples_minute", "samples_day", "samples_hour", "idle_runs", "samples_util_hist"):
         con.execute(f"DELETE FROM {table}")
     con.execute(
         """CREATE OR REPLACE TEMP TABLE rw AS

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import duckdb
 
+from gpuledger.ledger.rollup import HOUR_AGGREGATES
+
 SCHEMA_V1: list[str] = [
     """
     CREATE TABLE IF NOT EXISTS schema_meta (
@@ -423,7 +425,21 @@ SCHEMA_V3: list[str] = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3]
+# Version 4: the per-GPU-hour rollup the fleet heatmaps read (gpuledger/ledger/rollup.py). A ledger at an earlier
+# version gets it filled from its minute rows on its next open, so it holds what an ingest would have written.
+SCHEMA_V4: list[str] = [
+    """
+    CREATE TABLE IF NOT EXISTS samples_hour AS
+        SELECT minute AS hour, * EXCLUDE (minute) FROM samples_minute WHERE false
+    """,
+    f"""
+    INSERT INTO samples_hour BY NAME
+    SELECT date_trunc('hour', m.minute) AS hour, m.gpu_id, m.job_id, {HOUR_AGGREGATES}
+    FROM samples_minute m GROUP BY ALL ORDER BY hour, m.gpu_id
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 TABLES = (
@@ -442,6 +458,7 @@ TABLES = (
     "capacity",
     "samples_minute",
     "samples_day",
+    "samples_hour",
     "idle_runs",
     "samples_util_hist",
     "job_summaries",

@@ -50,7 +50,8 @@ def _rows(body: str) -> list[str]:
 _ADD_COLUMN = re.compile(r"ALTER TABLE (\w+) ADD COLUMN IF NOT EXISTS (.*)", re.S)
 
 _DERIVED = re.compile(
-    r"CREATE TABLE IF NOT EXISTS (\w+) AS\s+SELECT (\w+)::DATE AS day, \* EXCLUDE \(\2\) FROM (\w+)", re.S
+    r"CREATE TABLE IF NOT EXISTS (\w+) AS\s+SELECT (\w+)(?:::DATE)? AS (day|hour), \* EXCLUDE \(\2\) FROM (\w+)",
+    re.S,
 )
 
 
@@ -67,13 +68,13 @@ def markdown() -> str:
         derived = _DERIVED.search(text)
         match = _TABLE.search(text)
         if derived:
-            table, key, base = derived.groups()
-            rows = [
-                "| `day` | DATE | UTC day |",
-                *[r for r in tables[base] if not r.startswith(f"| `{key}` |")],
-            ]
+            table, key, per, base = derived.groups()
+            first = (
+                "| `day` | DATE | UTC day |" if per == "day" else "| `hour` | TIMESTAMP | UTC hour (start) |"
+            )
+            rows = [first, *[r for r in tables[base] if not r.startswith(f"| `{key}` |")]]
             parts.append(
-                f"\n## `{table}`\n\nThe columns of `{base}`, summed per UTC day instead of per {key}.\n"
+                f"\n## `{table}`\n\nThe columns of `{base}`, summed per UTC {per} instead of per {key}.\n"
             )
         elif match:
             table, body = match.groups()

@@ -150,3 +150,33 @@ def test_job_timeline_mean_over_gpus(fleet):
 
     tl = job_timeline(fleet, "j1", per_gpu=False)
     assert tl.select("gpu_id", "util_pct").rows() == [(ALL_GPUS, pytest.approx(26.5))]
+
+
+def test_hour_rollup_holds_the_raw_samples_sums_per_gpu_hour_and_job(fleet):
+    """samples_hour (what the heatmaps read) against plain SQL over the raw samples, after a second ingest
+    that adds samples to an hour the first one rolled up already (the hour is re-aggregated, not appended)."""
+    fleet.execute("BEGIN TRANSACTION")
+    fleet.execute(
+        """CREATE TEMP TABLE stage_samples AS SELECT * FROM (VALUES
+             (TIMESTAMP '2026-11-16 00:30:00', 'g0', 60.0::FLOAT, 40.0::FLOAT),
+             (TIMESTAMP '2026-11-16 01:59:00', 'g1', 60.0, 90.0),
+             (TIMESTAMP '2026-11-16 03:00:00', 'g1', 60.0, 20.0)) t(ts, gpu_id, interval_s, util_pct)"""
+    )
+    land(fleet, next_ingest_id(fleet), IngestOptions())
+    drop_stage(fleet)
+    fleet.execute("COMMIT")
+    got = fleet.execute(
+        "SELECT hour, gpu_id, job_id, n, covered_s, util_s, util_cov_s FROM samples_hour ORDER BY ALL"
+    ).fetchall()
+    want = fleet.execute(
+        """SELECT date_trunc('hour', ts), gpu_id, job_id, count(*), sum(interval_s),
+                  sum(util_pct / 100.0 * interval_s) FILTER (WHERE util_pct IS NOT NULL),
+                  sum(interval_s) FILTER (WHERE util_pct IS NOT NULL)
+           FROM samples GROUP BY ALL ORDER BY ALL"""
+    ).fetchall()
+    assert [r[:5] for r in got] == [r[:5] for r in want]
+    assert [r[5:] for r in got] == [pytest.approx(r[5:]) for r in want]
+    # by hand: g0's hour 00 now holds five samples, 4 × 30 s + 60 s, util (0 + 10 + 100) × 30 + 40 × 60
+    g0 = next(r for r in got if r[1] == "g0")
+    assert (g0[3], g0[4]) == (5, 180.0)
+    assert g0[5] == pytest.approx((0 + 10 + 100) * 30 / 100 + 40 * 60 / 100)

@@ -155,6 +155,7 @@ def fix(con: duckdb.DuckDBPyConnection, found: list[Violation], settings: object
         for table, col in (
             ("samples_minute", "minute"),
             ("samples_day", "day"),
+            ("samples_hour", "hour"),
             ("samples_util_hist", "day"),
         ):
             con.execute(f"DELETE FROM {table} WHERE NOT isfinite({col})")
