@@ -504,7 +504,9 @@ def plan_batch(
         return keep(f"no larger batch is allowed: {'; '.join(notes)}", mem)
     # candidates: multiples of 8 above the current batch, and the bound itself
     first = (current_batch // BATCH_MULTIPLE + 1) * BATCH_MULTIPLE
-    cands = sorted({*range(first, bound + 1, BATCH_MULTIPLE), bound})
+    # (walked lazily, in ascending order: a bound of tens of thousands made the set of them most of a plan's
+    # cost, built for every plan before the checks below turned most of them away)
+    cands = itertools.chain(range(first, bound + 1, BATCH_MULTIPLE), (bound,))
     curve = _curve(_frozen(tput_points))
     if curve is not None:
         base = curve.predict(float(current_batch))
@@ -606,6 +608,21 @@ class Points(tuple):  # type: ignore[type-arg]
 
     def __hash__(self) -> int:
         return self._hash
+
+
+def points_of(items: Sequence[tuple[float, float]]) -> Points:
+    """The one Points for these pairs, the same object on every call (within the cache's size).
+
+    The cached fits below keep the Points they were first called with. A later, equal Points (the same
+    family in the next page's recommendations) found its entry by hash and was then compared with it pair
+    by pair, for each of the family's jobs: on a 1,232-GPU month, 5,753 plans took 0.05 s on the first
+    run and 0.33-0.38 s on every later one. The same object is matched by identity, without a comparison."""
+    return _interned(tuple(items))
+
+
+@functools.lru_cache(maxsize=1024)
+def _interned(items: tuple[tuple[float, float], ...]) -> Points:
+    return Points(items)
 
 
 def _frozen(points: Sequence[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
@@ -744,12 +761,12 @@ def batch_recommendations(
     )
     points = {
         r["family"]: (
-            Points(
+            points_of(
                 sorted(
                     (p["batch_size"], p["peak_mem_mib"]) for p in r["mem"] if p["peak_mem_mib"] is not None
                 )
             ),
-            Points(
+            points_of(
                 sorted(
                     (p["batch_size"], p["tput_per_gpu"]) for p in r["tput"] if p["tput_per_gpu"] is not None
                 )

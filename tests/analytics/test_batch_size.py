@@ -19,6 +19,7 @@ from analytics.batch_size import (
     largest_batch,
     lr_rule,
     plan_batch,
+    points_of,
     throughput_curve,
 )
 from tests.conftest import dataset
@@ -260,3 +261,16 @@ def test_lambda_never_recommends_above_the_measured_maximum_batch():
             assert (plan.bound_batch_size or 0) <= measured, (model, r["name_gpu"], plan)
     assert checked == 180
     assert advised >= 90  # most of them still get a larger batch: the bound is not "never advise"
+
+
+def test_equal_points_are_one_object_so_the_cached_fits_match_them_by_identity():
+    """A family's points built again (the next page's recommendations) are the object the fits were cached
+    with: an equal copy was compared pair by pair on every lookup, for each of the family's jobs."""
+    a = points_of([(8.0, 1000.0), (16.0, 1500.0)])
+    b = points_of(iter([(8.0, 1000.0), (16.0, 1500.0)]))
+    assert a is b
+    assert a == ((8.0, 1000.0), (16.0, 1500.0))
+    assert points_of([(8.0, 1000.0)]) is not a
+    # a plan from the interned points is the plan from a plain tuple of them
+    kw = {"current_batch": 8, "card_mem_mib": 80_000.0, "safety": 0.9, "util_pct": 40.0}
+    assert plan_batch(mem_points=a, **kw) == plan_batch(mem_points=tuple(a), **kw)
