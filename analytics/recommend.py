@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import duckdb
 import polars as pl
@@ -165,6 +165,12 @@ def _window(
     return lo, hi, days
 
 
+# The kinds each advice step below can make (recommendations(kinds=...) runs only the steps it needs).
+FAILURE_ADVICE = ("checkpoint_interval", "fix_repeated_failures", "test_small_first", "oom_smaller_batch")
+# consolidate_inference leaves out the jobs a smaller GPU or a MIG slice already sizes: it needs their items
+SIZING_KINDS = ("right_size_gpu", "mig_slice")
+
+
 def recommendations(
     con: duckdb.DuckDBPyConnection,
     *,
@@ -173,13 +179,21 @@ def recommendations(
     as_of: dt.datetime | None = None,
     min_usd_per_week: float = 1.0,
     source: Source = "auto",
+    kinds: Collection[str] | None = None,
 ) -> pl.DataFrame:
     """All recommendations for the view, ranked by usd_per_week (RECOMMENDATION_COLUMNS).
 
     Items saving less than ``min_usd_per_week`` are left out; ``counted_usd_per_week`` is then worked
     out over the items that remain, so it sums to ``savings_total`` of the returned list. ``source``: the
     telemetry signals' source (analytics.utilization; the same recommendations either way).
+
+    ``kinds``: only these kinds (KINDS), and only the work they need (the Training page shows the
+    larger_batch items alone: on a 50 M-sample ledger the whole list costs it 2.4 s). Each item is the one
+    the whole list holds, with one exception: ``counted_*`` is then counted over the kinds asked for.
     """
+    want = set(KINDS) if kinds is None else set(kinds)
+    if unknown := want - set(KINDS):
+        raise ValueError(f"unknown recommendation kind(s): {', '.join(sorted(unknown))}")
     filters = filters or Filters()
     settings = settings or Settings()
     as_of = as_of or horizon(con)
@@ -197,28 +211,51 @@ def recommendations(
     # the job rows as dicts only where an item needs them: converting all of them (40 columns) was the
     # largest single cost on a 39 k-job ledger (0.6 s of 5.8 s); _families needs each job's name alone
     names = {k: {"job_id": k, "name": n} for k, n in zip(jobs["job_id"], jobs["name"], strict=True)}
-    waste = job_waste(con, filters=filters, settings=settings, as_of=as_of, source=source if fast else "raw")
-    failed = {
-        k: v for k, v in zip(waste["job_id"], waste["failed_usd"], strict=True) if v is not None and v > 0
-    }
+    inference = "consolidate_inference" in want
+    need_waste = inference or "scale_down_idle" in want or bool(want & set(FAILURE_ADVICE))
+    waste = (
+        job_waste(con, filters=filters, settings=settings, as_of=as_of, source=source if fast else "raw")
+        if need_waste
+        else None
+    )
     items: list[dict[str, object]] = []
-    items += _reclaim_idle(jobs, settings)
-    items += _stop_idle_notebooks(stretches, jobs, settings)
-    items += _right_size(con, jobs, filters, settings, as_of, sig, view, source)
-    items += _fewer_gpus(con, jobs, settings, as_of)
-    items += _larger_batch(con, jobs, filters, settings, as_of, _input_bound_or_unused(jobs), view)
-    items += _use_spot(con, jobs, as_of)
-    items += _mig_slice(jobs, settings)
-    sized = {k for it in items if it["kind"] in ("right_size_gpu", "mig_slice") for k in it["job_ids"]}
-    underused = {
-        k: v for k, v in zip(waste["job_id"], waste["underused_usd"], strict=True) if v is not None and v > 0
-    }
-    items += input_pipeline_items(jobs)
-    items += inference_items(jobs, underused, sized)
-    items = _families(items, names)
-    items += failure_items(con, view, failed)
-    items += capacity_items(con, filters=filters, settings=settings, as_of=as_of)
-    items += idle_cluster_items(con, view, waste)
+    if "reclaim_idle" in want:
+        items += _reclaim_idle(jobs, settings)
+    if "stop_idle_notebooks" in want:
+        items += _stop_idle_notebooks(stretches, jobs, settings)
+    if "right_size_gpu" in want or inference:
+        items += _right_size(con, jobs, filters, settings, as_of, sig, view, source)
+    if "fewer_gpus" in want:
+        items += _fewer_gpus(con, jobs, settings, as_of)
+    if "larger_batch" in want:
+        items += _larger_batch(con, jobs, filters, settings, as_of, _input_bound_or_unused(jobs), view)
+    if "use_spot" in want:
+        items += _use_spot(con, jobs, as_of)
+    if "mig_slice" in want or inference:
+        items += _mig_slice(jobs, settings)
+    if "fix_input_pipeline" in want:
+        items += input_pipeline_items(jobs)
+    if inference:
+        assert waste is not None
+        sized = {k for it in items if it["kind"] in SIZING_KINDS for k in it["job_ids"]}
+        underused = {
+            k: v
+            for k, v in zip(waste["job_id"], waste["underused_usd"], strict=True)
+            if v is not None and v > 0
+        }
+        items += inference_items(jobs, underused, sized)
+    items = _families([it for it in items if it["kind"] in want], names)
+    if want & set(FAILURE_ADVICE):
+        assert waste is not None
+        failed = {
+            k: v for k, v in zip(waste["job_id"], waste["failed_usd"], strict=True) if v is not None and v > 0
+        }
+        items += failure_items(con, view, failed)
+    if want & {"release_capacity", "offpeak_capacity"}:
+        items += capacity_items(con, filters=filters, settings=settings, as_of=as_of)
+    if "scale_down_idle" in want:
+        assert waste is not None
+        items += idle_cluster_items(con, view, waste)
     rows = [
         {
             **dict.fromkeys(RECOMMENDATION_COLUMNS),
@@ -227,7 +264,9 @@ def recommendations(
             "usd_per_week": it["saving_usd"] * 7.0 / days if it["recurring"] else None,
         }
         for it in items
-        if (it["saving_usd"] or 0) > 0 and it["saving_usd"] * 7.0 / days >= min_usd_per_week
+        if it["kind"] in want
+        and (it["saving_usd"] or 0) > 0
+        and it["saving_usd"] * 7.0 / days >= min_usd_per_week
     ]
     ranked = pl.DataFrame(rows, schema=RECOMMENDATION_COLUMNS).sort(
         ["saving_usd", "kind", "target"], descending=[True, False, False]

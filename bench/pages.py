@@ -146,6 +146,13 @@ def recommendations(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> 
     return compute(con, filters=f, settings=s)
 
 
+def batch_items(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
+    """The Training page's batch table: the larger_batch kind alone (pages/_data.training)."""
+    from analytics.recommend import recommendations as compute
+
+    return compute(con, filters=f, settings=s, kinds=("larger_batch",))
+
+
 def diagnoses(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
     from analytics.diagnoses import diagnoses as compute
 
@@ -192,7 +199,7 @@ PAGES: dict[str, list[tuple[str, Call]]] = {
         ("util by cluster", util_by_cluster),
     ],
     "recommendations": [("recommendations", recommendations), ("diagnoses", diagnoses)],
-    "training": [("unit_costs", unit_costs), ("recommendations", recommendations)],
+    "training": [("unit_costs", unit_costs), ("larger_batch items", batch_items)],
     "reports": [("as_of", as_of), ("weekly report", weekly_report)],
 }
 

@@ -454,3 +454,40 @@ def test_a_family_card_names_its_largest_run_and_breaks_float_ties_by_job_id() -
         assert card["job_ids"] == ["b/2", "a/1", "c/3"]
         assert str(card["evidence"]).endswith("The largest: Job b/2")
         assert card["saving_usd"] == pytest.approx(450.0)
+
+
+def _same_items(part: pl.DataFrame, whole: pl.DataFrame, kinds: set[str]) -> None:
+    """The items of ``kinds`` in the whole list, field for field, bar what is counted across kinds."""
+    drop = ("counted_saving_usd", "counted_usd_per_week", "overlaps_with", "id")
+    expected = whole.filter(pl.col("kind").is_in(list(kinds))).drop(drop)
+    assert part.drop(drop).to_dicts() == expected.to_dicts()
+
+
+def test_asking_for_some_kinds_gives_those_items_of_the_whole_list():
+    """recommendations(kinds=...) runs only the steps those kinds need (the Training page asks for
+    larger_batch alone); each item must be the one the whole list holds, one kind at a time and in groups
+    that share work (consolidate_inference leaves out what right_size and mig_slice size)."""
+    con = memory_ledger()
+    recommend_ledger(con)
+    whole = recommendations(con, filters=VIEW)
+    present = set(whole["kind"])
+    assert len(present) >= 7, present  # the hand ledger plants most job kinds: the comparison is not vacuous
+    for kind in KINDS:
+        _same_items(recommendations(con, filters=VIEW, kinds=[kind]), whole, {kind})
+    for group in ({"larger_batch", "fewer_gpus"}, {"consolidate_inference", "right_size_gpu"}):
+        _same_items(recommendations(con, filters=VIEW, kinds=group), whole, group)
+    # the counted dollars of a subset are counted over it alone: they sum to its own total
+    part = recommendations(con, filters=VIEW, kinds=["reclaim_idle", "stop_idle_notebooks"])
+    assert part["counted_usd_per_week"].sum() == pytest.approx(savings_total(part)["total_usd_per_week"])
+    with pytest.raises(ValueError, match="unknown recommendation kind"):
+        recommendations(con, filters=VIEW, kinds=["larger_batches"])
+    con.close()
+
+
+def test_demo_fleet_each_kind_alone_is_the_whole_lists(demo_db):
+    with writer(demo_db) as con:
+        whole = recommendations(con)
+        # the failure and capacity kinds too, which the hand ledger lacks
+        assert {"checkpoint_interval", "release_capacity", "larger_batch"} <= set(whole["kind"])
+        for kind in sorted(set(whole["kind"])):
+            _same_items(recommendations(con, kinds=[kind]), whole, {kind})
