@@ -292,7 +292,7 @@ def test_an_error_shows_a_sentence_and_logs_the_traceback(exposed: Server, page:
     from gpuledger.ledger.db import writer
 
     with writer(exposed.db) as con:  # a ledger an analysis cannot read: the Fleet heatmap's column is gone
-        con.execute("ALTER TABLE samples_minute RENAME COLUMN util_s TO util_s_gone")
+        con.execute("ALTER TABLE samples_hour RENAME COLUMN util_s TO util_s_gone")
     open_page(page, exposed, "fleet")
     assert page.get_by_test_id("stException").count() == 0
     error = page.get_by_test_id("stAlertContentError")
