@@ -31,6 +31,7 @@ docs/scale.md has the figures.
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime as dt
 import hashlib
 import json
@@ -68,6 +69,10 @@ from gpuledger.ledger.settings import Settings
 
 FORMAT = "prometheus"
 MAX_STEPS_PER_REQUEST = 10_000  # Prometheus caps query_range at 11,000 points per series
+# Points one chunk (one transaction) stages at most, summed over the rollup queries (chunk_span shortens the
+# chunk to fit): the staging holds each point with its series' labels, so a day of a 1,000-GPU fleet at
+# 60 s (5.8 M points) ran the writer out of its default memory (gpuledger.ledger.db.WRITER_MEMORY_LIMIT).
+MAX_CHUNK_POINTS = 1_500_000
 BLANK_VALUE = 1e15  # DCGM reports "no value" as sentinels near 9.2e18; nothing real reaches 1e15
 
 
@@ -400,6 +405,36 @@ def plan_chunks(start: int, end: int, step_s: int, chunk_s: int) -> list[tuple[i
     return [(a, min(a + span, end)) for a in range(start, end, span)]
 
 
+def chunk_span(opts: PullOptions, gpus: int, metrics: set[str] | None = None) -> int:
+    """Seconds per chunk: ``opts.chunk_s``, shortened so that one chunk stages at most MAX_CHUNK_POINTS
+    points (GPUs × steps × the rollup queries with data: those whose DCGM fields are all in ``metrics``,
+    every one when None); whole steps, at least one."""
+    queries = [
+        r
+        for r in rollups_of(opts)
+        if metrics is None or set(re.findall(r"DCGM_FI_[A-Z_]+", r.expr)) <= metrics
+    ]
+    steps = max(1, MAX_CHUNK_POINTS // max(1, gpus * max(1, len(queries))))
+    return max(opts.step_s, min(opts.chunk_s, steps * opts.step_s) // opts.step_s * opts.step_s)
+
+
+def fleet_size(
+    client: PromClient, opts: PullOptions, hosts: list[str], start: int, end: int
+) -> tuple[int, set[str]]:
+    """What the pull will see, for sizing its chunks: GPUs (the distinct UUIDs the exporter labelled
+    DCGM_FI_DEV_GPU_UTIL with over the range, else 8 a host, an HGX/DGX node) and the DCGM fields present."""
+    names = "|".join(METRIC_NAMES)
+    present = set(
+        client.label_values(
+            "__name__", selector(f'__name__=~"{names}"', opts.match), start, end + opts.step_s
+        )
+    )
+    uuids = client.label_values(
+        "UUID", selector('__name__="DCGM_FI_DEV_GPU_UTIL"', opts.match), start, end + opts.step_s
+    )
+    return len(uuids) or 8 * len(hosts) or 1, present
+
+
 def selector(*matchers: str) -> str:
     """``{a,b}`` from label matcher lists (empty parts dropped; braces in the input tolerated)."""
     parts = [m.strip().strip("{}").strip().strip(",") for m in matchers]
@@ -625,7 +660,10 @@ def pull(
         )
         batches = host_batches(hosts, opts.hosts_per_query)
         ingest_opts = IngestOptions.from_settings(settings or Settings(), cluster=opts.cluster)
-        for a, b in plan_chunks(start, end, step, opts.chunk_s):
+        span = chunk_span(opts, *fleet_size(client, opts, hosts, start, end))
+        todo = collections.deque(plan_chunks(start, end, step, span))
+        while todo:
+            a, b = todo.popleft()
             began = time.perf_counter()
             requests_before, bytes_before = client.requests, client.bytes
             chunk = ChunkReport(_from_epoch(a), _from_epoch(b), None)
@@ -634,7 +672,16 @@ def pull(
                 chunk.fetch_s = time.perf_counter() - began
                 chunk.requests = client.requests - requests_before
                 chunk.bytes = client.bytes - bytes_before
-                commit_chunk(db, opts, chunk, files, ingest_opts)
+                try:
+                    commit_chunk(db, opts, chunk, files, ingest_opts)
+                except duckdb.OutOfMemoryException:
+                    # nothing of it landed (rolled back): its points were larger than sized for (more
+                    # labels, more metrics); the rest of the pull again, from this chunk on, in halves
+                    if b - a <= step:
+                        raise
+                    span = max(step, (b - a) // 2 // step * step)
+                    todo = collections.deque(plan_chunks(a, end, step, span))
+                    continue
             chunk.seconds = time.perf_counter() - began
             report.chunks.append(chunk)
             report.cursor = max(report.cursor or chunk.end, chunk.end)

@@ -19,9 +19,11 @@ import pytest
 
 from collectors.base import IngestOptions
 from collectors.prometheus_pull import (
+    MAX_CHUNK_POINTS,
     TOKEN_ENV,
     PromClient,
     PullOptions,
+    chunk_span,
     host_batches,
     parse_duration,
     parse_time,
@@ -41,6 +43,22 @@ def test_chunks_stay_under_the_11000_point_cap_and_cover_the_range_once():
     assert all(b - a <= 10_000 * 60 for a, b in chunks)
     assert [a for a, _ in chunks[1:]] == [b for _, b in chunks[:-1]]  # contiguous, no overlap
     assert plan_chunks(0, 7_200, 60, 3_600) == [(0, 3_600), (3_600, 7_200)]
+
+
+def test_a_chunk_holds_at_most_max_chunk_points_of_the_queries_with_data():
+    opts = PullOptions(url="http://x", step_s=60)  # chunk_s: a day
+    # 14 GPUs x 12 queries x 1,440 steps = 241,920 points: the day fits
+    assert chunk_span(opts, 14) == 86_400
+    # 1,000 GPUs with 4 of the queries answering (util, its count, memory used, power): by hand,
+    # 1,500,000 // (1,000 x 4) = 375 steps of 60 s
+    present = {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE"}
+    assert MAX_CHUNK_POINTS == 1_500_000
+    assert chunk_span(opts, 1_000, present) == 375 * 60
+    # every query counted when the fields present are unknown: 1,500,000 // 12,000 = 125 steps
+    assert chunk_span(opts, 1_000) == 125 * 60
+    # never under one step, never past the asked chunk, whole steps
+    assert chunk_span(opts, 10_000_000) == 60
+    assert chunk_span(PullOptions(url="http://x", step_s=300, chunk_s=3_600), 1) == 3_600
 
 
 def test_host_batches_partition_every_series():

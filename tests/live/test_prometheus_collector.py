@@ -458,3 +458,35 @@ def test_cli_json_report_and_a_rejected_selector(prom, db_path, capsys):
     assert err.startswith("error: ") and "Prometheus rejected the request" in err
     with writer(db_path) as con:  # the rejected run wrote nothing
         assert con.execute("SELECT count(*) FROM samples").fetchall() == [(14 * 12,)]
+
+
+def test_a_chunk_that_runs_out_of_memory_is_pulled_again_in_halves(prom, db_path, monkeypatch):
+    """A chunk whose staging runs the writer out of memory (points larger than chunk_span sized for) lands
+    nothing; the pull goes on from it in half-length chunks, and the ledger is what one pull would give.
+    The first two stagings fail as DuckDB does (OutOfMemoryException inside the chunk's transaction)."""
+    import collectors.prometheus_pull as prom_pull
+
+    real = prom_pull.stage_responses
+    failures = []
+
+    def stage(con, files, source, opts, ingest):  # type: ignore[no-untyped-def]
+        if len(failures) < 2:
+            failures.append(source)
+            con.execute("CREATE TEMP TABLE stage_prom_points AS SELECT 1 AS half_staged")  # rolled back
+            raise duckdb.OutOfMemoryException("Out of Memory Error: failed to allocate data of size 32.0 MiB")
+        return real(con, files, source, opts, ingest)
+
+    monkeypatch.setattr(prom_pull, "stage_responses", stage)
+    opts = PullOptions(
+        url=str(prom["url"]), since=utc(prom["start"]), until=utc(prom["end"]), chunk_s=2 * 86_400
+    )
+    report = pull(db_path, opts)
+    # 2 days failed, then 1 day failed, then 12 h chunks to the end
+    assert len(failures) == 2
+    spans = [(c.end - c.start).total_seconds() for c in report.chunks]
+    assert spans == [12 * 3600.0] * (DAYS * 2)
+    assert report.chunks[0].start == utc(prom["start"]) and report.chunks[-1].end == utc(prom["end"])
+    with writer(db_path) as con:
+        assert con.execute("SELECT count(*) FROM ingests").fetchall()[0][0] == DAYS * 2
+        assert con.execute("SELECT cursor_ts FROM collector_state").fetchall()[0][0] == utc(prom["end"])
+    assert_matches_raw(db_path, prom["raw"])

@@ -26,7 +26,12 @@ def add_collect_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--until", type=times.moment, help="end (default: now minus one step)")
     p.add_argument("--step", type=times.duration_s, default=60, help="rollup step (default 60s)")
     p.add_argument("--match", default="", help="extra label matchers, e.g. 'cluster=\"a\"'")
-    p.add_argument("--chunk", type=times.duration_s, default=86_400, help="time per transaction (default 1d)")
+    p.add_argument(
+        "--chunk",
+        type=times.duration_s,
+        default=86_400,
+        help="longest time per transaction (default 1d; a large fleet gets shorter chunks)",
+    )
     p.add_argument("--hosts-per-query", type=int, default=64, help="bound series per request (default 64)")
     p.add_argument("--retries", type=int, default=5, help="retries per request, exponential backoff")
     p.add_argument("--header", action="append", default=[], help="HTTP header 'Name: value' (repeatable)")
