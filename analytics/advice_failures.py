@@ -95,23 +95,55 @@ def failure_items(
     )
     if jobs.is_empty():
         return []
+    # Only the rows an item can come from become dicts (to_dicts costs per cell: 35 k rows on a 50 M-sample
+    # ledger, 0.4 s): every run of a family with an interrupted run that lost money, two crashed runs or an
+    # OOM (_checkpoint, _repeated, _oom read the whole family), and the early multi-GPU failures (_early).
+    lost = pl.DataFrame(
+        {"job_id": list(failed), "_failed": list(failed.values())},
+        schema={"job_id": jobs.schema["job_id"], "_failed": pl.Float64},
+    )
+    stems = jobs.select(pl.coalesce("name", "job_id").unique().alias("_key"))["_key"].to_list()
+    jobs = jobs.join(lost, on="job_id", how="left").with_columns(
+        pl.col("user_name").fill_null("(unknown)").alias("_user"),
+        pl.coalesce("name", "job_id").replace_strict({k: family_stem(k, k) for k in stems}).alias("_stem"),
+        pl.col("_failed").fill_null(0.0),
+    )
+    family = ["_user", "_stem"]
+    hit = pl.col("state").is_in(list(INTERRUPTED)) & (pl.col("_failed") > 0)
+    wanted = (
+        hit.any().over(family)
+        | (pl.col("state").is_in(list(CRASHED)).sum().over(family) >= 2)
+        | (pl.col("state") == "OOM").any().over(family)
+    )
+    early = (
+        pl.col("state").is_in(["FAILED", "NODE_FAIL", "BOOT_FAIL"])
+        & (pl.col("gpu_count").fill_null(1) > 1)
+        & ((pl.col("end_ts") - pl.col("start_ts")).dt.total_microseconds() <= EARLY_FAIL_S * 1e6)
+        & (pl.col("_failed") > 0)
+    )
     # in job id order: the view's rows come in no fixed order, and the sums and ties below (a family's lost
     # GPU-hours, its largest model) then gave another last digit, or run, from one page load to the next.
     # Sorted before to_dicts (a stable sort by the same key: polars orders strings by their UTF-8 bytes,
-    # which is code point order, as Python's), and only the fields the kinds read: to_dicts costs per cell
-    # (35 k rows on a 50 M-sample ledger).
-    rows = jobs.sort(pl.col("job_id").cast(pl.Utf8), maintain_order=True).to_dicts()
+    # which is code point order, as Python's).
+    rows = (
+        jobs.with_columns(wanted.alias("_family"), early.fill_null(False).alias("_early"))
+        .filter(pl.col("_family") | pl.col("_early"))
+        .sort(pl.col("job_id").cast(pl.Utf8), maintain_order=True)
+        .drop("_failed")
+        .to_dicts()
+    )
     fams: dict[tuple[str, str], list[dict[str, object]]] = defaultdict(list)
     for j in rows:
         j["span_s"] = (j["span_end"] - j["span_start"]).total_seconds()
         j["rate"] = j["cost_usd"] / j["held_gpu_s"] if j["held_gpu_s"] else 0.0
-        fams[(j["user_name"] or "(unknown)", family_stem(j["name"], j["job_id"]))].append(j)
+        if j["_family"]:
+            fams[(j["_user"], j["_stem"])].append(j)
     items: list[dict[str, object]] = []
     for (user, stem), runs in sorted(fams.items()):
         items += _checkpoint(user, stem, runs, failed)
         items += _repeated(user, stem, runs, failed)
         items += _oom(user, stem, runs, failed)
-    items += _early(rows, failed)
+    items += _early([j for j in rows if j["_early"]], failed)
     return items
 
 

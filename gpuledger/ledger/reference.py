@@ -65,7 +65,8 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
     return tuple((re.compile(p, re.IGNORECASE), m.model) for m in catalog() for p in m.match)
 
 
-@functools.cache
+# bounded: keyed by whatever names the files report (a dashboard and a collector run for weeks)
+@functools.lru_cache(maxsize=4096)
 def normalize_model(name: str | None) -> str | None:
     """Map a reported GPU name ("NVIDIA H100 80GB HBM3", "Tesla T4", "a100_3g.20gb") to a catalog model."""
     if not name:
