@@ -95,52 +95,71 @@ def failure_items(
     )
     if jobs.is_empty():
         return []
-    # Only the rows an item can come from become dicts (to_dicts costs per cell: 35 k rows on a 50 M-sample
-    # ledger, 0.4 s): every run of a family with an interrupted run that lost money, two crashed runs or an
-    # OOM (_checkpoint, _repeated, _oom read the whole family), and the early multi-GPU failures (_early).
+    # in job id order: the view's rows come in no fixed order, and the sums and ties below (a family's lost
+    # GPU-hours, its largest model) then gave another last digit, or run, from one page load to the next
+    # (a stable sort: polars orders strings by their UTF-8 bytes, which is code point order, as Python's).
     lost = pl.DataFrame(
         {"job_id": list(failed), "_failed": list(failed.values())},
         schema={"job_id": jobs.schema["job_id"], "_failed": pl.Float64},
     )
-    stems = jobs.select(pl.coalesce("name", "job_id").unique().alias("_key"))["_key"].to_list()
-    jobs = jobs.join(lost, on="job_id", how="left").with_columns(
-        pl.col("user_name").fill_null("(unknown)").alias("_user"),
-        pl.coalesce("name", "job_id").replace_strict({k: family_stem(k, k) for k in stems}).alias("_stem"),
-        pl.col("_failed").fill_null(0.0),
+    keys = jobs.select(pl.coalesce("name", "job_id").unique())["name"].to_list()
+    jobs = (
+        jobs.sort(pl.col("job_id").cast(pl.Utf8), maintain_order=True)
+        .join(lost, on="job_id", how="left", maintain_order="left")
+        .with_columns(
+            pl.col("user_name").fill_null("(unknown)").alias("_user"),
+            pl.coalesce("name", "job_id").replace_strict({k: family_stem(k, k) for k in keys}).alias("_stem"),
+            pl.col("_failed").fill_null(0.0),
+            ((pl.col("span_end") - pl.col("span_start")).dt.total_microseconds() / 1e6).alias("span_s"),
+            pl.when(pl.col("held_gpu_s").fill_null(0) != 0)
+            .then(pl.col("cost_usd") / pl.col("held_gpu_s"))
+            .otherwise(0.0)
+            .alias("rate"),
+        )
     )
-    family = ["_user", "_stem"]
     hit = pl.col("state").is_in(list(INTERRUPTED)) & (pl.col("_failed") > 0)
-    wanted = (
-        hit.any().over(family)
-        | (pl.col("state").is_in(list(CRASHED)).sum().over(family) >= 2)
-        | (pl.col("state") == "OOM").any().over(family)
-    )
+    crashed = pl.col("state").is_in(list(CRASHED))
+    oom = pl.col("state") == "OOM"
+    done = (pl.col("state") == "COMPLETED") & pl.col("batch_size").is_not_null()
     early = (
         pl.col("state").is_in(["FAILED", "NODE_FAIL", "BOOT_FAIL"])
         & (pl.col("gpu_count").fill_null(1) > 1)
         & ((pl.col("end_ts") - pl.col("start_ts")).dt.total_microseconds() <= EARLY_FAIL_S * 1e6)
         & (pl.col("_failed") > 0)
+    ).fill_null(False)
+    # A family yields an item when it has an interrupted run that lost money (_checkpoint), two crashed runs
+    # (_repeated) or an OOM (_oom). What those read of the whole family is summed here; only the runs they
+    # name become dicts (to_dicts costs per cell: 35 k rows on a 50 M-sample ledger).
+    family = ["_user", "_stem"]
+    fams = (
+        jobs.group_by(family, maintain_order=True)
+        .agg(
+            pl.len().alias("n_runs"),
+            pl.col("span_s").sum().alias("run_s"),
+            (pl.col("rate") * pl.col("gpu_count") * pl.col("span_s")).sum().alias("gpu_usd_s"),
+            pl.col("team").first(),
+            pl.col("params", "precision", "optimizer").get(pl.col("params").fill_null(0).arg_max()),
+            hit.any().alias("_hit"),
+            crashed.sum().alias("_crashed"),
+            oom.any().alias("_oom"),
+        )
+        .filter(pl.col("_hit") | (pl.col("_crashed") >= 2) | pl.col("_oom"))
     )
-    # in job id order: the view's rows come in no fixed order, and the sums and ties below (a family's lost
-    # GPU-hours, its largest model) then gave another last digit, or run, from one page load to the next.
-    # Sorted before to_dicts (a stable sort by the same key: polars orders strings by their UTF-8 bytes,
-    # which is code point order, as Python's).
+    named = jobs.join(fams.select(*family, "_oom"), on=family, how="left", maintain_order="left")
     rows = (
-        jobs.with_columns(wanted.alias("_family"), early.fill_null(False).alias("_early"))
-        .filter(pl.col("_family") | pl.col("_early"))
-        .sort(pl.col("job_id").cast(pl.Utf8), maintain_order=True)
-        .drop("_failed")
+        named.filter((pl.col("_oom").is_not_null() & (hit | crashed | oom | (pl.col("_oom") & done))) | early)
+        .drop("_oom")
+        .with_columns(early.alias("_early"))
         .to_dicts()
     )
-    fams: dict[tuple[str, str], list[dict[str, object]]] = defaultdict(list)
+    runs_of: dict[tuple[str, str], list[dict[str, object]]] = defaultdict(list)
     for j in rows:
-        j["span_s"] = (j["span_end"] - j["span_start"]).total_seconds()
-        j["rate"] = j["cost_usd"] / j["held_gpu_s"] if j["held_gpu_s"] else 0.0
-        if j["_family"]:
-            fams[(j["_user"], j["_stem"])].append(j)
+        runs_of[(j["_user"], j["_stem"])].append(j)
     items: list[dict[str, object]] = []
-    for (user, stem), runs in sorted(fams.items()):
-        items += _checkpoint(user, stem, runs, failed)
+    for f in sorted(fams.drop("_hit", "_crashed", "_oom").to_dicts(), key=lambda f: (f["_user"], f["_stem"])):
+        user, stem = f["_user"], f["_stem"]
+        runs = runs_of[(user, stem)]
+        items += _checkpoint(user, stem, f, runs, failed)
         items += _repeated(user, stem, runs, failed)
         items += _oom(user, stem, runs, failed)
     items += _early([j for j in rows if j["_early"]], failed)
@@ -156,15 +175,20 @@ def _lost_s(j: dict[str, object]) -> float:
 
 
 def _checkpoint(
-    user: str, stem: str, runs: list[dict[str, object]], failed: dict[str, float]
+    user: str,
+    stem: str,
+    fam: dict[str, object],
+    runs: list[dict[str, object]],
+    failed: dict[str, float],
 ) -> list[dict[str, object]]:
+    """``fam``: the family's sums over all its runs (n_runs, run_s, gpu_usd_s = Σ rate × GPUs × seconds,
+    team of its first run, params/precision/optimizer of its largest model); ``runs``: the ones named."""
     hit = [j for j in runs if j["state"] in INTERRUPTED and failed.get(j["job_id"], 0.0) > 0]
     if not hit:
         return []
-    run_s = sum(j["span_s"] for j in runs)
+    run_s = fam["run_s"]
     mtbf = run_s / len(hit)
-    sized = max(runs, key=lambda j: j["params"] or 0)
-    c, c_words = checkpoint_cost_s(sized["params"], sized["precision"], sized["optimizer"])
+    c, c_words = checkpoint_cost_s(fam["params"], fam["precision"], fam["optimizer"])
     tau = young_daly_s(c, mtbf)
     per_job = {}
     lost_usd = 0.0
@@ -174,7 +198,7 @@ def _checkpoint(
         lost_usd += j["rate"] * j["gpu_count"] * lost
         lost_gpu_h += j["gpu_count"] * lost / 3600.0
         per_job[j["job_id"]] = j["rate"] * j["gpu_count"] * (lost - min(lost, tau / 2.0))
-    overhead = sum(j["rate"] * j["gpu_count"] * j["span_s"] * c / tau for j in runs)
+    overhead = fam["gpu_usd_s"] * c / tau
     gross = sum(per_job.values())
     saving = gross - overhead
     if saving <= 0 or gross <= 0:
@@ -184,7 +208,7 @@ def _checkpoint(
     spot = any(j["pricing_tier"] == "spot" for j in hit)
     states = ", ".join(f"{n} {s.lower()}" for s, n in _counts(j["state"] for j in hit))
     evidence = (
-        f"{plural(len(runs), 'run')} of {stem} ({user}) ran {run_s / 3600:,.1f} h with {len(hit)} "
+        f"{plural(fam['n_runs'], 'run')} of {stem} ({user}) ran {run_s / 3600:,.1f} h with {len(hit)} "
         f"interruption(s) ({states}): mean time between them {mtbf / 3600:,.1f} h; they lost "
         f"{lost_gpu_h:,.1f} GPU-hours since their last checkpoint (${lost_usd:,.2f}). A checkpoint costs {c_words}; "
         f"τ = √(2 × {c:,.0f} s × {mtbf:,.0f} s) = {tau / 60:,.0f} min (Young/Daly): an interruption then loses "
@@ -200,18 +224,18 @@ def _checkpoint(
             target_type="family",
             target=f"{user}/{stem}",
             user_name=user,
-            team=runs[0]["team"],
+            team=fam["team"],
             evidence=evidence,
             action=action,
             saving_usd=saving,
-            confidence="medium" if sized["params"] else "low",
+            confidence="medium" if fam["params"] else "low",
             confidence_reasons=f"failure rate from {len(hit)} interruption(s); checkpoint cost {c_words}",
             job_ids=ids,
             job_saving_usd=[per_job[k] * scale for k in ids],
             job_cost_usd=_costs(runs, ids),
             lever="time",
             addresses=["failed_usd"],
-            recurring=len(runs) >= 2,
+            recurring=fam["n_runs"] >= 2,
         )
     ]
 

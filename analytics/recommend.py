@@ -662,14 +662,33 @@ def _families(
     return out
 
 
-def rows_by_id(jobs: pl.DataFrame, ids: pl.Series | None = None) -> dict[str, dict[str, object]]:
-    """Job id → the job's row as a dict, for the jobs in ``ids`` (all when None); the last row wins.
+# The job fields the per-job items read (_job_item, _label, _held, the notebook and batch kinds): rows_by_id
+# converts only these (the view's rows have 40 columns; each cell costs in to_dicts).
+ITEM_FIELDS = (
+    "job_id",
+    "name",
+    "user_name",
+    "team",
+    "kind",
+    "cost_usd",
+    "gpu_count",
+    "gpu_model",
+    "hours",
+    "mean_util_pct",
+    "rate_usd_per_gpu_s",
+)
+
+
+def rows_by_id(
+    jobs: pl.DataFrame, ids: pl.Series | None = None, fields: Collection[str] = ITEM_FIELDS
+) -> dict[str, dict[str, object]]:
+    """Job id → the job's ``fields`` as a dict, for the jobs in ``ids`` (all when None); the last row wins.
 
     Why not one dict of every job up front: ``to_dicts`` costs per cell, and each kind reads a few hundred
     to a few thousand of the view's jobs (39 k on a 50 M-sample ledger); each asks for its own."""
     if ids is not None:
         jobs = jobs.filter(pl.col("job_id").is_in(ids.implode()))
-    return {j["job_id"]: j for j in jobs.to_dicts()}
+    return {j["job_id"]: j for j in jobs.select(list(fields)).to_dicts()}
 
 
 def _some(ids: list[object], shown: int = 5) -> str:
