@@ -32,6 +32,7 @@ import polars as pl
 
 from analytics.advice_common import item, plural
 from analytics.filters import Filters
+from analytics.query import frame
 from analytics.waste import unallocated
 from gpuledger.ledger.settings import Settings
 
@@ -268,28 +269,29 @@ def idle_cluster_items(
     """scale_down_idle items: clusters whose held GPU-time was busy < 10 % of the time.
 
     ``waste``: analytics.waste.job_waste rows of the view (idle_allocated_usd, underused_usd per job)."""
-    busy = dict(
-        con.execute(
-            """SELECT job_id, sum(util_s) / nullif(sum(util_cov_s), 0) FROM samples_day
-               WHERE job_id IS NOT NULL GROUP BY job_id"""
-        ).fetchall()
+    # each job's busy share over all its days (samples_day), joined to the view's jobs: one statement and
+    # one join, not a dict of every job's share filtered per cluster in Python
+    busy = frame(
+        con,
+        """SELECT job_id, sum(util_s) / nullif(sum(util_cov_s), 0) AS busy FROM samples_day
+           WHERE job_id IS NOT NULL GROUP BY job_id""",
     )
     parts = waste.select("job_id", "idle_allocated_usd", "underused_usd")
-    jobs = view.filter(pl.col("cost_usd").is_not_null() & (pl.col("held_gpu_s") > 0)).join(
-        parts, on="job_id", how="left"
+    jobs = (
+        view.filter(pl.col("cost_usd").is_not_null() & (pl.col("held_gpu_s") > 0))
+        .join(parts, on="job_id", how="left")
+        .join(busy.with_columns(pl.col("job_id").cast(view.schema["job_id"])), on="job_id", how="left")
     )
     items = []
     for (cluster,), g in jobs.group_by("cluster"):
         if cluster is None:
             continue
         # measured GPU-time only (a job without telemetry says nothing about idleness)
-        measured = g.filter(pl.col("job_id").is_in([k for k, v in busy.items() if v is not None]))
+        measured = g.filter(pl.col("busy").is_not_null())
         held = float(measured["held_gpu_s"].sum())
         if held <= 0:
             continue
-        used = sum(
-            busy[j["job_id"]] * j["held_gpu_s"] for j in measured.select("job_id", "held_gpu_s").to_dicts()
-        )
+        used = float((measured["busy"] * measured["held_gpu_s"]).sum())
         share_busy = used / held
         if share_busy >= IDLE_CLUSTER_BUSY_SHARE:
             continue
