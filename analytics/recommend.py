@@ -21,8 +21,10 @@ it, and its sum, :func:`analytics.savings.savings_total`, counts each dollar onc
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 import duckdb
 import polars as pl
@@ -260,6 +262,7 @@ def recommendations(
         {
             **dict.fromkeys(RECOMMENDATION_COLUMNS),
             **it,
+            "evidence": text(it["evidence"]),
             "kind_label": KIND_LABELS[str(it["kind"])],
             "usd_per_week": it["saving_usd"] * 7.0 / days if it["recurring"] else None,
         }
@@ -320,7 +323,7 @@ RECURRING_JOB_KINDS = ("interactive", "inference")
 def _job_item(
     j: dict[str, object],
     kind: str,
-    evidence: str,
+    evidence: str | Callable[[], str],
     action: str,
     saving: float,
     confidence: str,
@@ -480,18 +483,12 @@ def _right_size(
     for r in sized.to_dicts():
         j = by_id[r["job_id"]]
         saving = r["gpu_hours"] * (r["rate_usd_per_gpu_hour"] - r["candidate_usd_per_gpu_hour"])
-        evidence = (
-            f"{_label(j)} {_held(j)}, peaking at {r['peak_mem_mib'] / 1024:.1f} GiB of memory at "
-            f"{r['busy_pct']:.0f} % {r['basis']}; {r['candidate']} ({r['candidate_mem_mib'] / 1024:.0f} GiB) would "
-            f"run the same work ~{r['busy_pct_there']:.0f} % busy at ${r['candidate_usd_per_gpu_hour']:.2f}/GPU-h "
-            f"instead of ${r['rate_usd_per_gpu_hour']:.2f}: ${saving:,.2f} less."
-        )
         action = f"Run it on {r['candidate']} instead of {r['gpu_model']}."
         items.append(
             _job_item(
                 j,
                 "right_size_gpu",
-                evidence,
+                functools.partial(_right_size_evidence, j, r, saving),
                 action,
                 saving,
                 "medium" if r["basis"].startswith("SM-active") else "low",
@@ -499,6 +496,15 @@ def _right_size(
             )
         )
     return items
+
+
+def _right_size_evidence(j: dict[str, object], r: dict[str, Any], saving: float) -> str:
+    return (
+        f"{_label(j)} {_held(j)}, peaking at {r['peak_mem_mib'] / 1024:.1f} GiB of memory at "
+        f"{r['busy_pct']:.0f} % {r['basis']}; {r['candidate']} ({r['candidate_mem_mib'] / 1024:.0f} GiB) would "
+        f"run the same work ~{r['busy_pct_there']:.0f} % busy at ${r['candidate_usd_per_gpu_hour']:.2f}/GPU-h "
+        f"instead of ${r['rate_usd_per_gpu_hour']:.2f}: ${saving:,.2f} less."
+    )
 
 
 def _fewer_gpus(
@@ -588,32 +594,40 @@ def _larger_batch(
     by_id = rows_by_id(jobs, plans["job_id"])
     for p in plans.to_dicts():
         j = by_id[p["job_id"]]
-        util = j.get("mean_util_pct")
-        gain = p["predicted_throughput_gain_pct"]
-        how = {
-            "fit": "saturating fit of the measured batches",
-            "measured": "measured",
-            "headroom": "estimated from utilization headroom",
-        }[p["throughput_method"]]
-        evidence = (
-            f"{_label(j)} trains {p['model'] or 'its model'} at batch {p['current_batch_size']} per GPU on "
-            f"{p['gpu_model']}"
-            + (f" at {util:.0f} % utilization" if util is not None else "")
-            + "; its family "
-            f"ran up to batch {p['largest_observed_batch_size']}. At {p['recommended_batch_size']} memory is "
-            f"predicted at {p['predicted_peak_mem_mib'] / 1024:.1f} of {p['card_mem_mib'] / 1024:.0f} GiB "
-            f"({p['memory_model']} model, {p['fit_quality']}) and throughput {gain:+.0f} % ({how}): "
-            f"${p['saving_usd']:,.2f} less for the same work. {p['reason']}."
-        )
         action = (
             f"Raise the per-GPU batch from {p['current_batch_size']} to {p['recommended_batch_size']}; "
             f"{p['lr_rule']}."
         )
+        evidence = functools.partial(_larger_batch_evidence, j, p)
         item = _job_item(j, "larger_batch", evidence, action, p["saving_usd"], p["confidence"], "work")
         item.update({f: p[f] for f in BATCH_FIELDS})
         item["confidence_reasons"] = p["confidence_reasons"]
         items.append(item)
     return items
+
+
+def _larger_batch_evidence(j: dict[str, object], p: dict[str, Any]) -> str:
+    util = j.get("mean_util_pct")
+    how = {
+        "fit": "saturating fit of the measured batches",
+        "measured": "measured",
+        "headroom": "estimated from utilization headroom",
+    }[p["throughput_method"]]
+    return (
+        f"{_label(j)} trains {p['model'] or 'its model'} at batch {p['current_batch_size']} per GPU on "
+        f"{p['gpu_model']}" + (f" at {util:.0f} % utilization" if util is not None else "") + "; its family "
+        f"ran up to batch {p['largest_observed_batch_size']}. At {p['recommended_batch_size']} memory is "
+        f"predicted at {p['predicted_peak_mem_mib'] / 1024:.1f} of {p['card_mem_mib'] / 1024:.0f} GiB "
+        f"({p['memory_model']} model, {p['fit_quality']}) and throughput {p['predicted_throughput_gain_pct']:+.0f} % "
+        f"({how}): ${p['saving_usd']:,.2f} less for the same work. {p['reason']}."
+    )
+
+
+def text(evidence: str | Callable[[], str]) -> str:
+    """An item's evidence as text: the per-job kinds with thousands of items (right_size_gpu, larger_batch)
+    write it only for the items that are shown, a single run or the largest of a family card (_families),
+    not for every run a card sums (9.6 k right-sizing items on a 50 M-sample ledger)."""
+    return evidence() if callable(evidence) else evidence
 
 
 def _families(
@@ -635,7 +649,7 @@ def _families(
     rank = {"high": 2, "medium": 1, "low": 0}
     for (_kind, user, stem, _), its in groups.items():
         if len(its) == 1:
-            out.append(its[0])
+            out.append({**its[0], "evidence": text(its[0]["evidence"])})
             continue
         # largest saving first; savings equal to a millionth of a dollar (the same job shape, summed in
         # another order) by job id, so which run the card names does not hang on float rounding
@@ -649,7 +663,7 @@ def _families(
                 "target_type": "family",
                 "target": f"{user}/{stem}",
                 "evidence": f"{len(its)} runs of family {stem} ({user}: {_some(ids)}), "
-                f"${saving:,.2f} in all. The largest: {top['evidence']}",
+                f"${saving:,.2f} in all. The largest: {text(top['evidence'])}",
                 "saving_usd": saving,
                 "confidence": min((str(i["confidence"]) for i in its), key=lambda c: rank.get(c, 0)),
                 "job_ids": [k for i in its for k in i["job_ids"]],
