@@ -274,73 +274,92 @@ def right_size(
         & (pl.col("sm_active_pct").is_not_null() | util.is_not_null())
     )
     prices = prices_at(con, as_of)
-    cands: dict[tuple[object, ...], list[tuple[GpuModel, float, float]]] = {}
-    out = []
-    for j in jobs.to_dicts():
-        cur = models.get(j["gpu_model"])
-        if cur is None:
-            continue
-        peaks = [p for p in (j["peak_mem_mib"], j["run_peak"]) if p is not None]
-        if not peaks:
-            continue
-        peak_mem = max(peaks)
-        util = j["mean_util_pct"]
-        if util is not None and (util <= settings.idle_util_pct or util >= THRESHOLDS["busy_util_pct"]):
-            continue  # idle jobs are reclaim_idle's; a GPU kept busy may be latency-bound, not FLOP-bound
-        if j["unused_gpus"]:
-            continue  # fewer_gpus first: the mean over unused GPUs understates what the used ones need
-        peak = peak_tflops(cur.model, j["precision"])
-        if j["sm_active_pct"] is not None:
-            busy_pct, basis = j["sm_active_pct"], "SM-active"
-        elif j["mean_util_pct"] is not None:
-            busy_pct, basis = j["mean_util_pct"], "utilization (an upper bound)"
-        else:
-            continue
-        if j["idle_s"]:
-            basis += " outside idle stretches"
-        if not peak:
-            continue
-        needed = peak * busy_pct / 100.0
-        rate = j["cost_usd"] / j["gpu_hours"]
-        key = (cur.model, j["precision"], j["pricing_tier"], (j["gpu_count"] or 1) > 1)
-        if key not in cands:
-            cands[key] = _candidates(cur, j["precision"], j["pricing_tier"], key[3], prices)
-        best = None
-        for cand, price, cand_peak in cands[key]:  # cheapest first: the first that qualifies wins
-            if price > rate * (1.0 - THRESHOLDS["oversized_min_saving"]):
-                break
-            busy_there = busy_pct * peak / cand_peak
-            if (
-                cand.memory_mib * settings.batch_safety_fraction >= peak_mem
-                and busy_there <= THRESHOLDS["oversized_max_busy_pct"]
-            ):
-                best = (cand, price, cand_peak, busy_there)
-                break
-        if best is None:
-            continue
-        cand, price, cand_peak, busy_there = best
-        out.append(
-            {
-                "job_id": j["job_id"],
-                "gpu_model": cur.model,
-                "rate_usd_per_gpu_hour": rate,
-                "peak_mem_mib": peak_mem,
-                "needed_tflops": needed,
-                "basis": basis,
-                "candidate": cand.model,
-                "candidate_mem_mib": float(cand.memory_mib),
-                "candidate_tflops": cand_peak,
-                "candidate_usd_per_gpu_hour": price,
-                "busy_pct": busy_pct,
-                "busy_pct_there": busy_there,
-                "gpu_hours": j["gpu_hours"],
-                "cost_usd": j["cost_usd"],
-            }
-        )
     schema = {c: pl.Float64 for c in RIGHT_SIZE_COLUMNS} | {
         c: pl.Utf8 for c in ("job_id", "gpu_model", "basis", "candidate")
     }
-    return pl.DataFrame(out, schema=schema)
+    # The rules of one job as columns (each job against the candidates of its model, precision, tier and
+    # GPU count, cheapest first; the first that qualifies wins): a loop over the jobs' dicts was 0.2 s for
+    # 33 k jobs on a 50 M-sample ledger.
+    jobs = jobs.with_columns(
+        pl.max_horizontal("peak_mem_mib", "run_peak").alias("peak_mem"),
+        pl.coalesce("sm_active_pct", "mean_util_pct").cast(pl.Float64).alias("busy_pct"),
+        (
+            pl.when(pl.col("sm_active_pct").is_not_null())
+            .then(pl.lit("SM-active"))
+            .otherwise(pl.lit("utilization (an upper bound)"))
+            + pl.when(pl.col("idle_s").fill_null(0) != 0)
+            .then(pl.lit(" outside idle stretches"))
+            .otherwise(pl.lit(""))
+        ).alias("basis"),
+        (pl.col("cost_usd") / pl.col("gpu_hours")).alias("rate"),
+        (pl.col("gpu_count").fill_null(1) > 1).alias("multi"),
+    ).filter(pl.col("busy_pct").is_not_null())
+    keys = jobs.select("gpu_model", "precision", "pricing_tier", "multi").unique().rows()
+    cand_rows = [
+        (
+            model,
+            precision,
+            tier,
+            multi,
+            peak_tflops(model, precision),
+            rank,
+            c.model,
+            float(c.memory_mib),
+            price,
+            c_peak,
+        )
+        for model, precision, tier, multi in keys
+        for rank, (c, price, c_peak) in enumerate(_candidates(models[model], precision, tier, multi, prices))
+    ]
+    cands = pl.DataFrame(
+        cand_rows,
+        schema={
+            "gpu_model": jobs.schema["gpu_model"],
+            "precision": jobs.schema["precision"],
+            "pricing_tier": jobs.schema["pricing_tier"],
+            "multi": pl.Boolean,
+            "peak": pl.Float64,
+            "rank": pl.Int64,
+            "candidate": pl.Utf8,
+            "candidate_mem_mib": pl.Float64,
+            "candidate_usd_per_gpu_hour": pl.Float64,
+            "candidate_tflops": pl.Float64,
+        },
+        orient="row",
+    )
+    busy_there = pl.col("busy_pct") * pl.col("peak") / pl.col("candidate_tflops")
+    best = (
+        jobs.with_row_index("_order")
+        .join(cands, on=["gpu_model", "precision", "pricing_tier", "multi"], nulls_equal=True)
+        .filter(
+            pl.col("peak").is_not_null()
+            & (pl.col("peak") != 0)
+            & (
+                pl.col("candidate_usd_per_gpu_hour")
+                <= pl.col("rate") * (1.0 - THRESHOLDS["oversized_min_saving"])
+            )
+            & (pl.col("candidate_mem_mib") * settings.batch_safety_fraction >= pl.col("peak_mem"))
+            & (busy_there <= THRESHOLDS["oversized_max_busy_pct"])
+        )
+        .sort("_order", "rank")
+        .unique("_order", keep="first", maintain_order=True)
+    )
+    return best.select(
+        "job_id",
+        "gpu_model",
+        pl.col("rate").alias("rate_usd_per_gpu_hour"),
+        pl.col("peak_mem").cast(pl.Float64).alias("peak_mem_mib"),
+        (pl.col("peak") * pl.col("busy_pct") / 100.0).alias("needed_tflops"),
+        "basis",
+        "candidate",
+        "candidate_mem_mib",
+        "candidate_tflops",
+        "candidate_usd_per_gpu_hour",
+        "busy_pct",
+        busy_there.alias("busy_pct_there"),
+        "gpu_hours",
+        "cost_usd",
+    ).cast(schema)
 
 
 @shared  # one computation per view inside a read-only batch: a page's recommendations and diagnoses both ask
