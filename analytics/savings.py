@@ -156,18 +156,25 @@ def overlaps(recs: pl.DataFrame) -> list[list[str]]:
     ]
 
 
-def with_counted(recs: pl.DataFrame) -> pl.DataFrame:
-    """``recs`` (ranked) plus ``id``, ``overlaps_with`` and ``counted_saving_usd`` / ``counted_usd_per_week``."""
+def _counted_columns(recs: pl.DataFrame) -> list[pl.Series]:
+    """``counted_saving_usd`` and ``counted_usd_per_week`` of ``recs`` (ranked)."""
     counted = counted_savings(recs)
     weekly = [
         (c * w / s if s else 0.0) if w is not None else None
         for c, w, s in zip(counted, recs["usd_per_week"], recs["saving_usd"], strict=True)
     ]
+    return [
+        pl.Series("counted_saving_usd", counted, dtype=pl.Float64),
+        pl.Series("counted_usd_per_week", weekly, dtype=pl.Float64),
+    ]
+
+
+def with_counted(recs: pl.DataFrame) -> pl.DataFrame:
+    """``recs`` (ranked) plus ``id``, ``overlaps_with`` and ``counted_saving_usd`` / ``counted_usd_per_week``."""
     return recs.with_columns(
         pl.Series("id", item_ids(recs), dtype=pl.Utf8),
         pl.Series("overlaps_with", overlaps(recs), dtype=pl.List(pl.Utf8)),
-        pl.Series("counted_saving_usd", counted, dtype=pl.Float64),
-        pl.Series("counted_usd_per_week", weekly, dtype=pl.Float64),
+        *_counted_columns(recs),
     )
 
 
@@ -193,7 +200,7 @@ def savings_total(recs: pl.DataFrame) -> dict[str, object]:
             "by_kind": {},
         }
     recs = recs.sort(["saving_usd", "kind", "target"], descending=[True, False, False])
-    counted = with_counted(recs)
+    counted = recs.with_columns(*_counted_columns(recs))  # the totals need no ids or overlaps
     rec = counted.filter(pl.col("usd_per_week").is_not_null())
     once = counted.filter(pl.col("usd_per_week").is_null())
     total = float(rec["counted_usd_per_week"].sum())
