@@ -23,6 +23,8 @@ from pathlib import Path
 
 import duckdb
 
+from gpuledger.ledger.rollup import ROLLUP_TABLES
+
 # columns that name a GPU, a host or a job: suffixed in each copy
 IDS = ("gpu_id", "uuid", "host", "job_id", "parent_gpu_id")
 # tables copied row by row (everything that names a GPU or a job); the rest (prices, catalog, ingests,
@@ -37,11 +39,7 @@ TABLES = (
     "process_shares",
     "gpu_events",
     "samples",
-    "samples_minute",
-    "samples_day",
-    "samples_hour",
-    "idle_runs",
-    "samples_util_hist",
+    *ROLLUP_TABLES,
     "observed_runs",
 )
 

@@ -30,7 +30,7 @@ from analytics.recommend import recommendations
 from analytics.summary import summary
 from gpuledger.ledger.db import ensure_schema
 from gpuledger.ledger.reference import load_reference
-from gpuledger.ledger.rollup import rebuild_rollup
+from gpuledger.ledger.rollup import ROLLUP_TABLES, rebuild_rollup
 from gpuledger.ledger.settings import Settings
 
 START = dt.datetime(2026, 1, 5)
@@ -123,10 +123,7 @@ def main() -> None:
             f"{path.stat().st_size / 2**20:,.0f} MiB"
         )
         con = duckdb.connect(str(path), read_only=True)
-        rows = {
-            t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
-            for t in ("samples_minute", "samples_day", "samples_hour", "idle_runs", "samples_util_hist")
-        }
+        rows = {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in ROLLUP_TABLES}
         print("rollup rows: " + ", ".join(f"{t} {n:,}" for t, n in rows.items()))
         fast_s, fast = timed(lambda: summary(con, source="auto"), args.repeat)
         raw_s, raw = timed(lambda: summary(con, source="raw"), max(1, args.repeat - 2))

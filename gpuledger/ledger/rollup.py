@@ -842,6 +842,10 @@ def refresh_rollup(
     )
 
 
+# The tables rebuild_rollup recomputes from the samples (observed_runs has its own build: observed.py).
+ROLLUP_TABLES = ("samples_minute", "samples_day", "samples_hour", "idle_runs", "samples_util_hist")
+
+
 def rebuild_rollup(
     con: duckdb.DuckDBPyConnection,
     *,
@@ -851,7 +855,7 @@ def rebuild_rollup(
 ) -> None:
     """Recompute all rollups from the samples (a threshold change); the caller owns the transaction."""
     th = thresholds(idle_util_pct, idle_min_minutes, target_util_pct)
-    for table in ("samples_minute", "samples_day", "samples_hour", "idle_runs", "samples_util_hist"):
+    for table in ROLLUP_TABLES:
         con.execute(f"DELETE FROM {table}")
     con.execute(
         """CREATE OR REPLACE TEMP TABLE rw AS

@@ -159,14 +159,7 @@ def test_a_threshold_change_rebuilds_the_rollup(con: duckdb.DuckDBPyConnection) 
     assert not fast_path(con, shorter)
 
 
-ROLLUP_TABLES = (
-    "samples_minute",
-    "samples_day",
-    "samples_hour",
-    "idle_runs",
-    "samples_util_hist",
-    "observed_runs",
-)
+ROLLUP_TABLES = (*rollup.ROLLUP_TABLES, "observed_runs")
 
 
 def rollup_rows(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[object, ...]]]:
