@@ -94,3 +94,36 @@ def test_scaling_on_lambda_a100_bert_large_throughput():
     flagged = diagnoses(con).filter(pl.col("diagnosis") == "poor_scaling")
     assert sorted(flagged["job_id"]) == sorted(f"bert{n}" for n in (2, 4, 8) if tput[n] / n / tput[1] < 0.8)
     con.close()
+
+
+def test_right_size_takes_the_cheapest_card_that_holds_the_job_and_its_work():
+    """Candidates cheapest first (L4 $0.50, then L40S $1.00, against the A100's $2.00); the first that
+    holds the peak memory (within 0.9 of the card) and runs the work at most 80 % busy wins."""
+    from analytics.diagnoses import right_size
+    from tests.analytics.build import alloc, series
+    from tests.analytics.recommend_ledgers import A100, set_prices
+
+    con = memory_ledger()
+    set_prices(con)
+    names = ("fits", "big", "busy")
+    ingest(
+        con,
+        jobs=[job(j, 0, 60, gpu_model=A100, kind="inference", name=j) for j in names],
+        allocations=[alloc(j, f"h{j}:0", 0, 60) for j in names],
+        samples=(
+            # L4 holds 6,000 MiB (≤ 0.9 × 23,034) at 15 × 312 / 121 = 38.7 % busy: L4
+            series("hfits:0", 0, [20.0] * 60, mem_used_mib=6000.0, sm_active_pct=15.0)
+            # 30,000 MiB > 0.9 × 23,034 on an L4; ≤ 0.9 × 46,068 on an L40S: L40S
+            + series("hbig:0", 0, [20.0] * 60, mem_used_mib=30000.0, sm_active_pct=15.0)
+            # 40 × 312 / 121 = 103 % busy on an L4 (over 80); 40 × 312 / 362.05 = 34.5 % on an L40S: L40S
+            + series("hbusy:0", 0, [50.0] * 60, mem_used_mib=6000.0, sm_active_pct=40.0)
+        ),
+    )
+    rows = {r["job_id"]: r for r in right_size(con, filters=Filters(since=DAY, until=DAY)).to_dicts()}
+    con.close()
+    assert {j: r["candidate"] for j, r in rows.items()} == {"fits": "L4", "big": "L40S", "busy": "L40S"}
+    assert rows["fits"]["busy_pct_there"] == pytest.approx(15 * 312 / 121)
+    assert rows["busy"]["busy_pct_there"] == pytest.approx(40 * 312 / 362.05)
+    assert rows["big"]["candidate_usd_per_gpu_hour"] == 1.0 and rows["big"]["rate_usd_per_gpu_hour"] == 2.0
+    assert rows["busy"]["needed_tflops"] == pytest.approx(312 * 40 / 100)
+    assert rows["fits"]["basis"] == "SM-active"
