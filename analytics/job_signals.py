@@ -1,8 +1,12 @@
 """Per-job telemetry signals inside a view, the raw material of diagnoses and recommendations.
 
 Every figure here is computed from the samples attributed to a job (``samples.job_id``) that fall inside
-the part of the job that lies in the view (``job_costs``' ``span_start``..``span_end``), so a figure and the
-dollars it is multiplied by always cover the same time. The samples of a telemetry-only GPU (no job) belong
+the view (its UTC days), the samples analytics.utilization's totals and the waste taxonomy count: one set of
+samples per job, so a job's utilization is one number on every page. A running job's sample at the data
+horizon is one of them (its span, ``job_costs``' ``span_start``..``span_end``, ends at the horizon), and so
+is a sample a source tied to a job just outside its times; where such samples make a job's covered time
+exceed its held time, the dollars are clamped to what the job cost (recommend.py's reclaim_idle, as
+waste.py does). The samples of a telemetry-only GPU (no job) belong
 to its ``unattributed:<gpu_id>`` pseudo-job (analytics/cost.py). Samples with a NULL metric are left out of that
 metric's mean (NULL means "not reported", never 0).
 
@@ -15,7 +19,6 @@ dollars and the summary's idle_allocated_usd on the same seconds.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
 
 import duckdb
 import polars as pl
@@ -23,7 +26,7 @@ import polars as pl
 from analytics.cost import PSEUDO_PREFIX, job_costs_sql, telemetry_only_gpus_sql
 from analytics.filters import Filters, horizon
 from analytics.query import frame
-from analytics.shared import materialized, shared
+from analytics.shared import shared
 from analytics.utilization import (
     GAP_TOLERANCE,
     Source,
@@ -74,77 +77,17 @@ def view_jobs_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str, lis
     )
 
 
-@dataclass(frozen=True)
-class Split:
-    """The fast path's jobs read from raw samples (:func:`split_jobs`), and the earliest in-view span start
-    among them: none of their samples that count lies before it, so the scan of ``samples`` starts there."""
-
-    jobs: tuple[str, ...] = ()
-    since: dt.datetime | None = None
-    view: str | None = None  # a relation registered on the connection holding view_jobs_sql's rows
-
-
-def _view_sql(filters: Filters, as_of: dt.datetime | None, split: Split | None) -> tuple[str, list[object]]:
-    """view_jobs_sql, or the caller's registered copy of its rows (read once instead of once per query)."""
-    if split is not None and split.view is not None:
-        return f"SELECT * FROM {split.view}", []
-    return view_jobs_sql(filters, as_of)
-
-
-def _cut_samples_sql(filters: Filters, settings: Settings, split: Split) -> tuple[str, list[object]]:
-    """Raw samples of the split jobs (real jobs, never pseudo-jobs) inside the view from ``split.since``,
-    shaped like :func:`flagged_samples_sql`'s, with ``in_idle`` read from the ``idle_runs`` rollup (same
-    runs; a run's membership does not depend on the samples read here)."""
-    jobs = list(split.jobs)
-    lo, hi = view_bounds(filters)
-    if split.since is not None:
-        lo = max(lo, split.since)
-    min_s = float(settings.idle_min_minutes) * 60.0
-    idle = float(settings.idle_util_pct)
-    marks = ", ".join("?" for _ in jobs) or "NULL"
-    if not jobs:
-        lo = hi  # nothing to read: an empty range lets the scan stop at once
-    sql = f"""
-    SELECT x.*, coalesce(x.util_pct <= {idle} AND r.run_s >= {min_s} AND x.ts <= r.last_ts, false) AS in_idle
-    FROM (
-        SELECT s.ts, s.gpu_id, s.job_id, s.interval_s::DOUBLE AS interval_s, s.util_pct::DOUBLE AS util_pct,
-               s.mem_used_mib::DOUBLE AS mem_used_mib,
-               coalesce(s.mem_total_mib, g.memory_total_mib, c.memory_mib) AS mem_total_mib,
-               s.sm_active_pct::DOUBLE AS sm_active_pct, s.tensor_active_pct::DOUBLE AS tensor_active_pct,
-               s.temp_c, s.throttle_reasons
-        FROM samples s LEFT JOIN gpus g USING (gpu_id) LEFT JOIN gpu_catalog c ON c.model = g.model
-        WHERE s.job_id IN ({marks}) AND s.ts >= ?::TIMESTAMP AND s.ts < ?::TIMESTAMP
-    ) x ASOF LEFT JOIN (SELECT * FROM idle_runs WHERE job_id IN ({marks})) r
-      ON x.gpu_id = r.gpu_id AND x.job_id = r.job_id AND x.ts >= r.first_ts
-    """
-    return sql, [*jobs, lo, hi, *jobs]
-
-
-def _samples_cte(
-    filters: Filters, settings: Settings, as_of: dt.datetime | None, only: Split | None = None
-) -> tuple[str, list[object]]:
-    """CTEs ``vj`` (jobs of the view), ``s`` (their samples, with analytics.utilization's idle-stretch flag
-    ``in_idle``) and ``linked`` (each sample with its predecessor on the same GPU and job).
-
-    ``only``: just these jobs, their samples read directly and the flag from the rollup (the fast path's
-    jobs whose samples a span end cuts inside a day)."""
-    vj, vparams = _view_sql(filters, as_of, only)
-    if only is None:
-        flagged, fparams = flagged_samples_sql(filters, settings, as_of)
-    else:
-        flagged, fparams = _cut_samples_sql(filters, settings, only)
-        # job_signals and idle_stretches both read these: once per sharing block, as each is a scan of
-        # every sample by job id (a 1,232-GPU month: 0.3-0.6 s each)
-        flagged, fparams = materialized(
-            ("cut_samples", only.jobs, only.since, filters, settings.fingerprint()), flagged, fparams
-        )
+def _samples_cte(filters: Filters, settings: Settings, as_of: dt.datetime | None) -> tuple[str, list[object]]:
+    """CTEs ``vj`` (jobs of the view), ``s`` (their samples in the view, with analytics.utilization's
+    idle-stretch flag ``in_idle``) and ``linked`` (each sample with its predecessor on the same GPU and job)."""
+    vj, vparams = view_jobs_sql(filters, as_of)
+    flagged, fparams = flagged_samples_sql(filters, settings, as_of)
     sql = f"""
     vj AS ({vj}),
     s AS (
         SELECT f.job_id, f.gpu_id, f.ts, f.interval_s, f.util_pct, f.mem_used_mib, f.mem_total_mib,
                f.sm_active_pct, f.tensor_active_pct, f.temp_c, f.throttle_reasons, f.in_idle
         FROM ({flagged}) f JOIN vj ON f.job_id = vj.job_id
-        WHERE f.ts >= vj.span_start AND f.ts < vj.span_end
     ),
     seq AS (
         SELECT *,
@@ -159,40 +102,17 @@ def _samples_cte(
     return sql, [*vparams, *fparams]
 
 
-def split_jobs(
-    con: duckdb.DuckDBPyConnection, filters: Filters, as_of: dt.datetime | None, view: str | None = None
-) -> Split:
-    """Jobs of the view with a rollup day holding samples outside the job's in-view span (a running job's
-    sample at the horizon, a sample a source tied to a job outside its times): the fast path reads their
-    samples; every other job's samples in the view all lie inside its span, so its day rows are exact.
-
-    ``view``: the name of a relation registered on ``con`` with view_jobs_sql's rows (carried in the
-    returned Split, so later queries read it instead of recomputing the view)."""
-    ctes, params = minute_view_sql(filters, as_of)
-    vj, vparams = _view_sql(filters, as_of, Split(view=view))
-    rows = con.execute(
-        f"""WITH {ctes}, jv AS ({vj})
-            SELECT mm.job_id, min(jv.span_start) FROM mm JOIN jv USING (job_id)
-            WHERE mm.first_ts < jv.span_start OR mm.last_ts >= jv.span_end GROUP BY 1 ORDER BY 1""",
-        [*params, *vparams],
-    ).fetchall()
-    return Split(tuple(r[0] for r in rows), min((r[1] for r in rows), default=None), view)
-
-
 def _fast_stretches(
     con: duckdb.DuckDBPyConnection,
     filters: Filters,
     settings: Settings,
     as_of: dt.datetime | None,
-    split: Split,
 ) -> pl.DataFrame:
-    """idle_stretches from the ``idle_runs`` rollup (runs of at least idle_min_minutes, their day pieces
-    inside the view summed), for the view's jobs not split (:func:`split_jobs`)."""
-    cut = split.jobs
-    jobs_sql, jobs_params = _view_sql(filters, as_of, split)
+    """idle_stretches from the ``idle_runs`` rollup: runs of at least idle_min_minutes, their day pieces
+    inside the view summed (the view's days hold exactly the samples the raw path reads)."""
+    jobs_sql, jobs_params = view_jobs_sql(filters, as_of)
     lo, hi = view_bounds(filters)
     min_s = float(settings.idle_min_minutes) * 60.0
-    marks = ", ".join("?" for _ in cut) or "NULL"
     sql = f"""
     WITH vj AS (SELECT job_id FROM ({jobs_sql})), tele AS ({telemetry_only_gpus_sql()}),
     p AS (
@@ -202,10 +122,10 @@ def _fast_stretches(
         WHERE r.run_s >= {min_s} AND r.day >= ?::DATE AND r.day < ?::DATE
     )
     SELECT job_id, gpu_id, min(first_ts) AS start_ts, max(end_ts) AS end_ts, sum(idle_s) AS idle_s
-    FROM p WHERE job_id IN (SELECT job_id FROM vj) AND NOT coalesce(job_id IN ({marks}), false)
+    FROM p WHERE job_id IN (SELECT job_id FROM vj)
     GROUP BY job_id, gpu_id, run_start
     """
-    return frame(con, sql, [*jobs_params, lo, hi, *cut])
+    return frame(con, sql, [*jobs_params, lo, hi])
 
 
 def idle_stretches(
@@ -215,27 +135,18 @@ def idle_stretches(
     settings: Settings | None = None,
     as_of: dt.datetime | None = None,
     source: Source = "auto",
-    split: Split | None = None,
 ) -> pl.DataFrame:
     """One row per idle stretch: job_id, gpu_id, start_ts, end_ts (UTC), idle_s (Σ interval_s, seconds).
 
     Stretch membership is analytics.utilization's (the waste taxonomy's), so these seconds are the ones
-    idle_allocated_usd prices. ``source``: as in analytics.utilization (same rows either way). ``split``:
-    this view's :func:`split_jobs`, when the caller already has them; giving it means the caller checked
-    that the fast path applies (analytics.utilization.use_rollup).
+    idle_allocated_usd prices. ``source``: as in analytics.utilization (same rows either way).
     """
     filters = filters or Filters()
     settings = settings or Settings()
     as_of = as_of or horizon(con)
-    if split is not None or use_rollup(con, settings, source):
-        split = split or split_jobs(con, filters, as_of)
-        fast = _fast_stretches(con, filters, settings, as_of, split)
-        if split.jobs:
-            fast = pl.concat(
-                [fast, _raw_stretches(con, filters, settings, as_of, split)], how="vertical_relaxed"
-            )
-        return fast.sort("job_id", "gpu_id", "start_ts")
-    return _raw_stretches(con, filters, settings, as_of, None)
+    if use_rollup(con, settings, source):
+        return _fast_stretches(con, filters, settings, as_of).sort("job_id", "gpu_id", "start_ts")
+    return _raw_stretches(con, filters, settings, as_of)
 
 
 def _raw_stretches(
@@ -243,9 +154,8 @@ def _raw_stretches(
     filters: Filters,
     settings: Settings,
     as_of: dt.datetime | None,
-    only: Split | None,
 ) -> pl.DataFrame:
-    ctes, params = _samples_cte(filters, settings, as_of, only)
+    ctes, params = _samples_cte(filters, settings, as_of)
     sql = f"""
     WITH {ctes},
     grouped AS (
@@ -271,52 +181,38 @@ def job_signals(
     as_of: dt.datetime | None = None,
     stretches: pl.DataFrame | None = None,
     source: Source = "auto",
-    split: Split | None = None,
 ) -> pl.DataFrame:
     """One row per job in the view with at least one attributed sample (SIGNAL_COLUMNS).
 
-    ``stretches`` / ``split``: this view's :func:`idle_stretches` / :func:`split_jobs`, when the caller
-    already has them (a ``split`` says the fast path applies, as in :func:`idle_stretches`). ``source``: as in
-    analytics.utilization; the fast path reads the day rollup for every job whose samples in the view all
-    lie inside its span (pair counts lose the first sample's pair per GPU, as a view-cut lag would), and
-    the samples of the few others (running jobs at the horizon).
+    ``stretches``: this view's :func:`idle_stretches`, when the caller already has them. ``source``: as in
+    analytics.utilization; the fast path reads the day rollup, whose rows of the view's days hold exactly
+    the samples the raw path reads (pair counts lose the first sample's pair per GPU, as a view-cut lag
+    would).
     """
     filters = filters or Filters()
     settings = settings or Settings()
     as_of = as_of or horizon(con)
     idle = float(settings.idle_util_pct)
-    fast = split is not None or use_rollup(con, settings, source)
-    if fast:
-        split = split or split_jobs(con, filters, as_of)
+    fast = use_rollup(con, settings, source)
     if stretches is None:
         stretches = idle_stretches(
-            con,
-            filters=filters,
-            settings=settings,
-            as_of=as_of,
-            source="auto" if fast else "raw",
-            split=split if fast else None,
+            con, filters=filters, settings=settings, as_of=as_of, source="auto" if fast else "raw"
         )
     if fast:
-        assert split is not None
-        cut = list(split.jobs)
-        ctes, params = _samples_cte(filters, settings, as_of, split)
+        vj, params = view_jobs_sql(filters, as_of)
         mctes, mparams = minute_view_sql(filters, as_of)
-        marks = ", ".join("?" for _ in cut) or "NULL"
-        ctes += f""",
+        ctes = f"""
+        vj AS ({vj}),
         {mctes},
-        dd AS (SELECT * FROM mm WHERE NOT coalesce(job_id IN ({marks}), false)),
         per_gpu AS (
-            SELECT job_id, gpu_id, sum(util_s) * 100.0 / sum(util_cov_s) AS gpu_util FROM dd GROUP BY ALL
-            UNION ALL {_PER_GPU_RAW}
+            SELECT job_id, gpu_id, sum(util_s) * 100.0 / sum(util_cov_s) AS gpu_util FROM mm GROUP BY ALL
         ),
         pairs AS (
             SELECT job_id, sum(np)::BIGINT AS n_pairs, sum(ns)::BIGINT AS n_swings
             FROM (SELECT job_id, gpu_id, sum(pairs_n) - arg_min(first_pair, day) AS np,
                          sum(swings_n) - arg_min(first_swing, day) AS ns
-                  FROM dd GROUP BY ALL)
+                  FROM mm GROUP BY ALL)
             GROUP BY job_id
-            UNION ALL {_PAIRS_RAW}
         ),
         agg AS (
             SELECT job_id,
@@ -324,7 +220,7 @@ def job_signals(
                    sum(n)::BIGINT AS n_samples,
                    count(DISTINCT gpu_id) AS gpus_seen,
                    sum(util_s) * 100.0 / sum(util_cov_s) AS mean_util_pct,
-                   max(mem_used_max_mib) AS peak_mem_mib,
+                   max(mem_used_max_mib)::DOUBLE AS peak_mem_mib,
                    greatest(max(mem_total_mib), max(card_mib) FILTER (WHERE n_no_total > 0)) AS mem_total_mib,
                    sum(sm_active_s) * 100.0 / sum(sm_cov_s) AS sm_active_pct,
                    sum(tensor_active_s) * 100.0 / sum(tensor_cov_s) AS tensor_active_pct,
@@ -333,10 +229,9 @@ def job_signals(
                    max(temp_max_c)::FLOAT AS max_temp_c,
                    sum(dip_n) / nullif(sum(util_n), 0) AS dip_share,
                    sum(burst_n) / nullif(sum(util_n), 0) AS burst_share
-            FROM dd GROUP BY job_id
-            UNION ALL {_AGG_RAW}
+            FROM mm GROUP BY job_id
         )"""
-        params = [*params, *mparams, *cut]
+        params = [*params, *mparams]
     else:
         ctes, params = _samples_cte(filters, settings, as_of)
         ctes += f""",
@@ -485,8 +380,6 @@ def view_signals(
     filters = filters or Filters()
     settings = settings or Settings()
     as_of = as_of or horizon(con)
-    fast = use_rollup(con, settings, source)
-    split = split_jobs(con, filters, as_of) if fast else None
-    kw = {"filters": filters, "settings": settings, "as_of": as_of, "source": source if fast else "raw"}
-    stretches = idle_stretches(con, split=split, **kw)
-    return stretches, job_signals(con, stretches=stretches, split=split, **kw)
+    kw = {"filters": filters, "settings": settings, "as_of": as_of, "source": source}
+    stretches = idle_stretches(con, **kw)
+    return stretches, job_signals(con, stretches=stretches, **kw)

@@ -420,8 +420,12 @@ def _stop_idle_notebooks(
         u["models"].add(j["gpu_model"])
         u["stretches"] += 1
         u["idle_s"] += st["idle_s"]
-        u["idle_usd"] += st["idle_s"] * j["rate_usd_per_gpu_s"]
-        cut = max(0.0, st["idle_s"] - stop_s) * j["rate_usd_per_gpu_s"]
+        # samples never stand for more time than was held (the waste taxonomy's clamp, as _reclaim_idle)
+        rate = j["rate_usd_per_gpu_s"] * (
+            min(1.0, j["held_gpu_s"] / j["covered_gpu_s"]) if j["covered_gpu_s"] else 1.0
+        )
+        u["idle_usd"] += st["idle_s"] * rate
+        cut = max(0.0, st["idle_s"] - stop_s) * rate
         u["saving"] += cut
         u["per_job"][j["job_id"]] = u["per_job"].get(j["job_id"], 0.0) + cut
         u["longest"] = max(u["longest"], st["idle_s"])
@@ -690,6 +694,8 @@ ITEM_FIELDS = (
     "hours",
     "mean_util_pct",
     "rate_usd_per_gpu_s",
+    "held_gpu_s",
+    "covered_gpu_s",
 )
 
 

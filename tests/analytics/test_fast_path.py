@@ -352,3 +352,28 @@ def test_polls_onto_the_polls_before_roll_up_without_a_sort_and_equal_a_rebuild(
     con.execute("COMMIT")
     assert rollup_rows(con) == incremental
     assert_fast_equals_raw(con)
+
+
+@pytest.mark.parametrize("source", ["raw", "auto"])
+def test_a_running_job_s_sample_at_the_horizon_counts_in_its_signals_as_in_its_utilization(source: str) -> None:
+    """A running job's span ends at the data horizon, its own last sample. That sample counts in the job's
+    signals as it does in its utilization and waste (one set of samples per job), from the rollup as from
+    the samples: 59 samples at 10 % and the last at 100 % average 11.5 %, not 10 %."""
+    from analytics.filters import Filters
+    from analytics.job_signals import job_signals
+    from analytics.utilization import job_utilization
+
+    con = memory_ledger()
+    ingest(
+        con,
+        jobs=[job("run", 0, None)],
+        allocations=[alloc("run", "h:0", 0, None)],
+        samples=series("h:0", 0, [10.0] * 59 + [100.0]),
+    )
+    sig = job_signals(con, filters=Filters(), source=source).to_dicts()
+    util = job_utilization(con, filters=Filters(), source=source).to_dicts()
+    con.close()
+    assert [r["job_id"] for r in sig] == ["run"]
+    assert sig[0]["n_samples"] == 60
+    assert sig[0]["mean_util_pct"] == pytest.approx((59 * 10 + 100) / 60)
+    assert util[0]["mean_util_pct"] == pytest.approx(sig[0]["mean_util_pct"])
