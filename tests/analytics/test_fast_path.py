@@ -355,7 +355,9 @@ def test_polls_onto_the_polls_before_roll_up_without_a_sort_and_equal_a_rebuild(
 
 
 @pytest.mark.parametrize("source", ["raw", "auto"])
-def test_a_running_job_s_sample_at_the_horizon_counts_in_its_signals_as_in_its_utilization(source: str) -> None:
+def test_a_running_job_s_sample_at_the_horizon_counts_in_its_signals_as_in_its_utilization(
+    source: str,
+) -> None:
     """A running job's span ends at the data horizon, its own last sample. That sample counts in the job's
     signals as it does in its utilization and waste (one set of samples per job), from the rollup as from
     the samples: 59 samples at 10 % and the last at 100 % average 11.5 %, not 10 %."""
