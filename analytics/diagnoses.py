@@ -438,73 +438,75 @@ def diagnoses(
             }
         )
 
-    # Only the jobs one of the per-job rules below can flag become dicts (to_dicts costs per cell: 39 k jobs
-    # of 35 columns on a 50 M-sample ledger, 0.5 s). The loop tests each rule again; this is its superset.
-    share = [pl.col(c).fill_null(0) for c in ("dip_share", "burst_share", "swing_rate")]
+    # The per-job rules, as columns (each threshold is tested here once); only the jobs one of them flags
+    # become dicts for their evidence (to_dicts costs per cell: 39 k jobs of 35 columns on a 50 M-sample
+    # ledger, 0.5 s).
     training = pl.col("kind").is_in(list(TRAINING_KINDS))
-    may_flag = (
+    busy = pl.col("mean_util_pct") >= t["busy_util_pct"]
+    rules = jobs.with_columns(
+        # busy but unproductive: the first of SM-active, tensor-active (training), MFU that is low
+        pl.when(busy & (pl.col("sm_active_pct") < t["busy_sm_active_pct"]))
+        .then(pl.lit("sm_active_pct"))
+        .when(busy & (pl.col("tensor_active_pct") < t["busy_tensor_active_pct"]) & training)
+        .then(pl.lit("tensor_active_pct"))
+        .when(busy & (pl.col("mfu_pct") < t["busy_mfu_pct"]))
+        .then(pl.lit("mfu_pct"))
+        .alias("_busy"),
         (
-            (pl.col("mean_util_pct") >= t["busy_util_pct"])
-            & (
-                (pl.col("sm_active_pct") < t["busy_sm_active_pct"])
-                | ((pl.col("tensor_active_pct") < t["busy_tensor_active_pct"]) & training)
-                | (pl.col("mfu_pct") < t["busy_mfu_pct"])
-            )
-        ).fill_null(False)
-        | (
             training
             & (pl.col("n_samples").fill_null(0) >= t["input_min_samples"])
-            & (share[0] >= t["input_dip_share"])
-            & (share[1] >= t["input_burst_share"])
-            & (share[2] >= t["input_swing_rate"])
-        ).fill_null(False)
-        | (pl.col("throttled_share").fill_null(0) >= t["throttle_share"])
-        | (pl.col("hot_share").fill_null(0) >= t["throttle_share"])
+            & (pl.col("dip_share").fill_null(0) >= t["input_dip_share"])
+            & (pl.col("burst_share").fill_null(0) >= t["input_burst_share"])
+            & (pl.col("swing_rate").fill_null(0) >= t["input_swing_rate"])
+        )
+        .fill_null(False)
+        .alias("_input"),
+        (
+            (pl.col("throttled_share").fill_null(0) >= t["throttle_share"])
+            | (pl.col("hot_share").fill_null(0) >= t["throttle_share"])
+        ).alias("_throttle"),
     )
-    for j in jobs.filter(may_flag).to_dicts():
+    flagged = rules.filter(pl.col("_busy").is_not_null() | pl.col("_input") | pl.col("_throttle"))
+    for j in flagged.to_dicts():
         who = _who(j)
-        util = j["mean_util_pct"]
-        if util is not None and util >= t["busy_util_pct"]:
-            sm, tensor, mfu_pct = j["sm_active_pct"], j["tensor_active_pct"], j["mfu_pct"]
-            if sm is not None and sm < t["busy_sm_active_pct"]:
-                flag(
-                    j,
-                    "busy_but_unproductive",
-                    "sm_active_pct",
-                    sm,
-                    t["busy_sm_active_pct"],
-                    f"{who} shows {util:.0f} % utilization but only {sm:.0f} % SM-active"
-                    + (f" and {tensor:.0f} % tensor-active" if tensor is not None else "")
-                    + ": the GPU is busy with little work per cycle (small kernels, launch or sync overhead).",
-                )
-            elif tensor is not None and tensor < t["busy_tensor_active_pct"] and j["kind"] in TRAINING_KINDS:
-                flag(
-                    j,
-                    "busy_but_unproductive",
-                    "tensor_active_pct",
-                    tensor,
-                    t["busy_tensor_active_pct"],
-                    f"{who} shows {util:.0f} % utilization but {tensor:.1f} % tensor-active: the tensor cores are "
-                    "unused (fp32 math, or no autocast).",
-                )
-            elif mfu_pct is not None and mfu_pct < t["busy_mfu_pct"]:
-                flag(
-                    j,
-                    "busy_but_unproductive",
-                    "mfu_pct",
-                    mfu_pct,
-                    t["busy_mfu_pct"],
-                    f"{who} shows {util:.0f} % utilization at {mfu_pct:.1f} % MFU: busy, but far from the "
-                    "card's peak.",
-                )
-        n = j["n_samples"] or 0
-        if (
-            j["kind"] in TRAINING_KINDS
-            and n >= t["input_min_samples"]
-            and (j["dip_share"] or 0) >= t["input_dip_share"]
-            and (j["burst_share"] or 0) >= t["input_burst_share"]
-            and (j["swing_rate"] or 0) >= t["input_swing_rate"]
-        ):
+        util, sm, tensor, mfu_pct = (
+            j["mean_util_pct"],
+            j["sm_active_pct"],
+            j["tensor_active_pct"],
+            j["mfu_pct"],
+        )
+        if j["_busy"] == "sm_active_pct":
+            flag(
+                j,
+                "busy_but_unproductive",
+                "sm_active_pct",
+                sm,
+                t["busy_sm_active_pct"],
+                f"{who} shows {util:.0f} % utilization but only {sm:.0f} % SM-active"
+                + (f" and {tensor:.0f} % tensor-active" if tensor is not None else "")
+                + ": the GPU is busy with little work per cycle (small kernels, launch or sync overhead).",
+            )
+        elif j["_busy"] == "tensor_active_pct":
+            flag(
+                j,
+                "busy_but_unproductive",
+                "tensor_active_pct",
+                tensor,
+                t["busy_tensor_active_pct"],
+                f"{who} shows {util:.0f} % utilization but {tensor:.1f} % tensor-active: the tensor cores are "
+                "unused (fp32 math, or no autocast).",
+            )
+        elif j["_busy"] == "mfu_pct":
+            flag(
+                j,
+                "busy_but_unproductive",
+                "mfu_pct",
+                mfu_pct,
+                t["busy_mfu_pct"],
+                f"{who} shows {util:.0f} % utilization at {mfu_pct:.1f} % MFU: busy, but far from the "
+                "card's peak.",
+            )
+        if j["_input"]:
             flag(
                 j,
                 "input_bound",
@@ -515,12 +517,11 @@ def diagnoses(
                 f"10 %, {j['burst_share'] * 100:.0f} % over 70 %, {j['swing_rate'] * 100:.0f} % of consecutive samples "
                 "swing; the data pipeline is starving the GPU (more loader workers, prefetch, faster storage).",
             )
-        thr, hot = j["throttled_share"], j["hot_share"]
-        if (thr or 0) >= t["throttle_share"] or (hot or 0) >= t["throttle_share"]:
-            if (thr or 0) >= (hot or 0):
-                stat, value = "throttled_share", thr
-            else:
-                stat, value = "hot_share", hot
+        if j["_throttle"]:
+            thr, hot = j["throttled_share"] or 0, j["hot_share"] or 0
+            stat, value = (
+                ("throttled_share", j["throttled_share"]) if thr >= hot else ("hot_share", j["hot_share"])
+            )
             temp = f", max {j['max_temp_c']:.0f} °C" if j["max_temp_c"] is not None else ""
             flag(
                 j,
@@ -528,7 +529,7 @@ def diagnoses(
                 stat,
                 value,
                 t["throttle_share"],
-                f"{who}: {(thr or 0) * 100:.0f} % of samples power/thermal throttled, {(hot or 0) * 100:.0f} % at "
+                f"{who}: {thr * 100:.0f} % of samples power/thermal throttled, {hot * 100:.0f} % at "
                 f"≥ 85 °C{temp}; check cooling and power caps on its host.",
             )
     scaling = scaling_table(con, as_of=as_of)

@@ -1,14 +1,14 @@
 """Per-job telemetry signals inside a view, the raw material of diagnoses and recommendations.
 
-Every figure here is computed from the samples attributed to a job (``samples.job_id``) that fall inside
-the view (its UTC days), the samples analytics.utilization's totals and the waste taxonomy count: one set of
+Every figure here is computed from the samples attributed to a job (``samples.job_id``) that fall inside the
+view (its UTC days), the samples analytics.utilization's totals and the waste taxonomy count: one set of
 samples per job, so a job's utilization is one number on every page. A running job's sample at the data
-horizon is one of them (its span, ``job_costs``' ``span_start``..``span_end``, ends at the horizon), and so
-is a sample a source tied to a job just outside its times; where such samples make a job's covered time
-exceed its held time, the dollars are clamped to what the job cost (recommend.py's reclaim_idle, as
-waste.py does). The samples of a telemetry-only GPU (no job) belong
-to its ``unattributed:<gpu_id>`` pseudo-job (analytics/cost.py). Samples with a NULL metric are left out of that
-metric's mean (NULL means "not reported", never 0).
+horizon is one of them (its span, ``job_costs``' ``span_start``..``span_end``, ends at the horizon), and so is
+a sample a source tied to a job just outside its times; where such samples make a job's covered time exceed
+its held time, the dollars are clamped to what the job cost (recommend.py's reclaim_idle, as waste.py does).
+The samples of a telemetry-only GPU (no job) belong to its ``unattributed:<gpu_id>`` pseudo-job
+(analytics/cost.py). Samples with a NULL metric are left out of that metric's mean (NULL means "not reported",
+never 0).
 
 Idle stretches are analytics.utilization's (the shared waste contract, docs/metrics.md): maximal runs of
 consecutive samples of one GPU within one job, each at ``util_pct <= idle_util_pct``, with no sample gap in

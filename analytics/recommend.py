@@ -361,6 +361,13 @@ def _held(j: dict[str, object]) -> str:
     return f"held {j['gpu_count']:g} × {j['gpu_model']} for {j['hours']:.1f} h{at}"
 
 
+def _held_share(j: Mapping[str, object]) -> float:
+    """held ÷ covered GPU-seconds, at most 1: samples never stand for more time than the job held (the waste
+    taxonomy's clamp; a running job's sample at the horizon, or one a source tied to it past its end)."""
+    covered = j["covered_gpu_s"]
+    return min(1.0, j["held_gpu_s"] / covered) if covered else 1.0  # type: ignore[operator]
+
+
 def _reclaim_idle(jobs: pl.DataFrame, settings: Settings) -> list[dict[str, object]]:
     """Per job: idle stretches on GPUs it otherwise used; saving = rate × idle GPU-seconds."""
     items = []
@@ -368,9 +375,7 @@ def _reclaim_idle(jobs: pl.DataFrame, settings: Settings) -> list[dict[str, obje
         (pl.col("idle_s_on_used_gpus") > 0) & pl.col("rate_usd_per_gpu_s").is_not_null()
     ).to_dicts():
         idle_s = j["idle_s_on_used_gpus"]
-        # samples never stand for more time than was held (the waste taxonomy's clamp)
-        clamp = min(1.0, j["held_gpu_s"] / j["covered_gpu_s"]) if j["covered_gpu_s"] else 1.0
-        saving = j["rate_usd_per_gpu_s"] * clamp * idle_s
+        saving = j["rate_usd_per_gpu_s"] * _held_share(j) * idle_s
         notebook = j["kind"] == "interactive"
         action = (
             "Stop the notebook when you step away instead of holding the GPU idle; restart it when you return."
@@ -420,10 +425,7 @@ def _stop_idle_notebooks(
         u["models"].add(j["gpu_model"])
         u["stretches"] += 1
         u["idle_s"] += st["idle_s"]
-        # samples never stand for more time than was held (the waste taxonomy's clamp, as _reclaim_idle)
-        rate = j["rate_usd_per_gpu_s"] * (
-            min(1.0, j["held_gpu_s"] / j["covered_gpu_s"]) if j["covered_gpu_s"] else 1.0
-        )
+        rate = j["rate_usd_per_gpu_s"] * _held_share(j)
         u["idle_usd"] += st["idle_s"] * rate
         cut = max(0.0, st["idle_s"] - stop_s) * rate
         u["saving"] += cut
