@@ -421,17 +421,15 @@ def chunk_span(opts: PullOptions, gpus: int, metrics: set[str] | None = None) ->
 def fleet_size(
     client: PromClient, opts: PullOptions, hosts: list[str], start: int, end: int
 ) -> tuple[int, set[str]]:
-    """What the pull will see, for sizing its chunks: GPUs (the distinct UUIDs the exporter labelled
-    DCGM_FI_DEV_GPU_UTIL with over the range, else 8 a host, an HGX/DGX node) and the DCGM fields present."""
-    names = "|".join(METRIC_NAMES)
-    present = set(
-        client.label_values(
-            "__name__", selector(f'__name__=~"{names}"', opts.match), start, end + opts.step_s
-        )
-    )
-    uuids = client.label_values(
-        "UUID", selector('__name__="DCGM_FI_DEV_GPU_UTIL"', opts.match), start, end + opts.step_s
-    )
+    """What the pull will see, for sizing its chunks: GPUs (the distinct GPU UUIDs on the fields it reads over
+    the range, under dcgm-exporter's ``UUID`` label or a relabelled ``uuid``, as collectors.dcgm reads them;
+    else 8 a host, an HGX/DGX node) and the DCGM fields present. A MIG instance shares its card's UUID, so a
+    MIG fleet is sized low: the chunk that then runs out of memory is pulled again in halves."""
+    names = selector(f'__name__=~"{"|".join(METRIC_NAMES)}"', opts.match)
+    present = set(client.label_values("__name__", names, start, end + opts.step_s))
+    uuids = {
+        u for label in ("UUID", "uuid") for u in client.label_values(label, names, start, end + opts.step_s)
+    }
     return len(uuids) or 8 * len(hosts) or 1, present
 
 

@@ -24,6 +24,7 @@ from collectors.prometheus_pull import (
     PromClient,
     PullOptions,
     chunk_span,
+    fleet_size,
     host_batches,
     parse_duration,
     parse_time,
@@ -321,3 +322,25 @@ def test_tls_is_verified_against_the_ca_file_or_skipped_with_insecure(self_signe
             PromClient(PullOptions(url=srv.url, retries=0)).label_values("Hostname", "up", 0, 60)
         assert PromClient(PullOptions(url=srv.url, ca_file=str(cert))).label_values("Hostname", "up", 0, 60)
         assert PromClient(PullOptions(url=srv.url, insecure=True)).label_values("Hostname", "up", 0, 60)
+
+
+def test_the_fleet_is_counted_under_either_spelling_of_the_uuid_label():
+    """dcgm-exporter labels a GPU ``UUID``; a relabelling scrape config writes ``uuid`` (collectors.dcgm reads
+    both). The pull sizes its chunks by the distinct UUIDs of either, and by 8 GPUs a host without any."""
+
+    def labels(values: list[str]) -> tuple[int, dict[str, str], bytes]:
+        return 200, {}, json.dumps({"status": "success", "data": values}).encode()
+
+    opts = PullOptions(url="", step_s=60)
+    names = labels(["DCGM_FI_DEV_GPU_UTIL"])
+    # answered in turn: __name__, UUID, uuid
+    answers = [names, labels([]), labels(["GPU-a", "GPU-b", "GPU-c"])]
+    with TinyServer(answers) as srv, PromClient(PullOptions(url=srv.url)) as client:
+        assert fleet_size(client, opts, ["h1"], 0, 3_600) == (3, {"DCGM_FI_DEV_GPU_UTIL"})
+    assert [p.split("?")[0] for p, *_ in srv.seen] == [
+        "/api/v1/label/__name__/values",
+        "/api/v1/label/UUID/values",
+        "/api/v1/label/uuid/values",
+    ]
+    with TinyServer([names, labels([]), labels([])]) as srv, PromClient(PullOptions(url=srv.url)) as client:
+        assert fleet_size(client, opts, ["h1", "h2"], 0, 3_600)[0] == 16
