@@ -24,6 +24,7 @@ import datetime as dt
 import functools
 import math
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -221,12 +222,13 @@ def recommendations(
         else None
     )
     items: list[dict[str, object]] = []
+    frames: list[JobItems] = []  # the kinds with thousands of per-job items, as frames until _families
     if "reclaim_idle" in want:
-        items += _reclaim_idle(jobs, settings)
+        frames.append(_reclaim_idle(jobs, settings))
     if "stop_idle_notebooks" in want:
         items += _stop_idle_notebooks(stretches, jobs, settings)
     if "right_size_gpu" in want or inference:
-        items += _right_size(con, jobs, filters, settings, as_of, sig, view, source)
+        frames.append(_right_size(con, jobs, filters, settings, as_of, sig, view, source))
     if "fewer_gpus" in want:
         items += _fewer_gpus(con, jobs, settings, as_of)
     if "larger_batch" in want:
@@ -234,19 +236,21 @@ def recommendations(
     if "use_spot" in want:
         items += _use_spot(con, jobs, as_of)
     if "mig_slice" in want or inference:
-        items += _mig_slice(jobs, settings)
+        frames.append(_mig_slice(jobs, settings))
     if "fix_input_pipeline" in want:
         items += input_pipeline_items(jobs)
     if inference:
         assert waste is not None
-        sized = {k for it in items if it["kind"] in SIZING_KINDS for k in it["job_ids"]}
+        sized = {k for f in frames if f.kind in SIZING_KINDS for k in f.rows["job_id"]}
         underused = {
             k: v
             for k, v in zip(waste["job_id"], waste["underused_usd"], strict=True)
             if v is not None and v > 0
         }
         items += inference_items(jobs, underused, sized)
-    items = _families([it for it in items if it["kind"] in want], names)
+    items = _families(
+        [it for it in items if it["kind"] in want], names, [f for f in frames if f.kind in want]
+    )
     if want & set(FAILURE_ADVICE):
         assert waste is not None
         failed = {
@@ -368,28 +372,42 @@ def _held_share(j: Mapping[str, object]) -> float:
     return min(1.0, j["held_gpu_s"] / covered) if covered else 1.0  # type: ignore[operator]
 
 
-def _reclaim_idle(jobs: pl.DataFrame, settings: Settings) -> list[dict[str, object]]:
+def _reclaim_idle(jobs: pl.DataFrame, settings: Settings) -> JobItems:
     """Per job: idle stretches on GPUs it otherwise used; saving = rate × idle GPU-seconds."""
-    items = []
-    for j in jobs.filter(
+    rows = jobs.filter(
         (pl.col("idle_s_on_used_gpus") > 0) & pl.col("rate_usd_per_gpu_s").is_not_null()
-    ).to_dicts():
-        idle_s = j["idle_s_on_used_gpus"]
-        saving = j["rate_usd_per_gpu_s"] * _held_share(j) * idle_s
-        notebook = j["kind"] == "interactive"
-        action = (
-            "Stop the notebook when you step away instead of holding the GPU idle; restart it when you return."
-            if notebook
-            else "Release idle GPUs: end the job when its work is done, or fix what stalls it (data, a hung step)."
+    ).select(
+        *ITEM_FIELDS,
+        "idle_s_on_used_gpus",
+        "idle_stretches",
+        (pl.col("rate_usd_per_gpu_s") * held_share_expr() * pl.col("idle_s_on_used_gpus")).alias(
+            "saving_usd"
+        ),
+        pl.when(pl.col("kind") == "interactive")
+        .then(
+            pl.lit(
+                "Stop the notebook when you step away instead of holding the GPU idle; restart it when you return."
+            )
         )
-        evidence = (
-            f"{_label(j)} {_held(j)}; {idle_s / 3600:.1f} GPU-hours sat idle (≤ {settings.idle_util_pct:g} % for "
-            f"≥ {settings.idle_min_minutes:g} min, {j['idle_stretches']} stretch(es)): ${saving:,.2f} idle."
+        .otherwise(
+            pl.lit(
+                "Release idle GPUs: end the job when its work is done, or fix what stalls it (data, a hung step)."
+            )
         )
-        items.append(
-            _job_item(j, "reclaim_idle", evidence, action, saving, "high", "time", ("idle_allocated_usd",))
-        )
-    return items
+        .alias("action"),
+        pl.lit("high").alias("confidence"),
+    )
+    return JobItems(
+        "reclaim_idle", rows, functools.partial(_reclaim_evidence, settings), "time", ("idle_allocated_usd",)
+    )
+
+
+def _reclaim_evidence(settings: Settings, j: dict[str, Any]) -> str:
+    idle_s = j["idle_s_on_used_gpus"]
+    return (
+        f"{_label(j)} {_held(j)}; {idle_s / 3600:.1f} GPU-hours sat idle (≤ {settings.idle_util_pct:g} % for "
+        f"≥ {settings.idle_min_minutes:g} min, {j['idle_stretches']} stretch(es)): ${j['saving_usd']:,.2f} idle."
+    )
 
 
 def _stop_idle_notebooks(
@@ -474,42 +492,50 @@ def _right_size(
     sig: pl.DataFrame,
     view: pl.DataFrame,
     source: Source = "auto",
-) -> list[dict[str, object]]:
+) -> JobItems:
     """Per job: the cheaper catalog GPU of analytics.diagnoses.right_size; saving = GPU-hours × Δprice.
 
     With the default source, ``sig`` and ``view`` are right_size's own defaults for the view (the shared
     view_signals, the view_jobs_sql rows): inside a sharing block, the shared result the diagnoses use too."""
-    items = []
     sized = (
         view_right_size(con, filters=filters, settings=settings, as_of=as_of)
         if source == "auto" and active(con)
         else right_size(con, filters=filters, settings=settings, as_of=as_of, signals=sig, view=view)
     )
-    by_id = rows_by_id(jobs, sized["job_id"])
-    for r in sized.to_dicts():
-        j = by_id[r["job_id"]]
-        saving = r["gpu_hours"] * (r["rate_usd_per_gpu_hour"] - r["candidate_usd_per_gpu_hour"])
-        action = f"Run it on {r['candidate']} instead of {r['gpu_model']}."
-        items.append(
-            _job_item(
-                j,
-                "right_size_gpu",
-                functools.partial(_right_size_evidence, j, r, saving),
-                action,
-                saving,
-                "medium" if r["basis"].startswith("SM-active") else "low",
-                "price",
-            )
-        )
-    return items
+    rows = sized.select(
+        "job_id",
+        *RIGHT_SIZE_EVIDENCE,
+        (
+            pl.col("gpu_hours") * (pl.col("rate_usd_per_gpu_hour") - pl.col("candidate_usd_per_gpu_hour"))
+        ).alias("saving_usd"),
+        pl.format("Run it on {} instead of {}.", "candidate", "gpu_model").alias("action"),
+        pl.when(pl.col("basis").str.starts_with("SM-active"))
+        .then(pl.lit("medium"))
+        .otherwise(pl.lit("low"))
+        .alias("confidence"),
+    ).join(jobs.select(ITEM_FIELDS), on="job_id", how="left", maintain_order="left")
+    return JobItems("right_size_gpu", rows, _right_size_evidence, "price")
 
 
-def _right_size_evidence(j: dict[str, object], r: dict[str, Any], saving: float) -> str:
+# the right_size columns an item's evidence reads
+RIGHT_SIZE_EVIDENCE = (
+    "peak_mem_mib",
+    "busy_pct",
+    "basis",
+    "candidate",
+    "candidate_mem_mib",
+    "busy_pct_there",
+    "candidate_usd_per_gpu_hour",
+    "rate_usd_per_gpu_hour",
+)
+
+
+def _right_size_evidence(r: dict[str, Any]) -> str:
     return (
-        f"{_label(j)} {_held(j)}, peaking at {r['peak_mem_mib'] / 1024:.1f} GiB of memory at "
+        f"{_label(r)} {_held(r)}, peaking at {r['peak_mem_mib'] / 1024:.1f} GiB of memory at "
         f"{r['busy_pct']:.0f} % {r['basis']}; {r['candidate']} ({r['candidate_mem_mib'] / 1024:.0f} GiB) would "
         f"run the same work ~{r['busy_pct_there']:.0f} % busy at ${r['candidate_usd_per_gpu_hour']:.2f}/GPU-h "
-        f"instead of ${r['rate_usd_per_gpu_hour']:.2f}: ${saving:,.2f} less."
+        f"instead of ${r['rate_usd_per_gpu_hour']:.2f}: ${r['saving_usd']:,.2f} less."
     )
 
 
@@ -636,13 +662,55 @@ def text(evidence: str | Callable[[], str]) -> str:
     return evidence() if callable(evidence) else evidence
 
 
+@dataclass(frozen=True)
+class JobItems:
+    """The per-job items of one kind as a frame, one row an item, until :func:`_families` groups them.
+
+    Why: the kinds with thousands of items (right_size_gpu: 9.6 k on a 50 M-sample ledger, which collapse
+    into 130 family cards) made a dict and an evidence sentence per job that no card showed. ``rows`` holds
+    the job's ITEM_FIELDS, ``saving_usd``, ``action``, ``confidence`` and what ``evidence(row)`` reads; only
+    the items a card shows (a single run, the largest of a family) become dicts (:meth:`item`)."""
+
+    kind: str
+    rows: pl.DataFrame
+    evidence: Callable[[dict[str, Any]], str]
+    lever: str
+    addresses: tuple[str, ...] = ("underused_usd",)
+
+    def item(self, i: int) -> dict[str, object]:
+        r = self.rows.row(i, named=True)
+        return _job_item(
+            r,
+            self.kind,
+            functools.partial(self.evidence, r),
+            str(r["action"]),
+            r["saving_usd"],
+            str(r["confidence"]),
+            self.lever,
+            self.addresses,
+        )
+
+
+def held_share_expr() -> pl.Expr:
+    """:func:`_held_share` as a polars expression over held_gpu_s and covered_gpu_s."""
+    covered = pl.col("covered_gpu_s")
+    return (
+        pl.when(covered.is_not_null() & (covered != 0))
+        .then(pl.min_horizontal(pl.lit(1.0), pl.col("held_gpu_s") / covered))
+        .otherwise(pl.lit(1.0))
+    )
+
+
 def _families(
-    items: list[dict[str, object]], by_id: Mapping[str, Mapping[str, object]]
+    items: list[dict[str, object]],
+    by_id: Mapping[str, Mapping[str, object]],
+    frames: Collection[JobItems] = (),
 ) -> list[dict[str, object]]:
     """Near-identical job items of one run family (same kind, user, name stem and action) become one
     family card: "4 runs of X: …", its money the sum, its confidence the lowest, recurring.
 
-    ``by_id``: job id → at least the job's ``job_id`` and ``name``."""
+    ``by_id``: job id → at least the job's ``job_id`` and ``name`` (for the dict ``items``); ``frames``: more
+    job items, as :class:`JobItems` (grouped as a frame: a kind is either dicts or a frame, never both)."""
     groups: dict[tuple[object, ...], list[dict[str, object]]] = {}
     out: list[dict[str, object]] = []
     for it in items:
@@ -652,34 +720,100 @@ def _families(
         j = by_id[str(it["target"])]
         key = (it["kind"], it["user_name"], family_stem(j.get("name"), str(j["job_id"])), it["action"])
         groups.setdefault(key, []).append(it)
-    rank = {"high": 2, "medium": 1, "low": 0}
     for (_kind, user, stem, _), its in groups.items():
         if len(its) == 1:
-            out.append({**its[0], "evidence": text(its[0]["evidence"])})
+            out.append({**its[0], "evidence": text(its[0]["evidence"])})  # type: ignore[arg-type]
             continue
-        # largest saving first; savings equal to a millionth of a dollar (the same job shape, summed in
-        # another order) by job id, so which run the card names does not hang on float rounding
-        its = sorted(its, key=lambda i: (-round(float(i["saving_usd"]), 6), str(i["target"])))
-        top = its[0]
-        saving = sum(float(i["saving_usd"]) for i in its)
-        ids = [i["target"] for i in its]
-        card = dict(top)
-        card.update(
-            {
-                "target_type": "family",
-                "target": f"{user}/{stem}",
-                "evidence": f"{len(its)} runs of family {stem} ({user}: {_some(ids)}), "
-                f"${saving:,.2f} in all. The largest: {text(top['evidence'])}",
-                "saving_usd": saving,
-                "confidence": min((str(i["confidence"]) for i in its), key=lambda c: rank.get(c, 0)),
-                "job_ids": [k for i in its for k in i["job_ids"]],
-                "job_saving_usd": [v for i in its for v in i["job_saving_usd"]],
-                "job_cost_usd": [v for i in its for v in i["job_cost_usd"]],
-                "recurring": True,
-            }
+        its = sorted(its, key=lambda i: _run_order(float(i["saving_usd"]), str(i["target"])))  # type: ignore[arg-type]
+        out.append(
+            _card(
+                str(user),
+                str(stem),
+                its[0],
+                [float(i["saving_usd"]) for i in its],  # type: ignore[arg-type]
+                [str(i["target"]) for i in its],
+                [str(i["confidence"]) for i in its],
+                [k for i in its for k in i["job_ids"]],  # type: ignore[attr-defined]
+                [v for i in its for v in i["job_saving_usd"]],  # type: ignore[attr-defined]
+                [v for i in its for v in i["job_cost_usd"]],  # type: ignore[attr-defined]
+            )
         )
-        out.append(card)
+    for f in frames:
+        out += _frame_families(f)
     return out
+
+
+def _run_order(saving: float, target: str) -> tuple[float, str]:
+    """A family's runs, largest saving first; savings equal to a millionth of a dollar (the same job shape,
+    summed in another order) by job id, so which run the card names does not hang on float rounding."""
+    return -round(saving, 6), target
+
+
+def _frame_families(f: JobItems) -> list[dict[str, object]]:
+    """:func:`_families` of one kind's frame: grouped in polars, a dict made only for each card's top run."""
+    if f.rows.is_empty():
+        return []
+    rows = f.rows.select(
+        pl.int_range(pl.len()).alias("i"),
+        "job_id",
+        "user_name",
+        "name",
+        "action",
+        "saving_usd",
+        "confidence",
+        "cost_usd",
+    )
+    order = [_run_order(float(v), str(k)) for v, k in zip(rows["saving_usd"], rows["job_id"], strict=True)]
+    rows = rows.with_columns(
+        pl.Series(
+            "stem", [family_stem(n, str(k)) for n, k in zip(rows["name"], rows["job_id"], strict=True)]
+        ),
+        pl.Series("o1", [o[0] for o in order], dtype=pl.Float64),
+        pl.Series("o2", [o[1] for o in order], dtype=pl.Utf8),
+    ).sort("o1", "o2")
+    grouped = rows.group_by("user_name", "stem", "action", maintain_order=True).agg(
+        "i", "job_id", "saving_usd", "confidence", "cost_usd"
+    )
+    out: list[dict[str, object]] = []
+    for user, stem, _, idx, ids, savings, confidences, costs in grouped.iter_rows():
+        top = f.item(idx[0])
+        if len(idx) == 1:
+            out.append({**top, "evidence": text(top["evidence"])})  # type: ignore[arg-type]
+        else:
+            out.append(_card(str(user), str(stem), top, savings, ids, confidences, ids, savings, costs))
+    return out
+
+
+def _card(
+    user: str,
+    stem: str,
+    top: dict[str, object],
+    savings: list[float],
+    ids: list[str],
+    confidences: list[str],
+    job_ids: list[object],
+    job_savings: list[object],
+    job_costs: list[object],
+) -> dict[str, object]:
+    """The family card of runs (ordered by :func:`_run_order`) whose largest is ``top``."""
+    rank = {"high": 2, "medium": 1, "low": 0}
+    saving = sum(savings)
+    card = dict(top)
+    card.update(
+        {
+            "target_type": "family",
+            "target": f"{user}/{stem}",
+            "evidence": f"{len(ids)} runs of family {stem} ({user}: {_some(ids)}), "
+            f"${saving:,.2f} in all. The largest: {text(top['evidence'])}",  # type: ignore[arg-type]
+            "saving_usd": saving,
+            "confidence": min(confidences, key=lambda c: rank.get(c, 0)),
+            "job_ids": job_ids,
+            "job_saving_usd": job_savings,
+            "job_cost_usd": job_costs,
+            "recurring": True,
+        }
+    )
+    return card
 
 
 # The job fields the per-job items read (_job_item, _label, _held, the notebook and batch kinds): rows_by_id
@@ -778,10 +912,9 @@ def mig_profile(
     return None
 
 
-def _mig_slice(jobs: pl.DataFrame, settings: Settings) -> list[dict[str, object]]:
+def _mig_slice(jobs: pl.DataFrame, settings: Settings) -> JobItems:
     """Per 1-GPU job on a MIG-capable card using < 30 % of it outside its idle stretches (the slice must
     serve the job when it works; idle time is reclaim_idle's): saving = cost × (1 − slice share)."""
-    items = []
     cands = with_active(jobs).filter(
         (pl.col("gpu_count") <= 1)
         & pl.col("active_util_pct").is_not_null()
@@ -790,38 +923,49 @@ def _mig_slice(jobs: pl.DataFrame, settings: Settings) -> list[dict[str, object]
         & pl.col("peak_mem_mib").is_not_null()
         & pl.col("cost_usd").is_not_null()
     )
-    for j in cands.to_dicts():
-        sm = j["active_sm_pct"]
-        basis_pct = sm if sm is not None else j["active_util_pct"]
-        found = mig_profile(
-            j["gpu_model"], j["peak_mem_mib"], basis_pct / 100.0, settings.batch_safety_fraction
+    found = [
+        mig_profile(model, peak, (sm if sm is not None else util) / 100.0, settings.batch_safety_fraction)
+        for model, peak, sm, util in zip(
+            cands["gpu_model"],
+            cands["peak_mem_mib"],
+            cands["active_sm_pct"],
+            cands["active_util_pct"],
+            strict=True,
         )
-        if found is None:
-            continue
-        name, share, mem = found
-        saving = j["cost_usd"] * (1.0 - share)
-        basis = "SM-active" if sm is not None else "utilization"
-        if j["idle_s"]:
-            basis += " outside idle stretches"
-        evidence = (
-            f"{_label(j)} {_held(j)}, peaking at {j['peak_mem_mib'] / 1024:.1f} GiB and {basis_pct:.0f} % {basis}: a "
-            f"{name} MIG slice ({mem / 1024:.1f} GiB, {_frac(share)} of the GPU) holds it, freeing "
-            f"${saving:,.2f} of GPU time for other work."
+    ]
+    rows = (
+        cands.select(*ITEM_FIELDS, "peak_mem_mib", "active_sm_pct", "active_util_pct", "idle_s")
+        .with_columns(
+            pl.Series("slice", [f[0] if f else None for f in found], dtype=pl.Utf8),
+            pl.Series("share", [f[1] if f else None for f in found], dtype=pl.Float64),
+            pl.Series("slice_mem_mib", [f[2] if f else None for f in found], dtype=pl.Float64),
         )
-        action = f"Run it on a {name} MIG slice of the {j['gpu_model']} and share the rest of the GPU."
-        items.append(
-            _job_item(
-                j,
-                "mig_slice",
-                evidence,
-                action,
-                saving,
-                "medium" if sm is not None else "low",
-                "price",
-                ("underused_usd", "idle_allocated_usd"),
-            )
-        )
-    return items
+        .filter(pl.col("slice").is_not_null())
+    )
+    rows = rows.with_columns(
+        (pl.col("cost_usd") * (1.0 - pl.col("share"))).alias("saving_usd"),
+        pl.format(
+            "Run it on a {} MIG slice of the {} and share the rest of the GPU.", "slice", "gpu_model"
+        ).alias("action"),
+        pl.when(pl.col("active_sm_pct").is_not_null())
+        .then(pl.lit("medium"))
+        .otherwise(pl.lit("low"))
+        .alias("confidence"),
+    )
+    return JobItems("mig_slice", rows, _mig_evidence, "price", ("underused_usd", "idle_allocated_usd"))
+
+
+def _mig_evidence(j: dict[str, Any]) -> str:
+    sm = j["active_sm_pct"]
+    basis_pct = sm if sm is not None else j["active_util_pct"]
+    basis = "SM-active" if sm is not None else "utilization"
+    if j["idle_s"]:
+        basis += " outside idle stretches"
+    return (
+        f"{_label(j)} {_held(j)}, peaking at {j['peak_mem_mib'] / 1024:.1f} GiB and {basis_pct:.0f} % {basis}: a "
+        f"{j['slice']} MIG slice ({j['slice_mem_mib'] / 1024:.1f} GiB, {_frac(j['share'])} of the GPU) holds it, "
+        f"freeing ${j['saving_usd']:,.2f} of GPU time for other work."
+    )
 
 
 def _gpus(n: float) -> str:
