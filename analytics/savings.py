@@ -178,7 +178,7 @@ def with_counted(recs: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def savings_total(recs: pl.DataFrame) -> dict[str, object]:
+def savings_total(recs: pl.DataFrame, *, whole: bool = False) -> dict[str, object]:
     """The deduplicated total of a recommendations frame (any subset of the list, in its ranked order).
 
     Returns ``total_usd_per_week`` (recurring items, each dollar once: the figure to show as "possible
@@ -187,6 +187,10 @@ def savings_total(recs: pl.DataFrame) -> dict[str, object]:
     ``one_off_items``, ``one_off_saved_usd`` (what the one-off items would have saved in the view beyond
     the recurring ones, each dollar once; not a weekly figure) and ``by_kind`` (kind → counted $ per week
     of its recurring items). Money is rounded to cents.
+
+    ``whole``: ``recs`` is a whole list as analytics.recommend.recommendations returns it, so its
+    ``counted_*`` columns already are what this would count (the same rule in the same order) and are
+    summed as they are; a part of a list (one kind, one owner) is counted again by itself.
     """
     if recs.is_empty():
         return {
@@ -199,8 +203,11 @@ def savings_total(recs: pl.DataFrame) -> dict[str, object]:
             "one_off_saved_usd": 0.0,
             "by_kind": {},
         }
-    recs = recs.sort(["saving_usd", "kind", "target"], descending=[True, False, False])
-    counted = recs.with_columns(*_counted_columns(recs))  # the totals need no ids or overlaps
+    if whole:
+        counted = recs
+    else:
+        recs = recs.sort(["saving_usd", "kind", "target"], descending=[True, False, False])
+        counted = recs.with_columns(*_counted_columns(recs))  # the totals need no ids or overlaps
     rec = counted.filter(pl.col("usd_per_week").is_not_null())
     once = counted.filter(pl.col("usd_per_week").is_null())
     total = float(rec["counted_usd_per_week"].sum())
@@ -225,23 +232,38 @@ def coverage(recs: pl.DataFrame, waste: pl.DataFrame, unallocated: pl.DataFrame)
     unallocated rows (cluster, gpu_model, unallocated_usd). A job's part counts as addressed, in full and
     once, when at least one item lists the job in ``job_ids`` and the part in ``addresses``; a cluster's
     unallocated $ when an item concerns its ``capacity:<cluster>:<gpu model>`` key."""
-    hit: set[tuple[str, str]] = set()
-    if not recs.is_empty():
-        for ids, parts in zip(recs["job_ids"].to_list(), recs["addresses"].to_list(), strict=True):
-            for job in ids or ():
-                for part in parts or ():
-                    hit.add((job, part))
-    by_part = {p: {"waste_usd": 0.0, "addressed_usd": 0.0} for p in WASTE_PARTS}
-    for row in waste.select("job_id", *WASTE_PARTS[:3]).iter_rows(named=True):
-        for part in WASTE_PARTS[:3]:
-            usd = row[part] or 0.0
-            by_part[part]["waste_usd"] += usd
-            if (row["job_id"], part) in hit:
-                by_part[part]["addressed_usd"] += usd
+    # (job, part) pairs some item addresses, against each job's parts: as frames (39 k jobs on a 50 M-sample
+    # ledger; a loop over their rows was 0.08 s)
+    hit = (
+        pl.DataFrame(schema={"job_id": pl.Utf8, "part": pl.Utf8})
+        if recs.is_empty()
+        else recs.select(pl.col("job_ids").alias("job_id"), pl.col("addresses").alias("part"))
+        .explode("job_id")
+        .explode("part")
+        .drop_nulls()
+        .unique()
+    )
+    parts = (
+        waste.select("job_id", *WASTE_PARTS[:3])
+        .unpivot(index="job_id", variable_name="part", value_name="usd")
+        .with_columns(pl.col("usd").fill_null(0.0))
+    )
+    waste_usd = dict(parts.group_by("part").agg(pl.col("usd").sum()).iter_rows())
+    addressed_usd = dict(
+        parts.join(hit, on=["job_id", "part"], how="semi")
+        .group_by("part")
+        .agg(pl.col("usd").sum())
+        .iter_rows()
+    )
+    by_part = {
+        p: {"waste_usd": float(waste_usd.get(p, 0.0)), "addressed_usd": float(addressed_usd.get(p, 0.0))}
+        for p in WASTE_PARTS
+    }
+    capacity_hit = set(hit.filter(pl.col("part") == "unallocated_usd")["job_id"].to_list())
     for row in unallocated.iter_rows(named=True):
         usd = row["unallocated_usd"] or 0.0
         by_part["unallocated_usd"]["waste_usd"] += usd
-        if (f"{CAPACITY_PREFIX}{row['cluster']}:{row['gpu_model']}", "unallocated_usd") in hit:
+        if f"{CAPACITY_PREFIX}{row['cluster']}:{row['gpu_model']}" in capacity_hit:
             by_part["unallocated_usd"]["addressed_usd"] += usd
     total = sum(p["waste_usd"] for p in by_part.values())
     addressed = sum(p["addressed_usd"] for p in by_part.values())

@@ -805,7 +805,7 @@ def _savings(
     # the same list the Recommendations cache holds (computed once for both, not again here)
     recs = _recommendations_cached(db_path, ver, fp, filters, _settings)
     with reader(db_path) as con, _sharing(con, db_path, ver):
-        total = rec.savings_total(recs)
+        total = rec.savings_total(recs, whole=True)
         total["coverage"] = rec.view_coverage(con, recs, filters=filters, settings=_settings)
     return total
 

@@ -52,7 +52,7 @@ else:
         shown = shown.filter(pl.col("kind").is_in(chosen))
     if owners:
         shown = shown.filter(pl.col("owner").is_in(owners))
-    total = savings_total(shown)
+    total = savings_total(shown, whole=not (chosen or owners))  # a part of the list is counted by itself
     cov = total_view.get("coverage") or {}
     cols = st.columns(3)
     cols[0].metric(

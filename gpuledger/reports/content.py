@@ -207,7 +207,7 @@ def _savings(con: duckdb.DuckDBPyConnection, recs: pl.DataFrame, kw: dict[str, A
     import analytics.recommend as recommend
     from analytics.savings import savings_total
 
-    out = dict(savings_total(recs))
+    out = dict(savings_total(recs, whole=True))  # the whole list: its counted columns as they are
     view_coverage = getattr(recommend, "view_coverage", None)
     if view_coverage is not None:
         out["coverage"] = view_coverage(con, recs, **kw)

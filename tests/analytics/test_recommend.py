@@ -491,3 +491,37 @@ def test_demo_fleet_each_kind_alone_is_the_whole_lists(demo_db):
         assert {"checkpoint_interval", "release_capacity", "larger_batch"} <= set(whole["kind"])
         for kind in sorted(set(whole["kind"])):
             _same_items(recommendations(con, kinds=[kind]), whole, {kind})
+
+
+def test_whole_list_total_and_coverage_equal_a_recount_and_a_plain_loop(demo_db):
+    """savings_total(whole=True) sums the list's own counted columns instead of counting again: the same
+    figures as counting the list again, to the cent; coverage (frames) equals a plain loop over the jobs'
+    parts, written out here as the rule says it."""
+    from analytics.recommend import view_coverage
+    from analytics.waste import WASTE_PARTS, job_waste
+
+    with writer(demo_db) as con:
+        recs = recommendations(con)
+        assert recs.height > 50
+        assert savings_total(recs, whole=True) == savings_total(recs)
+        # a part of the list is counted by itself: its counted columns are the whole list's, not its own
+        part = recs.filter(pl.col("kind") == "right_size_gpu")
+        assert savings_total(part)["total_usd_per_week"] >= float(part["counted_usd_per_week"].sum()) - 0.01
+        got = view_coverage(con, recs)
+        hit = {
+            (j, a)
+            for ids, adds in zip(recs["job_ids"], recs["addresses"], strict=True)
+            for j in ids
+            for a in adds
+        }
+        expect = {p: [0.0, 0.0] for p in WASTE_PARTS[:3]}
+        for row in job_waste(con).iter_rows(named=True):
+            for p in WASTE_PARTS[:3]:
+                expect[p][0] += row[p] or 0.0
+                expect[p][1] += (row[p] or 0.0) if (row["job_id"], p) in hit else 0.0
+        for p, (waste_usd, addressed_usd) in expect.items():
+            assert got["by_part"][p] == {
+                "waste_usd": round(waste_usd, 2),
+                "addressed_usd": round(addressed_usd, 2),
+            }
+        assert any(v[1] > 0 for v in expect.values())

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         recs = recommendations(
             con, filters=filters, settings=settings, min_usd_per_week=args.min_usd_per_week
         )
-        total = savings_total(recs)  # over every item of the view, whatever --limit shows
+        total = savings_total(recs, whole=True)  # over every item of the view, whatever --limit shows
         total["coverage"] = view_coverage(con, recs, filters=filters, settings=settings)
     if args.total:
         if args.json:
