@@ -796,21 +796,8 @@ def waste_by_week(
         .group_by("week", "key")
         .agg(*sums, pl.lit(0.0).alias("unallocated_usd"))
     )
-    key = {"cluster": "cluster", "gpu_model": "gpu_model"}.get(by)
-    # Each week's capacity on its own (as unallocated() for that week), all weeks in one query whose every
-    # partition carries the week (the shared parts: observed spans, held jobs, prices, computed once).
-    start = _data_start(con) if _sees_unallocated(filters) else None
-    end = _data_end(con, as_of)
-    built = _unallocated_windows_sql(filters, view_weeks(con, filters), settings, as_of, start, end, con)
-    un_rows = pl.DataFrame()
-    if built is not None:
-        un_rows = frame(con, *built).rename({"w_id": "week"})
+    un_rows = _week_unallocated(con, by, filters, settings, as_of)
     if un_rows.height:
-        un_rows = (
-            un_rows.with_columns(pl.col(key).alias("key") if key else pl.lit(UNALLOCATED).alias("key"))
-            .group_by("week", "key")
-            .agg(pl.col("unallocated_usd").sum())
-        )
         out = (
             pl.concat([out, un_rows], how="diagonal_relaxed")
             .group_by("week", "key")
@@ -822,6 +809,59 @@ def waste_by_week(
     )
     return out.select("week", "key", "spend_usd", *PARTS, "waste_usd").sort(
         ["week", "spend_usd", "key"], descending=[False, True, False]
+    )
+
+
+def spend_by_week(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    by: str = "team",
+    filters: Filters = ALL_FILTERS,
+    settings: Settings = DEFAULT_SETTINGS,
+    as_of: dt.datetime | None = None,
+) -> pl.DataFrame:
+    """Columns week, key, spend_usd: :func:`waste_by_week`'s spend alone (the Overview's bars), without the
+    per-job telemetry its parts need: each (job, week) piece's cost, which its parts sum to, plus each week's
+    unallocated capacity. Equal to waste_by_week's spend_usd to float rounding (test); same order."""
+    if by not in WEEK_KEYS:
+        raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(WEEK_KEYS)}")
+    as_of = as_of or horizon(con)
+    weeks = view_weeks(con, filters)
+    schema = {"week": pl.Utf8, "key": pl.Utf8, "spend_usd": pl.Float64}
+    if not weeks:
+        return pl.DataFrame(schema=schema)
+    jobs_sql, params = _job_week_costs_sql(filters, as_of, _buckets_sql(weeks))
+    jobs = frame(
+        con,
+        f"SELECT week, coalesce({by}, '(none)') AS key, sum(cost_usd) AS spend_usd FROM ({jobs_sql}) GROUP BY ALL",
+        params,
+    )
+    un_rows = _week_unallocated(con, by, filters, settings, as_of)
+    if un_rows.height:
+        jobs = pl.concat([jobs, un_rows.select("week", "key", pl.col("unallocated_usd").alias("spend_usd"))])
+    out = jobs.group_by("week", "key").agg(pl.col("spend_usd").sum())
+    return out.select(list(schema)).sort(["week", "spend_usd", "key"], descending=[False, True, False])
+
+
+def _week_unallocated(
+    con: duckdb.DuckDBPyConnection, by: str, filters: Filters, settings: Settings, as_of: dt.datetime | None
+) -> pl.DataFrame:
+    """week, key, unallocated_usd: each week's capacity on its own (as unallocated() for that week), all weeks
+    in one query whose every partition carries the week (the shared parts: observed spans, held jobs,
+    prices, computed once); under the key "unallocated" (team, user, kind) or its cluster / GPU model."""
+    key = {"cluster": "cluster", "gpu_model": "gpu_model"}.get(by)
+    start = _data_start(con) if _sees_unallocated(filters) else None
+    end = _data_end(con, as_of)
+    built = _unallocated_windows_sql(filters, view_weeks(con, filters), settings, as_of, start, end, con)
+    if built is None:
+        return pl.DataFrame()
+    un_rows = frame(con, *built).rename({"w_id": "week"})
+    if not un_rows.height:
+        return un_rows
+    return (
+        un_rows.with_columns(pl.col(key).alias("key") if key else pl.lit(UNALLOCATED).alias("key"))
+        .group_by("week", "key")
+        .agg(pl.col("unallocated_usd").sum())
     )
 
 

@@ -80,6 +80,12 @@ def summary(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
 
 
 def spend_by_team_week(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
+    from analytics.waste import spend_by_week
+
+    return spend_by_week(con, by="team", filters=f, settings=s)
+
+
+def waste_by_team_week(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:
     from analytics.waste import waste_by_week
 
     return waste_by_week(con, by="team", filters=f, settings=s)
@@ -188,7 +194,7 @@ PAGES: dict[str, list[tuple[str, Call]]] = {
     "waste": [
         ("summary", summary),
         ("waste_by team", waste_by_team),
-        ("waste_by team×week", spend_by_team_week),
+        ("waste_by team×week", waste_by_team_week),
         ("top_wasted_jobs", top_wasted_jobs),
     ],
     "jobs": [("jobs_table", jobs_table), ("job_timeline", job_timeline)],

@@ -14,7 +14,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from analytics.filters import Filters
-from analytics.waste import PARTS, view_weeks, waste_by, waste_by_week
+from analytics.waste import PARTS, spend_by_week, view_weeks, waste_by, waste_by_week
 from gpuledger.ledger.reference import load_reference
 from gpuledger.ledger.settings import Capacity, ClusterSettings, Settings
 from tests.analytics.build import H100, alloc, gpu, ingest, job, series, set_test_prices
@@ -113,6 +113,43 @@ def test_equals_waste_by_run_once_per_week(con, filters, source):
     got = waste_by_week(con, by="team", filters=filters, settings=SETTINGS, source=source).sort("week", "key")
     assert got.height == expected.height > 0
     assert_frame_equal(got, expected, check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
+
+
+@pytest.mark.parametrize("by", ["team", "cluster", "gpu_model"])
+@pytest.mark.parametrize(
+    "filters",
+    [Filters(), Filters(teams=("nlp",)), Filters(since=dt.date(2025, 3, 10), clusters=("c1",))],
+    ids=["all", "team", "from-monday-one-cluster"],
+)
+def test_spend_alone_equals_the_spend_of_the_parts(con, filters, by):
+    """spend_by_week (the Overview's bars, without telemetry) gives waste_by_week's spend, row for row."""
+    got = spend_by_week(con, by=by, filters=filters, settings=SETTINGS)
+    expected = waste_by_week(con, by=by, filters=filters, settings=SETTINGS).select(
+        "week", "key", "spend_usd"
+    )
+    assert got.height == expected.height > 0
+    assert_frame_equal(got, expected, check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def test_spend_alone_by_hand(con):
+    rows = {
+        (r["week"], r["key"]): r["spend_usd"]
+        for r in spend_by_week(con, settings=SETTINGS).iter_rows(named=True)
+    }
+    # the job: 4 h × $4 in W10, 4 h × $6 in W11; the capacity nobody held: the same GPU-hours; the T4: 0.5 h × $0.50
+    assert rows == pytest.approx(
+        {
+            ("2025-W10", "nlp"): 16.0,
+            ("2025-W11", "nlp"): 24.0,
+            ("2025-W10", "unallocated"): 16.0,
+            ("2025-W11", "unallocated"): 24.0,
+            ("2025-W10", "unattributed"): 0.25,
+            ("2025-W11", "unattributed"): 0.25,
+        }
+    )
+    with pytest.raises(ValueError, match="unknown grouping 'week'"):
+        spend_by_week(con, by="week")
+    assert spend_by_week(con, filters=Filters(since=dt.date(2030, 1, 1))).is_empty()
 
 
 def test_view_weeks_cover_the_data_and_an_unknown_key_is_refused(con):
