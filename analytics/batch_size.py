@@ -697,6 +697,39 @@ BATCH_COLUMNS = {
 }
 
 
+# the job fields batch_recommendations reads of each job
+PLAN_FIELDS = (
+    "job_id",
+    "name",
+    "user_name",
+    "team",
+    "state",
+    "model",
+    "family",
+    "gpu_model",
+    "gpu_count",
+    "card_mem_mib",
+    "batch_size",
+    "params",
+    "precision",
+    "optimizer",
+    "util_pct",
+    "grad_accum",
+    "grad_noise_scale",
+    "seq_len",
+    "hidden_size",
+    "n_layers",
+    "cost_usd",
+    "tokens_per_s",
+    "gpu_hours",
+    "span_start",
+    "span_end",
+    "start_ts",
+    "end_ts",
+    "epochs",
+)
+
+
 def batch_recommendations(
     con: duckdb.DuckDBPyConnection,
     *,
@@ -780,9 +813,12 @@ def batch_recommendations(
         pl.col("kind").is_in(TRAINING_KINDS) & ~pl.col("state").is_in(list(FAILED_STATES)).fill_null(False)
     )
     rows: list[dict[str, object]] = []
+    # only the jobs a plan can be made for, and only the fields it reads, become dicts (per cell: 5.8 k
+    # training jobs of 60 columns on a 50 M-sample ledger)
+    jobs = jobs.filter(pl.col("family").is_in(list(points)) & pl.col("card_mem_mib").is_not_null()).select(
+        PLAN_FIELDS
+    )
     for job in jobs.to_dicts():
-        if job["family"] not in points or job["card_mem_mib"] is None:
-            continue
         mem_pts, tput_pts, largest = points[job["family"]]
         plan = plan_batch(
             current_batch=int(job["batch_size"]),
