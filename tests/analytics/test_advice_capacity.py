@@ -6,6 +6,8 @@ H100; the ledger's data runs from T0 (the first job start) to 20:00 (the last jo
 
 from __future__ import annotations
 
+import datetime as dt
+
 import polars as pl
 import pytest
 
@@ -51,6 +53,32 @@ def test_hourly_held_gpus(con):
     held = hourly_held(con, "c1", H100, T0, hi)
     # hour 0: 6 + 1 + 1 = 8; hours 1–9: base + half = 2; hours 10–19: base = 1
     assert held == [8.0] + [2.0] * 9 + [1.0] * 10
+
+
+# The rule as plain SQL: every hour of the window against every job that overlaps it (what hourly_held_many
+# computed before it summed each job's own hours).
+HOURS_BY_RANGE_JOIN = """
+    WITH hours AS (SELECT unnest(generate_series(?::TIMESTAMP, ?::TIMESTAMP - INTERVAL 1 HOUR, INTERVAL 1 HOUR)) AS h),
+    j AS (SELECT gpu_count, start_ts, coalesce(end_ts, ?::TIMESTAMP) AS end_ts FROM jobs
+          WHERE cluster = ? AND gpu_model = ? AND start_ts IS NOT NULL)
+    SELECT coalesce(sum(j.gpu_count * greatest(0, epoch(least(j.end_ts, h + INTERVAL 1 HOUR) - greatest(j.start_ts, h))))
+                    / 3600.0, 0)
+    FROM hours LEFT JOIN j ON j.start_ts < h + INTERVAL 1 HOUR AND j.end_ts > h GROUP BY h ORDER BY h
+"""
+
+
+@pytest.mark.parametrize(
+    ("start_min", "length_min"),
+    [(0, 1200), (-90, 300), (30, 61), (45, 150), (595, 600), (1190, 240), (-600, 100), (17, 1)],
+)
+def test_hourly_held_equals_every_hour_against_every_job(con, start_min, length_min):
+    """Windows starting off the hour, ending mid-hour (the partial hour is no hour of the window), before
+    the data, past it, and shorter than an hour (no hours)."""
+    lo = T0 + dt.timedelta(minutes=start_min)
+    hi = lo + dt.timedelta(minutes=length_min)
+    expected = [r[0] for r in con.execute(HOURS_BY_RANGE_JOIN, [lo, hi, hi, "c1", H100]).fetchall()]
+    assert len(expected) == length_min // 60
+    assert hourly_held(con, "c1", H100, lo, hi) == pytest.approx(expected, abs=1e-9)
 
 
 def test_offpeak_hours_count_stretches_of_two_hours_or_more():
