@@ -127,9 +127,17 @@ SHARED_SEGMENTS_SQL = """
         UNION ALL  -- a host-level allocation's card ties (collectors/attribute.py): one whole card each
         SELECT job_id, gpu_id, 1.0, start_ts, coalesce(end_ts, TIMESTAMP '9999-12-31') FROM host_attribution
     ),
-    multi AS (  -- GPUs that two jobs' allocations name at overlapping times
-        SELECT DISTINCT x.gpu_id FROM ga x JOIN ga y
-          ON x.gpu_id = y.gpu_id AND x.job_id < y.job_id AND x.a_from < y.a_to AND y.a_from < x.a_to
+    -- GPUs where two jobs' extents (first to last of a job's rows on the GPU) overlap: every GPU that two
+    -- jobs' allocations name at overlapping times, and a few more (a job's two rows around another job's),
+    -- which the stretches below, of more than one job only, leave out again. One sort per GPU instead of
+    -- joining each GPU's rows pairwise (50 M-sample ledger, 66 k rows: 0.05 -> 0.03 s).
+    ext AS (SELECT gpu_id, job_id, min(a_from) AS a_from, max(a_to) AS a_to FROM ga GROUP BY gpu_id, job_id),
+    multi AS (
+        SELECT DISTINCT gpu_id FROM (
+            SELECT gpu_id, a_from < max(a_to) OVER (PARTITION BY gpu_id ORDER BY a_from, a_to
+                                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS hit
+            FROM ext)
+        WHERE hit
     ),
     pts AS (SELECT gpu_id, a_from AS t FROM ga WHERE gpu_id IN (SELECT gpu_id FROM multi)
             UNION SELECT gpu_id, a_to FROM ga WHERE gpu_id IN (SELECT gpu_id FROM multi)),

@@ -96,3 +96,32 @@ def test_host_level_card_ties_of_two_jobs_on_one_card_split_it(ledger):
     rows = {r["job_id"]: r for r in job_costs(ledger).iter_rows(named=True)}
     assert rows["a"]["cost_usd"] == pytest.approx(2 * RATE / 2)  # half of 1 card × 2 h each
     assert rows["a"]["cost_usd"] + rows["b"]["cost_usd"] == pytest.approx(2 * RATE)
+
+
+def test_a_job_around_another_or_twice_on_one_gpu_is_no_sharing(ledger):
+    """GPUs whose jobs' extents overlap are only candidates: a job's two rows around another job's (a
+    requeue on the same card), or one job's rows twice over, share nothing; a third job that does overlap
+    one of them does."""
+    set_test_prices(ledger)
+    ingest(
+        ledger,
+        jobs=[job("a", 0, 180), job("b", 60, 120), job("c", 0, 60), job("d", 30, 90)],
+        allocations=[
+            alloc("a", "h1:0", 0, 60),
+            alloc("a", "h1:0", 120, 180),
+            alloc("b", "h1:0", 60, 120),
+            alloc("c", "h2:0", 0, 60),
+            alloc("c", "h2:0", 0, 60),  # the same row from a second source
+            alloc("d", "h3:0", 30, 90),
+            alloc("c", "h3:0", 0, 60),
+        ],
+        gpus=[gpu("h1:0"), gpu("h2:0"), gpu("h3:0")],
+    )
+    rows = {r["job_id"]: r for r in job_costs(ledger).iter_rows(named=True)}
+    assert rows["a"]["oversubscribed_gpu_hours"] == rows["b"]["oversubscribed_gpu_hours"] == 0.0
+    assert rows["a"]["cost_usd"] == pytest.approx(3 * RATE)
+    assert rows["b"]["cost_usd"] == pytest.approx(1 * RATE)
+    # c and d on h3:0 overlap 30-60: half an hour shared, half of it each (c also holds h2:0 alone)
+    assert rows["d"]["oversubscribed_gpu_hours"] == pytest.approx(0.25)
+    assert rows["c"]["oversubscribed_gpu_hours"] == pytest.approx(0.25)
+    assert rows["c"]["cost_usd"] + rows["d"]["cost_usd"] == pytest.approx((1.0 + 1.0 - 0.25 - 0.25) * RATE)
