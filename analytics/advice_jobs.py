@@ -74,15 +74,29 @@ def inference_items(
 ) -> list[dict[str, object]]:
     """consolidate_inference items. ``underused``: job_id → its underused $ (analytics.waste);
     ``covered``: jobs a right_size_gpu or mig_slice item already covers."""
-    cands = with_active(jobs).filter(
-        (pl.col("kind") == "inference")
-        & pl.col("active_util_pct").is_not_null()
-        & (pl.col("active_util_pct") < SERVE_LOW_UTIL_PCT)
-        & ~pl.col("job_id").is_in(list(covered))
-        & pl.col("cost_usd").is_not_null()
+    cands = (
+        with_active(jobs)
+        .filter(
+            (pl.col("kind") == "inference")
+            & pl.col("active_util_pct").is_not_null()
+            & (pl.col("active_util_pct") < SERVE_LOW_UTIL_PCT)
+            & ~pl.col("job_id").is_in(list(covered))
+            & pl.col("cost_usd").is_not_null()
+        )
+        .select(
+            "job_id",
+            "name",
+            "user_name",
+            "team",
+            "cost_usd",
+            "gpu_count",
+            "gpu_model",
+            "hours",
+            "active_util_pct",
+        )
     )
     items = []
-    for j in cands.to_dicts():
+    for j in cands.to_dicts():  # the fields read below alone: to_dicts costs per cell
         saving = underused.get(j["job_id"], 0.0)
         if saving <= 0:
             continue

@@ -144,16 +144,24 @@ def counted_savings(recs: pl.DataFrame) -> list[float]:
 
 
 def overlaps(recs: pl.DataFrame) -> list[list[str]]:
-    """Per row: the ids of the other rows that concern at least one of its jobs."""
-    ids = item_ids(recs)
-    by_job: dict[str, list[str]] = defaultdict(list)
-    for item, jobs in zip(ids, recs["job_ids"], strict=True):
-        for job in jobs:
-            by_job[job].append(item)
-    return [
-        sorted({o for job in jobs for o in by_job[job] if o != item})
-        for item, jobs in zip(ids, recs["job_ids"], strict=True)
-    ]
+    """Per row: the ids of the other rows that concern at least one of its jobs (sorted).
+
+    As a self-join of the rows' (row, job) pairs on the job: a family card lists thousands of jobs (15 k job
+    entries in a 50 M-sample ledger's 340 items), each in one to three items."""
+    if recs.is_empty():
+        return []
+    pairs = pl.DataFrame(
+        {"row": range(recs.height), "item": item_ids(recs), "job": recs["job_ids"]},
+        schema={"row": pl.Int64, "item": pl.Utf8, "job": pl.List(pl.Utf8)},
+    ).explode("job")
+    others = (
+        pairs.join(pairs.select("job", pl.col("item").alias("other")), on="job")
+        .filter(pl.col("other") != pl.col("item"))
+        .group_by("row")
+        .agg(pl.col("other").unique().sort())
+    )
+    by_row = dict(zip(others["row"].to_list(), others["other"].to_list(), strict=True))
+    return [by_row.get(i, []) for i in range(recs.height)]
 
 
 def _counted_columns(recs: pl.DataFrame) -> list[pl.Series]:
