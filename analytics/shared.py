@@ -188,19 +188,31 @@ def shared(fn: F) -> F:
     first = next(iter(signature.parameters))  # the connection
     takes_as_of = "as_of" in signature.parameters
 
-    @functools.wraps(fn)
-    def wrapper(con: duckdb.DuckDBPyConnection, *args: Any, **kwargs: Any) -> Any:
-        store = _active(con)
-        if store is None or args:
-            return fn(con, *args, **kwargs)
+    def key_of(
+        con: duckdb.DuckDBPyConnection, kwargs: dict[str, Any]
+    ) -> tuple[dict[str, Any], Hashable | None]:
+        """The keywords with their defaults filled in, and the result's key (None: not sharable)."""
         bound = signature.bind(con, **kwargs)
         bound.apply_defaults()
         kwargs = {k: v for k, v in bound.arguments.items() if k != first}
         if takes_as_of and kwargs.get("as_of") is None:
             kwargs["as_of"] = horizon(con)
         try:
-            key = (fn.__module__, fn.__qualname__, tuple(sorted((k, _arg_key(v)) for k, v in kwargs.items())))
+            return kwargs, (
+                fn.__module__,
+                fn.__qualname__,
+                tuple(sorted((k, _arg_key(v)) for k, v in kwargs.items())),
+            )
         except TypeError:
+            return kwargs, None
+
+    @functools.wraps(fn)
+    def wrapper(con: duckdb.DuckDBPyConnection, *args: Any, **kwargs: Any) -> Any:
+        store = _active(con)
+        if store is None or args:
+            return fn(con, *args, **kwargs)
+        kwargs, key = key_of(con, kwargs)
+        if key is None:
             return fn(con, **kwargs)
         if key in store:
             store.move_to_end(key)
@@ -212,7 +224,21 @@ def shared(fn: F) -> F:
                 store.popitem(last=False)
         return _copy(out)
 
+    wrapper.shared_key = key_of  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
+
+
+def kept(fn: Callable[..., Any], con: duckdb.DuckDBPyConnection, **kwargs: Any) -> Any:
+    """What ``fn`` (a :func:`shared` function) returned for these keywords in this block's state, if it has
+    been computed already; else None (nothing is computed). For a cheaper path that a result computed for
+    another purpose contains (the view's capacity inside the per-week capacity: analytics.waste)."""
+    store = _active(con)
+    if store is None:
+        return None
+    _, key = fn.shared_key(con, kwargs)  # type: ignore[attr-defined]
+    if key is None or key not in store:
+        return None
+    return _copy(store[key])
 
 
 def clear() -> None:

@@ -190,11 +190,11 @@ def weekly_report(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> An
 # page; a call another page already made is still listed: the table is per page, each cold).
 PAGES: dict[str, list[tuple[str, Call]]] = {
     "sidebar": [("filter_choices", sidebar_choices), ("caption+has_data", sidebar_caption)],
-    "overview": [("summary", summary), ("spend_by_team_week", spend_by_team_week)],
+    "overview": [("spend_by_team_week", spend_by_team_week), ("summary", summary)],
     "waste": [
+        ("waste_by team×week", waste_by_team_week),
         ("summary", summary),
         ("waste_by team", waste_by_team),
-        ("waste_by team×week", waste_by_team_week),
         ("top_wasted_jobs", top_wasted_jobs),
     ],
     "jobs": [("jobs_table", jobs_table), ("job_timeline", job_timeline)],

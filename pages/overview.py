@@ -13,6 +13,9 @@ from pages._ui import delta, md, na, no_rows, not_ready, num, pct, usd
 
 filters = _data.open_page("Overview", caption=False)
 try:
+    # the bars' data first: their per-week capacity statement holds the view's too, which the summary and
+    # the capacity then read (analytics.waste.unallocated_weeks) instead of computing it again
+    weekly = _data.spend_by_team_week(filters)
     s = _data.summary(filters)
     prev_filters, p = _data.previous_summary(filters)
     cap = _data.capacity(filters)
@@ -137,7 +140,6 @@ else:
 
 # ---------------------------------------------------------------- spend per team per week
 st.subheader("Spend per team per week")
-weekly = _data.spend_by_team_week(filters)
 if weekly.is_empty():
     no_rows("No priced jobs in this view.")
 else:

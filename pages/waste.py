@@ -43,9 +43,10 @@ TOP_COLUMNS = [
 
 filters = _data.open_page("Waste")
 try:
+    # the weeks first: their capacity statement holds the view's too, which the summary then reads
+    weekly = _data.waste_by_team_week(filters)
     s = _data.summary(filters)
     by_team = _data.waste_by(filters, "team")
-    weekly = _data.waste_by_team_week(filters)
     top = _data.top_wasted_jobs(filters)
 except _data.NotReady as exc:
     not_ready(exc)

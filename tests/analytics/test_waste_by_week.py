@@ -14,7 +14,16 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from analytics.filters import Filters
-from analytics.waste import PARTS, spend_by_week, view_weeks, waste_by, waste_by_week
+from analytics.shared import sharing
+from analytics.waste import (
+    PARTS,
+    spend_by_week,
+    unallocated,
+    unallocated_weeks,
+    view_weeks,
+    waste_by,
+    waste_by_week,
+)
 from gpuledger.ledger.reference import load_reference
 from gpuledger.ledger.settings import Capacity, ClusterSettings, Settings
 from tests.analytics.build import H100, alloc, gpu, ingest, job, series, set_test_prices
@@ -150,6 +159,51 @@ def test_spend_alone_by_hand(con):
     with pytest.raises(ValueError, match="unknown grouping 'week'"):
         spend_by_week(con, by="week")
     assert spend_by_week(con, filters=Filters(since=dt.date(2030, 1, 1))).is_empty()
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        Filters(),
+        Filters(since=dt.date(2025, 3, 10)),
+        Filters(until=dt.date(2025, 3, 9)),
+        Filters(clusters=("c1",)),
+        Filters(teams=("unallocated",)),
+    ],
+    ids=["all", "from-monday", "to-sunday", "one-cluster", "the-unallocated-team"],
+)
+def test_the_view_capacity_read_from_the_weeks_statement_equals_it_alone(con, filters):
+    """The Overview asks for its weeks' capacity first; the view's own then comes from that statement."""
+    alone = unallocated(con, filters=filters, settings=SETTINGS)  # outside a sharing block: computed alone
+    with sharing(con):
+        view, weeks = unallocated_weeks(con, filters=filters, settings=SETTINGS)
+        read = unallocated(con, filters=filters, settings=SETTINGS)
+    assert view is not None and alone.height > 0
+    assert_frame_equal(read, alone, check_exact=False, rel_tol=1e-12, abs_tol=1e-9)
+    # and the weeks' rows sum to it (capacity nobody held is additive over the weeks here)
+    assert weeks["unallocated_usd"].sum() == pytest.approx(alone["unallocated_usd"].sum())
+
+
+def test_an_open_view_whose_data_runs_past_its_last_midnight_computes_its_capacity_alone(ledger):
+    """A sample at 23:59:30 for 60 s ends after the midnight that ends the last day: the view's window runs to
+    that end, the weeks' stop at midnight, so the view's capacity is not read from the weeks' statement."""
+    load_reference(ledger, SETTINGS)
+    set_test_prices(ledger)
+    ingest(
+        ledger,
+        jobs=[job("j", 0, 60)],
+        allocations=[alloc("j", "h1:0", 0, 60)],
+        samples=series("h1:0", 0, [90.0] * 60) + series("h1:0", 24 * 60 - 0.5, [10.0]),
+        gpus=[gpu("h1:0")],
+    )
+    alone = unallocated(ledger, settings=SETTINGS)
+    with sharing(ledger):
+        view, _ = unallocated_weeks(ledger, settings=SETTINGS)
+        read = unallocated(ledger, settings=SETTINGS)
+    assert view is None
+    assert_frame_equal(read, alone)
+    # capacity 2 H100 declared from the first job to the end of the last sample (00:00:30 on day 2): 24 h 30 s
+    assert read["capacity_gpu_hours"].sum() == pytest.approx(2 * (24 + 30 / 3600))
 
 
 def test_view_weeks_cover_the_data_and_an_unknown_key_is_refused(con):
