@@ -364,13 +364,6 @@ def _held(j: dict[str, object]) -> str:
     return f"held {j['gpu_count']:g} × {j['gpu_model']} for {j['hours']:.1f} h{at}"
 
 
-def _held_share(j: Mapping[str, object]) -> float:
-    """held ÷ covered GPU-seconds, at most 1: samples never stand for more time than the job held (the waste
-    taxonomy's clamp; a running job's sample at the horizon, or one a source tied to it past its end)."""
-    covered = j["covered_gpu_s"]
-    return min(1.0, j["held_gpu_s"] / covered) if covered else 1.0  # type: ignore[operator]
-
-
 def _reclaim_idle(jobs: pl.DataFrame, settings: Settings) -> JobItems:
     """Per job: idle stretches on GPUs it otherwise used; saving = rate × idle GPU-seconds."""
     rows = jobs.filter(
@@ -417,7 +410,10 @@ def _stop_idle_notebooks(
     stop_s = settings.notebook_idle_stop_minutes * 60.0
     # only the jobs the loop below keeps (priced notebooks): a stretch of any other job is skipped
     by_id = rows_by_id(
-        jobs.filter((pl.col("kind") == "interactive") & pl.col("rate_usd_per_gpu_s").is_not_null())
+        jobs.filter(
+            (pl.col("kind") == "interactive") & pl.col("rate_usd_per_gpu_s").is_not_null()
+        ).with_columns((pl.col("rate_usd_per_gpu_s") * held_share_expr()).alias("held_rate")),
+        fields=(*ITEM_FIELDS, "held_rate"),
     )
     per_user: dict[str, dict[str, object]] = {}
     # only the stretches of those jobs become dicts (6 k stretches of every kind on a 50 M-sample ledger)
@@ -444,7 +440,7 @@ def _stop_idle_notebooks(
         u["models"].add(j["gpu_model"])
         u["stretches"] += 1
         u["idle_s"] += st["idle_s"]
-        rate = j["rate_usd_per_gpu_s"] * _held_share(j)
+        rate = j["held_rate"]
         u["idle_usd"] += st["idle_s"] * rate
         cut = max(0.0, st["idle_s"] - stop_s) * rate
         u["saving"] += cut
@@ -693,7 +689,9 @@ class JobItems:
 
 
 def held_share_expr() -> pl.Expr:
-    """:func:`_held_share` as a polars expression over held_gpu_s and covered_gpu_s."""
+    """held ÷ covered GPU-seconds, at most 1 (1 when nothing is covered): samples never stand for more time
+    than the job held (the waste taxonomy's clamp; a running job's sample at the horizon, or one a source tied
+    to it past its end)."""
     covered = pl.col("covered_gpu_s")
     return (
         pl.when(covered.is_not_null() & (covered != 0))
