@@ -788,7 +788,8 @@ def waste_by_week(
     """Columns week, key (``by``: team, user_name, cluster, gpu_model or kind), spend_usd, PARTS, waste_usd:
     each week's rows equal ``waste_by(by=by)`` for the view narrowed to that week (:func:`view_weeks`), so
     every job's cost is cut at week boundaries (unlike ``waste_by(by="week")``, which puts a whole job in the
-    week it starts) and all rows sum exactly to the view's spend. Unallocated capacity is computed per week,
+    week it starts) and all rows sum exactly to the view's spend; ``spend_usd`` is :func:`spend_by_week`'s,
+    which the parts sum to (to float rounding). Unallocated capacity is computed per week,
     under the key "unallocated" (team, user, kind) or its cluster / GPU model. Ordered by week, then spend
     (largest first)."""
     if by not in WEEK_KEYS:
@@ -808,8 +809,10 @@ def waste_by_week(
             .group_by("week", "key")
             .agg(pl.col(p).sum() for p in PARTS)
         )
-    out = out.with_columns(
-        pl.sum_horizontal(*PARTS).alias("spend_usd"),
+    # the spend is spend_by_week's (the Overview's bars): one figure for one number, which the parts sum to
+    spend = spend_by_week(con, by=by, filters=filters, settings=settings, as_of=as_of)
+    out = out.join(spend, on=["week", "key"], how="left").with_columns(
+        pl.coalesce("spend_usd", pl.sum_horizontal(*PARTS)).alias("spend_usd"),
         pl.sum_horizontal(*WASTE_PARTS).alias("waste_usd"),
     )
     return out.select("week", "key", "spend_usd", *PARTS, "waste_usd").sort(
@@ -825,9 +828,9 @@ def spend_by_week(
     settings: Settings = DEFAULT_SETTINGS,
     as_of: dt.datetime | None = None,
 ) -> pl.DataFrame:
-    """Columns week, key, spend_usd: :func:`waste_by_week`'s spend alone (the Overview's bars), without the
-    per-job telemetry its parts need: each (job, week) piece's cost, which its parts sum to, plus each week's
-    unallocated capacity. Equal to waste_by_week's spend_usd to float rounding (test); same order."""
+    """Columns week, key, spend_usd: the spend per key per ISO week (the Overview's bars, and the spend column
+    of :func:`waste_by_week`), without the per-job telemetry the waste parts need: each (job, week) piece's
+    cost, which its parts sum to, plus each week's unallocated capacity."""
     if by not in WEEK_KEYS:
         raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(WEEK_KEYS)}")
     as_of = as_of or horizon(con)

@@ -131,10 +131,11 @@ def test_equals_waste_by_run_once_per_week(con, filters, source):
     ids=["all", "team", "from-monday-one-cluster"],
 )
 def test_spend_alone_equals_the_spend_of_the_parts(con, filters, by):
-    """spend_by_week (the Overview's bars, without telemetry) gives waste_by_week's spend, row for row."""
+    """spend_by_week (the Overview's bars, and waste_by_week's spend column; no telemetry) equals the sum of
+    waste_by_week's parts, row for row: money never disappears."""
     got = spend_by_week(con, by=by, filters=filters, settings=SETTINGS)
     expected = waste_by_week(con, by=by, filters=filters, settings=SETTINGS).select(
-        "week", "key", "spend_usd"
+        "week", "key", pl.sum_horizontal(*PARTS).alias("spend_usd")
     )
     assert got.height == expected.height > 0
     assert_frame_equal(got, expected, check_exact=False, rel_tol=1e-9, abs_tol=1e-9)
