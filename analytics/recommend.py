@@ -709,37 +709,54 @@ def _families(
     family card: "4 runs of X: …", its money the sum, its confidence the lowest, recurring.
 
     ``by_id``: job id → at least the job's ``job_id`` and ``name`` (for the dict ``items``); ``frames``: more
-    job items, as :class:`JobItems` (grouped as a frame: a kind is either dicts or a frame, never both)."""
-    groups: dict[tuple[object, ...], list[dict[str, object]]] = {}
-    out: list[dict[str, object]] = []
+    job items, as :class:`JobItems`. One grouping for both (:func:`_frame_families`): the dict items of a
+    kind are put in a frame of the same shape first (:class:`_MadeItems`)."""
+    out = [it for it in items if it["target_type"] != "job"]
+    by_kind: dict[str, list[dict[str, object]]] = {}
     for it in items:
-        if it["target_type"] != "job":
-            out.append(it)
-            continue
-        j = by_id[str(it["target"])]
-        key = (it["kind"], it["user_name"], family_stem(j.get("name"), str(j["job_id"])), it["action"])
-        groups.setdefault(key, []).append(it)
-    for (_kind, user, stem, _), its in groups.items():
-        if len(its) == 1:
-            out.append({**its[0], "evidence": text(its[0]["evidence"])})  # type: ignore[arg-type]
-            continue
-        its = sorted(its, key=lambda i: _run_order(float(i["saving_usd"]), str(i["target"])))  # type: ignore[arg-type]
-        out.append(
-            _card(
-                str(user),
-                str(stem),
-                its[0],
-                [float(i["saving_usd"]) for i in its],  # type: ignore[arg-type]
-                [str(i["target"]) for i in its],
-                [str(i["confidence"]) for i in its],
-                [k for i in its for k in i["job_ids"]],  # type: ignore[attr-defined]
-                [v for i in its for v in i["job_saving_usd"]],  # type: ignore[attr-defined]
-                [v for i in its for v in i["job_cost_usd"]],  # type: ignore[attr-defined]
-            )
-        )
+        if it["target_type"] == "job":
+            by_kind.setdefault(str(it["kind"]), []).append(it)
+    for its in by_kind.values():
+        out += _frame_families(_MadeItems.of(its, by_id))
     for f in frames:
         out += _frame_families(f)
     return out
+
+
+@dataclass(frozen=True)
+class _MadeItems:
+    """Per-job items of one kind already made as dicts (the kinds with few of them), with the frame
+    :func:`_frame_families` groups (a job item concerns its one job: _job_item)."""
+
+    rows: pl.DataFrame
+    items: list[dict[str, object]]
+
+    @classmethod
+    def of(cls, items: list[dict[str, object]], by_id: Mapping[str, Mapping[str, object]]) -> _MadeItems:
+        rows = pl.DataFrame(
+            {
+                "job_id": [str(it["target"]) for it in items],
+                "user_name": [it["user_name"] for it in items],
+                "name": [by_id[str(it["target"])].get("name") for it in items],
+                "action": [it["action"] for it in items],
+                "saving_usd": [it["saving_usd"] for it in items],
+                "confidence": [it["confidence"] for it in items],
+                "cost_usd": [it["job_cost_usd"][0] for it in items],  # type: ignore[index]
+            },
+            schema={
+                "job_id": pl.Utf8,
+                "user_name": pl.Utf8,
+                "name": pl.Utf8,
+                "action": pl.Utf8,
+                "saving_usd": pl.Float64,
+                "confidence": pl.Utf8,
+                "cost_usd": pl.Float64,
+            },
+        )
+        return cls(rows, items)
+
+    def item(self, i: int) -> dict[str, object]:
+        return self.items[i]
 
 
 def _run_order(saving: float, target: str) -> tuple[float, str]:
@@ -748,8 +765,8 @@ def _run_order(saving: float, target: str) -> tuple[float, str]:
     return -round(saving, 6), target
 
 
-def _frame_families(f: JobItems) -> list[dict[str, object]]:
-    """:func:`_families` of one kind's frame: grouped in polars, a dict made only for each card's top run."""
+def _frame_families(f: JobItems | _MadeItems) -> list[dict[str, object]]:
+    """:func:`_families` of one kind's items: grouped in polars, a dict made only for each card's top run."""
     if f.rows.is_empty():
         return []
     rows = f.rows.select(
