@@ -272,6 +272,12 @@ def bench_one_file(rows: int, repeat: int) -> None:
         f"file: {csv_path} ({rows:,} rows, {csv_path.stat().st_size / 2**20:,.0f} MiB); {os.cpu_count()} CPUs"
     )
     py = sys.executable
+    # Read the file once first: a file generated long ago may have left the page cache, and the first
+    # contender would pay the disk for every contender (10 M rows, one run: gpuledger's hash 12.4 s of
+    # wall time against 1.2 s warm, and its stage slowed by the same reads).
+    with csv_path.open("rb") as fh:
+        while fh.read(1 << 24):
+            pass
     runs: dict[str, list[tuple[float, float, float]]] = {
         "gpuledger ingest": [],
         "VARCHAR load": [],
