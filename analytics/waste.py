@@ -542,7 +542,7 @@ def _unallocated_windows_sql(
     ),
     -- the levels at each stretch's start: running sums of the changes, each stretch a zero change placed
     -- after the changes at its own start time. The changes are summed per time first (k 'c'), so the
-    -- window sorts one row per time and kind, not one per job end (50 M-sample ledger: 0.17 -> 0.1 s)
+    -- window sorts one row per time, not one per job start and end (50 M-sample ledger: 0.17 -> 0.05 s)
     run AS (
         SELECT *, sum(dd) OVER w AS d, sum(od) OVER w AS o, sum(hd) OVER w AS h
         FROM (SELECT w_id, cluster, mkey, NULL::VARCHAR AS gpu_model, ts, 'c' AS k,
