@@ -239,11 +239,7 @@ def recommendations(
     if inference:
         assert waste is not None
         sized = {k for f in frames if f.kind in SIZING_KINDS for k in f.rows["job_id"]}
-        underused = {
-            k: v
-            for k, v in zip(waste["job_id"], waste["underused_usd"], strict=True)
-            if v is not None and v > 0
-        }
+        underused = _positive(waste, "underused_usd")
         items += inference_items(jobs, underused, sized)
     items = [it for it in items if it["kind"] in want]
     # the names of the dict items' jobs alone (a dict for each of 39 k jobs was 0.03 s; the frames carry theirs)
@@ -252,9 +248,7 @@ def recommendations(
     items = _families(items, names, [f for f in frames if f.kind in want])
     if want & set(FAILURE_ADVICE):
         assert waste is not None
-        failed = {
-            k: v for k, v in zip(waste["job_id"], waste["failed_usd"], strict=True) if v is not None and v > 0
-        }
+        failed = _positive(waste, "failed_usd")
         items += failure_items(con, view, failed)
     if want & {"release_capacity", "offpeak_capacity"}:
         items += capacity_items(con, filters=filters, settings=settings, as_of=as_of)
@@ -280,6 +274,16 @@ def recommendations(
     return with_counted(
         ranked.drop("id", "overlaps_with", "counted_saving_usd", "counted_usd_per_week")
     ).select(list(RECOMMENDATION_COLUMNS))
+
+
+def _positive(waste: pl.DataFrame, column: str) -> dict[str, float]:
+    """Job id -> ``column`` of the per-job waste rows where it is above 0 (a later row of a job wins).
+
+    Filtered in polars before any value becomes Python: the few hundred jobs with failed or under-used
+    dollars, not all 39 k of a 50 M-sample ledger's view (NaN is no saving: polars orders it above 0)."""
+    value = pl.col(column)
+    hit = waste.filter(value.is_not_null() & value.is_not_nan() & (value > 0))
+    return dict(zip(hit["job_id"].to_list(), hit[column].to_list(), strict=True))
 
 
 INTERNAL_FIELDS = ("lever", "job_saving_usd", "job_cost_usd", "counted_saving_usd")
