@@ -592,7 +592,7 @@ def jobs_table(filters: Filters) -> pl.DataFrame:
 def _jobs_table_cached(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> pl.DataFrame:
-    with reader(db_path) as con:
+    with reader(db_path) as con, _sharing(con, db_path, ver):
         return _jobs_table(con, filters, _settings)
 
 
@@ -640,7 +640,7 @@ def _fleet(
     from analytics.timeline import gpu_hour_heatmap, idle_gpus, view_gpu_count
 
     util = _analytics("utilization")
-    with reader(db_path) as con:
+    with reader(db_path) as con, _sharing(con, db_path, ver):
         n_gpus = view_gpu_count(con, filters=filters)
         heat = gpu_hour_heatmap(con, filters=filters) if n_gpus <= FLEET_GROUP_PAST else None
         return {
@@ -855,7 +855,7 @@ def _job(
     from analytics.job_signals import idle_stretches
     from analytics.query import frame
 
-    with reader(db_path) as con:
+    with reader(db_path) as con, _sharing(con, db_path, ver):
         row = con.execute(
             "SELECT start_ts::DATE, coalesce(end_ts, start_ts)::DATE, team FROM jobs WHERE job_id = ?",
             [job_id],
