@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -37,7 +38,7 @@ import duckdb
 
 from collectors.base import HEAD_BYTES, IngestOptions, Sniff, quote, read_head
 from collectors.common import NULL_TOKENS, local_zone, sql_path
-from collectors.validate import name_columns
+from collectors.validate import line_sql, lines_by_rowid, name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import model_sql_case
 
@@ -247,6 +248,35 @@ def header_again(layout: Layout) -> str:
     return f"(trim({_raw_name(0)}) IS NOT DISTINCT FROM {quote(layout.header_first)})"
 
 
+NAME_NULL = 255  # the name_code of a row whose name is NULL (an N/A token, in a padded file)
+MAX_NAME_CODES = 250
+
+
+def _name_codes(path: Path, layout: Layout, col: Columns) -> list[str] | None:
+    """The distinct GPU names of the file's head, as the stage reads them, for a one-byte ``name_code``.
+
+    A node's nvidia-smi log names a handful of models, and the head shows them all; a name it does not show
+    gets code 0, and then the file is staged again with each row's name (so a wrong guess costs time,
+    never a name). None when the head shows none, or too many to code."""
+    idx = col.fields["name"][0]
+    head = read_head(path)
+    lines = head.lstrip("\ufeff").splitlines()[layout.header_lines :]
+    if len(head) >= HEAD_BYTES // 4:
+        lines = lines[:-1]  # the head may end inside a line
+    names: dict[str, None] = {}
+    for line in lines:
+        values = line.split(layout.delim)
+        if len(values) != len(layout.names):
+            continue
+        value = values[idx]
+        if col.padded:
+            value = value.strip(" ")
+            if value in NULL_TOKENS:
+                continue
+        names[value] = None
+    return list(names) if 0 < len(names) <= MAX_NAME_CODES else None
+
+
 def _raw_name(i: int) -> str:
     return f"c{i}"
 
@@ -273,22 +303,19 @@ def _read_csv_sql(path: Path, layout: Layout, types: dict[int, str], *, keep_hea
 
 
 def number_lines(con: duckdb.DuckDBPyConnection, table: str, layout: Layout) -> None:
-    """Give each staged row of ``table`` its line in the file, as ``line_no``.
+    """Give each staged row of ``table`` its line in the file.
 
-    A repeated header drops lines, so its rows carry the ``__line`` the reader numbered. Otherwise the
-    rows are the file's lines in order: a ``CREATE TABLE AS`` keeps the reader's order
-    (``preserve_insertion_order``, DuckDB's default) and numbers a new table's rows consecutively (from
-    an offset inside a transaction), so a row's line is its ``rowid`` less the first, plus the header.
-    Numbering after the fact costs 0.15 s on 2 M rows; ``row_number() OVER ()`` inside the statement made
-    DuckDB read the file on one thread (2 M rows: 4.6 s against 2.1 s).
+    A repeated header drops lines, so its rows carry the ``__line`` the reader numbered (renamed
+    ``line_no``). Otherwise the rows are the file's lines in order: a ``CREATE TABLE AS`` keeps the reader's
+    order (``preserve_insertion_order``, DuckDB's default) and numbers a new table's rows consecutively, so
+    a row's line is its ``rowid`` plus a base (collectors/validate.py ``lines_by_rowid``). A column of line
+    numbers cost an UPDATE of every row (2 M rows: 0.15 s) and memory the stage then spilled;
+    ``row_number() OVER ()`` inside the statement made DuckDB read the file on one thread (4.6 s against 2.1 s).
     """
     if layout.repeated_header:
         con.execute(f"ALTER TABLE {table} RENAME COLUMN __line TO line_no")
         return
-    con.execute(f"ALTER TABLE {table} ADD COLUMN line_no BIGINT")
-    con.execute(
-        f"UPDATE {table} SET line_no = rowid - (SELECT min(rowid) FROM {table}) + {1 + layout.header_lines}"
-    )
+    lines_by_rowid(con, table, 1 + layout.header_lines)
 
 
 def map_fields(
@@ -402,9 +429,10 @@ def check_zone(con: duckdb.DuckDBPyConnection, zone: str) -> None:
 
 
 def null_counts(con: duckdb.DuckDBPyConnection, table: str, cols: list[str]) -> dict[str, int]:
-    sql = ", ".join(f"count(*) - count({c})" for c in cols)
+    """NULLs per column of ``table``, and its rows under ``"*"``."""
+    sql = ", ".join(["count(*)", *(f"count(*) - count({c})" for c in cols)])
     row = con.execute(f"SELECT {sql} FROM {table}").fetchall()[0]
-    return {c: int(n) for c, n in zip(cols, row, strict=True)}
+    return {c: int(n) for c, n in zip(["*", *cols], row, strict=True)}
 
 
 def first_bad(con: duckdb.DuckDBPyConnection, cols: Columns, targets: list[str]) -> None:
@@ -526,25 +554,42 @@ class NvidiaSmiCsv:
             "sm_clock_mhz": typed.get("sm_clock_mhz", "NULL"),
             "throttle_reasons": typed.get("throttle_reasons", "NULL"),
         }
+        # a column the file does not have is not staged (the landing writes NULL for it): 2 M rows of two
+        # NULL columns were 32 MB more for the stage to hold, or to spill under the writer's memory limit
+        select = {c: v for c, v in select.items() if v != "NULL"}
         casts = {"ts": "TIMESTAMP", "gpu_id": "VARCHAR", "energy_j": "DOUBLE", "throttle_reasons": "UBIGINT"}
         body = ", ".join(f"CAST({sql} AS {casts.get(c, 'FLOAT')}) AS {c}" for c, sql in select.items())
-        # What is one value per GPU is not copied into every staged row: the name goes in as read (its N/A
-        # tokens are dropped per GPU), the uuid is the gpu_id, a host that is no column is a constant; all
-        # three are taken per GPU in _stage_gpus (2 M rows: about 1 CPU-second and 60 bytes a row less).
-        per_row = [f"{col.integer('gpu_index')} AS gpu_index"]
-        if layout.repeated_header:
-            per_row.append("__line")
-        if "name" in fields:
-            per_row.append(f"{col.text('name') if col.padded else col.raw('name')} AS name")
-        if "host" in fields:
-            per_row.append(f"{host_sql} AS host")
-        extras = ", ".join(per_row)
+        # What is one value per GPU is not copied into every staged row: the name goes in as a one-byte code
+        # (the names the file's head shows, _name_codes; as read where that misses one), the uuid is the
+        # gpu_id, a host that is no column is a constant; all three are taken per GPU in _stage_gpus (2 M rows:
+        # about 1 CPU-second and 60 bytes a row less than trimming each row's name and uuid; the name as
+        # read was another 37 bytes a row, which the stage spilled under the writer's memory limit).
+        name_sql = (col.text("name") if col.padded else col.raw("name")) if "name" in fields else "NULL"
+        codes = _name_codes(path, layout, col) if "name" in fields else None
+
+        def extras(codes: list[str] | None) -> str:
+            per_row = [f"{col.integer('gpu_index')} AS gpu_index"]
+            if layout.repeated_header:
+                per_row.append("__line")
+            if codes is not None:
+                arms = " ".join(f"WHEN {quote(n)} THEN {k}" for k, n in enumerate(codes, start=1))
+                coded = f"CASE {name_sql} {arms} ELSE (CASE WHEN {name_sql} IS NULL THEN {NAME_NULL} ELSE 0 END) END"
+                per_row.append(f"({coded})::UTINYINT AS name_code")
+            elif "name" in fields:
+                per_row.append(f"{name_sql} AS name")
+            if "host" in fields:
+                per_row.append(f"{host_sql} AS host")
+            return ", ".join(per_row)
+
         check_zone(con, zone)
+        reader = _read_csv_sql(path, layout, col.types)
         try:
-            con.execute(
-                f"CREATE TEMP TABLE stage_samples AS SELECT {body}, {extras} "
-                f"FROM {_read_csv_sql(path, layout, col.types)}"
-            )
+            con.execute(f"CREATE TEMP TABLE stage_samples AS SELECT {body}, {extras(codes)} FROM {reader}")
+            if codes is not None and _count(con, "SELECT count(*) FROM stage_samples WHERE name_code = 0"):
+                # a name the head did not show: stage again with each row's name as read
+                con.execute("DROP TABLE temp.stage_samples")
+                con.execute(f"CREATE TEMP TABLE stage_samples AS SELECT {body}, {extras(None)} FROM {reader}")
+                codes = None
         except duckdb.Error as exc:
             raise _reader_error(path, exc) from None
         number_lines(con, "stage_samples", layout)
@@ -552,14 +597,15 @@ class NvidiaSmiCsv:
         for t in ["ts", *(n for n in numeric if n != "mem_free_mib")]:
             names.setdefault(_sample_col(t), split_header(col.name(t))[0].strip())
         name_columns(con, "samples", names)
-        nulls = null_counts(con, "stage_samples", [c for c in select if c != "gpu_id"])
+        counted = null_counts(con, "stage_samples", [c for c in select if c != "gpu_id"])
+        rows = counted["*"]
+        nulls = defaultdict(lambda: rows, counted)  # a column not staged is NULL in every row
         suspects = [t for t in ["ts", *numeric] if nulls[_sample_col(t)]]
         if suspects:
             first_bad(con, col, suspects)
         if "uuid" not in fields:
             self._check_identity(con, path, layout, fields["gpu_index"][0] if "gpu_index" in fields else None)
-        self._stage_gpus(con, opts, fields)
-        rows = _count(con, "SELECT count(*) FROM stage_samples")
+        self._stage_gpus(con, opts, fields, codes)
         notes = {
             f"{layout.names[i]}: [N/A] stored as NULL": nulls[_sample_col(t)]
             for t, (i, _, _) in fields.items()
@@ -572,8 +618,9 @@ class NvidiaSmiCsv:
     @staticmethod
     def _check_identity(con: duckdb.DuckDBPyConnection, path: Path, layout: Layout, idx: int | None) -> None:
         """Two rows for one GPU at one time mean the identity columns do not say which GPU a row is."""
+        line = line_sql(con, "stage_samples", "stage_samples")
         dup = con.execute(
-            """SELECT gpu_id, ts, max(line_no) FROM stage_samples GROUP BY gpu_id, ts HAVING count(*) > 1
+            f"""SELECT gpu_id, ts, max({line}) FROM stage_samples GROUP BY gpu_id, ts HAVING count(*) > 1
                ORDER BY 3 LIMIT 1"""
         ).fetchall()
         if not dup:
@@ -594,15 +641,26 @@ class NvidiaSmiCsv:
         )
 
     @staticmethod
-    def _stage_gpus(con: duckdb.DuckDBPyConnection, opts: IngestOptions, fields: dict[str, object]) -> None:
+    def _stage_gpus(
+        con: duckdb.DuckDBPyConnection,
+        opts: IngestOptions,
+        fields: dict[str, object],
+        codes: list[str] | None,
+    ) -> None:
         """One row per GPU. Its uuid is its gpu_id unless that is the HOST:INDEX a row without a uuid
-        got; its name one that is not an N/A token.
+        got; its name one that is not an N/A token (``codes``: the names the stage holds as ``name_code``).
 
         Grouped twice: by (gpu_id, name) over the rows, then by gpu_id over those few groups, so the name's
         trim and N/A test run once per distinct name, not per row (2 M rows: 0.15 s against 0.03 s)."""
         cluster = quote(opts.cluster) if opts.cluster else "NULL"
         host = "any_value(host)" if "host" in fields else f"{quote(opts.host or 'localhost')}::VARCHAR"
-        name_key = "name" if "name" in fields else "NULL::VARCHAR"
+        name_key = "name_code" if codes is not None else "name" if "name" in fields else "NULL::VARCHAR"
+        name = "name"
+        if codes is not None:
+            arms = " ".join(f"WHEN {k} THEN {quote(n)}" for k, n in enumerate(codes, start=1))
+            name = f"(CASE name {arms} END)"
+        staged = set(con.table("temp.stage_samples").columns)
+        mem_total = "max(mem_total_mib)" if "mem_total_mib" in staged else "NULL"
         uuid = (
             "CASE WHEN gpu_id = host || ':' || coalesce(gpu_index, 0) THEN NULL ELSE gpu_id END"
             if "uuid" in fields
@@ -613,12 +671,12 @@ class NvidiaSmiCsv:
                 SELECT gpu_id, {uuid} AS uuid, host, gpu_index, {model_sql_case("model_raw")} AS model,
                        model_raw, memory_total_mib, {cluster}::VARCHAR AS cluster, first_seen, last_seen
                 FROM (SELECT gpu_id, any_value(host) AS host, any_value(gpu_index) AS gpu_index,
-                             trim(any_value(name) FILTER (WHERE trim(name) NOT IN ({_NULLS}))) AS model_raw,
+                             trim(any_value({name}) FILTER (WHERE trim({name}) NOT IN ({_NULLS}))) AS model_raw,
                              max(memory_total_mib) AS memory_total_mib,
                              min(first_seen) AS first_seen, max(last_seen) AS last_seen
                       FROM (SELECT gpu_id, {name_key} AS name, {host} AS host,
                                    any_value(gpu_index) AS gpu_index,
-                                   max(mem_total_mib)::DOUBLE AS memory_total_mib,
+                                   {mem_total}::DOUBLE AS memory_total_mib,
                                    min(ts) AS first_seen, max(ts) AS last_seen
                             FROM stage_samples GROUP BY gpu_id, {name_key})
                       GROUP BY gpu_id)"""

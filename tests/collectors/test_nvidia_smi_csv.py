@@ -411,3 +411,40 @@ def test_the_block_scan_for_a_repeated_header_answers_as_a_search_of_the_whole_f
         for block in (1, 2, 5, len(header) - 1, len(header), len(header) + 1, 64, 1 << 20):
             monkeypatch.setattr(smi, "SCAN_BLOCK", block)
             assert smi._repeats_in(io.BytesIO(data), header) is expected[name], (name, block)
+
+
+@pytest.mark.parametrize("delim", [", ", ","])
+def test_a_gpu_name_past_the_head_is_still_each_gpus_name(ledger, tmp_path, delim):
+    """The stage codes the names the file's head shows in one byte; a name first seen past the head (here a
+    T4 that joins after 3,000 polls of the H100, and an H100 whose name is [N/A] in the head) must still be
+    its GPU's name, as read."""
+    head = "timestamp, index, uuid, name, utilization.gpu [%]\n".replace(", ", delim)
+    rows = [
+        f"2025/03/01 10:{p // 60 % 60:02d}:{p % 60:02d}.000, 0, GPU-aaa, NVIDIA H100 80GB HBM3, 50 %"
+        for p in range(3000)
+    ]
+    rows[0] = rows[0].replace("NVIDIA H100 80GB HBM3", "[N/A]")
+    rows += [f"2025/03/01 11:{p:02d}:00.000, 1, GPU-bbb, Tesla T4, 7 %" for p in range(3)]
+    rows += ["2025/03/01 11:10:00.000, 2, GPU-ccc, [N/A], 9 %"]
+    text = head + "".join(r.replace(", ", delim) + "\n" for r in rows)
+    assert len(text) > 64 * 1024  # past the head the parser reads (collectors.base.HEAD_BYTES)
+    ingest_file(ledger, write(tmp_path, "late.csv", text), opts=UTC)
+    assert _rows(ledger, "SELECT gpu_id, model_raw, model FROM gpus ORDER BY gpu_id") == [
+        ("GPU-aaa", "NVIDIA H100 80GB HBM3", "H100-SXM-80GB"),
+        ("GPU-bbb", "Tesla T4", "T4"),
+        ("GPU-ccc", None, None),
+    ]
+    assert _rows(ledger, "SELECT count(*) FROM samples") == [(3004,)]
+
+
+def test_a_bad_value_far_into_a_file_names_its_line(ledger, tmp_path):
+    """The stage numbers its rows by rowid, not by a column: a value out of range deep in a file with a
+    header must still be reported at its own line, and nothing lands."""
+    rows = [f"2025/03/01 10:{p // 60:02d}:{p % 60:02d}.000, 0, GPU-aaa, 50 %" for p in range(1200)]
+    rows[1036] = rows[1036].replace("50 %", "250 %")
+    path = write(tmp_path, "bad.csv", "timestamp, index, uuid, utilization.gpu [%]\n" + "\n".join(rows) + "\n")
+    with pytest.raises(FormatError) as err:
+        ingest_file(ledger, path, opts=UTC)
+    assert err.value.line == 1038  # the header is line 1, rows[0] line 2
+    assert "250" in str(err.value)
+    assert _rows(ledger, "SELECT count(*) FROM samples") == [(0,)]
