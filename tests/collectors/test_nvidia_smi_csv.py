@@ -442,7 +442,9 @@ def test_a_bad_value_far_into_a_file_names_its_line(ledger, tmp_path):
     header must still be reported at its own line, and nothing lands."""
     rows = [f"2025/03/01 10:{p // 60:02d}:{p % 60:02d}.000, 0, GPU-aaa, 50 %" for p in range(1200)]
     rows[1036] = rows[1036].replace("50 %", "250 %")
-    path = write(tmp_path, "bad.csv", "timestamp, index, uuid, utilization.gpu [%]\n" + "\n".join(rows) + "\n")
+    path = write(
+        tmp_path, "bad.csv", "timestamp, index, uuid, utilization.gpu [%]\n" + "\n".join(rows) + "\n"
+    )
     with pytest.raises(FormatError) as err:
         ingest_file(ledger, path, opts=UTC)
     assert err.value.line == 1038  # the header is line 1, rows[0] line 2
