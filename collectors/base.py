@@ -29,13 +29,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 import duckdb
 
-from collectors.common import reading
+from collectors.common import Restage, reading
 from collectors.validate import record_rejections, validate_stage
 from gpuledger.ledger.errors import FormatError, UnknownFormatError
 from gpuledger.ledger.schema import INGESTED_TABLES
@@ -77,6 +77,9 @@ class IngestOptions:
     target_util_pct: float = 60.0  # for the rollup's under-used seconds (settings thresholds.target_util_pct)
     skip_bad_rows: bool = False  # land the plausible rows, record the others in rejected_rows (validate.py)
     max_job_days: float = 365.0  # a longer job is implausible (settings thresholds.max_job_days)
+    # nvidia-smi CSV: the header line comes back later in the file (True), or not (False); None: the parser
+    # finds out, reading past the file's head only when its reader fails (collectors/nvidia_smi_csv.py)
+    header_repeats: bool | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, **source: Any) -> IngestOptions:
@@ -798,7 +801,11 @@ def ingest_file(
         con.execute("SET enable_progress_bar = true")
         con.execute("SET enable_progress_bar_print = true")
     try:
-        return run_in_transaction(con, work)
+        try:
+            return run_in_transaction(con, work)
+        except Restage as again:
+            opts = replace(opts, **again.changes)  # work() reads opts when it runs
+            return run_in_transaction(con, work)
     except _AlreadyIngested as done:
         return IngestReport(str(p), parser.name, done.ingest_id, already=True)
     finally:

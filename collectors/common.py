@@ -432,6 +432,16 @@ def _is_archive_error(exc: BaseException) -> bool:
     return isinstance(exc, tarfile.TarError | zlib.error | EOFError) or type(exc).__name__ == "BadGzipFile"
 
 
+class Restage(Exception):
+    """Raised by a parser's ``stage`` when what made its reader fail means the file has to be staged again
+    with other options (``changes``): DuckDB aborts a transaction at a failed statement, so
+    :func:`collectors.base.ingest_file` rolls it back and runs it once more with the options changed."""
+
+    def __init__(self, **changes: object) -> None:
+        super().__init__(changes)
+        self.changes = changes
+
+
 @contextmanager
 def reading(path: str | Path, *, landing: bool = False) -> Iterator[None]:
     """Inside: whatever a parser or the landing raises reaches the caller as a FormatError naming ``path``.
@@ -447,7 +457,7 @@ def reading(path: str | Path, *, landing: bool = False) -> Iterator[None]:
         if plain is exc:
             raise
         raise plain from exc.__context__
-    except LedgerError:
+    except (LedgerError, Restage):
         raise
     except Exception as exc:  # every reader's error type, by design: no traceback
         raise describe_failure(path, exc, landing=landing) from exc

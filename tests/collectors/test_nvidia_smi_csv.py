@@ -450,3 +450,39 @@ def test_a_bad_value_far_into_a_file_names_its_line(ledger, tmp_path):
     assert err.value.line == 1038  # the header is line 1, rows[0] line 2
     assert "250" in str(err.value)
     assert _rows(ledger, "SELECT count(*) FROM samples") == [(0,)]
+
+
+@pytest.mark.parametrize("typed", [True, False], ids=["reader-types-the-time", "all-text"])
+def test_the_whole_file_is_scanned_for_a_late_header_only_when_it_matters(
+    ledger, tmp_path, monkeypatch, typed
+):
+    """Where the reader types nvidia-smi's timestamp, a header line past the head fails the read: a file that
+    reads cleanly is never scanned whole, and one whose header comes back is scanned once, after the failed
+    read, and staged again. Where the reader types nothing (ISO times, ',' between values) a header line
+    would read as values, so the scan comes first. Either way every sample lands once."""
+    from collectors import nvidia_smi_csv as smi
+
+    calls: list[int] = []
+    real = smi._repeats_in
+    monkeypatch.setattr(smi, "_repeats_in", lambda fh, header: calls.append(1) or real(fh, header))
+    header = "timestamp, index, utilization.gpu [%]\n"
+    stamp = "2025/03/01 {h:02d}:{m:02d}:{s:02d}.000" if typed else "2025-03-01T{h:02d}:{m:02d}:{s:02d}Z"
+    sep = ", " if typed else ","
+    header = header if typed else header.replace(", ", ",")
+
+    def rows(first: int, n: int) -> str:
+        return "".join(
+            f"{stamp.format(h=i // 3600, m=i // 60 % 60, s=i % 60)}{sep}{g}{sep}{(i + g) % 90} %\n"
+            for i in range(first, first + n)
+            for g in (0, 1)
+        )
+
+    clean = write(tmp_path, "clean.csv", header + rows(0, 2000))
+    assert clean.stat().st_size > 64 * 1024
+    assert ingest_file(ledger, clean, opts=UTC).rows["samples"] == 4000
+    assert calls == ([] if typed else [1])
+    calls.clear()
+    late = write(tmp_path, "late.csv", header + rows(3000, 2000) + header + rows(6000, 5))
+    assert ingest_file(ledger, late, opts=UTC).rows["samples"] == 4010
+    assert calls == [1]
+    assert _rows(ledger, "SELECT count(*), count(DISTINCT gpu_id) FROM samples") == [(8010, 2)]
