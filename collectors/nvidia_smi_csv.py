@@ -22,7 +22,10 @@ else ``localhost``; a file with neither uuid nor index is one GPU, ``HOST:0``. N
 Speed (docs/PERF-NOTES): DuckDB's reader splits on the two-byte delimiter ``", "`` and types the timestamp and
 the index; units are stripped with ``replace`` inside ``TRY_CAST``; everything lands in one
 ``CREATE TABLE … AS SELECT``. Values that are neither numbers nor N/A tokens are found by a second, pure-parse
-pass that only runs when the typed columns hold NULLs.
+pass that only runs when the typed columns hold NULLs. What is one value per GPU stays out of the staged rows
+(a name is a one-byte code, a row's line is its rowid plus a base), and a header repeated past the file's head
+(``nvidia-smi … >> log`` in a shell loop) is looked for in the whole file only when the typed read fails on one
+or nothing is typed.
 """
 
 from __future__ import annotations
