@@ -741,6 +741,8 @@ def ingest_file(
         hashing = Hashing(p)  # hashed while DuckDB stages it (a new source is rarely a copy of an old one)
         digest = ""
 
+    ids: list[int] = []  # the ingest's id, kept for a second run (Restage): a sequence is not rolled back
+
     def work() -> IngestReport:
         nonlocal digest
         earlier: list[int] = []
@@ -758,7 +760,9 @@ def ingest_file(
                 idle_min_minutes=opts.idle_min_minutes,
                 target_util_pct=opts.target_util_pct,
             )
-        ingest_id = next_ingest_id(con)
+        if not ids:
+            ids.append(next_ingest_id(con))
+        ingest_id = ids[0]
         with reading(p):
             skipped = parser.stage(con, p, opts)
             bad = validate_stage(con, p, skip_bad_rows=opts.skip_bad_rows, max_job_days=opts.max_job_days)

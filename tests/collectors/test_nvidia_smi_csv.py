@@ -483,6 +483,29 @@ def test_the_whole_file_is_scanned_for_a_late_header_only_when_it_matters(
     assert calls == ([] if typed else [1])
     calls.clear()
     late = write(tmp_path, "late.csv", header + rows(3000, 2000) + header + rows(6000, 5))
-    assert ingest_file(ledger, late, opts=UTC).rows["samples"] == 4010
+    first = ingest_file(ledger, late, opts=UTC)
+    assert first.rows["samples"] == 4010
     assert calls == [1]
+    # staged twice, one ingest: the id the first try took is the ingest's (no gap in the ingests' ids)
+    assert _rows(ledger, "SELECT ingest_id FROM ingests ORDER BY 1")[-2:] == [
+        (first.ingest_id - 1,),
+        (first.ingest_id,),
+    ]
     assert _rows(ledger, "SELECT count(*), count(DISTINCT gpu_id) FROM samples") == [(8010, 2)]
+
+
+def test_a_gpus_name_index_and_host_are_one_answer_when_its_rows_disagree(ledger, tmp_path):
+    """A GPU whose rows give two names (a glitch in one poll) takes the name most of its rows give, and one
+    whose index changed (a reboot renumbers the cards) its latest index: each is one answer, not whichever
+    row a thread met first."""
+    lines = [
+        "timestamp, index, uuid, name, utilization.gpu [%]",
+        "2025/03/01 10:00:00.000, 0, GPU-aaa, NVIDIA A100-SXM4-80GB, 10 %",
+        "2025/03/01 10:00:10.000, 0, GPU-aaa, NVIDIA H100 80GB HBM3, 10 %",
+        "2025/03/01 10:00:20.000, 3, GPU-aaa, NVIDIA A100-SXM4-80GB, 10 %",
+        "2025/03/01 10:00:30.000, 3, GPU-aaa, [N/A], 10 %",
+        "2025/03/01 10:00:40.000, 3, GPU-aaa, [N/A], 10 %",
+        "2025/03/01 10:00:50.000, 2, GPU-aaa, NVIDIA A100-SXM4-80GB, 10 %",
+    ]
+    ingest_file(ledger, write(tmp_path, "mixed.csv", "\n".join(lines) + "\n"), opts=UTC)
+    assert _rows(ledger, "SELECT model_raw, gpu_index FROM gpus") == [("NVIDIA A100-SXM4-80GB", 2)]
