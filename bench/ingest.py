@@ -17,7 +17,11 @@ the medians are printed, with CPU seconds (less disturbed by a busy machine than
 - VARCHAR load: DuckDB ``read_csv(all_varchar=true)`` into a table in a fresh database file, no cleanup;
 - typed + rollups: one transaction into a file: a typed ``CREATE TABLE AS`` (the reader types the timestamp,
   ``TRY_CAST(replace(col, ' %', ''))`` per column), a per-GPU-minute rollup, a per-day rollup from it and a
-  5 %-bucket utilization histogram (docs/PERF-NOTES "Ingest with rollups").
+  5 %-bucket utilization histogram (docs/PERF-NOTES "Ingest with rollups");
+- landing floor: the least any design must do to land the file in the ledger: gpuledger's own schema, the
+  typed stage and one ``INSERT`` into ``samples`` that gives each sample its interval, in one transaction into
+  a file, with no validation, GPU table, attribution or rollup. Its ratio to the VARCHAR load is a ceiling
+  for gpuledger's (docs/scale.md, 2026-12-05).
 
 Incremental: a 28-day ledger (64 GPUs at 60 s, one ingest; ``--history 7,28`` also a 7-day one) gets day 29;
 the same day also goes into a fresh ledger. The ratio of the ingests' own seconds (``IngestReport.seconds``)
@@ -71,6 +75,34 @@ con.execute('''CREATE TABLE samples_day AS SELECT minute::DATE AS day, gpu_id, s
     sum(idle_n) AS idle_n FROM samples_minute GROUP BY ALL''')
 con.execute('''CREATE TABLE util_hist AS SELECT ts::DATE AS day, gpu_id, floor(util_pct / 5) * 5 AS bucket,
     count(*) AS n FROM samples GROUP BY ALL''')
+con.execute("COMMIT")
+print(con.execute("SELECT count(*) FROM samples").fetchall()[0][0])
+"""
+
+# The least any design must do to land the file in the ledger: the ledger's own schema (gpuledger's
+# ensure_schema), the typed read of every column into a stage, and one INSERT into ``samples`` that gives each
+# sample its interval (the gap to its GPU's next poll, by the window over whole polls), in one transaction into
+# a file. No validation, GPU table, attribution or rollup: what it costs is what gpuledger cannot go below.
+LANDING_FLOOR = """
+import duckdb, sys
+sys.path.insert(0, sys.argv[3])
+from gpuledger.ledger.db import ensure_schema
+con = duckdb.connect(sys.argv[2])
+con.execute("SET memory_limit = '300MB'")
+ensure_schema(con)
+types = ["TIMESTAMP", "INTEGER"] + ["VARCHAR"] * 9
+cols = ", ".join(f"'c{i}': '{t}'" for i, t in enumerate(types))
+src = (f"read_csv('{sys.argv[1]}', delim=', ', header=true, auto_detect=false, columns={{{cols}}}, quote='', "
+       "escape='', timestampformat='%Y/%m/%d %H:%M:%S.%g')")
+num = lambda c, unit: f"TRY_CAST(replace({c}, ' {unit}', '') AS FLOAT)" if unit else f"TRY_CAST({c} AS FLOAT)"
+con.execute("BEGIN")
+con.execute(f'''CREATE TEMP TABLE stage AS SELECT c0 AS ts, c2 AS gpu_id, c1 AS gpu_index, {num("c4", "%")} AS u,
+    {num("c5", "%")} AS mu, {num("c6", "MiB")} AS mm, {num("c7", "MiB")} AS mt, {num("c8", "W")} AS p,
+    {num("c9", "")} AS t, {num("c10", "MHz")} AS clk FROM {src}''')
+n = con.execute("SELECT count(DISTINCT gpu_id) FROM stage").fetchall()[0][0]
+con.execute(f'''INSERT INTO samples (ts, gpu_id, interval_s, util_pct, mem_util_pct, mem_used_mib, mem_total_mib,
+    power_w, temp_c, sm_clock_mhz, ingest_id)
+    SELECT ts, gpu_id, coalesce(epoch(lead(ts, {n}) OVER () - ts), 1.0), u, mu, mm, mt, p, t, clk, 1 FROM stage''')
 con.execute("COMMIT")
 print(con.execute("SELECT count(*) FROM samples").fetchall()[0][0])
 """
@@ -282,6 +314,7 @@ def bench_one_file(rows: int, repeat: int) -> None:
         "gpuledger ingest": [],
         "VARCHAR load": [],
         "typed + rollups": [],
+        "landing floor": [],
     }
     stages: dict[str, list[list[float]]] = {}
     order: list[str] = []
@@ -303,6 +336,9 @@ def bench_one_file(rows: int, repeat: int) -> None:
             )
             runs["typed + rollups"].append(
                 timed([py, "-c", TYPED_ROLLUPS, str(csv_path), str(scratch / "t.duckdb")])[:3]
+            )
+            runs["landing floor"].append(
+                timed([py, "-c", LANDING_FLOOR, str(csv_path), str(scratch / "f.duckdb"), str(ROOT)])[:3]
             )
         print(f"  run {i + 1}/{repeat} done (load {loads[-1]})", flush=True)
     print(
@@ -337,6 +373,11 @@ def bench_one_file(rows: int, repeat: int) -> None:
     print(
         f"  gpuledger vs VARCHAR load, paired per run: {', '.join(f'{r:.2f}x' for r in ratios)} "
         f"(target >= 1.0x, goal 1.4x; peak RSS target <= 500 MiB)"
+    )
+    extra = med["gpuledger ingest"][0] - med["landing floor"][0]
+    print(
+        f"  gpuledger above the landing floor: {extra:.2f} s (validation, GPU table, attribution, rollups, checks); "
+        f"with all of it free, gpuledger would stand at the floor's {floor_wall / med['landing floor'][0]:.2f}x"
     )
 
 
