@@ -134,13 +134,22 @@ GROUP_HEATMAP_COLUMNS = {
 }
 
 
-def group_hour_heatmap(con: duckdb.DuckDBPyConnection, *, by: str, filters: Filters = ALL) -> pl.DataFrame:
+def group_hour_heatmap(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    by: str,
+    filters: Filters = ALL,
+    within: tuple[str, str | None] | None = None,
+) -> pl.DataFrame:
     """Mean utilization per host or cluster (``by``) per UTC hour over every GPU of the view
     (GROUP_HEATMAP_COLUMNS), ordered by key and hour: a fleet of any size in one row per group, aggregated
-    in DuckDB (the per-GPU heatmap keeps at most a few hundred GPUs)."""
+    in DuckDB (the per-GPU heatmap keeps at most a few hundred GPUs). ``within=("cluster", "c1")`` keeps one
+    cluster's GPUs: its hosts, the middle step of a drill-down from clusters to GPUs."""
     if by not in GROUPS:
         raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(GROUPS)}")
     where, params = _where(filters, "m.hour")
+    inside, inside_params = _within(within)
+    where, params = f"{where} AND {inside}", [*params, *inside_params]
     # per GPU and hour first, over the hours alone (no join unless a filter needs one), then the GPUs' host
     # or cluster from gpus (a few rows): the sums, not the means, are pooled, so a group's cell is exact
     sql = f"""
@@ -158,6 +167,20 @@ def group_hour_heatmap(con: duckdb.DuckDBPyConnection, *, by: str, filters: Filt
     ORDER BY key NULLS LAST, c.hour
     """
     return frame(con, sql, params)
+
+
+def view_groups(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL) -> dict[str, int]:
+    """How many GPUs with telemetry the view holds (``gpus``), and how many hosts and clusters they sit in
+    (``hosts``, ``clusters``; GPUs whose host or cluster the ledger does not name count as one group, as the
+    grouped heatmap shows them): what decides how many rows a heatmap of the view would have."""
+    where, params = _where(filters, "m.day")
+    sql = f"""
+    SELECT count(*), count(DISTINCT coalesce(g.host, chr(0))), count(DISTINCT coalesce(g.cluster, chr(0)))
+    FROM (SELECT DISTINCT m.gpu_id FROM {_from_for(filters).replace("samples_minute", "samples_day")} WHERE {where}) v
+    LEFT JOIN gpus g USING (gpu_id)
+    """
+    n, hosts, clusters = con.execute(sql, params).fetchall()[0]
+    return {"gpus": int(n), "hosts": int(hosts), "clusters": int(clusters)}
 
 
 def view_gpu_count(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL) -> int:

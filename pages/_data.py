@@ -624,7 +624,8 @@ FLEET_GROUP_PAST = 60  # more GPUs than this in the view: the heatmap has one ro
 
 
 def fleet(filters: Filters) -> dict[str, Any]:
-    """n_gpus (GPUs with telemetry in the view, analytics.timeline.view_gpu_count), heatmap (per GPU,
+    """n_gpus and n_hosts (GPUs with telemetry in the view and the hosts they sit in,
+    analytics.timeline.view_groups), heatmap (per GPU,
     analytics.timeline.gpu_hour_heatmap; only when n_gpus <= FLEET_GROUP_PAST, else None: see
     :func:`fleet_groups`), idle (idle_gpus), by_model and by_cluster (analytics.utilization.utilization_by)
     for the view, in one reader batch."""
@@ -637,14 +638,16 @@ def fleet(filters: Filters) -> dict[str, Any]:
 def _fleet(
     db_path: str, ver: tuple[int, int], fp: str, filters: Filters, _settings: Settings
 ) -> dict[str, Any]:
-    from analytics.timeline import gpu_hour_heatmap, idle_gpus, view_gpu_count
+    from analytics.timeline import gpu_hour_heatmap, idle_gpus, view_groups
 
     util = _analytics("utilization")
     with reader(db_path) as con, _sharing(con, db_path, ver):
-        n_gpus = view_gpu_count(con, filters=filters)
+        groups = view_groups(con, filters=filters)
+        n_gpus = groups["gpus"]
         heat = gpu_hour_heatmap(con, filters=filters) if n_gpus <= FLEET_GROUP_PAST else None
         return {
             "n_gpus": n_gpus,
+            "n_hosts": groups["hosts"],
             "heatmap": heat,
             "idle": idle_gpus(con, filters=filters),
             "by_model": util.utilization_by(con, by="gpu_model", filters=filters, settings=_settings),
@@ -652,20 +655,22 @@ def _fleet(
         }
 
 
-def fleet_groups(filters: Filters, by: str) -> pl.DataFrame:
+def fleet_groups(filters: Filters, by: str, within: tuple[str, str | None] | None = None) -> pl.DataFrame:
     """analytics.timeline.group_hour_heatmap: one heatmap row per host or cluster (``by``) over every GPU
-    of the view, aggregated in DuckDB."""
+    of the view (``within``: of one cluster), aggregated in DuckDB."""
     filters = scoped(filters)
     path, ver, _, _ = _ctx()
-    return _fleet_groups(path, ver, filters, by)
+    return _fleet_groups(path, ver, filters, by, within)
 
 
 @st.cache_data(show_spinner="Reading the fleet's telemetry…", max_entries=CACHE_VIEWS, ttl=CACHE_TTL_S)
-def _fleet_groups(db_path: str, ver: tuple[int, int], filters: Filters, by: str) -> pl.DataFrame:
+def _fleet_groups(
+    db_path: str, ver: tuple[int, int], filters: Filters, by: str, within: tuple[str, str | None] | None
+) -> pl.DataFrame:
     from analytics.timeline import group_hour_heatmap
 
     with reader(db_path) as con:
-        return group_hour_heatmap(con, by=by, filters=filters)
+        return group_hour_heatmap(con, by=by, filters=filters, within=within)
 
 
 def fleet_drill(filters: Filters, by: str, value: str | None) -> pl.DataFrame:

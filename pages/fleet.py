@@ -57,7 +57,10 @@ def heatmap(cells: pl.DataFrame, key: str, row: pl.Expr, title: str) -> None:
         xaxis_title="hour (UTC)",
     )
     _ui.plotly_chart(fig, key=key)
-    st.caption(f"{rows.len():,} rows ({title}). Blank cells: no telemetry. Hover for the exact value.")
+    n = rows.len()
+    st.caption(
+        f"{n:,} row{'' if n == 1 else 's'} ({title}). Blank cells: no telemetry. Hover for the exact value."
+    )
 
 
 GPU_LABEL = pl.concat_str(
@@ -68,6 +71,30 @@ GPU_LABEL = pl.concat_str(
     pl.col("gpu_id").str.slice(0, 12),
 )
 
+
+def open_group(groups: pl.DataFrame, by: str, key: str, label: str) -> tuple[str, str | None] | None:
+    """A select box of the groups' keys; the one picked, as (label, key: None for the unnamed group)."""
+    unknown = f"unknown {by}"
+    names = groups["key"].unique().to_list()
+    choices = sorted(k for k in names if k is not None) + ([unknown] if None in names else [])
+    pick = st.selectbox(
+        label,
+        choices,
+        index=None,
+        key=key,
+        placeholder=f"choose a {by}",
+    )
+    return None if pick is None else (pick, None if pick == unknown else pick)
+
+
+def drill_gpus(by: str, name: str, value: str | None) -> None:
+    drill = _data.fleet_drill(filters, by, value)
+    if drill.is_empty():
+        no_rows(f"No telemetry from {by} {name} in this view.")
+    else:
+        heatmap(drill, "fleet_drill_heatmap", GPU_LABEL, f"the GPUs of {by} {name}")
+
+
 st.subheader("Utilization per hour")
 n_gpus = f["n_gpus"]
 if n_gpus == 0:
@@ -75,30 +102,42 @@ if n_gpus == 0:
 elif f["heatmap"] is not None:  # up to _data.FLEET_GROUP_PAST GPUs: one row per GPU
     heatmap(f["heatmap"], "fleet_heatmap", GPU_LABEL, "host · model · GPU id")
 else:
-    by = st.radio("One row per", ["host", "cluster"], horizontal=True, key="fleet_group")
-    unknown = f"unknown {by}"
+    # One row per host, unless the view's hosts would be too many rows themselves: then one per cluster, a
+    # cluster opening onto its hosts when it has more GPUs than a per-GPU heatmap shows, and a host onto its
+    # GPUs. The default only: the choice is the user's.
+    by = st.radio(
+        "One row per",
+        ["host", "cluster"],
+        index=0 if f["n_hosts"] <= _data.FLEET_GROUP_PAST else 1,
+        horizontal=True,
+        key="fleet_group",
+    )
     groups = _data.fleet_groups(filters, by)  # aggregated in DuckDB over every GPU of the view
     heatmap(
         groups,
         "fleet_heatmap",
-        pl.col("key").fill_null(unknown),
+        pl.col("key").fill_null(f"unknown {by}"),
         f"one per {by}, the mean over its GPUs; {n_gpus:,} GPUs in the view",
     )
-    names = groups["key"].unique().to_list()
-    choices = sorted(k for k in names if k is not None) + ([unknown] if None in names else [])
-    pick = st.selectbox(
-        f"Open a {by}: one row per GPU",
-        choices,
-        index=None,
-        key="fleet_drill",
-        placeholder=f"choose a {by}",
-    )
-    if pick:
-        drill = _data.fleet_drill(filters, by, None if pick == unknown else pick)
-        if drill.is_empty():
-            no_rows(f"No telemetry from {by} {pick} in this view.")
+    big = by == "cluster" and (groups["gpus"].max() or 0) > _data.FLEET_GROUP_PAST
+    label = f"Open a {by}: " + ("its hosts, or its GPUs when it has few" if big else "one row per GPU")
+    pick = open_group(groups, by, "fleet_drill", label)
+    if pick is not None:
+        name, value = pick
+        gpus = groups.filter(pl.col("key").eq_missing(value))["gpus"].max() or 0
+        if by == "cluster" and gpus > _data.FLEET_GROUP_PAST:
+            hosts = _data.fleet_groups(filters, "host", within=("cluster", value))
+            heatmap(
+                hosts,
+                "fleet_cluster_hosts",
+                pl.col("key").fill_null("unknown host"),
+                f"the hosts of cluster {name}, one per host, the mean over its GPUs",
+            )
+            host = open_group(hosts, "host", "fleet_drill_host", "Open a host: one row per GPU")
+            if host is not None:
+                drill_gpus("host", *host)
         else:
-            heatmap(drill, "fleet_drill_heatmap", GPU_LABEL, f"the GPUs of {by} {pick}")
+            drill_gpus(by, name, value)
 
 st.subheader("GPUs idle longest")
 idle = f["idle"]

@@ -154,3 +154,49 @@ def test_a_page_run_computes_the_views_per_job_costs_once(
     assert not at.exception, at.exception
     costs = [s for s in log if "WITH shared AS" in s]
     assert len(costs) == 1, [" ".join(s.split())[:80] for s in costs]
+
+
+def test_a_fleet_of_many_hosts_opens_by_cluster_then_hosts_then_gpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past FLEET_GROUP_PAST hosts a heatmap row per host is itself unreadable: the Fleet page opens one row
+    per cluster, a cluster with more GPUs than that opens onto its hosts, a host onto its GPUs, and a small
+    cluster straight onto its GPUs. Here 70 single-GPU hosts in cluster "big" and 2 in "small"."""
+    from collectors.base import IngestOptions
+
+    header = "timestamp, hostname, index, utilization.gpu [%]\n"
+
+    def log(prefix: str, hosts: int) -> str:
+        return header + "".join(
+            f"2026-11-16 10:{m:02d}:00.000, {prefix}{h:02d}, 0, {(h * 7 + m) % 100} %\n"
+            for m in range(3)
+            for h in range(hosts)
+        )
+
+    db = str(tmp_path / "fleet.duckdb")
+    with writer(db) as con:
+        for name, hosts in (("big", 70), ("small", 2)):
+            path = tmp_path / f"{name}.csv"
+            path.write_text(log(f"{name}-n", hosts))
+            ingest_file(con, path, opts=IngestOptions(tz="UTC", cluster=name))
+    monkeypatch.setenv("GPULEDGER_DB", db)
+    monkeypatch.setenv("GPULEDGER_SETTINGS", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    at = run_page("pages/fleet.py")
+    assert not at.exception, at.exception
+    assert at.radio(key="fleet_group").value == "cluster"
+    captions = [c.value for c in at.caption]
+    assert any(c.startswith("2 rows (one per cluster") and "72 GPUs in the view" in c for c in captions), (
+        captions
+    )
+    at.selectbox(key="fleet_drill").set_value("big").run()
+    captions = [c.value for c in at.caption]
+    assert any(c.startswith("70 rows (the hosts of cluster big") for c in captions), captions
+    at.selectbox(key="fleet_drill_host").set_value("big-n07").run()
+    assert any(c.startswith("1 row (the GPUs of host big-n07") for c in (c.value for c in at.caption))
+    at.selectbox(key="fleet_drill").set_value("small").run()
+    captions = [c.value for c in at.caption]
+    assert any(c.startswith("2 rows (the GPUs of cluster small") for c in captions), captions
+    # the user's choice stands: one row per host on request
+    at.radio(key="fleet_group").set_value("host").run()
+    assert any(c.startswith("72 rows (one per host") for c in (c.value for c in at.caption))

@@ -18,6 +18,7 @@ from analytics.timeline import (
     idle_gpus,
     job_timeline,
     view_gpu_count,
+    view_groups,
 )
 from collectors.base import IngestOptions, drop_stage, land, next_ingest_id
 
@@ -113,6 +114,14 @@ def test_grouped_heatmap_pools_every_gpu_of_a_host_or_cluster_and_drills_down(fl
     assert gpu_hour_heatmap(fleet, within=("cluster", "b"))["gpu_id"].unique().to_list() == ["g1"]
     assert view_gpu_count(fleet) == 3
     assert view_gpu_count(fleet, filters=Filters(clusters=("b",))) == 1
+    # how many rows each heatmap would have: 3 GPUs on 2 hosts (h0: g0, g2) in 2 clusters (a, b)
+    assert view_groups(fleet) == {"gpus": 3, "hosts": 2, "clusters": 2}
+    assert view_groups(fleet, filters=Filters(clusters=("a",))) == {"gpus": 2, "hosts": 1, "clusters": 1}
+    # the middle step of a drill from clusters to GPUs: the hosts of one cluster, cells as in the whole view
+    inside = group_hour_heatmap(fleet, by="host", within=("cluster", "a"))
+    assert inside["key"].unique().to_list() == ["h0"]
+    assert inside.row(0, named=True)["mean_util_pct"] == pytest.approx(hosts[("h0", T0)]["mean_util_pct"])
+    assert group_hour_heatmap(fleet, by="host", within=("cluster", "b"))["key"].to_list() == ["h1"]
     with pytest.raises(ValueError, match="unknown grouping 'rack'"):
         group_hour_heatmap(fleet, by="rack")
 
