@@ -266,8 +266,7 @@ def gpu_timeline(
     """Utilization per GPU over time (TIMELINE_COLUMNS) for the view, coarsened from minutes to hours
     when the view would exceed ``max_points`` rows (so an uploaded week-long log still plots quickly)."""
     where, params = _where(filters)
-    n = con.execute(f"SELECT count(*) FROM {_FROM} WHERE {where}", params).fetchall()[0][0]
-    unit = "minute" if n <= max_points else "hour"
+    unit = _timeline_unit(con, where, params, max_points)
     sql = f"""
     SELECT m.gpu_id, date_trunc('{unit}', m.minute) AS ts,
            sum(m.util_s) / nullif(sum(m.util_cov_s), 0) * 100.0 AS util_pct,
@@ -279,3 +278,49 @@ def gpu_timeline(
     ORDER BY m.gpu_id, ts
     """
     return frame(con, sql, params)
+
+
+def _timeline_unit(con: duckdb.DuckDBPyConnection, where: str, params: list[object], max_points: int) -> str:
+    """``minute``, or ``hour`` when the view's per-GPU minutes would be more than ``max_points`` rows."""
+    n = con.execute(f"SELECT count(*) FROM {_FROM} WHERE {where}", params).fetchall()[0][0]
+    return "minute" if n <= max_points else "hour"
+
+
+GROUP_TIMELINE_COLUMNS = {
+    "key": "the GPUs' host or cluster (gpus.host / gpus.cluster); NULL when the ledger names none",
+    "ts": "UTC minute, or hour when the view is long (as gpu_timeline's)",
+    "util_pct": "time-weighted mean utilization over the group's samples (Σ util_s / Σ util_cov_s × 100)",
+    "mem_used_mib": "highest memory used by any of the group's GPUs",
+    "gpus": "GPUs of the group with telemetry at that time",
+}
+
+
+def group_timeline(
+    con: duckdb.DuckDBPyConnection, *, by: str, filters: Filters = ALL, max_points: int = 20_000
+) -> pl.DataFrame:
+    """Utilization over time per host or cluster (``by``; GROUP_TIMELINE_COLUMNS): the line chart of a view
+    with more GPUs than lines a reader can tell apart, pooled over each group's GPUs (the sums, not the
+    GPUs' means), at the time unit :func:`gpu_timeline` picks for the same view, so a group's GPUs drawn
+    next to it line up."""
+    if by not in GROUPS:
+        raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(GROUPS)}")
+    where, params = _where(filters)
+    unit = _timeline_unit(con, where, params, max_points)
+    sql = f"""
+    SELECT {GROUPS[by]} AS key, date_trunc('{unit}', m.minute) AS ts,
+           sum(m.util_s) / nullif(sum(m.util_cov_s), 0) * 100.0 AS util_pct,
+           max(m.mem_used_max_mib) AS mem_used_mib, count(DISTINCT m.gpu_id) AS gpus
+    FROM {_FROM}
+    WHERE {where}
+    GROUP BY ALL
+    ORDER BY key NULLS LAST, ts
+    """
+    return frame(con, sql, params)
+
+
+def gpu_groups(con: duckdb.DuckDBPyConnection, *, by: str) -> pl.DataFrame:
+    """Every GPU of the ledger (``gpu_id``) and its host or cluster (``key``, NULL when unnamed): which GPUs
+    a group of :func:`group_timeline` stands for."""
+    if by not in GROUPS:
+        raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(GROUPS)}")
+    return frame(con, f"SELECT g.gpu_id, {GROUPS[by]} AS key FROM gpus g ORDER BY g.gpu_id")

@@ -339,6 +339,10 @@ class UploadResult:
     summary: dict[str, Any] | None = None
     jobs: pl.DataFrame | None = None
     timeline: pl.DataFrame | None = None
+    # past FLEET_GROUP_PAST GPUs: one line per host (per cluster past as many hosts), and each GPU's group
+    timeline_by: str | None = None
+    timeline_groups: pl.DataFrame | None = None
+    gpu_groups: pl.DataFrame | None = None  # gpu_id, key: the group of timeline_by each GPU belongs to
     recommendations: pl.DataFrame | None = None
     missing: tuple[str, ...] = ()  # analyses this install lacks
     needs_gpu: tuple[str, ...] = ()  # jobs (training logs) that name no GPU model or count: ask for them
@@ -471,6 +475,7 @@ def _analyse_upload(
                     out[key] = fn()
                 except NotReady as exc:
                     missing.append(str(exc))
+            out.update(_timeline_groups(con, filters))
             return UploadResult(
                 name,
                 ingest=ingest,
@@ -688,6 +693,22 @@ def _fleet_drill(
 
     with reader(db_path) as con:
         return gpu_hour_heatmap(con, filters=filters, within=(by, value))
+
+
+def _timeline_groups(con: Any, filters: Filters) -> dict[str, Any]:
+    """For a view of more than FLEET_GROUP_PAST GPUs: the timeline per host (per cluster when the hosts are
+    that many too), and which group each GPU is in (the page's drill-down into one group's GPUs)."""
+    from analytics.timeline import gpu_groups, group_timeline, view_groups
+
+    n = view_groups(con, filters=filters)
+    if n["gpus"] <= FLEET_GROUP_PAST:
+        return {}
+    by = "host" if n["hosts"] <= FLEET_GROUP_PAST else "cluster"
+    return {
+        "timeline_by": by,
+        "timeline_groups": group_timeline(con, by=by, filters=filters),
+        "gpu_groups": gpu_groups(con, by=by),
+    }
 
 
 def _fleet_timeline(con: Any, filters: Filters, s: Settings) -> pl.DataFrame:

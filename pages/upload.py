@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 import plotly.express as px
+import polars as pl
 import streamlit as st
 
 from collectors.registry import PARSERS
@@ -110,17 +111,51 @@ if s is not None:
             "spend (add a price in the settings file)."
         )
 
-if result.timeline is not None and not result.timeline.is_empty():
-    st.subheader("Utilization over time")
+
+def utilization_lines(frame: pl.DataFrame, color: str, key: str, legend: str) -> None:
     fig = px.line(
-        result.timeline,
+        frame,
         x="ts",
         y="util_pct",
-        color="gpu_id",
-        labels={"util_pct": "utilization (%)", "ts": "time (UTC)"},
+        color=color,
+        labels={"util_pct": "utilization (%)", "ts": "time (UTC)", color: legend},
     )
     fig.update_layout(margin={"t": 10, "b": 10}, height=320, yaxis_range=[0, 100])
-    _ui.plotly_chart(fig, key="upload_timeline")
+    _ui.plotly_chart(fig, key=key)
+
+
+if result.timeline is not None and not result.timeline.is_empty():
+    st.subheader("Utilization over time")
+    if result.timeline_groups is None or result.gpu_groups is None:
+        utilization_lines(result.timeline, "gpu_id", "upload_timeline", "GPU")
+    else:
+        # more GPUs than lines a reader can tell apart: one line per host (or cluster), each opening onto
+        # its GPUs
+        by = result.timeline_by or "host"
+        unknown = f"unknown {by}"
+        groups = result.timeline_groups.with_columns(pl.col("key").fill_null(unknown))
+        utilization_lines(groups, "key", "upload_timeline", by)
+        n_gpus = result.gpu_groups.height
+        st.caption(
+            f"One line per {by} ({groups['key'].n_unique():,}), the time-weighted mean over its GPUs; "
+            f"{n_gpus:,} GPUs in the file."
+        )
+        pick = st.selectbox(
+            f"Open a {by}: one line per GPU",
+            sorted(groups["key"].unique().to_list()),
+            index=None,
+            key="upload_drill",
+            placeholder=f"choose a {by}",
+        )
+        if pick is not None:
+            members = result.gpu_groups.with_columns(pl.col("key").fill_null(unknown))
+            ids = members.filter(pl.col("key") == pick)["gpu_id"]
+            utilization_lines(
+                result.timeline.filter(pl.col("gpu_id").is_in(ids.implode())),
+                "gpu_id",
+                "upload_drill_timeline",
+                "GPU",
+            )
 
 if result.jobs is not None and not result.jobs.is_empty():
     st.subheader("Jobs")

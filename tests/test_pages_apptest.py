@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import polars as pl
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -200,3 +201,31 @@ def test_a_fleet_of_many_hosts_opens_by_cluster_then_hosts_then_gpus(
     # the user's choice stands: one row per host on request
     at.radio(key="fleet_group").set_value("host").run()
     assert any(c.startswith("72 rows (one per host") for c in (c.value for c in at.caption))
+
+
+def test_an_upload_of_many_gpus_draws_a_line_per_host_and_opens_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file with more GPUs than lines a reader can tell apart (70 GPUs on 10 hosts) is drawn one line per
+    host, the time-weighted mean over its GPUs, and a host opens onto its own GPUs' lines."""
+    from pages import _data
+
+    monkeypatch.setenv("GPULEDGER_SETTINGS", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    rows = "".join(
+        f"2026-11-16 10:{m:02d}:00.000, n{g // 7}, {g % 7}, {(g * 3 + m * 11) % 100} %\n"
+        for m in range(4)
+        for g in range(70)
+    )
+    data = ("timestamp, hostname, index, utilization.gpu [%]\n" + rows).encode()
+    result = _data.analyse_upload("fleet.csv", data, None, "UTC")
+    assert result.error is None, result.error
+    assert result.timeline_by == "host"
+    assert result.gpu_groups is not None and result.gpu_groups.height == 70
+    groups = result.timeline_groups
+    assert groups is not None and groups["key"].n_unique() == 10
+    # by hand: host n3 holds GPUs 21..27; every sample stands for 60 s, so its minute-1 point is their mean
+    expect = sum((g * 3 + 1 * 11) % 100 for g in range(21, 28)) / 7
+    point = groups.filter((pl.col("key") == "n3") & (pl.col("ts").dt.minute() == 1))
+    assert point["util_pct"].item() == pytest.approx(expect)
+    assert point["gpus"].item() == 7

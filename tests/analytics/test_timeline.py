@@ -15,6 +15,7 @@ from analytics.timeline import (
     gpu_hour_heatmap,
     gpu_timeline,
     group_hour_heatmap,
+    group_timeline,
     idle_gpus,
     job_timeline,
     view_gpu_count,
@@ -152,6 +153,23 @@ def test_gpu_timeline_coarsens_to_hours_when_asked_for_few_points(fleet):
     hours = gpu_timeline(fleet, max_points=2)
     assert hours.select("gpu_id", "ts").rows() == [("g0", T0), ("g1", T0 + dt.timedelta(hours=1))]
     assert hours["util_pct"][0] == pytest.approx((0 * 30 + 10 * 30 + 100 * 30) / 90)
+
+
+def test_group_timeline_pools_the_groups_gpus_at_the_per_gpu_timelines_unit(fleet):
+    by_cluster = group_timeline(fleet, by="cluster")
+    # minutes, as gpu_timeline's: cluster a (g0) at 00:00 (0, 10 over 60 s) and 00:01 (100, then no reading)
+    assert by_cluster.select("key", "ts", "gpus").rows() == [
+        ("a", T0, 1),
+        ("a", T0 + dt.timedelta(minutes=1), 1),
+        ("b", T0 + dt.timedelta(hours=1), 1),
+    ]
+    assert by_cluster["util_pct"].to_list() == pytest.approx([5.0, 100.0, 26.5])
+    # hours when gpu_timeline coarsens: one point per cluster, the same cell as its GPUs pooled by hand
+    hours = group_timeline(fleet, by="host", max_points=2)
+    assert hours.select("key", "ts").rows() == [("h0", T0), ("h1", T0 + dt.timedelta(hours=1))]
+    assert hours["util_pct"][0] == pytest.approx((0 * 30 + 10 * 30 + 100 * 30) / 90)
+    with pytest.raises(ValueError, match="unknown grouping"):
+        group_timeline(fleet, by="rack")
 
 
 def test_job_timeline_mean_over_gpus(fleet):

@@ -298,6 +298,33 @@ def test_upload_a_training_log_asks_for_its_gpus_and_prices_the_run(page: Page, 
     assert metric(page, "GPU-hours")[0] == "5.7"
 
 
+def test_upload_of_a_many_gpu_log_draws_a_line_per_host_and_opens_one(
+    page: Page, server: Server, tmp_path: Path
+) -> None:
+    # 70 GPUs on 10 hosts: past the 60 lines a reader can tell apart, one line per host, each opening
+    rows = "".join(
+        f"2026-11-16 10:{m:02d}:00.000, n{g // 7}, {g % 7}, {(g * 3 + m * 11) % 100} %\n"
+        for m in range(4)
+        for g in range(70)
+    )
+    log = tmp_path / "fleet.csv"
+    log.write_text("timestamp, hostname, index, utilization.gpu [%]\n" + rows)
+    goto(page, server, "upload")
+    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(log))
+    expect(page.get_by_test_id("stMain")).to_contain_text(
+        "One line per host (10), the time-weighted mean over its GPUs; 70 GPUs in the file.", timeout=60_000
+    )
+    wait_for_app(page)
+    box = page.get_by_test_id("stSelectbox").filter(has_text="Open a host")
+    box.scroll_into_view_if_needed()
+    box.locator("input").click()
+    page.get_by_role("option", name="n3", exact=True).click()
+    wait_for_app(page)
+    expect(page.get_by_test_id("stPlotlyChart")).to_have_count(2, timeout=30_000)
+    shots(page, "upload-many-gpus")
+    assert_clean(main_text(page))
+
+
 # Last in the module: a saved threshold rebuilds the ledger's rollup, and restoring it makes the next reader
 # rebuild it again, which cost the test after this one ~12 s.
 def test_settings_edit_round_trips(page: Page, server: Server) -> None:
