@@ -243,17 +243,21 @@ TIMELINE_COLUMNS = {
 ALL_GPUS = "all GPUs (mean)"
 
 
-def job_timeline(con: duckdb.DuckDBPyConnection, job_id: str, *, per_gpu: bool = True) -> pl.DataFrame:
+def job_timeline(
+    con: duckdb.DuckDBPyConnection, job_id: str, *, per_gpu: bool = True, by_host: bool = False
+) -> pl.DataFrame:
     """One job's utilization per minute (TIMELINE_COLUMNS), over the samples attributed to it: one line
     per GPU, or (``per_gpu=False``) one line, ``gpu_id`` = ALL_GPUS, the time-weighted mean over its GPUs
-    (memory: the highest of any GPU)."""
-    key = "gpu_id" if per_gpu else f"'{ALL_GPUS}'"
+    (memory: the highest of any GPU), or (``by_host``) one line per host, ``gpu_id`` = the host, pooled over
+    the job's GPUs on it: what a job of hundreds of GPUs can show line by line."""
+    key = "coalesce(g.host, 'unknown host')" if by_host else "m.gpu_id" if per_gpu else f"'{ALL_GPUS}'"
+    join = "LEFT JOIN gpus g USING (gpu_id)" if by_host else ""
     sql = f"""
-    SELECT {key} AS gpu_id, minute AS ts,
-           sum(util_s) / nullif(sum(util_cov_s), 0) * 100.0 AS util_pct,
-           max(mem_used_max_mib) AS mem_used_mib, max(mem_total_mib) AS mem_total_mib,
-           sum(sm_active_s) / nullif(sum(prof_cov_s), 0) * 100.0 AS sm_active_pct
-    FROM samples_minute WHERE job_id = ?
+    SELECT {key} AS gpu_id, m.minute AS ts,
+           sum(m.util_s) / nullif(sum(m.util_cov_s), 0) * 100.0 AS util_pct,
+           max(m.mem_used_max_mib) AS mem_used_mib, max(m.mem_total_mib) AS mem_total_mib,
+           sum(m.sm_active_s) / nullif(sum(m.prof_cov_s), 0) * 100.0 AS sm_active_pct
+    FROM samples_minute m {join} WHERE m.job_id = ?
     GROUP BY ALL
     ORDER BY 1, 2
     """

@@ -605,21 +605,23 @@ def _jobs_table(con: Any, filters: Filters, s: Settings) -> pl.DataFrame:
     return _analytics("jobs").jobs_table(con, filters=filters, settings=s)
 
 
-def job_timeline(job_id: str, per_gpu: bool) -> pl.DataFrame:
-    """``analytics.timeline.job_timeline``: one line per GPU, or the mean over the job's GPUs (no rows for a
-    job of a team the viewer may not see)."""
+def job_timeline(job_id: str, per_gpu: bool, by_host: bool = False) -> pl.DataFrame:
+    """``analytics.timeline.job_timeline``: one line per GPU, per host, or the mean over the job's GPUs (no
+    rows for a job of a team the viewer may not see)."""
     path, ver, _, _ = _ctx()
     if not _job_in_scope(job_id):
-        return _job_timeline(path, ver, "", per_gpu).clear()
-    return _job_timeline(path, ver, job_id, per_gpu)
+        return _job_timeline(path, ver, "", per_gpu, by_host).clear()
+    return _job_timeline(path, ver, job_id, per_gpu, by_host)
 
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=CACHE_TTL_S)
-def _job_timeline(db_path: str, ver: tuple[int, int], job_id: str, per_gpu: bool) -> pl.DataFrame:
+def _job_timeline(
+    db_path: str, ver: tuple[int, int], job_id: str, per_gpu: bool, by_host: bool
+) -> pl.DataFrame:
     from analytics.timeline import job_timeline as compute
 
     with reader(db_path) as con:
-        return compute(con, job_id, per_gpu=per_gpu)
+        return compute(con, job_id, per_gpu=per_gpu, by_host=by_host)
 
 
 # ---------------------------------------------------------------- fleet

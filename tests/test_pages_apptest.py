@@ -229,3 +229,54 @@ def test_an_upload_of_many_gpus_draws_a_line_per_host_and_opens_one(
     point = groups.filter((pl.col("key") == "n3") & (pl.col("ts").dt.minute() == 1))
     assert point["util_pct"].item() == pytest.approx(expect)
     assert point["gpus"].item() == 7
+
+
+def test_a_job_of_many_gpus_splits_its_timeline_by_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job of 70 GPUs on 10 hosts: its timeline is the mean by default, and split one line per host (not
+    70 lines) on request, each host's line pooled over the job's GPUs on it."""
+    from collectors.base import IngestOptions, drop_stage, land, next_ingest_id
+
+    db = str(tmp_path / "job.duckdb")
+    with writer(db) as con:
+        con.execute("BEGIN TRANSACTION")
+        con.execute(
+            """CREATE TEMP TABLE stage_samples AS
+               SELECT TIMESTAMP '2026-11-16 10:00:00' + INTERVAL (m * 30) SECOND AS ts, 'g' || g AS gpu_id,
+                      30.0::FLOAT AS interval_s, ((g * 3 + m * 11) % 100)::FLOAT AS util_pct
+               FROM range(70) a(g), range(4) b(m)"""
+        )
+        con.execute(
+            """CREATE TEMP TABLE stage_gpus AS SELECT 'g' || g AS gpu_id, 'n' || (g // 7) AS host,
+                 'H100-SXM-80GB' AS model, 'atlas' AS cluster FROM range(70) a(g)"""
+        )
+        con.execute(
+            """CREATE TEMP TABLE stage_jobs AS SELECT 'big-1' AS job_id, 'nlp' AS team, 'atlas' AS cluster,
+                 'H100-SXM-80GB' AS gpu_model, 70.0 AS gpu_count, TIMESTAMP '2026-11-16 10:00:00' AS start_ts,
+                 TIMESTAMP '2026-11-16 11:00:00' AS end_ts, 'training' AS kind, 'COMPLETED' AS state"""
+        )
+        con.execute(
+            """CREATE TEMP TABLE stage_allocations AS SELECT 'big-1' AS job_id, 'g' || g AS gpu_id,
+                 TIMESTAMP '2026-11-16 10:00:00' AS start_ts, TIMESTAMP '2026-11-16 11:00:00' AS end_ts
+               FROM range(70) a(g)"""
+        )
+        land(con, next_ingest_id(con), IngestOptions())
+        drop_stage(con)
+        con.execute("COMMIT")
+    monkeypatch.setenv("GPULEDGER_DB", db)
+    monkeypatch.setenv("GPULEDGER_SETTINGS", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    at = run_page("pages/jobs.py", {"job": ["big-1"]})
+    assert not at.exception, at.exception
+    toggle = at.toggle(key="job_per_gpu")
+    assert toggle.label == "One line per host" and toggle.value is False
+    assert any("the line is their time-weighted mean" in c.value for c in at.caption)
+    toggle.set_value(True).run()
+    assert not at.exception, at.exception
+    assert any("one line per host" in c.value for c in at.caption)
+    chart = at.get("plotly_chart")[0]
+    import json
+
+    names = {t["name"] for t in json.loads(chart.proto.spec)["data"] if t.get("showlegend") is not False}
+    assert names == {f"n{h}" for h in range(10)}

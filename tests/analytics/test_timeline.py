@@ -145,6 +145,8 @@ def test_job_timeline_has_one_point_per_gpu_minute(fleet):
     assert tl.select("gpu_id", "ts").rows() == [("g1", T0 + dt.timedelta(hours=1))]
     assert tl["util_pct"][0] == pytest.approx(26.5)
     assert job_timeline(fleet, "no-such-job").is_empty()
+    # one line per host: j1's one GPU sits on h1, so the host's line is that GPU's point
+    assert job_timeline(fleet, "j1", by_host=True).select("gpu_id", "util_pct").rows() == [("h1", 26.5)]
 
 
 def test_gpu_timeline_coarsens_to_hours_when_asked_for_few_points(fleet):
