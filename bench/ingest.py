@@ -55,14 +55,23 @@ con.execute(f"CREATE TABLE raw AS SELECT * FROM read_csv('{sys.argv[1]}', all_va
 print(con.execute("SELECT count(*) FROM raw").fetchall()[0][0])
 """
 
-TYPED_ROLLUPS = """
-import duckdb, sys
-con = duckdb.connect(sys.argv[2])
+# The typed read both hand-written contenders share: the reader types the timestamp and the index, and each
+# number is ``TRY_CAST(replace(col, ' unit', ''))`` (docs/PERF-NOTES).
+TYPED_READER = """
 types = ["TIMESTAMP", "INTEGER"] + ["VARCHAR"] * 9
 cols = ", ".join(f"'c{i}': '{t}'" for i, t in enumerate(types))
 src = (f"read_csv('{sys.argv[1]}', delim=', ', header=true, auto_detect=false, columns={{{cols}}}, quote='', "
        "escape='', timestampformat='%Y/%m/%d %H:%M:%S.%g')")
 num = lambda c, unit: f"TRY_CAST(replace({c}, ' {unit}', '') AS FLOAT)" if unit else f"TRY_CAST({c} AS FLOAT)"
+"""
+
+TYPED_ROLLUPS = (
+    """
+import duckdb, sys
+con = duckdb.connect(sys.argv[2])
+"""
+    + TYPED_READER
+    + """
 con.execute("BEGIN")
 con.execute(f'''CREATE TABLE samples AS SELECT c0 AS ts, c2 AS gpu_id, c1 AS gpu_index, {num("c4", "%")} AS util_pct,
     {num("c5", "%")} AS mem_util_pct, {num("c6", "MiB")} AS mem_used_mib, {num("c7", "MiB")} AS mem_total_mib,
@@ -78,23 +87,23 @@ con.execute('''CREATE TABLE util_hist AS SELECT ts::DATE AS day, gpu_id, floor(u
 con.execute("COMMIT")
 print(con.execute("SELECT count(*) FROM samples").fetchall()[0][0])
 """
+)
 
 # The least any design must do to land the file in the ledger: the ledger's own schema (gpuledger's
 # ensure_schema), the typed read of every column into a stage, and one INSERT into ``samples`` that gives each
 # sample its interval (the gap to its GPU's next poll, by the window over whole polls), in one transaction into
 # a file. No validation, GPU table, attribution or rollup: what it costs is what gpuledger cannot go below.
-LANDING_FLOOR = """
+LANDING_FLOOR = (
+    """
 import duckdb, sys
 sys.path.insert(0, sys.argv[3])
 from gpuledger.ledger.db import ensure_schema
 con = duckdb.connect(sys.argv[2])
 con.execute("SET memory_limit = '300MB'")
 ensure_schema(con)
-types = ["TIMESTAMP", "INTEGER"] + ["VARCHAR"] * 9
-cols = ", ".join(f"'c{i}': '{t}'" for i, t in enumerate(types))
-src = (f"read_csv('{sys.argv[1]}', delim=', ', header=true, auto_detect=false, columns={{{cols}}}, quote='', "
-       "escape='', timestampformat='%Y/%m/%d %H:%M:%S.%g')")
-num = lambda c, unit: f"TRY_CAST(replace({c}, ' {unit}', '') AS FLOAT)" if unit else f"TRY_CAST({c} AS FLOAT)"
+"""
+    + TYPED_READER
+    + """
 con.execute("BEGIN")
 con.execute(f'''CREATE TEMP TABLE stage AS SELECT c0 AS ts, c2 AS gpu_id, c1 AS gpu_index, {num("c4", "%")} AS u,
     {num("c5", "%")} AS mu, {num("c6", "MiB")} AS mm, {num("c7", "MiB")} AS mt, {num("c8", "W")} AS p,
@@ -106,6 +115,7 @@ con.execute(f'''INSERT INTO samples (ts, gpu_id, interval_s, util_pct, mem_util_
 con.execute("COMMIT")
 print(con.execute("SELECT count(*) FROM samples").fetchall()[0][0])
 """
+)
 
 # The gpuledger child: the real CLI, with the functions that do each stage wrapped to time them. A function
 # another module took over (attribute_samples → collectors/attribute.py) is wrapped where it is found.
