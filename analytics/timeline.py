@@ -76,17 +76,28 @@ HEATMAP_COLUMNS = {
 GROUPS = {"host": "g.host", "cluster": "g.cluster"}  # the GPU's own (gpus), NULL when unknown
 
 
-def _within(within: tuple[str, str | None] | None) -> tuple[str, list[object]]:
-    """The condition keeping the minutes of one host or cluster (``(by, value)``; value None: none named)."""
+Within = tuple[str, str | None] | tuple[tuple[str, str | None], ...]
+
+
+def _within(within: Within | None) -> tuple[str, list[object]]:
+    """The condition keeping the minutes of one host or cluster (``(by, value)``; value None: none named),
+    or of GPUs that match several such pairs (``(("cluster", "c1"), ("host", None))``: c1's GPUs whose host
+    is not named, not every unnamed host's)."""
     if within is None:
         return "TRUE", []
-    by, value = within
-    if by not in GROUPS:
-        raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(GROUPS)}")
+    pairs = (within,) if isinstance(within[0], str) else within
+    conds: list[str] = []
+    params: list[object] = []
+    for by, value in pairs:
+        if by not in GROUPS:
+            raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(GROUPS)}")
+        if value is None:
+            conds.append(f"{GROUPS[by]} IS NULL")
+        else:
+            conds.append(f"{GROUPS[by]} = ?")
+            params.append(value)
     # a semi-join on the GPUs (a few rows): the minute scan keeps its join-free plan (_from_for)
-    if value is None:
-        return f"m.gpu_id IN (SELECT g.gpu_id FROM gpus g WHERE {GROUPS[by]} IS NULL)", []
-    return f"m.gpu_id IN (SELECT g.gpu_id FROM gpus g WHERE {GROUPS[by]} = ?)", [value]
+    return f"m.gpu_id IN (SELECT g.gpu_id FROM gpus g WHERE {' AND '.join(conds)})", params
 
 
 def gpu_hour_heatmap(
@@ -94,7 +105,7 @@ def gpu_hour_heatmap(
     *,
     filters: Filters = ALL,
     max_gpus: int = 400,
-    within: tuple[str, str | None] | None = None,
+    within: Within | None = None,
 ) -> pl.DataFrame:
     """Mean utilization per GPU per UTC hour (HEATMAP_COLUMNS), ordered by host, GPU and hour.
 
@@ -139,7 +150,7 @@ def group_hour_heatmap(
     *,
     by: str,
     filters: Filters = ALL,
-    within: tuple[str, str | None] | None = None,
+    within: Within | None = None,
 ) -> pl.DataFrame:
     """Mean utilization per host or cluster (``by``) per UTC hour over every GPU of the view
     (GROUP_HEATMAP_COLUMNS), ordered by key and hour: a fleet of any size in one row per group, aggregated

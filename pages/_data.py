@@ -680,21 +680,30 @@ def _fleet_groups(
         return group_hour_heatmap(con, by=by, filters=filters, within=within)
 
 
-def fleet_drill(filters: Filters, by: str, value: str | None) -> pl.DataFrame:
-    """The per-GPU heatmap (analytics.timeline.gpu_hour_heatmap) of one host or cluster of the view."""
+def fleet_drill(
+    filters: Filters, by: str, value: str | None, cluster: tuple[str | None] | None = None
+) -> pl.DataFrame:
+    """The per-GPU heatmap (analytics.timeline.gpu_hour_heatmap) of one host or cluster of the view
+    (``cluster``: a host inside that one cluster, so an unnamed host is the cluster's alone)."""
     filters = scoped(filters)
     path, ver, _, _ = _ctx()
-    return _fleet_drill(path, ver, filters, by, value)
+    return _fleet_drill(path, ver, filters, by, value, cluster)
 
 
 @st.cache_data(show_spinner=False, max_entries=CACHE_VIEWS, ttl=CACHE_TTL_S)
 def _fleet_drill(
-    db_path: str, ver: tuple[int, int], filters: Filters, by: str, value: str | None
+    db_path: str,
+    ver: tuple[int, int],
+    filters: Filters,
+    by: str,
+    value: str | None,
+    cluster: tuple[str | None] | None,
 ) -> pl.DataFrame:
     from analytics.timeline import gpu_hour_heatmap
 
+    within = (by, value) if cluster is None else (("cluster", cluster[0]), (by, value))
     with reader(db_path) as con:
-        return gpu_hour_heatmap(con, filters=filters, within=(by, value))
+        return gpu_hour_heatmap(con, filters=filters, within=within)
 
 
 def _timeline_groups(con: Any, filters: Filters) -> dict[str, Any]:

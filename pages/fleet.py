@@ -87,8 +87,8 @@ def open_group(groups: pl.DataFrame, by: str, key: str, label: str) -> tuple[str
     return None if pick is None else (pick, None if pick == unknown else pick)
 
 
-def drill_gpus(by: str, name: str, value: str | None) -> None:
-    drill = _data.fleet_drill(filters, by, value)
+def drill_gpus(by: str, name: str, value: str | None, cluster: tuple[str | None] | None = None) -> None:
+    drill = _data.fleet_drill(filters, by, value, cluster)
     if drill.is_empty():
         no_rows(f"No telemetry from {by} {name} in this view.")
     else:
@@ -135,7 +135,7 @@ else:
             )
             host = open_group(hosts, "host", "fleet_drill_host", "Open a host: one row per GPU")
             if host is not None:
-                drill_gpus("host", *host)
+                drill_gpus("host", *host, cluster=(value,))
         else:
             drill_gpus(by, name, value)
 

@@ -123,6 +123,11 @@ def test_grouped_heatmap_pools_every_gpu_of_a_host_or_cluster_and_drills_down(fl
     assert inside["key"].unique().to_list() == ["h0"]
     assert inside.row(0, named=True)["mean_util_pct"] == pytest.approx(hosts[("h0", T0)]["mean_util_pct"])
     assert group_hour_heatmap(fleet, by="host", within=("cluster", "b"))["key"].to_list() == ["h1"]
+    # several pairs at once: a GPU of cluster a whose host is not named is cluster a's alone
+    fleet.execute("UPDATE gpus SET host = NULL WHERE gpu_id IN ('g1', 'g2')")  # g1 in b, g2 in a
+    unnamed_in_a = gpu_hour_heatmap(fleet, within=(("cluster", "a"), ("host", None)))
+    assert unnamed_in_a["gpu_id"].unique().to_list() == ["g2"]
+    assert sorted(gpu_hour_heatmap(fleet, within=("host", None))["gpu_id"].unique().to_list()) == ["g1", "g2"]
     with pytest.raises(ValueError, match="unknown grouping 'rack'"):
         group_hour_heatmap(fleet, by="rack")
 
