@@ -183,7 +183,8 @@ def group_hour_heatmap(
 def view_groups(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL) -> dict[str, int]:
     """How many GPUs with telemetry the view holds (``gpus``), and how many hosts and clusters they sit in
     (``hosts``, ``clusters``; GPUs whose host or cluster the ledger does not name count as one group, as the
-    grouped heatmap shows them): what decides how many rows a heatmap of the view would have."""
+    grouped heatmap shows them): what decides how many rows a heatmap of the view would have. Read from the
+    per-day rollup: the days inside a view hold exactly its minutes, as for :func:`idle_gpus`."""
     where, params = _where(filters, "m.day")
     sql = f"""
     SELECT count(*), count(DISTINCT coalesce(g.host, chr(0))), count(DISTINCT coalesce(g.cluster, chr(0)))
@@ -195,11 +196,8 @@ def view_groups(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL) -> di
 
 
 def view_gpu_count(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL) -> int:
-    """GPUs with telemetry in the view, from the per-day rollup (the days inside a view hold exactly its
-    minutes, as for :func:`idle_gpus`)."""
-    where, params = _where(filters, "m.day")
-    sql = f"SELECT count(DISTINCT m.gpu_id) FROM {_from_for(filters).replace('samples_minute', 'samples_day')} WHERE {where}"
-    return int(con.execute(sql, params).fetchall()[0][0])
+    """GPUs with telemetry in the view (:func:`view_groups`)."""
+    return view_groups(con, filters=filters)["gpus"]
 
 
 IDLE_GPU_COLUMNS = {
@@ -254,15 +252,18 @@ TIMELINE_COLUMNS = {
 ALL_GPUS = "all GPUs (mean)"
 
 
-def job_timeline(
-    con: duckdb.DuckDBPyConnection, job_id: str, *, per_gpu: bool = True, by_host: bool = False
-) -> pl.DataFrame:
+JOB_LINES = {"gpu": "m.gpu_id", "host": "coalesce(g.host, 'unknown host')", "job": f"'{ALL_GPUS}'"}
+
+
+def job_timeline(con: duckdb.DuckDBPyConnection, job_id: str, *, lines: str = "gpu") -> pl.DataFrame:
     """One job's utilization per minute (TIMELINE_COLUMNS), over the samples attributed to it: one line
-    per GPU, or (``per_gpu=False``) one line, ``gpu_id`` = ALL_GPUS, the time-weighted mean over its GPUs
-    (memory: the highest of any GPU), or (``by_host``) one line per host, ``gpu_id`` = the host, pooled over
-    the job's GPUs on it: what a job of hundreds of GPUs can show line by line."""
-    key = "coalesce(g.host, 'unknown host')" if by_host else "m.gpu_id" if per_gpu else f"'{ALL_GPUS}'"
-    join = "LEFT JOIN gpus g USING (gpu_id)" if by_host else ""
+    per GPU (``lines="gpu"``), one line per host (``"host"``, ``gpu_id`` = the host, pooled over the job's
+    GPUs on it: what a job of hundreds of GPUs can show line by line), or one line (``"job"``, ``gpu_id`` =
+    ALL_GPUS), the time-weighted mean over its GPUs (memory: the highest of any GPU)."""
+    if lines not in JOB_LINES:
+        raise ValueError(f"unknown lines {lines!r}; use one of {', '.join(JOB_LINES)}")
+    key = JOB_LINES[lines]
+    join = "LEFT JOIN gpus g USING (gpu_id)" if lines == "host" else ""
     sql = f"""
     SELECT {key} AS gpu_id, m.minute AS ts,
            sum(m.util_s) / nullif(sum(m.util_cov_s), 0) * 100.0 AS util_pct,

@@ -116,7 +116,7 @@ def job_timeline(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any
     from analytics.timeline import job_timeline as compute
 
     top = job_costs(con, filters=f).sort("cost_usd", descending=True, nulls_last=True).row(0, named=True)
-    return compute(con, top["job_id"], per_gpu=(top["gpu_count"] or 0) <= 8)
+    return compute(con, top["job_id"], lines="gpu" if (top["gpu_count"] or 0) <= 8 else "job")
 
 
 def fleet_heatmap(con: duckdb.DuckDBPyConnection, f: Filters, s: Settings) -> Any:

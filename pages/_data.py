@@ -605,23 +605,21 @@ def _jobs_table(con: Any, filters: Filters, s: Settings) -> pl.DataFrame:
     return _analytics("jobs").jobs_table(con, filters=filters, settings=s)
 
 
-def job_timeline(job_id: str, per_gpu: bool, by_host: bool = False) -> pl.DataFrame:
-    """``analytics.timeline.job_timeline``: one line per GPU, per host, or the mean over the job's GPUs (no
-    rows for a job of a team the viewer may not see)."""
+def job_timeline(job_id: str, lines: str) -> pl.DataFrame:
+    """``analytics.timeline.job_timeline``: one line per GPU, per host, or the mean over the job's GPUs
+    (``lines``: gpu, host, job; no rows for a job of a team the viewer may not see)."""
     path, ver, _, _ = _ctx()
     if not _job_in_scope(job_id):
-        return _job_timeline(path, ver, "", per_gpu, by_host).clear()
-    return _job_timeline(path, ver, job_id, per_gpu, by_host)
+        return _job_timeline(path, ver, "", lines).clear()
+    return _job_timeline(path, ver, job_id, lines)
 
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=CACHE_TTL_S)
-def _job_timeline(
-    db_path: str, ver: tuple[int, int], job_id: str, per_gpu: bool, by_host: bool
-) -> pl.DataFrame:
+def _job_timeline(db_path: str, ver: tuple[int, int], job_id: str, lines: str) -> pl.DataFrame:
     from analytics.timeline import job_timeline as compute
 
     with reader(db_path) as con:
-        return compute(con, job_id, per_gpu=per_gpu, by_host=by_host)
+        return compute(con, job_id, lines=lines)
 
 
 # ---------------------------------------------------------------- fleet
@@ -680,28 +678,20 @@ def _fleet_groups(
         return group_hour_heatmap(con, by=by, filters=filters, within=within)
 
 
-def fleet_drill(
-    filters: Filters, by: str, value: str | None, cluster: tuple[str | None] | None = None
-) -> pl.DataFrame:
-    """The per-GPU heatmap (analytics.timeline.gpu_hour_heatmap) of one host or cluster of the view
-    (``cluster``: a host inside that one cluster, so an unnamed host is the cluster's alone)."""
+def fleet_drill(filters: Filters, within: tuple[tuple[str, str | None], ...]) -> pl.DataFrame:
+    """The per-GPU heatmap (analytics.timeline.gpu_hour_heatmap) of one group of the view: ``within`` as
+    (group, name) pairs, e.g. a host inside one cluster, so an unnamed host is that cluster's alone."""
     filters = scoped(filters)
     path, ver, _, _ = _ctx()
-    return _fleet_drill(path, ver, filters, by, value, cluster)
+    return _fleet_drill(path, ver, filters, within)
 
 
 @st.cache_data(show_spinner=False, max_entries=CACHE_VIEWS, ttl=CACHE_TTL_S)
 def _fleet_drill(
-    db_path: str,
-    ver: tuple[int, int],
-    filters: Filters,
-    by: str,
-    value: str | None,
-    cluster: tuple[str | None] | None,
+    db_path: str, ver: tuple[int, int], filters: Filters, within: tuple[tuple[str, str | None], ...]
 ) -> pl.DataFrame:
     from analytics.timeline import gpu_hour_heatmap
 
-    within = (by, value) if cluster is None else (("cluster", cluster[0]), (by, value))
     with reader(db_path) as con:
         return gpu_hour_heatmap(con, filters=filters, within=within)
 

@@ -135,6 +135,16 @@ def no_rows(message: str) -> None:
     st.info(f"{message} Widen the date range or clear the team/cluster filters in the sidebar.")
 
 
+def open_group(keys: pl.Series, by: str, key: str, label: str) -> tuple[str, str | None] | None:
+    """A select box of a grouped chart's groups (``keys``: host or cluster names, None for GPUs whose
+    ledger names none, shown as "unknown host"); the one picked as (its label, its key)."""
+    unknown = f"unknown {by}"
+    names = keys.unique().to_list()
+    choices = sorted(k for k in names if k is not None) + ([unknown] if None in names else [])
+    pick = st.selectbox(label, choices, index=None, key=key, placeholder=f"choose a {by}")
+    return None if pick is None else (pick, None if pick == unknown else pick)
+
+
 def not_ready(exc: Exception) -> NoReturn:
     """An analysis this install lacks: say which, and stop the page (other pages still work)."""
     st.warning(f"This view is not available: {exc}.", icon=":material/construction:")

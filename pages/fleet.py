@@ -72,23 +72,8 @@ GPU_LABEL = pl.concat_str(
 )
 
 
-def open_group(groups: pl.DataFrame, by: str, key: str, label: str) -> tuple[str, str | None] | None:
-    """A select box of the groups' keys; the one picked, as (label, key: None for the unnamed group)."""
-    unknown = f"unknown {by}"
-    names = groups["key"].unique().to_list()
-    choices = sorted(k for k in names if k is not None) + ([unknown] if None in names else [])
-    pick = st.selectbox(
-        label,
-        choices,
-        index=None,
-        key=key,
-        placeholder=f"choose a {by}",
-    )
-    return None if pick is None else (pick, None if pick == unknown else pick)
-
-
-def drill_gpus(by: str, name: str, value: str | None, cluster: tuple[str | None] | None = None) -> None:
-    drill = _data.fleet_drill(filters, by, value, cluster)
+def drill_gpus(by: str, name: str, value: str | None, *outer: tuple[str, str | None]) -> None:
+    drill = _data.fleet_drill(filters, (*outer, (by, value)))
     if drill.is_empty():
         no_rows(f"No telemetry from {by} {name} in this view.")
     else:
@@ -121,7 +106,7 @@ else:
     )
     big = by == "cluster" and (groups["gpus"].max() or 0) > _data.FLEET_GROUP_PAST
     label = f"Open a {by}: " + ("its hosts, or its GPUs when it has few" if big else "one row per GPU")
-    pick = open_group(groups, by, "fleet_drill", label)
+    pick = _ui.open_group(groups["key"], by, "fleet_drill", label)
     if pick is not None:
         name, value = pick
         gpus = groups.filter(pl.col("key").eq_missing(value))["gpus"].max() or 0
@@ -133,9 +118,9 @@ else:
                 pl.col("key").fill_null("unknown host"),
                 f"the hosts of cluster {name}, one per host, the mean over its GPUs",
             )
-            host = open_group(hosts, "host", "fleet_drill_host", "Open a host: one row per GPU")
+            host = _ui.open_group(hosts["key"], "host", "fleet_drill_host", "Open a host: one row per GPU")
             if host is not None:
-                drill_gpus("host", *host, cluster=(value,))
+                drill_gpus("host", *host, ("cluster", value))
         else:
             drill_gpus(by, name, value)
 

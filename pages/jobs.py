@@ -110,14 +110,14 @@ def job_view(job_id: str) -> None:
 
     st.markdown("**Utilization and memory per minute**")
     gpus = r.get("gpu_count") or 0
-    many = gpus > MAX_LINES
-    # past FLEET_GROUP_PAST GPUs a line each is no chart: the split is by host
-    by_host = gpus > _data.FLEET_GROUP_PAST
-    split = not many or st.toggle(
-        "One line per host" if by_host else "One line per GPU", value=False, key="job_per_gpu"
-    )
-    per_gpu = split and not by_host
-    tl = _data.job_timeline(job_id, per_gpu, by_host=split and by_host)
+    # a line per GPU up to MAX_LINES; past that their mean, split on request: per GPU, or per host past
+    # FLEET_GROUP_PAST GPUs (a line each is no chart)
+    split_by = "host" if gpus > _data.FLEET_GROUP_PAST else "gpu"
+    lines = "gpu"
+    if gpus > MAX_LINES:
+        split = st.toggle(f"One line per {split_by.replace('gpu', 'GPU')}", value=False, key="job_per_gpu")
+        lines = split_by if split else "job"
+    tl = _data.job_timeline(job_id, lines)
     stretches = data["stretches"]
     if tl.is_empty():
         st.info(f"Job {md(job_id)} has no telemetry attributed to it: its utilization is unknown (n/a).")
@@ -149,15 +149,16 @@ def job_view(job_id: str) -> None:
         fig.update_yaxes(title_text="utilization (%)", range=[0, 105], row=1, col=1)
         fig.update_yaxes(title_text="memory used (GiB)", rangemode="tozero", row=2, col=1)
         fig.update_xaxes(title_text="time (UTC)", row=2, col=1)
-        hosts = split and by_host
-        fig.update_layout(height=460, margin={"t": 10, "b": 10}, legend_title_text="host" if hosts else "GPU")
+        fig.update_layout(
+            height=460, margin={"t": 10, "b": 10}, legend_title_text="host" if lines == "host" else "GPU"
+        )
         _ui.plotly_chart(fig, key="job_timeline")
-        if hosts:
+        if lines == "host":
             st.caption(
                 f"The job held {r['gpu_count']:g} GPUs: one line per host, the time-weighted mean per minute "
                 "of the job's GPUs on it."
             )
-        elif not per_gpu:
+        elif lines == "job":
             st.caption(
                 f"The job held {r['gpu_count']:g} GPUs: the line is their time-weighted mean per minute."
             )

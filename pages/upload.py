@@ -132,24 +132,17 @@ if result.timeline is not None and not result.timeline.is_empty():
         # more GPUs than lines a reader can tell apart: one line per host (or cluster), each opening onto
         # its GPUs
         by = result.timeline_by or "host"
-        unknown = f"unknown {by}"
-        groups = result.timeline_groups.with_columns(pl.col("key").fill_null(unknown))
-        utilization_lines(groups, "key", "upload_timeline", by)
-        n_gpus = result.gpu_groups.height
+        groups = result.timeline_groups
+        utilization_lines(
+            groups.with_columns(pl.col("key").fill_null(f"unknown {by}")), "key", "upload_timeline", by
+        )
         st.caption(
             f"One line per {by} ({groups['key'].n_unique():,}), the time-weighted mean over its GPUs; "
-            f"{n_gpus:,} GPUs in the file."
+            f"{result.gpu_groups.height:,} GPUs in the file."
         )
-        pick = st.selectbox(
-            f"Open a {by}: one line per GPU",
-            sorted(groups["key"].unique().to_list()),
-            index=None,
-            key="upload_drill",
-            placeholder=f"choose a {by}",
-        )
+        pick = _ui.open_group(groups["key"], by, "upload_drill", f"Open a {by}: one line per GPU")
         if pick is not None:
-            members = result.gpu_groups.with_columns(pl.col("key").fill_null(unknown))
-            ids = members.filter(pl.col("key") == pick)["gpu_id"]
+            ids = result.gpu_groups.filter(pl.col("key").eq_missing(pick[1]))["gpu_id"]
             utilization_lines(
                 result.timeline.filter(pl.col("gpu_id").is_in(ids.implode())),
                 "gpu_id",

@@ -151,7 +151,7 @@ def test_job_timeline_has_one_point_per_gpu_minute(fleet):
     assert tl["util_pct"][0] == pytest.approx(26.5)
     assert job_timeline(fleet, "no-such-job").is_empty()
     # one line per host: j1's one GPU sits on h1, so the host's line is that GPU's point
-    assert job_timeline(fleet, "j1", by_host=True).select("gpu_id", "util_pct").rows() == [("h1", 26.5)]
+    assert job_timeline(fleet, "j1", lines="host").select("gpu_id", "util_pct").rows() == [("h1", 26.5)]
 
 
 def test_gpu_timeline_coarsens_to_hours_when_asked_for_few_points(fleet):
@@ -182,7 +182,7 @@ def test_group_timeline_pools_the_groups_gpus_at_the_per_gpu_timelines_unit(flee
 def test_job_timeline_mean_over_gpus(fleet):
     from analytics.timeline import ALL_GPUS
 
-    tl = job_timeline(fleet, "j1", per_gpu=False)
+    tl = job_timeline(fleet, "j1", lines="job")
     assert tl.select("gpu_id", "util_pct").rows() == [(ALL_GPUS, pytest.approx(26.5))]
 
 
