@@ -94,7 +94,7 @@ def test_grouped_heatmap_pools_every_gpu_of_a_host_or_cluster_and_drills_down(fl
     fleet.execute("COMMIT")
     hosts = {(r["key"], r["hour"]): r for r in group_hour_heatmap(fleet, by="host").iter_rows(named=True)}
     assert set(hosts) == {("h0", T0), ("h1", T0 + dt.timedelta(hours=1))}
-    # by hand: h0 at 00: (0×30 + 10×30 + 100×30 + 80×60) / (90 + 60) s with a reading = 52 %, not the mean
+    # by hand: h0 at 00: (0×30 + 10×30 + 100×30 + 80×60) / (90 + 60) s with a reading = 54 %, not the mean
     # of the two GPUs' means (36.67 and 80); telemetry 120 + 60 s; two GPUs
     assert hosts[("h0", T0)]["mean_util_pct"] == pytest.approx((0 + 300 + 3000 + 4800) / 150)
     assert hosts[("h0", T0)]["covered_s"] == 180
