@@ -267,8 +267,8 @@ def _name_codes(path: Path, layout: Layout, col: Columns) -> list[str] | None:
     """The distinct GPU names of the file's head, as the stage reads them, for a one-byte ``name_code``.
 
     A node's nvidia-smi log names a handful of models, and the head shows them all; a name it does not show
-    gets code 0, and then the file is staged again with each row's name (so a wrong guess costs time,
-    never a name). None when the head shows none, or too many to code."""
+    (files of several nodes one after the other) gets code 0 and goes in as read (``name_other``), so a wrong
+    guess costs a few bytes on those rows, never a name. None when the head shows none, or too many to code."""
     idx = col.fields["name"][0]
     head = read_head(path)
     lines = head.lstrip("\ufeff").splitlines()[layout.header_lines :]
@@ -582,36 +582,35 @@ class NvidiaSmiCsv:
         casts = {"ts": "TIMESTAMP", "gpu_id": "VARCHAR", "energy_j": "DOUBLE", "throttle_reasons": "UBIGINT"}
         body = ", ".join(f"CAST({sql} AS {casts.get(c, 'FLOAT')}) AS {c}" for c, sql in select.items())
         # What is one value per GPU is not copied into every staged row: the name goes in as a one-byte code
-        # (the names the file's head shows, _name_codes; as read where that misses one), the uuid is the
+        # (the names the file's head shows, _name_codes; a name it did not show goes in as read, in
+        # name_other, NULL on every other row: one read of the file whatever the head shows), the uuid is the
         # gpu_id, a host that is no column is a constant; all three are taken per GPU in _stage_gpus (2 M rows:
         # about 1 CPU-second and 60 bytes a row less than trimming each row's name and uuid; the name as
         # read was another 37 bytes a row, which the stage spilled under the writer's memory limit).
         name_sql = (col.text("name") if col.padded else col.raw("name")) if "name" in fields else "NULL"
         codes = _name_codes(path, layout, col) if "name" in fields else None
 
-        def extras(codes: list[str] | None) -> str:
-            per_row = [f"{col.integer('gpu_index')} AS gpu_index"]
-            if layout.repeated_header:
-                per_row.append("__line")
-            if codes is not None:
-                arms = " ".join(f"WHEN {quote(n)} THEN {k}" for k, n in enumerate(codes, start=1))
-                coded = f"CASE {name_sql} {arms} ELSE (CASE WHEN {name_sql} IS NULL THEN {NAME_NULL} ELSE 0 END) END"
-                per_row.append(f"({coded})::UTINYINT AS name_code")
-            elif "name" in fields:
-                per_row.append(f"{name_sql} AS name")
-            if "host" in fields:
-                per_row.append(f"{host_sql} AS host")
-            return ", ".join(per_row)
-
+        per_row = [f"{col.integer('gpu_index')} AS gpu_index"]
+        if layout.repeated_header:
+            per_row.append("__line")
+        if codes is not None:
+            arms = " ".join(f"WHEN {quote(n)} THEN {k}" for k, n in enumerate(codes, start=1))
+            coded = (
+                f"CASE {name_sql} {arms} ELSE (CASE WHEN {name_sql} IS NULL THEN {NAME_NULL} ELSE 0 END) END"
+            )
+            per_row.append(f"({coded})::UTINYINT AS name_code")
+            per_row.append(f"CASE WHEN name_code = 0 THEN {name_sql} END AS name_other")
+        elif "name" in fields:
+            per_row.append(f"{name_sql} AS name")
+        if "host" in fields:
+            per_row.append(f"{host_sql} AS host")
+        extras = ", ".join(per_row)
         check_zone(con, zone)
-        reader = _read_csv_sql(path, layout, col.types)
         try:
-            con.execute(f"CREATE TEMP TABLE stage_samples AS SELECT {body}, {extras(codes)} FROM {reader}")
-            if codes is not None and _count(con, "SELECT count(*) FROM stage_samples WHERE name_code = 0"):
-                # a name the head did not show: stage again with each row's name as read
-                con.execute("DROP TABLE temp.stage_samples")
-                con.execute(f"CREATE TEMP TABLE stage_samples AS SELECT {body}, {extras(None)} FROM {reader}")
-                codes = None
+            con.execute(
+                f"CREATE TEMP TABLE stage_samples AS SELECT {body}, {extras} "
+                f"FROM {_read_csv_sql(path, layout, col.types)}"
+            )
         except duckdb.Error as exc:
             if look_later and _header_repeats(path, layout.header_line):
                 raise Restage(header_repeats=True) from None
@@ -680,11 +679,11 @@ class NvidiaSmiCsv:
         trim and N/A test run once per distinct name, not per row (2 M rows: 0.15 s against 0.03 s)."""
         cluster = quote(opts.cluster) if opts.cluster else "NULL"
         host = "arg_max(host, ts)" if "host" in fields else f"{quote(opts.host or 'localhost')}::VARCHAR"
-        name_key = "name_code" if codes is not None else "name" if "name" in fields else "NULL::VARCHAR"
-        name = "name"
+        # the name columns the rows are grouped by, and the name they give
+        keys, name = ("name", "name") if "name" in fields else ("NULL::VARCHAR AS name", "name")
         if codes is not None:
             arms = " ".join(f"WHEN {k} THEN {quote(n)}" for k, n in enumerate(codes, start=1))
-            name = f"(CASE name {arms} END)"
+            keys, name = "name_code, name_other", f"coalesce(name_other, CASE name_code {arms} END)"
         staged = set(con.table("temp.stage_samples").columns)
         mem_total = "max(mem_total_mib)" if "mem_total_mib" in staged else "NULL"
         uuid = (
@@ -701,11 +700,11 @@ class NvidiaSmiCsv:
                                   FILTER (WHERE trim({name}) NOT IN ({_NULLS}))) AS model_raw,
                              max(memory_total_mib) AS memory_total_mib,
                              min(first_seen) AS first_seen, max(last_seen) AS last_seen
-                      FROM (SELECT gpu_id, {name_key} AS name, {host} AS host, count(*) AS n,
+                      FROM (SELECT gpu_id, {keys}, {host} AS host, count(*) AS n,
                                    arg_max(gpu_index, ts) AS gpu_index,
                                    {mem_total}::DOUBLE AS memory_total_mib,
                                    min(ts) AS first_seen, max(ts) AS last_seen
-                            FROM stage_samples GROUP BY gpu_id, {name_key})
+                            FROM stage_samples GROUP BY ALL)
                       GROUP BY gpu_id)"""
         )
 
