@@ -142,6 +142,7 @@ GROUP_HEATMAP_COLUMNS = {
     "Σ util_cov_s × 100); NULL when no sample had a reading",
     "covered_s": "GPU-seconds of telemetry in the hour",
     "gpus": "GPUs of the group with telemetry in the hour",
+    "others": "0 for one group; N for the row pooling the N groups past ``max_groups`` (key NULL)",
 }
 
 
@@ -151,16 +152,25 @@ def group_hour_heatmap(
     by: str,
     filters: Filters = ALL,
     within: Within | None = None,
+    max_groups: int | None = None,
 ) -> pl.DataFrame:
     """Mean utilization per host or cluster (``by``) per UTC hour over every GPU of the view
     (GROUP_HEATMAP_COLUMNS), ordered by key and hour: a fleet of any size in one row per group, aggregated
     in DuckDB (the per-GPU heatmap keeps at most a few hundred GPUs). ``within=("cluster", "c1")`` keeps one
-    cluster's GPUs: its hosts, the middle step of a drill-down from clusters to GPUs."""
+    cluster's GPUs: its hosts, the middle step of a drill-down from clusters to GPUs.
+
+    ``max_groups``: when the view has more groups than that, the ``max_groups - 1`` with the most unused
+    GPU-seconds over the view (Σ util_cov_s − Σ util_s: the reading-covered seconds not spent busy) keep
+    their rows and the rest are pooled into one last row (key NULL, ``others`` = how many), so a heatmap
+    stays readable and shows the groups worth a look; every GPU-second is still in exactly one row."""
     if by not in GROUPS:
         raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(GROUPS)}")
     where, params = _where(filters, "m.hour")
     inside, inside_params = _within(within)
     where, params = f"{where} AND {inside}", [*params, *inside_params]
+    keep = int(max_groups) if max_groups is not None else 2**62  # an int, so inlined as a literal below
+    if keep < 2:
+        raise ValueError("max_groups must be at least 2 (one group and the pooled rest)")
     # per GPU and hour first, over the hours alone (no join unless a filter needs one), then the GPUs' host
     # or cluster from gpus (a few rows): the sums, not the means, are pooled, so a group's cell is exact
     sql = f"""
@@ -170,12 +180,28 @@ def group_hour_heatmap(
         FROM {_hours_for(filters)}
         WHERE {where}
         GROUP BY ALL
+    ),
+    grouped AS (
+        SELECT {GROUPS[by]} AS key, c.hour, sum(c.util_s) AS util_s, sum(c.util_cov_s) AS util_cov_s,
+               sum(c.covered_s) AS covered_s, count(*) AS gpus
+        FROM cells c LEFT JOIN gpus g USING (gpu_id)
+        GROUP BY ALL
+    ),
+    ranked AS (
+        SELECT key, row_number() OVER (ORDER BY sum(util_cov_s) - sum(util_s) DESC, key NULLS LAST) AS r,
+               count(*) OVER () AS n
+        FROM grouped GROUP BY key
+    ),
+    placed AS (
+        SELECT gr.*, CASE WHEN r.n > {keep} AND r.r >= {keep} THEN r.n - {keep} + 1 ELSE 0 END AS others
+        FROM grouped gr JOIN ranked r ON r.key IS NOT DISTINCT FROM gr.key
     )
-    SELECT {GROUPS[by]} AS key, c.hour, sum(c.util_s) / nullif(sum(c.util_cov_s), 0) * 100.0 AS mean_util_pct,
-           sum(c.covered_s) AS covered_s, count(*) AS gpus
-    FROM cells c LEFT JOIN gpus g USING (gpu_id)
+    SELECT CASE WHEN others > 0 THEN NULL ELSE key END AS key, hour,
+           sum(util_s) / nullif(sum(util_cov_s), 0) * 100.0 AS mean_util_pct,
+           sum(covered_s) AS covered_s, sum(gpus)::BIGINT AS gpus, others
+    FROM placed
     GROUP BY ALL
-    ORDER BY key NULLS LAST, c.hour
+    ORDER BY others, key NULLS LAST, hour
     """
     return frame(con, sql, params)
 
@@ -193,6 +219,27 @@ def view_groups(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL) -> di
     """
     n, hosts, clusters = con.execute(sql, params).fetchall()[0]
     return {"gpus": int(n), "hosts": int(hosts), "clusters": int(clusters)}
+
+
+def group_sizes(
+    con: duckdb.DuckDBPyConnection, *, by: str, filters: Filters = ALL, within: Within | None = None
+) -> pl.DataFrame:
+    """Every host or cluster (``by``) of the view, ``within`` one group if given, with its GPUs that have
+    telemetry in the view (key NULL: GPUs whose ledger names none), ordered by key: what a grouped
+    heatmap's drill-down offers, including the groups :func:`group_hour_heatmap` pooled. Read from the
+    per-day rollup, as :func:`view_groups`."""
+    if by not in GROUPS:
+        raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(GROUPS)}")
+    where, params = _where(filters, "m.day")
+    inside, inside_params = _within(within)
+    sql = f"""
+    SELECT {GROUPS[by]} AS key, count(*) AS gpus
+    FROM (SELECT DISTINCT m.gpu_id FROM {_from_for(filters).replace("samples_minute", "samples_day")}
+          WHERE {where} AND {inside}) v
+    LEFT JOIN gpus g USING (gpu_id)
+    GROUP BY ALL ORDER BY key NULLS LAST
+    """
+    return frame(con, sql, [*params, *inside_params])
 
 
 def view_gpu_count(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL) -> int:

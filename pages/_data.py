@@ -660,9 +660,13 @@ def _fleet(
         }
 
 
-def fleet_groups(filters: Filters, by: str, within: tuple[str, str | None] | None = None) -> pl.DataFrame:
+def fleet_groups(
+    filters: Filters, by: str, within: tuple[str, str | None] | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """analytics.timeline.group_hour_heatmap: one heatmap row per host or cluster (``by``) over every GPU
-    of the view (``within``: of one cluster), aggregated in DuckDB."""
+    of the view (``within``: of one cluster), aggregated in DuckDB, at most FLEET_GROUP_PAST rows (the rest
+    pooled); and analytics.timeline.group_sizes: every group of the view with its GPU count, pooled or not,
+    for the drill-down."""
     filters = scoped(filters)
     path, ver, _, _ = _ctx()
     return _fleet_groups(path, ver, filters, by, within)
@@ -671,11 +675,14 @@ def fleet_groups(filters: Filters, by: str, within: tuple[str, str | None] | Non
 @st.cache_data(show_spinner="Reading the fleet's telemetry…", max_entries=CACHE_VIEWS, ttl=CACHE_TTL_S)
 def _fleet_groups(
     db_path: str, ver: tuple[int, int], filters: Filters, by: str, within: tuple[str, str | None] | None
-) -> pl.DataFrame:
-    from analytics.timeline import group_hour_heatmap
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    from analytics.timeline import group_hour_heatmap, group_sizes
 
     with reader(db_path) as con:
-        return group_hour_heatmap(con, by=by, filters=filters, within=within)
+        return (
+            group_hour_heatmap(con, by=by, filters=filters, within=within, max_groups=FLEET_GROUP_PAST),
+            group_sizes(con, by=by, filters=filters, within=within),
+        )
 
 
 def fleet_drill(filters: Filters, within: tuple[tuple[str, str | None], ...]) -> pl.DataFrame:

@@ -72,6 +72,29 @@ GPU_LABEL = pl.concat_str(
 )
 
 
+def group_label(by: str) -> pl.Expr:
+    """A grouped heatmap row's name: the group's, "unknown host" for GPUs whose ledger names none, and
+    "N other hosts" for the row that pools the groups past the readable number (group_hour_heatmap)."""
+    return (
+        pl.when(pl.col("others") > 0)
+        .then(pl.format("{} other {}s", pl.col("others"), pl.lit(by)))
+        .otherwise(pl.col("key").fill_null(f"unknown {by}"))
+    )
+
+
+def grouped_title(by: str, sizes: pl.DataFrame, n_gpus: int, what: str | None = None) -> str:
+    """The caption of a grouped heatmap: what a row is and, when some were pooled, which were kept."""
+    n = sizes.height
+    what = what or f"one per {by}"
+    pooled = (
+        f"; {n:,} {by}s, so the {_data.FLEET_GROUP_PAST - 1} with the most unused GPU-hours have a row "
+        f"and the other {n - _data.FLEET_GROUP_PAST + 1:,} share the last one"
+        if n > _data.FLEET_GROUP_PAST
+        else ""
+    )
+    return f"{what}, the mean over its GPUs; {n_gpus:,} GPUs in the view{pooled}"
+
+
 def drill_gpus(by: str, name: str, value: str | None, *outer: tuple[str, str | None]) -> None:
     drill = _data.fleet_drill(filters, (*outer, (by, value)))
     if drill.is_empty():
@@ -97,28 +120,25 @@ else:
         horizontal=True,
         key="fleet_group",
     )
-    groups = _data.fleet_groups(filters, by)  # aggregated in DuckDB over every GPU of the view
-    heatmap(
-        groups,
-        "fleet_heatmap",
-        pl.col("key").fill_null(f"unknown {by}"),
-        f"one per {by}, the mean over its GPUs; {n_gpus:,} GPUs in the view",
-    )
-    big = by == "cluster" and (groups["gpus"].max() or 0) > _data.FLEET_GROUP_PAST
+    groups, sizes = _data.fleet_groups(filters, by)  # aggregated in DuckDB over every GPU of the view
+    heatmap(groups, "fleet_heatmap", group_label(by), grouped_title(by, sizes, n_gpus))
+    big = by == "cluster" and (sizes["gpus"].max() or 0) > _data.FLEET_GROUP_PAST
     label = f"Open a {by}: " + ("its hosts, or its GPUs when it has few" if big else "one row per GPU")
-    pick = _ui.open_group(groups["key"], by, "fleet_drill", label)
+    pick = _ui.open_group(sizes["key"], by, "fleet_drill", label)
     if pick is not None:
         name, value = pick
-        gpus = groups.filter(pl.col("key").eq_missing(value))["gpus"].max() or 0
+        gpus = sizes.filter(pl.col("key").eq_missing(value))["gpus"].max() or 0
         if by == "cluster" and gpus > _data.FLEET_GROUP_PAST:
-            hosts = _data.fleet_groups(filters, "host", within=("cluster", value))
+            hosts, host_sizes = _data.fleet_groups(filters, "host", within=("cluster", value))
             heatmap(
                 hosts,
                 "fleet_cluster_hosts",
-                pl.col("key").fill_null("unknown host"),
-                f"the hosts of cluster {name}, one per host, the mean over its GPUs",
+                group_label("host"),
+                grouped_title("host", host_sizes, gpus, f"the hosts of cluster {name}"),
             )
-            host = _ui.open_group(hosts["key"], "host", "fleet_drill_host", "Open a host: one row per GPU")
+            host = _ui.open_group(
+                host_sizes["key"], "host", "fleet_drill_host", "Open a host: one row per GPU"
+            )
             if host is not None:
                 drill_gpus("host", *host, ("cluster", value))
         else:

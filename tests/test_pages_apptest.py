@@ -161,8 +161,9 @@ def test_a_fleet_of_many_hosts_opens_by_cluster_then_hosts_then_gpus(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Past FLEET_GROUP_PAST hosts a heatmap row per host is itself unreadable: the Fleet page opens one row
-    per cluster, a cluster with more GPUs than that opens onto its hosts, a host onto its GPUs, and a small
-    cluster straight onto its GPUs. Here 70 single-GPU hosts in cluster "big" and 2 in "small"."""
+    per cluster, a cluster with more GPUs than that opens onto its hosts (at most FLEET_GROUP_PAST rows, the
+    rest pooled), a host onto its GPUs, and a small cluster straight onto its GPUs. Here 70 single-GPU hosts
+    in cluster "big" and 2 in "small"."""
     from collectors.base import IngestOptions
 
     header = "timestamp, hostname, index, utilization.gpu [%]\n"
@@ -192,7 +193,19 @@ def test_a_fleet_of_many_hosts_opens_by_cluster_then_hosts_then_gpus(
     )
     at.selectbox(key="fleet_drill").set_value("big").run()
     captions = [c.value for c in at.caption]
-    assert any(c.startswith("70 rows (the hosts of cluster big") for c in captions), captions
+    # 70 hosts are rows again: the 59 with the most unused GPU-hours, the other 11 pooled in the last row
+    assert any(
+        c.startswith("60 rows (the hosts of cluster big") and "the other 11 share the last one" in c
+        for c in captions
+    ), captions
+    import json
+
+    rows = json.loads(at.get("plotly_chart")[1].proto.spec)["data"][0]["y"]
+    assert len(rows) == 60 and rows[-1] == "11 other hosts" and "big-n13" not in rows, rows
+    # every host can still be opened, a pooled one too: big-n13 ran at 91-93 %, among the least unused
+    assert len(at.selectbox(key="fleet_drill_host").options) == 70
+    at.selectbox(key="fleet_drill_host").set_value("big-n13").run()
+    assert any(c.startswith("1 row (the GPUs of host big-n13") for c in (c.value for c in at.caption))
     at.selectbox(key="fleet_drill_host").set_value("big-n07").run()
     assert any(c.startswith("1 row (the GPUs of host big-n07") for c in (c.value for c in at.caption))
     at.selectbox(key="fleet_drill").set_value("small").run()
@@ -200,7 +213,7 @@ def test_a_fleet_of_many_hosts_opens_by_cluster_then_hosts_then_gpus(
     assert any(c.startswith("2 rows (the GPUs of cluster small") for c in captions), captions
     # the user's choice stands: one row per host on request
     at.radio(key="fleet_group").set_value("host").run()
-    assert any(c.startswith("72 rows (one per host") for c in (c.value for c in at.caption))
+    assert any(c.startswith("60 rows (one per host") for c in (c.value for c in at.caption))
 
 
 def test_an_upload_of_many_gpus_draws_a_line_per_host_and_opens_one(

@@ -15,6 +15,7 @@ from analytics.timeline import (
     gpu_hour_heatmap,
     gpu_timeline,
     group_hour_heatmap,
+    group_sizes,
     group_timeline,
     idle_gpus,
     job_timeline,
@@ -130,6 +131,49 @@ def test_grouped_heatmap_pools_every_gpu_of_a_host_or_cluster_and_drills_down(fl
     assert sorted(gpu_hour_heatmap(fleet, within=("host", None))["gpu_id"].unique().to_list()) == ["g1", "g2"]
     with pytest.raises(ValueError, match="unknown grouping 'rack'"):
         group_hour_heatmap(fleet, by="rack")
+
+
+def test_grouped_heatmap_past_max_groups_keeps_the_most_unused_and_pools_the_rest(fleet):
+    # two more hosts: g2 on h2 at 01:00, 60 s at 80 %; g3 on h3 at 00:00, 60 s at 0 %
+    fleet.execute("BEGIN TRANSACTION")
+    fleet.execute(
+        """CREATE TEMP TABLE stage_samples AS SELECT * FROM (VALUES
+             (TIMESTAMP '2026-11-16 01:00:00', 'g2', 60.0::FLOAT, 80.0::FLOAT),
+             (TIMESTAMP '2026-11-16 00:00:00', 'g3', 60.0, 0.0)) t(ts, gpu_id, interval_s, util_pct)"""
+    )
+    fleet.execute(
+        """CREATE TEMP TABLE stage_gpus AS SELECT * FROM (VALUES
+             ('g2', 'h2', 'L4', 'b'), ('g3', 'h3', 'L4', 'b')) t(gpu_id, host, model, cluster)"""
+    )
+    land(fleet, next_ingest_id(fleet), IngestOptions())
+    drop_stage(fleet)
+    fleet.execute("COMMIT")
+    # unused seconds by hand (reading-covered seconds less busy seconds): h0 90 - (0 + 3 + 30) = 57,
+    # h1 60 - (15 + 0.9) = 44.1, h2 60 - 48 = 12, h3 60 - 0 = 60; so with 3 rows: h3, h0, and h1 + h2 pooled
+    rows = group_hour_heatmap(fleet, by="host", max_groups=3)
+    assert rows.select("key", "others").unique(maintain_order=True).rows() == [
+        ("h0", 0),
+        ("h3", 0),
+        (None, 2),
+    ]
+    pooled = rows.filter(rows["others"] == 2).row(0, named=True)
+    # the pooled row at 01:00 holds h1 (50 % and 3 % for 30 s each) and h2 (80 % for 60 s)
+    assert pooled["hour"] == T0 + dt.timedelta(hours=1)
+    assert pooled["mean_util_pct"] == pytest.approx((50 * 30 + 3 * 30 + 80 * 60) / 120)
+    assert (pooled["covered_s"], pooled["gpus"]) == (120, 2)
+    # nothing is lost: every row's telemetry seconds add up to the samples' intervals
+    (total,) = fleet.execute("SELECT sum(interval_s) FROM samples").fetchall()[0]
+    assert rows["covered_s"].sum() == pytest.approx(total)
+    # at or under the limit nothing is pooled, and the rows are the unlimited ones
+    assert group_hour_heatmap(fleet, by="host", max_groups=4).equals(group_hour_heatmap(fleet, by="host"))
+    assert group_hour_heatmap(fleet, by="host")["others"].max() == 0
+    with pytest.raises(ValueError, match="max_groups"):
+        group_hour_heatmap(fleet, by="host", max_groups=1)
+    # the drill-down still offers every group, pooled or not, with its GPUs
+    assert group_sizes(fleet, by="host").rows() == [("h0", 1), ("h1", 1), ("h2", 1), ("h3", 1)]
+    assert group_sizes(fleet, by="cluster").rows() == [("a", 1), ("b", 3)]
+    assert group_sizes(fleet, by="host", within=("cluster", "b")).rows() == [("h1", 1), ("h2", 1), ("h3", 1)]
+    assert group_sizes(fleet, by="host", filters=Filters(since=dt.date(2026, 11, 17))).is_empty()
 
 
 def test_idle_gpus_rank_by_idle_hours_and_split_allocated(fleet):
