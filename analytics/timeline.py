@@ -181,7 +181,7 @@ def group_hour_heatmap(
         WHERE {where}
         GROUP BY ALL
     ),
-    grouped AS (
+    grouped AS MATERIALIZED (
         SELECT {GROUPS[by]} AS key, c.hour, sum(c.util_s) AS util_s, sum(c.util_cov_s) AS util_cov_s,
                sum(c.covered_s) AS covered_s, count(*) AS gpus
         FROM cells c LEFT JOIN gpus g USING (gpu_id)
