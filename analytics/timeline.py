@@ -165,12 +165,10 @@ def group_hour_heatmap(
     stays readable and shows the groups worth a look; every GPU-second is still in exactly one row."""
     if by not in GROUPS:
         raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(GROUPS)}")
+    keep = _keep(max_groups)
     where, params = _where(filters, "m.hour")
     inside, inside_params = _within(within)
     where, params = f"{where} AND {inside}", [*params, *inside_params]
-    keep = int(max_groups) if max_groups is not None else 2**62  # an int, so inlined as a literal below
-    if keep < 2:
-        raise ValueError("max_groups must be at least 2 (one group and the pooled rest)")
     # per GPU and hour first, over the hours alone (no join unless a filter needs one), then the GPUs' host
     # or cluster from gpus (a few rows): the sums, not the means, are pooled, so a group's cell is exact
     sql = f"""
@@ -187,15 +185,7 @@ def group_hour_heatmap(
         FROM cells c LEFT JOIN gpus g USING (gpu_id)
         GROUP BY ALL
     ),
-    ranked AS (
-        SELECT key, row_number() OVER (ORDER BY sum(util_cov_s) - sum(util_s) DESC, key NULLS LAST) AS r,
-               count(*) OVER () AS n
-        FROM grouped GROUP BY key
-    ),
-    placed AS (
-        SELECT gr.*, CASE WHEN r.n > {keep} AND r.r >= {keep} THEN r.n - {keep} + 1 ELSE 0 END AS others
-        FROM grouped gr JOIN ranked r ON r.key IS NOT DISTINCT FROM gr.key
-    )
+    {_pooling_ctes("grouped", keep)}
     SELECT CASE WHEN others > 0 THEN NULL ELSE key END AS key, hour,
            sum(util_s) / nullif(sum(util_cov_s), 0) * 100.0 AS mean_util_pct,
            sum(covered_s) AS covered_s, sum(gpus)::BIGINT AS gpus, others
@@ -359,26 +349,68 @@ GROUP_TIMELINE_COLUMNS = {
 
 
 def group_timeline(
-    con: duckdb.DuckDBPyConnection, *, by: str, filters: Filters = ALL, max_points: int = 20_000
+    con: duckdb.DuckDBPyConnection,
+    *,
+    by: str,
+    filters: Filters = ALL,
+    max_points: int = 20_000,
+    max_groups: int | None = None,
 ) -> pl.DataFrame:
     """Utilization over time per host or cluster (``by``; GROUP_TIMELINE_COLUMNS): the line chart of a view
     with more GPUs than lines a reader can tell apart, pooled over each group's GPUs (the sums, not the
     GPUs' means), at the time unit :func:`gpu_timeline` picks for the same view, so a group's GPUs drawn
-    next to it line up."""
+    next to it line up.
+
+    ``max_groups``: past that many groups, the ``max_groups - 1`` with the most unused GPU-seconds over the
+    view keep their lines and the rest share one (key NULL, ``others`` = how many), as
+    :func:`group_hour_heatmap` pools its rows."""
     if by not in GROUPS:
         raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(GROUPS)}")
+    keep = _keep(max_groups)
     where, params = _where(filters)
     unit = _timeline_unit(con, where, params, max_points)
     sql = f"""
-    SELECT {GROUPS[by]} AS key, date_trunc('{unit}', m.minute) AS ts,
-           sum(m.util_s) / nullif(sum(m.util_cov_s), 0) * 100.0 AS util_pct,
-           max(m.mem_used_max_mib) AS mem_used_mib, count(DISTINCT m.gpu_id) AS gpus
-    FROM {_FROM}
-    WHERE {where}
+    WITH cells AS MATERIALIZED (
+        SELECT {GROUPS[by]} AS key, m.gpu_id, date_trunc('{unit}', m.minute) AS ts, sum(m.util_s) AS util_s,
+               sum(m.util_cov_s) AS util_cov_s, max(m.mem_used_max_mib) AS mem_used_mib
+        FROM {_FROM}
+        WHERE {where}
+        GROUP BY ALL
+    ),
+    {_pooling_ctes("cells", keep)}
+    SELECT CASE WHEN others > 0 THEN NULL ELSE key END AS key, ts,
+           sum(util_s) / nullif(sum(util_cov_s), 0) * 100.0 AS util_pct,
+           max(mem_used_mib) AS mem_used_mib, count(DISTINCT gpu_id) AS gpus, others
+    FROM placed
     GROUP BY ALL
-    ORDER BY key NULLS LAST, ts
+    ORDER BY others, key NULLS LAST, ts
     """
     return frame(con, sql, params)
+
+
+def _keep(max_groups: int | None) -> int:
+    """How many rows or lines a pooled chart keeps (an int, inlined as a literal); no limit for None."""
+    if max_groups is None:
+        return 2**62
+    if max_groups < 2:
+        raise ValueError("max_groups must be at least 2 (one group and the pooled rest)")
+    return int(max_groups)
+
+
+def _pooling_ctes(source: str, keep: int) -> str:
+    """``ranked`` and ``placed`` over ``source`` (rows with key, util_s, util_cov_s): each row with
+    ``others`` = 0 when its group keeps a row, or the number of groups pooled when it is one of the groups
+    past the ``keep - 1`` with the most unused GPU-seconds (Σ util_cov_s − Σ util_s; ties by key)."""
+    return f"""
+    ranked AS (
+        SELECT key, row_number() OVER (ORDER BY sum(util_cov_s) - sum(util_s) DESC, key NULLS LAST) AS r,
+               count(*) OVER () AS n
+        FROM {source} GROUP BY key
+    ),
+    placed AS (
+        SELECT c.*, CASE WHEN r.n > {keep} AND r.r >= {keep} THEN r.n - {keep} + 1 ELSE 0 END AS others
+        FROM {source} c JOIN ranked r ON r.key IS NOT DISTINCT FROM c.key
+    )"""
 
 
 def gpu_groups(con: duckdb.DuckDBPyConnection, *, by: str) -> pl.DataFrame:

@@ -704,18 +704,18 @@ def _fleet_drill(
 
 
 def _timeline_groups(con: Any, filters: Filters) -> dict[str, Any]:
-    """For a view of more than FLEET_GROUP_PAST GPUs: the timeline per host (per cluster when the hosts are
-    that many too), and which group each GPU is in (the page's drill-down into one group's GPUs)."""
+    """For a view of more than FLEET_GROUP_PAST GPUs: the timeline per host, at most FLEET_GROUP_PAST lines
+    (past that many hosts, those with the most unused GPU-hours and one line for the rest), and which host
+    each GPU is on (the page's drill-down into one host's GPUs, pooled or not)."""
     from analytics.timeline import gpu_groups, group_timeline, view_groups
 
     n = view_groups(con, filters=filters)
     if n["gpus"] <= FLEET_GROUP_PAST:
         return {}
-    by = "host" if n["hosts"] <= FLEET_GROUP_PAST else "cluster"
     return {
-        "timeline_by": by,
-        "timeline_groups": group_timeline(con, by=by, filters=filters),
-        "gpu_groups": gpu_groups(con, by=by),
+        "timeline_by": "host",
+        "timeline_groups": group_timeline(con, by="host", filters=filters, max_groups=FLEET_GROUP_PAST),
+        "gpu_groups": gpu_groups(con, by="host"),
     }
 
 

@@ -129,18 +129,29 @@ if result.timeline is not None and not result.timeline.is_empty():
     if result.timeline_groups is None or result.gpu_groups is None:
         utilization_lines(result.timeline, "gpu_id", "upload_timeline", "GPU")
     else:
-        # more GPUs than lines a reader can tell apart: one line per host (or cluster), each opening onto
-        # its GPUs
+        # more GPUs than lines a reader can tell apart: one line per host (past FLEET_GROUP_PAST hosts, those
+        # with the most unused GPU-hours and one line for the rest), each host opening onto its GPUs
         by = result.timeline_by or "host"
         groups = result.timeline_groups
-        utilization_lines(
-            groups.with_columns(pl.col("key").fill_null(f"unknown {by}")), "key", "upload_timeline", by
+        label = (
+            pl.when(pl.col("others") > 0)
+            .then(pl.format("{} other {}s", pl.col("others"), pl.lit(by)))
+            .otherwise(pl.col("key").fill_null(f"unknown {by}"))
+        )
+        utilization_lines(groups.with_columns(label.alias("key")), "key", "upload_timeline", by)
+        hosts = result.gpu_groups["key"].n_unique()
+        pooled = int(groups["others"].max() or 0)
+        count = (
+            f"{hosts:,}; the {hosts - pooled:,} with the most unused GPU-hours have their own line and the "
+            f"other {pooled:,} share one"
+            if pooled
+            else f"{hosts:,}"
         )
         st.caption(
-            f"One line per {by} ({groups['key'].n_unique():,}), the time-weighted mean over its GPUs; "
+            f"One line per {by} ({count}), the time-weighted mean over its GPUs; "
             f"{result.gpu_groups.height:,} GPUs in the file."
         )
-        pick = _ui.open_group(groups["key"], by, "upload_drill", f"Open a {by}: one line per GPU")
+        pick = _ui.open_group(result.gpu_groups["key"], by, "upload_drill", f"Open a {by}: one line per GPU")
         if pick is not None:
             ids = result.gpu_groups.filter(pl.col("key").eq_missing(pick[1]))["gpu_id"]
             utilization_lines(

@@ -244,6 +244,32 @@ def test_an_upload_of_many_gpus_draws_a_line_per_host_and_opens_one(
     assert point["gpus"].item() == 7
 
 
+def test_an_upload_of_more_hosts_than_lines_pools_the_busiest_into_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """80 single-GPU hosts: 60 lines, the 59 hosts with the most unused GPU-seconds and one for the other 21
+    (their pooled sums), and every host, pooled or not, still opens onto its GPU."""
+    from pages import _data
+
+    monkeypatch.setenv("GPULEDGER_SETTINGS", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    # host h{i} runs at i % for two minutes: the 21 busiest (h59..h79) are pooled
+    rows = "".join(f"2026-11-16 10:{m:02d}:00.000, h{h:02d}, 0, {h} %\n" for m in range(2) for h in range(80))
+    data = ("timestamp, hostname, index, utilization.gpu [%]\n" + rows).encode()
+    result = _data.analyse_upload("fleet.csv", data, None, "UTC")
+    assert result.error is None, result.error
+    groups = result.timeline_groups
+    assert groups is not None and result.gpu_groups is not None
+    assert groups["key"].n_unique() == 60 and set(groups["others"]) == {0, 21}
+    kept = set(groups.filter(pl.col("others") == 0)["key"])
+    assert kept == {f"h{h:02d}" for h in range(59)}
+    # by hand: the pooled line at 10:00 is the mean of 59..79 % (each GPU-minute weighs the same)
+    pooled = groups.filter((pl.col("others") == 21) & (pl.col("ts").dt.minute() == 0)).row(0, named=True)
+    assert pooled["util_pct"] == pytest.approx(sum(range(59, 80)) / 21)
+    assert pooled["gpus"] == 21
+    assert result.gpu_groups["key"].n_unique() == 80  # the drill-down offers every host
+
+
 def test_a_job_of_many_gpus_splits_its_timeline_by_host(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

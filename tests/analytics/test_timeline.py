@@ -169,6 +169,19 @@ def test_grouped_heatmap_past_max_groups_keeps_the_most_unused_and_pools_the_res
     assert group_hour_heatmap(fleet, by="host")["others"].max() == 0
     with pytest.raises(ValueError, match="max_groups"):
         group_hour_heatmap(fleet, by="host", max_groups=1)
+    # the timeline pools the same way: h3 and h0 keep their lines, h1 and h2 share one; at 01:00 it holds
+    # h1's two 30 s samples (50 %, 3 %) and h2's 60 s one (80 %)
+    lines = group_timeline(fleet, by="host", max_groups=3)
+    assert lines.select("key", "others").unique(maintain_order=True).rows() == [
+        ("h0", 0),
+        ("h3", 0),
+        (None, 2),
+    ]
+    pooled_line = lines.filter(lines["others"] == 2).row(0, named=True)
+    assert pooled_line["ts"] == T0 + dt.timedelta(hours=1)
+    assert pooled_line["util_pct"] == pytest.approx((50 * 30 + 3 * 30 + 80 * 60) / 120)
+    assert pooled_line["gpus"] == 2
+    assert group_timeline(fleet, by="host", max_groups=4)["others"].max() == 0
     # the drill-down still offers every group, pooled or not, with its GPUs
     assert group_sizes(fleet, by="host").rows() == [("h0", 1), ("h1", 1), ("h2", 1), ("h3", 1)]
     assert group_sizes(fleet, by="cluster").rows() == [("a", 1), ("b", 3)]

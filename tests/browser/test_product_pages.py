@@ -325,6 +325,33 @@ def test_upload_of_a_many_gpu_log_draws_a_line_per_host_and_opens_one(
     assert_clean(main_text(page))
 
 
+def test_upload_of_more_hosts_than_lines_pools_the_busiest_and_still_opens_them(
+    page: Page, server: Server, tmp_path: Path
+) -> None:
+    # 80 single-GPU hosts, host hNN at NN %: the 59 least busy have a line, the other 21 share one
+    rows = "".join(f"2026-11-16 10:{m:02d}:00.000, h{h:02d}, 0, {h} %\n" for m in range(2) for h in range(80))
+    log = tmp_path / "hosts.csv"
+    log.write_text("timestamp, hostname, index, utilization.gpu [%]\n" + rows)
+    goto(page, server, "upload")
+    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(log))
+    expect(page.get_by_test_id("stMain")).to_contain_text(
+        "One line per host (80; the 59 with the most unused GPU-hours have their own line and the other 21 "
+        "share one), the time-weighted mean over its GPUs; 80 GPUs in the file.",
+        timeout=60_000,
+    )
+    wait_for_app(page)
+    expect(page.get_by_test_id("stPlotlyChart").first).to_contain_text("21 other hosts", timeout=30_000)
+    box = page.get_by_test_id("stSelectbox").filter(has_text="Open a host")
+    box.scroll_into_view_if_needed()
+    box.locator("input").click()
+    box.locator("input").fill("h75")  # the list of 80 is virtual: type to bring a pooled host into it
+    page.get_by_role("option", name="h75", exact=True).click()
+    wait_for_app(page)
+    expect(page.get_by_test_id("stPlotlyChart")).to_have_count(2, timeout=30_000)
+    shots(page, "upload-many-hosts")
+    assert_clean(main_text(page))
+
+
 # Last in the module: a saved threshold rebuilds the ledger's rollup, and restoring it makes the next reader
 # rebuild it again, which cost the test after this one ~12 s.
 def test_settings_edit_round_trips(page: Page, server: Server) -> None:
