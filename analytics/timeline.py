@@ -314,23 +314,43 @@ def job_timeline(con: duckdb.DuckDBPyConnection, job_id: str, *, lines: str = "g
 
 
 def gpu_timeline(
-    con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL, max_points: int = 20_000
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters = ALL,
+    max_points: int = 20_000,
+    within: Within | None = None,
+    max_gpus: int | None = None,
 ) -> pl.DataFrame:
-    """Utilization per GPU over time (TIMELINE_COLUMNS) for the view, coarsened from minutes to hours
-    when the view would exceed ``max_points`` rows (so an uploaded week-long log still plots quickly)."""
+    """Utilization per GPU over time (TIMELINE_COLUMNS, and ``others``) for the view, coarsened from minutes
+    to hours when the view would exceed ``max_points`` rows (so an uploaded week-long log still plots
+    quickly). ``within`` keeps one group's GPUs (at the whole view's time unit, so they line up with the
+    group's line); ``max_gpus`` pools the GPUs past the ``max_gpus - 1`` with the most unused GPU-seconds
+    into one line (gpu_id NULL, ``others`` = how many; 0 on every other row), as :func:`group_timeline`
+    pools groups."""
+    keep = _keep(max_gpus)
     where, params = _where(filters)
     unit = _timeline_unit(con, where, params, max_points)
+    inside, inside_params = _within(within)
     sql = f"""
-    SELECT m.gpu_id, date_trunc('{unit}', m.minute) AS ts,
-           sum(m.util_s) / nullif(sum(m.util_cov_s), 0) * 100.0 AS util_pct,
-           max(m.mem_used_max_mib) AS mem_used_mib, max(m.mem_total_mib) AS mem_total_mib,
-           sum(m.sm_active_s) / nullif(sum(m.prof_cov_s), 0) * 100.0 AS sm_active_pct
-    FROM {_FROM}
-    WHERE {where}
+    WITH cells AS MATERIALIZED (
+        SELECT m.gpu_id AS key, date_trunc('{unit}', m.minute) AS ts, sum(m.util_s) AS util_s,
+               sum(m.util_cov_s) AS util_cov_s, max(m.mem_used_max_mib) AS mem_used_mib,
+               max(m.mem_total_mib) AS mem_total_mib, sum(m.sm_active_s) AS sm_active_s,
+               sum(m.prof_cov_s) AS prof_cov_s
+        FROM {_FROM}
+        WHERE {where} AND {inside}
+        GROUP BY ALL
+    ),
+    {_pooling_ctes("cells", keep)}
+    SELECT CASE WHEN others > 0 THEN NULL ELSE key END AS gpu_id, ts,
+           sum(util_s) / nullif(sum(util_cov_s), 0) * 100.0 AS util_pct,
+           max(mem_used_mib) AS mem_used_mib, max(mem_total_mib) AS mem_total_mib,
+           sum(sm_active_s) / nullif(sum(prof_cov_s), 0) * 100.0 AS sm_active_pct, others
+    FROM placed
     GROUP BY ALL
-    ORDER BY m.gpu_id, ts
+    ORDER BY others, gpu_id NULLS LAST, ts
     """
-    return frame(con, sql, params)
+    return frame(con, sql, [*params, *inside_params])
 
 
 def _timeline_unit(con: duckdb.DuckDBPyConnection, where: str, params: list[object], max_points: int) -> str:

@@ -343,6 +343,8 @@ class UploadResult:
     timeline_by: str | None = None
     timeline_groups: pl.DataFrame | None = None
     gpu_groups: pl.DataFrame | None = None  # gpu_id, key: the group of timeline_by each GPU belongs to
+    # a group of more than FLEET_GROUP_PAST GPUs (a file that names no host): its GPUs' lines, pooled past that
+    group_gpus: dict[str | None, pl.DataFrame] | None = None
     recommendations: pl.DataFrame | None = None
     missing: tuple[str, ...] = ()  # analyses this install lacks
     needs_gpu: tuple[str, ...] = ()  # jobs (training logs) that name no GPU model or count: ask for them
@@ -705,17 +707,27 @@ def _fleet_drill(
 
 def _timeline_groups(con: Any, filters: Filters) -> dict[str, Any]:
     """For a view of more than FLEET_GROUP_PAST GPUs: the timeline per host, at most FLEET_GROUP_PAST lines
-    (past that many hosts, those with the most unused GPU-hours and one line for the rest), and which host
-    each GPU is on (the page's drill-down into one host's GPUs, pooled or not)."""
-    from analytics.timeline import gpu_groups, group_timeline, view_groups
+    (past that many hosts, those with the most unused GPU-hours and one line for the rest), which host each
+    GPU is on (the page's drill-down into one host's GPUs, pooled or not), and the pooled GPU lines of each
+    host of more GPUs than that. On one host: its GPUs' timeline pooled the same way, instead of one line."""
+    from analytics.timeline import gpu_groups, gpu_timeline, group_timeline, view_groups
 
     n = view_groups(con, filters=filters)
     if n["gpus"] <= FLEET_GROUP_PAST:
         return {}
+    if n["hosts"] == 1:  # one line for the only host says nothing: its GPUs, pooled past the limit
+        return {"timeline": gpu_timeline(con, filters=filters, max_gpus=FLEET_GROUP_PAST)}
+    members = gpu_groups(con, by="host")
+    sizes = members.group_by("key").len()
+    big = sizes.filter(pl.col("len") > FLEET_GROUP_PAST)["key"].to_list()
     return {
         "timeline_by": "host",
         "timeline_groups": group_timeline(con, by="host", filters=filters, max_groups=FLEET_GROUP_PAST),
-        "gpu_groups": gpu_groups(con, by="host"),
+        "gpu_groups": members,
+        "group_gpus": {
+            key: gpu_timeline(con, filters=filters, within=("host", key), max_gpus=FLEET_GROUP_PAST)
+            for key in big
+        },
     }
 
 

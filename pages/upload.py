@@ -124,10 +124,23 @@ def utilization_lines(frame: pl.DataFrame, color: str, key: str, legend: str) ->
     _ui.plotly_chart(fig, key=key)
 
 
+def gpu_lines(timeline: pl.DataFrame) -> pl.DataFrame:
+    """analytics.timeline.gpu_timeline's rows with ``gpu``, the line's name: the GPU, or "N other GPUs" for
+    the line that pools the GPUs past the readable number."""
+    name = pl.when(pl.col("others") > 0).then(pl.format("{} other GPUs", pl.col("others")))
+    return timeline.with_columns(name.otherwise(pl.col("gpu_id")).alias("gpu"))
+
+
 if result.timeline is not None and not result.timeline.is_empty():
     st.subheader("Utilization over time")
     if result.timeline_groups is None or result.gpu_groups is None:
-        utilization_lines(result.timeline, "gpu_id", "upload_timeline", "GPU")
+        utilization_lines(gpu_lines(result.timeline), "gpu", "upload_timeline", "GPU")
+        pooled = int(result.timeline["others"].max() or 0)
+        if pooled:
+            st.caption(
+                f"{_data.FLEET_GROUP_PAST - 1 + pooled:,} GPUs on one host: the {_data.FLEET_GROUP_PAST - 1} "
+                "with the most unused GPU-hours have their own line and the others share one."
+            )
     else:
         # more GPUs than lines a reader can tell apart: one line per host (past FLEET_GROUP_PAST hosts, those
         # with the most unused GPU-hours and one line for the rest), each host opening onto its GPUs
@@ -153,13 +166,22 @@ if result.timeline is not None and not result.timeline.is_empty():
         )
         pick = _ui.open_group(result.gpu_groups["key"], by, "upload_drill", f"Open a {by}: one line per GPU")
         if pick is not None:
-            ids = result.gpu_groups.filter(pl.col("key").eq_missing(pick[1]))["gpu_id"]
-            utilization_lines(
-                result.timeline.filter(pl.col("gpu_id").is_in(ids.implode())),
-                "gpu_id",
-                "upload_drill_timeline",
-                "GPU",
-            )
+            many = (result.group_gpus or {}).get(pick[1])
+            if many is not None:  # more GPUs than lines: the most unused have a line, the rest share one
+                utilization_lines(gpu_lines(many), "gpu", "upload_drill_timeline", "GPU")
+                st.caption(
+                    f"{pick[0]}: {int(many['others'].max() or 0) + _data.FLEET_GROUP_PAST - 1:,} GPUs; the "
+                    f"{_data.FLEET_GROUP_PAST - 1} with the most unused GPU-hours have their own line and the "
+                    "others share one."
+                )
+            else:
+                ids = result.gpu_groups.filter(pl.col("key").eq_missing(pick[1]))["gpu_id"]
+                utilization_lines(
+                    gpu_lines(result.timeline.filter(pl.col("gpu_id").is_in(ids.implode()))),
+                    "gpu",
+                    "upload_drill_timeline",
+                    "GPU",
+                )
 
 if result.jobs is not None and not result.jobs.is_empty():
     st.subheader("Jobs")

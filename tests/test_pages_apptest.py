@@ -270,6 +270,55 @@ def test_an_upload_of_more_hosts_than_lines_pools_the_busiest_into_one_line(
     assert result.gpu_groups["key"].n_unique() == 80  # the drill-down offers every host
 
 
+def test_an_upload_of_more_gpus_on_a_host_than_lines_pools_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host of 70 GPUs opens onto 60 lines: the 59 GPUs with the most unused GPU-seconds and one for the
+    other 11; a file whose GPUs are all on one host shows those lines at once (one host line says nothing)."""
+    from pages import _data
+
+    monkeypatch.setenv("GPULEDGER_SETTINGS", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    uuid = "GPU-{:08d}-1111-2222-3333-444455556666"
+
+    def upload(header: str, line: str, gpus: int) -> _data.UploadResult:
+        rows = "".join(line.format(m=m, g=g, uuid=uuid.format(g)) for m in range(2) for g in range(gpus))
+        result = _data.analyse_upload("gpus.csv", (header + rows).encode(), None, "UTC")
+        assert result.error is None, result.error
+        return result
+
+    def check(lines: pl.DataFrame) -> None:
+        assert lines["gpu_id"].n_unique() == 60 and set(lines["others"]) == {0, 11}
+        # the 11 busiest (59..69 %) share the last line, at their mean
+        pooled = lines.filter(pl.col("others") == 11)
+        assert pooled["util_pct"].to_list() == pytest.approx([sum(range(59, 70)) / 11] * 2)
+        assert set(lines.filter(pl.col("others") == 0)["gpu_id"]) == {uuid.format(g) for g in range(59)}
+
+    # 70 GPUs on host "big" (GPU g at g %), 2 on "small"
+    rows = "".join(
+        f"2026-11-16 10:{m:02d}:00.000, big, {g}, {uuid.format(g)}, {g} %\n"
+        for m in range(2)
+        for g in range(70)
+    ) + "".join(
+        f"2026-11-16 10:{m:02d}:00.000, small, {g}, GPU-s{g}, 50 %\n" for m in range(2) for g in range(2)
+    )
+    two = _data.analyse_upload(
+        "gpus.csv", ("timestamp, hostname, index, uuid, utilization.gpu [%]\n" + rows).encode(), None, "UTC"
+    )
+    assert two.error is None, two.error
+    assert two.timeline_groups is not None and set(two.timeline_groups["key"]) == {"big", "small"}
+    assert two.group_gpus is not None and set(two.group_gpus) == {"big"}  # small opens onto its 2 GPUs
+    check(two.group_gpus["big"])
+    # no host column: every GPU on the one host the parser assumes
+    one = upload(
+        "timestamp, index, uuid, utilization.gpu [%]\n",
+        "2026-11-16 10:{m:02d}:00.000, {g}, {uuid}, {g} %\n",
+        70,
+    )
+    assert one.timeline_groups is None and one.timeline is not None
+    check(one.timeline)
+
+
 def test_a_job_of_many_gpus_splits_its_timeline_by_host(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -182,6 +182,13 @@ def test_grouped_heatmap_past_max_groups_keeps_the_most_unused_and_pools_the_res
     assert pooled_line["util_pct"] == pytest.approx((50 * 30 + 3 * 30 + 80 * 60) / 120)
     assert pooled_line["gpus"] == 2
     assert group_timeline(fleet, by="host", max_groups=4)["others"].max() == 0
+    # one group's GPUs, pooled past a limit: cluster b holds g1 (h1), g2 (h2), g3 (h3); unused seconds by
+    # hand g3 60, g1 44.1, g2 12, so with 2 lines g3 keeps its own and g1 + g2 share one
+    gpus = gpu_timeline(fleet, within=("cluster", "b"), max_gpus=2)
+    assert gpus.select("gpu_id", "others").unique(maintain_order=True).rows() == [("g3", 0), (None, 2)]
+    pooled_gpus = gpus.filter(gpus["others"] == 2).row(0, named=True)
+    assert pooled_gpus["util_pct"] == pytest.approx((50 * 30 + 3 * 30 + 80 * 60) / 120)
+    assert gpu_timeline(fleet, within=("cluster", "a"))["gpu_id"].unique().to_list() == ["g0"]
     # the drill-down still offers every group, pooled or not, with its GPUs
     assert group_sizes(fleet, by="host").rows() == [("h0", 1), ("h1", 1), ("h2", 1), ("h3", 1)]
     assert group_sizes(fleet, by="cluster").rows() == [("a", 1), ("b", 3)]

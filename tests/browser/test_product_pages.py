@@ -352,6 +352,26 @@ def test_upload_of_more_hosts_than_lines_pools_the_busiest_and_still_opens_them(
     assert_clean(main_text(page))
 
 
+def test_upload_of_70_gpus_on_one_host_draws_60_lines(page: Page, server: Server, tmp_path: Path) -> None:
+    # no host column: every GPU on the one host the parser assumes, drawn as 59 GPU lines and a pooled one
+    uuid = "GPU-{:08d}-1111-2222-3333-444455556666"
+    rows = "".join(
+        f"2026-11-16 10:{m:02d}:00.000, {g}, {uuid.format(g)}, {g} %\n" for m in range(2) for g in range(70)
+    )
+    log = tmp_path / "gpus.csv"
+    log.write_text("timestamp, index, uuid, utilization.gpu [%]\n" + rows)
+    goto(page, server, "upload")
+    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(log))
+    expect(page.get_by_test_id("stMain")).to_contain_text(
+        "70 GPUs on one host: the 59 with the most unused GPU-hours have their own line and the others share one.",
+        timeout=60_000,
+    )
+    wait_for_app(page)
+    expect(page.get_by_test_id("stPlotlyChart").first).to_contain_text("11 other GPUs", timeout=30_000)
+    shots(page, "upload-one-host-70-gpus")
+    assert_clean(main_text(page))
+
+
 # Last in the module: a saved threshold rebuilds the ledger's rollup, and restoring it makes the next reader
 # rebuild it again, which cost the test after this one ~12 s.
 def test_settings_edit_round_trips(page: Page, server: Server) -> None:
