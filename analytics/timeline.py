@@ -70,6 +70,7 @@ HEATMAP_COLUMNS = {
     "hour": "UTC hour (start)",
     "mean_util_pct": "time-weighted mean utilization in the hour; NULL when no sample had a reading",
     "covered_s": "seconds of telemetry in the hour",
+    "others": "0 for one GPU; N for the row pooling the N GPUs past ``max_gpus`` (gpu_id NULL)",
 }
 
 
@@ -104,35 +105,41 @@ def gpu_hour_heatmap(
     con: duckdb.DuckDBPyConnection,
     *,
     filters: Filters = ALL,
-    max_gpus: int = 400,
+    max_gpus: int | None = None,
     within: Within | None = None,
 ) -> pl.DataFrame:
     """Mean utilization per GPU per UTC hour (HEATMAP_COLUMNS), ordered by host, GPU and hour.
 
-    At most ``max_gpus`` GPUs (the ones with the most telemetry in the view) so a heatmap stays legible;
     ``within=("host", "n01")`` (or ``("cluster", …)``, as :func:`group_hour_heatmap` groups) keeps one
-    group's GPUs: the drill-down of a grouped heatmap.
+    group's GPUs: the drill-down of a grouped heatmap. ``max_gpus``: past that many GPUs, the
+    ``max_gpus - 1`` with the most unused GPU-seconds keep their rows and the rest share one last row
+    (gpu_id, host and model NULL, ``others`` = how many), as :func:`group_hour_heatmap` pools groups, so a
+    heatmap stays legible and no GPU drops out of it.
     """
+    keep = _keep(max_gpus)
     where, params = _where(filters, "m.hour")
     inside, inside_params = _within(within)
     where, params = f"{where} AND {inside}", [*params, *inside_params]
     sql = f"""
-    WITH cells AS (
-        SELECT m.gpu_id, m.hour,
-               sum(m.util_s) / nullif(sum(m.util_cov_s), 0) * 100.0 AS mean_util_pct,
+    WITH cells AS MATERIALIZED (
+        SELECT m.gpu_id AS key, m.hour, sum(m.util_s) AS util_s, sum(m.util_cov_s) AS util_cov_s,
                sum(m.covered_s) AS covered_s
         FROM {_hours_for(filters)}
         WHERE {where}
         GROUP BY ALL
     ),
-    top AS (
-        SELECT gpu_id FROM cells GROUP BY gpu_id ORDER BY sum(covered_s) DESC, gpu_id LIMIT ?
+    {_pooling_ctes("cells", keep)},
+    pooled AS (
+        SELECT CASE WHEN others > 0 THEN NULL ELSE key END AS gpu_id, hour,
+               sum(util_s) / nullif(sum(util_cov_s), 0) * 100.0 AS mean_util_pct,
+               sum(covered_s) AS covered_s, others
+        FROM placed GROUP BY ALL
     )
-    SELECT c.gpu_id, g.host, g.model AS gpu_model, c.hour, c.mean_util_pct, c.covered_s
-    FROM cells c JOIN top USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
-    ORDER BY g.host NULLS LAST, c.gpu_id, c.hour
+    SELECT p.gpu_id, g.host, g.model AS gpu_model, p.hour, p.mean_util_pct, p.covered_s, p.others
+    FROM pooled p LEFT JOIN gpus g USING (gpu_id)
+    ORDER BY p.others, g.host NULLS LAST, p.gpu_id, p.hour
     """
-    return frame(con, sql, [*params, max_gpus])
+    return frame(con, sql, params)
 
 
 GROUP_HEATMAP_COLUMNS = {

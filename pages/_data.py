@@ -702,7 +702,7 @@ def _fleet_drill(
     from analytics.timeline import gpu_hour_heatmap
 
     with reader(db_path) as con:
-        return gpu_hour_heatmap(con, filters=filters, within=within)
+        return gpu_hour_heatmap(con, filters=filters, within=within, max_gpus=FLEET_GROUP_PAST)
 
 
 def _timeline_groups(con: Any, filters: Filters) -> dict[str, Any]:

@@ -63,12 +63,18 @@ def heatmap(cells: pl.DataFrame, key: str, row: pl.Expr, title: str) -> None:
     )
 
 
-GPU_LABEL = pl.concat_str(
-    pl.col("host").fill_null("unknown host"),
-    pl.lit(" · "),
-    pl.col("gpu_model").fill_null("unknown model"),
-    pl.lit(" · "),
-    pl.col("gpu_id").str.slice(0, 12),
+GPU_LABEL = (
+    pl.when(pl.col("others") > 0)
+    .then(pl.format("{} other GPUs", pl.col("others")))
+    .otherwise(
+        pl.concat_str(
+            pl.col("host").fill_null("unknown host"),
+            pl.lit(" · "),
+            pl.col("gpu_model").fill_null("unknown model"),
+            pl.lit(" · "),
+            pl.col("gpu_id").str.slice(0, 12),
+        )
+    )
 )
 
 
@@ -100,7 +106,14 @@ def drill_gpus(by: str, name: str, value: str | None, *outer: tuple[str, str | N
     if drill.is_empty():
         no_rows(f"No telemetry from {by} {name} in this view.")
     else:
-        heatmap(drill, "fleet_drill_heatmap", GPU_LABEL, f"the GPUs of {by} {name}")
+        pooled = int(drill["others"].max() or 0)
+        kept = (
+            f"; {_data.FLEET_GROUP_PAST - 1 + pooled:,} GPUs, so the {_data.FLEET_GROUP_PAST - 1} with the most "
+            f"unused GPU-hours have a row and the other {pooled:,} share the last one"
+            if pooled
+            else ""
+        )
+        heatmap(drill, "fleet_drill_heatmap", GPU_LABEL, f"the GPUs of {by} {name}{kept}")
 
 
 st.subheader("Utilization per hour")

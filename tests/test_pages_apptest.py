@@ -216,6 +216,44 @@ def test_a_fleet_of_many_hosts_opens_by_cluster_then_hosts_then_gpus(
     assert any(c.startswith("60 rows (one per host") for c in (c.value for c in at.caption))
 
 
+def test_a_host_of_more_gpus_than_rows_opens_onto_60_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host of 70 GPUs (a source that names no hosts puts them all on one) opens onto 60 heatmap rows: the
+    59 GPUs with the most unused GPU-hours and one row for the other 11, none dropped."""
+    from collectors.base import IngestOptions
+
+    uuid = "GPU-{:08d}-1111-2222-3333-444455556666"
+    rows = "".join(
+        f"2026-11-16 10:{m:02d}:00.000, fat, {g}, {uuid.format(g)}, {g} %\n"
+        for m in range(3)
+        for g in range(70)
+    ) + "".join(f"2026-11-16 10:{m:02d}:00.000, thin, 0, GPU-t0, 50 %\n" for m in range(3))
+    path = tmp_path / "fat.csv"
+    path.write_text("timestamp, hostname, index, uuid, utilization.gpu [%]\n" + rows)
+    db = str(tmp_path / "fleet.duckdb")
+    with writer(db) as con:
+        ingest_file(con, path, opts=IngestOptions(tz="UTC", cluster="c"))
+    monkeypatch.setenv("GPULEDGER_DB", db)
+    monkeypatch.setenv("GPULEDGER_SETTINGS", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    at = run_page("pages/fleet.py")
+    assert not at.exception, at.exception
+    assert at.radio(key="fleet_group").value == "host"
+    at.selectbox(key="fleet_drill").set_value("fat").run()
+    assert not at.exception, at.exception
+    captions = [c.value for c in at.caption]
+    assert any(
+        c.startswith("60 rows (the GPUs of host fat; 70 GPUs, so the 59 with the most unused GPU-hours")
+        and "the other 11 share the last one" in c
+        for c in captions
+    ), captions
+    import json
+
+    labels = json.loads(at.get("plotly_chart")[1].proto.spec)["data"][0]["y"]
+    assert len(labels) == 60 and labels[-1] == "11 other GPUs", labels
+
+
 def test_an_upload_of_many_gpus_draws_a_line_per_host_and_opens_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

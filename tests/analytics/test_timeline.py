@@ -182,6 +182,17 @@ def test_grouped_heatmap_past_max_groups_keeps_the_most_unused_and_pools_the_res
     assert pooled_line["util_pct"] == pytest.approx((50 * 30 + 3 * 30 + 80 * 60) / 120)
     assert pooled_line["gpus"] == 2
     assert group_timeline(fleet, by="host", max_groups=4)["others"].max() == 0
+    # the per-GPU heatmap pools the same way: g3 and g0 keep their rows, g1 + g2 share one at 01:00
+    cells = gpu_hour_heatmap(fleet, max_gpus=3)
+    assert cells.select("gpu_id", "others").unique(maintain_order=True).rows() == [
+        ("g0", 0),
+        ("g3", 0),
+        (None, 2),
+    ]
+    pooled_cell = cells.filter(cells["others"] == 2).row(0, named=True)
+    assert pooled_cell["mean_util_pct"] == pytest.approx((50 * 30 + 3 * 30 + 80 * 60) / 120)
+    assert (pooled_cell["covered_s"], pooled_cell["host"]) == (120, None)
+    assert cells["covered_s"].sum() == pytest.approx(total)
     # one group's GPUs, pooled past a limit: cluster b holds g1 (h1), g2 (h2), g3 (h3); unused seconds by
     # hand g3 60, g1 44.1, g2 12, so with 2 lines g3 keeps its own and g1 + g2 share one
     gpus = gpu_timeline(fleet, within=("cluster", "b"), max_gpus=2)
