@@ -299,23 +299,36 @@ ALL_GPUS = "all GPUs (mean)"
 JOB_LINES = {"gpu": "m.gpu_id", "host": "coalesce(g.host, 'unknown host')", "job": f"'{ALL_GPUS}'"}
 
 
-def job_timeline(con: duckdb.DuckDBPyConnection, job_id: str, *, lines: str = "gpu") -> pl.DataFrame:
-    """One job's utilization per minute (TIMELINE_COLUMNS), over the samples attributed to it: one line
-    per GPU (``lines="gpu"``), one line per host (``"host"``, ``gpu_id`` = the host, pooled over the job's
-    GPUs on it: what a job of hundreds of GPUs can show line by line), or one line (``"job"``, ``gpu_id`` =
-    ALL_GPUS), the time-weighted mean over its GPUs (memory: the highest of any GPU)."""
+def job_timeline(
+    con: duckdb.DuckDBPyConnection, job_id: str, *, lines: str = "gpu", max_lines: int | None = None
+) -> pl.DataFrame:
+    """One job's utilization per minute (TIMELINE_COLUMNS, and ``others``), over the samples attributed to
+    it: one line per GPU (``lines="gpu"``), one line per host (``"host"``, ``gpu_id`` = the host, pooled over
+    the job's GPUs on it: what a job of hundreds of GPUs can show line by line), or one line (``"job"``,
+    ``gpu_id`` = ALL_GPUS), the time-weighted mean over its GPUs (memory: the highest of any GPU).
+    ``max_lines``: past that many lines, the ``max_lines - 1`` with the most unused GPU-seconds keep theirs
+    and the rest share one (gpu_id NULL, ``others`` = how many), as :func:`group_timeline` pools."""
     if lines not in JOB_LINES:
         raise ValueError(f"unknown lines {lines!r}; use one of {', '.join(JOB_LINES)}")
+    keep = _keep(max_lines)
     key = JOB_LINES[lines]
     join = "LEFT JOIN gpus g USING (gpu_id)" if lines == "host" else ""
     sql = f"""
-    SELECT {key} AS gpu_id, m.minute AS ts,
-           sum(m.util_s) / nullif(sum(m.util_cov_s), 0) * 100.0 AS util_pct,
-           max(m.mem_used_max_mib) AS mem_used_mib, max(m.mem_total_mib) AS mem_total_mib,
-           sum(m.sm_active_s) / nullif(sum(m.prof_cov_s), 0) * 100.0 AS sm_active_pct
-    FROM samples_minute m {join} WHERE m.job_id = ?
+    WITH cells AS MATERIALIZED (
+        SELECT {key} AS key, m.minute AS ts, sum(m.util_s) AS util_s, sum(m.util_cov_s) AS util_cov_s,
+               max(m.mem_used_max_mib) AS mem_used_mib, max(m.mem_total_mib) AS mem_total_mib,
+               sum(m.sm_active_s) AS sm_active_s, sum(m.prof_cov_s) AS prof_cov_s
+        FROM samples_minute m {join} WHERE m.job_id = ?
+        GROUP BY ALL
+    ),
+    {_pooling_ctes("cells", keep)}
+    SELECT CASE WHEN others > 0 THEN NULL ELSE key END AS gpu_id, ts,
+           sum(util_s) / nullif(sum(util_cov_s), 0) * 100.0 AS util_pct,
+           max(mem_used_mib) AS mem_used_mib, max(mem_total_mib) AS mem_total_mib,
+           sum(sm_active_s) / nullif(sum(prof_cov_s), 0) * 100.0 AS sm_active_pct, others
+    FROM placed
     GROUP BY ALL
-    ORDER BY 1, 2
+    ORDER BY others, gpu_id NULLS LAST, ts
     """
     return frame(con, sql, [job_id])
 

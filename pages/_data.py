@@ -621,7 +621,7 @@ def _job_timeline(db_path: str, ver: tuple[int, int], job_id: str, lines: str) -
     from analytics.timeline import job_timeline as compute
 
     with reader(db_path) as con:
-        return compute(con, job_id, lines=lines)
+        return compute(con, job_id, lines=lines, max_lines=FLEET_GROUP_PAST)
 
 
 # ---------------------------------------------------------------- fleet

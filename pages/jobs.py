@@ -123,8 +123,8 @@ def job_view(job_id: str) -> None:
         st.info(f"Job {md(job_id)} has no telemetry attributed to it: its utilization is unknown (n/a).")
     else:
         fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.6, 0.4])
-        for gpu, part in tl.group_by("gpu_id", maintain_order=True):
-            name = str(gpu[0])
+        for (gpu, others), part in tl.group_by("gpu_id", "others", maintain_order=True):
+            name = f"{others} other {'hosts' if lines == 'host' else 'GPUs'}" if others else str(gpu)
             fig.add_trace(
                 go.Scatter(x=part["ts"], y=part["util_pct"], name=name, mode="lines", legendgroup=name), 1, 1
             )
@@ -153,10 +153,17 @@ def job_view(job_id: str) -> None:
             height=460, margin={"t": 10, "b": 10}, legend_title_text="host" if lines == "host" else "GPU"
         )
         _ui.plotly_chart(fig, key="job_timeline")
+        pooled = int(tl["others"].max() or 0)
         if lines == "host":
+            kept = (
+                f" (the {_data.FLEET_GROUP_PAST - 1} hosts with the most unused GPU-hours; the other {pooled:,} "
+                "share one line)"
+                if pooled
+                else ""
+            )
             st.caption(
-                f"The job held {r['gpu_count']:g} GPUs: one line per host, the time-weighted mean per minute "
-                "of the job's GPUs on it."
+                f"The job held {r['gpu_count']:g} GPUs: one line per host{kept}, the time-weighted mean per "
+                "minute of the job's GPUs on it."
             )
         elif lines == "job":
             st.caption(

@@ -357,11 +357,13 @@ def test_an_upload_of_more_gpus_on_a_host_than_lines_pools_them(
     check(one.timeline)
 
 
+@pytest.mark.parametrize("per_host", [7, 1])
 def test_a_job_of_many_gpus_splits_its_timeline_by_host(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_host: int
 ) -> None:
     """A job of 70 GPUs on 10 hosts: its timeline is the mean by default, and split one line per host (not
-    70 lines) on request, each host's line pooled over the job's GPUs on it."""
+    70 lines) on request, each host's line pooled over the job's GPUs on it. On 70 hosts: 60 lines, the 59
+    hosts with the most unused GPU-seconds (ranked here in plain SQL over the samples) and one for the rest."""
     from collectors.base import IngestOptions, drop_stage, land, next_ingest_id
 
     db = str(tmp_path / "job.duckdb")
@@ -374,7 +376,7 @@ def test_a_job_of_many_gpus_splits_its_timeline_by_host(
                FROM range(70) a(g), range(4) b(m)"""
         )
         con.execute(
-            """CREATE TEMP TABLE stage_gpus AS SELECT 'g' || g AS gpu_id, 'n' || (g // 7) AS host,
+            f"""CREATE TEMP TABLE stage_gpus AS SELECT 'g' || g AS gpu_id, 'n' || (g // {per_host}) AS host,
                  'H100-SXM-80GB' AS model, 'atlas' AS cluster FROM range(70) a(g)"""
         )
         con.execute(
@@ -405,4 +407,16 @@ def test_a_job_of_many_gpus_splits_its_timeline_by_host(
     import json
 
     names = {t["name"] for t in json.loads(chart.proto.spec)["data"] if t.get("showlegend") is not False}
-    assert names == {f"n{h}" for h in range(10)}
+    if per_host == 7:
+        assert names == {f"n{h}" for h in range(10)}
+        return
+    with writer(db) as con:
+        kept = con.execute(
+            """SELECT host FROM samples JOIN gpus USING (gpu_id) GROUP BY host
+               ORDER BY sum(interval_s * (1 - util_pct / 100)) DESC, host LIMIT 59"""
+        ).fetchall()
+    assert names == {h for (h,) in kept} | {"11 other hosts"}
+    assert any(
+        "the 59 hosts with the most unused GPU-hours; the other 11 share one line" in c.value
+        for c in at.caption
+    )
