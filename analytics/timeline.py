@@ -70,7 +70,7 @@ HEATMAP_COLUMNS = {
     "hour": "UTC hour (start)",
     "mean_util_pct": "time-weighted mean utilization in the hour; NULL when no sample had a reading",
     "covered_s": "seconds of telemetry in the hour",
-    "others": "0 for one GPU; N for the row pooling the N GPUs past ``max_gpus`` (gpu_id NULL)",
+    "others": "0 for one GPU; N for the row pooling the N GPUs ranked from ``max_gpus`` on (gpu_id NULL)",
 }
 
 
@@ -149,7 +149,7 @@ GROUP_HEATMAP_COLUMNS = {
     "Σ util_cov_s × 100); NULL when no sample had a reading",
     "covered_s": "GPU-seconds of telemetry in the hour",
     "gpus": "GPUs of the group with telemetry in the hour",
-    "others": "0 for one group; N for the row pooling the N groups past ``max_groups`` (key NULL)",
+    "others": "0 for one group; N for the row pooling the N groups ranked from ``max_groups`` on (key NULL)",
 }
 
 
@@ -290,6 +290,7 @@ TIMELINE_COLUMNS = {
     "mem_used_mib": "highest memory used in the minute",
     "mem_total_mib": "card memory",
     "sm_active_pct": "time-weighted SM-active where reported (DCGM_FI_PROF_SM_ACTIVE)",
+    "others": "0 for one line; N for the line pooling the N ranked from the limit on (gpu_id NULL)",
 }
 
 
@@ -385,6 +386,7 @@ GROUP_TIMELINE_COLUMNS = {
     "util_pct": "time-weighted mean utilization over the group's samples (Σ util_s / Σ util_cov_s × 100)",
     "mem_used_mib": "highest memory used by any of the group's GPUs",
     "gpus": "GPUs of the group with telemetry at that time",
+    "others": "0 for one group; N for the line pooling the N groups ranked from ``max_groups`` on (key NULL)",
 }
 
 
@@ -440,10 +442,11 @@ def _keep(max_groups: int | None) -> int:
 def _pooling_ctes(source: str, keep: int) -> str:
     """``ranked`` and ``placed`` over ``source`` (rows with key, util_s, util_cov_s): each row with
     ``others`` = 0 when its group keeps a row, or the number of groups pooled when it is one of the groups
-    past the ``keep - 1`` with the most unused GPU-seconds (Σ util_cov_s − Σ util_s; ties by key)."""
+    past the ``keep - 1`` with the most unused GPU-seconds (Σ util_cov_s − Σ util_s; ties by key; a group
+    with no reading at all ranks last, so it is pooled first)."""
     return f"""
     ranked AS (
-        SELECT key, row_number() OVER (ORDER BY sum(util_cov_s) - sum(util_s) DESC, key NULLS LAST) AS r,
+        SELECT key, row_number() OVER (ORDER BY sum(util_cov_s) - sum(util_s) DESC NULLS LAST, key NULLS LAST) AS r,
                count(*) OVER () AS n
         FROM {source} GROUP BY key
     ),

@@ -710,7 +710,7 @@ def _timeline_groups(con: Any, filters: Filters) -> dict[str, Any]:
     (past that many hosts, those with the most unused GPU-hours and one line for the rest), which host each
     GPU is on (the page's drill-down into one host's GPUs, pooled or not), and the pooled GPU lines of each
     host of more GPUs than that. On one host: its GPUs' timeline pooled the same way, instead of one line."""
-    from analytics.timeline import gpu_groups, gpu_timeline, group_timeline, view_groups
+    from analytics.timeline import gpu_groups, gpu_timeline, group_sizes, group_timeline, view_groups
 
     n = view_groups(con, filters=filters)
     if n["gpus"] <= FLEET_GROUP_PAST:
@@ -718,8 +718,8 @@ def _timeline_groups(con: Any, filters: Filters) -> dict[str, Any]:
     if n["hosts"] == 1:  # one line for the only host says nothing: its GPUs, pooled past the limit
         return {"timeline": gpu_timeline(con, filters=filters, max_gpus=FLEET_GROUP_PAST)}
     members = gpu_groups(con, by="host")
-    sizes = members.group_by("key").len()
-    big = sizes.filter(pl.col("len") > FLEET_GROUP_PAST)["key"].to_list()
+    sizes = group_sizes(con, by="host", filters=filters)  # GPUs with telemetry in the view, per host
+    big = sizes.filter(pl.col("gpus") > FLEET_GROUP_PAST)["key"].to_list()
     return {
         "timeline_by": "host",
         "timeline_groups": group_timeline(con, by="host", filters=filters, max_groups=FLEET_GROUP_PAST),

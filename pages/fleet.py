@@ -72,7 +72,11 @@ GPU_LABEL = (
             pl.lit(" · "),
             pl.col("gpu_model").fill_null("unknown model"),
             pl.lit(" · "),
-            pl.col("gpu_id").str.slice(0, 12),
+            # the id's first 12 characters (GPU-xxxxxxxx) when they tell it apart, else the whole id
+            # (host:index ids of a long host name, MIG instances of one GPU)
+            pl.when(pl.col("gpu_id").n_unique().over(pl.col("gpu_id").str.slice(0, 12)) == 1)
+            .then(pl.col("gpu_id").str.slice(0, 12))
+            .otherwise(pl.col("gpu_id")),
         )
     )
 )

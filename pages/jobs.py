@@ -165,6 +165,11 @@ def job_view(job_id: str) -> None:
                 f"The job held {r['gpu_count']:g} GPUs: one line per host{kept}, the time-weighted mean per "
                 "minute of the job's GPUs on it."
             )
+        elif pooled:  # per GPU, more GPUs with telemetry than lines (a job that declared fewer)
+            st.caption(
+                f"{_data.FLEET_GROUP_PAST - 1 + pooled:,} GPUs: the {_data.FLEET_GROUP_PAST - 1} with the most "
+                "unused GPU-hours have their own line and the others share one."
+            )
         elif lines == "job":
             st.caption(
                 f"The job held {r['gpu_count']:g} GPUs: the line is their time-weighted mean per minute."

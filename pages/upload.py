@@ -152,8 +152,8 @@ if result.timeline is not None and not result.timeline.is_empty():
             .otherwise(pl.col("key").fill_null(f"unknown {by}"))
         )
         utilization_lines(groups.with_columns(label.alias("key")), "key", "upload_timeline", by)
-        hosts = result.gpu_groups["key"].n_unique()
         pooled = int(groups["others"].max() or 0)
+        hosts = groups.filter(pl.col("others") == 0)["key"].n_unique() + pooled  # with telemetry
         count = (
             f"{hosts:,}; the {hosts - pooled:,} with the most unused GPU-hours have their own line and the "
             f"other {pooled:,} share one"
@@ -169,11 +169,12 @@ if result.timeline is not None and not result.timeline.is_empty():
             many = (result.group_gpus or {}).get(pick[1])
             if many is not None:  # more GPUs than lines: the most unused have a line, the rest share one
                 utilization_lines(gpu_lines(many), "gpu", "upload_drill_timeline", "GPU")
-                st.caption(
-                    f"{pick[0]}: {int(many['others'].max() or 0) + _data.FLEET_GROUP_PAST - 1:,} GPUs; the "
-                    f"{_data.FLEET_GROUP_PAST - 1} with the most unused GPU-hours have their own line and the "
-                    "others share one."
-                )
+                if pooled_gpus := int(many["others"].max() or 0):
+                    st.caption(
+                        f"{pick[0]}: {pooled_gpus + _data.FLEET_GROUP_PAST - 1:,} GPUs; the "
+                        f"{_data.FLEET_GROUP_PAST - 1} with the most unused GPU-hours have their own line and "
+                        "the others share one."
+                    )
             else:
                 ids = result.gpu_groups.filter(pl.col("key").eq_missing(pick[1]))["gpu_id"]
                 utilization_lines(

@@ -216,6 +216,39 @@ def test_a_fleet_of_many_hosts_opens_by_cluster_then_hosts_then_gpus(
     assert any(c.startswith("60 rows (one per host") for c in (c.value for c in at.caption))
 
 
+def test_gpus_whose_ids_share_their_first_characters_keep_a_row_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A heatmap row is labelled with the GPU id's first 12 characters, which a host:index id of a long host
+    name (gpu-node-0001:0, gpu-node-0001:1) shares with its neighbours: they must not merge into one row."""
+    import json
+
+    from collectors.base import IngestOptions
+
+    rows = "".join(
+        f"2026-11-16 10:{m:02d}:00.000, gpu-node-0001, {g}, {10 + 80 * g} %\n"
+        for m in range(3)
+        for g in range(2)
+    )
+    path = tmp_path / "node.csv"
+    path.write_text("timestamp, hostname, index, utilization.gpu [%]\n" + rows)
+    db = str(tmp_path / "fleet.duckdb")
+    with writer(db) as con:
+        ingest_file(con, path, opts=IngestOptions(tz="UTC"))
+        ids = sorted(r[0] for r in con.execute("SELECT gpu_id FROM gpus").fetchall())
+    assert ids == ["gpu-node-0001:0", "gpu-node-0001:1"]
+    monkeypatch.setenv("GPULEDGER_DB", db)
+    monkeypatch.setenv("GPULEDGER_SETTINGS", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    at = run_page("pages/fleet.py")
+    assert not at.exception, at.exception
+    heat = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
+    assert heat["y"] == [
+        "gpu-node-0001 · unknown model · gpu-node-0001:0",
+        "gpu-node-0001 · unknown model · gpu-node-0001:1",
+    ]
+
+
 def test_a_host_of_more_gpus_than_rows_opens_onto_60_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
