@@ -300,6 +300,25 @@ ALL_GPUS = "all GPUs (mean)"
 JOB_LINES = {"gpu": "m.gpu_id", "host": "coalesce(g.host, 'unknown host')", "job": f"'{ALL_GPUS}'"}
 
 
+# A line's sums per (key, ts) from samples_minute, and the pooled lines over them (_pooled_lines)
+_LINE_SUMS = """sum(m.util_s) AS util_s, sum(m.util_cov_s) AS util_cov_s,
+               max(m.mem_used_max_mib) AS mem_used_mib, max(m.mem_total_mib) AS mem_total_mib,
+               sum(m.sm_active_s) AS sm_active_s, sum(m.prof_cov_s) AS prof_cov_s"""
+
+
+def _pooled_lines(keep: int) -> str:
+    """The rest of a per-GPU (or per-host) timeline after ``cells`` (key, ts and _LINE_SUMS): TIMELINE_COLUMNS
+    and ``others``, the lines past ``keep - 1`` pooled into one (:func:`_pooling_ctes`)."""
+    return f"""{_pooling_ctes("cells", keep)}
+    SELECT CASE WHEN others > 0 THEN NULL ELSE key END AS gpu_id, ts,
+           sum(util_s) / nullif(sum(util_cov_s), 0) * 100.0 AS util_pct,
+           max(mem_used_mib) AS mem_used_mib, max(mem_total_mib) AS mem_total_mib,
+           sum(sm_active_s) / nullif(sum(prof_cov_s), 0) * 100.0 AS sm_active_pct, others
+    FROM placed
+    GROUP BY ALL
+    ORDER BY others, gpu_id NULLS LAST, ts"""
+
+
 def job_timeline(
     con: duckdb.DuckDBPyConnection, job_id: str, *, lines: str = "gpu", max_lines: int | None = None
 ) -> pl.DataFrame:
@@ -316,20 +335,11 @@ def job_timeline(
     join = "LEFT JOIN gpus g USING (gpu_id)" if lines == "host" else ""
     sql = f"""
     WITH cells AS MATERIALIZED (
-        SELECT {key} AS key, m.minute AS ts, sum(m.util_s) AS util_s, sum(m.util_cov_s) AS util_cov_s,
-               max(m.mem_used_max_mib) AS mem_used_mib, max(m.mem_total_mib) AS mem_total_mib,
-               sum(m.sm_active_s) AS sm_active_s, sum(m.prof_cov_s) AS prof_cov_s
+        SELECT {key} AS key, m.minute AS ts, {_LINE_SUMS}
         FROM samples_minute m {join} WHERE m.job_id = ?
         GROUP BY ALL
     ),
-    {_pooling_ctes("cells", keep)}
-    SELECT CASE WHEN others > 0 THEN NULL ELSE key END AS gpu_id, ts,
-           sum(util_s) / nullif(sum(util_cov_s), 0) * 100.0 AS util_pct,
-           max(mem_used_mib) AS mem_used_mib, max(mem_total_mib) AS mem_total_mib,
-           sum(sm_active_s) / nullif(sum(prof_cov_s), 0) * 100.0 AS sm_active_pct, others
-    FROM placed
-    GROUP BY ALL
-    ORDER BY others, gpu_id NULLS LAST, ts
+    {_pooled_lines(keep)}
     """
     return frame(con, sql, [job_id])
 
@@ -354,22 +364,12 @@ def gpu_timeline(
     inside, inside_params = _within(within)
     sql = f"""
     WITH cells AS MATERIALIZED (
-        SELECT m.gpu_id AS key, date_trunc('{unit}', m.minute) AS ts, sum(m.util_s) AS util_s,
-               sum(m.util_cov_s) AS util_cov_s, max(m.mem_used_max_mib) AS mem_used_mib,
-               max(m.mem_total_mib) AS mem_total_mib, sum(m.sm_active_s) AS sm_active_s,
-               sum(m.prof_cov_s) AS prof_cov_s
+        SELECT m.gpu_id AS key, date_trunc('{unit}', m.minute) AS ts, {_LINE_SUMS}
         FROM {_FROM}
         WHERE {where} AND {inside}
         GROUP BY ALL
     ),
-    {_pooling_ctes("cells", keep)}
-    SELECT CASE WHEN others > 0 THEN NULL ELSE key END AS gpu_id, ts,
-           sum(util_s) / nullif(sum(util_cov_s), 0) * 100.0 AS util_pct,
-           max(mem_used_mib) AS mem_used_mib, max(mem_total_mib) AS mem_total_mib,
-           sum(sm_active_s) / nullif(sum(prof_cov_s), 0) * 100.0 AS sm_active_pct, others
-    FROM placed
-    GROUP BY ALL
-    ORDER BY others, gpu_id NULLS LAST, ts
+    {_pooled_lines(keep)}
     """
     return frame(con, sql, [*params, *inside_params])
 
