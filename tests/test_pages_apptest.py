@@ -58,6 +58,26 @@ def run_page(page: str, query: dict[str, list[str]] | None = None) -> AppTest:
     return at
 
 
+def fleet_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logs: dict[str, tuple[str, str | None]]
+) -> AppTest:
+    """The Fleet page over a fresh ledger of nvidia-smi logs (file name -> (text, cluster)), default settings."""
+    from collectors.base import IngestOptions
+
+    db = str(tmp_path / "fleet.duckdb")
+    with writer(db) as con:
+        for name, (text, cluster) in logs.items():
+            path = tmp_path / name
+            path.write_text(text)
+            ingest_file(con, path, opts=IngestOptions(tz="UTC", cluster=cluster))
+    monkeypatch.setenv("GPULEDGER_DB", db)
+    monkeypatch.setenv("GPULEDGER_SETTINGS", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    at = run_page("pages/fleet.py")
+    assert not at.exception, at.exception
+    return at
+
+
 @pytest.mark.parametrize("page", list(PAGES))
 def test_page_runs_without_exception(small_ledger: str, page: str) -> None:
     at = run_page(page)
@@ -164,7 +184,6 @@ def test_a_fleet_of_many_hosts_opens_by_cluster_then_hosts_then_gpus(
     per cluster, a cluster with more GPUs than that opens onto its hosts (at most FLEET_GROUP_PAST rows, the
     rest pooled), a host onto its GPUs, and a small cluster straight onto its GPUs. Here 70 single-GPU hosts
     in cluster "big" and 2 in "small"."""
-    from collectors.base import IngestOptions
 
     header = "timestamp, hostname, index, utilization.gpu [%]\n"
 
@@ -175,17 +194,11 @@ def test_a_fleet_of_many_hosts_opens_by_cluster_then_hosts_then_gpus(
             for h in range(hosts)
         )
 
-    db = str(tmp_path / "fleet.duckdb")
-    with writer(db) as con:
-        for name, hosts in (("big", 70), ("small", 2)):
-            path = tmp_path / f"{name}.csv"
-            path.write_text(log(f"{name}-n", hosts))
-            ingest_file(con, path, opts=IngestOptions(tz="UTC", cluster=name))
-    monkeypatch.setenv("GPULEDGER_DB", db)
-    monkeypatch.setenv("GPULEDGER_SETTINGS", str(tmp_path / "none.toml"))
-    (tmp_path / "none.toml").write_text("")
-    at = run_page("pages/fleet.py")
-    assert not at.exception, at.exception
+    at = fleet_page(
+        tmp_path,
+        monkeypatch,
+        {f"{name}.csv": (log(f"{name}-n", hosts), name) for name, hosts in (("big", 70), ("small", 2))},
+    )
     assert at.radio(key="fleet_group").value == "cluster"
     captions = [c.value for c in at.caption]
     assert any(c.startswith("2 rows (one per cluster") and "72 GPUs in the view" in c for c in captions), (
@@ -223,25 +236,16 @@ def test_gpus_whose_ids_share_their_first_characters_keep_a_row_each(
     name (gpu-node-0001:0, gpu-node-0001:1) shares with its neighbours: they must not merge into one row."""
     import json
 
-    from collectors.base import IngestOptions
-
     rows = "".join(
         f"2026-11-16 10:{m:02d}:00.000, gpu-node-0001, {g}, {10 + 80 * g} %\n"
         for m in range(3)
         for g in range(2)
     )
-    path = tmp_path / "node.csv"
-    path.write_text("timestamp, hostname, index, utilization.gpu [%]\n" + rows)
-    db = str(tmp_path / "fleet.duckdb")
-    with writer(db) as con:
-        ingest_file(con, path, opts=IngestOptions(tz="UTC"))
-        ids = sorted(r[0] for r in con.execute("SELECT gpu_id FROM gpus").fetchall())
-    assert ids == ["gpu-node-0001:0", "gpu-node-0001:1"]
-    monkeypatch.setenv("GPULEDGER_DB", db)
-    monkeypatch.setenv("GPULEDGER_SETTINGS", str(tmp_path / "none.toml"))
-    (tmp_path / "none.toml").write_text("")
-    at = run_page("pages/fleet.py")
-    assert not at.exception, at.exception
+    at = fleet_page(
+        tmp_path,
+        monkeypatch,
+        {"node.csv": ("timestamp, hostname, index, utilization.gpu [%]\n" + rows, None)},
+    )
     heat = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
     assert heat["y"] == [
         "gpu-node-0001 · unknown model · gpu-node-0001:0",
@@ -254,7 +258,6 @@ def test_a_host_of_more_gpus_than_rows_opens_onto_60_rows(
 ) -> None:
     """A host of 70 GPUs (a source that names no hosts puts them all on one) opens onto 60 heatmap rows: the
     59 GPUs with the most unused GPU-hours and one row for the other 11, none dropped."""
-    from collectors.base import IngestOptions
 
     uuid = "GPU-{:08d}-1111-2222-3333-444455556666"
     rows = "".join(
@@ -262,16 +265,11 @@ def test_a_host_of_more_gpus_than_rows_opens_onto_60_rows(
         for m in range(3)
         for g in range(70)
     ) + "".join(f"2026-11-16 10:{m:02d}:00.000, thin, 0, GPU-t0, 50 %\n" for m in range(3))
-    path = tmp_path / "fat.csv"
-    path.write_text("timestamp, hostname, index, uuid, utilization.gpu [%]\n" + rows)
-    db = str(tmp_path / "fleet.duckdb")
-    with writer(db) as con:
-        ingest_file(con, path, opts=IngestOptions(tz="UTC", cluster="c"))
-    monkeypatch.setenv("GPULEDGER_DB", db)
-    monkeypatch.setenv("GPULEDGER_SETTINGS", str(tmp_path / "none.toml"))
-    (tmp_path / "none.toml").write_text("")
-    at = run_page("pages/fleet.py")
-    assert not at.exception, at.exception
+    at = fleet_page(
+        tmp_path,
+        monkeypatch,
+        {"fat.csv": ("timestamp, hostname, index, uuid, utilization.gpu [%]\n" + rows, "c")},
+    )
     assert at.radio(key="fleet_group").value == "host"
     at.selectbox(key="fleet_drill").set_value("fat").run()
     assert not at.exception, at.exception
