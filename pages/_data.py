@@ -339,11 +339,10 @@ class UploadResult:
     summary: dict[str, Any] | None = None
     jobs: pl.DataFrame | None = None
     timeline: pl.DataFrame | None = None
-    # past FLEET_GROUP_PAST GPUs: one line per host (per cluster past as many hosts), and each GPU's group
-    timeline_by: str | None = None
+    # past FLEET_GROUP_PAST GPUs on several hosts: one line per host, and each GPU's host (key)
     timeline_groups: pl.DataFrame | None = None
-    gpu_groups: pl.DataFrame | None = None  # gpu_id, key: the group of timeline_by each GPU belongs to
-    # a group of more than FLEET_GROUP_PAST GPUs (a file that names no host): its GPUs' lines, pooled past that
+    gpu_groups: pl.DataFrame | None = None
+    # a host of more than FLEET_GROUP_PAST GPUs: its GPUs' lines, pooled past that
     group_gpus: dict[str | None, pl.DataFrame] | None = None
     recommendations: pl.DataFrame | None = None
     missing: tuple[str, ...] = ()  # analyses this install lacks
@@ -470,14 +469,13 @@ def _analyse_upload(
             for key, fn in (
                 ("summary", lambda: _analytics("summary").summary(con, filters=filters, settings=_settings)),
                 ("jobs", lambda: _jobs_table(con, filters, _settings)),
-                ("timeline", lambda: _fleet_timeline(con, filters, _settings)),
                 ("recommendations", lambda: _recommendations(con, filters, _settings)),
             ):
                 try:
                     out[key] = fn()
                 except NotReady as exc:
                     missing.append(str(exc))
-            out.update(_timeline_groups(con, filters))
+            out.update(_upload_timelines(con, filters))
             return UploadResult(
                 name,
                 ingest=ingest,
@@ -705,36 +703,28 @@ def _fleet_drill(
         return gpu_hour_heatmap(con, filters=filters, within=within, max_gpus=FLEET_GROUP_PAST)
 
 
-def _timeline_groups(con: Any, filters: Filters) -> dict[str, Any]:
-    """For a view of more than FLEET_GROUP_PAST GPUs: the timeline per host, at most FLEET_GROUP_PAST lines
-    (past that many hosts, those with the most unused GPU-hours and one line for the rest), which host each
-    GPU is on (the page's drill-down into one host's GPUs, pooled or not), and the pooled GPU lines of each
-    host of more GPUs than that. On one host: its GPUs' timeline pooled the same way, instead of one line."""
+def _upload_timelines(con: Any, filters: Filters) -> dict[str, Any]:
+    """The Upload page's timelines, each computed once: per GPU (``timeline``) up to FLEET_GROUP_PAST GPUs,
+    or when they all sit on one host (pooled past that: one line for the only host says nothing); else also
+    per host (``timeline_groups``, at most FLEET_GROUP_PAST lines, the hosts with the most unused GPU-hours
+    and one line for the rest), which host each GPU is on (``gpu_groups``, the drill-down), and the pooled
+    GPU lines of each host of more GPUs than that (``group_gpus``)."""
     from analytics.timeline import gpu_groups, gpu_timeline, group_sizes, group_timeline, view_groups
 
     n = view_groups(con, filters=filters)
-    if n["gpus"] <= FLEET_GROUP_PAST:
-        return {}
-    if n["hosts"] == 1:  # one line for the only host says nothing: its GPUs, pooled past the limit
+    if n["gpus"] <= FLEET_GROUP_PAST or n["hosts"] == 1:
         return {"timeline": gpu_timeline(con, filters=filters, max_gpus=FLEET_GROUP_PAST)}
-    members = gpu_groups(con, by="host")
     sizes = group_sizes(con, by="host", filters=filters)  # GPUs with telemetry in the view, per host
     big = sizes.filter(pl.col("gpus") > FLEET_GROUP_PAST)["key"].to_list()
     return {
-        "timeline_by": "host",
+        "timeline": gpu_timeline(con, filters=filters),
         "timeline_groups": group_timeline(con, by="host", filters=filters, max_groups=FLEET_GROUP_PAST),
-        "gpu_groups": members,
+        "gpu_groups": gpu_groups(con, by="host"),
         "group_gpus": {
             key: gpu_timeline(con, filters=filters, within=("host", key), max_gpus=FLEET_GROUP_PAST)
             for key in big
         },
     }
-
-
-def _fleet_timeline(con: Any, filters: Filters, s: Settings) -> pl.DataFrame:
-    from analytics.timeline import gpu_timeline
-
-    return gpu_timeline(con, filters=filters)
 
 
 # ---------------------------------------------------------------- recommendations, diagnoses, training

@@ -145,6 +145,14 @@ def open_group(keys: pl.Series, by: str, key: str, label: str) -> tuple[str, str
     return None if pick is None else (pick, None if pick == unknown else pick)
 
 
+def pooled_name(name: pl.Expr, what: str) -> pl.Expr:
+    """A chart row's or line's name: ``name``, or "N other {what}s" on the one that pools the rest
+    (``others`` > 0: analytics.timeline's charts past their readable number of rows or lines)."""
+    return (
+        pl.when(pl.col("others") > 0).then(pl.format(f"{{}} other {what}s", pl.col("others"))).otherwise(name)
+    )
+
+
 def not_ready(exc: Exception) -> NoReturn:
     """An analysis this install lacks: say which, and stop the page (other pages still work)."""
     st.warning(f"This view is not available: {exc}.", icon=":material/construction:")

@@ -63,33 +63,26 @@ def heatmap(cells: pl.DataFrame, key: str, row: pl.Expr, title: str) -> None:
     )
 
 
-GPU_LABEL = (
-    pl.when(pl.col("others") > 0)
-    .then(pl.format("{} other GPUs", pl.col("others")))
-    .otherwise(
-        pl.concat_str(
-            pl.col("host").fill_null("unknown host"),
-            pl.lit(" · "),
-            pl.col("gpu_model").fill_null("unknown model"),
-            pl.lit(" · "),
-            # the id's first 12 characters (GPU-xxxxxxxx) when they tell it apart, else the whole id
-            # (host:index ids of a long host name, MIG instances of one GPU)
-            pl.when(pl.col("gpu_id").n_unique().over(pl.col("gpu_id").str.slice(0, 12)) == 1)
-            .then(pl.col("gpu_id").str.slice(0, 12))
-            .otherwise(pl.col("gpu_id")),
-        )
-    )
+GPU_LABEL = _ui.pooled_name(
+    pl.concat_str(
+        pl.col("host").fill_null("unknown host"),
+        pl.lit(" · "),
+        pl.col("gpu_model").fill_null("unknown model"),
+        pl.lit(" · "),
+        # the id's first 12 characters (GPU-xxxxxxxx) when they tell it apart, else the whole id
+        # (host:index ids of a long host name, MIG instances of one GPU)
+        pl.when(pl.col("gpu_id").n_unique().over(pl.col("gpu_id").str.slice(0, 12)) == 1)
+        .then(pl.col("gpu_id").str.slice(0, 12))
+        .otherwise(pl.col("gpu_id")),
+    ),
+    "GPU",
 )
 
 
 def group_label(by: str) -> pl.Expr:
     """A grouped heatmap row's name: the group's, "unknown host" for GPUs whose ledger names none, and
     "N other hosts" for the row that pools the groups past the readable number (group_hour_heatmap)."""
-    return (
-        pl.when(pl.col("others") > 0)
-        .then(pl.format("{} other {}s", pl.col("others"), pl.lit(by)))
-        .otherwise(pl.col("key").fill_null(f"unknown {by}"))
-    )
+    return _ui.pooled_name(pl.col("key").fill_null(f"unknown {by}"), by)
 
 
 def grouped_title(by: str, sizes: pl.DataFrame, n_gpus: int, what: str | None = None) -> str:

@@ -123,8 +123,10 @@ def job_view(job_id: str) -> None:
         st.info(f"Job {md(job_id)} has no telemetry attributed to it: its utilization is unknown (n/a).")
     else:
         fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.6, 0.4])
-        for (gpu, others), part in tl.group_by("gpu_id", "others", maintain_order=True):
-            name = f"{others} other {'hosts' if lines == 'host' else 'GPUs'}" if others else str(gpu)
+        named = tl.with_columns(
+            _ui.pooled_name(pl.col("gpu_id"), "host" if lines == "host" else "GPU").alias("line")
+        )
+        for (name,), part in named.group_by("line", maintain_order=True):
             fig.add_trace(
                 go.Scatter(x=part["ts"], y=part["util_pct"], name=name, mode="lines", legendgroup=name), 1, 1
             )

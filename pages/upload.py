@@ -127,8 +127,7 @@ def utilization_lines(frame: pl.DataFrame, color: str, key: str, legend: str) ->
 def gpu_lines(timeline: pl.DataFrame) -> pl.DataFrame:
     """analytics.timeline.gpu_timeline's rows with ``gpu``, the line's name: the GPU, or "N other GPUs" for
     the line that pools the GPUs past the readable number."""
-    name = pl.when(pl.col("others") > 0).then(pl.format("{} other GPUs", pl.col("others")))
-    return timeline.with_columns(name.otherwise(pl.col("gpu_id")).alias("gpu"))
+    return timeline.with_columns(_ui.pooled_name(pl.col("gpu_id"), "GPU").alias("gpu"))
 
 
 if result.timeline is not None and not result.timeline.is_empty():
@@ -144,13 +143,9 @@ if result.timeline is not None and not result.timeline.is_empty():
     else:
         # more GPUs than lines a reader can tell apart: one line per host (past FLEET_GROUP_PAST hosts, those
         # with the most unused GPU-hours and one line for the rest), each host opening onto its GPUs
-        by = result.timeline_by or "host"
+        by = "host"
         groups = result.timeline_groups
-        label = (
-            pl.when(pl.col("others") > 0)
-            .then(pl.format("{} other {}s", pl.col("others"), pl.lit(by)))
-            .otherwise(pl.col("key").fill_null(f"unknown {by}"))
-        )
+        label = _ui.pooled_name(pl.col("key").fill_null(f"unknown {by}"), by)
         utilization_lines(groups.with_columns(label.alias("key")), "key", "upload_timeline", by)
         pooled = int(groups["others"].max() or 0)
         hosts = groups.filter(pl.col("others") == 0)["key"].n_unique() + pooled  # with telemetry

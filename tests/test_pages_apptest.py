@@ -302,7 +302,6 @@ def test_an_upload_of_many_gpus_draws_a_line_per_host_and_opens_one(
     data = ("timestamp, hostname, index, utilization.gpu [%]\n" + rows).encode()
     result = _data.analyse_upload("fleet.csv", data, None, "UTC")
     assert result.error is None, result.error
-    assert result.timeline_by == "host"
     assert result.gpu_groups is not None and result.gpu_groups.height == 70
     groups = result.timeline_groups
     assert groups is not None and groups["key"].n_unique() == 10
