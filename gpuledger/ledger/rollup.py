@@ -263,12 +263,11 @@ def _sequence_polls(con: duckdb.DuckDBPyConnection, bounds: list[object]) -> str
         return None
     w, off = "OVER ()", f", {int(n)}"
     lo, hi = (con.execute("SELECT CAST(?::TIMESTAMP AS VARCHAR)", [b]).fetchall()[0][0] for b in bounds)
-    # the GPU check compares hashes (a window over 8-byte integers, not over the id strings); the bounds
-    # are literals, as a view takes no parameters
+    # the GPU check compares hashes (a window over 8-byte integers, not over the id strings), each row with
+    # the row N before it: that covers every pair of neighbours once (the row N after a row checks it);
+    # the bounds are literals, as a view takes no parameters
     raw = f"""
-        SELECT {_SEQ_COLUMNS.format(w=w, n=off)},
-               lag(hash(s.gpu_id){off}) {w} <> hash(s.gpu_id) OR lead(hash(s.gpu_id){off}) {w} <> hash(s.gpu_id)
-                   AS other_gpu
+        SELECT {_SEQ_COLUMNS.format(w=w, n=off)}, lag(hash(s.gpu_id){off}) {w} <> hash(s.gpu_id) AS other_gpu
         FROM samples s
         WHERE s.ingest_id = {int(ingest_id)} AND s.ts >= TIMESTAMP '{lo}' AND s.ts < TIMESTAMP '{hi}'
         """

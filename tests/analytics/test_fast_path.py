@@ -329,6 +329,35 @@ def test_polls_with_one_job_per_gpu_roll_up_from_a_streaming_view_and_equal_the_
     assert_fast_equals_raw(con)
 
 
+def test_landed_rows_that_are_not_whole_polls_are_sorted_not_streamed(
+    con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rollup._sequence_polls checks the poll layout it relies on rather than trusting the landing: here
+    the landing lands whole polls and then one of n1:0's samples (minute 20) goes, so from there on the row
+    N = 2 further is the other GPU's. Its timestamps still rise every N rows, so only the GPU check sees it;
+    the rollup must then sort (answer None) and equal one rebuilt from the samples."""
+    from collectors import base
+
+    real = base._land_polls
+
+    def land_then_lose_a_sample(c: duckdb.DuckDBPyConnection, *args: object) -> dict[str, int]:
+        counts = real(c, *args)  # type: ignore[arg-type]
+        c.execute("DELETE FROM samples WHERE gpu_id = 'n1:0' AND ts = ?", [T0 + dt.timedelta(minutes=20)])
+        return counts
+
+    monkeypatch.setattr(base, "_land_polls", land_then_lose_a_sample)
+    polls = three_jobs_on_two_gpus(con)
+    taken = spy_on_poll_sequencing(monkeypatch)
+    ingest(con, samples=polls)
+    assert taken == [None]
+    streamed = rollup_rows(con)
+    con.execute("BEGIN TRANSACTION")
+    rollup.rebuild_rollup(con, idle_util_pct=5.0)
+    con.execute("COMMIT")
+    assert rollup_rows(con) == streamed
+    assert_fast_equals_raw(con)
+
+
 @pytest.mark.parametrize("split_min", [70, 85, 100])
 def test_polls_onto_the_polls_before_roll_up_without_a_sort_and_equal_a_rebuild(
     con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch, split_min: int
