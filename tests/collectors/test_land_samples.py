@@ -211,6 +211,47 @@ def test_whole_polls_overlapping_the_ledger_merge_like_the_sorting_path(ledger, 
     assert _rollup_disagrees(ledger) == 0
 
 
+# Files whose rows come in whole multiples of the GPUs, as whole polls do, but are not whole polls in order:
+# the streaming landing must see it (base._polls_in_order) and leave them to the general path. GPU-aaaa reads
+# 90 % and GPU-bbbb 10 % in every poll, so a sample given the other GPU's id shows.
+_BA = [(s, g, 90 if g == "GPU-aaaa" else 10) for s in (0, 10, 20, 30) for g in ("GPU-bbbb", "GPU-aaaa")]
+NOT_WHOLE_POLLS = {
+    # the 10-s poll written twice (a logger restarted mid-write): each sample once, 2 duplicates
+    "a poll repeated": _BA[:4] + _BA[2:4] + _BA[4:],
+    # the 20-s poll lists the GPUs the other way round: each place in the poll holds both GPUs
+    "two GPUs swap places": [*_BA[:4], _BA[5], _BA[4], *_BA[6:]],
+}
+
+
+@pytest.mark.parametrize("name", list(NOT_WHOLE_POLLS))
+def test_rows_that_only_look_like_whole_polls_land_by_the_general_path(tmp_path, monkeypatch, name):
+    """By hand: each GPU has one sample at 0, 10, 20 and 30 s, 10 s apart (cadence 10 s), so every sample
+    stands for 10 s (the last for the cadence): 4 samples of 10 s per GPU, aaaa at 90 %, bbbb at 10 %."""
+    from gpuledger.ledger.db import ensure_schema
+
+    streamed = []
+    real = base._land_polls
+
+    def spy(*args):
+        streamed.append(True)
+        return real(*args)
+
+    monkeypatch.setattr(base, "_land_polls", spy)
+    con = duckdb.connect()
+    ensure_schema(con)
+    report = ingest_file(con, write(tmp_path, "polls.csv", _poll_csv(NOT_WHOLE_POLLS[name])), opts=UTC)
+    got = con.execute("SELECT gpu_id, ts, interval_s, util_pct FROM samples ORDER BY gpu_id, ts").fetchall()
+    t0 = dt.datetime(2025, 3, 1)
+    assert [(g, int((t - t0).total_seconds()), iv, u) for g, t, iv, u in got] == [
+        (g, s, 10.0, 90.0 if g == "GPU-aaaa" else 10.0)
+        for g in ("GPU-aaaa", "GPU-bbbb")
+        for s in (0, 10, 20, 30)
+    ]
+    assert report.skipped.get(ALREADY, 0) == len(NOT_WHOLE_POLLS[name]) - 8
+    assert not streamed
+    assert _rollup_disagrees(con) == 0
+
+
 @pytest.mark.parametrize("chunk", [None, 3], ids=["one-chunk", "chunks-of-3"])
 def test_polls_in_time_order_with_a_gpu_missing_land_unsorted_with_the_hand_worked_intervals(
     tmp_path, monkeypatch, chunk
