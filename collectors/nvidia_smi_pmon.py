@@ -27,9 +27,10 @@ loop). ``command`` is the last column and may hold spaces (``renderD128 --us``).
   (pid ``-``) are no rows, but their times still count as polls.
 
 Each row's ``interval_s`` is the time its poll stands for: to the GPU's next poll, at most
-``collectors.base.GAP_FACTOR`` × the GPU's median spacing (the last poll, and one before a longer silence,
-get the median; a single poll gets pmon's default 1 s). A pid twice on one GPU in one poll (a process with
-both a compute and a graphics context) is one row with the larger values.
+``collectors.base.GAP_FACTOR`` × the GPU's median spacing and at most a day (the last poll, and one before a
+longer silence, get the median; a single poll, or polls a median of more than a day apart, pmon's default
+1 s). A pid twice on one GPU in one poll (a process with both a compute and a graphics context) is one row
+with the larger values.
 
 Rows land in ``processes`` (with ``job_id`` from ``--job`` when the log belongs to one job; otherwise
 collectors/attribute.py ties each pid to its job from the process → job maps already in the ledger). A log
@@ -48,7 +49,7 @@ from zoneinfo import ZoneInfo
 
 import duckdb
 
-from collectors.base import GAP_FACTOR, IngestOptions, Sniff
+from collectors.base import GAP_FACTOR, MAX_DERIVED_INTERVAL_S, IngestOptions, Sniff
 from collectors.common import local_zone
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
@@ -75,6 +76,16 @@ COLUMNS: dict[str, str | None] = {
 }
 NUMERIC = ("sm_pct", "mem_util_pct", "enc_pct", "dec_pct", "used_mem_mib")
 DEFAULT_DELAY_S = 1.0  # pmon's default -d
+# The samples' rule (collectors/base.py _CADENCE): a median gap above a day is no cadence (``pmon -c 1`` run by
+# a daily cron), so each such poll stands for pmon's default delay, and no gap over a day is one poll's time.
+_CADENCE = (
+    f"CASE WHEN median(gap_s) IS NULL OR median(gap_s) > {MAX_DERIVED_INTERVAL_S} THEN {DEFAULT_DELAY_S} "
+    "ELSE median(gap_s) END"
+)
+_INTERVAL = (
+    f"CASE WHEN p.gap_s IS NULL OR p.gap_s > least({GAP_FACTOR} * c.cad_s, {MAX_DERIVED_INTERVAL_S}) "
+    "THEN c.cad_s ELSE p.gap_s END"
+)
 _DATE = re.compile(r"^\d{8}$")
 _TIME = re.compile(r"^\d{2}:\d{2}:\d{2}$")
 
@@ -330,14 +341,9 @@ class NvidiaSmiPmon:
             )
             con.execute(
                 f"""CREATE TEMP TABLE stage_processes AS
-                    WITH cadence AS (
-                        SELECT gpu_index, coalesce(median(gap_s), {DEFAULT_DELAY_S}) AS cad_s
-                        FROM pmon_gaps GROUP BY gpu_index
-                    ),
+                    WITH cadence AS (SELECT gpu_index, {_CADENCE} AS cad_s FROM pmon_gaps GROUP BY gpu_index),
                     iv AS (
-                        SELECT p.gpu_index, p.ts,
-                               CASE WHEN p.gap_s IS NULL OR p.gap_s > {GAP_FACTOR} * c.cad_s THEN c.cad_s
-                                    ELSE p.gap_s END AS interval_s
+                        SELECT p.gpu_index, p.ts, {_INTERVAL} AS interval_s
                         FROM pmon_gaps p JOIN cadence c USING (gpu_index)
                     )
                     SELECT r.ts, g.gpu_id, r.pid, arg_max(r.process_name, coalesce(r.sm_pct, -1)) AS process_name,
@@ -355,13 +361,8 @@ class NvidiaSmiPmon:
                 # a node-level log lists every process on each GPU: its polls say "no other process" too
                 con.execute(
                     f"""CREATE TEMP TABLE stage_pmon_polls AS
-                        WITH cadence AS (
-                            SELECT gpu_index, coalesce(median(gap_s), {DEFAULT_DELAY_S}) AS cad_s
-                            FROM pmon_gaps GROUP BY gpu_index
-                        )
-                        SELECT g.gpu_id, p.ts,
-                               CAST(CASE WHEN p.gap_s IS NULL OR p.gap_s > {GAP_FACTOR} * c.cad_s THEN c.cad_s
-                                         ELSE p.gap_s END AS FLOAT) AS interval_s
+                        WITH cadence AS (SELECT gpu_index, {_CADENCE} AS cad_s FROM pmon_gaps GROUP BY gpu_index)
+                        SELECT g.gpu_id, p.ts, CAST({_INTERVAL} AS FLOAT) AS interval_s
                         FROM pmon_gaps p JOIN cadence c USING (gpu_index) JOIN pmon_gpus g USING (gpu_index)"""
                 )
             cluster = opts.cluster

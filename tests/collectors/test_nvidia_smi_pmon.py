@@ -103,6 +103,30 @@ def test_local_times_are_read_in_the_zone_and_a_job_can_be_named(ledger, tmp_pat
     ]
 
 
+@pytest.mark.parametrize(
+    ("days", "expected"),
+    [
+        # a daily cron's ``pmon -c 1``: the median gap (2 days) is no cadence, each poll stands for 1 s
+        ((1, 3, 5), [1.0, 1.0, 1.0]),
+        # polls a minute apart, then two days of silence: the gap is capped at the minute's cadence
+        ((1, 1, 1, 3), [60.0, 60.0, 60.0, 60.0]),
+    ],
+    ids=["two-days-apart", "a-silence-of-two-days"],
+)
+def test_polls_more_than_a_day_apart_stand_for_the_cadence_not_the_gap(ledger, tmp_path, days, expected):
+    """No poll stands for more than a day (collectors/base.py MAX_DERIVED_INTERVAL_S, as for samples); a
+    log of polls days apart is no error."""
+    minute = iter(range(3))
+    body = "".join(
+        f" 202503{d:02d}   10:0{next(minute) if d == 1 else 0}:00      0        1001     C     60     21      -      -"
+        "      -      -  30210      0    python\n"
+        for d in days
+    )
+    ingest_file(ledger, write(tmp_path, "pmon.log", NEW + body), opts=UTC)
+    got = ledger.execute("SELECT interval_s FROM processes ORDER BY ts").fetchall()
+    assert [iv for (iv,) in got] == expected
+
+
 def test_the_node_s_known_gpus_are_used_by_index(ledger, tmp_path):
     smi = write(
         tmp_path,
