@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import duckdb
 
@@ -16,6 +17,102 @@ from gpuledger.ledger.errors import FormatError
 
 NULL_TOKENS = ("", "[N/A]", "N/A", "[Not Supported]", "Not Supported", "NaN", "nan", "null", "NULL", "None")
 _NULL_SQL = ", ".join("'" + t.replace("'", "''") + "'" for t in NULL_TOKENS)
+
+
+def fall_backs(zone: str, lo: dt.datetime, hi: dt.datetime) -> list[tuple[dt.datetime, dt.timedelta]]:
+    """The instants in [lo, hi] (naive UTC) at which ``zone``'s clocks go back (a DST end), with how far.
+
+    Each day of the range is compared at its two ends (a zone changes its offset at most once a day), and a
+    day whose offset falls is bisected to the second: a few hundred zoneinfo calls a year of data."""
+    from zoneinfo import ZoneInfo
+
+    tz = ZoneInfo(zone)
+
+    def offset(t: dt.datetime) -> dt.timedelta:
+        return t.replace(tzinfo=dt.UTC).astimezone(tz).utcoffset() or dt.timedelta(0)
+
+    found = []
+    day = dt.datetime.combine(lo.date(), dt.time())
+    while day <= hi:
+        a, b = day, day + dt.timedelta(days=1)
+        if offset(b) < offset(a):
+            before = offset(a)
+            while b - a > dt.timedelta(seconds=1):
+                mid = a + (b - a) / 2
+                a, b = (mid, b) if offset(mid) == before else (a, mid)
+            found.append((b.replace(microsecond=0), before - offset(b)))
+        day += dt.timedelta(days=1)
+    return found
+
+
+def resolve_fall_back(con: duckdb.DuckDBPyConnection, table: str, zone: str, key: str) -> int:
+    """Put the rows of ``table`` whose local time fell in the hour the clocks repeat (a DST end) on the
+    right pass through it, by file order; returns how many were moved to the first pass.
+
+    ``ts`` holds naive-UTC times converted from naive local times in ``zone`` by ``timezone(zone, ts)``,
+    which reads a repeated local time as its later instant: both passes land in [T, T + d) after the
+    fall-back at T. A log is written in time order, so for each ``key`` (a GPU) the rows of that window in
+    file order (``rowid``) are the first pass until one goes back in time, and the second pass from there
+    on; the first pass moves back by d. A window with no row that goes back is one pass, read as the first
+    (``fold=0``, Python's reading of a repeated time, which the XML and pmon parsers use)."""
+    if zone.upper() in ("UTC", "GMT", "ETC/UTC"):
+        return 0
+    lo, hi = con.execute(f"SELECT min(ts), max(ts) FROM {table}").fetchall()[0]
+    if lo is None:
+        return 0
+    moved = 0
+    for at, back in fall_backs(zone, lo, hi):
+        con.execute(
+            f"""CREATE OR REPLACE TEMP TABLE fall_back_first AS
+                SELECT rid FROM (
+                    SELECT rid, bool_or(went_back) OVER (PARTITION BY {key} ORDER BY rid ROWS UNBOUNDED PRECEDING)
+                               AS second
+                    FROM (SELECT rowid AS rid, {key},
+                                 coalesce(ts < max(ts) OVER (PARTITION BY {key} ORDER BY rowid
+                                                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
+                                          false) AS went_back
+                          FROM {table} WHERE ts >= ?::TIMESTAMP AND ts < ?::TIMESTAMP))
+                WHERE NOT second""",
+            [at, at + back],
+        )
+        n = con.execute("SELECT count(*) FROM fall_back_first").fetchall()[0][0]
+        if n:
+            con.execute(
+                f"""UPDATE {table} SET ts = ts - to_microseconds(?::BIGINT)
+                    FROM fall_back_first f WHERE {table}.rowid = f.rid""",
+                [int(back.total_seconds() * 1_000_000)],
+            )
+        con.execute("DROP TABLE temp.fall_back_first")
+        moved += int(n)
+    return moved
+
+
+class LocalClock:
+    """One log's naive local times, met in file order, as naive UTC: :func:`resolve_fall_back`'s rule for
+    parsers that read line by line. A time in the hour a DST end repeats is read on its first pass
+    (``fold=0``) until the log goes back in time inside that hour, and on its second pass from there on."""
+
+    def __init__(self, zone: ZoneInfo) -> None:
+        self.zone = zone
+        self._latest: dict[object, dt.datetime] = {}  # each repeated hour met: the latest local time in it
+        self._second: set[object] = set()  # repeated hours whose second pass has begun
+
+    def fold(self, local: dt.datetime) -> int:
+        first, second = (local.replace(tzinfo=self.zone, fold=f).utcoffset() for f in (0, 1))
+        if first is None or second is None or first <= second:  # not repeated (a gap's fold is no pass)
+            return 0
+        hour = (local.date(), first, second)
+        if hour not in self._second:
+            latest = self._latest.get(hour)
+            if latest is None or local >= latest:
+                self._latest[hour] = local
+                return 0
+            self._second.add(hour)
+        return 1
+
+    def utc(self, local: dt.datetime) -> dt.datetime:
+        aware = local.replace(tzinfo=self.zone, fold=self.fold(local))
+        return aware.astimezone(dt.UTC).replace(tzinfo=None)
 
 
 def local_zone() -> str:

@@ -40,7 +40,7 @@ from typing import BinaryIO
 import duckdb
 
 from collectors.base import HEAD_BYTES, IngestOptions, Sniff, quote, read_head
-from collectors.common import NULL_TOKENS, Restage, local_zone, sql_path
+from collectors.common import NULL_TOKENS, Restage, local_zone, resolve_fall_back, sql_path
 from collectors.validate import line_sql, lines_by_rowid, name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import model_sql_case
@@ -49,6 +49,7 @@ SCAN_BLOCK = 8 * 2**20  # bytes read at a time when a file is searched for its h
 
 SMI_TS = re.compile(r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?$")
 SMI_TS_FORMAT = "%Y/%m/%d %H:%M:%S.%g"
+OFFSET_TS = re.compile(r"(Z|[+-]\d{2}(:?\d{2})?)$")  # an ISO time's UTC offset (Columns.ts_text's test)
 _NULLS = ", ".join(quote(t) for t in NULL_TOKENS)
 
 
@@ -142,6 +143,7 @@ class Layout:
     repeated_header: bool = False
     header_first: str = ""
     header_line: str = ""  # the header line as written (stripped); "" when there is none
+    naive_ts: bool = True  # the head's first time carries no UTC offset: it is local time in --tz
 
 
 def _first_lines(head: str, n: int = 2) -> list[str]:
@@ -194,6 +196,7 @@ def read_layout(
         repeated_header=repeated,
         header_first=header.split(",")[0].strip(),
         header_line=header,
+        naive_ts=not OFFSET_TS.search(first_ts),
     )
 
 
@@ -616,6 +619,8 @@ class NvidiaSmiCsv:
                 raise Restage(header_repeats=True) from None
             raise _reader_error(path, exc) from None
         number_lines(con, "stage_samples", layout)
+        # before anything reads the times: a repeated hour read as one would look like two rows per GPU
+        repeated = resolve_fall_back(con, "stage_samples", zone, "gpu_id") if layout.naive_ts else 0
         names: dict[str, str] = {}
         for t in ["ts", *(n for n in numeric if n != "mem_free_mib")]:
             names.setdefault(_sample_col(t), split_header(col.name(t))[0].strip())
@@ -636,6 +641,10 @@ class NvidiaSmiCsv:
         }
         for name in ignored:
             notes[f"column {name!r} not stored (no ledger column)"] = rows
+        if repeated:
+            notes[
+                f"local times in the hour the clocks went back ({zone}): read as its first pass, by file order"
+            ] = repeated
         return notes
 
     @staticmethod

@@ -50,7 +50,7 @@ from zoneinfo import ZoneInfo
 import duckdb
 
 from collectors.base import GAP_FACTOR, MAX_DERIVED_INTERVAL_S, IngestOptions, Sniff
-from collectors.common import local_zone
+from collectors.common import LocalClock, local_zone
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 
@@ -76,6 +76,7 @@ COLUMNS: dict[str, str | None] = {
 }
 NUMERIC = ("sm_pct", "mem_util_pct", "enc_pct", "dec_pct", "used_mem_mib")
 DEFAULT_DELAY_S = 1.0  # pmon's default -d
+SECOND_PASS = "#2"  # marks a poll time met on the second pass through an hour the clocks repeat
 # The samples' rule (collectors/base.py _CADENCE): a median gap above a day is no cadence (``pmon -c 1`` run by
 # a daily cron), so each such poll stands for pmon's default delay, and no gap over a day is one poll's time.
 _CADENCE = (
@@ -128,6 +129,25 @@ class _Layout:
         self.absent = [t for t in NUMERIC if t not in {x for _, x in self.numeric}]
 
 
+class _Passes:
+    """Each poll's time text as the key its rows share, with :data:`SECOND_PASS` on a time met on the second
+    pass through an hour the clocks repeat (a DST end; collectors.common.LocalClock). Rows of one poll come
+    together, so the clock reads each poll's time once."""
+
+    def __init__(self, clock: LocalClock) -> None:
+        self.clock = clock
+        self._last, self._key = "", ""
+
+    def key(self, local: str) -> str:
+        if local != self._last:
+            try:
+                second = self.clock.fold(dt.datetime.strptime(local, "%Y%m%d %H:%M:%S"))
+            except ValueError:  # no time: _utc says so, with its line
+                second = 0
+            self._last, self._key = local, local + SECOND_PASS if second else local
+        return self._key
+
+
 class NvidiaSmiPmon:
     """``nvidia-smi pmon -s um -o DT`` logs → processes with per-process utilization."""
 
@@ -156,6 +176,7 @@ class NvidiaSmiPmon:
             **{c: [] for c in ("pid", *NUMERIC, "process_name")},
         }
         polls: dict[tuple[str, int], int] = {}  # (local time text, gpu index) → first line
+        passes = _Passes(LocalClock(zone))  # a time the clocks repeat (DST end) read on its pass
         names: list[str] | None = None
         lay: _Layout | None = None
         header_line = 0
@@ -179,7 +200,7 @@ class NvidiaSmiPmon:
                     continue
                 if lay is None:
                     raise FormatError(path, n, "a value line before any '# gpu pid ...' header")
-                self._row(path, n, line, lay, cols, polls, checked)
+                self._row(path, n, line, lay, cols, polls, checked, passes)
         if names is None:
             raise FormatError(path, 1, "no '# gpu pid ...' header: not nvidia-smi pmon output")
         if not polls:
@@ -261,6 +282,7 @@ class NvidiaSmiPmon:
         cols: dict[str, list[object]],
         polls: dict[tuple[str, int], int],
         checked: set[str],
+        passes: _Passes,
     ) -> None:
         parts = line.split(None, lay.maxsplit) if lay.maxsplit else line.split()
         if len(parts) < lay.needed or (not lay.maxsplit and len(parts) != len(lay.names)):
@@ -272,6 +294,7 @@ class NvidiaSmiPmon:
             if not _DATE.match(parts[lay.date]) or not _TIME.match(parts[lay.time]):
                 raise FormatError(path, n, f"Date/Time is {local}, not YYYYMMDD HH:MM:SS")
             checked.add(local)
+        local = passes.key(local)
         try:
             gpu = int(parts[lay.gpu])
         except ValueError:
@@ -304,11 +327,12 @@ class NvidiaSmiPmon:
 
     @staticmethod
     def _utc(path: Path, n: int, local: str, zone: ZoneInfo) -> dt.datetime:
+        text, second = local.removesuffix(SECOND_PASS), local.endswith(SECOND_PASS)
         try:
-            naive = dt.datetime.strptime(local, "%Y%m%d %H:%M:%S")
+            naive = dt.datetime.strptime(text, "%Y%m%d %H:%M:%S")
         except ValueError:
-            raise FormatError(path, n, f"Date/Time is {local}, not a time") from None
-        return naive.replace(tzinfo=zone).astimezone(dt.UTC).replace(tzinfo=None)
+            raise FormatError(path, n, f"Date/Time is {text}, not a time") from None
+        return naive.replace(tzinfo=zone, fold=int(second)).astimezone(dt.UTC).replace(tzinfo=None)
 
     @staticmethod
     def _land_stage(

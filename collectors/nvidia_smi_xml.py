@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import duckdb
 
 from collectors.base import IngestOptions, Sniff
-from collectors.common import NULL_TOKENS, local_zone
+from collectors.common import NULL_TOKENS, LocalClock, local_zone
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import normalize_model
 
@@ -143,12 +143,11 @@ def _power(gpu: ET.Element) -> float | None:
     return None
 
 
-def _snapshot_time(root: ET.Element, zone: ZoneInfo) -> dt.datetime:
+def _snapshot_time(root: ET.Element, clock: LocalClock) -> dt.datetime:
     raw = text_of(root, "timestamp")
     if raw is None:
         raise ValueError("no <timestamp>")
-    local = dt.datetime.strptime(" ".join(raw.split()), "%a %b %d %H:%M:%S %Y")
-    return local.replace(tzinfo=zone).astimezone(dt.UTC).replace(tzinfo=None)
+    return clock.utc(dt.datetime.strptime(" ".join(raw.split()), "%a %b %d %H:%M:%S %Y"))
 
 
 def _snapshots(text: str) -> list[tuple[int, str]]:
@@ -181,6 +180,7 @@ class NvidiaSmiXml:
         gpus: dict[str, tuple[object, ...]] = {}
         processes: list[tuple[object, ...]] = []
         text = path.read_text(encoding="utf-8", errors="replace")
+        clock = LocalClock(zone)  # the snapshots' local times, in file order
         for first_line, doc in _snapshots(text):
             try:
                 root = ET.fromstring(doc)
@@ -190,7 +190,7 @@ class NvidiaSmiXml:
             if root.tag != "nvidia_smi_log":
                 raise FormatError(path, first_line, f"expected <nvidia_smi_log>, found <{root.tag}>")
             try:
-                ts = _snapshot_time(root, zone)
+                ts = _snapshot_time(root, clock)
                 self._read_snapshot(root, ts, opts, samples, gpus, processes)
             except ValueError as exc:
                 raise FormatError(path, first_line, f"snapshot: {exc}") from None

@@ -509,3 +509,66 @@ def test_a_gpus_name_index_and_host_are_one_answer_when_its_rows_disagree(ledger
     ]
     ingest_file(ledger, write(tmp_path, "mixed.csv", "\n".join(lines) + "\n"), opts=UTC)
     assert _rows(ledger, "SELECT model_raw, gpu_index FROM gpus") == [("NVIDIA A100-SXM4-80GB", 2)]
+
+
+def _fall_back_log(zone_day: str, local: list[tuple[str, int]], gpus: tuple[str, ...] = ("0",)) -> str:
+    """nvidia-smi lines (local times of one day, utilization), every GPU in every poll, in file order."""
+    lines = [f"{zone_day} {t}.000, {g}, {u} %" for t, u in local for g in gpus]
+    return "timestamp, index, utilization.gpu [%]\n" + "\n".join(lines) + "\n"
+
+
+# 2025-10-26 in Paris: at 03:00 CEST (01:00 UTC) the clocks go back to 02:00 CET, so 02:00-02:59 comes twice.
+PARIS_FALL_BACK = [("02:00:00", 10), ("02:30:00", 10), ("02:00:00", 90), ("02:30:00", 90), ("03:00:00", 90)]
+
+
+@pytest.mark.parametrize("gpus", [("0",), ("0", "1")], ids=["one-gpu", "two-gpus-per-poll"])
+def test_local_times_in_the_repeated_hour_of_a_dst_end_keep_both_passes(ledger, tmp_path, gpus):
+    """By hand: 02:00 and 02:30 CEST are 00:00 and 00:30 UTC, the second 02:00 and 02:30 (CET) 01:00 and
+    01:30 UTC, 03:00 CET 02:00 UTC: five samples 30 min apart, 5 × 1800 = 9,000 GPU-seconds per GPU, mean
+    utilization (2 × 10 + 3 × 90) / 5 = 58 %. Before, the repeated hour was read as one: a file with an index
+    column was refused ("index repeats within one timestamp") and one with uuids lost two samples."""
+    log = write(tmp_path, "dst.csv", _fall_back_log("2025/10/26", PARIS_FALL_BACK, gpus))
+    report = ingest_file(ledger, log, opts=IngestOptions(tz="Europe/Paris", host="n1"))
+    for g in gpus:
+        got = _rows(
+            ledger, f"SELECT ts, interval_s, util_pct FROM samples WHERE gpu_id = 'n1:{g}' ORDER BY ts"
+        )
+        assert got == [
+            (dt.datetime(2025, 10, 26, h, m), 1800.0, float(u))
+            for (h, m), u in zip(
+                [(0, 0), (0, 30), (1, 0), (1, 30), (2, 0)], [10, 10, 90, 90, 90], strict=True
+            )
+        ]
+    assert _rows(
+        ledger, "SELECT sum(interval_s), sum(util_pct * interval_s) / sum(interval_s) FROM samples"
+    ) == [(9000.0 * len(gpus), 58.0)]
+    assert report.rows["samples"] == 5 * len(gpus)
+    assert sum(n for k, n in report.skipped.items() if "clocks went back" in k) == 2 * len(gpus)
+
+
+def test_a_dst_end_in_another_zone_and_a_single_pass_through_it(ledger, tmp_path):
+    """New York, 2025-11-02: 01:00-01:59 comes twice (EDT, UTC-4, then EST, UTC-5). A log that went through it
+    once (the logger down for the other pass) has nothing to tell the passes apart: its times are read as the
+    first pass, EDT (Python's fold=0); one that went through twice gets both. By hand, UTC: 05:00 and 05:30
+    (EDT), 06:00 and 06:30 (EST)."""
+    twice = [("01:00:00", 10), ("01:30:00", 10), ("01:00:00", 90), ("01:30:00", 90)]
+    ny = IngestOptions(tz="America/New_York", host="a")
+    ingest_file(ledger, write(tmp_path, "twice.csv", _fall_back_log("2025/11/02", twice)), opts=ny)
+    once = [("01:00:00", 50), ("01:30:00", 50)]
+    ingest_file(
+        ledger, write(tmp_path, "once.csv", _fall_back_log("2025/11/02", once)), opts=replace_host(ny, "b")
+    )
+    assert _rows(ledger, "SELECT gpu_id, ts, util_pct FROM samples ORDER BY gpu_id, ts") == [
+        ("a:0", dt.datetime(2025, 11, 2, 5, 0), 10.0),
+        ("a:0", dt.datetime(2025, 11, 2, 5, 30), 10.0),
+        ("a:0", dt.datetime(2025, 11, 2, 6, 0), 90.0),
+        ("a:0", dt.datetime(2025, 11, 2, 6, 30), 90.0),
+        ("b:0", dt.datetime(2025, 11, 2, 5, 0), 50.0),
+        ("b:0", dt.datetime(2025, 11, 2, 5, 30), 50.0),
+    ]
+
+
+def replace_host(opts: IngestOptions, host: str) -> IngestOptions:
+    from dataclasses import replace
+
+    return replace(opts, host=host)

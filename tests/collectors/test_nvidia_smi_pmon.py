@@ -127,6 +127,25 @@ def test_polls_more_than_a_day_apart_stand_for_the_cadence_not_the_gap(ledger, t
     assert [iv for (iv,) in got] == expected
 
 
+def test_polls_through_the_hour_a_dst_end_repeats_keep_both_passes(ledger, tmp_path):
+    """Paris, 2025-10-26: 02:30:00 and 02:30:10 come twice (CEST at sm 60 %, then CET at 10 %). By hand, UTC:
+    00:30:00 and 00:30:10, then 01:30:00 and 01:30:10; four rows, none merged into another."""
+    line = " 20251026   {}      0        4242     C     {}     21      -      -      -      -  30210      0    python\n"
+    body = "".join(
+        line.format(t, sm)
+        for t, sm in [("02:30:00", 60), ("02:30:10", 60), ("02:30:00", 10), ("02:30:10", 10)]
+    )
+    ingest_file(
+        ledger, write(tmp_path, "pmon.log", NEW + body), opts=IngestOptions(tz="Europe/Paris", host="n1")
+    )
+    assert ledger.execute("SELECT ts, sm_pct FROM processes ORDER BY ts").fetchall() == [
+        (T(2025, 10, 26, 0, 30, 0), 60.0),
+        (T(2025, 10, 26, 0, 30, 10), 60.0),
+        (T(2025, 10, 26, 1, 30, 0), 10.0),
+        (T(2025, 10, 26, 1, 30, 10), 10.0),
+    ]
+
+
 def test_the_node_s_known_gpus_are_used_by_index(ledger, tmp_path):
     smi = write(
         tmp_path,

@@ -71,6 +71,25 @@ def test_appended_snapshots_each_at_their_own_time_in_tz(ledger, tmp_path):
     ]
 
 
+def test_snapshots_through_the_hour_a_dst_end_repeats_keep_both_passes(ledger, tmp_path):
+    """Paris, 2025-10-26: 02:00 and 02:30 come twice (CEST, then CET). By hand, UTC: 00:00, 00:30 (first
+    pass), 01:00, 01:30 (second), 03:00 CET = 02:00: five samples 1,800 s each. Before, the second pass was
+    read as the first: three samples, one of them standing for 5,400 s."""
+    stamps = ["02:00:00", "02:30:00", "02:00:00", "02:30:00", "03:00:00"]
+    text = "".join(
+        snapshot(f"Sun Oct 26 {t} 2025", u)
+        for t, u in zip(stamps, ["10 %", "10 %", "90 %", "90 %", "90 %"], strict=True)
+    )
+    ingest_file(ledger, write(tmp_path, "fall.xml", text), opts=IngestOptions(tz="Europe/Paris"))
+    assert _rows(ledger, "SELECT ts::VARCHAR, util_pct, interval_s FROM samples ORDER BY ts") == [
+        ("2025-10-26 00:00:00", 10.0, 1800.0),
+        ("2025-10-26 00:30:00", 10.0, 1800.0),
+        ("2025-10-26 01:00:00", 90.0, 1800.0),
+        ("2025-10-26 01:30:00", 90.0, 1800.0),
+        ("2025-10-26 02:00:00", 90.0, 1800.0),
+    ]
+
+
 def test_bad_number_and_truncated_xml_are_errors_with_lines(ledger, tmp_path):
     with pytest.raises(FormatError, match=r"bad\.xml:1: snapshot: <gpu_util> is not a number: 'lots'"):
         ingest_file(ledger, write(tmp_path, "bad.xml", snapshot(util="lots")), opts=UTC)
