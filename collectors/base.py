@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 import duckdb
 
 from collectors.common import Restage, reading
-from collectors.validate import record_rejections, validate_stage
+from collectors.validate import record_rejections, validate_merge, validate_stage
 from gpuledger.ledger.errors import FormatError, UnknownFormatError
 from gpuledger.ledger.schema import INGESTED_TABLES
 
@@ -766,6 +766,7 @@ def ingest_file(
         with reading(p):
             skipped = parser.stage(con, p, opts)
             bad = validate_stage(con, p, skip_bad_rows=opts.skip_bad_rows, max_job_days=opts.max_job_days)
+            bad += validate_merge(con, p, skip_bad_rows=opts.skip_bad_rows)
             if hashing is not None:
                 digest = hashing.result()
         if hashing is not None and (seen := _seen_hash(con, digest)) is not None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import duckdb
@@ -625,6 +625,76 @@ def validate_stage(
     for t in ("valid_bad", "valid_bad_jobs", "valid_models"):
         con.execute(f"DROP TABLE IF EXISTS temp.{t}")
     return found
+
+
+_LEDGER_NAMES = {
+    "util_pct": "utilization",
+    "mem_util_pct": "memory utilization",
+    "mem_used_mib": "memory used",
+    "mem_total_mib": "memory total",
+    "power_w": "power",
+    "temp_c": "temperature",
+    "sm_clock_mhz": "SM clock",
+}
+# Columns a staged sample never gives a ledger sample it meets (collectors/base.py ``_MERGE_KEEP``).
+_KEPT_ON_MERGE = frozenset({"ts", "gpu_id", "interval_s", "ingest_id", "job_id"})
+
+
+def validate_merge(
+    con: duckdb.DuckDBPyConnection, path: str | Path, *, skip_bad_rows: bool = False
+) -> list[Violation]:
+    """Hold the rows a merge would make against :data:`RULES` before anything lands.
+
+    A staged sample whose GPU and time the ledger has already fills that row's empty columns
+    (collectors/base.py ``_land_samples``): each file's values passed on their own, but together they can
+    break a rule between columns (one log's memory total, the other's memory used above it). Same answers
+    as :func:`validate_stage`: the first such row as ``FormatError(path, line, reason)``, or with
+    ``skip_bad_rows`` the staged rows left out and returned. Costs one probe of the ledger over the
+    stage's time span (zone maps skip the rest)."""
+    if not _exists(con, "stage_samples", temp=True):
+        return []
+    staged = _cols(con, "stage_samples", temp=True)
+    ledger = _cols(con, "samples", temp=False)
+    merge = [c for c in staged if c in ledger and c not in _KEPT_ON_MERGE]
+    if not merge:
+        return []
+    fills = " OR ".join(f"(o.{c} IS NULL AND sp.{c} IS NOT NULL)" for c in merge)
+    # the row as it would be: every ledger column, filled from the stage where the ledger has none
+    values = ", ".join(
+        f"coalesce(o.{c}, sp.{c}) AS {c}" if c in merge else f"o.{c}"
+        for c in ledger
+        if c not in _KEPT_ON_MERGE
+    )
+    # a message about a value only the ledger has names it so (the file's own columns have their names)
+    name_columns(
+        con, "samples", {c: f"the ledger's {_LEDGER_NAMES.get(c, c)}" for c in ledger if c not in staged}
+    )
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE merge_check AS
+            SELECT sp.rowid AS rid, {line_sql(con, "stage_samples", "sp")} AS line_no, sp.gpu_id, sp.ts, {values}
+            FROM temp.stage_samples sp JOIN samples o ON o.gpu_id = sp.gpu_id AND o.ts = sp.ts
+            WHERE o.ts BETWEEN (SELECT min(ts) FROM temp.stage_samples) AND (SELECT max(ts) FROM temp.stage_samples)
+              AND ({fills})"""
+    )
+    hits = find_violations(
+        con, "samples", source="temp.merge_check", staged=True, limit=None if skip_bad_rows else 1
+    )
+    # a hit's rid is merge_check's row: the staged row is its rid column
+    rids = (
+        {r: sr for r, sr in con.execute("SELECT rowid, rid FROM temp.merge_check").fetchall()} if hits else {}
+    )
+    con.execute("DROP TABLE temp.merge_check")
+    with_ledger = "with the values the ledger has for that GPU and time"
+    hits = [replace(v, rid=rids[v.rid], reason=f"{v.reason}, {with_ledger}") for v in hits]
+    if hits and not skip_bad_rows:
+        raise FormatError(path, hits[0].line, hits[0].reason)
+    if hits:
+        con.execute("CREATE OR REPLACE TEMP TABLE valid_bad (rid BIGINT)")
+        con.executemany("INSERT INTO valid_bad VALUES (?)", [[v.rid] for v in hits])
+        con.execute("DELETE FROM temp.stage_samples WHERE rowid IN (SELECT rid FROM valid_bad)")
+        con.execute("DROP TABLE temp.valid_bad")
+        _reseen_gpus(con)
+    return hits
 
 
 def _null_gpu_values(con: duckdb.DuckDBPyConnection, hits: list[Violation]) -> None:

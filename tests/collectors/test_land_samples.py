@@ -14,6 +14,7 @@ import pytest
 
 from collectors import base
 from collectors.base import IngestOptions, ingest_file
+from gpuledger.ledger.errors import FormatError
 from tests.conftest import dataset, write
 
 UTC = IngestOptions(tz="UTC")
@@ -326,3 +327,38 @@ def test_the_same_bytes_under_another_name_land_once(ledger, tmp_path, monkeypat
         (hashlib.sha256(text.encode()).hexdigest(),),
         (hashlib.sha256(other.encode()).hexdigest(),),
     ]
+
+
+TOTAL_ONLY = "timestamp, uuid, name, utilization.gpu [%], memory.total [MiB]\n" + "".join(
+    f"2025/03/01 10:00:{s:02d}.000, GPU-1111, NVIDIA GeForce RTX 4090, 50 %, 24564 MiB\n" for s in (0, 30)
+)
+USED_ONLY = "timestamp, uuid, memory.used [MiB]\n" + "".join(
+    f"2025/03/01 10:00:{s:02d}.000, GPU-1111, {used} MiB\n" for s, used in ((0, 1000), (30, 25500))
+)
+
+
+@pytest.mark.parametrize("first", ["total", "used"])
+def test_a_merge_that_would_make_an_implausible_row_is_refused_with_its_line(ledger, tmp_path, first):
+    """Each file is plausible alone; merged, the 10:00:30 row would hold 25,500 MiB used of a 24,564 MiB
+    RTX 4090 (used above total). The second file is refused at that row's line (3) whichever came first,
+    and the ledger keeps what the first file gave; --skip-bad-rows merges the 10:00:00 row and leaves line 3
+    out, recorded in rejected_rows."""
+    files = {"total": ("total.csv", TOTAL_ONLY), "used": ("used.csv", USED_ONLY)}
+    second = "used" if first == "total" else "total"
+    ingest_file(ledger, write(tmp_path, *files[first]), opts=UTC)
+    before = _samples(ledger)
+    path = write(tmp_path, *files[second])
+    with pytest.raises(
+        FormatError,
+        match=r":3: (memory\.used|the ledger's memory used) is 25,500 MiB, above the memory total \(24,564 MiB\), with the values the ledger has",
+    ):
+        ingest_file(ledger, path, opts=UTC)
+    assert _samples(ledger) == before
+    report = ingest_file(ledger, path, opts=IngestOptions(tz="UTC", skip_bad_rows=True))
+    assert [r["line"] for r in report.rejected] == [3]
+    got = ledger.execute("SELECT ts, mem_used_mib, mem_total_mib FROM samples ORDER BY ts").fetchall()
+    t0 = dt.datetime(2025, 3, 1, 10)
+    if first == "total":  # the 10:00:30 row keeps its total and no used
+        assert got == [(t0, 1000.0, 24564.0), (t0 + dt.timedelta(seconds=30), None, 24564.0)]
+    else:  # the 10:00:30 row keeps its used and no total
+        assert got == [(t0, 1000.0, 24564.0), (t0 + dt.timedelta(seconds=30), 25500.0, None)]
