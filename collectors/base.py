@@ -251,6 +251,16 @@ def land(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptions) ->
         con.execute("DROP TABLE temp.stage_samples")
     if "stage_jobs" in staged:
         rows["jobs"] = _land_jobs(con, ingest_id, opts)
+    if "stage_jobs" in staged:
+        # records _land_jobs kept out as older than the ledger's: their jobs keep the allocations they have
+        if "stage_allocations" in staged:
+            con.execute(
+                """DELETE FROM stage_allocations WHERE job_id IN (SELECT job_id FROM older_job_records)
+                     AND job_id NOT IN (SELECT job_id FROM stage_jobs)"""
+            )
+        if older := _count(con, "SELECT count(*) FROM older_job_records"):
+            rows["jobs_older"] = older  # a note of the report (SAMPLE_NOTES), not rows written
+        con.execute("DROP TABLE temp.older_job_records")
     if "stage_allocations" in staged:
         con.execute("DELETE FROM allocations WHERE job_id IN (SELECT DISTINCT job_id FROM stage_allocations)")
         exprs = _insert_from_stage(con, "allocations", ingest_id, {"gpu_count": "1"})
@@ -583,6 +593,31 @@ def _land_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptio
         con.execute("ALTER TABLE stage_jobs ADD COLUMN cluster VARCHAR")
         if opts.cluster:
             con.execute("UPDATE stage_jobs SET cluster = ?", [opts.cluster])
+    # An older scheduler record never undoes a newer one, whatever order the dumps are ingested in: a record
+    # of a job still pending or running (an open state) that started no later than the ledger's record of the
+    # same job ended (end_ts and a final state) is what the scheduler said before the job finished. It stays
+    # out, and land() keeps the job's stored allocations with it (temp.older_job_records, counted in the
+    # report). A record that starts after that end is a new attempt (a requeue) and replaces it as before.
+    open_states = ", ".join(
+        map(
+            quote,
+            ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING", "SIGNALING",
+             "STAGE_OUT", "STOPPED", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD"),
+        )
+    )  # fmt: skip
+    staged_cols = set(_columns(con, "stage_jobs", temp=True))
+
+    def staged(col: str) -> str:
+        return f"s.{col}" if col in staged_cols else f"NULL::{_type(con, 'jobs', col)}"
+
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE older_job_records AS
+            SELECT s.rowid AS rid, s.job_id FROM stage_jobs s JOIN jobs j ON j.job_id = s.job_id
+            WHERE j.end_ts IS NOT NULL AND j.state NOT IN ({open_states}, 'UNKNOWN')
+              AND coalesce({staged("state")}, {defaults["state"]}) IN ({open_states})
+              AND coalesce({staged("start_ts")}, {staged("submit_ts")}, j.end_ts) <= j.end_ts"""
+    )
+    con.execute("DELETE FROM stage_jobs WHERE rowid IN (SELECT rid FROM older_job_records)")
     # A newer record of a job that names no checkpoint (the next sacct export or Slurm poll) keeps the one
     # the ledger has (from a jobs table, or placed from a training log, collectors/checkpoints.py): a scheduler
     # never says "no checkpoint", it just does not know. A --replace of that record's own ingest has already
@@ -610,6 +645,7 @@ def _land_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptio
 SAMPLE_NOTES = {
     "samples_merged": "samples merged into existing rows (their empty columns filled)",
     "samples_duplicate": "samples already in the ledger",
+    "jobs_older": "older records of jobs that have finished since (pending or running here; kept the finished record)",
 }
 
 

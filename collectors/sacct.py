@@ -13,7 +13,8 @@ Meaning (docs/formats-jobs.md says the same for users):
   bare id; the id is ``JobIDRaw`` when present (what ``SLURM_JOB_ID`` and dcgm's ``hpc_job`` label carry), else
   ``JobID`` (``123_4`` for an array task). Step rows (``123.batch``, ``123.extern``, ``123.0``) fold into their
   job: its record comes from the allocation row, the steps only add GPU memory/utilisation peaks; folded steps
-  are counted in the report. A job listed twice (requeued, ``sacct -D``) keeps its last record.
+  are counted in the report. A job listed twice (requeued, ``sacct -D``) keeps its last record; across dumps,
+  a still-running record never replaces the ledger's finished one (collectors/base.py, ``_land_jobs``).
 - ``gpu_count`` comes from ``AllocTRES`` (what the job held; ``--exclusive`` jobs get more than they asked
   for), else ``ReqTRES`` (pending jobs), else legacy ``AllocGRES``/``ReqGRES``. ``gres/gpu=N`` is the count;
   typed ``gres/gpu:TYPE=N`` entries name the model. A MIG slice counts as its share of the card's compute
@@ -26,6 +27,8 @@ Meaning (docs/formats-jobs.md says the same for users):
   ``REQUEUED`` record ends at ``Start + Elapsed`` (its ``End`` − ``Start`` includes time spent queued again),
   and a ``RUNNING`` job keeps ``end_ts`` NULL while its allocation rows end at ``Start + Elapsed`` (held at
   least until sacct ran), so it is costed up to the ledger's horizon and never shorter than that.
+- a bad value names its line and sacct field; a running job's allocation end is ``Start + Elapsed``, and with
+  ``skip_bad_rows`` an implausible one leaves the job out with it (one line, rejected whole).
 - allocations: one row per host of ``NodeList``; with ``sacct --json`` ``gres_detail``
   (``gpu:a100:4(IDX:0-3)``, one entry per node) one row per named GPU index (``gpu_index``), which host-level
   attribution (collectors/attribute.py) ties to that card exactly.
@@ -56,7 +59,7 @@ from collectors.common import (
     sql_path,
     ts_utc,
 )
-from collectors.validate import name_columns
+from collectors.validate import find_violations, name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import model_sql_case
 
@@ -504,16 +507,66 @@ def stage_from_raw(
         """
     )
     _stage_allocations(con, path)
-    for c in ("nodelist", "gres_detail", "held_until_ts", *(("line_no",) if line_label else ())):
+    if line_label:  # a JSON document's lines say nothing: a bad row names its entry (jobs[] entry 3)
+        for t in ("stage_jobs", "stage_allocations"):
+            con.execute(f"ALTER TABLE {t} ADD COLUMN row_label VARCHAR")
+            con.execute(f"UPDATE {t} SET row_label = {quote(line_label)} || ' ' || line_no")
+            con.execute(f"ALTER TABLE {t} DROP COLUMN line_no")
+    for c in ("nodelist", "gres_detail", "held_until_ts"):
         con.execute(f"ALTER TABLE stage_jobs DROP COLUMN {c}")
     name_columns(
         con,
         "jobs",
         {"gpu_count": "AllocTRES gres/gpu", "start_ts": "Start", "end_ts": "End", "submit_ts": "Submit"},
     )
+    # An allocation ends where its job does, except a running job's, which ends at Start + Elapsed: that is
+    # the only end the jobs' own checks have not seen, so it is the one an allocation's message names.
+    name_columns(
+        con,
+        "allocations",
+        {"gpu_count": "AllocTRES gres/gpu", "start_ts": "Start", "end_ts": "Start + Elapsed"},
+    )
+    if opts.skip_bad_rows:
+        _leave_out_jobs_of_bad_allocations(con, opts)
     for t in ("sacct_norm", "sacct_tres", "sacct_raw"):
         con.execute(f"DROP TABLE IF EXISTS temp.{t}")
     return skipped
+
+
+def _leave_out_jobs_of_bad_allocations(con: duckdb.DuckDBPyConnection, opts: IngestOptions) -> None:
+    """With ``skip_bad_rows``: a job whose allocation is implausible (a running job's Elapsed of 400 days)
+    leaves the stage with it, since both come from one sacct line.
+
+    The validation that runs next (collectors/validate.py) rejects only the allocation row and would land the
+    job without it; here its job goes first, and validation records the line once, in ``rejected_rows``. A
+    job that is implausible itself stays: validation rejects it for its own field (End, AllocTRES), and its
+    allocations with it."""
+    found = {
+        table: [
+            v.rid
+            for v in find_violations(
+                con,
+                table,
+                source=f"temp.stage_{table}",
+                staged=True,
+                max_job_days=opts.max_job_days,
+                limit=None,
+            )
+        ]
+        for table in ("jobs", "allocations")
+    }
+    if not found["allocations"]:
+        return
+    con.execute("CREATE OR REPLACE TEMP TABLE sacct_bad (tbl VARCHAR, rid BIGINT)")
+    con.executemany(
+        "INSERT INTO sacct_bad VALUES (?, ?)", [[t, r] for t, rids in found.items() for r in rids]
+    )
+    con.execute(
+        """DELETE FROM stage_jobs WHERE rowid NOT IN (SELECT rid FROM sacct_bad WHERE tbl = 'jobs')
+             AND job_id IN (SELECT job_id FROM stage_allocations
+                            WHERE rowid IN (SELECT rid FROM sacct_bad WHERE tbl = 'allocations'))"""
+    )
+    con.execute("DROP TABLE temp.sacct_bad")
 
 
 def _gres_as_tres(v: str) -> str:
@@ -625,7 +678,7 @@ def _stage_allocations(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         CREATE TEMP TABLE stage_allocations AS
         WITH per_host AS (
             SELECT j.job_id, j.gpu_count / len(hl.hosts) AS per_host, j.start_ts,
-                   coalesce(j.end_ts, j.held_until_ts) AS end_ts,
+                   coalesce(j.end_ts, j.held_until_ts) AS end_ts, j.line_no,
                    unnest(hl.hosts) AS host, unnest(hl.idx) AS idx
             FROM stage_jobs j
             JOIN sacct_hosts hl ON hl.key = CASE WHEN j.gres_detail IS NULL THEN j.nodelist
@@ -638,7 +691,8 @@ def _stage_allocations(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         )
         SELECT job_id, host, NULL::VARCHAR AS gpu_id,
                CASE WHEN idx IS NULL THEN per_host ELSE 1 END AS gpu_count,
-               start_ts, end_ts, CAST(one AS INTEGER) AS gpu_index
+               start_ts, end_ts, CAST(one AS INTEGER) AS gpu_index,
+               line_no  -- the job's line: a bad row names it (collectors/validate.py)
         FROM split
         """
     )

@@ -40,8 +40,15 @@ from pathlib import Path
 
 import duckdb
 
-from collectors.base import IngestOptions, land, next_ingest_id, record_ingest, run_in_transaction
-from collectors.validate import screen_live
+from collectors.base import (
+    IngestOptions,
+    land,
+    next_ingest_id,
+    record_ingest,
+    run_in_transaction,
+    split_sample_notes,
+)
+from collectors.validate import MAX_JOB_DAYS, screen_live
 from gpuledger.ledger.db import writer
 from gpuledger.ledger.errors import CollectorError
 
@@ -261,7 +268,11 @@ def poll(
     running = running_ids(text)
     indices = running_gpu_indices(running, timeout_s=timeout_s, scontrol=scontrol)
     opts = opts or IngestOptions(cluster=cluster)
-    opts = dataclasses.replace(opts, tz="UTC", cluster=cluster or opts.cluster)
+    # screen_live leaves implausible rows out instead of stopping the poll: the parser, told so, leaves out the
+    # job of an implausible allocation too (one sacct line, rejected whole), by screen_live's own limits
+    opts = dataclasses.replace(
+        opts, tz="UTC", cluster=cluster or opts.cluster, skip_bad_rows=True, max_job_days=MAX_JOB_DAYS
+    )
     digest = hashlib.sha256(text.encode()).hexdigest()
     source = f"slurm://{cluster or key.split(':', 1)[1]}"
     detail = json.dumps({"since": since.isoformat(), "jobs_read": report.jobs_read})
@@ -286,7 +297,8 @@ def poll(
                     if indices is None:
                         report.skipped["running jobs whose GPU indices scontrol did not give"] = len(running)
                     report.skipped.update(screen_live(con, ingest_id, source))
-                    report.rows = land(con, ingest_id, opts)
+                    report.rows, notes = split_sample_notes(land(con, ingest_id, opts))
+                    report.skipped.update(notes)  # e.g. older records of jobs that have finished since
                     record_ingest(
                         con,
                         ingest_id,

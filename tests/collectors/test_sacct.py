@@ -12,7 +12,7 @@ from collectors.base import IngestOptions, ingest_file
 from collectors.registry import PARSERS
 from collectors.sacct import expand_nodelist
 from gpuledger.ledger.errors import FormatError
-from tests.conftest import ROOT, dataset, write
+from tests.conftest import ROOT, dataset, gpuledger, write
 
 UTC = IngestOptions(tz="UTC")
 T = dt.datetime
@@ -537,3 +537,49 @@ def test_json_gres_detail_per_node_becomes_one_allocation_per_index(ledger, tmp_
         ("g1", 1, 1.0),
         ("g2", 3, 1.0),
     ]
+
+
+# A running job started 2020-01-01 10:00 whose Elapsed says 400 days: it would be held until 2021-02-04 10:00,
+# past thresholds.max_job_days (365). Only its allocation has that end (the job's end_ts stays NULL).
+LONG_HEADER = "JobIDRaw|JobName|User|Account|State|Start|End|Elapsed|AllocTRES|NodeList"
+FINE_ROW = "950|train|bob|cv|COMPLETED|2020-01-01T10:00:00|2020-01-01T11:00:00|01:00:00|gres/gpu:h100=1,gres/gpu=1|g01"
+LONG_ROW = "953|train|bob|cv|RUNNING|2020-01-01T10:00:00|Unknown|400-00:00:00|gres/gpu:h100=1,gres/gpu=1|g04"
+LONG_REASON = "Start + Elapsed is 2021-02-04 10:00:00: the job would have run 400 days, longer than thresholds.max_job_days"
+
+
+def test_a_running_jobs_implausible_elapsed_names_its_line_and_field(tmp_path):
+    settings = write(tmp_path, "settings.toml", "")
+    path = sacct_file(tmp_path, [FINE_ROW, LONG_ROW], LONG_HEADER)
+    done = gpuledger("ingest", "--db", str(tmp_path / "l.duckdb"), "--settings", str(settings), "--tz", "UTC", str(path))  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"error: {path}:3: {LONG_REASON}"  # header line 1, job 953 line 3
+
+
+def test_skip_bad_rows_rejects_a_running_jobs_line_whole(tmp_path):
+    db = str(tmp_path / "l.duckdb")
+    settings = write(tmp_path, "settings.toml", "")
+    path = sacct_file(tmp_path, [FINE_ROW, LONG_ROW], LONG_HEADER)
+    done = gpuledger("ingest", "--db", db, "--settings", str(settings), "--tz", "UTC", "--skip-bad-rows", "--json", str(path))  # fmt: skip
+    report = json.loads(done.stdout)[0]
+    assert report["rows"] == {"jobs": 1, "allocations": 1}  # job 950 and its one host
+    assert [(r["line"], r["table"], r["column"], r["reason"]) for r in report["rejected_rows"]] == [
+        (3, "allocations", "Start + Elapsed", LONG_REASON)
+    ]
+    listed = json.loads(gpuledger("jobs", "--db", db, "--settings", str(settings), "--json").stdout)
+    # job 953 is not landed (nor costed to the ledger's horizon): only 950, 1 GPU × 1 h
+    assert [(j["job_id"], j["gpu_hours"]) for j in listed] == [("950", pytest.approx(1 * 1))]
+
+
+def test_sacct_json_names_the_entry_of_a_running_jobs_implausible_elapsed(ledger, tmp_path):
+    start = int(T(2020, 1, 1, 10, tzinfo=dt.UTC).timestamp())
+    job = {
+        "job_id": 953,
+        "nodes": "g04",
+        "state": {"current": ["RUNNING"]},
+        "time": {"start": start, "end": 0, "elapsed": 400 * 86400},
+        "tres": {"allocated": [{"type": "gres", "name": "gpu", "count": 1}]},
+    }
+    path = write(tmp_path, "sacct.json", json.dumps({"meta": {"Slurm": {}}, "jobs": [job]}))
+    with pytest.raises(FormatError) as err:
+        ingest_file(ledger, path, opts=UTC)
+    assert str(err.value) == f"{path}: jobs[] entry 1: {LONG_REASON}"
