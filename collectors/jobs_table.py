@@ -1,12 +1,14 @@
 """The generic jobs table (CSV or JSON Lines) for people who export from their own scheduler.
 
 Required columns: ``job_id, user, team, cluster, gpu_model, gpu_count, start, end, state`` (``end`` empty
-while a job runs). Optional: ``project, name, kind, submit, tier, exit_reason, last_checkpoint`` and the run
-columns that feed cost-per-work and batch-size analyses: ``model, params, precision, optimizer, batch_size,
-seq_len, peak_mem_mib, samples_per_s, tokens_per_s, tokens, samples, epochs, steps, grad_accum,
-n_layers, hidden_size, grad_noise_scale, requests, generated_tokens``. Column order is free; unknown
-columns are an error (a typo would otherwise silently lose data). Times are ISO-8601; naive times are read
-in ``--tz`` (default UTC).
+while a job runs; a ``PENDING`` job lands with no start or end, whatever the row says: it holds no GPU, and
+the start a scheduler shows for it is when it expects to start; a finished state with an empty ``end`` is an
+error, a row left out under ``--skip-bad-rows``). Optional: ``project, name, kind, submit, tier, exit_reason,
+last_checkpoint`` and the run columns that feed cost-per-work and batch-size analyses: ``model, params,
+precision, optimizer, batch_size, seq_len, peak_mem_mib, samples_per_s, tokens_per_s, tokens, samples, epochs,
+steps, grad_accum, n_layers, hidden_size, grad_noise_scale, requests, generated_tokens``. Column order is
+free; unknown columns are an error (a typo would otherwise silently lose data). Times are ISO-8601; naive
+times are read in ``--tz`` (default UTC).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from collectors.common import (
     sql_path,
     ts_utc,
 )
+from collectors.lines import file_lines, reader_error_line
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import model_sql_case
@@ -86,6 +89,9 @@ STATES = (
     "REQUEUED",
     "SUSPENDED",
 )
+# A job in any other state has ended: it needs its end (as in sacct.py's OPEN_STATES).
+OPEN_STATES = ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED")
+FINISHED_STATES = tuple(s for s in STATES if s not in OPEN_STATES)
 TIERS = ("on_demand", "spot", "reserved", "on_prem")
 
 
@@ -163,7 +169,9 @@ class JobsTable:
                     f"CREATE OR REPLACE TEMP TABLE raw_jobs AS SELECT line_no, {renames} FROM raw_jobs"
                 )
         except duckdb.Error as exc:
-            raise FormatError(path, _line_of(str(exc)), _first_sentence(str(exc))) from None
+            line = reader_error_line(path, str(exc), csv=not self.json_lines)
+            raise FormatError(path, line, _first_sentence(str(exc))) from None
+        file_lines(path, csv=not self.json_lines).renumber(con, "raw_jobs")
 
     def stage(self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
         self._read(con, path)
@@ -184,6 +192,22 @@ class JobsTable:
         def col(name: str) -> str:
             return nullif_tokens(f'"{name}"') if name in cols else "NULL"
 
+        state = _state_sql(col("state"))
+        # A pending job holds no GPU: the start a scheduler shows for it is when it expects to start.
+        pending = f"coalesce({state} = 'PENDING', false)"
+        no_end = f"{state} IN ({', '.join(repr(s) for s in FINISHED_STATES)}) AND {col('end')} IS NULL"
+        notes: dict[str, int] = {}
+        if opts.skip_bad_rows:
+            left = [
+                r[0]
+                for r in con.execute(f"SELECT line_no FROM raw_jobs WHERE {no_end} ORDER BY 1").fetchall()
+            ]
+            if left:
+                con.execute(f"DELETE FROM raw_jobs WHERE {no_end}")
+                shown = ", ".join(map(str, left[:10])) + (", …" if len(left) > 10 else "")
+                notes[
+                    f'finished jobs with an empty "end", left out (line{"s" if len(left) > 1 else ""} {shown})'
+                ] = len(left)
         checks = [
             Check(f"{col('job_id')} IS NULL", "job_id is empty"),
             Check(
@@ -192,7 +216,7 @@ class JobsTable:
                 '"gpu_count"',
             ),
             Check(
-                f"{ts_utc(chr(34) + 'start' + chr(34))} IS NULL",
+                f"{ts_utc(chr(34) + 'start' + chr(34))} IS NULL AND ({col('start')} IS NOT NULL OR NOT {pending})",
                 'column "start" is not a time: "{value}"',
                 '"start"',
             ),
@@ -202,14 +226,20 @@ class JobsTable:
                 '"end"',
             ),
             Check(
-                f"{ts_utc(chr(34) + 'end' + chr(34))} < {ts_utc(chr(34) + 'start' + chr(34))}",
+                f"{ts_utc(chr(34) + 'end' + chr(34))} < {ts_utc(chr(34) + 'start' + chr(34))} AND NOT {pending}",
                 'job ends before it starts (end "{value}")',
                 '"end"',
             ),
             Check(
-                f"{_state_sql(col('state'))} NOT IN ({', '.join(repr(s) for s in STATES)}) OR {col('state')} IS NULL",
+                f"{state} NOT IN ({', '.join(repr(s) for s in STATES)}) OR {col('state')} IS NULL",
                 'column "state" is not a job state: "{value}"',
                 '"state"',
+            ),
+            Check(
+                no_end,
+                'column "end" is empty for a {value} job: a finished job needs the time it ended '
+                "(leave it empty only while the job is pending or running)",
+                state,
             ),
         ]
         if "kind" in cols:
@@ -277,9 +307,9 @@ class JobsTable:
                     CAST({col("gpu_count")} AS DOUBLE) AS gpu_count,
                     {tier} AS pricing_tier,
                     {ts_utc(col("submit")) if "submit" in cols else "NULL::TIMESTAMP"} AS submit_ts,
-                    {ts_utc(col("start"))} AS start_ts,
-                    {ts_utc(col("end"))} AS end_ts,
-                    {_state_sql(col("state"))} AS state,
+                    CASE WHEN NOT {pending} THEN {ts_utc(col("start"))} END AS start_ts,
+                    CASE WHEN NOT {pending} THEN {ts_utc(col("end"))} END AS end_ts,
+                    {state} AS state,
                     {col("exit_reason")} AS exit_reason,
                     {ts_utc(col("last_checkpoint")) if "last_checkpoint" in cols else "NULL::TIMESTAMP"} AS last_checkpoint_ts,
                     line_no
@@ -311,18 +341,13 @@ class JobsTable:
             },
         )
         con.execute("DROP TABLE temp.raw_jobs")
-        return {}
+        return notes
 
 
 class JobsJsonl(JobsTable):
     name = "jobs_jsonl"
     description = "generic jobs table as JSON Lines, one object per job with the jobs_csv keys"
     json_lines = True
-
-
-def _line_of(message: str) -> int | None:
-    m = re.search(r"[Ll]ine:? (\d+)", message)
-    return int(m.group(1)) if m else None
 
 
 def _first_sentence(message: str) -> str:

@@ -34,6 +34,7 @@ from collectors.common import (
     json_object_limit,
     sql_path,
 )
+from collectors.lines import file_lines, reader_error_line
 from collectors.validate import find_violations, name_columns
 from gpuledger.ledger.errors import FormatError
 
@@ -59,14 +60,15 @@ def stage_own_job(con: duckdb.DuckDBPyConnection, job_id: str, source: str, fini
 
 def _duckdb_failure(path: Path, exc: duckdb.Error, what: str) -> FormatError:
     text = str(exc).split("\n")[0]
-    m = re.search(r"line (\d+)", text)
-    if m is None and what == "CSV" and "sniffing" in text:
+    if what == "CSV" and "sniffing" in text:
         # DuckDB's sniffer says only that it could not lay the file out; the line that breaks the layout
         # (an empty line, a stray \r, an unclosed quote, a record of another width) is found by a scan
         found = csv_layout_problem(path)
         if found:
             return FormatError(path, found[0], f"not valid CSV: {found[1]}")
-    return FormatError(path, int(m.group(1)) if m else None, f"not valid {what}: {text[:250]}")
+    # a whole JSON document's messages name a byte, which reading() turns into a line
+    line = None if what == "JSON" else reader_error_line(path, str(exc), csv=what == "CSV")
+    return FormatError(path, line, f"not valid {what}: {text[:250]}")
 
 
 def _num(expr: str, key: str) -> str:
@@ -311,6 +313,7 @@ class LlamaFactoryLog:
             )
         except duckdb.Error as exc:
             raise _duckdb_failure(path, exc, "JSON Lines") from None
+        file_lines(path, csv=False).renumber(con, "lf_log")
         elapsed_text = "json_extract_string(e, '$.elapsed_time')"
         first_violation(
             con,
@@ -471,6 +474,7 @@ class LightningMetrics:
             )
         except duckdb.Error as exc:
             raise _duckdb_failure(path, exc, "CSV") from None
+        file_lines(path, csv=True).renumber(con, "pl_raw")
         cols = [r[0] for r in con.execute("DESCRIBE pl_raw").fetchall()]
         if "step" not in cols:
             # a header with "step" that the reader did not take as one: a line breaks the layout

@@ -15,6 +15,7 @@ run's job and its GPUs.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
 from collectors.common import Check, epoch_ts, first_violation, json_lines, sql_path
+from collectors.lines import file_lines
 from collectors.training_logs import _duckdb_failure
 from collectors.validate import MAX_GPU_COUNT, name_columns
 from gpuledger.ledger.errors import FormatError
@@ -97,17 +99,38 @@ def _host(path: Path, meta: dict[str, object]) -> str:
     return str(meta.get("host") or run_dir(path).name)
 
 
+def _meta_time(meta_path: Path, meta: dict[str, object], key: str) -> dt.datetime | None:
+    """``startedAt``/``heartbeatAt`` as naive UTC. Legacy SDKs write naive UTC (``2020-02-19T00:08:41.123456``),
+    current ones end it with Z (``2025-07-17T11:27:27.220480Z``); an offset is honoured. A value that is
+    no time is an error naming the file: left out, the job would silently lose its start."""
+    value = meta.get(key)
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            t = dt.datetime.fromisoformat(value.strip())
+            return t.astimezone(dt.UTC).replace(tzinfo=None) if t.tzinfo else t
+        except (ValueError, OverflowError):  # OverflowError: an offset past year 1 or 9999
+            pass
+    raise FormatError(meta_path, _key_line(meta_path, key), f'"{key}" is not a time: {value!r}')
+
+
 def _stage_job(
-    con: duckdb.DuckDBPyConnection, job_id: str, meta: dict[str, object], gpus_seen: int, span_sql: str
+    con: duckdb.DuckDBPyConnection,
+    job_id: str,
+    meta_path: Path,
+    meta: dict[str, object],
+    gpus_seen: int,
+    span_sql: str,
 ) -> None:
     model_raw = meta.get("gpu")
     count = meta.get("gpu_count")
+    started, heartbeat = _meta_time(meta_path, meta, "startedAt"), _meta_time(meta_path, meta, "heartbeatAt")
     con.execute(
         f"""CREATE TEMP TABLE stage_jobs AS
             SELECT ? AS job_id, 'wandb' AS source, 'training' AS kind, ? AS user_name, ? AS project, ? AS name,
                    coalesce(?, ?) AS gpu_model, ?::DOUBLE AS gpu_count,
-                   coalesce(TRY_CAST(? AS TIMESTAMPTZ) AT TIME ZONE 'UTC', lo) AS start_ts,
-                   coalesce(TRY_CAST(? AS TIMESTAMPTZ) AT TIME ZONE 'UTC', hi) AS end_ts,
+                   coalesce(?::TIMESTAMP, lo) AS start_ts, coalesce(?::TIMESTAMP, hi) AS end_ts,
                    CASE ? WHEN 'running' THEN 'RUNNING' WHEN 'finished' THEN 'COMPLETED'
                           WHEN 'failed' THEN 'FAILED' WHEN 'crashed' THEN 'FAILED' ELSE 'UNKNOWN' END AS state
             FROM ({span_sql})""",
@@ -119,9 +142,8 @@ def _stage_job(
             normalize_model(str(model_raw)) if model_raw else None,
             model_raw,
             float(count) if isinstance(count, int | float) else float(gpus_seen),
-            # W&B writes naive UTC ISO times
-            f"{meta['startedAt']}Z" if meta.get("startedAt") else None,
-            f"{meta['heartbeatAt']}Z" if meta.get("heartbeatAt") else None,
+            started,
+            heartbeat,
             meta.get("state"),
         ],
     )
@@ -148,6 +170,7 @@ class WandbEvents:
             )
         except duckdb.Error as exc:
             raise _duckdb_failure(path, exc, "JSON Lines") from None
+        file_lines(path, csv=False).renumber(con, "wb_raw")
         first_violation(
             con,
             path,
@@ -205,7 +228,8 @@ class WandbEvents:
         ).fetchall()[0][0]
         if not opts.job_id:
             seen = con.execute("SELECT count(DISTINCT gpu_index) FROM wb_long").fetchall()[0][0]
-            _stage_job(con, job_id, meta, int(seen), "SELECT min(ts) AS lo, max(ts) AS hi FROM stage_samples")
+            span = "SELECT min(ts) AS lo, max(ts) AS hi FROM stage_samples"
+            _stage_job(con, job_id, metadata_path(path), meta, int(seen), span)
         con.execute("DROP TABLE temp.wb_long")
         con.execute("DROP TABLE temp.wb_raw")
         return {"lines without GPU metrics": int(no_gpu)} if no_gpu else {}
@@ -239,6 +263,7 @@ class WandbMetadata:
             _stage_job(
                 con,
                 f"wandb:{run_dir(path).name}",
+                metadata_path(path, own=True),
                 meta,
                 n,
                 "SELECT NULL::TIMESTAMP AS lo, NULL::TIMESTAMP AS hi",

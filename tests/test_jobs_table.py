@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import subprocess
 import sys
@@ -22,7 +23,7 @@ def test_jobs_csv_lands_with_utc_times_and_normalized_fields(ledger, tmp_path):
         "jobs.csv",
         HEADER + ",kind,batch_size\n"
         "j1,alice,nlp,c1,NVIDIA H100 80GB HBM3,8,2025-03-01T02:00:00+02:00,2025-03-01T10:00:00Z,COMPLETED,training,16\n"
-        "j2,bob,cv,c1,Tesla T4,1,2025-03-01 00:00,,CANCELLED by 1234,notebook,\n",
+        "j2,bob,cv,c1,Tesla T4,1,2025-03-01 00:00,2025-03-01 00:30,CANCELLED by 1234,notebook,\n",
     )
     report = ingest_file(ledger, path)
     assert report.rows == {"jobs": 2, "training_runs": 1}
@@ -31,7 +32,7 @@ def test_jobs_csv_lands_with_utc_times_and_normalized_fields(ledger, tmp_path):
     ).fetchall()
     assert rows == [
         ("j1", "H100-SXM-80GB", "2025-03-01 00:00:00", rows[0][3], "COMPLETED", "training"),
-        ("j2", "T4", "2025-03-01 00:00:00", None, "CANCELLED", "interactive"),
+        ("j2", "T4", "2025-03-01 00:00:00", dt.datetime(2025, 3, 1, 0, 30), "CANCELLED", "interactive"),
     ]
     assert ledger.execute("SELECT batch_size FROM training_runs").fetchall() == [(16,)]
 
