@@ -46,3 +46,23 @@ def test_real_file_lands_through_the_cli_once(tmp_path, relative):
     assert report["format"] == fmt and report["rows"][table] == rows
     again = gpuledger("ingest", "--db", str(db), "--json", str(path))  # in-process: the same main()
     assert again.returncode == 0 and json.loads(again.stdout)[0]["already_ingested"] is True
+
+
+@pytest.mark.datasets
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
+    """`gpuledger jobs --json | head`: once head has read enough and gone, the command stops writing and says
+    nothing (it printed "error: unexpected failure (BrokenPipeError ...)"). 8,152 jobs are far more than a
+    pipe holds, so the write does fail."""
+    db = tmp_path / "l.duckdb"
+    assert _ingest(db, dataset("alibaba-gpu-v2023/openb_pod_list_default.csv")).returncode == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuledger", "jobs", "--db", str(db), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(100)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1
+    assert err == ""

@@ -76,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`gpuledger summary --json | head`): nothing to say, and nothing more to
+        # write; stdout goes to /dev/null so that the interpreter's last flush does not fail again
+        # (https://docs.python.org/3/library/signal.html#note-on-sigpipe)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except Exception as exc:  # never a traceback to a user: one line, and the way to see more
         if os.environ.get("GPULEDGER_DEBUG"):
             raise
