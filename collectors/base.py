@@ -618,6 +618,18 @@ def _land_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptio
               AND coalesce({staged("start_ts")}, {staged("submit_ts")}, j.end_ts) <= j.end_ts"""
     )
     con.execute("DELETE FROM stage_jobs WHERE rowid IN (SELECT rid FROM older_job_records)")
+    if "state" in staged_cols:
+        # A pending job holds no GPU, whatever start its source shows (sacct prints the time the scheduler
+        # expects it to start): it lands with no start or end and no allocation, so it costs nothing.
+        pending = "SELECT job_id FROM stage_jobs WHERE state = 'PENDING'"
+        times = [c for c in ("start_ts", "end_ts") if c in staged_cols]
+        if times:
+            con.execute(
+                f"UPDATE stage_jobs SET {', '.join(f'{c} = NULL' for c in times)} WHERE state = 'PENDING'"
+            )
+        if "stage_allocations" in _temp_tables(con):
+            con.execute(f"DELETE FROM stage_allocations WHERE job_id IN ({pending})")
+        con.execute(f"DELETE FROM allocations WHERE job_id IN ({pending})")
     # A newer record of a job that names no checkpoint (the next sacct export or Slurm poll) keeps the one
     # the ledger has (from a jobs table, or placed from a training log, collectors/checkpoints.py): a scheduler
     # never says "no checkpoint", it just does not know. A --replace of that record's own ingest has already

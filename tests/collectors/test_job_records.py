@@ -157,3 +157,27 @@ def test_a_slurm_poll_keeps_the_finished_record_and_rejects_an_implausible_line_
         assert con.execute("SELECT line, table_name, column_name FROM rejected_rows").fetchall() == [
             (3, "allocations", "Start + Elapsed")  # the answer's line 3
         ]
+
+
+# job 102 requeued: sacct shows it pending again, with the start the scheduler expects for it
+PENDING_102 = "102|ci|train|amy|cv|PENDING|2025-03-01T12:00:00|Unknown|00:00:00|gres/gpu:h100=8,gres/gpu=8|None assigned"
+RUNNING_102 = (
+    "102|ci|train|amy|cv|RUNNING|2025-03-01T09:00:00|Unknown|01:00:00|gres/gpu:h100=8,gres/gpu=8|gpu07"
+)
+
+
+def test_a_pending_job_holds_no_gpu_whatever_start_its_source_shows(tmp_path):
+    """8 H100s pending since an expected start of 12:00 cost nothing (they cost 184 GPU-h, $550.16, up to the
+    ledger's end); job 104's one GPU-hour is all the spend: 1 × 1 h × $2.99. A pending record after a running
+    one (requeued: the running record has no end, so nothing finished is undone) takes its allocation away."""
+    cli(tmp_path, "ingest", "--tz", "UTC", str(dump(tmp_path, "a.txt", RUNNING_102, OTHER)))
+    assert ledger_rows(tmp_path, "SELECT count(*) FROM allocations WHERE job_id = 'ci/102'") == [(1,)]
+    cli(tmp_path, "ingest", "--tz", "UTC", str(dump(tmp_path, "b.txt", PENDING_102)))
+    assert ledger_rows(tmp_path, "SELECT state, start_ts, end_ts FROM jobs WHERE job_id = 'ci/102'") == [
+        ("PENDING", None, None)
+    ]
+    assert ledger_rows(tmp_path, "SELECT count(*) FROM allocations WHERE job_id = 'ci/102'") == [(0,)]
+    jobs = cli(tmp_path, "jobs")
+    assert [(j["job_id"], j["gpu_hours"], j["cost_usd"]) for j in jobs] == [
+        ("ci/104", 1.0, pytest.approx(H100_USD))
+    ]
