@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 import duckdb
 
 from collectors.common import Restage, reading
+from collectors.interleave import settle_interleaved
 from collectors.validate import record_rejections, validate_merge, validate_stage
 from gpuledger.ledger.errors import FormatError, UnknownFormatError
 from gpuledger.ledger.schema import INGESTED_TABLES
@@ -244,6 +245,9 @@ def land(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptions) ->
     rows: dict[str, int] = {}
     if "stage_samples" in staged:
         rows.update(_land_samples(con, ingest_id))
+        if inside := settle_interleaved(con, ingest_id):  # another series of the same GPUs' times
+            rows["samples"] -= inside
+            rows["samples_interleaved"] = inside
     if "stage_gpus" in staged or "stage_samples" in staged:
         rows["gpus"] = _land_gpus(con, staged)
     if "stage_samples" in staged:
@@ -657,6 +661,7 @@ def _land_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptio
 SAMPLE_NOTES = {
     "samples_merged": "samples merged into existing rows (their empty columns filled)",
     "samples_duplicate": "samples already in the ledger",
+    "samples_interleaved": "samples inside the time of another series of the same GPU (counted once)",
     "jobs_older": "older records of jobs that have finished since (pending or running here; kept the finished record)",
 }
 

@@ -1,0 +1,114 @@
+"""Two series of one GPU that interleave in time count its time once (collectors/interleave.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+import pytest
+
+from collectors.base import IngestOptions, ingest_file
+from gpuledger.ledger.db import ensure_schema
+from tests.conftest import dataset, write
+
+UTC = IngestOptions(tz="UTC")
+HEADER = "timestamp, uuid, name, utilization.gpu [%], power.draw [W]\n"
+INSIDE = "samples inside the time of another series of the same GPU (counted once)"
+
+
+def _log(seconds: list[int], util: int = 50) -> str:
+    return HEADER + "".join(
+        f"2025/03/01 10:{s // 60:02d}:{s % 60:02d}.000, GPU-ab, NVIDIA H100 80GB HBM3, {util} %, 300.00 W\n"
+        for s in seconds
+    )
+
+
+def _ledger() -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    ensure_schema(con)
+    return con
+
+
+def _covered(con: duckdb.DuckDBPyConnection) -> tuple[float, float, float]:
+    """Σ interval over samples, the rollup's covered seconds, and energy (J) from Σ power × interval."""
+    return con.execute(
+        """SELECT (SELECT sum(interval_s) FROM samples), (SELECT sum(covered_s) FROM samples_minute),
+                  (SELECT sum(power_w * interval_s) FROM samples)"""
+    ).fetchall()[0]
+
+
+@pytest.mark.parametrize("first", ["minutes", "half-minutes"])
+def test_a_log_split_in_two_files_counts_the_gpu_time_once(tmp_path, first):
+    """A: 10:00, 10:01, 10:02, 10:03 (cadence 60 s); B: 10:00:30 ... 10:03:30. Each alone covers 240 s;
+    together they cover 10:00-10:04:30, 270 s, whichever comes first. By hand, A first: B's first three
+    minutes lie inside A's span and go; B's last, 10:03:30-10:04:30, is covered by A up to 10:04 and keeps
+    30 s. B first: A's 10:00 keeps the 30 s before B's first sample; A's other three lie inside B's span.
+    300 W × 270 s = 81,000 J. Before, 480 s either way."""
+    a, b = _log([0, 60, 120, 180]), _log([30, 90, 150, 210])
+    files = [("a.csv", a), ("b.csv", b)] if first == "minutes" else [("b.csv", b), ("a.csv", a)]
+    con = _ledger()
+    ingest_file(con, write(tmp_path, *files[0]), opts=UTC)
+    report = ingest_file(con, write(tmp_path, *files[1]), opts=UTC)
+    assert _covered(con) == (270.0, 270.0, 300.0 * 270)
+    assert report.skipped[INSIDE] == 3
+    assert report.rows["samples"] == 1
+    t0 = dt.datetime(2025, 3, 1, 10)
+    kept = t0 + dt.timedelta(seconds=210) if first == "minutes" else t0
+    assert con.execute("SELECT ts, interval_s FROM samples WHERE ingest_id = 2").fetchall() == [(kept, 30.0)]
+
+
+def test_a_second_series_fills_the_first_one_s_silence(tmp_path):
+    """A covers 10:00-10:03 (3 samples, 60 s each; its last stands for its cadence), then is silent; B is
+    every 60 s from 10:00:30 to 10:05:30. By hand: B's 10:00:30 and 10:01:30 lie inside A's span and go;
+    B's 10:02:30 keeps the 30 s after A's end; B's 10:03:30, 10:04:30 and 10:05:30 keep 60 s each:
+    180 + 30 + 180 = 390 s, 10:00 to 10:06:30."""
+    con = _ledger()
+    ingest_file(con, write(tmp_path, "a.csv", _log([0, 60, 120])), opts=UTC)
+    report = ingest_file(con, write(tmp_path, "b.csv", _log([30, 90, 150, 210, 270, 330])), opts=UTC)
+    assert report.skipped[INSIDE] == 2
+    assert _covered(con)[:2] == (390.0, 390.0)
+
+
+def test_a_new_day_whose_first_poll_is_early_keeps_it(tmp_path):
+    """A's last sample (10:02) stands until 10:03; B's first poll comes half a second before that (clock
+    jitter). B's sample keeps its time less that half second: 180 + 59.5 + 60 + 60 = 359.5 s, none removed."""
+    con = _ledger()
+    ingest_file(con, write(tmp_path, "a.csv", _log([0, 60, 120])), opts=UTC)
+    b = HEADER + "".join(
+        f"2025/03/01 10:0{m}:59.500, GPU-ab, NVIDIA H100 80GB HBM3, 50 %, 300.00 W\n" for m in (2, 3, 4)
+    )
+    report = ingest_file(con, write(tmp_path, "b.csv", b), opts=UTC)
+    assert report.rows["samples"] == 3 and INSIDE not in report.skipped
+    assert _covered(con)[:2] == (pytest.approx(359.5), pytest.approx(359.5))
+
+
+def test_days_one_after_the_other_are_not_interleaved(tmp_path):
+    """The next file starts where the last ended: nothing is inside anything, every sample lands."""
+    con = _ledger()
+    ingest_file(con, write(tmp_path, "a.csv", _log([0, 60, 120])), opts=UTC)
+    report = ingest_file(con, write(tmp_path, "b.csv", _log([180, 240, 300])), opts=UTC)
+    assert report.rows["samples"] == 3 and INSIDE not in report.skipped
+    assert _covered(con)[:2] == (360.0, 360.0)
+
+
+@pytest.mark.datasets
+@pytest.mark.parametrize("first", ["odd", "even"])
+def test_a_real_log_cut_into_odd_and_even_lines_covers_its_span_once(tmp_path, first):
+    """The eobo nvidia-smi log (one RTX 4090, about 1 s apart, 48 minutes) cut into its odd and even lines:
+    before, the two files covered 5,743 GPU-seconds of a 2,880-second log. Now no more than the log's span
+    plus one sample's time, and at least what the first file alone covers (plain SQL on each)."""
+    lines = dataset("nvidia-smi-csv/eobo0530_vlm_optimization_gpu_log.csv").read_text().splitlines()
+    odd = write(tmp_path, "odd.csv", "\n".join([lines[0], *lines[1::2]]) + "\n")
+    even = write(tmp_path, "even.csv", "\n".join([lines[0], *lines[2::2]]) + "\n")
+    order = [odd, even] if first == "odd" else [even, odd]
+    alone = _ledger()
+    ingest_file(alone, order[0], opts=UTC)
+    first_alone = alone.execute("SELECT sum(interval_s), max(interval_s) FROM samples").fetchall()[0]
+    con = _ledger()
+    reports = [ingest_file(con, p, opts=UTC) for p in order]
+    total, covered, _ = _covered(con)
+    span = con.execute("SELECT epoch(max(ts) - min(ts)) FROM samples").fetchall()[0][0]
+    assert covered == pytest.approx(total)
+    assert first_alone[0] <= total <= span + first_alone[1]
+    second = len(lines[1::2]) if first == "even" else len(lines[2::2])
+    assert reports[1].rows.get("samples", 0) + reports[1].skipped[INSIDE] == second
