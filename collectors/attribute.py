@@ -37,6 +37,24 @@ A100-SXM4-80GB") — or that has no model — takes the telemetry's model, so it
 
 Hosts match on their short, lower-case name (``node01.cluster.local`` is ``node01``).
 
+**W&B series** (``wandb:<host>:<i>``, collectors/wandb.py) are a second view of cards, not cards: W&B reports
+the GPUs its run could see, numbered as CUDA numbers them, on the host its metadata names. Where that host's
+real cards are in the ledger (a GPU a telemetry source named there), :func:`link_views` makes W&B GPU ``i``
+a view of the host's ``i``-th card, lowest index first (``gpus.parent_gpu_id``, so capacity counts the card
+once, as for a MIG instance), and then:
+
+- a view is not one of the host's cards: it is never dealt, and the job label its samples carry (``--job``)
+  is no evidence of which card the job had (W&B's GPU 0 is the job's first visible device, not the host's
+  index 0): the job is tied to the real cards by rules 1-6 as if W&B had not reported;
+- :func:`settle_views`: a view sample labelled with a job is that job's only while none of the job's own
+  cards reports: where the job's ``i``-th tied card (lowest index first) has a sample covering that moment,
+  the view sample loses its job and the card's reading counts. So a job is judged from one series at every
+  moment: its cards' telemetry where there is some, W&B's where they are silent;
+- with no real card of the host in the ledger, a W&B GPU is a card of that host as any other (a view ``i``
+  beyond the host's real cards too): dealt, and its labels are ``sample_label`` evidence.
+
+Tie and label changes re-roll the views' time (``merged_windows``), whichever order the files arrive in.
+
 Per-process utilization (``processes`` rows with an ``interval_s``: nvidia-smi pmon) names pids, not jobs:
 before the ties are made, :func:`resolve_process_jobs` gives each such row the job another source saw running
 that pid on the same host while the job ran (NVML's SLURM_JOB_ID / cgroup, a pmon log ingested with
@@ -60,6 +78,10 @@ HOST_KEY = "lower(split_part({}, '.', 1))"
 # job states whose span is still open (their allocation's end is only what sacct measured so far)
 OPEN_STATES = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING")
 METHODS = ("exact", "by_share", "none")
+# no sample stands for more than a day (collectors/validate.py): none further back covers a later time
+_REACH = "INTERVAL 1 DAY"
+# GPU ids of W&B system metrics (collectors/wandb.py): a second view of a card of their host, not a card
+VIEW_PREFIX = "wandb:"
 
 
 def host_key(col: str) -> str:
@@ -215,8 +237,9 @@ def attribute_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
         """,
         [ingest_id, ingest_id],
     )
+    linked_hosts = link_views(con, ingest_id)
     resolved_hosts, resolved_ingests = resolve_process_jobs(con, ingest_id)
-    hosts = sorted(set(_affected_hosts(con, ingest_id)) | set(resolved_hosts))
+    hosts = sorted(set(_affected_hosts(con, ingest_id)) | set(resolved_hosts) | set(linked_hosts))
     if hosts:
         attribute_hosts(con, hosts, ingest_id)
     _record_methods(con, ingest_id, hosts)
@@ -229,6 +252,109 @@ def attribute_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
             "INSERT INTO process_shares SELECT gpu_id, ts, interval_s, NULL, NULL, ? FROM stage_pmon_polls",
             [ingest_id],
         )
+
+
+def link_views(con: duckdb.DuckDBPyConnection, ingest_id: int) -> list[str]:
+    """Make each W&B GPU (``wandb:<host>:<i>``) of the hosts this ingest brought GPUs or samples to a view of
+    the host's ``i``-th real card, lowest index first (``gpus.parent_gpu_id``), or of none when the host has
+    fewer real cards in the ledger (then it stands for a card itself). A real card is a GPU of the host that
+    is no view and no MIG instance. A view takes its card's spelling of the host (W&B writes the machine's
+    hostname, ``g01.cluster.local`` where the scheduler and nvidia-smi say ``g01``): analytics match hosts
+    exactly, and the view sits where its card does. Returns the hosts (short lower-case names) where a view
+    changed card: their ties are made again (a view is dealt only while it is no card's)."""
+    if not con.execute(
+        "SELECT count(*) FROM (SELECT 1 FROM gpus WHERE starts_with(gpu_id, ?) LIMIT 1)", [VIEW_PREFIX]
+    ).fetchall()[0][0]:
+        return []
+    staged = (
+        con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = 'stage_gpus'"
+        ).fetchall()[0][0]
+        and "host" in con.table("temp.stage_gpus").columns
+    )
+    hk = host_key("host")
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE view_hosts AS
+            SELECT DISTINCT {hk} AS hk FROM gpus
+            WHERE host IS NOT NULL AND gpu_id IN (SELECT DISTINCT gpu_id FROM samples WHERE ingest_id = ?)
+            {f"UNION SELECT {hk} FROM stage_gpus WHERE host IS NOT NULL" if staged else ""}""",
+        [ingest_id],
+    )
+    changed = con.execute(
+        f"""WITH cards AS (
+                SELECT gpu_id, host, {hk} AS hk,
+                       row_number() OVER (PARTITION BY {hk} ORDER BY gpu_index NULLS LAST, gpu_id) - 1 AS rank
+                FROM gpus
+                WHERE parent_gpu_id IS NULL AND NOT starts_with(gpu_id, $prefix)
+                  AND {hk} IN (SELECT hk FROM view_hosts)
+            )
+            SELECT v.gpu_id, c.gpu_id, coalesce(c.host, v.host), v.parent_gpu_id IS DISTINCT FROM c.gpu_id,
+                   {host_key("v.host")}
+            FROM gpus v LEFT JOIN cards c ON c.hk = {host_key("v.host")} AND c.rank = v.gpu_index
+            WHERE starts_with(v.gpu_id, $prefix) AND {host_key("v.host")} IN (SELECT hk FROM view_hosts)
+              AND (v.parent_gpu_id IS DISTINCT FROM c.gpu_id OR v.host IS DISTINCT FROM coalesce(c.host, v.host))""",
+        {"prefix": VIEW_PREFIX},
+    ).fetchall()
+    for gid, card, host, _, _ in changed:
+        con.execute("UPDATE gpus SET parent_gpu_id = ?, host = ? WHERE gpu_id = ?", [card, host, gid])
+    con.execute("DROP TABLE temp.view_hosts")
+    return sorted({hk for *_, moved, hk in changed if moved})
+
+
+def settle_views(con: duckdb.DuckDBPyConnection) -> None:
+    """Take a job's label off the W&B view samples (of the hosts in TEMP ``attr_hosts``) taken while the job's
+    own card reported: view ``i`` of a job's host stands for the job's ``i``-th tied card there (lowest index
+    first, as CUDA numbers the devices a job can see); where that card has a sample covering the view
+    sample's time, the card's reading is the job's and the view's is no one's. Where the card is silent
+    the view sample keeps its job. A view whose host no host allocation spells as it does (its card's
+    ``G01`` beside sacct's ``g01``) keeps its labels: unlabelled, analytics (which match hosts exactly) would
+    find it claimed by no job and bill it as a card of its own. The changed GPU-times are left in
+    ``merged_windows`` for the rollup."""
+    if not con.execute(
+        f"""SELECT count(*) FROM (
+                SELECT 1 FROM gpus WHERE starts_with(gpu_id, ?) AND parent_gpu_id IS NOT NULL
+                  AND {host_key("host")} IN (SELECT hk FROM attr_hosts) LIMIT 1)""",
+        [VIEW_PREFIX],
+    ).fetchall()[0][0]:
+        return
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE view_cards AS
+            SELECT h.job_id, h.host AS hk, h.start_ts, h.end_ts, h.gpu_id AS card,
+                   row_number() OVER (PARTITION BY h.job_id, h.host, h.start_ts
+                                      ORDER BY g.gpu_index NULLS LAST, h.gpu_id) - 1 AS rank
+            FROM host_attribution h JOIN gpus g USING (gpu_id)
+            WHERE h.host IN (SELECT hk FROM attr_hosts) AND g.parent_gpu_id IS NULL
+              AND NOT starts_with(h.gpu_id, ?)""",
+        [VIEW_PREFIX],
+    )
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE view_candidates AS
+            SELECT s.rowid AS rid, s.gpu_id, s.ts, c.card
+            FROM samples s JOIN gpus v ON v.gpu_id = s.gpu_id
+                 JOIN view_cards c ON c.job_id = s.job_id AND c.hk = {host_key("v.host")}
+                  AND c.rank = v.gpu_index AND s.ts >= c.start_ts AND (c.end_ts IS NULL OR s.ts < c.end_ts)
+            WHERE starts_with(s.gpu_id, ?) AND v.parent_gpu_id IS NOT NULL
+              AND EXISTS (SELECT 1 FROM allocations a WHERE a.gpu_id IS NULL AND a.host = v.host)""",
+        [VIEW_PREFIX],
+    )
+    # the card's latest sample at or before each view sample (ASOF), read only around the candidates' times
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE view_covered AS
+            SELECT v.rid, v.gpu_id, v.ts FROM view_candidates v
+            ASOF JOIN (SELECT gpu_id, ts, interval_s FROM samples
+                       WHERE gpu_id IN (SELECT DISTINCT card FROM view_candidates)
+                         AND ts >= (SELECT min(ts) FROM view_candidates) - {_REACH}
+                         AND ts <= (SELECT max(ts) FROM view_candidates)) r
+              ON r.gpu_id = v.card AND r.ts <= v.ts
+            WHERE v.ts < r.ts + to_microseconds(CAST(r.interval_s * 1e6 AS BIGINT))"""
+    )
+    con.execute("UPDATE samples SET job_id = NULL FROM view_covered c WHERE samples.rowid = c.rid")
+    con.execute("CREATE TEMP TABLE IF NOT EXISTS merged_windows (gpu_id VARCHAR, lo TIMESTAMP, hi TIMESTAMP)")
+    con.execute(
+        "INSERT INTO merged_windows SELECT gpu_id, min(ts), max(ts) FROM view_covered GROUP BY gpu_id"
+    )
+    for t in ("view_cards", "view_candidates", "view_covered"):
+        con.execute(f"DROP TABLE IF EXISTS temp.{t}")
 
 
 def resolve_process_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int) -> tuple[list[str], list[int]]:
@@ -396,12 +522,14 @@ def attribute_hosts(con: duckdb.DuckDBPyConnection, hosts: list[str], ingest_id:
                JOIN attr_allocs a ON s.job_id = a.job_id
                 AND s.ts >= a.start_ts AND (a.end_ts IS NULL OR s.ts < a.end_ts)
                JOIN gpus g ON g.gpu_id = s.gpu_id AND {hk} = a.hk
-               WHERE NOT EXISTS (SELECT 1 FROM host_attribution h WHERE h.gpu_id = s.gpu_id
+               -- a W&B view of a card: its label says the job ran on the host, not on which card
+               WHERE NOT (starts_with(g.gpu_id, '{view}') AND g.parent_gpu_id IS NOT NULL)
+                 AND NOT EXISTS (SELECT 1 FROM host_attribution h WHERE h.gpu_id = s.gpu_id
                                  AND h.job_id = s.job_id AND s.ts >= h.start_ts
                                  AND (h.end_ts IS NULL OR s.ts < h.end_ts) AND h.evidence <> 'sample_label')""",
         ),
     ):
-        for hk, job, lo, gid in con.execute(sql.format(hk=host_key("g.host"))).fetchall():
+        for hk, job, lo, gid in con.execute(sql.format(hk=host_key("g.host"), view=VIEW_PREFIX)).fetchall():
             seen[hk][(job, lo)].setdefault(gid, how)
     ties = [
         (hk, t.job_id, t.gpu_id, t.start, t.end, t.method, t.evidence)
@@ -437,10 +565,17 @@ def attribute_hosts(con: duckdb.DuckDBPyConnection, hosts: list[str], ingest_id:
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE attr_fresh AS SELECT {key} FROM attr_new EXCEPT SELECT * FROM attr_old"
     )
+    # a W&B view's labels are its source's (--job), not a tie's stamp: they outlive the tie (settle_views
+    # takes off those a card of the job reported beside)
     con.execute(
         """UPDATE samples SET job_id = NULL FROM attr_gone o
            WHERE samples.gpu_id = o.gpu_id AND samples.job_id = o.job_id
-             AND samples.ts >= o.start_ts AND (o.end_ts IS NULL OR samples.ts < o.end_ts)"""
+             AND samples.ts >= o.start_ts AND (o.end_ts IS NULL OR samples.ts < o.end_ts)
+             AND NOT (starts_with(o.gpu_id, ?) AND EXISTS (
+                 SELECT 1 FROM host_attribution h WHERE h.host IN (SELECT hk FROM attr_hosts)
+                   AND h.job_id = o.job_id AND h.gpu_id = o.gpu_id AND h.start_ts = o.start_ts
+                   AND h.evidence = 'sample_label'))""",
+        [VIEW_PREFIX],
     )
     con.execute("DELETE FROM host_attribution WHERE host IN (SELECT hk FROM attr_hosts)")
     con.execute("INSERT INTO host_attribution SELECT * FROM attr_new")
@@ -468,6 +603,7 @@ def attribute_hosts(con: duckdb.DuckDBPyConnection, hosts: list[str], ingest_id:
         con.execute(stamp.format(ties="attr_fresh", only=""))
         only = "AND s.ingest_id = ?" if overlapping else "AND samples.ingest_id = ?"
         con.execute(stamp.format(ties="attr_new", only=only), [ingest_id])
+    settle_views(con)
     # the GPU-times whose job changed outside this ingest's own samples: land() re-rolls them
     con.execute("CREATE TEMP TABLE IF NOT EXISTS merged_windows (gpu_id VARCHAR, lo TIMESTAMP, hi TIMESTAMP)")
     con.execute(

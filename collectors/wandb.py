@@ -3,10 +3,13 @@ run's job and its GPUs.
 
 - GPU keys come as ``system.gpu.0.gpu`` (legacy SDK files) or ``system/gpu.0.gpu`` (current API exports); each
   GPU index becomes ``gpu_id = wandb:<host>:<i>`` (host from ``wandb-metadata.json`` beside the file, else the
-  run directory's name). Per-GPU keys: ``gpu`` → util_pct, ``memory`` → mem_util_pct (memory controller busy,
-  like nvidia-smi utilization.memory), ``memoryAllocatedBytes`` → mem_used_mib, ``temp`` → temp_c,
-  ``powerWatts`` → power_w, ``smClock`` → sm_clock_mhz. ``memoryAllocated`` (a % of the card) is not
-  stored: without the card's size it is not MiB. ``_timestamp`` (epoch seconds) is the time.
+  run directory's name). ``i`` is CUDA's number among the devices the run could see, not the host's index, so
+  such a GPU is a second view of one of the host's cards: once the host's own telemetry is in the ledger it
+  adds no card and no evidence of which card the job had (collectors/attribute.py, "W&B series"). Per-GPU
+  keys: ``gpu`` → util_pct, ``memory`` → mem_util_pct (memory controller busy, like nvidia-smi
+  utilization.memory), ``memoryAllocatedBytes`` → mem_used_mib, ``temp`` → temp_c, ``powerWatts`` →
+  power_w, ``smClock`` → sm_clock_mhz. ``memoryAllocated`` (a % of the card) is not stored: without the
+  card's size it is not MiB. ``_timestamp`` (epoch seconds) is the time.
 - the run is the job ``wandb:<run>`` (run = directory name; ``files/`` is skipped) unless ``--job`` names
   one; samples carry that job id. Without ``--job`` the job row has kind ``training``, the metadata's GPU
   model and count (else the number of GPU indices seen), user, project and name, and spans ``startedAt`` to
@@ -21,6 +24,7 @@ from pathlib import Path
 
 import duckdb
 
+from collectors.attribute import VIEW_PREFIX
 from collectors.base import IngestOptions, Sniff, quote
 from collectors.common import Check, epoch_ts, first_violation, json_lines, sql_path
 from collectors.lines import file_lines
@@ -204,7 +208,7 @@ class WandbEvents:
         con.execute(
             f"""
             CREATE TEMP TABLE stage_samples AS
-            SELECT ts, 'wandb:' || {quote(host)} || ':' || gpu_index AS gpu_id, {pivots},
+            SELECT ts, {quote(VIEW_PREFIX)} || {quote(host)} || ':' || gpu_index AS gpu_id, {pivots},
                    max(CASE WHEN metric = 'memoryAllocatedBytes' THEN v / 1048576 END) AS mem_used_mib,
                    {quote(job_id)} AS job_id, min(line_no) AS line_no
             FROM wb_long GROUP BY ts, gpu_index ORDER BY ts, gpu_index
@@ -218,8 +222,8 @@ class WandbEvents:
         )
         con.execute(
             f"""CREATE TEMP TABLE stage_gpus AS
-                SELECT DISTINCT 'wandb:' || {quote(host)} || ':' || gpu_index AS gpu_id, {quote(host)} AS host,
-                       gpu_index, ? AS model, ? AS model_raw
+                SELECT DISTINCT {quote(VIEW_PREFIX)} || {quote(host)} || ':' || gpu_index AS gpu_id,
+                       {quote(host)} AS host, gpu_index, ? AS model, ? AS model_raw
                 FROM wb_long""",
             [normalize_model(str(meta["gpu"])) if meta.get("gpu") else None, meta.get("gpu")],
         )
@@ -255,9 +259,9 @@ class WandbMetadata:
         model_raw = meta.get("gpu")
         con.execute(
             """CREATE TEMP TABLE stage_gpus AS
-               SELECT 'wandb:' || ? || ':' || i AS gpu_id, ? AS host, i::INTEGER AS gpu_index, ? AS model,
+               SELECT ? || ? || ':' || i AS gpu_id, ? AS host, i::INTEGER AS gpu_index, ? AS model,
                       ? AS model_raw FROM range(?) t(i)""",
-            [host, host, normalize_model(str(model_raw)) if model_raw else None, model_raw, n],
+            [VIEW_PREFIX, host, host, normalize_model(str(model_raw)) if model_raw else None, model_raw, n],
         )
         if not opts.job_id:
             _stage_job(
