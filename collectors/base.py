@@ -17,6 +17,14 @@ ledger with the same rules for every source:
 :func:`ingest_file` wraps a parser and :func:`land` in one transaction with provenance: the content hash
 makes re-ingesting the same bytes a no-op, ``replace=True`` first removes what an earlier version of the same
 source brought in. Any error rolls the whole file back.
+
+Removing an ingest never removes what another ingest still holds. A row has one ``ingest_id``, its owner;
+``held_rows`` names the other ingests that hold it (a sample found already in the ledger, a job whose record
+another ingest sent too), ``ingest_sources`` the other files found to be an ingest's bytes ("already
+ingested"), ``checkpoint_placements`` the checkpoints a training log set on a job. :func:`delete_ingests`
+hands a held row to its latest other holder and takes a withdrawn log's checkpoints back;
+:func:`withdraw_source` (``--replace``) keeps an ingest another file holds. A fresh ingest with nothing
+already in the ledger writes none of these.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 import duckdb
 
+from collectors.checkpoints import record_placements, withdraw
 from collectors.common import Restage, reading
 from collectors.interleave import settle_interleaved
 from collectors.validate import record_rejections, validate_merge, validate_stage
@@ -365,7 +374,7 @@ def _land_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> dict[str, i
         )
         source = "stage_samples_uniq"
         con.execute(gaps_sql.format(source=source))
-    overlap, merged = _merge_overlap(con, source, lo, hi)
+    overlap, merged = _merge_overlap(con, source, lo, hi, ingest_id)
     # only samples not in the ledger are inserted; without overlap there is nothing to exclude
     fresh_only = "WHERE NOT EXISTS (SELECT 1 FROM stage_overlap v WHERE v.rid = sp.rowid)" if overlap else ""
     exprs = _insert_from_stage(con, "samples", ingest_id)
@@ -460,7 +469,7 @@ def _land_polls(
 ) -> dict[str, int]:
     """:func:`_land_samples` for a stage of whole polls in order (:func:`_polls_in_order`): the same
     interval_s, overlap and merge rules, in two streaming statements that keep the stage's (time) order."""
-    overlap, merged = _merge_overlap(con, "stage_samples", lo, hi)
+    overlap, merged = _merge_overlap(con, "stage_samples", lo, hi, ingest_id)
     fresh_only = "WHERE NOT EXISTS (SELECT 1 FROM stage_overlap v WHERE v.rid = s.rid)" if overlap else ""
     exprs = _insert_from_stage(con, "samples", ingest_id)
     # Only the columns that land pass through the window, which runs on one thread and copies every column
@@ -509,13 +518,19 @@ def _land_polls(
     return counts | ({"samples_merged": merged} if merged else {})
 
 
-def _merge_overlap(con: duckdb.DuckDBPyConnection, source: str, lo: object, hi: object) -> tuple[int, int]:
+def _merge_overlap(
+    con: duckdb.DuckDBPyConnection, source: str, lo: object, hi: object, ingest_id: int
+) -> tuple[int, int]:
     """Find staged samples already in the ledger and fill the ledger rows' NULLs from them.
 
     Leaves TEMP ``stage_overlap`` (rid: the staged row, fills: it adds a value) when there is any overlap,
     and ``merged_windows`` (gpu_id, lo, hi) when something was filled. Returns (overlapping, filling)
     sample counts. The join reads only ledger samples inside the batch's time span (zone maps skip the
     rest), so a batch of new times costs one empty probe.
+
+    Each overlapping sample is held by this ingest too: one ``held_rows`` row (samples, gpu_id, ts,
+    ingest_id), so that removing the ingest that owns the ledger row hands it to this one
+    (:func:`delete_ingests`). A batch with no overlap writes none.
     """
     con.execute("DROP TABLE IF EXISTS temp.merged_windows")
     cols = set(_columns(con, source, temp=True))
@@ -529,6 +544,10 @@ def _merge_overlap(con: duckdb.DuckDBPyConnection, source: str, lo: object, hi: 
         [lo, hi],
     )
     overlap, merged = con.execute("SELECT count(*), count(*) FILTER (fills) FROM stage_overlap").fetchall()[0]
+    if overlap:
+        con.execute(
+            "INSERT INTO held_rows SELECT 'samples', gpu_id, ts, ?::BIGINT FROM stage_overlap", [ingest_id]
+        )
     if merged:
         sets = ", ".join(f"{c} = coalesce(samples.{c}, n.{c})" for c in merge)
         con.execute(
@@ -622,6 +641,13 @@ def _land_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptio
               AND coalesce({staged("start_ts")}, {staged("submit_ts")}, j.end_ts) <= j.end_ts"""
     )
     con.execute("DELETE FROM stage_jobs WHERE rowid IN (SELECT rid FROM older_job_records)")
+    # Both records stay held: this ingest holds a job it sent an older record of, and the ingest whose record
+    # a newer one replaces (below) still holds that job, so removing one of them never removes a job the
+    # other still lists (delete_ingests hands it over). The row keeps the newest record's values.
+    con.execute(
+        """INSERT INTO held_rows SELECT DISTINCT 'jobs', job_id, NULL::TIMESTAMP, ?::BIGINT FROM older_job_records""",
+        [ingest_id],
+    )
     if "state" in staged_cols:
         # A pending job holds no GPU, whatever start its source shows (sacct prints the time the scheduler
         # expects it to start): it lands with no start or end and no allocation, so it costs nothing.
@@ -644,6 +670,14 @@ def _land_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptio
            WHERE last_checkpoint_ts IS NOT NULL AND job_id IN (SELECT job_id FROM stage_jobs)"""
     )
     exprs = _insert_from_stage(con, "jobs", ingest_id, defaults)
+    con.execute(
+        """INSERT INTO held_rows
+           SELECT DISTINCT 'jobs', j.job_id, NULL::TIMESTAMP, j.ingest_id FROM jobs j
+           WHERE j.job_id IN (SELECT job_id FROM stage_jobs) AND j.ingest_id <> ?
+             AND NOT EXISTS (SELECT 1 FROM held_rows h
+                             WHERE h.table_name = 'jobs' AND h.row_key = j.job_id AND h.ingest_id = j.ingest_id)""",
+        [ingest_id],
+    )
     con.execute("DELETE FROM jobs WHERE job_id IN (SELECT job_id FROM stage_jobs)")
     con.execute(
         f"""INSERT INTO jobs SELECT {", ".join(exprs)}
@@ -688,12 +722,20 @@ def delete_ingests(
     idle_min_minutes: float = 30.0,
     target_util_pct: float = 60.0,
 ) -> None:
-    """Remove everything these ingests brought in, and re-roll the GPU-minutes their samples touched."""
+    """Remove everything these ingests brought in that no other ingest holds, and re-roll the GPU-minutes
+    their removed samples touched.
+
+    A row another ingest also holds (``held_rows``: a sample it found already in the ledger, a job it sent a
+    record of) is not removed: it is handed to the latest such ingest, with the values it has, and a job's
+    allocations and training rows from the same record go with it. A checkpoint a removed training log placed
+    on a job is taken back (collectors/checkpoints.py :func:`~collectors.checkpoints.withdraw`)."""
     if not ingest_ids:
         return
     from gpuledger.ledger.rollup import refresh_windows, thresholds
 
     placeholders = ", ".join("?" for _ in ingest_ids)
+    withdraw(con, ingest_ids)
+    _hand_over(con, ingest_ids)
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE replaced_windows AS
             SELECT gpu_id, min(ts) AS lo,
@@ -714,6 +756,112 @@ def delete_ingests(
     con.execute("DROP TABLE IF EXISTS temp.replaced_windows")
 
 
+# Rows of a job's record besides the jobs row itself (land() replaces them with the job's newer record):
+# handed over with the job.
+JOB_RECORD_TABLES = ("allocations", "training_runs", "train_log")
+
+
+def _hand_over(con: duckdb.DuckDBPyConnection, ingest_ids: list[int]) -> None:
+    """Give each row these ingests own that a surviving ingest also holds to the latest such ingest (its
+    ``ingest_id`` changes, nothing else), and drop that ingest's ``held_rows`` row: it owns the row now.
+    Costs one probe of ``held_rows`` when no other ingest holds anything."""
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE removed_ingests AS SELECT unnest(?::BIGINT[]) AS ingest_id",
+        [ingest_ids],
+    )
+    others = "h.ingest_id NOT IN (SELECT ingest_id FROM removed_ingests)"
+    removed = "IN (SELECT ingest_id FROM removed_ingests)"
+    if not con.execute(f"SELECT EXISTS (SELECT 1 FROM held_rows h WHERE {others})").fetchall()[0][0]:
+        con.execute("DROP TABLE temp.removed_ingests")
+        return
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE handed_samples AS
+            SELECT h.row_key AS gpu_id, h.ts, max(h.ingest_id) AS to_id
+            FROM held_rows h JOIN samples s ON s.gpu_id = h.row_key AND s.ts = h.ts
+            WHERE h.table_name = 'samples' AND {others} AND s.ingest_id {removed}
+            GROUP BY h.row_key, h.ts"""
+    )
+    lo, hi = con.execute("SELECT min(ts), max(ts) FROM handed_samples").fetchall()[0]
+    if lo is not None:
+        con.execute(
+            f"""UPDATE samples SET ingest_id = t.to_id FROM handed_samples t
+                WHERE samples.gpu_id = t.gpu_id AND samples.ts = t.ts AND samples.ingest_id {removed}
+                  AND samples.ts BETWEEN ?::TIMESTAMP AND ?::TIMESTAMP""",
+            [lo, hi],
+        )
+        con.execute(
+            """DELETE FROM held_rows h USING handed_samples t
+               WHERE h.table_name = 'samples' AND h.row_key = t.gpu_id AND h.ts = t.ts AND h.ingest_id = t.to_id"""
+        )
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE handed_jobs AS
+            SELECT j.job_id, j.ingest_id AS from_id, max(h.ingest_id) AS to_id
+            FROM jobs j JOIN held_rows h ON h.table_name = 'jobs' AND h.row_key = j.job_id
+            WHERE {others} AND j.ingest_id {removed}
+            GROUP BY j.job_id, j.ingest_id"""
+    )
+    for table in ("jobs", *JOB_RECORD_TABLES):
+        con.execute(
+            f"""UPDATE {table} SET ingest_id = t.to_id FROM handed_jobs t
+                WHERE {table}.job_id = t.job_id AND {table}.ingest_id = t.from_id"""
+        )
+    con.execute(
+        """DELETE FROM held_rows h USING handed_jobs t
+           WHERE h.table_name = 'jobs' AND h.row_key = t.job_id AND h.ingest_id = t.to_id"""
+    )
+    for t in ("removed_ingests", "handed_samples", "handed_jobs"):
+        con.execute(f"DROP TABLE temp.{t}")
+
+
+def withdraw_source(con: duckdb.DuckDBPyConnection, key: str, opts: IngestOptions) -> list[int]:
+    """What ``--replace`` removes before the source ``key`` lands again: the ingests that only this source
+    holds. Returns their ids.
+
+    An ingest whose bytes another source also holds (``ingest_sources``: that file was reported as already
+    ingested) stays, now that source's (its ``path`` and ``source_key``); a record that this source held
+    another ingest's bytes is dropped. An ingest with the same bytes under another key is that source's and
+    stays: the file lands again beside it, its rows already in the ledger held by both."""
+    con.execute("DELETE FROM ingest_sources WHERE source_key = ?", [key])
+    earlier = [
+        int(r[0]) for r in con.execute("SELECT ingest_id FROM ingests WHERE source_key = ?", [key]).fetchall()
+    ]
+    kept = con.execute(
+        """SELECT ingest_id, arg_min(path, seen_at), arg_min(source_key, seen_at) FROM ingest_sources
+           WHERE ingest_id IN (SELECT unnest(?::BIGINT[])) GROUP BY ingest_id""",
+        [earlier],
+    ).fetchall()
+    for ingest_id, path, source_key in kept:
+        con.execute(
+            "UPDATE ingests SET path = ?, source_key = ? WHERE ingest_id = ?", [path, source_key, ingest_id]
+        )
+        con.execute(
+            "DELETE FROM ingest_sources WHERE ingest_id = ? AND source_key = ?", [ingest_id, source_key]
+        )
+    removed = [i for i in earlier if i not in {int(k[0]) for k in kept}]
+    delete_ingests(
+        con,
+        removed,
+        idle_util_pct=opts.idle_util_pct,
+        idle_min_minutes=opts.idle_min_minutes,
+        target_util_pct=opts.target_util_pct,
+    )
+    return removed
+
+
+def record_source(con: duckdb.DuckDBPyConnection, ingest_id: int, path: str, key: str) -> None:
+    """Record that the file ``path`` (source ``key``) holds the bytes of ingest ``ingest_id`` (it was
+    reported as already ingested), unless that source holds them already; see :func:`withdraw_source`.
+    Runs in the caller's transaction, or on its own."""
+    con.execute(
+        """INSERT INTO ingest_sources
+           SELECT $id, $path, $key, $now
+           WHERE NOT EXISTS (SELECT 1 FROM ingests WHERE source_key = $key
+                               AND content_sha256 = (SELECT content_sha256 FROM ingests WHERE ingest_id = $id))
+             AND NOT EXISTS (SELECT 1 FROM ingest_sources WHERE ingest_id = $id AND source_key = $key)""",
+        {"id": ingest_id, "path": path, "key": key, "now": dt.datetime.now(dt.UTC).replace(tzinfo=None)},
+    )
+
+
 def record_ingest(
     con: duckdb.DuckDBPyConnection,
     ingest_id: int,
@@ -725,6 +873,8 @@ def record_ingest(
     rows: dict[str, int],
     skipped: dict[str, int],
 ) -> None:
+    """Record the ingest's provenance (after :func:`land`, in its transaction), and drop what it makes
+    redundant in ``held_rows`` (:func:`_prune_held`)."""
     con.execute(
         "INSERT INTO ingests VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         [
@@ -737,6 +887,35 @@ def record_ingest(
             json.dumps(skipped, sort_keys=True),
             dt.datetime.now(dt.UTC).replace(tzinfo=None),
         ],
+    )
+    _prune_held(con, ingest_id, source_key)
+
+
+def _prune_held(con: duckdb.DuckDBPyConnection, ingest_id: int, source_key: str) -> None:
+    """One holder per source is enough: an earlier ingest of the same source key no longer holds the rows
+    this one holds or owns. ``--replace`` removes a source's ingests together, so its claim added nothing,
+    and without this a log re-ingested as it grows (or a Slurm poll re-sending its running jobs) would add
+    a ``held_rows`` row per sample (job) at every run. An ingest another file holds the bytes of
+    (``ingest_sources``) keeps its claims: ``--replace`` of the key leaves it to that file. Costs one probe
+    when no earlier ingest of the source holds anything (a new file, a collector's flushes)."""
+    earlier = """SELECT ingest_id FROM ingests WHERE source_key = $key AND ingest_id <> $id
+                   AND ingest_id NOT IN (SELECT ingest_id FROM ingest_sources)"""
+    params = {"key": source_key, "id": ingest_id}
+    if not con.execute(
+        f"SELECT EXISTS (SELECT 1 FROM held_rows WHERE ingest_id IN ({earlier}))", params
+    ).fetchall()[0][0]:
+        return
+    con.execute(
+        f"""DELETE FROM held_rows WHERE table_name = 'jobs' AND ingest_id IN ({earlier})
+              AND (row_key IN (SELECT job_id FROM jobs WHERE ingest_id = $id)
+                   OR row_key IN (SELECT row_key FROM held_rows WHERE table_name = 'jobs' AND ingest_id = $id))""",
+        params,
+    )
+    con.execute(
+        f"""DELETE FROM held_rows h WHERE h.table_name = 'samples' AND h.ingest_id IN ({earlier})
+              AND EXISTS (SELECT 1 FROM held_rows c WHERE c.ingest_id = $id AND c.table_name = 'samples'
+                            AND c.row_key = h.row_key AND c.ts = h.ts)""",
+        params,
     )
 
 
@@ -789,6 +968,7 @@ def ingest_file(
             digest = sha256_file(p)
         seen = _seen_hash(con, digest)
         if seen is not None and not opts.replace:
+            record_source(con, seen, str(p.resolve()), key)
             return IngestReport(str(p), parser.name, seen, already=True)
     else:
         hashing = Hashing(p)  # hashed while DuckDB stages it (a new source is rarely a copy of an old one)
@@ -798,21 +978,7 @@ def ingest_file(
 
     def work() -> IngestReport:
         nonlocal digest
-        earlier: list[int] = []
-        if opts.replace:
-            earlier = [
-                int(r[0])
-                for r in con.execute(
-                    "SELECT ingest_id FROM ingests WHERE source_key = ? OR content_sha256 = ?", [key, digest]
-                ).fetchall()
-            ]
-            delete_ingests(
-                con,
-                earlier,
-                idle_util_pct=opts.idle_util_pct,
-                idle_min_minutes=opts.idle_min_minutes,
-                target_util_pct=opts.target_util_pct,
-            )
+        earlier = withdraw_source(con, key, opts) if opts.replace else []
         if not ids:
             ids.append(next_ingest_id(con))
         ingest_id = ids[0]
@@ -826,6 +992,7 @@ def ingest_file(
             raise _AlreadyIngested(seen)  # the same bytes under another name: nothing lands (rolled back)
         with reading(p, landing=True):
             rows, notes = split_sample_notes(land(con, ingest_id, opts))
+        record_placements(con, ingest_id)  # checkpoints a training log placed (collectors/checkpoints.py)
         skipped = {**skipped, **notes}
         if bad:
             record_rejections(con, ingest_id, str(p.resolve()), bad)
@@ -865,6 +1032,7 @@ def ingest_file(
             opts = replace(opts, **again.changes)  # work() reads opts when it runs
             return run_in_transaction(con, work)
     except _AlreadyIngested as done:
+        record_source(con, done.ingest_id, str(p.resolve()), key)
         return IngestReport(str(p), parser.name, done.ingest_id, already=True)
     finally:
         if hashing is not None:
@@ -919,7 +1087,13 @@ def _seen_hash(con: duckdb.DuckDBPyConnection, digest: str) -> int | None:
 
 
 def _seen_source(con: duckdb.DuckDBPyConnection, key: str) -> bool:
-    return bool(con.execute("SELECT count(*) FROM ingests WHERE source_key = ?", [key]).fetchall()[0][0])
+    return bool(
+        con.execute(
+            """SELECT EXISTS (SELECT 1 FROM ingests WHERE source_key = $key)
+                      OR EXISTS (SELECT 1 FROM ingest_sources WHERE source_key = $key)""",
+            {"key": key},
+        ).fetchall()[0][0]
+    )
 
 
 def wants_progress(opts: IngestOptions, size_bytes: int, streams: tuple[TextIO, ...] | None = None) -> bool:

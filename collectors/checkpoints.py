@@ -41,6 +41,12 @@ field of its own (:data:`EXPLICIT_SOURCES`) keeps the earlier of its given check
 other job's value can only have come from a log and is replaced by the log's answer, so re-ingesting a log
 gives the same value again. A checkpoint that cannot be placed (the job is not in the ledger yet, has no
 start, ...) is reported as a note of the ingest and nothing is written.
+
+**Taken back with its log:** each placement is kept in ``checkpoint_placements`` (the log's ingest, the time
+it placed, and the job's value before any log placed one). Removing the log's ingest (``--replace``, also
+with ``--job`` naming another job) gives the job what the remaining logs place on that value, or the value
+itself when none is left (:func:`withdraw`); a job whose row a newer record with a checkpoint of its own has
+replaced since is left alone.
 """
 
 from __future__ import annotations
@@ -219,7 +225,8 @@ def place(
     last_step: int,
     elapsed: list[tuple[int, float]] | None = None,
 ) -> dict[str, int]:
-    """Write ``ckpt``'s time into ``jobs.last_checkpoint_ts`` of ``job_id`` (inside the ingest's transaction).
+    """Write ``ckpt``'s time into ``jobs.last_checkpoint_ts`` of ``job_id`` (inside the ingest's transaction),
+    and note it in TEMP ``stage_checkpoints`` for :func:`record_placements`.
 
     Returns the ingest's note when a checkpoint was found for a ``--job`` but cannot be placed; a run with no
     ``--job`` has its own job with no start, so nothing is placed and nothing is said.
@@ -238,15 +245,89 @@ def place(
     at, why = checkpoint_time(ckpt, start, end, last_step, elapsed or [])
     if at is None:
         return {f"{what}: {why}": 1}
-    explicit = ", ".join("'" + s + "'" for s in EXPLICIT_SOURCES)
+    current, source = con.execute(
+        "SELECT last_checkpoint_ts, source FROM jobs WHERE job_id = ?", [job_id]
+    ).fetchall()[0]
+    placed = _placements(con, job_id)
+    if placed and _combined(source, placed[0][2], [ts for _, ts, _ in placed]) != current:
+        # the job's row was replaced by a record with a checkpoint of its own since: those logs no longer
+        # make its value, and removing them must not restore one from before that record
+        con.execute("DELETE FROM checkpoint_placements WHERE job_id = ?", [job_id])
+        placed = []
+    base = placed[0][2] if placed else current
     con.execute(
-        f"""UPDATE jobs SET last_checkpoint_ts =
-                CASE WHEN source IN ({explicit}) AND last_checkpoint_ts IS NOT NULL
-                     THEN least(last_checkpoint_ts, ?::TIMESTAMP) ELSE ?::TIMESTAMP END
-            WHERE job_id = ?""",
-        [at, at, job_id],
+        "UPDATE jobs SET last_checkpoint_ts = ? WHERE job_id = ?", [_combined(source, current, [at]), job_id]
     )
+    # what this ingest placed, recorded under its id once it has landed (record_placements), so that
+    # removing the ingest takes it back (withdraw)
+    con.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS stage_checkpoints (job_id VARCHAR, checkpoint_ts TIMESTAMP, base_ts TIMESTAMP)"
+    )
+    con.execute("INSERT INTO stage_checkpoints VALUES (?, ?, ?)", [job_id, at, base])
     return {}
+
+
+def _combined(source: str | None, base: dt.datetime | None, placed: list[dt.datetime]) -> dt.datetime | None:
+    """A job's last_checkpoint_ts once logs placed ``placed`` (in ingest order) on its record's ``base``: for
+    a job from a source with a checkpoint of its own, the earliest of them all; else the latest log's."""
+    if source in EXPLICIT_SOURCES:
+        return min([t for t in (base, *placed) if t is not None], default=None)
+    return placed[-1] if placed else base
+
+
+def _placements(
+    con: duckdb.DuckDBPyConnection, job_id: str
+) -> list[tuple[int, dt.datetime, dt.datetime | None]]:
+    """(ingest_id, checkpoint_ts, base_ts) of the placements on ``job_id`` in the ledger, in ingest order."""
+    return [
+        (int(r[0]), r[1], r[2])
+        for r in con.execute(
+            "SELECT ingest_id, checkpoint_ts, base_ts FROM checkpoint_placements WHERE job_id = ? ORDER BY ingest_id",
+            [job_id],
+        ).fetchall()
+    ]
+
+
+def record_placements(con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
+    """Keep what :func:`place` did in this ingest (TEMP ``stage_checkpoints``) in ``checkpoint_placements``
+    under ``ingest_id``; nothing to do (one catalog lookup) for an ingest that placed nothing."""
+    try:
+        con.table("temp.stage_checkpoints")
+    except duckdb.CatalogException:
+        return
+    con.execute(
+        "INSERT INTO checkpoint_placements SELECT job_id, ?, checkpoint_ts, base_ts FROM stage_checkpoints",
+        [ingest_id],
+    )
+    con.execute("DROP TABLE temp.stage_checkpoints")
+
+
+def withdraw(con: duckdb.DuckDBPyConnection, ingest_ids: list[int]) -> None:
+    """Take back the checkpoints these (training log) ingests placed, before they are removed.
+
+    Each job they placed one on gets the value the other logs' placements give on its record's own
+    (``base_ts``): the latest remaining log's checkpoint, or the record's own when none is left (for a job
+    from a source with a checkpoint field, the earliest of these). A job whose value is no longer the one
+    the placements give (a newer record with its own checkpoint replaced it) is left as it is."""
+    jobs = [
+        r[0]
+        for r in con.execute(
+            "SELECT DISTINCT job_id FROM checkpoint_placements WHERE ingest_id IN (SELECT unnest(?::BIGINT[]))",
+            [ingest_ids],
+        ).fetchall()
+    ]
+    gone = set(ingest_ids)
+    for job_id in jobs:
+        row = con.execute("SELECT last_checkpoint_ts, source FROM jobs WHERE job_id = ?", [job_id]).fetchall()
+        if not row:
+            continue
+        current, source = row[0]
+        placed = _placements(con, job_id)
+        base = placed[0][2]
+        if _combined(source, base, [ts for _, ts, _ in placed]) != current:
+            continue
+        kept = _combined(source, base, [ts for i, ts, _ in placed if i not in gone])
+        con.execute("UPDATE jobs SET last_checkpoint_ts = ? WHERE job_id = ?", [kept, job_id])
 
 
 def _one(con: duckdb.DuckDBPyConnection, sql: str) -> tuple:

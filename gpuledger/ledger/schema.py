@@ -439,7 +439,38 @@ SCHEMA_V4: list[str] = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4]
+# Version 5: who else holds a row, so that removing an ingest (--replace) never removes what another ingest
+# still holds (collectors/base.py delete_ingests). A row's own ingest_id names one ingest; these name the
+# others. A ledger at an earlier version starts with them empty: which ingests held its older rows was never
+# recorded, so for those rows --replace removes what the replaced ingest owns, as before.
+SCHEMA_V5: list[str] = [
+    """
+    CREATE TABLE IF NOT EXISTS held_rows (
+        table_name  VARCHAR NOT NULL,          -- ledger table of the row: samples | jobs
+        row_key     VARCHAR NOT NULL,          -- the row's key there: jobs.job_id, or samples.gpu_id (with ts)
+        ts          TIMESTAMP,                 -- samples: the sample's time (UTC), with row_key its (gpu_id, ts); NULL for jobs
+        ingest_id   BIGINT NOT NULL            -- an ingest that also brought the row (a sample already in the ledger, a job's record sent again or kept out as older): removing the row's own ingest hands the row to the latest such one instead of deleting it
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS ingest_sources (
+        ingest_id   BIGINT NOT NULL,           -- ingests.ingest_id whose bytes another source has too
+        path        VARCHAR NOT NULL,          -- absolute path of that other file (reported as already ingested)
+        source_key  VARCHAR NOT NULL,          -- its --replace key: --replace of the ingest's own key leaves the ingest to this source, and --replace of this key only drops this row
+        seen_at     TIMESTAMP NOT NULL         -- UTC wall time it was found already ingested
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS checkpoint_placements (
+        job_id        VARCHAR NOT NULL,        -- jobs.job_id whose last_checkpoint_ts a training log set (ingest --job; collectors/checkpoints.py)
+        ingest_id     BIGINT NOT NULL,         -- ingests.ingest_id of that log
+        checkpoint_ts TIMESTAMP NOT NULL,      -- the checkpoint time it placed (UTC)
+        base_ts       TIMESTAMP                -- the job's last_checkpoint_ts before any log placed one (UTC; NULL: none): what removing the last placement restores
+    )
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 TABLES = (
@@ -465,9 +496,13 @@ TABLES = (
     "rejected_rows",
     "host_attribution",
     "process_shares",
+    "held_rows",
+    "ingest_sources",
+    "checkpoint_placements",
 )
 
-# Tables whose rows belong to one ingest (deleted with it on --replace).
+# Tables whose rows belong to one ingest (deleted with it on --replace; collectors/base.py delete_ingests first
+# hands a row another ingest also holds to that one), and the version-5 records of what else an ingest holds.
 INGESTED_TABLES = (
     "prices",
     "samples",
@@ -480,6 +515,9 @@ INGESTED_TABLES = (
     "capacity",
     "rejected_rows",
     "process_shares",
+    "held_rows",
+    "ingest_sources",
+    "checkpoint_placements",
 )
 
 

@@ -101,11 +101,6 @@ def test_the_rule_holds_for_a_jobs_table_too(ledger, tmp_path):
     assert ledger.execute("SELECT state, end_ts FROM jobs").fetchall() == [("FAILED", T(2025, 3, 1, 6))]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a job row has one ingest_id, so --replace of the last ingest that re-sent it deletes it although an "
-    "earlier ingest still holds it; needs a record of every ingest that holds a job, read by delete_ingests",
-)
 def test_replace_keeps_a_job_that_another_dump_still_holds(tmp_path):
     # jobs 1, 2, 3: 1 GPU for 1 h each
     rows = {
