@@ -24,10 +24,13 @@ Price rules (docs/metrics.md, "Cost"):
   are billed for one GPU. What a job declared beyond its share is ``oversubscribed_gpu_hours``: reported, not
   billed (:data:`SHARED_SEGMENTS_SQL`). Fractions that fit in one GPU are each job's own and are billed as
   declared;
-- telemetry-only GPUs (samples, but no allocation names the GPU or its host, and no sample of it carries a
-  known job) are costed as pseudo-jobs ``unattributed:<gpu_id>`` (user and team "unattributed", kind
-  "other", 1 GPU, on_demand for the GPU's model) held from their first sample in the view to the end of
-  their last one (its ts + interval_s), so a lone nvidia-smi log still shows what its idle time cost.
+- telemetry-only cards (samples, but no allocation names the card, one of its MIG instances or its host, and
+  no sample of any of them carries a known job) are costed as pseudo-jobs ``unattributed:<card>`` (user and
+  team "unattributed", kind "other", 1 GPU, on_demand for the card's model) held from the first sample of
+  the card or any of its instances in the view to the end of the last one (its ts + interval_s), so a lone
+  nvidia-smi log still shows what its idle time cost, and a MIG card is billed once, not once per instance
+  (and once more for the card when nvidia-smi -q -x lists it too). A card is ``coalesce(parent_gpu_id,
+  gpu_id)``: a MIG instance counts as its card (:data:`TELEMETRY_ONLY_GPUS_SQL`).
 """
 
 from __future__ import annotations
@@ -72,36 +75,80 @@ JOB_COST_COLUMNS = {
 UNATTRIBUTED = "unattributed"
 PSEUDO_PREFIX = "unattributed:"
 
-# GPUs whose telemetry no job record claims: no allocation names the GPU (or, for host-only allocations,
-# its host) and none of its samples carries the id of a known job. Their samples belong to a pseudo-job.
-TELEMETRY_ONLY_GPUS_SQL = """
-    SELECT g.gpu_id FROM gpus g
-    WHERE NOT EXISTS (SELECT 1 FROM allocations a WHERE a.gpu_id = g.gpu_id)
-      -- apart, not one EXISTS with OR: each is then a hash anti-join, not a nested loop over every
-      -- (GPU, allocation) pair (1,232 GPUs × 66 k allocations: 0.2 s a page)
-      AND NOT EXISTS (SELECT 1 FROM allocations a WHERE a.gpu_id IS NULL AND a.host = g.host)
-      AND NOT EXISTS (SELECT 1 FROM samples_day m JOIN jobs jj ON jj.job_id = m.job_id
-                      WHERE m.gpu_id = g.gpu_id)
-      AND EXISTS (SELECT 1 FROM samples_day m WHERE m.gpu_id = g.gpu_id)
+# GPUs whose telemetry no job record claims, decided per physical card (``card`` = coalesce(parent_gpu_id,
+# gpu_id): a MIG instance counts as its card): no allocation names the card or any of its instances (or, for
+# host-only allocations, the host of one of them), and no sample of any of them carries the id of a known job.
+# The samples of such a card's GPU rows belong to its one pseudo-job (:func:`pseudo_jobs_sql`). A card some
+# of whose instances a job holds is not telemetry-only: its other instances' time is unallocated capacity
+# (analytics/waste.py), never a pseudo-job beside the job.
+#
+# One row per such GPU with samples: gpu_id, card, and the share of its card the GPU's samples stand for,
+# card_share = card_units / card_slices: 1 for the card itself (and for a second view of the whole card, a
+# W&B series of it); for a MIG instance its compute slices over the card's — 7 (A100, H100, H200, B200), 4
+# on an A30, the rule collectors/sacct.py counts ``gres/gpu:a100_3g.20gb`` by — so 3g.40gb is 3/7 and the
+# compute instance 1c.3g.40gb 1/7; a profile nvidia-smi could not size (``?g.20gb``): its memory over the
+# catalog card's; else one slice. Whole slices are kept apart (3 of 7) so that sums weighted by them are
+# exact where the samples' are (analytics/utilization.py divides a job's sums by the card's slices once);
+# a card without MIG instances is 1 of 1.
+TELEMETRY_ONLY_GPUS_SQL = r"""
+    WITH gc AS (SELECT gpu_id, coalesce(parent_gpu_id, gpu_id) AS card, host FROM gpus),
+    -- apart, not one EXISTS with OR: each is then a hash semi-join, not a nested loop over every
+    -- (GPU, allocation) pair (1,232 GPUs × 66 k allocations: 0.2 s a page)
+    claimed AS (
+        SELECT card FROM gc WHERE gpu_id IN (SELECT gpu_id FROM allocations WHERE gpu_id IS NOT NULL)
+        UNION SELECT card FROM gc WHERE card IN (SELECT gpu_id FROM allocations WHERE gpu_id IS NOT NULL)
+        UNION SELECT card FROM gc WHERE host IN (SELECT host FROM allocations WHERE gpu_id IS NULL)
+        UNION SELECT card FROM gc
+              WHERE gpu_id IN (SELECT m.gpu_id FROM samples_day m JOIN jobs jj ON jj.job_id = m.job_id)
+    ),
+    sized AS (
+        SELECT g.gpu_id, gc.card,
+               -- a MIG instance (a profile, or the <card>/<instance> id); another row with a parent (a W&B
+               -- series, a second view of the whole card: collectors/attribute.py) stands for all of it
+               g.parent_gpu_id IS NOT NULL
+                   AND (g.mig_profile IS NOT NULL OR starts_with(g.gpu_id, g.parent_gpu_id || '/')) AS instance,
+               CASE WHEN regexp_matches(lower(concat_ws(' ', g.model, g.model_raw)), 'a30\b') THEN 4.0
+                    ELSE 7.0 END AS slices,
+               coalesce(TRY_CAST(nullif(regexp_extract(g.mig_profile, '^(\d+)c\.', 1), '') AS DOUBLE),
+                        TRY_CAST(nullif(regexp_extract(g.mig_profile, '^(?:\d+c\.)?(\d+)g\.', 1), '') AS DOUBLE))
+                   AS used,
+               g.memory_total_mib / nullif(c.memory_mib, 0) AS mem_share
+        FROM gpus g JOIN gc USING (gpu_id) LEFT JOIN gpu_catalog c ON c.model = g.model
+        WHERE gc.card NOT IN (SELECT card FROM claimed)
+          AND g.gpu_id IN (SELECT gpu_id FROM samples_day)
+    ),
+    units AS (
+        SELECT gpu_id, card, bool_or(instance) OVER (PARTITION BY card) AS mig,
+               CASE WHEN instance THEN least(slices, coalesce(used, mem_share * slices, 1.0)) ELSE slices END
+                   AS slice_units,
+               slices
+        FROM sized
+    )
+    SELECT gpu_id, card,
+           CASE WHEN mig THEN slice_units ELSE 1.0 END AS card_units,
+           CASE WHEN mig THEN slices ELSE 1.0 END AS card_slices,
+           CASE WHEN mig THEN slice_units / slices ELSE 1.0 END AS card_share
+    FROM units
 """
 
 
 def pseudo_jobs_sql(lo: dt.datetime, hi: dt.datetime) -> tuple[str, list[object]]:
-    """Rows shaped like ``jobs`` for the telemetry-only GPUs with samples in [lo, hi).
+    """Rows shaped like ``jobs`` for the telemetry-only cards with samples in [lo, hi): one per card, however
+    many of its GPU rows (the card, its MIG instances) report.
 
     Read from the per-day rollup (first sample, and max(ts + interval_s), of each GPU-day): ``lo`` and
     ``hi`` are midnights, so the days inside hold exactly the samples inside."""
     sql = f"""
-    SELECT '{PSEUDO_PREFIX}' || s.gpu_id AS job_id, 'telemetry' AS source, any_value(g.cluster) AS cluster,
+    SELECT '{PSEUDO_PREFIX}' || t.card AS job_id, 'telemetry' AS source, any_value(g.cluster) AS cluster,
            '{UNATTRIBUTED}' AS user_name, '{UNATTRIBUTED}' AS team, NULL::VARCHAR AS project,
-           '{PSEUDO_PREFIX}' || s.gpu_id AS name, 'other' AS kind, any_value(g.model) AS gpu_model,
+           '{PSEUDO_PREFIX}' || t.card AS name, 'other' AS kind, any_value(g.model) AS gpu_model,
            1.0::DOUBLE AS gpu_count, 'on_demand' AS pricing_tier, NULL::TIMESTAMP AS submit_ts,
            min(s.first_ts) AS start_ts, max(s.max_end_ts) AS end_ts,
            'UNKNOWN' AS state, NULL::VARCHAR AS exit_reason, NULL::TIMESTAMP AS last_checkpoint_ts,
            NULL::BIGINT AS ingest_id
     FROM samples_day s JOIN ({telemetry_only_gpus_sql()}) t USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
     WHERE s.day >= ?::DATE AND s.day < ?::DATE
-    GROUP BY s.gpu_id
+    GROUP BY t.card
     """
     return sql, [lo, hi]
 
@@ -340,7 +387,7 @@ def job_costs(
 ) -> pl.DataFrame:
     """One row per job overlapping the view: hours, GPU-hours and dollars inside it (JOB_COST_COLUMNS).
 
-    Includes the ``unattributed:<gpu_id>`` pseudo-jobs of telemetry-only GPUs unless ``unattributed`` is
+    Includes the ``unattributed:<card>`` pseudo-jobs of telemetry-only cards unless ``unattributed`` is
     False.
     """
     as_of = as_of or horizon(con)

@@ -6,9 +6,11 @@ samples per job, so a job's utilization is one number on every page. A running j
 horizon is one of them (its span, ``job_costs``' ``span_start``..``span_end``, ends at the horizon), and so is
 a sample a source tied to a job just outside its times; where such samples make a job's covered time exceed
 its held time, the dollars are clamped to what the job cost (recommend.py's reclaim_idle, as waste.py does).
-The samples of a telemetry-only GPU (no job) belong to its ``unattributed:<gpu_id>`` pseudo-job
-(analytics/cost.py). Samples with a NULL metric are left out of that metric's mean (NULL means "not reported",
-never 0).
+The samples of a telemetry-only card (no job) belong to its ``unattributed:<card>`` pseudo-job
+(analytics/cost.py), their seconds weighted by the share of the card each GPU row stands for (a MIG
+instance's slices: analytics.utilization's ``card_u`` / ``card_per``), as in its utilization and waste; a
+single GPU's own figures (``unused_gpus``) are its plain time-weighted mean. Samples with a NULL metric are
+left out of that metric's mean (NULL means "not reported", never 0).
 
 Idle stretches are analytics.utilization's (the shared waste contract, docs/metrics.md): maximal runs of
 consecutive samples of one GPU within one job, each at ``util_pct <= idle_util_pct``, with no sample gap in
@@ -47,7 +49,7 @@ HIGH_UTIL_PCT = 70.0  # input-bound: a "burst"
 SIGNAL_COLUMNS = {
     "job_id": "",
     "held_gpu_s": "gpu_count × seconds inside the view",
-    "covered_gpu_s": "Σ interval_s of the job's samples in the view",
+    "covered_gpu_s": "Σ interval_s of the job's samples in the view (a pseudo-job's MIG instances: × card share)",
     "n_samples": "samples in the view",
     "gpus_seen": "distinct GPUs with samples",
     "mean_util_pct": "time-weighted mean utilization.gpu over samples with util (NULL when none)",
@@ -62,7 +64,7 @@ SIGNAL_COLUMNS = {
     "burst_share": "share of samples above 70 % utilization",
     "swing_rate": "share of consecutive sample pairs (same GPU, no gap) that swing between < 10 % and > 70 %",
     "unused_gpus": "GPUs of the job whose mean utilization is at or under the idle threshold",
-    "idle_s": "Σ interval_s inside idle stretches (all GPUs)",
+    "idle_s": "Σ interval_s inside idle stretches (all GPUs; a pseudo-job's MIG instances: × card share)",
     "idle_s_on_used_gpus": "the same, over GPUs not counted in unused_gpus",
     "idle_stretches": "number of idle stretches",
 }
@@ -85,7 +87,8 @@ def _samples_cte(filters: Filters, settings: Settings, as_of: dt.datetime | None
     sql = f"""
     vj AS ({vj}),
     s AS (
-        SELECT f.job_id, f.gpu_id, f.ts, f.interval_s, f.util_pct, f.mem_used_mib, f.mem_total_mib,
+        SELECT f.job_id, f.gpu_id, f.ts, f.interval_s, f.card_u, f.card_per, f.util_pct, f.mem_used_mib,
+               f.mem_total_mib,
                f.sm_active_pct, f.tensor_active_pct, f.temp_c, f.throttle_reasons, f.in_idle
         FROM ({flagged}) f JOIN vj ON f.job_id = vj.job_id
     ),
@@ -116,12 +119,14 @@ def _fast_stretches(
     sql = f"""
     WITH vj AS (SELECT job_id FROM ({jobs_sql})), tele AS ({telemetry_only_gpus_sql()}),
     p AS (
-        SELECT CASE WHEN t.gpu_id IS NOT NULL THEN '{PSEUDO_PREFIX}' || r.gpu_id ELSE r.job_id END AS job_id,
-               r.gpu_id, r.run_start, r.first_ts, r.end_ts, r.idle_s
+        SELECT CASE WHEN t.gpu_id IS NOT NULL THEN '{PSEUDO_PREFIX}' || t.card ELSE r.job_id END AS job_id,
+               r.gpu_id, r.run_start, r.first_ts, r.end_ts, r.idle_s,
+               coalesce(t.card_units, 1.0) AS card_u, coalesce(t.card_slices, 1.0) AS card_per
         FROM idle_runs r LEFT JOIN tele t ON t.gpu_id = r.gpu_id
         WHERE r.run_s >= {min_s} AND r.day >= ?::DATE AND r.day < ?::DATE
     )
-    SELECT job_id, gpu_id, min(first_ts) AS start_ts, max(end_ts) AS end_ts, sum(idle_s) AS idle_s
+    SELECT job_id, gpu_id, min(first_ts) AS start_ts, max(end_ts) AS end_ts,
+           sum(idle_s * card_u) / max(card_per) AS idle_s
     FROM p WHERE job_id IN (SELECT job_id FROM vj)
     GROUP BY job_id, gpu_id, run_start
     """
@@ -136,7 +141,8 @@ def idle_stretches(
     as_of: dt.datetime | None = None,
     source: Source = "auto",
 ) -> pl.DataFrame:
-    """One row per idle stretch: job_id, gpu_id, start_ts, end_ts (UTC), idle_s (Σ interval_s, seconds).
+    """One row per idle stretch: job_id, gpu_id, start_ts, end_ts (UTC), idle_s (Σ interval_s, seconds; of a
+    pseudo-job's MIG instance, × its card share).
 
     Stretch membership is analytics.utilization's (the waste taxonomy's), so these seconds are the ones
     idle_allocated_usd prices. ``source``: as in analytics.utilization (same rows either way).
@@ -165,7 +171,7 @@ def _raw_stretches(
     )
     SELECT job_id, gpu_id, min(ts) AS start_ts,
            max(ts + to_microseconds((interval_s * 1e6)::BIGINT)) AS end_ts,
-           sum(interval_s) AS idle_s
+           sum(interval_s * card_u) / max(card_per) AS idle_s
     FROM grouped WHERE in_idle
     GROUP BY job_id, gpu_id, run
     ORDER BY job_id, gpu_id, start_ts
@@ -216,14 +222,14 @@ def job_signals(
         ),
         agg AS (
             SELECT job_id,
-                   sum(covered_s) AS covered_gpu_s,
+                   sum(covered_s * card_u) / max(card_per) AS covered_gpu_s,
                    sum(n)::BIGINT AS n_samples,
                    count(DISTINCT gpu_id) AS gpus_seen,
-                   sum(util_s) * 100.0 / sum(util_cov_s) AS mean_util_pct,
+                   sum(util_s * card_u) * 100.0 / sum(util_cov_s * card_u) AS mean_util_pct,
                    max(mem_used_max_mib)::DOUBLE AS peak_mem_mib,
                    greatest(max(mem_total_mib), max(card_mib) FILTER (WHERE n_no_total > 0)) AS mem_total_mib,
-                   sum(sm_active_s) * 100.0 / sum(sm_cov_s) AS sm_active_pct,
-                   sum(tensor_active_s) * 100.0 / sum(tensor_cov_s) AS tensor_active_pct,
+                   sum(sm_active_s * card_u) * 100.0 / sum(sm_cov_s * card_u) AS sm_active_pct,
+                   sum(tensor_active_s * card_u) * 100.0 / sum(tensor_cov_s * card_u) AS tensor_active_pct,
                    sum(throttled_n) / nullif(sum(throttle_n), 0) AS throttled_share,
                    sum(hot_n) / nullif(sum(temp_n), 0) AS hot_share,
                    max(temp_max_c)::FLOAT AS max_temp_c,
@@ -274,17 +280,17 @@ _PAIRS_RAW = f"""
         FROM linked GROUP BY job_id"""
 _AGG_RAW = f"""
         SELECT job_id,
-               sum(interval_s) AS covered_gpu_s,
+               sum(interval_s * card_u) / max(card_per) AS covered_gpu_s,
                count(*) AS n_samples,
                count(DISTINCT gpu_id) AS gpus_seen,
-               sum(util_pct * interval_s) / sum(CASE WHEN util_pct IS NOT NULL THEN interval_s END)
+               sum(util_pct * interval_s * card_u) / sum(CASE WHEN util_pct IS NOT NULL THEN interval_s * card_u END)
                    AS mean_util_pct,
                max(mem_used_mib) AS peak_mem_mib,
                max(mem_total_mib) AS mem_total_mib,
-               sum(sm_active_pct * interval_s) / sum(CASE WHEN sm_active_pct IS NOT NULL THEN interval_s END)
-                   AS sm_active_pct,
-               sum(tensor_active_pct * interval_s)
-                   / sum(CASE WHEN tensor_active_pct IS NOT NULL THEN interval_s END) AS tensor_active_pct,
+               sum(sm_active_pct * interval_s * card_u)
+                   / sum(CASE WHEN sm_active_pct IS NOT NULL THEN interval_s * card_u END) AS sm_active_pct,
+               sum(tensor_active_pct * interval_s * card_u)
+                   / sum(CASE WHEN tensor_active_pct IS NOT NULL THEN interval_s * card_u END) AS tensor_active_pct,
                avg(CASE WHEN throttle_reasons IS NOT NULL
                         THEN (throttle_reasons & {POWER_THERMAL_MASK}::UBIGINT <> 0)::INT END) AS throttled_share,
                avg(CASE WHEN temp_c IS NOT NULL THEN (temp_c >= {HOT_TEMP_C})::INT END) AS hot_share,

@@ -2,8 +2,12 @@
 
 Definitions (docs/metrics.md, "Utilization"):
 - a sample counts for the job it is attributed to (``samples.job_id``, stamped at ingest), so a job's mean is
-  over the GPUs it held, never over its whole host; telemetry-only GPUs count for their
-  ``unattributed:<gpu_id>`` pseudo-job (analytics/cost.py);
+  over the GPUs it held, never over its whole host; telemetry-only cards count for their
+  ``unattributed:<card>`` pseudo-job (analytics/cost.py), each sample weighted by the share of the card its
+  GPU row stands for (1 for a whole card, 3/7 for a 3g MIG instance of an A100), so the instances of one card
+  add up to at most that card. The weight is kept as whole slices (``card_u``: 3 of ``card_per`` 7) and
+  each job's sums are divided by the slices once, so raw samples and rollups sum the same exact numbers
+  (time-weighted percentiles and means need no division at all);
 - a sample stands for ``interval_s`` seconds; means are time-weighted: ``Σ util_pct × interval_s / Σ
   interval_s`` over samples with a reading;
 - held time with no reading is *unknown*, neither idle nor busy: ``unknown_share`` reports it;
@@ -41,7 +45,7 @@ GAP_TOLERANCE = 1.5  # a next sample later than 1.5 × interval_s means a gap be
 
 # Per-job sums over the job's samples inside the view; both sources produce exactly these columns.
 TOTAL_COLUMNS = {
-    "job_id": "job (or unattributed:<gpu_id> pseudo-job)",
+    "job_id": "job (or unattributed:<card> pseudo-job)",
     "n_samples": "samples",
     "sampled_s": "Σ interval_s of all samples",
     "util_cov_s": "Σ interval_s of samples with a utilization reading (covered time)",
@@ -81,7 +85,11 @@ def flagged_samples_sql(
     filters: Filters, settings: Settings, as_of: dt.datetime | None
 ) -> tuple[str, list[object]]:
     """Raw samples of the view's jobs inside the view, one row each, with ``in_idle`` (idle-stretch
-    membership), ``energy_sample_j`` and ``mem_total_mib`` resolved (sample, else GPU, else catalog)."""
+    membership), ``energy_sample_j`` and ``mem_total_mib`` resolved (sample, else GPU, else catalog), and
+    ``card_u`` / ``card_per``: the slices of its card the sample stands for, and the card's slices (a
+    telemetry-only MIG card's GPU rows: analytics.cost's ``card_units`` / ``card_slices``; every other sample
+    1 / 1), so a job's sum of x is Σ x × card_u / card_per. Idle stretches and gaps are read in the samples'
+    own time (``interval_s``); only the sums are weighted."""
     jobs_sql, jobs_params = job_costs_sql(filters, as_of)
     lo, hi = view_bounds(filters)
     idle = float(settings.idle_util_pct)
@@ -95,7 +103,8 @@ def flagged_samples_sql(
                coalesce(s.mem_total_mib, g.memory_total_mib, c.memory_mib) AS mem_total_mib,
                s.sm_active_pct::DOUBLE AS sm_active_pct, s.tensor_active_pct::DOUBLE AS tensor_active_pct,
                s.power_w::DOUBLE AS power_w, s.energy_j, s.throttle_reasons, s.temp_c,
-               CASE WHEN t.gpu_id IS NOT NULL THEN '{PSEUDO_PREFIX}' || s.gpu_id ELSE s.job_id END AS job_id,
+               CASE WHEN t.gpu_id IS NOT NULL THEN '{PSEUDO_PREFIX}' || t.card ELSE s.job_id END AS job_id,
+               coalesce(t.card_units, 1.0) AS card_u, coalesce(t.card_slices, 1.0) AS card_per,
                lead(s.ts) OVER w AS next_ts, lead(s.energy_j) OVER w AS next_energy_j
         FROM samples s LEFT JOIN tele t USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
              LEFT JOIN gpu_catalog c ON c.model = g.model
@@ -144,23 +153,24 @@ def _raw_totals_sql(
     sql = f"""
     SELECT {keys},
            count(*) AS n_samples,
-           sum(interval_s) AS sampled_s,
-           coalesce(sum(interval_s) FILTER (WHERE util_pct IS NOT NULL), 0) AS util_cov_s,
-           sum(util_pct / 100.0 * interval_s) AS util_s,
-           coalesce(sum(interval_s) FILTER (WHERE in_idle), 0) AS idle_s,
-           coalesce(sum(interval_s * ({target} - util_pct) / {target})
-                    FILTER (WHERE util_pct < {target} AND NOT in_idle), 0) AS underused_s,
+           sum(interval_s * card_u) / max(card_per) AS sampled_s,
+           coalesce(sum(interval_s * card_u) FILTER (WHERE util_pct IS NOT NULL) / max(card_per), 0) AS util_cov_s,
+           sum(util_pct / 100.0 * interval_s * card_u) / max(card_per) AS util_s,
+           coalesce(sum(interval_s * card_u) FILTER (WHERE in_idle) / max(card_per), 0) AS idle_s,
+           coalesce(sum(interval_s * card_u * ({target} - util_pct) / {target})
+                    FILTER (WHERE util_pct < {target} AND NOT in_idle) / max(card_per), 0) AS underused_s,
            max(util_pct)::DOUBLE AS util_max_pct,
            max(mem_used_mib)::DOUBLE AS mem_used_max_mib,
            max(mem_used_mib / mem_total_mib) AS mem_frac_max,
-           sum(mem_used_mib / mem_total_mib * interval_s) AS mem_frac_s,
-           sum(interval_s) FILTER (WHERE mem_used_mib IS NOT NULL AND mem_total_mib > 0) AS mem_cov_s,
-           sum(sm_active_pct / 100.0 * interval_s) AS sm_active_s,
-           sum(interval_s) FILTER (WHERE sm_active_pct IS NOT NULL) AS sm_cov_s,
-           sum(tensor_active_pct / 100.0 * interval_s) AS tensor_active_s,
-           sum(interval_s) FILTER (WHERE tensor_active_pct IS NOT NULL) AS tensor_cov_s,
-           sum(energy_sample_j) AS energy_j,
-           sum(interval_s) FILTER (WHERE energy_sample_j IS NOT NULL) AS energy_cov_s
+           sum(mem_used_mib / mem_total_mib * interval_s * card_u) / max(card_per) AS mem_frac_s,
+           sum(interval_s * card_u) FILTER (WHERE mem_used_mib IS NOT NULL AND mem_total_mib > 0) / max(card_per)
+               AS mem_cov_s,
+           sum(sm_active_pct / 100.0 * interval_s * card_u) / max(card_per) AS sm_active_s,
+           sum(interval_s * card_u) FILTER (WHERE sm_active_pct IS NOT NULL) / max(card_per) AS sm_cov_s,
+           sum(tensor_active_pct / 100.0 * interval_s * card_u) / max(card_per) AS tensor_active_s,
+           sum(interval_s * card_u) FILTER (WHERE tensor_active_pct IS NOT NULL) / max(card_per) AS tensor_cov_s,
+           sum(energy_sample_j * card_u) / max(card_per) AS energy_j,
+           sum(interval_s * card_u) FILTER (WHERE energy_sample_j IS NOT NULL) / max(card_per) AS energy_cov_s
     FROM {source}
     GROUP BY ALL
     """
@@ -186,7 +196,8 @@ def job_totals_sql(
 def fast_path(con: duckdb.DuckDBPyConnection, settings: Settings) -> bool:
     """True when the rollups give exactly the raw-sample figures under ``settings``: they were built with
     its thresholds, and no telemetry-only GPU carries samples of several job ids (raw samples make those one
-    pseudo-job, whose idle runs the rollup, keyed by the samples' own job id, would split). Asked once per
+    pseudo-job, whose idle runs the rollup, keyed by the samples' own job id, would split; the GPUs of one
+    card are apart in both, so a card's several GPU rows do not matter). Asked once per
     sharing block (analytics/shared.py: every per-job function of a page asks)."""
     return bool(memo(con, ("fast_path", settings.fingerprint()), lambda: _fast_path(con, settings)))
 
@@ -199,7 +210,8 @@ def _fast_path(con: duckdb.DuckDBPyConnection, settings: Settings) -> bool:
     # rows (a 1,232-GPU month: 0.23 s over samples_minute, every page's first question)
     mixed = con.execute(
         f"""SELECT count(*) FROM (
-                SELECT gpu_id FROM samples_day WHERE gpu_id IN ({telemetry_only_gpus_sql()})
+                SELECT gpu_id FROM samples_day
+                WHERE gpu_id IN (SELECT gpu_id FROM ({telemetry_only_gpus_sql()}))
                 GROUP BY gpu_id HAVING count(DISTINCT coalesce(job_id, chr(0))) > 1)"""
     ).fetchall()[0][0]
     return not mixed
@@ -213,16 +225,19 @@ def use_rollup(con: duckdb.DuckDBPyConnection, settings: Settings, source: Sourc
 
 def minute_view_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str, list[object]]:
     """CTEs ``mvj`` (job ids of the view) and ``mm``: the day rollup rows of the view's jobs inside the view, with
-    telemetry-only GPUs' rows under their pseudo-job and ``card_mib`` (the GPU's memory, else the catalog's)
-    for samples that did not report mem_total. Views start and end at midnight, so days cut them exactly."""
+    telemetry-only cards' rows under their pseudo-job with their weights ``card_u`` / ``card_per`` (as
+    :func:`flagged_samples_sql` weights each sample; sum them with :func:`fast_totals`), and ``card_mib`` (the
+    GPU's memory, else the catalog's) for samples that did not report mem_total. Views start and end at
+    midnight, so days cut them exactly."""
     jobs_sql, jobs_params = job_costs_sql(filters, as_of)
     lo, hi = view_bounds(filters)
     sql = f"""
     mvj AS (SELECT job_id FROM ({jobs_sql})),
     mtele AS ({telemetry_only_gpus_sql()}),
     mv AS (
-        SELECT m.* REPLACE (CASE WHEN t.gpu_id IS NOT NULL THEN '{PSEUDO_PREFIX}' || m.gpu_id
+        SELECT m.* REPLACE (CASE WHEN t.gpu_id IS NOT NULL THEN '{PSEUDO_PREFIX}' || t.card
                                  ELSE m.job_id END AS job_id),
+               coalesce(t.card_units, 1.0) AS card_u, coalesce(t.card_slices, 1.0) AS card_per,
                coalesce(g.memory_total_mib, c.memory_mib) AS card_mib
         FROM samples_day m LEFT JOIN mtele t ON t.gpu_id = m.gpu_id LEFT JOIN gpus g ON g.gpu_id = m.gpu_id
              LEFT JOIN gpu_catalog c ON c.model = g.model
@@ -237,25 +252,32 @@ def _both(a: str, b: str) -> str:
     return f"CASE WHEN {a} IS NULL AND {b} IS NULL THEN NULL ELSE coalesce({a}, 0) + coalesce({b}, 0) END"
 
 
-# TOTAL_COLUMNS (after the key) as aggregates over ``mm`` rows.
-FAST_TOTALS = f"""
+def fast_totals(*, per_row: bool = False) -> str:
+    """TOTAL_COLUMNS (after the key) as aggregates over ``mm`` rows, each sum over time weighted by the
+    rows' slices (``card_u``) and divided once by the card's (``card_per``, the same for every row of a job,
+    or of a GPU). ``per_row``: divide row by row instead, for groups that mix jobs (a day, a week)."""
+    w, d = ("card_u / card_per", "") if per_row else ("card_u", " / max(card_per)")
+    return f"""
            sum(n)::BIGINT AS n_samples,
-           sum(covered_s) AS sampled_s,
-           coalesce(sum(util_cov_s), 0) AS util_cov_s,
-           sum(util_s) AS util_s,
-           coalesce(sum(idle_run_s), 0) AS idle_s,
-           coalesce(sum(underused_s), 0) AS underused_s,
+           sum(covered_s * {w}){d} AS sampled_s,
+           coalesce(sum(util_cov_s * {w}){d}, 0) AS util_cov_s,
+           sum(util_s * {w}){d} AS util_s,
+           coalesce(sum(idle_run_s * {w}){d}, 0) AS idle_s,
+           coalesce(sum(underused_s * {w}){d}, 0) AS underused_s,
            max(util_max)::DOUBLE AS util_max_pct,
            max(mem_used_max_mib)::DOUBLE AS mem_used_max_mib,
            greatest(max(memk_frac_max), max(memu_max_mib / card_mib)) AS mem_frac_max,
-           {_both("sum(memk_frac_s)", "sum(memu_s / card_mib)")} AS mem_frac_s,
-           {_both("sum(memk_cov_s)", "sum(memu_cov_s) FILTER (WHERE card_mib > 0)")} AS mem_cov_s,
-           sum(sm_active_s) AS sm_active_s,
-           sum(sm_cov_s) AS sm_cov_s,
-           sum(tensor_active_s) AS tensor_active_s,
-           sum(tensor_cov_s) AS tensor_cov_s,
-           sum(energy_j) AS energy_j,
-           sum(energy_cov_s) AS energy_cov_s"""
+           {_both(f"sum(memk_frac_s * {w})", f"sum(memu_s * {w} / card_mib)")}{d} AS mem_frac_s,
+           {_both(f"sum(memk_cov_s * {w})", f"sum(memu_cov_s * {w}) FILTER (WHERE card_mib > 0)")}{d} AS mem_cov_s,
+           sum(sm_active_s * {w}){d} AS sm_active_s,
+           sum(sm_cov_s * {w}){d} AS sm_cov_s,
+           sum(tensor_active_s * {w}){d} AS tensor_active_s,
+           sum(tensor_cov_s * {w}){d} AS tensor_cov_s,
+           sum(energy_j * {w}){d} AS energy_j,
+           sum(energy_cov_s * {w}){d} AS energy_cov_s"""
+
+
+FAST_TOTALS = fast_totals()  # per job, or per (job, bucket)
 
 
 def _fast_totals_sql(filters: Filters, as_of: dt.datetime | None, key: str) -> tuple[str, list[object]]:
@@ -345,9 +367,9 @@ def job_utilization(
                min(util_pct) FILTER (WHERE cum_s >= 0.5 * tot_s)::DOUBLE AS p50_util_pct,
                min(util_pct) FILTER (WHERE cum_s >= 0.95 * tot_s)::DOUBLE AS p95_util_pct
         FROM (SELECT job_id, util_pct,
-                     sum(interval_s) OVER (PARTITION BY job_id ORDER BY util_pct
-                                           ROWS UNBOUNDED PRECEDING) AS cum_s,
-                     sum(interval_s) OVER (PARTITION BY job_id) AS tot_s
+                     sum(interval_s * card_u) OVER (PARTITION BY job_id ORDER BY util_pct
+                                               ROWS UNBOUNDED PRECEDING) AS cum_s,
+                     sum(interval_s * card_u) OVER (PARTITION BY job_id) AS tot_s
               FROM ({flagged}) WHERE util_pct IS NOT NULL)
         GROUP BY job_id
         """
@@ -387,8 +409,8 @@ def _fast_percentiles_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[
     sql = f"""
     WITH vj AS (SELECT job_id FROM ({jobs_sql})), tele AS ({telemetry_only_gpus_sql()}),
     hv AS (
-        SELECT CASE WHEN t.gpu_id IS NOT NULL THEN '{PSEUDO_PREFIX}' || h.gpu_id ELSE h.job_id END AS job_id,
-               h.util_pct, h.seconds
+        SELECT CASE WHEN t.gpu_id IS NOT NULL THEN '{PSEUDO_PREFIX}' || t.card ELSE h.job_id END AS job_id,
+               h.util_pct, h.seconds * coalesce(t.card_units, 1.0) AS seconds
         FROM samples_util_hist h LEFT JOIN tele t ON t.gpu_id = h.gpu_id
         WHERE h.day >= ?::DATE AND h.day < ?::DATE
     ),
@@ -475,7 +497,7 @@ def utilization_by(
             ctes, params = minute_view_sql(filters, as_of)
             sql = f"""
             WITH {ctes},
-            tt AS (SELECT {fast_key} AS key, {FAST_TOTALS} FROM mm GROUP BY 1),
+            tt AS (SELECT {fast_key} AS key, {fast_totals(per_row=True)} FROM mm GROUP BY 1),
             t AS (
                 SELECT key, nullif(util_cov_s, 0) / 3600.0 AS covered_gpu_h,
                        util_s / nullif(util_cov_s, 0) * 100.0 AS mean_util_pct,
@@ -494,14 +516,14 @@ def utilization_by(
         WITH f AS ({flagged}),
         t AS (
             SELECT {key} AS key,
-                   sum(interval_s) FILTER (WHERE util_pct IS NOT NULL) / 3600.0 AS covered_gpu_h,
-                   sum(util_pct / 100.0 * interval_s) / nullif(sum(interval_s) FILTER (WHERE util_pct IS NOT NULL), 0) * 100.0 AS mean_util_pct,
-                   sum(util_pct / 100.0 * interval_s) / 3600.0 AS effective_gpu_h,
-                   coalesce(sum(interval_s) FILTER (WHERE in_idle), 0) / 3600.0 AS idle_gpu_h,
+                   sum(interval_s * (card_u / card_per)) FILTER (WHERE util_pct IS NOT NULL) / 3600.0 AS covered_gpu_h,
+                   sum(util_pct / 100.0 * interval_s * (card_u / card_per)) / nullif(sum(interval_s * (card_u / card_per)) FILTER (WHERE util_pct IS NOT NULL), 0) * 100.0 AS mean_util_pct,
+                   sum(util_pct / 100.0 * interval_s * (card_u / card_per)) / 3600.0 AS effective_gpu_h,
+                   coalesce(sum(interval_s * (card_u / card_per)) FILTER (WHERE in_idle), 0) / 3600.0 AS idle_gpu_h,
                    max(mem_used_mib / mem_total_mib) AS peak_mem_frac,
-                   sum(mem_used_mib / mem_total_mib * interval_s) / nullif(sum(interval_s) FILTER (WHERE mem_used_mib IS NOT NULL AND mem_total_mib > 0), 0) AS mean_mem_frac,
-                   100.0 * sum(sm_active_pct / 100.0 * interval_s) / nullif(sum(interval_s) FILTER (WHERE sm_active_pct IS NOT NULL), 0) AS sm_active_pct,
-                   100.0 * sum(tensor_active_pct / 100.0 * interval_s) / nullif(sum(interval_s) FILTER (WHERE tensor_active_pct IS NOT NULL), 0) AS tensor_active_pct
+                   sum(mem_used_mib / mem_total_mib * interval_s * (card_u / card_per)) / nullif(sum(interval_s * (card_u / card_per)) FILTER (WHERE mem_used_mib IS NOT NULL AND mem_total_mib > 0), 0) AS mean_mem_frac,
+                   100.0 * sum(sm_active_pct / 100.0 * interval_s * (card_u / card_per)) / nullif(sum(interval_s * (card_u / card_per)) FILTER (WHERE sm_active_pct IS NOT NULL), 0) AS sm_active_pct,
+                   100.0 * sum(tensor_active_pct / 100.0 * interval_s * (card_u / card_per)) / nullif(sum(interval_s * (card_u / card_per)) FILTER (WHERE tensor_active_pct IS NOT NULL), 0) AS tensor_active_pct
             FROM f GROUP BY 1
         )
         """

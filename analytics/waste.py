@@ -2,7 +2,7 @@
 
 The taxonomy (docs/metrics.md, "Waste"; /work contract shared with the recommender and the dashboard):
 
-- spend = Σ job cost in the view (analytics/cost.py, incl. ``unattributed:<gpu>`` pseudo-jobs) + unallocated;
+- spend = Σ job cost in the view (analytics/cost.py, incl. ``unattributed:<card>`` pseudo-jobs) + unallocated;
 - **failed_usd**: of jobs that ended FAILED, CANCELLED, TIMEOUT, OOM, NODE_FAIL, BOOT_FAIL or DEADLINE and
   whose kind is training, fine-tune or other (a notebook or an inference service that is cancelled or times
   out has ended normally), the work lost: the cost of the in-view held time after the job's
@@ -276,21 +276,27 @@ def _sees_unallocated(filters: Filters) -> bool:
     )
 
 
-# The physical GPUs whose telemetry counts as observed capacity: every GPU with samples except the
-# telemetry-only ones (already paid for in full as their unattributed:<gpu> pseudo-job). A MIG instance
-# counts as its parent card. The cluster is the GPU's own, else that of a job whose allocation names the GPU
-# or its host (a node's nvidia-smi log ingested without --cluster, its jobs from sacct). {telemetry_only} is
-# filled in when a statement is built (:func:`_observed_spans`), never at import: inside a sharing block it
-# names that block's temp table, which is gone once the block ends.
+# The physical GPUs whose telemetry counts as observed capacity: every GPU with samples except those of the
+# telemetry-only cards (already paid for in full as their unattributed:<card> pseudo-job). A MIG instance
+# counts as its parent card, so a card whose instances a job holds only in part is capacity as a whole: its
+# other instances' time is unallocated. The cluster is the GPU's own, else that of a job whose allocation
+# names the GPU or its host (a node's nvidia-smi log ingested without --cluster, its jobs from sacct), else
+# that of another GPU row of its card (a MIG instance no job names, on a card one of whose instances a job
+# holds). {telemetry_only} is filled in when a statement is built (:func:`_observed_spans`), never at import:
+# inside a sharing block it names that block's temp table, which is gone once the block ends.
 OBSERVED_GPUS_SQL = """
-    SELECT g.gpu_id, coalesce(g.parent_gpu_id, g.gpu_id) AS phys, g.model AS gpu_model,
-           coalesce(g.cluster,
-                    (SELECT min(j.cluster) FROM allocations a JOIN jobs j ON j.job_id = a.job_id
-                     WHERE a.gpu_id = g.gpu_id
-                        OR (a.gpu_id IS NULL AND lower(split_part(a.host, '.', 1)) = lower(split_part(g.host, '.', 1)))))
-               AS cluster
-    FROM gpus g
-    WHERE g.gpu_id NOT IN ({telemetry_only})
+    SELECT gpu_id, phys, gpu_model, coalesce(cluster, min(cluster) OVER (PARTITION BY phys)) AS cluster
+    FROM (
+        SELECT g.gpu_id, coalesce(g.parent_gpu_id, g.gpu_id) AS phys, g.model AS gpu_model,
+               coalesce(g.cluster,
+                        (SELECT min(j.cluster) FROM allocations a JOIN jobs j ON j.job_id = a.job_id
+                         WHERE a.gpu_id = g.gpu_id
+                            OR (a.gpu_id IS NULL
+                                AND lower(split_part(a.host, '.', 1)) = lower(split_part(g.host, '.', 1)))))
+                   AS cluster
+        FROM gpus g
+        WHERE g.gpu_id NOT IN (SELECT gpu_id FROM ({telemetry_only}))
+    )
 """
 
 # Reporting spans of each physical GPU inside each capacity window [lo, hi) of ``uw`` (w_id, lo, hi): from the
@@ -697,9 +703,9 @@ def _job_week_costs_sql(
 ) -> tuple[str, list[object]]:
     """job_costs columns (plus ``week``) per (job, week): each job's in-view span cut at the week bounds and
     priced per piece with the price periods of analytics/cost.py, so a piece costs what ``job_costs`` gives
-    for the view narrowed to that week. Telemetry-only GPUs get one pseudo-job per week, from their first
+    for the view narrowed to that week. Telemetry-only cards get one pseudo-job per week, from their first
     sample in that week to the end of their last one there (as :func:`analytics.cost.pseudo_jobs_sql` does
-    for a one-week view)."""
+    for a one-week view: one per card, a MIG card's instances with it)."""
     real_sql, real_params = job_costs_sql(filters, as_of, unattributed=False)
     where, where_params = filters.job_where("pj")
     sql = f"""
@@ -707,15 +713,15 @@ def _job_week_costs_sql(
     shared AS ({shared_segments_sql()}),
     real AS ({real_sql}),
     pseudo AS (
-        SELECT wk.week, '{PSEUDO_PREFIX}' || s.gpu_id AS job_id, any_value(g.cluster) AS cluster,
+        SELECT wk.week, '{PSEUDO_PREFIX}' || t.card AS job_id, any_value(g.cluster) AS cluster,
                '{UNATTRIBUTED}' AS user_name, '{UNATTRIBUTED}' AS team, NULL::VARCHAR AS project,
-               '{PSEUDO_PREFIX}' || s.gpu_id AS name, 'other' AS kind, any_value(g.model) AS gpu_model,
+               '{PSEUDO_PREFIX}' || t.card AS name, 'other' AS kind, any_value(g.model) AS gpu_model,
                1.0::DOUBLE AS gpu_count, 'on_demand' AS pricing_tier, 'UNKNOWN' AS state,
                min(s.first_ts) AS start_ts, max(s.max_end_ts) AS end_ts,
                any_value(wk.w_lo) AS w_lo, any_value(wk.w_hi) AS w_hi
         FROM samples_day s JOIN ({telemetry_only_gpus_sql()}) t USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
              JOIN wk ON s.day >= wk.w_lo::DATE AND s.day < wk.w_hi::DATE
-        GROUP BY wk.week, s.gpu_id
+        GROUP BY wk.week, t.card
     ),
     pieces AS (
         SELECT r.job_id, wk.week, r.cluster, r.user_name, r.team, r.project, r.name, r.kind, r.gpu_model,
