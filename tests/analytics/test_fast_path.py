@@ -8,73 +8,38 @@ also worked out by hand, so a fast path that agreed with a broken raw path would
 from __future__ import annotations
 
 import datetime as dt
-import math
 
 import duckdb
-import polars as pl
 import pytest
-from polars.testing import assert_frame_equal
 
 from analytics import job_signals as signals_module
 from analytics.filters import Filters
-from analytics.job_signals import idle_stretches, job_signals
+from analytics.job_signals import job_signals
 from analytics.jobs import jobs_table
 from analytics.recommend import recommendations
 from analytics.shared import sharing
 from analytics.summary import summary
-from analytics.utilization import fast_path, job_totals, utilization_by
-from analytics.waste import waste_by, waste_totals
+from analytics.utilization import fast_path, utilization_by
+from analytics.waste import waste_totals
 from collectors.base import delete_ingests
 from gpuledger.ledger import rollup
 from gpuledger.ledger.db import memory_ledger, writer
 from gpuledger.ledger.rollup import ensure_rollup, stored_thresholds, thresholds
 from gpuledger.ledger.settings import Settings
 from tests.analytics.build import T0, alloc, gpu, ingest, job, series, set_test_prices
+from tests.analytics.parity import close, raw_equals_fast, same
 
 DAY1 = Filters(since=T0.date() + dt.timedelta(days=1), until=T0.date() + dt.timedelta(days=1))
 DEFAULT = Settings()
 VIEWS = [Filters(), Filters(since=T0.date(), until=T0.date()), DAY1, Filters(teams=("nlp",))]
 
 
-def close(a: object, b: object) -> bool:
-    if isinstance(a, float) and isinstance(b, float):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
-    return a == b
-
-
-def same(raw: pl.DataFrame, fast: pl.DataFrame) -> None:
-    assert_frame_equal(raw, fast, check_exact=False, rel_tol=1e-9, abs_tol=1e-6)
-
-
 def assert_fast_equals_raw(con: duckdb.DuckDBPyConnection, settings: Settings = DEFAULT) -> None:
     assert fast_path(con, settings), "the rollup should stand in for raw samples here"
     # one sharing block, as a page load is: the per-job costs both paths read are computed once per view
     with sharing(con):
-        _fast_equals_raw(con, settings)
-
-
-def _fast_equals_raw(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
-    for f in VIEWS:
-        kw = {"filters": f, "settings": settings}
-        raw, fast = summary(con, source="raw", **kw), summary(con, source="auto", **kw)
-        assert close(raw, fast), (f, raw, fast)
-        assert close(waste_totals(con, source="raw", **kw), waste_totals(con, source="auto", **kw))
-        same(job_totals(con, source="raw", **kw), job_totals(con, source="auto", **kw))
-        same(jobs_table(con, source="raw", **kw), jobs_table(con, source="auto", **kw))
-        same(waste_by(con, by="team", source="raw", **kw), waste_by(con, by="team", source="auto", **kw))
-        for by in ("team", "user", "job", "gpu", "day", "week"):
-            same(
-                utilization_by(con, by=by, source="raw", **kw),
-                utilization_by(con, by=by, source="auto", **kw),
-            )
-        same(idle_stretches(con, source="raw", **kw), idle_stretches(con, source="auto", **kw))
-        same(job_signals(con, source="raw", **kw), job_signals(con, source="auto", **kw))
-        same(
-            recommendations(con, source="raw", min_usd_per_week=0.0, **kw),
-            recommendations(con, source="auto", min_usd_per_week=0.0, **kw),
-        )
+        for f in VIEWS:
+            raw_equals_fast(con, f, settings)
 
 
 def idle_hours(con: duckdb.DuckDBPyConnection, settings: Settings = DEFAULT) -> float:
@@ -391,7 +356,6 @@ def test_a_running_job_s_sample_at_the_horizon_counts_in_its_signals_as_in_its_u
     signals as it does in its utilization and waste (one set of samples per job), from the rollup as from
     the samples: 59 samples at 10 % and the last at 100 % average 11.5 %, not 10 %."""
     from analytics.filters import Filters
-    from analytics.job_signals import job_signals
     from analytics.utilization import job_utilization
 
     con = memory_ledger()

@@ -23,18 +23,15 @@ import pytest
 
 from analytics.cost import job_costs
 from analytics.filters import Filters
-from analytics.job_signals import idle_stretches, job_signals
-from analytics.jobs import jobs_table
-from analytics.recommend import recommendations
+from analytics.job_signals import job_signals
 from analytics.shared import sharing
 from analytics.summary import summary
-from analytics.utilization import fast_path, job_totals, job_utilization, utilization_by
+from analytics.utilization import fast_path, job_utilization
 from analytics.waste import (
     PARTS,
     job_waste,
     spend_by_week,
     unallocated,
-    waste_by,
     waste_by_week,
     waste_totals,
 )
@@ -42,7 +39,7 @@ from collectors.base import IngestOptions, ingest_file
 from gpuledger.ledger.db import memory_ledger
 from gpuledger.ledger.settings import Settings
 from tests.analytics.build import T0, at, ingest, job, series, set_test_prices
-from tests.analytics.test_fast_path import close, same
+from tests.analytics.parity import raw_equals_fast
 from tests.conftest import dataset, write
 
 A100 = "A100-80GB"
@@ -88,24 +85,8 @@ def assert_invariants(con: duckdb.DuckDBPyConnection, views: list[Filters]) -> N
     with sharing(con):
         for f in views:
             kw = {"filters": f, "settings": SETTINGS}
-            raw, fast = summary(con, source="raw", **kw), summary(con, source="auto", **kw)
-            assert close(raw, fast), (f, raw, fast)
-            assert close(waste_totals(con, source="raw", **kw), waste_totals(con, source="auto", **kw))
-            same(job_totals(con, source="raw", **kw), job_totals(con, source="auto", **kw))
-            same(jobs_table(con, source="raw", **kw), jobs_table(con, source="auto", **kw))
-            same(job_utilization(con, source="raw", **kw), job_utilization(con, source="auto", **kw))
-            same(waste_by(con, by="team", source="raw", **kw), waste_by(con, by="team", source="auto", **kw))
-            for by in ("team", "job", "gpu", "day", "week"):
-                same(
-                    utilization_by(con, by=by, source="raw", **kw),
-                    utilization_by(con, by=by, source="auto", **kw),
-                )
-            same(idle_stretches(con, source="raw", **kw), idle_stretches(con, source="auto", **kw))
-            same(job_signals(con, source="raw", **kw), job_signals(con, source="auto", **kw))
-            same(
-                recommendations(con, source="raw", min_usd_per_week=0.0, **kw),
-                recommendations(con, source="auto", min_usd_per_week=0.0, **kw),
-            )
+            raw_equals_fast(con, f, SETTINGS)
+            fast = summary(con, source="auto", **kw)
             # spend = the sum of its parts = Σ job cost + unallocated, by week as in total
             jobs = job_costs(con, filters=f)
             un = unallocated(con, filters=f, settings=SETTINGS)
