@@ -22,8 +22,9 @@ _NULL_SQL = ", ".join("'" + t.replace("'", "''") + "'" for t in NULL_TOKENS)
 def fall_backs(zone: str, lo: dt.datetime, hi: dt.datetime) -> list[tuple[dt.datetime, dt.timedelta]]:
     """The instants in [lo, hi] (naive UTC) at which ``zone``'s clocks go back (a DST end), with how far.
 
-    Each day of the range is compared at its two ends (a zone changes its offset at most once a day), and a
-    day whose offset falls is bisected to the second: a few hundred zoneinfo calls a year of data."""
+    Each day from the day before ``lo`` is compared at its two ends (a zone changes its offset at most once
+    a day; a change at a midnight is seen from the day before), and a day whose offset falls is bisected to
+    the second: a few hundred zoneinfo calls a year of data."""
     from zoneinfo import ZoneInfo
 
     tz = ZoneInfo(zone)
@@ -32,7 +33,7 @@ def fall_backs(zone: str, lo: dt.datetime, hi: dt.datetime) -> list[tuple[dt.dat
         return t.replace(tzinfo=dt.UTC).astimezone(tz).utcoffset() or dt.timedelta(0)
 
     found = []
-    day = dt.datetime.combine(lo.date(), dt.time())
+    day = dt.datetime.combine(lo.date(), dt.time()) - dt.timedelta(days=1)
     while day <= hi:
         a, b = day, day + dt.timedelta(days=1)
         if offset(b) < offset(a):
@@ -45,46 +46,69 @@ def fall_backs(zone: str, lo: dt.datetime, hi: dt.datetime) -> list[tuple[dt.dat
     return found
 
 
-def resolve_fall_back(con: duckdb.DuckDBPyConnection, table: str, zone: str, key: str) -> int:
+def utc_offset(zone: str, at: dt.datetime) -> dt.timedelta:
+    """``zone``'s offset from UTC at the naive-UTC instant ``at``."""
+    from zoneinfo import ZoneInfo
+
+    return at.replace(tzinfo=dt.UTC).astimezone(ZoneInfo(zone)).utcoffset() or dt.timedelta(0)
+
+
+def resolve_fall_back(
+    con: duckdb.DuckDBPyConnection, table: str, zone: str, key: str, *, naive: str | None = None
+) -> int:
     """Put the rows of ``table`` whose local time fell in the hour the clocks repeat (a DST end) on the
-    right pass through it, by file order; returns how many were moved to the first pass.
+    right pass through it, by file order; returns how many rows fell in such an hour.
 
     ``ts`` holds naive-UTC times converted from naive local times in ``zone`` by ``timezone(zone, ts)``,
-    which reads a repeated local time as its later instant: both passes land in [T, T + d) after the
-    fall-back at T. A log is written in time order, so for each ``key`` (a GPU) the rows of that window in
-    file order (``rowid``) are the first pass until one goes back in time, and the second pass from there
-    on; the first pass moves back by d. A window with no row that goes back is one pass, read as the first
-    (``fold=0``, Python's reading of a repeated time, which the XML and pmon parsers use)."""
+    which reads a repeated local time as one of its two instants (the later in most zones, the earlier in
+    some: ICU's choice, not ours), so both passes land in [T - d, T + d) around the fall-back at T. There each
+    row's local time is recovered (ts plus the offset of the side it landed on), and for each ``key`` (a GPU),
+    in file order (``rowid``), the rows are the first pass until one goes back in time, the second from there
+    on: local time less the summer offset, then less the winter one. A window with no row that goes back is
+    one pass, read as the first (``fold=0``, Python's reading, which the XML and pmon parsers use). ``naive``:
+    a boolean column of ``table``, true for rows whose time carried no offset (the others are left alone)."""
     if zone.upper() in ("UTC", "GMT", "ETC/UTC"):
         return 0
     lo, hi = con.execute(f"SELECT min(ts), max(ts) FROM {table}").fetchall()[0]
     if lo is None:
         return 0
-    moved = 0
+    only = f"AND {naive}" if naive else ""
+    placed = 0
     for at, back in fall_backs(zone, lo, hi):
+        winter = utc_offset(zone, at)
+        summer = winter + back
+        to_us = 1_000_000
         con.execute(
-            f"""CREATE OR REPLACE TEMP TABLE fall_back_first AS
-                SELECT rid FROM (
-                    SELECT rid, bool_or(went_back) OVER (PARTITION BY {key} ORDER BY rid ROWS UNBOUNDED PRECEDING)
-                               AS second
-                    FROM (SELECT rowid AS rid, {key},
-                                 coalesce(ts < max(ts) OVER (PARTITION BY {key} ORDER BY rowid
-                                                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
-                                          false) AS went_back
-                          FROM {table} WHERE ts >= ?::TIMESTAMP AND ts < ?::TIMESTAMP))
-                WHERE NOT second""",
-            [at, at + back],
+            f"""CREATE OR REPLACE TEMP TABLE fall_back_rows AS
+                WITH w AS (
+                    SELECT rowid AS rid, {key} AS k,
+                           ts + to_microseconds(CASE WHEN ts < $at THEN $summer ELSE $winter END) AS lt
+                    FROM {table} WHERE ts >= $lo AND ts < $hi {only}
+                ),
+                stepped AS (
+                    SELECT rid, k, lt, coalesce(lt < max(lt) OVER (PARTITION BY k ORDER BY rid
+                                                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
+                                                false) AS went_back
+                    FROM w
+                )
+                SELECT rid, lt - to_microseconds(CASE WHEN bool_or(went_back) OVER (PARTITION BY k ORDER BY rid
+                                                           ROWS UNBOUNDED PRECEDING) THEN $winter ELSE $summer END) AS utc
+                FROM stepped""",
+            {
+                "at": at,
+                "lo": at - back,
+                "hi": at + back,
+                "summer": int(summer.total_seconds() * to_us),
+                "winter": int(winter.total_seconds() * to_us),
+            },
         )
-        n = con.execute("SELECT count(*) FROM fall_back_first").fetchall()[0][0]
-        if n:
-            con.execute(
-                f"""UPDATE {table} SET ts = ts - to_microseconds(?::BIGINT)
-                    FROM fall_back_first f WHERE {table}.rowid = f.rid""",
-                [int(back.total_seconds() * 1_000_000)],
-            )
-        con.execute("DROP TABLE temp.fall_back_first")
-        moved += int(n)
-    return moved
+        placed += con.execute("SELECT count(*) FROM fall_back_rows").fetchall()[0][0]
+        con.execute(
+            f"""UPDATE {table} SET ts = f.utc FROM fall_back_rows f
+                WHERE {table}.rowid = f.rid AND {table}.ts IS DISTINCT FROM f.utc"""
+        )
+        con.execute("DROP TABLE temp.fall_back_rows")
+    return int(placed)
 
 
 class LocalClock:

@@ -49,7 +49,6 @@ SCAN_BLOCK = 8 * 2**20  # bytes read at a time when a file is searched for its h
 
 SMI_TS = re.compile(r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?$")
 SMI_TS_FORMAT = "%Y/%m/%d %H:%M:%S.%g"
-OFFSET_TS = re.compile(r"(Z|[+-]\d{2}(:?\d{2})?)$")  # an ISO time's UTC offset (Columns.ts_text's test)
 _NULLS = ", ".join(quote(t) for t in NULL_TOKENS)
 
 
@@ -143,7 +142,6 @@ class Layout:
     repeated_header: bool = False
     header_first: str = ""
     header_line: str = ""  # the header line as written (stripped); "" when there is none
-    naive_ts: bool = True  # the head's first time carries no UTC offset: it is local time in --tz
 
 
 def _first_lines(head: str, n: int = 2) -> list[str]:
@@ -196,7 +194,6 @@ def read_layout(
         repeated_header=repeated,
         header_first=header.split(",")[0].strip(),
         header_line=header,
-        naive_ts=not OFFSET_TS.search(first_ts),
     )
 
 
@@ -411,11 +408,17 @@ class Columns:
             return r if zone == "UTC" else f"timezone('UTC', timezone({z}, {r}))"
         return self.ts_text(zone)
 
+    def has_offset(self) -> str:
+        """SQL: the time as written carries its own UTC offset (ISO ``Z``, ``+08:00``, ``-0500``)."""
+        return (
+            f"regexp_matches(replace(trim({self.raw('ts')}), '/', '-'), '(Z|[+-][0-9]{{2}}(:?[0-9]{{2}})?)$')"
+        )
+
     def ts_text(self, zone: str) -> str:
         r = self.raw("ts")
         z = quote(zone)
         v = f"replace(trim({r}), '/', '-')"
-        return f"""(CASE WHEN regexp_matches({v}, '(Z|[+-][0-9]{{2}}(:?[0-9]{{2}})?)$')
+        return f"""(CASE WHEN {self.has_offset()}
                     THEN timezone('UTC', TRY_CAST({v} AS TIMESTAMPTZ))
                     ELSE timezone('UTC', timezone({z}, TRY_CAST({v} AS TIMESTAMP))) END)"""
 
@@ -594,6 +597,8 @@ class NvidiaSmiCsv:
         codes = _name_codes(path, layout, col) if "name" in fields else None
 
         per_row = [f"{col.integer('gpu_index')} AS gpu_index"]
+        if col.fields["ts"][0] not in col.types:
+            per_row.append(f"NOT {col.has_offset()} AS ts_naive")  # for resolve_fall_back
         if layout.repeated_header:
             per_row.append("__line")
         if codes is not None:
@@ -620,7 +625,9 @@ class NvidiaSmiCsv:
             raise _reader_error(path, exc) from None
         number_lines(con, "stage_samples", layout)
         # before anything reads the times: a repeated hour read as one would look like two rows per GPU
-        repeated = resolve_fall_back(con, "stage_samples", zone, "gpu_id") if layout.naive_ts else 0
+        # (times as text may carry their own offset, row by row: those stay as they are)
+        naive = None if col.fields["ts"][0] in col.types else "ts_naive"
+        repeated = resolve_fall_back(con, "stage_samples", zone, "gpu_id", naive=naive)
         names: dict[str, str] = {}
         for t in ["ts", *(n for n in numeric if n != "mem_free_mib")]:
             names.setdefault(_sample_col(t), split_header(col.name(t))[0].strip())
@@ -643,7 +650,7 @@ class NvidiaSmiCsv:
             notes[f"column {name!r} not stored (no ledger column)"] = rows
         if repeated:
             notes[
-                f"local times in the hour the clocks went back ({zone}): read as its first pass, by file order"
+                f"local times in the hour the clocks went back ({zone}): put on its two passes by file order"
             ] = repeated
         return notes
 

@@ -30,6 +30,8 @@ H = dt.timedelta(hours=1)
         ),
         ("Asia/Tokyo", T(2025, 1, 1), T(2025, 12, 31), []),
         ("Europe/Paris", T(2025, 11, 1), T(2025, 12, 31), []),
+        # Moldova goes back at 03:00 EEST = 00:00 UTC: a log that starts that UTC day still sees it
+        ("Europe/Chisinau", T(2025, 10, 26), T(2025, 10, 27), [(T(2025, 10, 26), H)]),
     ],
 )
 def test_fall_backs(zone, lo, hi, expected):

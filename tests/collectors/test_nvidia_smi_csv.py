@@ -543,7 +543,7 @@ def test_local_times_in_the_repeated_hour_of_a_dst_end_keep_both_passes(ledger, 
         ledger, "SELECT sum(interval_s), sum(util_pct * interval_s) / sum(interval_s) FROM samples"
     ) == [(9000.0 * len(gpus), 58.0)]
     assert report.rows["samples"] == 5 * len(gpus)
-    assert sum(n for k, n in report.skipped.items() if "clocks went back" in k) == 2 * len(gpus)
+    assert sum(n for k, n in report.skipped.items() if "clocks went back" in k) == 4 * len(gpus)
 
 
 def test_a_dst_end_in_another_zone_and_a_single_pass_through_it(ledger, tmp_path):
@@ -572,3 +572,37 @@ def replace_host(opts: IngestOptions, host: str) -> IngestOptions:
     from dataclasses import replace
 
     return replace(opts, host=host)
+
+
+def test_a_zone_whose_repeated_hour_duckdb_reads_as_the_earlier_instant(ledger, tmp_path):
+    """Moldova's clocks go back at 03:00 EEST = 00:00 UTC, and DuckDB (ICU) reads its repeated 02:00-02:59
+    as the earlier instant, unlike most zones. By hand, UTC: 02:10, 02:30, 02:50 EEST (+3) are 23:10, 23:30,
+    23:50 on the 25th; the second 02:10, 02:30, 02:50 (EET, +2) 00:10, 00:30, 00:50; 03:10 EET 01:10: seven
+    samples 20 minutes apart. Before, the second pass was read as the first and dropped as duplicates."""
+    local = [(t, 10) for t in ("02:10:00", "02:30:00", "02:50:00") * 2] + [("03:10:00", 10)]
+    path = write(tmp_path, "md.csv", _fall_back_log("2025/10/26", local))
+    ingest_file(ledger, path, opts=IngestOptions(tz="Europe/Chisinau", host="n1"))
+    got = [t for (t,) in _rows(ledger, "SELECT ts FROM samples ORDER BY ts")]
+    day = dt.datetime(2025, 10, 26)
+    assert got == [day + dt.timedelta(minutes=m) for m in (-50, -30, -10, 10, 30, 50, 70)]
+
+
+def test_times_with_their_own_offset_keep_it_beside_local_ones(ledger, tmp_path):
+    """New York, 2025-11-02 (01:00-01:59 twice: EDT -4, then EST -5), a wrapper that wrote some times with
+    their offset: naive 01:00 and 01:15 (first pass: 05:00, 05:15 UTC), 01:30-04:00 (05:30) and 01:45-05:00
+    (06:45, an offset is never moved), then naive 01:00 and 01:15 again (second pass: 06:00, 06:15)."""
+    rows = [
+        "2025-11-02 01:00:00",
+        "2025-11-02 01:15:00",
+        "2025-11-02T01:30:00-04:00",
+        "2025-11-02T01:45:00-05:00",
+        "2025-11-02 01:00:00",
+        "2025-11-02 01:15:00",
+    ]
+    text = "timestamp, index, utilization.gpu [%]\n" + "".join(f"{t}, 0, 50 %\n" for t in rows)
+    ingest_file(
+        ledger, write(tmp_path, "mix.csv", text), opts=IngestOptions(tz="America/New_York", host="n1")
+    )
+    got = [t for (t,) in _rows(ledger, "SELECT ts FROM samples ORDER BY ts")]
+    day = dt.datetime(2025, 11, 2)
+    assert got == [day + dt.timedelta(minutes=m) for m in (300, 315, 330, 360, 375, 405)]
