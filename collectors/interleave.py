@@ -5,17 +5,21 @@ loggers of the same GPU (dcgm-exporter scraping at :00 and an nvidia-smi loop at
 odd and even lines and ingested as two files) would then each cover the GPU's whole time: twice its GPU-hours,
 energy and dollars. Samples at the very same time were already merged into one row; this is the rest.
 
-The rule: the time the ledger already covers stays where it is, and a newly landed sample stands only for the
-part of its own span ``[ts, ts + interval_s)`` that no earlier ingest's sample of its GPU covers. A sample left
-with nothing is removed (counted in the report: its time was counted already); the others keep their values,
-with the interval shortened. So a GPU's seconds are the union of its series' spans, whichever order the files
-come in: the second series adds the first one's silences, and a new day whose first poll comes a few
-milliseconds before the last day's last sample ended loses those milliseconds, not the sample.
+The rule: the time the ledger already covers stays where it is, and a newly landed sample stands for the first
+stretch of its own span ``[ts, ts + interval_s)`` that no earlier ingest's sample of its GPU covers: it starts
+where the covered time it falls in ends (its ``ts`` moves there) and ends where the next covered time begins or
+its own span does. A sample left with nothing is removed (counted in the report: its time was counted
+already). So a GPU's samples never overlap and its seconds are the union of its series' spans, whichever
+order the files come in (up to the rare uncovered pieces beyond a covered stretch inside one long new
+sample, which are not counted): the second series adds the first one's silences, and a new day whose first
+poll comes a few milliseconds before the last day's last sample ended loses those milliseconds, not the sample.
+Each sample keeps covering ``[ts, ts + interval_s)``, so a third file is measured against what is really there.
 
-How: the old samples reaching into the new batch's span of each GPU, with the running sum of their intervals,
-give the old coverage up to any time t, C(t) = (intervals before the latest old sample at or before t) + (the
-part of that sample's span before t); a new sample's covered part is C(end) - C(ts), two ASOF joins. Only run
-when an earlier ingest has samples within a day before the batch or inside it (never for a first ingest).
+How: the old samples near the batch form islands of covered time per GPU (a sample that starts after the
+covered time before it ends starts a new one); two ASOF joins find, for each new sample, the island its time
+falls in and the next island after. Only run when an earlier ingest has samples within a day before the
+batch or inside it (never for a first ingest). Known limit: ``--replace`` of the earlier file does not give
+back what the later one was cut to.
 """
 
 from __future__ import annotations
@@ -44,50 +48,58 @@ def settle_interleaved(con: duckdb.DuckDBPyConnection, ingest_id: int) -> int:
     ).fetchall()[0][0]
     if not near:
         return 0
-    # each GPU's old samples whose span reaches into the new samples' span of that GPU, in time order, with the
-    # seconds the ones before them cover
+    # each GPU's old covered time near the new samples, as islands [lo, hi)
     con.execute(
-        f"""CREATE OR REPLACE TEMP TABLE old_cover AS
+        f"""CREATE OR REPLACE TEMP TABLE old_islands AS
             WITH span AS (
                 SELECT gpu_id, min(ts) AS lo, max({_END}) AS hi FROM samples
                 WHERE ingest_id = $ingest AND ts >= $lo AND ts < $hi GROUP BY gpu_id
+            ),
+            o AS (
+                SELECT o.gpu_id, o.ts AS s, o.{_END} AS e FROM samples o JOIN span n ON n.gpu_id = o.gpu_id
+                WHERE o.ingest_id <> $ingest AND o.ts >= CAST($lo AS TIMESTAMP) - {_REACH} AND o.ts < $hi
+                  AND o.ts < n.hi AND o.{_END} > n.lo
+            ),
+            m AS (
+                SELECT *, max(e) OVER (PARTITION BY gpu_id ORDER BY s, e
+                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_e
+                FROM o
+            ),
+            g AS (
+                SELECT *, sum(CASE WHEN prev_e IS NULL OR s > prev_e THEN 1 ELSE 0 END)
+                              OVER (PARTITION BY gpu_id ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS island
+                FROM m
             )
-            SELECT o.gpu_id, o.ts, o.interval_s::DOUBLE AS iv,
-                   coalesce(sum(o.interval_s::DOUBLE) OVER (PARTITION BY o.gpu_id ORDER BY o.ts
-                                                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
-                       AS before_s
-            FROM samples o JOIN span n ON n.gpu_id = o.gpu_id
-            WHERE o.ingest_id <> $ingest AND o.ts >= CAST($lo AS TIMESTAMP) - {_REACH} AND o.ts < $hi
-              AND o.ts < n.hi AND o.{_END} > n.lo""",
+            SELECT gpu_id, min(s) AS lo, max(e) AS hi FROM g GROUP BY gpu_id, island""",
         bounds,
     )
+    # each new sample of those GPUs: where its uncovered stretch starts and ends
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE new_cover AS
             WITH n AS (
-                SELECT rowid AS rid, gpu_id, ts, {_END} AS te, interval_s::DOUBLE AS iv FROM samples
+                SELECT rowid AS rid, gpu_id, ts, {_END} AS te FROM samples
                 WHERE ingest_id = $ingest AND ts >= $lo AND ts < $hi
-                  AND gpu_id IN (SELECT DISTINCT gpu_id FROM old_cover)
+                  AND gpu_id IN (SELECT DISTINCT gpu_id FROM old_islands)
             ),
-            at_start AS (
-                SELECT n.rid, coalesce(o.before_s + least(epoch(n.ts - o.ts), o.iv), 0) AS c
-                FROM n ASOF LEFT JOIN old_cover o ON o.gpu_id = n.gpu_id AND o.ts <= n.ts
+            started AS (
+                SELECT n.*, CASE WHEN i.hi > n.ts THEN i.hi ELSE n.ts END AS start
+                FROM n ASOF LEFT JOIN old_islands i ON i.gpu_id = n.gpu_id AND i.lo <= n.ts
             ),
-            at_end AS (
-                SELECT n.rid, coalesce(o.before_s + least(epoch(n.te - o.ts), o.iv), 0) AS c
-                FROM n ASOF LEFT JOIN old_cover o ON o.gpu_id = n.gpu_id AND o.ts <= n.te
+            ended AS (
+                SELECT s.*, least(s.te, coalesce(j.lo, s.te)) AS stop
+                FROM started s ASOF LEFT JOIN old_islands j ON j.gpu_id = s.gpu_id AND s.start < j.lo
             )
-            SELECT n.rid, n.iv - (e.c - s.c) AS left_s
-            FROM n JOIN at_start s USING (rid) JOIN at_end e USING (rid)
-            WHERE e.c - s.c > 0""",
+            SELECT rid, start, epoch(stop - start) AS left_s FROM ended
+            WHERE start <> ts OR stop <> te""",
         bounds,
     )
     removed = con.execute(
         f"DELETE FROM samples WHERE rowid IN (SELECT rid FROM new_cover WHERE left_s < {_NOTHING_S})"
     ).fetchall()[0][0]
     con.execute(
-        f"""UPDATE samples SET interval_s = c.left_s FROM new_cover c
+        f"""UPDATE samples SET ts = c.start, interval_s = c.left_s FROM new_cover c
             WHERE samples.rowid = c.rid AND c.left_s >= {_NOTHING_S}"""
     )
-    con.execute("DROP TABLE temp.old_cover")
+    con.execute("DROP TABLE temp.old_islands")
     con.execute("DROP TABLE temp.new_cover")
     return int(removed)

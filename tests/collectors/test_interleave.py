@@ -42,7 +42,7 @@ def test_a_log_split_in_two_files_counts_the_gpu_time_once(tmp_path, first):
     """A: 10:00, 10:01, 10:02, 10:03 (cadence 60 s); B: 10:00:30 ... 10:03:30. Each alone covers 240 s;
     together they cover 10:00-10:04:30, 270 s, whichever comes first. By hand, A first: B's first three
     minutes lie inside A's span and go; B's last, 10:03:30-10:04:30, is covered by A up to 10:04 and keeps
-    30 s. B first: A's 10:00 keeps the 30 s before B's first sample; A's other three lie inside B's span.
+    the 30 s after, starting at 10:04 (a sample covers [ts, ts + interval), so it moves there). B first: A's 10:00 keeps the 30 s before B's first sample; A's other three lie inside B's span.
     300 W × 270 s = 81,000 J. Before, 480 s either way."""
     a, b = _log([0, 60, 120, 180]), _log([30, 90, 150, 210])
     files = [("a.csv", a), ("b.csv", b)] if first == "minutes" else [("b.csv", b), ("a.csv", a)]
@@ -53,7 +53,7 @@ def test_a_log_split_in_two_files_counts_the_gpu_time_once(tmp_path, first):
     assert report.skipped[INSIDE] == 3
     assert report.rows["samples"] == 1
     t0 = dt.datetime(2025, 3, 1, 10)
-    kept = t0 + dt.timedelta(seconds=210) if first == "minutes" else t0
+    kept = t0 + dt.timedelta(seconds=240) if first == "minutes" else t0
     assert con.execute("SELECT ts, interval_s FROM samples WHERE ingest_id = 2").fetchall() == [(kept, 30.0)]
 
 
@@ -80,6 +80,35 @@ def test_a_new_day_whose_first_poll_is_early_keeps_it(tmp_path):
     report = ingest_file(con, write(tmp_path, "b.csv", b), opts=UTC)
     assert report.rows["samples"] == 3 and INSIDE not in report.skipped
     assert _covered(con)[:2] == (pytest.approx(359.5), pytest.approx(359.5))
+
+
+def test_a_third_file_is_measured_against_what_the_second_really_covers(tmp_path):
+    """A: 1-s polls 10:00:00-10:00:09, covering [0, 10) s; B: 30-s polls at 0.5, 30.5 and 60.5 s, covering
+    [0.5, 90.5); C: 1-s polls at 20-29 s. By hand: B's first sample starts inside A's time and stands for
+    [10, 30.5) (it moves to 10 s); C lies wholly inside it and adds nothing: the union [0, 90.5), 90.5 s.
+    (With B's sample left at 0.5 s and cut to 20.5 s, C's 21-29 s looked uncovered: 99.5 s.)"""
+    con = _ledger()
+
+    def fine(seconds):
+        return HEADER + "".join(
+            f"2025/03/01 10:00:{s:02d}.000, GPU-ab, NVIDIA H100 80GB HBM3, 50 %, 300.00 W\n" for s in seconds
+        )
+
+    coarse = HEADER + "".join(
+        f"2025/03/01 10:0{m}:{s:02d}.500, GPU-ab, NVIDIA H100 80GB HBM3, 50 %, 300.00 W\n"
+        for m, s in ((0, 0), (0, 30), (1, 0))
+    )
+    ingest_file(con, write(tmp_path, "a.csv", fine(range(10))), opts=UTC)
+    ingest_file(con, write(tmp_path, "b.csv", coarse), opts=UTC)
+    report = ingest_file(con, write(tmp_path, "c.csv", fine(range(20, 30))), opts=UTC)
+    assert report.skipped[INSIDE] == 10
+    assert _covered(con)[:2] == (pytest.approx(90.5), pytest.approx(90.5))
+    t0 = dt.datetime(2025, 3, 1, 10)
+    assert con.execute("SELECT ts, interval_s FROM samples WHERE ingest_id = 2 ORDER BY ts").fetchall() == [
+        (t0 + dt.timedelta(seconds=10), 20.5),
+        (t0 + dt.timedelta(seconds=30.5), 30.0),
+        (t0 + dt.timedelta(seconds=60.5), 30.0),
+    ]
 
 
 def test_days_one_after_the_other_are_not_interleaved(tmp_path):
