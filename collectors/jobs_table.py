@@ -307,8 +307,10 @@ class JobsTable:
                     CAST({col("gpu_count")} AS DOUBLE) AS gpu_count,
                     {tier} AS pricing_tier,
                     {ts_utc(col("submit")) if "submit" in cols else "NULL::TIMESTAMP"} AS submit_ts,
-                    CASE WHEN NOT {pending} THEN {ts_utc(col("start"))} END AS start_ts,
-                    CASE WHEN NOT {pending} THEN {ts_utc(col("end"))} END AS end_ts,
+                    -- a pending job's times are blanked when it lands (collectors/base.py _land_jobs), after
+                    -- its start has told a requeue from an older record, as for every job source
+                    {ts_utc(col("start"))} AS start_ts,
+                    {ts_utc(col("end"))} AS end_ts,
                     {state} AS state,
                     {col("exit_reason")} AS exit_reason,
                     {ts_utc(col("last_checkpoint")) if "last_checkpoint" in cols else "NULL::TIMESTAMP"} AS last_checkpoint_ts,

@@ -176,3 +176,38 @@ def test_a_pending_job_holds_no_gpu_whatever_start_its_source_shows(tmp_path):
     assert [(j["job_id"], j["gpu_hours"], j["cost_usd"]) for j in jobs] == [
         ("ci/104", 1.0, pytest.approx(H100_USD))
     ]
+
+
+JOBS_HEADER = "job_id,user,team,cluster,gpu_model,gpu_count,start,end,state\n"
+
+
+@pytest.mark.parametrize("source", ["sacct", "jobs_csv"])
+def test_a_requeued_job_pending_again_is_read_alike_from_every_source(tmp_path, source):
+    """Job 77 failed with its node (08:00-10:00), then a record says it is pending again with an expected
+    start of 11:00: a new attempt after the end, so it replaces the failed record (and, pending, holds no
+    GPU), from sacct and from a jobs table alike. The jobs table blanked the pending start before the
+    landing compared it, and kept the failed record as newer."""
+    if source == "sacct":
+        first = dump(
+            tmp_path,
+            "a.txt",
+            "77|ci|train|bob|cv|NODE_FAIL|2025-03-01T08:00:00|2025-03-01T10:00:00|02:00:00|gres/gpu:h100=1,gres/gpu=1|gpu01",
+        )
+        again = dump(
+            tmp_path,
+            "b.txt",
+            "77|ci|train|bob|cv|PENDING|2025-03-01T11:00:00|Unknown|00:00:00|gres/gpu:h100=1,gres/gpu=1|None assigned",
+        )
+        job = "ci/77"
+    else:
+        first = write(
+            tmp_path,
+            "a.csv",
+            JOBS_HEADER + "77,bob,cv,ci,H100,1,2025-03-01T08:00:00,2025-03-01T10:00:00,NODE_FAIL\n",
+        )
+        again = write(tmp_path, "b.csv", JOBS_HEADER + "77,bob,cv,ci,H100,1,2025-03-01T11:00:00,,PENDING\n")
+        job = "77"
+    cli(tmp_path, "ingest", "--tz", "UTC", str(first), str(again))
+    assert ledger_rows(tmp_path, f"SELECT state, start_ts, end_ts FROM jobs WHERE job_id = '{job}'") == [
+        ("PENDING", None, None)
+    ]
