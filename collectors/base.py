@@ -264,7 +264,6 @@ def land(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptions) ->
         con.execute("DROP TABLE temp.stage_samples")
     if "stage_jobs" in staged:
         rows["jobs"] = _land_jobs(con, ingest_id, opts)
-    if "stage_jobs" in staged:
         # records _land_jobs kept out as older than the ledger's: their jobs keep the allocations they have
         if "stage_allocations" in staged:
             con.execute(

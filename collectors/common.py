@@ -19,38 +19,30 @@ NULL_TOKENS = ("", "[N/A]", "N/A", "[Not Supported]", "Not Supported", "NaN", "n
 _NULL_SQL = ", ".join("'" + t.replace("'", "''") + "'" for t in NULL_TOKENS)
 
 
+def utc_offset(zone: str, at: dt.datetime) -> dt.timedelta:
+    """``zone``'s offset from UTC at the naive-UTC instant ``at``."""
+    return at.replace(tzinfo=dt.UTC).astimezone(ZoneInfo(zone)).utcoffset() or dt.timedelta(0)
+
+
 def fall_backs(zone: str, lo: dt.datetime, hi: dt.datetime) -> list[tuple[dt.datetime, dt.timedelta]]:
-    """The instants in [lo, hi] (naive UTC) at which ``zone``'s clocks go back (a DST end), with how far.
+    """The instants from the day before ``lo`` to ``hi`` (naive UTC) at which ``zone``'s clocks go back (a DST
+    end), with how far.
 
-    Each day from the day before ``lo`` is compared at its two ends (a zone changes its offset at most once
-    a day; a change at a midnight is seen from the day before), and a day whose offset falls is bisected to
-    the second: a few hundred zoneinfo calls a year of data."""
-    from zoneinfo import ZoneInfo
-
-    tz = ZoneInfo(zone)
-
-    def offset(t: dt.datetime) -> dt.timedelta:
-        return t.replace(tzinfo=dt.UTC).astimezone(tz).utcoffset() or dt.timedelta(0)
-
+    Each day is compared at its two ends (a zone changes its offset at most once a day; starting the day
+    before ``lo`` sees a change at a UTC midnight), and a day whose offset falls is bisected to the second:
+    a few hundred zoneinfo calls a year of data."""
     found = []
     day = dt.datetime.combine(lo.date(), dt.time()) - dt.timedelta(days=1)
     while day <= hi:
         a, b = day, day + dt.timedelta(days=1)
-        if offset(b) < offset(a):
-            before = offset(a)
+        before = utc_offset(zone, a)
+        if utc_offset(zone, b) < before:
             while b - a > dt.timedelta(seconds=1):
                 mid = a + (b - a) / 2
-                a, b = (mid, b) if offset(mid) == before else (a, mid)
-            found.append((b.replace(microsecond=0), before - offset(b)))
+                a, b = (mid, b) if utc_offset(zone, mid) == before else (a, mid)
+            found.append((b.replace(microsecond=0), before - utc_offset(zone, b)))
         day += dt.timedelta(days=1)
     return found
-
-
-def utc_offset(zone: str, at: dt.datetime) -> dt.timedelta:
-    """``zone``'s offset from UTC at the naive-UTC instant ``at``."""
-    from zoneinfo import ZoneInfo
-
-    return at.replace(tzinfo=dt.UTC).astimezone(ZoneInfo(zone)).utcoffset() or dt.timedelta(0)
 
 
 def resolve_fall_back(
