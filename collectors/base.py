@@ -45,7 +45,7 @@ import duckdb
 
 from collectors.checkpoints import record_placements, withdraw
 from collectors.common import Restage, reading
-from collectors.interleave import settle_interleaved
+from collectors.interleave import extend_merged, settle_interleaved
 from collectors.validate import record_rejections, validate_merge, validate_stage
 from gpuledger.ledger.errors import FormatError, UnknownFormatError
 from gpuledger.ledger.schema import INGESTED_TABLES
@@ -257,6 +257,9 @@ def land(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptions) ->
         if inside := settle_interleaved(con, ingest_id):  # another series of the same GPUs' times
             rows["samples"] -= inside
             rows["samples_interleaved"] = inside
+        rows["samples"] += extend_merged(
+            con, ingest_id, gap_factor=GAP_FACTOR, max_interval_s=MAX_DERIVED_INTERVAL_S
+        )
     if "stage_gpus" in staged or "stage_samples" in staged:
         rows["gpus"] = _land_gpus(con, staged)
     if "stage_samples" in staged:

@@ -33,6 +33,91 @@ _END = "ts + to_microseconds(CAST(round(interval_s * 1e6) AS BIGINT))"
 _NOTHING_S = 1e-3
 
 
+def extend_merged(
+    con: duckdb.DuckDBPyConnection, ingest_id: int, *, gap_factor: float, max_interval_s: float
+) -> int:
+    """A staged sample at the very time of a ledger sample merged into that row, which keeps its own
+    interval; where the staged sample's own span ``[ts, ts + its interval)`` reaches past the time the ledger
+    covers there, the first uncovered stretch of it lands as a sample of this ingest, at the stretch's start,
+    with the staged sample's values (the rule above), when it is at least as long as the row it merged into
+    (shorter slivers are a re-ingested growing log's rounding, left as they were). Its interval is the samples' rule (collectors/base.py
+    ``_land_samples``: the gap to its series' next sample, the cadence past ``gap_factor`` × the cadence or a
+    day). Returns how many samples that added. Runs only when this ingest merged samples (``held_rows``)."""
+    merged = con.execute(
+        "SELECT count(*) FROM held_rows WHERE table_name = 'samples' AND ingest_id = ?", [ingest_id]
+    ).fetchall()[0][0]
+    if not merged or "stage_samples" not in {
+        r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()
+    }:
+        return 0
+    staged = {r[0] for r in con.execute("DESCRIBE temp.stage_samples").fetchall()}
+    ledger = [r[0] for r in con.execute("DESCRIBE samples").fetchall()]
+    values = [
+        c for c in ledger if c in staged and c not in ("ts", "gpu_id", "interval_s", "ingest_id", "job_id")
+    ]
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE merged_spans AS
+            WITH mg AS (SELECT DISTINCT row_key AS gpu_id, ts FROM held_rows
+                        WHERE table_name = 'samples' AND ingest_id = $ingest),
+            own AS (
+                SELECT gpu_id, ts, epoch(lead(ts) OVER (PARTITION BY gpu_id ORDER BY ts) - ts) AS gap_s
+                FROM (SELECT DISTINCT gpu_id, ts FROM temp.stage_samples
+                      WHERE gpu_id IN (SELECT gpu_id FROM mg))
+            ),
+            cad AS (
+                SELECT gpu_id, CASE WHEN median(gap_s) IS NULL OR median(gap_s) > $max THEN 1.0
+                                    ELSE median(gap_s) END AS cad_s
+                FROM own GROUP BY gpu_id
+            )
+            SELECT own.gpu_id, own.ts,
+                   own.ts + to_microseconds(CAST(round(1e6 * CASE
+                       WHEN own.gap_s IS NULL OR own.gap_s > least($gf * cad.cad_s, $max) THEN cad.cad_s
+                       ELSE own.gap_s END) AS BIGINT)) AS own_end
+            FROM own JOIN cad USING (gpu_id) JOIN mg USING (gpu_id, ts)""",
+        {"ingest": ingest_id, "max": max_interval_s, "gf": gap_factor},
+    )
+    lo, hi = con.execute("SELECT min(ts), max(own_end) FROM merged_spans").fetchall()[0]
+    # every sample of those GPUs around them, of any ingest, as islands of covered time
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE merged_islands AS
+            WITH o AS (
+                SELECT gpu_id, ts AS s, {_END} AS e FROM samples
+                WHERE gpu_id IN (SELECT gpu_id FROM merged_spans)
+                  AND ts >= CAST($lo AS TIMESTAMP) - {_REACH} AND ts < $hi
+            ),
+            m AS (SELECT *, max(e) OVER (PARTITION BY gpu_id ORDER BY s, e
+                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_e FROM o),
+            g AS (SELECT *, sum(CASE WHEN prev_e IS NULL OR s > prev_e THEN 1 ELSE 0 END)
+                                OVER (PARTITION BY gpu_id ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS island FROM m)
+            SELECT gpu_id, min(s) AS lo, max(e) AS hi FROM g GROUP BY gpu_id, island""",
+        {"lo": lo, "hi": hi},
+    )
+    added = con.execute(
+        f"""INSERT INTO samples (gpu_id, ts, interval_s, ingest_id{"".join(", " + c for c in values)})
+            WITH started AS (
+                SELECT m.gpu_id, m.ts, m.own_end, i.hi AS start
+                FROM merged_spans m ASOF JOIN merged_islands i ON i.gpu_id = m.gpu_id AND i.lo <= m.ts
+            ),
+            ended AS (
+                SELECT s.*, least(s.own_end, coalesce(j.lo, s.own_end)) AS stop
+                FROM started s ASOF LEFT JOIN merged_islands j ON j.gpu_id = s.gpu_id AND s.start < j.lo
+            ),
+            -- a sliver shorter than the row it merged into (the gap between a growing log's last poll's
+            -- cadence and its next poll, ingested again) is left as the separate ingests left it
+            pieces AS (
+                SELECT e.* FROM ended e JOIN samples r ON r.gpu_id = e.gpu_id AND r.ts = e.ts
+                WHERE epoch(e.stop - e.start) >= greatest({_NOTHING_S}, r.interval_s)
+            )
+            SELECT p.gpu_id, p.start, epoch(p.stop - p.start), $ingest{"".join(", any_value(st." + c + ")" for c in values)}
+            FROM pieces p JOIN temp.stage_samples st ON st.gpu_id = p.gpu_id AND st.ts = p.ts
+            GROUP BY p.gpu_id, p.start, p.stop""",
+        {"ingest": ingest_id},
+    ).fetchall()[0][0]
+    con.execute("DROP TABLE temp.merged_spans")
+    con.execute("DROP TABLE temp.merged_islands")
+    return int(added)
+
+
 def settle_interleaved(con: duckdb.DuckDBPyConnection, ingest_id: int) -> int:
     """Apply the rule to the samples ``ingest_id`` just landed; returns how many were removed."""
     lo, hi = con.execute(

@@ -111,6 +111,30 @@ def test_a_third_file_is_measured_against_what_the_second_really_covers(tmp_path
     ]
 
 
+@pytest.mark.parametrize("first", ["fine", "coarse"])
+def test_a_sample_at_the_very_time_of_another_series_adds_the_rest_of_its_span(tmp_path, first):
+    """A: 1-s polls 10:00:00-10:00:09 at 10 %, covering [0, 10); B: 30-s polls at 0, 30 and 60 s at 50 %,
+    covering [0, 90). B's first poll has A's time, so it merges into A's row, which keeps its 1 s: the rest of
+    B's span, [10, 30), lands as B's sample at 10 s. By hand, in either order: 90 s, utilization
+    (10 × 10 % + 80 × 50 %) / 90 = 45.56 % (A first) or B alone where B covers first (B first: 90 s at 50 %,
+    A's 0-s poll merged and its others inside B's time). Before, A first: 70 s."""
+    fine = HEADER + "".join(
+        f"2025/03/01 10:00:{s:02d}.000, GPU-ab, NVIDIA H100 80GB HBM3, 10 %, 300.00 W\n" for s in range(10)
+    )
+    coarse = HEADER + "".join(
+        f"2025/03/01 10:0{m}:{s:02d}.000, GPU-ab, NVIDIA H100 80GB HBM3, 50 %, 300.00 W\n"
+        for m, s in ((0, 0), (0, 30), (1, 0))
+    )
+    files = [("a.csv", fine), ("b.csv", coarse)] if first == "fine" else [("b.csv", coarse), ("a.csv", fine)]
+    con = _ledger()
+    for name, text in files:
+        ingest_file(con, write(tmp_path, name, text), opts=UTC)
+    total, covered, _ = _covered(con)
+    assert (total, covered) == (pytest.approx(90.0), pytest.approx(90.0))
+    util = con.execute("SELECT sum(util_pct * interval_s) / sum(interval_s) FROM samples").fetchall()[0][0]
+    assert util == pytest.approx((10 * 10 + 80 * 50) / 90 if first == "fine" else 50.0)
+
+
 def test_days_one_after_the_other_are_not_interleaved(tmp_path):
     """The next file starts where the last ended: nothing is inside anything, every sample lands."""
     con = _ledger()
