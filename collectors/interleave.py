@@ -38,9 +38,10 @@ def extend_merged(
 ) -> int:
     """A staged sample at the very time of a ledger sample merged into that row, which keeps its own
     interval; where the staged sample's own span ``[ts, ts + its interval)`` reaches past the time the ledger
-    covers there, the first uncovered stretch of it lands as a sample of this ingest, at the stretch's start,
-    with the staged sample's values (the rule above), when it is at least as long as the row it merged into
-    (shorter slivers are a re-ingested growing log's rounding, left as they were). Its interval is the samples' rule (collectors/base.py
+    covers there, the first uncovered stretch of it counts: where it starts at that row's end (the row was its
+    file's last poll: a log ingested again as it grows) the row's interval grows to it; else it lands as a
+    sample of this ingest, at the stretch's start, with the staged sample's values, when at least as long as
+    the row it merged into (a shorter sliver is clock rounding between two series, left as it was). Its interval is the samples' rule (collectors/base.py
     ``_land_samples``: the gap to its series' next sample, the cadence past ``gap_factor`` × the cadence or a
     day). Returns how many samples that added. Runs only when this ingest merged samples (``held_rows``)."""
     merged = con.execute(
@@ -92,8 +93,8 @@ def extend_merged(
             SELECT gpu_id, min(s) AS lo, max(e) AS hi FROM g GROUP BY gpu_id, island""",
         {"lo": lo, "hi": hi},
     )
-    added = con.execute(
-        f"""INSERT INTO samples (gpu_id, ts, interval_s, ingest_id{"".join(", " + c for c in values)})
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE merged_rest AS
             WITH started AS (
                 SELECT m.gpu_id, m.ts, m.own_end, i.hi AS start
                 FROM merged_spans m ASOF JOIN merged_islands i ON i.gpu_id = m.gpu_id AND i.lo <= m.ts
@@ -101,18 +102,31 @@ def extend_merged(
             ended AS (
                 SELECT s.*, least(s.own_end, coalesce(j.lo, s.own_end)) AS stop
                 FROM started s ASOF LEFT JOIN merged_islands j ON j.gpu_id = s.gpu_id AND s.start < j.lo
-            ),
-            -- a sliver shorter than the row it merged into (the gap between a growing log's last poll's
-            -- cadence and its next poll, ingested again) is left as the separate ingests left it
-            pieces AS (
-                SELECT e.* FROM ended e JOIN samples r ON r.gpu_id = e.gpu_id AND r.ts = e.ts
-                WHERE epoch(e.stop - e.start) >= greatest({_NOTHING_S}, r.interval_s)
             )
+            SELECT e.*, r.rowid AS row_rid, r.{_END} = e.start AS at_row_end, r.interval_s::DOUBLE AS row_iv
+            FROM ended e JOIN samples r ON r.gpu_id = e.gpu_id AND r.ts = e.ts
+            WHERE epoch(e.stop - e.start) >= {_NOTHING_S}"""
+    )
+    # the rest starts where the row it merged into ends (the row was its file's last poll, given the
+    # cadence, as a log ingested again as it grows): the row stands for it, as one ingest of the whole log
+    # would have it; its GPU-time is rolled up again (merged_windows)
+    con.execute(
+        """UPDATE samples SET interval_s = samples.interval_s + epoch(r.stop - r.start) FROM merged_rest r
+           WHERE samples.rowid = r.row_rid AND r.at_row_end"""
+    )
+    con.execute("CREATE TEMP TABLE IF NOT EXISTS merged_windows (gpu_id VARCHAR, lo TIMESTAMP, hi TIMESTAMP)")
+    con.execute("INSERT INTO merged_windows SELECT gpu_id, ts, ts FROM merged_rest WHERE at_row_end")
+    # else the rest is its own sample, at its start, with the new file's values: when at least as long as the
+    # row it merged into (a shorter sliver is clock rounding between two series, left as it was)
+    added = con.execute(
+        f"""INSERT INTO samples (gpu_id, ts, interval_s, ingest_id{"".join(", " + c for c in values)})
             SELECT p.gpu_id, p.start, epoch(p.stop - p.start), $ingest{"".join(", any_value(st." + c + ")" for c in values)}
-            FROM pieces p JOIN temp.stage_samples st ON st.gpu_id = p.gpu_id AND st.ts = p.ts
+            FROM merged_rest p JOIN temp.stage_samples st ON st.gpu_id = p.gpu_id AND st.ts = p.ts
+            WHERE NOT p.at_row_end AND epoch(p.stop - p.start) >= p.row_iv
             GROUP BY p.gpu_id, p.start, p.stop""",
         {"ingest": ingest_id},
     ).fetchall()[0][0]
+    con.execute("DROP TABLE temp.merged_rest")
     con.execute("DROP TABLE temp.merged_spans")
     con.execute("DROP TABLE temp.merged_islands")
     return int(added)

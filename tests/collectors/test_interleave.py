@@ -135,6 +135,26 @@ def test_a_sample_at_the_very_time_of_another_series_adds_the_rest_of_its_span(t
     assert util == pytest.approx((10 * 10 + 80 * 50) / 90 if first == "fine" else 50.0)
 
 
+def test_a_log_ingested_again_as_it_grows_ends_up_as_one_ingest_of_the_whole_log(tmp_path):
+    """Polls at 0, 10, 20, 30, 45, 55 s (cadence 10 s; the 15-s gap is under 2.5 × 10). The first ingest saw
+    0-30 s: its last poll stands for the cadence, 10 s. The whole log, ingested next, says that poll stood for
+    15 s: the row's interval grows to it, no new row. By hand: 10 + 10 + 10 + 15 + 10 + 10 = 65 s, six rows,
+    what one ingest of the whole log gives."""
+    seconds = [0, 10, 20, 30, 45, 55]
+    con = _ledger()
+    ingest_file(con, write(tmp_path, "head.csv", _log(seconds[:4])), opts=UTC)
+    report = ingest_file(con, write(tmp_path, "whole.csv", _log(seconds)), opts=UTC)
+    assert report.rows["samples"] == 2
+    assert con.execute("SELECT count(*) FROM samples").fetchall()[0][0] == 6
+    assert _covered(con)[:2] == (65.0, 65.0)
+    alone = _ledger()
+    ingest_file(alone, write(tmp_path, "whole2.csv", _log(seconds)), opts=UTC)
+    assert (
+        con.execute("SELECT ts, interval_s FROM samples ORDER BY ts").fetchall()
+        == alone.execute("SELECT ts, interval_s FROM samples ORDER BY ts").fetchall()
+    )
+
+
 def test_days_one_after_the_other_are_not_interleaved(tmp_path):
     """The next file starts where the last ended: nothing is inside anything, every sample lands."""
     con = _ledger()
