@@ -72,14 +72,14 @@ from dataclasses import dataclass, field
 
 import duckdb
 
+from collectors.common import MAX_REACH
+
 FOREVER = dt.datetime.max
 # how a host name is compared: sacct's NodeList has short names, a hostname column may be an FQDN
 HOST_KEY = "lower(split_part({}, '.', 1))"
 # job states whose span is still open (their allocation's end is only what sacct measured so far)
 OPEN_STATES = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING")
 METHODS = ("exact", "by_share", "none")
-# no sample stands for more than a day (collectors/validate.py): none further back covers a later time
-_REACH = "INTERVAL 1 DAY"
 # GPU ids of W&B system metrics (collectors/wandb.py): a second view of a card of their host, not a card
 VIEW_PREFIX = "wandb:"
 
@@ -343,7 +343,7 @@ def settle_views(con: duckdb.DuckDBPyConnection) -> None:
             SELECT v.rid, v.gpu_id, v.ts FROM view_candidates v
             ASOF JOIN (SELECT gpu_id, ts, interval_s FROM samples
                        WHERE gpu_id IN (SELECT DISTINCT card FROM view_candidates)
-                         AND ts >= (SELECT min(ts) FROM view_candidates) - {_REACH}
+                         AND ts >= (SELECT min(ts) FROM view_candidates) - {MAX_REACH}
                          AND ts <= (SELECT max(ts) FROM view_candidates)) r
               ON r.gpu_id = v.card AND r.ts <= v.ts
             WHERE v.ts < r.ts + to_microseconds(CAST(r.interval_s * 1e6 AS BIGINT))"""

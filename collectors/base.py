@@ -44,7 +44,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 import duckdb
 
 from collectors.checkpoints import record_placements, withdraw
-from collectors.common import Restage, reading
+from collectors.common import (
+    MERGE_KEPT,
+    Restage,
+    cadence_sql,
+    interval_sql,
+    reading,
+)
 from collectors.interleave import extend_merged, settle_interleaved
 from collectors.validate import record_rejections, validate_merge, validate_stage
 from gpuledger.ledger.errors import FormatError, UnknownFormatError
@@ -54,20 +60,11 @@ if TYPE_CHECKING:
     from gpuledger.ledger.settings import Settings
 
 HEAD_BYTES = 64 * 1024
-# A telemetry sample stands for the time until the next sample of its GPU, but never more than this many
-# times the GPU's typical cadence: a longer silence is a gap (unknown), not busy or idle time.
-GAP_FACTOR = 2.5
-# The longest interval a sample is given when it is derived from the gaps (collectors/validate.py's range for
-# interval_s). A GPU's median gap above it is no cadence (two readings years apart, a wrong clock): its samples
-# then stand for 1 s each, as a lone sample does, and no gap longer than this is ever one sample's interval.
-MAX_DERIVED_INTERVAL_S = 86_400.0
 # staged rows per UPDATE of their intervals (_land_samples, rows already in time order)
 LAND_CHUNK = 1_000_000
-_CADENCE = f"CASE WHEN median(gap_s) IS NULL OR median(gap_s) > {MAX_DERIVED_INTERVAL_S} THEN 1.0 ELSE median(gap_s) END"
+_CADENCE = cadence_sql()
 # Files this big get a progress bar on a terminal; smaller ones land before one would be drawn.
 PROGRESS_MIN_BYTES = 4 * 2**20
-# Sample columns a second series for the same (gpu_id, ts) never changes (see _land_samples).
-_MERGE_KEEP = frozenset({"ts", "gpu_id", "interval_s", "ingest_id"})
 
 
 @dataclass(frozen=True)
@@ -257,9 +254,7 @@ def land(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptions) ->
         if inside := settle_interleaved(con, ingest_id):  # another series of the same GPUs' times
             rows["samples"] -= inside
             rows["samples_interleaved"] = inside
-        rows["samples"] += extend_merged(
-            con, ingest_id, gap_factor=GAP_FACTOR, max_interval_s=MAX_DERIVED_INTERVAL_S
-        )
+        rows["samples"] += extend_merged(con, ingest_id)
     if "stage_gpus" in staged or "stage_samples" in staged:
         rows["gpus"] = _land_gpus(con, staged)
     if "stage_samples" in staged:
@@ -393,8 +388,7 @@ def _land_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> dict[str, i
             b = a + LAND_CHUNK
             con.execute(
                 f"""UPDATE {source} SET interval_s =
-                        CASE WHEN g.gap_s IS NULL OR g.gap_s > least({GAP_FACTOR} * g.cad_s, {MAX_DERIVED_INTERVAL_S})
-                             THEN g.cad_s ELSE g.gap_s END
+                        {interval_sql("g.gap_s", "g.cad_s")}
                     FROM (SELECT g.rid, g.gap_s, c.cad_s FROM stage_gaps g JOIN stage_cad c ON c.gpu_id = g.gpu_id
                           WHERE g.rid >= {a} AND g.rid < {b}) g
                     WHERE g.rid = {source}.rowid AND {source}.rowid >= {a} AND {source}.rowid < {b}
@@ -414,8 +408,7 @@ def _land_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> dict[str, i
         fresh AS (
             SELECT sp.* REPLACE (
                 coalesce(sp.interval_s,
-                         CASE WHEN g.gap_s IS NULL OR g.gap_s > least({GAP_FACTOR} * c.cad_s, {MAX_DERIVED_INTERVAL_S})
-                              THEN c.cad_s ELSE g.gap_s END) AS interval_s)
+                         {interval_sql("g.gap_s", "c.cad_s")}) AS interval_s)
             FROM {source} sp JOIN stage_gaps g ON g.rid = sp.rowid JOIN cadence c ON c.gpu_id = g.gpu_id
             {fresh_only}
         )
@@ -493,8 +486,7 @@ def _land_polls(
         )
         SELECT s.* EXCLUDE (gap_s) REPLACE (
                    coalesce(s.interval_s,
-                            CASE WHEN s.gap_s IS NULL OR s.gap_s > least({GAP_FACTOR} * c.cad_s, {MAX_DERIVED_INTERVAL_S})
-                                 THEN c.cad_s ELSE s.gap_s END) AS interval_s),
+                            {interval_sql("s.gap_s", "c.cad_s")}) AS interval_s),
                c.gpu_id
         FROM seq s JOIN stage_cadence c ON c.pos = s.rid % {n_gpus}
         """
@@ -536,7 +528,7 @@ def _merge_overlap(
     """
     con.execute("DROP TABLE IF EXISTS temp.merged_windows")
     cols = set(_columns(con, source, temp=True))
-    merge = [c for c in _columns(con, "samples") if c in cols and c not in _MERGE_KEEP]
+    merge = [c for c in _columns(con, "samples") if c in cols and c not in MERGE_KEPT]
     fills = " OR ".join(f"(o.{c} IS NULL AND sp.{c} IS NOT NULL)" for c in merge) or "false"
     con.execute(
         f"""CREATE TEMP TABLE stage_overlap AS

@@ -26,24 +26,46 @@ from __future__ import annotations
 
 import duckdb
 
-# no sample stands for more than a day (collectors/validate.py), so none earlier can reach a new one
-_REACH = "INTERVAL 1 DAY"
+from collectors.common import MAX_REACH, cadence_sql, interval_sql
+
 _END = "ts + to_microseconds(CAST(round(interval_s * 1e6) AS BIGINT))"
 # a sample left with less than this (the rounding of FLOAT intervals) stands for nothing
 _NOTHING_S = 1e-3
 
 
-def extend_merged(
-    con: duckdb.DuckDBPyConnection, ingest_id: int, *, gap_factor: float, max_interval_s: float
-) -> int:
+def _islands(spans: str) -> str:
+    """SQL: the covered time of each GPU as islands ``(gpu_id, lo, hi)``, from ``spans`` (a query of
+    ``gpu_id, s, e``): a span that starts after the ones before it end starts a new island."""
+    return f"""
+        WITH o AS ({spans}),
+        m AS (SELECT *, max(e) OVER (PARTITION BY gpu_id ORDER BY s, e
+                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_e FROM o),
+        g AS (SELECT *, sum(CASE WHEN prev_e IS NULL OR s > prev_e THEN 1 ELSE 0 END)
+                            OVER (PARTITION BY gpu_id ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS island FROM m)
+        SELECT gpu_id, min(s) AS lo, max(e) AS hi FROM g GROUP BY gpu_id, island"""
+
+
+def _first_uncovered(rows: str, islands: str, end: str) -> str:
+    """SQL: the rows of ``rows`` (``gpu_id, ts`` and their span's end ``end``) with ``start`` and ``stop``, the
+    first stretch of ``[ts, end)`` outside the TEMP table ``islands``: from the end of the island ``ts`` falls
+    in (else ``ts``) to the next island's start or ``end``."""
+    return f"""
+        WITH started AS (
+            SELECT r.*, CASE WHEN i.hi > r.ts THEN i.hi ELSE r.ts END AS start
+            FROM ({rows}) r ASOF LEFT JOIN {islands} i ON i.gpu_id = r.gpu_id AND i.lo <= r.ts
+        )
+        SELECT s.*, least(s.{end}, coalesce(j.lo, s.{end})) AS stop
+        FROM started s ASOF LEFT JOIN {islands} j ON j.gpu_id = s.gpu_id AND s.start < j.lo"""
+
+
+def extend_merged(con: duckdb.DuckDBPyConnection, ingest_id: int) -> int:
     """A staged sample at the very time of a ledger sample merged into that row, which keeps its own
     interval; where the staged sample's own span ``[ts, ts + its interval)`` reaches past the time the ledger
     covers there, the first uncovered stretch of it counts: where it starts at that row's end (the row was its
     file's last poll: a log ingested again as it grows) the row's interval grows to it; else it lands as a
     sample of this ingest, at the stretch's start, with the staged sample's values, when at least as long as
-    the row it merged into (a shorter sliver is clock rounding between two series, left as it was). Its interval is the samples' rule (collectors/base.py
-    ``_land_samples``: the gap to its series' next sample, the cadence past ``gap_factor`` × the cadence or a
-    day). Returns how many samples that added. Runs only when this ingest merged samples (``held_rows``)."""
+    the row it merged into (a shorter sliver is clock rounding between two series, left as it was). The staged
+    sample's own interval is the samples' rule (collectors/common.py ``interval_sql``). Returns how many samples that added. Runs only when this ingest merged samples (``held_rows``)."""
     merged = con.execute(
         "SELECT count(*) FROM held_rows WHERE table_name = 'samples' AND ingest_id = ?", [ingest_id]
     ).fetchall()[0][0]
@@ -57,7 +79,7 @@ def extend_merged(
         c for c in ledger if c in staged and c not in ("ts", "gpu_id", "interval_s", "ingest_id", "job_id")
     ]
     con.execute(
-        """CREATE OR REPLACE TEMP TABLE merged_spans AS
+        f"""CREATE OR REPLACE TEMP TABLE merged_spans AS
             WITH mg AS (SELECT DISTINCT row_key AS gpu_id, ts FROM held_rows
                         WHERE table_name = 'samples' AND ingest_id = $ingest),
             own AS (
@@ -65,46 +87,24 @@ def extend_merged(
                 FROM (SELECT DISTINCT gpu_id, ts FROM temp.stage_samples
                       WHERE gpu_id IN (SELECT gpu_id FROM mg))
             ),
-            cad AS (
-                SELECT gpu_id, CASE WHEN median(gap_s) IS NULL OR median(gap_s) > $max THEN 1.0
-                                    ELSE median(gap_s) END AS cad_s
-                FROM own GROUP BY gpu_id
-            )
+            cad AS (SELECT gpu_id, {cadence_sql()} AS cad_s FROM own GROUP BY gpu_id)
             SELECT own.gpu_id, own.ts,
-                   own.ts + to_microseconds(CAST(round(1e6 * CASE
-                       WHEN own.gap_s IS NULL OR own.gap_s > least($gf * cad.cad_s, $max) THEN cad.cad_s
-                       ELSE own.gap_s END) AS BIGINT)) AS own_end
+                   own.ts + to_microseconds(CAST(round(1e6 * {interval_sql("own.gap_s", "cad.cad_s")}) AS BIGINT))
+                       AS own_end
             FROM own JOIN cad USING (gpu_id) JOIN mg USING (gpu_id, ts)""",
-        {"ingest": ingest_id, "max": max_interval_s, "gf": gap_factor},
+        {"ingest": ingest_id},
     )
     lo, hi = con.execute("SELECT min(ts), max(own_end) FROM merged_spans").fetchall()[0]
     # every sample of those GPUs around them, of any ingest, as islands of covered time
-    con.execute(
-        f"""CREATE OR REPLACE TEMP TABLE merged_islands AS
-            WITH o AS (
-                SELECT gpu_id, ts AS s, {_END} AS e FROM samples
+    spans = f"""SELECT gpu_id, ts AS s, {_END} AS e FROM samples
                 WHERE gpu_id IN (SELECT gpu_id FROM merged_spans)
-                  AND ts >= CAST($lo AS TIMESTAMP) - {_REACH} AND ts < $hi
-            ),
-            m AS (SELECT *, max(e) OVER (PARTITION BY gpu_id ORDER BY s, e
-                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_e FROM o),
-            g AS (SELECT *, sum(CASE WHEN prev_e IS NULL OR s > prev_e THEN 1 ELSE 0 END)
-                                OVER (PARTITION BY gpu_id ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS island FROM m)
-            SELECT gpu_id, min(s) AS lo, max(e) AS hi FROM g GROUP BY gpu_id, island""",
-        {"lo": lo, "hi": hi},
-    )
+                  AND ts >= CAST($lo AS TIMESTAMP) - {MAX_REACH} AND ts < $hi"""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE merged_islands AS {_islands(spans)}", {"lo": lo, "hi": hi})
+    rest = _first_uncovered("SELECT gpu_id, ts, own_end FROM merged_spans", "merged_islands", "own_end")
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE merged_rest AS
-            WITH started AS (
-                SELECT m.gpu_id, m.ts, m.own_end, i.hi AS start
-                FROM merged_spans m ASOF JOIN merged_islands i ON i.gpu_id = m.gpu_id AND i.lo <= m.ts
-            ),
-            ended AS (
-                SELECT s.*, least(s.own_end, coalesce(j.lo, s.own_end)) AS stop
-                FROM started s ASOF LEFT JOIN merged_islands j ON j.gpu_id = s.gpu_id AND s.start < j.lo
-            )
             SELECT e.*, r.rowid AS row_rid, r.{_END} = e.start AS at_row_end, r.interval_s::DOUBLE AS row_iv
-            FROM ended e JOIN samples r ON r.gpu_id = e.gpu_id AND r.ts = e.ts
+            FROM ({rest}) e JOIN samples r ON r.gpu_id = e.gpu_id AND r.ts = e.ts
             WHERE epoch(e.stop - e.start) >= {_NOTHING_S}"""
     )
     # the rest starts where the row it merged into ends (the row was its file's last poll, given the
@@ -142,53 +142,26 @@ def settle_interleaved(con: duckdb.DuckDBPyConnection, ingest_id: int) -> int:
     bounds = {"lo": lo, "hi": hi, "ingest": ingest_id}
     near = con.execute(
         f"""SELECT count(*) FROM samples
-            WHERE ts >= CAST($lo AS TIMESTAMP) - {_REACH} AND ts < $hi AND ingest_id <> $ingest""",
+            WHERE ts >= CAST($lo AS TIMESTAMP) - {MAX_REACH} AND ts < $hi AND ingest_id <> $ingest""",
         bounds,
     ).fetchall()[0][0]
     if not near:
         return 0
     # each GPU's old covered time near the new samples, as islands [lo, hi)
-    con.execute(
-        f"""CREATE OR REPLACE TEMP TABLE old_islands AS
-            WITH span AS (
-                SELECT gpu_id, min(ts) AS lo, max({_END}) AS hi FROM samples
-                WHERE ingest_id = $ingest AND ts >= $lo AND ts < $hi GROUP BY gpu_id
-            ),
-            o AS (
-                SELECT o.gpu_id, o.ts AS s, o.{_END} AS e FROM samples o JOIN span n ON n.gpu_id = o.gpu_id
-                WHERE o.ingest_id <> $ingest AND o.ts >= CAST($lo AS TIMESTAMP) - {_REACH} AND o.ts < $hi
-                  AND o.ts < n.hi AND o.{_END} > n.lo
-            ),
-            m AS (
-                SELECT *, max(e) OVER (PARTITION BY gpu_id ORDER BY s, e
-                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_e
-                FROM o
-            ),
-            g AS (
-                SELECT *, sum(CASE WHEN prev_e IS NULL OR s > prev_e THEN 1 ELSE 0 END)
-                              OVER (PARTITION BY gpu_id ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS island
-                FROM m
-            )
-            SELECT gpu_id, min(s) AS lo, max(e) AS hi FROM g GROUP BY gpu_id, island""",
-        bounds,
-    )
+    spans = f"""SELECT o.gpu_id, o.ts AS s, o.{_END} AS e
+                FROM samples o JOIN (SELECT gpu_id, min(ts) AS lo, max({_END}) AS hi FROM samples
+                                     WHERE ingest_id = $ingest AND ts >= $lo AND ts < $hi GROUP BY gpu_id) n
+                  ON n.gpu_id = o.gpu_id
+                WHERE o.ingest_id <> $ingest AND o.ts >= CAST($lo AS TIMESTAMP) - {MAX_REACH} AND o.ts < $hi
+                  AND o.ts < n.hi AND o.{_END} > n.lo"""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE old_islands AS {_islands(spans)}", bounds)
     # each new sample of those GPUs: where its uncovered stretch starts and ends
+    new = f"""SELECT rowid AS rid, gpu_id, ts, {_END} AS te FROM samples
+              WHERE ingest_id = $ingest AND ts >= $lo AND ts < $hi
+                AND gpu_id IN (SELECT DISTINCT gpu_id FROM old_islands)"""
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE new_cover AS
-            WITH n AS (
-                SELECT rowid AS rid, gpu_id, ts, {_END} AS te FROM samples
-                WHERE ingest_id = $ingest AND ts >= $lo AND ts < $hi
-                  AND gpu_id IN (SELECT DISTINCT gpu_id FROM old_islands)
-            ),
-            started AS (
-                SELECT n.*, CASE WHEN i.hi > n.ts THEN i.hi ELSE n.ts END AS start
-                FROM n ASOF LEFT JOIN old_islands i ON i.gpu_id = n.gpu_id AND i.lo <= n.ts
-            ),
-            ended AS (
-                SELECT s.*, least(s.te, coalesce(j.lo, s.te)) AS stop
-                FROM started s ASOF LEFT JOIN old_islands j ON j.gpu_id = s.gpu_id AND s.start < j.lo
-            )
-            SELECT rid, start, epoch(stop - start) AS left_s FROM ended
+            SELECT rid, start, epoch(stop - start) AS left_s FROM ({_first_uncovered(new, "old_islands", "te")})
             WHERE start <> ts OR stop <> te""",
         bounds,
     )

@@ -36,7 +36,6 @@ import duckdb
 import pyarrow as pa
 
 from collectors.base import (
-    GAP_FACTOR,
     IngestOptions,
     land,
     next_ingest_id,
@@ -44,6 +43,7 @@ from collectors.base import (
     run_in_transaction,
     split_sample_notes,
 )
+from collectors.common import GAP_FACTOR
 from collectors.nvml_api import DeviceInfo, DeviceLost, NvmlApi
 from collectors.proc_jobs import ProcJobs, jobs_from_mapping_dir
 from collectors.validate import screen_live

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import duckdb
 
+from collectors.common import MERGE_KEPT
 from gpuledger.ledger.errors import FormatError
 
 EARLIEST = dt.datetime(2000, 1, 1)
@@ -636,8 +637,6 @@ _LEDGER_NAMES = {
     "temp_c": "temperature",
     "sm_clock_mhz": "SM clock",
 }
-# Columns a staged sample never gives a ledger sample it meets (collectors/base.py ``_MERGE_KEEP``).
-_KEPT_ON_MERGE = frozenset({"ts", "gpu_id", "interval_s", "ingest_id", "job_id"})
 
 
 def validate_merge(
@@ -655,15 +654,13 @@ def validate_merge(
         return []
     staged = _cols(con, "stage_samples", temp=True)
     ledger = _cols(con, "samples", temp=False)
-    merge = [c for c in staged if c in ledger and c not in _KEPT_ON_MERGE]
+    merge = [c for c in staged if c in ledger and c not in MERGE_KEPT]
     if not merge:
         return []
     fills = " OR ".join(f"(o.{c} IS NULL AND sp.{c} IS NOT NULL)" for c in merge)
     # the row as it would be: every ledger column, filled from the stage where the ledger has none
     values = ", ".join(
-        f"coalesce(o.{c}, sp.{c}) AS {c}" if c in merge else f"o.{c}"
-        for c in ledger
-        if c not in _KEPT_ON_MERGE
+        f"coalesce(o.{c}, sp.{c}) AS {c}" if c in merge else f"o.{c}" for c in ledger if c not in MERGE_KEPT
     )
     # a message about a value only the ledger has names it so (the file's own columns have their names)
     name_columns(
