@@ -26,6 +26,7 @@ from analytics.filters import Filters, horizon
 from analytics.job_signals import prices_at, view_jobs_sql, view_signals, with_active
 from analytics.query import frame
 from analytics.shared import active, memo, shared
+from analytics.unit_costs import ASSUMED_PRECISION
 from gpuledger.ledger.reference import GpuModel, catalog
 from gpuledger.ledger.settings import Settings
 
@@ -63,16 +64,20 @@ def _models() -> dict[str, GpuModel]:
 
 
 def peak_tflops(model: str | None, precision: str | None) -> float | None:
-    """The catalog's dense peak TFLOP/s of ``model`` for ``precision`` (bf16/fp16 default)."""
+    """The catalog's dense peak TFLOP/s of ``model`` for ``precision``; no precision logged: the one MFU
+    assumes (analytics/unit_costs.py ASSUMED_PRECISION, bf16)."""
     entry = _models().get(model or "")
     if entry is None:
         return None
-    prec = (precision or "").lower()
-    if prec in ("fp32", "tf32"):
-        return entry.fp32_tflops
-    if prec == "bf16":
-        return entry.bf16_tflops
-    return entry.fp16_tflops
+    prec = (precision or ASSUMED_PRECISION).lower()
+    peaks = {
+        "bf16": entry.bf16_tflops,
+        "fp16": entry.fp16_tflops,
+        "fp32": entry.fp32_tflops,
+        "tf32": entry.tf32_tflops,
+        "fp8": entry.fp8_tflops,
+    }
+    return peaks.get(prec, entry.fp16_tflops)
 
 
 def _runs(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:

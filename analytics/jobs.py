@@ -56,6 +56,7 @@ JOBS_COLUMNS = {
     "usd_per_mtok": "",
     "mfu": "0–1",
     "mfu_reason": "why MFU is NULL",
+    "mfu_basis": "training | inference FLOPs per token; ', bf16 assumed' when the run logged no precision",
     "attribution": "how telemetry was tied to the job: exact | by_share | none (docs/metrics.md)",
 }
 
@@ -85,7 +86,7 @@ def jobs_table(
         how="left",
     )
     out = out.join(
-        c.select("job_id", "tokens_per_s_per_gpu", "usd_per_mtok", "mfu", "mfu_reason"),
+        c.select("job_id", "tokens_per_s_per_gpu", "usd_per_mtok", "mfu", "mfu_reason", "mfu_basis"),
         on="job_id",
         how="left",
     )

@@ -11,8 +11,10 @@ Definitions (docs/metrics.md, "Unit costs" and "MFU"):
   ``inference``) runs the forward pass only: 2·N per processed token (Kaplan et al. 2020, section 2.1), plus
   the forward third of the attention term, 4·L·H·S. An inference job's processed tokens are ``tokens``
   (prompt + generated) when logged, else ``generated_tokens`` alone;
-  peak: bf16 → ``bf16_tflops``, fp16 → ``fp16_tflops``, fp32 → ``fp32_tflops``; tf32, fp8 and int types
-  have no catalog peak, so their MFU is NULL with that reason.
+  peak: bf16 → ``bf16_tflops``, fp16 → ``fp16_tflops``, fp32 → ``fp32_tflops``, tf32 → ``tf32_tflops``,
+  fp8 → ``fp8_tflops``; int types have no catalog peak, so their MFU is NULL with that reason. A run that
+  logs no precision (most job tables, every trainer_state.json) is taken as bf16, the common training
+  precision of current cards, and ``mfu_basis`` says "bf16 assumed" wherever the figure is shown.
 - the view's unit costs are split by kind, never blended: :func:`training_usd_per_mtok` over the jobs that
   are not inference, :func:`inference_usd_per_mtok_generated` over inference jobs with generated tokens.
 Every NULL figure comes with a ``*_reason`` saying which input is missing; nothing is guessed.
@@ -30,6 +32,8 @@ from analytics.filters import Filters, horizon
 from analytics.query import frame
 
 ALL_FILTERS = Filters()  # the whole ledger
+ASSUMED_PRECISION = "bf16"  # MFU's precision when a run logs none (said in mfu_basis)
+PEAK_PRECISIONS = ("bf16", "fp16", "fp32", "tf32", "fp8")  # the catalog has a peak column for each
 
 UNIT_COST_COLUMNS = {
     "job_id": "",
@@ -49,7 +53,9 @@ UNIT_COST_COLUMNS = {
     "usd_per_ksamples": "$ per 1,000 samples",
     "usd_per_mtok_generated": "inference: $ per 1M generated tokens",
     "usd_per_krequests": "inference: $ per 1,000 requests",
-    "mfu_basis": "training (6·N per token) | inference (2·N per processed token)",
+    "mfu_basis": "training (6·N per token) | inference (2·N per processed token); ', bf16 assumed' when "
+    "the run logged no precision",
+    "precision": "the precision MFU's peak is for: as logged, else bf16 (assumed)",
     "flops_per_token": "training 6·N (+ 12·L·H·S when known); inference 2·N (+ 4·L·H·S when known)",
     "peak_tflops": "catalog dense peak per GPU for the run's precision",
     "mfu": "model FLOPs utilization, 0–1",
@@ -74,8 +80,10 @@ def job_unit_costs_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str
                    AS runtime_s,
                tr.job_id IS NOT NULL AS has_run,
                tr.tokens, tr.tokens_per_s, tr.samples, tr.samples_per_s, tr.epochs, tr.generated_tokens,
-               tr.requests, tr.params, tr.n_layers, tr.hidden_size, tr.seq_len, lower(tr.precision) AS precision,
-               c.bf16_tflops, c.fp16_tflops, c.fp32_tflops
+               tr.requests, tr.params, tr.n_layers, tr.hidden_size, tr.seq_len,
+               coalesce(lower(tr.precision), '{ASSUMED_PRECISION}') AS precision,
+               tr.precision IS NULL AS precision_assumed,
+               c.bf16_tflops, c.fp16_tflops, c.fp32_tflops, c.tf32_tflops, c.fp8_tflops
         FROM jc LEFT JOIN training_runs tr USING (job_id) LEFT JOIN gpu_catalog c ON c.model = jc.gpu_model
     ),
     bi AS (
@@ -96,7 +104,8 @@ def job_unit_costs_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str
                           THEN CASE WHEN inference THEN 4.0 ELSE 12.0 END * n_layers * hidden_size * seq_len
                           ELSE 0 END AS fpt,
                CASE precision WHEN 'bf16' THEN bf16_tflops WHEN 'fp16' THEN fp16_tflops
-                              WHEN 'fp32' THEN fp32_tflops END AS peak
+                              WHEN 'fp32' THEN fp32_tflops WHEN 'tf32' THEN tf32_tflops
+                              WHEN 'fp8' THEN fp8_tflops END AS peak
         FROM bi
     )
     SELECT job_id, kind, gpu_model, gpu_count, cost_usd, view_share,
@@ -107,16 +116,17 @@ def job_unit_costs_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str
            cost_usd / nullif(smp * view_share, 0) * 1e3 AS usd_per_ksamples,
            cost_usd / nullif(generated_tokens * view_share, 0) * 1e6 AS usd_per_mtok_generated,
            cost_usd / nullif(requests * view_share, 0) * 1e3 AS usd_per_krequests,
-           CASE WHEN inference THEN 'inference' ELSE 'training' END AS mfu_basis,
+           CASE WHEN inference THEN 'inference' ELSE 'training' END
+               || CASE WHEN precision_assumed THEN ', {ASSUMED_PRECISION} assumed' ELSE '' END AS mfu_basis,
+           precision,
            fpt AS flops_per_token,
            peak AS peak_tflops,
            tok_s * fpt / nullif(gpu_count * peak * 1e12, 0) AS mfu,
            CASE WHEN NOT has_run THEN 'no training metrics for this job'
                 WHEN tok_s IS NULL THEN 'no token count or tokens/s logged'
                 WHEN params IS NULL THEN 'parameter count unknown'
-                WHEN precision IS NULL THEN 'precision unknown'
                 WHEN gpu_model IS NULL THEN 'GPU model unknown'
-                WHEN precision NOT IN ('bf16', 'fp16', 'fp32')
+                WHEN precision NOT IN ({", ".join(f"'{p}'" for p in PEAK_PRECISIONS)})
                     THEN 'no catalog peak for precision ' || precision
                 WHEN peak IS NULL THEN 'the catalog has no ' || precision || ' peak for ' || gpu_model
                 WHEN gpu_count <= 0 THEN 'GPU count is 0'

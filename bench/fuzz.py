@@ -77,6 +77,15 @@ FAMILIES: dict[str, list[str]] = {
         "wandb/spaceinvaders-colab-T4/wandb-events.jsonl+wandb/spaceinvaders-colab-T4/wandb-metadata.json",
         "wandb/spaceinvaders-colab-T4/wandb-metadata.json",
     ],
+    # hand-written shapes of issue 36 (tests/fixtures, "repo:" = from the repository root): a full-field
+    # nvidia-smi log, cards told apart by bus id, step-less and eval-token trainer states
+    "current_shapes": [
+        "repo:tests/fixtures/nvidia_smi/full_fields_h200.csv",
+        "repo:tests/fixtures/nvidia_smi/full_fields_h100_mig.csv",
+        "repo:tests/fixtures/nvidia_smi/bus_id_4xa100.csv",
+        "repo:tests/fixtures/training/seq2seq/trainer_state.json",
+        "repo:tests/fixtures/training/trl-sft/trainer_state.json",
+    ],
     "traces": [
         "alibaba-gpu-v2023/openb_pod_list_default.csv",
         "alibaba-v2026-genai/pod_gpu_duty_cycle_anon.head30k.csv",
@@ -291,6 +300,11 @@ MUTATIONS = {
 }
 
 
+def source_path(spec: str, datasets: Path = DATASETS) -> Path:
+    """A FAMILIES file: ``repo:`` names one in this repository (a hand-written fixture), else the datasets."""
+    return ROOT / spec.removeprefix("repo:") if spec.startswith("repo:") else datasets / spec
+
+
 def base_bytes(path: Path) -> bytes:
     data = path.read_bytes()
     if path.suffix in (".csv", ".jsonl", ".txt") and data.count(b"\n") > BASE_LINES:
@@ -405,7 +419,7 @@ class FamilyRun:
         self.sources = []
         for spec in FAMILIES[family]:
             main, *siblings = spec.split("+")
-            self.sources.append((datasets / main, [datasets / s for s in siblings]))
+            self.sources.append((source_path(main, datasets), [source_path(s, datasets) for s in siblings]))
         self.bases = {src: base_bytes(src) for src, _ in self.sources}
         self.i = 0
         self.seconds = 0.0
@@ -508,12 +522,12 @@ def fuzz_cli(count: int, seed: int, workdir: Path, datasets: Path = DATASETS) ->
     for i in range(count):
         _, spec = specs[i % len(specs)]
         main_file, *siblings = spec.split("+")
-        src = datasets / main_file
+        src = source_path(main_file, datasets)
         data, names = mutate(base_bytes(src), rng)
         where = workdir / f"cli-{i}"
         where.mkdir(parents=True)
         for s in siblings:
-            shutil.copyfile(datasets / s, where / Path(s).name)
+            shutil.copyfile(source_path(s, datasets), where / Path(s).name)
         (where / src.name).write_bytes(data)
         run = subprocess.run(
             [

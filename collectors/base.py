@@ -384,7 +384,7 @@ def _land_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> dict[str, i
             f"CREATE TEMP TABLE stage_cad AS SELECT gpu_id, {_CADENCE} AS cad_s FROM stage_gaps GROUP BY gpu_id"
         )
         first, last = con.execute(f"SELECT min(rowid), max(rowid) FROM {source}").fetchall()[0]
-        for a in range(first, last + 1, LAND_CHUNK):
+        for a in range(first, last + 1, LAND_CHUNK) if first is not None else ():  # no rows: nothing to time
             b = a + LAND_CHUNK
             con.execute(
                 f"""UPDATE {source} SET interval_s =

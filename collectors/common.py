@@ -272,15 +272,17 @@ def first_violation(
     checks: Sequence[Check],
     *,
     line_col: str = "line_no",
+    where: str = "true",
 ) -> None:
-    """Raise FormatError for the earliest line (by ``line_col``) that breaks any check."""
+    """Raise FormatError for the earliest line (by ``line_col``) that breaks any check, among the rows
+    ``where`` keeps (rows a reader skips are not checked)."""
     if not checks:
         return
     arms = " ".join(f"WHEN {c.bad_sql} THEN {i}" for i, c in enumerate(checks))
     values = " ".join(f"WHEN {c.bad_sql} THEN CAST({c.value_sql} AS VARCHAR)" for c in checks)
     rows = con.execute(
         f"""SELECT {line_col}, CASE {arms} END AS which, CASE {values} END AS val
-            FROM {table} WHERE CASE {arms} END IS NOT NULL ORDER BY {line_col} LIMIT 1"""
+            FROM {table} WHERE ({where}) AND CASE {arms} END IS NOT NULL ORDER BY {line_col} LIMIT 1"""
     ).fetchall()
     if rows:
         line, which, val = rows[0]

@@ -16,7 +16,12 @@ clocks_event_reasons.active / clocks_throttle_reasons.active → throttle_reason
 
 GPU identity: ``uuid`` when the file has it; else ``HOST:INDEX`` where HOST is the ``hostname`` column, else
 ``--host`` (a CSV does not say which machine wrote it, so two machines' ``localhost:0`` would be one GPU),
-else ``localhost``; a file with neither uuid nor index is one GPU, ``HOST:0``. Naive times are read in
+else ``localhost``; else ``HOST:BUS`` from ``pci.bus_id``; a file with none of the three is one GPU, ``HOST:0``,
+and is refused when its rows show several cards (two rows at one time, or rows that come in bursts of a
+poll, :func:`_interleaved`).
+
+A header is a first line that names at least one known field and holds no value, whatever the share of
+names gpuledger does not read (a log of every ``--query-gpu`` field); those columns are counted in the report. Naive times are read in
 ``--tz`` (default: this machine's zone) and stored as UTC.
 
 Speed (docs/PERF-NOTES): DuckDB's reader splits on the two-byte delimiter ``", "`` and types the timestamp and
@@ -148,9 +153,18 @@ def _first_lines(head: str, n: int = 2) -> list[str]:
     return [ln for ln in head.lstrip("\ufeff").splitlines() if ln.strip()][:n]
 
 
+_VALUE = re.compile(r"^\s*(\[[^\]]*\]|[-+]?\d[\d.:/T+-]*( \S+)?|0x[0-9A-Fa-f]+)\s*$")
+
+
 def _looks_like_header(line: str, fields: dict[str, Field]) -> bool:
-    names = [split_header(c)[0] for c in line.split(",")]
-    return sum(field_key(n) in fields for n in names) >= max(1, len(names) // 2)
+    """A header names at least one field gpuledger knows and holds no value (a number, a time, ``[N/A]``).
+
+    Not a share of known names: ``--query-gpu`` of every field (212 on driver 590) names eight the ledger
+    stores among two hundred it does not, and a share rule refused that header as data."""
+    cells = line.split(",")
+    if any(_VALUE.match(c) for c in cells):
+        return False
+    return any(field_key(split_header(c)[0]) in fields for c in cells)
 
 
 def read_layout(
@@ -344,6 +358,19 @@ def map_fields(
     return fields, ignored
 
 
+IGNORED_NAMED = 5  # up to this many unread columns are one report line each; more are one line counting them
+
+
+def ignored_notes(ignored: list[str], rows: int) -> dict[str, int]:
+    """The report lines for the columns nothing reads (each of ``rows`` rows loses them).
+
+    A log of every ``--query-gpu`` field has some 200: one line counts them and names the first few."""
+    if len(ignored) <= IGNORED_NAMED:
+        return {f"column {name!r} not stored (no ledger column)": rows for name in ignored}
+    shown = ", ".join(ignored[:IGNORED_NAMED])
+    return {f"{len(ignored)} columns not stored (no ledger column): {shown}, ...": rows}
+
+
 class Columns:
     """SQL for each field of one file: text, numbers with units stripped, times in UTC, and bad-value tests."""
 
@@ -510,6 +537,35 @@ def _sample_col(target: str) -> str:
     }.get(target, target)
 
 
+BURST_RATIO = 20  # a gap this many times shorter than the one beside it is a row of the same poll
+BURST_SHARE = 0.1  # of a GPU's gaps: 2 of every k in a poll of k GPUs (k = 16: 0.125); pauses are rarer
+
+
+def _interleaved(con: duckdb.DuckDBPyConnection, line: str) -> tuple[int, float, float] | None:
+    """(line, short gap ms, long gap s) where one GPU's rows alternate between gaps at least BURST_RATIO
+    apart in at least BURST_SHARE of its gaps (and twice), else None.
+
+    One card polled at a steady cadence has gaps alike, save a pause now and then; several cards in one
+    log without an identity column read as one card whose rows come k in a burst, then the interval."""
+    found = con.execute(
+        f"""WITH g AS (SELECT gpu_id, ts, {line} AS line, epoch(ts - lag(ts) OVER w) AS gap
+                       FROM stage_samples WINDOW w AS (PARTITION BY gpu_id ORDER BY ts)),
+                 p AS (SELECT gpu_id, line, gap, lead(gap) OVER w AS after, lag(gap) OVER w AS before
+                       FROM g WHERE gap IS NOT NULL WINDOW w AS (PARTITION BY gpu_id ORDER BY ts)),
+                 j AS (SELECT gpu_id, line, gap, greatest(after, before) AS beside,
+                              greatest(after, before) >= {BURST_RATIO} * gap AS burst FROM p)
+            SELECT arg_min(line, line) FILTER (WHERE burst), arg_min(gap, line) FILTER (WHERE burst),
+                   arg_min(beside, line) FILTER (WHERE burst)
+            FROM j GROUP BY gpu_id
+            HAVING count(*) FILTER (WHERE burst) >= greatest(2, {BURST_SHARE} * count(*))
+            ORDER BY 1 LIMIT 1"""
+    ).fetchall()
+    if not found:
+        return None
+    line_no, gap, beside = found[0]
+    return int(line_no), round(gap * 1000, 3), round(beside, 3)
+
+
 def _count(con: duckdb.DuckDBPyConnection, sql: str) -> int:
     return int(con.execute(sql).fetchall()[0][0])
 
@@ -559,6 +615,9 @@ class NvidiaSmiCsv:
         zone = opts.tz or local_zone()
         host_sql = f"coalesce({col.text('host')}, {quote(opts.host or 'localhost')})"
         gpu_id = f"{host_sql} || ':' || coalesce({col.integer('gpu_index')}, 0)"
+        if "gpu_index" not in fields and "bus_id" in fields:
+            # no uuid and no index: the PCI bus id tells a node's cards apart (HOST:00000000:3B:00.0)
+            gpu_id = f"{host_sql} || ':' || coalesce({col.text('bus_id')}, '0')"
         if "uuid" in fields:
             gpu_id = f"coalesce({col.text('uuid')}, {gpu_id})"
             # a value as nvidia-smi writes it (GPU-…, nothing to trim, no N/A token) is taken as read:
@@ -639,15 +698,15 @@ class NvidiaSmiCsv:
         if suspects:
             first_bad(con, col, suspects)
         if "uuid" not in fields:
-            self._check_identity(con, path, layout, fields["gpu_index"][0] if "gpu_index" in fields else None)
+            ident = next((fields[t][0] for t in ("gpu_index", "bus_id") if t in fields), None)
+            self._check_identity(con, path, layout, ident)
         self._stage_gpus(con, opts, fields, codes)
         notes = {
             f"{layout.names[i]}: [N/A] stored as NULL": nulls[_sample_col(t)]
             for t, (i, _, _) in fields.items()
             if t in numeric and nulls[_sample_col(t)]
         }
-        for name in ignored:
-            notes[f"column {name!r} not stored (no ledger column)"] = rows
+        notes.update(ignored_notes(ignored, rows))
         if repeated:
             notes[
                 f"local times in the hour the clocks went back ({zone}): put on its two passes by file order"
@@ -656,28 +715,42 @@ class NvidiaSmiCsv:
 
     @staticmethod
     def _check_identity(con: duckdb.DuckDBPyConnection, path: Path, layout: Layout, idx: int | None) -> None:
-        """Two rows for one GPU at one time mean the identity columns do not say which GPU a row is."""
+        """Refuse a file whose rows cannot be told apart per GPU.
+
+        Two rows for one GPU at one time mean the identity column (``idx``: index, else pci.bus_id) does not
+        say which GPU a row is. Without any identity column, a log of several GPUs shows as one GPU whose
+        rows come in bursts: nvidia-smi writes one row per GPU milliseconds apart, then waits its interval
+        (``_interleaved``). Read as one GPU, each sample would last the few ms to the next card's row."""
         line = line_sql(con, "stage_samples", "stage_samples")
         dup = con.execute(
             f"""SELECT gpu_id, ts, max({line}) FROM stage_samples GROUP BY gpu_id, ts HAVING count(*) > 1
                ORDER BY 3 LIMIT 1"""
         ).fetchall()
-        if not dup:
-            return
-        if idx is None:
+        advice = "add uuid (or index, pci.bus_id) to --query-gpu"
+        if dup and idx is None:
             raise FormatError(
                 path,
                 int(dup[0][2]) if dup[0][2] is not None else None,  # the second row of that time
-                f"several rows at {dup[0][1]} UTC but no index or uuid column says which GPU each is: "
-                "add index,uuid to --query-gpu",
+                f"several rows at {dup[0][1]} UTC but no uuid, index or pci.bus_id column says which GPU "
+                f"each is: {advice}",
             )
-        raise FormatError(
-            path,
-            1 if layout.header_lines else None,
-            f"column {layout.names[idx]!r} should tell GPUs apart but repeats within one timestamp "
-            f"({dup[0][1]} UTC): the header does not match the values; pass --columns with the fields "
-            "in --query-gpu order",
-        )
+        if dup:
+            raise FormatError(
+                path,
+                1 if layout.header_lines else None,
+                f"column {layout.names[idx]!r} should tell GPUs apart but repeats within one timestamp "
+                f"({dup[0][1]} UTC): the header does not match the values; pass --columns with the fields "
+                "in --query-gpu order",
+            )
+        if idx is None:
+            burst = _interleaved(con, line)
+            if burst is not None:
+                raise FormatError(
+                    path,
+                    burst[0],
+                    f"rows {burst[1]:g} ms apart, then {burst[2]:g} s apart: one poll of several GPUs, but "
+                    f"no uuid, index or pci.bus_id column says which GPU each row is: {advice}",
+                )
 
     @staticmethod
     def _stage_gpus(
@@ -789,7 +862,7 @@ class NvidiaSmiAppsCsv:
                       FROM stage_processes GROUP BY gpu_id)"""
         )
         rows = _count(con, "SELECT count(*) FROM stage_processes")
-        notes = {f"column {name!r} not stored (no ledger column)": rows for name in ignored}
+        notes = ignored_notes(ignored, rows)
         if "ts" not in fields:
             notes["rows timed by the file's modification time (no timestamp column)"] = rows
         return notes

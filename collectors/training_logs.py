@@ -75,6 +75,23 @@ def _num(expr: str, key: str) -> str:
     return f"TRY_CAST(json_extract_string({expr}, '$.{key}') AS DOUBLE)"
 
 
+# The rules every training-log reader shares (HF trainer_state.json, LLaMA-Factory, Lightning):
+# - an entry without a step (a script's predict_* metrics appended after training, an epoch summary with no
+#   step) is no point of the training curve: it is skipped and counted in the report under STEPLESS_NOTE,
+#   never a reason to refuse the file;
+# - a run's token count is the latest one logged, by a train or an eval entry (latest_tokens).
+STEPLESS_NOTE = "log entries without a step (skipped)"
+HF_HAS_STEP = f"(json_type(e) = 'OBJECT' AND {_num('e', 'step')} IS NOT NULL)"
+HF_TOKEN_KEYS = ("num_input_tokens_seen", "num_tokens", "eval_num_tokens")
+
+
+def latest_tokens(value: str, tokens: str = "tokens_seen") -> str:
+    """SQL aggregate over a staged train log: ``value`` of the row with the latest token count, the count
+    at the highest step, the larger at one step (a train and an eval entry of one step). Token counts are
+    cumulative, so this is the run's count whichever kind of entry logged it last."""
+    return f"arg_max({value}, (step, {tokens})) FILTER (WHERE {tokens} IS NOT NULL)"
+
+
 class HfTrainerState:
     name = "hf_trainer_state"
     description = "Hugging Face Trainer trainer_state.json (log_history; old and new schemas)"
@@ -112,7 +129,6 @@ class HfTrainerState:
                 path,
                 "hf_log",
                 [
-                    Check(f"json_type(e) <> 'OBJECT' OR {_num('e', 'step')} IS NULL", "has no step number"),
                     Check(
                         f"NOT isfinite({_num('e', 'step')})",
                         "step is {value}, not a finite number",
@@ -125,6 +141,7 @@ class HfTrainerState:
                     ),
                 ],
                 line_col="idx",
+                where=HF_HAS_STEP,
             )
         except FormatError as exc:  # idx is the entry's position in log_history: its line, from a scan
             n = (exc.line or 1) - 1
@@ -139,12 +156,12 @@ class HfTrainerState:
                    {_num("e", "epoch")} AS epoch, {_num("e", "loss")} AS loss,
                    {_num("e", "eval_loss")} AS eval_loss, {_num("e", "learning_rate")} AS learning_rate,
                    -- num_input_tokens_seen 0 means token counting was off, not zero tokens; TRL's
-                   -- SFTTrainer logs its own cumulative count as num_tokens
-                   coalesce(nullif({_num("e", "num_input_tokens_seen")}, 0), nullif({_num("e", "num_tokens")}, 0))
-                       AS tokens_seen,
+                   -- SFTTrainer logs its own cumulative count as num_tokens, and on eval entries as
+                   -- eval_num_tokens (the training tokens seen by then)
+                   coalesce({", ".join(f"nullif({_num('e', k)}, 0)" for k in HF_TOKEN_KEYS)}) AS tokens_seen,
                    'log_history[' || (idx - 1) || ']' AS row_label, idx
             FROM hf_log
-            WHERE json_type(e, '$.train_runtime') IS NULL
+            WHERE json_type(e, '$.train_runtime') IS NULL AND {HF_HAS_STEP}
             ORDER BY idx
             """
         )
@@ -154,7 +171,7 @@ class HfTrainerState:
             CREATE TEMP TABLE stage_training_runs AS
             WITH summary AS (SELECT e FROM hf_log WHERE json_type(e, '$.train_runtime') IS NOT NULL
                              ORDER BY idx DESC LIMIT 1),
-                 tokens AS (SELECT max(tokens_seen) AS t FROM stage_train_log)
+                 tokens AS (SELECT {latest_tokens("tokens_seen")} AS t FROM stage_train_log)
             SELECT {quote(job_id)} AS job_id, 'hf_trainer' AS source,
                    TRY_CAST({_num("s", "train_batch_size")} AS INTEGER) AS batch_size,
                    coalesce(nullif({_num("s", "num_input_tokens_seen")}, 0), (SELECT t FROM tokens)) AS tokens,
@@ -181,10 +198,13 @@ class HfTrainerState:
         )
         if _implausible(con, opts):  # only then is the file scanned for the lines the messages name
             _stage_hf_lines(con, path)
+        stepless = con.execute(f"SELECT count(*) FROM hf_log WHERE NOT {HF_HAS_STEP}").fetchall()[0][0]
         finished = con.execute("SELECT runtime_s IS NOT NULL FROM stage_training_runs").fetchall()[0][0]
         if not opts.job_id:
             stage_own_job(con, job_id, "hf_trainer", bool(finished))
         notes = after_hf_stage(con, path, opts.job_id)  # the newest checkpoint → the job's (checkpoints.py)
+        if stepless:
+            notes = {STEPLESS_NOTE: int(stepless), **notes}
         con.execute("DROP TABLE temp.hf_log")
         con.execute("DROP TABLE temp.hf_state")
         return notes
@@ -215,7 +235,7 @@ _HF_ENTRY_KEYS = {
     "loss": ("loss",),
     "eval_loss": ("eval_loss",),
     "learning_rate": ("learning_rate",),
-    "tokens_seen": ("num_input_tokens_seen", "num_tokens"),
+    "tokens_seen": ("num_input_tokens_seen", "num_tokens", "eval_num_tokens"),
 }
 # stage_training_runs column → (top-level key, key of the final summary entry) its value comes from
 _HF_RUN_KEYS = {
@@ -271,7 +291,7 @@ def _stage_hf_lines(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     tokens_line = (
         str(lines.keys.get("num_input_tokens_seen", "NULL"))
         if tokens_top
-        else "(SELECT arg_max(line_no__tokens_seen, tokens_seen) FROM stage_train_log)"
+        else f"(SELECT {latest_tokens('line_no__tokens_seen')} FROM stage_train_log)"
     )
     extra = "".join(f", {int(v)}::BIGINT AS line_no__{col}" for col, v in line_of.items() if v is not None)
     con.execute(
@@ -315,6 +335,8 @@ class LlamaFactoryLog:
             raise _duckdb_failure(path, exc, "JSON Lines") from None
         file_lines(path, csv=False).renumber(con, "lf_log")
         elapsed_text = "json_extract_string(e, '$.elapsed_time')"
+        steps_text = "json_extract_string(e, '$.current_steps')"
+        has_step = f"({steps_text} IS NOT NULL)"  # no current_steps (or null): skipped, STEPLESS_NOTE
         first_violation(
             con,
             path,
@@ -337,6 +359,7 @@ class LlamaFactoryLog:
                     elapsed_text,
                 ),
             ],
+            where=has_step,
         )
         job_id = run_job_id(path, "trainer_log.jsonl", "llamafactory", opts)
         elapsed = _hms_s(elapsed_text)
@@ -347,7 +370,7 @@ class LlamaFactoryLog:
                    {_num("e", "epoch")} AS epoch, {elapsed} AS elapsed_s, {_num("e", "loss")} AS loss,
                    {_num("e", "eval_loss")} AS eval_loss, {_num("e", "learning_rate")} AS learning_rate,
                    nullif({_num("e", "total_tokens")}, 0) AS tokens_seen, line_no
-            FROM lf_log ORDER BY line_no
+            FROM lf_log WHERE {has_step} ORDER BY line_no
             """
         )
         con.execute(
@@ -355,13 +378,13 @@ class LlamaFactoryLog:
             CREATE TEMP TABLE stage_training_runs AS
             SELECT {quote(job_id)} AS job_id, 'llamafactory' AS source,
                    max(epoch) AS epochs, max(step) AS steps, max(elapsed_s) AS runtime_s,
-                   max(tokens_seen) AS tokens,
-                   max(tokens_seen) / nullif(max(elapsed_s), 0) AS tokens_per_s,
+                   {latest_tokens("tokens_seen")} AS tokens,
+                   {latest_tokens("tokens_seen")} / nullif(max(elapsed_s), 0) AS tokens_per_s,
                    -- the line each run figure came from (the largest value; NaN sorts above all numbers)
                    arg_max(line_no, epoch) AS line_no__epochs, arg_max(line_no, step) AS line_no__steps,
                    arg_max(line_no, elapsed_s) AS line_no__runtime_s,
-                   arg_max(line_no, tokens_seen) AS line_no__tokens,
-                   coalesce(arg_max(line_no, tokens_seen), arg_max(line_no, elapsed_s)) AS line_no__tokens_per_s
+                   {latest_tokens("line_no")} AS line_no__tokens,
+                   coalesce({latest_tokens("line_no")}, arg_max(line_no, elapsed_s)) AS line_no__tokens_per_s
             FROM stage_train_log
             """
         )
@@ -380,8 +403,10 @@ class LlamaFactoryLog:
         ).fetchall()[0][0]
         if not opts.job_id:
             stage_own_job(con, job_id, "llamafactory", bool(done))
+        stepless = con.execute(f"SELECT count(*) FROM lf_log WHERE NOT {has_step}").fetchall()[0][0]
         con.execute("DROP TABLE temp.lf_log")
-        return after_llamafactory_stage(con, path, opts.job_id)  # the newest checkpoint (checkpoints.py)
+        notes = after_llamafactory_stage(con, path, opts.job_id)  # the newest checkpoint (checkpoints.py)
+        return {STEPLESS_NOTE: int(stepless), **notes} if stepless else notes
 
 
 # hparams.yaml keys (lower case) → training_runs columns; first present wins.
@@ -514,6 +539,7 @@ class LightningMetrics:
             ],
         )
         lr_cols = tuple(c for c in cols if c.startswith("lr-") or c in ("lr", "learning_rate"))
+        has_step = "(nullif(trim(step), '') IS NOT NULL)"  # a row without a step: skipped, STEPLESS_NOTE
         loss, eval_loss = first_of(LOSS_COLS), first_of(EVAL_COLS)
         job_id = run_job_id(path, "metrics.csv", "lightning", opts)
         con.execute(
@@ -522,7 +548,7 @@ class LightningMetrics:
             SELECT {quote(job_id)} AS job_id, CAST(TRY_CAST(step AS DOUBLE) AS BIGINT) AS step,
                    {first_of(("epoch",))} AS epoch, {loss} AS loss, {eval_loss} AS eval_loss,
                    {first_of(lr_cols)} AS learning_rate, line_no
-            FROM pl_raw WHERE {loss} IS NOT NULL OR {eval_loss} IS NOT NULL ORDER BY line_no
+            FROM pl_raw WHERE ({loss} IS NOT NULL OR {eval_loss} IS NOT NULL) AND {has_step} ORDER BY line_no
             """
         )
         hp = _hparams_for(path)
@@ -545,10 +571,13 @@ class LightningMetrics:
             """
         )
         other = con.execute(
-            f"SELECT count(*) FROM pl_raw WHERE {loss} IS NULL AND {eval_loss} IS NULL"
+            f"SELECT count(*) FROM pl_raw WHERE {loss} IS NULL AND {eval_loss} IS NULL AND {has_step}"
         ).fetchall()[0][0]
+        stepless = con.execute(f"SELECT count(*) FROM pl_raw WHERE NOT {has_step}").fetchall()[0][0]
         if not opts.job_id:
             stage_own_job(con, job_id, "lightning", False)
         notes = after_lightning_stage(con, path, opts.job_id)  # the newest .ckpt → the job's (checkpoints.py)
         con.execute("DROP TABLE temp.pl_raw")
+        if stepless:
+            notes = {STEPLESS_NOTE: int(stepless), **notes}
         return {**({"epoch-summary rows (folded into the run)": int(other)} if other else {}), **notes}

@@ -203,7 +203,10 @@ def job_view(job_id: str) -> None:
         ("mfu", "MFU", lambda v: pct(100.0 * v)),
     ):
         v = r.get(key)
-        facts.append(f"{title}: {fmt(v) if v is not None else na(r.get('mfu_reason') or 'not logged')}")
+        text = fmt(v) if v is not None else na(r.get("mfu_reason") or "not logged")
+        if key == "mfu" and v is not None and r.get("mfu_basis"):
+            text += f" ({r['mfu_basis']})"  # e.g. "training, bf16 assumed"
+        facts.append(f"{title}: {text}")
     if run:
         for key, title in (
             ("model", "model"),

@@ -55,6 +55,7 @@ else:
             "usd_per_mtok_generated",
             "usd_per_krequests",
             "mfu",
+            "mfu_basis",
             "mfu_reason",
             "unit_cost_reason",
         )

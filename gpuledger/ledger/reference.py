@@ -37,6 +37,8 @@ class GpuModel:
     match: tuple[str, ...]
     source: str
     interconnect: str = "pcie"  # nvlink | xgmi | pcie: the GPU-to-GPU link (data/gpu_catalog.toml)
+    tf32_tflops: float | None = None  # dense TF32 tensor peak; None where the card has none
+    fp8_tflops: float | None = None  # dense FP8 tensor peak; None where the card has none
 
 
 @functools.cache
@@ -55,6 +57,8 @@ def catalog() -> tuple[GpuModel, ...]:
             match=tuple(body["match"]),
             source=body["source"],
             interconnect=body.get("interconnect", "pcie"),
+            tf32_tflops=body.get("tf32_tflops"),
+            fp8_tflops=body.get("fp8_tflops"),
         )
         for name, body in raw.items()
     )
@@ -144,6 +148,8 @@ def load_reference(con: duckdb.DuckDBPyConnection, settings: Settings | None = N
                 m.tdp_w,
                 m.mig_capable,
                 m.source,
+                m.tf32_tflops,
+                m.fp8_tflops,
             ]
             for m in catalog()
         ],

@@ -470,7 +470,18 @@ SCHEMA_V5: list[str] = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5]
+# Version 6: dense TF32 and FP8 tensor peaks in the catalog, so that a tf32 or fp8 run gets an MFU
+# (analytics/unit_costs.py). Rebuilt from data/gpu_catalog.toml with the rest of the catalog.
+SCHEMA_V6: list[str] = [
+    """
+    ALTER TABLE gpu_catalog ADD COLUMN IF NOT EXISTS tf32_tflops DOUBLE -- dense TF32 tensor peak, TFLOP/s; NULL where the card has none
+    """,
+    """
+    ALTER TABLE gpu_catalog ADD COLUMN IF NOT EXISTS fp8_tflops DOUBLE -- dense FP8 tensor peak, TFLOP/s; NULL where the card has none
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 TABLES = (

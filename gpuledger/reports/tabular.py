@@ -31,6 +31,8 @@ JOB_FIELDS = (
     "cost_usd",
     "waste_usd",
     "mean_util_pct",
+    "mfu",
+    "mfu_basis",
 )
 ACTION_FIELDS = (
     "kind",

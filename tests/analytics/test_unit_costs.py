@@ -107,11 +107,10 @@ def test_inference_attention_term_is_the_forward_third(ledger):
     ("run", "reason"),
     [
         ({"tokens_per_s": 1000.0, "precision": "bf16"}, "parameter count unknown"),
-        ({"tokens_per_s": 1000.0, "params": 1e9}, "precision unknown"),
-        ({"tokens_per_s": 1000.0, "params": 1e9, "precision": "tf32"}, "no catalog peak for precision tf32"),
+        ({"tokens_per_s": 1000.0, "params": 1e9, "precision": "int8"}, "no catalog peak for precision int8"),
         ({"params": 1e9, "precision": "bf16"}, "no token count or tokens/s logged"),
     ],
-    ids=["no-params", "no-precision", "tf32", "no-tokens"],
+    ids=["no-params", "int8", "no-tokens"],
 )
 def test_missing_inputs_give_null_mfu_with_reason(ledger, run, reason):
     ingest(ledger, jobs=[job("t", 0, 60)], training_runs=[_run("t", **run)])
@@ -129,3 +128,30 @@ def test_bf16_on_a_card_without_bf16_and_no_metrics(ledger):
     assert rows["t4"]["mfu_reason"] == "the catalog has no bf16 peak for T4"
     assert rows["bare"]["mfu_reason"] == "no training metrics for this job"
     assert rows["bare"]["unit_cost_reason"] == "no training metrics for this job"
+
+
+@pytest.mark.parametrize(
+    ("precision", "gpu_model", "peak", "basis"),
+    [
+        # no precision logged: bf16 assumed, and said so (H100 SXM dense bf16 989.4 TFLOP/s)
+        (None, "H100-SXM-80GB", 989.4, "training, bf16 assumed"),
+        # fp8 and tf32 take their own dense peaks (H100 SXM: 1,978.9 and 494.7; B200: 4,500)
+        ("fp8", "H100-SXM-80GB", 1978.9, "training"),
+        ("tf32", "H100-SXM-80GB", 494.7, "training"),
+        ("fp8", "B200", 4500.0, "training"),
+        (None, "B200", 2250.0, "training, bf16 assumed"),
+    ],
+    ids=["assumed-bf16", "fp8", "tf32", "fp8-b200", "assumed-bf16-b200"],
+)
+def test_mfu_peak_for_the_precision_and_bf16_when_none_is_logged(ledger, precision, gpu_model, peak, basis):
+    ingest(
+        ledger,
+        jobs=[job("t", 0, 60, gpu_model=gpu_model, gpu_count=8.0)],
+        training_runs=[_run("t", tokens_per_s=50_000.0, params=7.0e9, precision=precision)],
+    )
+    row = job_unit_costs(ledger).row(0, named=True)
+    # 50,000 tokens/s × 6 × 7e9 FLOPs/token = 2.1e15 FLOP/s over 8 GPUs
+    assert row["mfu"] == pytest.approx(50_000 * 6 * 7.0e9 / (8 * peak * 1e12))
+    assert row["peak_tflops"] == pytest.approx(peak)
+    assert row["mfu_basis"] == basis
+    assert row["precision"] == (precision or "bf16")

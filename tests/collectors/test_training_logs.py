@@ -72,12 +72,13 @@ def test_hf_job_option_ties_the_run_and_writes_no_job(ledger, tmp_path):
     assert one(ledger, "SELECT job_id, tokens_seen FROM train_log") == ("ci/100", None)
 
 
-def test_hf_entry_without_step_is_an_error(ledger, tmp_path):
-    state = {**NEW_STATE, "log_history": [{"step": 1, "loss": 1.0}, {"loss": 2.0}]}
-    path = write(tmp_path, "trainer_state.json", json.dumps(state))  # one line: the whole document
-    with pytest.raises(FormatError, match=r"trainer_state.json:1: log_history\[1\] has no step number"):
-        ingest_file(ledger, path)
-    assert ledger.execute("SELECT count(*) FROM train_log").fetchall() == [(0,)]
+def test_hf_entry_without_step_is_skipped_and_counted(ledger, tmp_path):
+    # was an error for the whole file (issue 36): an entry without a step is no point of the curve
+    state = {**NEW_STATE, "log_history": [{"step": 1, "loss": 1.0}, {"loss": 2.0}, "not an entry"]}
+    path = write(tmp_path, "trainer_state.json", json.dumps(state))
+    report = ingest_file(ledger, path)
+    assert report.skipped["log entries without a step (skipped)"] == 2
+    assert ledger.execute("SELECT step, loss FROM train_log").fetchall() == [(1, 1.0)]
 
 
 # A trainer_state.json as the Trainer writes it (indent 2), with a string that holds JSON punctuation: the
