@@ -28,11 +28,11 @@ import duckdb
 import polars as pl
 
 from analytics.advice_common import family_stem, item, plural
+from analytics.badput import DISRUPTED_STATES, FAILURE_KINDS
 from analytics.batch_size import bytes_per_param
 from analytics.query import frame
-from analytics.waste import FAILURE_KINDS
 
-INTERRUPTED = ("FAILED", "NODE_FAIL", "TIMEOUT", "CANCELLED", "PREEMPTED", "DEADLINE")
+INTERRUPTED = DISRUPTED_STATES  # analytics/badput.py: the disruptions whose lost progress is failed $
 CRASHED = ("FAILED", "NODE_FAIL", "BOOT_FAIL", "OOM")  # a cause to fix (time-outs and cancellations are not)
 CHECKPOINT_WRITE_GBPS = 2.0  # GB/s a job writes its checkpoint at (parallel file system, one writer per node)
 CHECKPOINT_MIN_S = 60.0

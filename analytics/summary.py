@@ -28,6 +28,7 @@ SUMMARY_KEYS = (
     "idle_gpu_hours",
     "idle_usd",
     "waste_usd",
+    "cancelled_usd",
     "jobs",
     "unpriced_gpu_hours",
     "energy_kwh",
@@ -96,6 +97,8 @@ def summary(
     - mean_util_pct: time-weighted over the samples attributed to the view's jobs (NULL when none);
     - idle_gpu_hours: GPU-hours inside idle stretches; idle_usd = waste.idle_allocated_usd;
     - waste_usd = idle_allocated + underused + failed + unallocated;
+    - cancelled_usd: the in-view cost of cancelled jobs, a person's decision and not waste (its dollars are
+      inside the parts, classified by telemetry like a completed job's);
     - energy_kwh over the jobs' samples (NULL without power/energy readings), co2e_kg at the settings'
       grid intensity;
     - training_usd_per_mtok over the jobs that are not inference and have a token count, and
@@ -118,14 +121,15 @@ def summary(
                        coalesce(sum(idle_gpu_hours), 0),
                        count(*),
                        coalesce(sum(gpu_hours) FILTER (WHERE cost_usd IS NULL), 0),
-                       sum(energy_kwh)
+                       sum(energy_kwh),
+                       coalesce(sum(cancelled_usd), 0)
                 FROM {name}"""
         ).fetchall()[0]
         attribution = attribution_quality(con, f"SELECT * FROM {name}", [])
     finally:
         con.unregister(name)
     waste = {p: float(v) for p, v in zip(parts, row[: len(parts)], strict=True)}
-    gpu_hours, mean_util, idle_h, n_jobs, unpriced_h, energy_kwh = row[len(parts) :]
+    gpu_hours, mean_util, idle_h, n_jobs, unpriced_h, energy_kwh, cancelled = row[len(parts) :]
     un = unallocated(con, filters=filters, settings=settings, as_of=as_of)
     waste["unallocated_usd"] = float(un["unallocated_usd"].fill_null(0).sum()) if un.height else 0.0
     waste = {p: waste[p] for p in PARTS}
@@ -139,6 +143,7 @@ def summary(
         "idle_gpu_hours": float(idle_h),
         "idle_usd": waste["idle_allocated_usd"],
         "waste_usd": sum(waste[p] for p in WASTE_PARTS),
+        "cancelled_usd": float(cancelled),
         "jobs": int(n_jobs),
         "unpriced_gpu_hours": float(unpriced_h),
         "energy_kwh": energy,

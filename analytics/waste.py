@@ -30,6 +30,15 @@ import datetime as dt
 import duckdb
 import polars as pl
 
+from analytics.badput import (
+    CANCELLED_STATES,
+    DISRUPTED_STATES,
+    badput_sums_sql,
+    disrupted_sql,
+    lost_wall_s_sql,
+    sql_list,
+    windows_sql,
+)
 from analytics.cost import (
     PRICE_PERIODS_CTE,
     PSEUDO_PREFIX,
@@ -51,8 +60,7 @@ from gpuledger.ledger.settings import Settings
 ALL_FILTERS = Filters()  # the whole ledger
 DEFAULT_SETTINGS = Settings()
 
-FAILED_STATES = ("FAILED", "CANCELLED", "TIMEOUT", "OOM", "NODE_FAIL", "BOOT_FAIL", "DEADLINE")
-FAILURE_KINDS = ("training", "fine-tune", "other")
+FAILED_STATES = DISRUPTED_STATES  # the disruptions whose lost progress is failed_usd (analytics/badput.py)
 # Job sources whose records carry a checkpoint field (jobs_table.py's last_checkpoint, the demo;
 # collectors/checkpoints.EXPLICIT_SOURCES); another job's last_checkpoint_ts, when its run came from one of the
 # training logs that place checkpoints (collectors/checkpoints.py), was placed by that log.
@@ -85,9 +93,10 @@ JOB_WASTE_COLUMNS = {
     "gpu_hours": "held GPU-hours inside the view (a shared GPU's time beyond the job's share excluded)",
     "oversubscribed_gpu_hours": "GPU-hours declared on an oversubscribed shared GPU beyond the job's share",
     "covered_gpu_hours": "GPU-hours with a utilization reading, clamped to held",
-    "idle_gpu_hours": "GPU-hours in idle stretches (clamped like covered)",
+    "idle_gpu_hours": "GPU-hours in idle stretches outside the badput windows (clamped like covered)",
     "cost_usd": "in-view cost; NULL when unpriced",
-    "failed": "true when the job failed (its time after the last checkpoint is failed_usd)",
+    "failed": "true when the job was disrupted (its time after the last checkpoint is failed_usd)",
+    "cancelled": "true when a person cancelled the job (its time is classified like a completed job's)",
     "productive_usd": "",
     "idle_allocated_usd": "",
     "underused_usd": "",
@@ -99,15 +108,12 @@ JOB_WASTE_COLUMNS = {
     "any other held time",
     "failed_basis": "failed jobs: 'lost after the last checkpoint' (the job record's) | 'lost after the last "
     "checkpoint found in the training log' | 'no checkpoint known: whole run lost'",
+    "cancelled_usd": "cancelled jobs: their in-view cost (inside the other parts, not a part of its own)",
     "waste_usd": "idle_allocated + underused + failed",
     "effective_gpu_hours": "Σ util × interval / 3600 over the job's samples in the view",
     "util_covered_hours": "Σ interval_s / 3600 of samples with a utilization reading (not clamped)",
     "energy_kwh": "Σ per-sample energy / 3.6e6 (NULL without power or energy readings)",
 }
-
-
-def _sql_list(values: tuple[str, ...]) -> str:
-    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
 
 
 def job_waste_sql(
@@ -120,50 +126,60 @@ def job_waste_sql(
     """SQL of :func:`job_waste` (JOB_WASTE_COLUMNS), reusable as a sub-query."""
     jobs_sql, jobs_params = job_costs_sql(filters, as_of)
     totals_sql, totals_params = job_totals_sql(con, filters, settings, as_of, source)
-    return _parts_sql(jobs_sql, totals_sql, "job_id"), [*jobs_params, *totals_params]
+    bad_sql, bad_params = badput_sums_sql(con, filters, settings, as_of, source)
+    return _parts_sql(jobs_sql, totals_sql, bad_sql, "job_id"), [*jobs_params, *totals_params, *bad_params]
 
 
-def _parts_sql(jobs_sql: str, totals_sql: str, key: str) -> str:
-    """The taxonomy over ``jobs_sql`` (job_costs columns: one row per ``key``) and ``totals_sql``
-    (TOTAL_COLUMNS per ``key``): JOB_WASTE_COLUMNS, one row per ``key``."""
+def _parts_sql(jobs_sql: str, totals_sql: str, bad_sql: str, key: str) -> str:
+    """The taxonomy over ``jobs_sql`` (job_costs columns: one row per ``key``), ``totals_sql`` (TOTAL_COLUMNS
+    per ``key``) and ``bad_sql`` (analytics.badput.badput_sums_sql per ``key``): JOB_WASTE_COLUMNS, one row
+    per ``key``. Badput is taken first; idle, under-used and productive come from the rest of the time."""
     return f"""
-    WITH jc AS ({jobs_sql}), t AS ({totals_sql}),
+    WITH jc AS ({jobs_sql}), t AS ({totals_sql}), bad AS ({bad_sql}), bw AS ({windows_sql()}),
     b AS (
         SELECT jc.*, t.util_cov_s, t.idle_s, t.underused_s, t.util_s, t.energy_j, lj.last_checkpoint_ts,
-               lj.source AS record_source, tr.source AS run_source,
+               lj.source AS record_source, tr.source AS run_source, bw.lost_from, bw.restart_to,
+               coalesce(bad.bad_cov_s, 0) AS bad_cov_s, coalesce(bad.bad_idle_s, 0) AS bad_idle_s,
+               coalesce(bad.bad_under_s, 0) AS bad_under_s,
                jc.gpu_hours * 3600.0 AS held_s,
-               jc.state IN ({_sql_list(FAILED_STATES)}) AND jc.kind IN ({_sql_list(FAILURE_KINDS)}) AS failed
-        FROM jc LEFT JOIN t USING ({key}) LEFT JOIN jobs lj ON lj.job_id = jc.job_id
-             LEFT JOIN training_runs tr ON tr.job_id = jc.job_id
+               {disrupted_sql("jc")} AS failed,
+               jc.state IN ({sql_list(CANCELLED_STATES)}) AS cancelled
+        FROM jc LEFT JOIN t USING ({key}) LEFT JOIN bad USING ({key}) LEFT JOIN jobs lj ON lj.job_id = jc.job_id
+             LEFT JOIN training_runs tr ON tr.job_id = jc.job_id LEFT JOIN bw ON bw.job_id = jc.job_id
     ),
     r AS (
         SELECT b.*,
                CASE WHEN held_s > 0 THEN cost_usd / held_s ELSE 0 END AS rate,
-               CASE WHEN coalesce(util_cov_s, 0) > held_s THEN held_s / util_cov_s ELSE 1.0 END AS f,
-               -- a failed job loses its held GPU-time after the last checkpoint (all of it when none is known);
-               -- the share before it was kept and is classified like any other held time
-               CASE WHEN NOT failed THEN 0.0
-                    WHEN last_checkpoint_ts IS NULL THEN held_s
-                    ELSE held_s * least(1.0, greatest(0, epoch(span_end - greatest(last_checkpoint_ts, span_start)))
-                                            / nullif(epoch(span_end - span_start), 0))
-               END AS lost_s
+               -- badput (analytics/badput.py): the held GPU-time in the badput windows (a disrupted job's
+               -- time after its last checkpoint, all of it when none is known; a retry's restart overhead)
+               CASE WHEN epoch(span_end - span_start) > 0
+                    THEN held_s * least(1.0, {lost_wall_s_sql("b")} / epoch(span_end - span_start))
+                    ELSE 0.0 END AS lost_s,
+               -- the samples outside the badput windows: the rest of the job's time is classified on them
+               greatest(0, coalesce(util_cov_s, 0) - bad_cov_s) AS k_cov_s,
+               greatest(0, coalesce(idle_s, 0) - bad_idle_s) AS k_idle_s,
+               greatest(0, coalesce(underused_s, 0) - bad_under_s) AS k_under_s
         FROM b
     ),
-    k AS (SELECT r.*, CASE WHEN held_s > 0 THEN 1 - lost_s / held_s ELSE 1.0 END AS kept FROM r),
+    k AS (
+        -- samples never stand for more than the kept held time
+        SELECT r.*, CASE WHEN k_cov_s > held_s - lost_s THEN greatest(0, held_s - lost_s) / k_cov_s ELSE 1.0 END AS f
+        FROM r
+    ),
     p AS (
         SELECT k.*,
                rate * lost_s AS failed_usd,
-               rate * f * kept * coalesce(idle_s, 0) AS idle_allocated_usd,
-               rate * f * kept * coalesce(underused_s, 0) AS underused_usd,
-               rate * f * kept * (coalesce(util_cov_s, 0) - coalesce(idle_s, 0) - coalesce(underused_s, 0))
-                   AS productive_usd,
-               CASE WHEN failed THEN rate * lost_s END AS failed_lost_usd,
-               CASE WHEN failed THEN rate * (held_s - lost_s) END AS failed_checkpointed_usd,
-               CASE WHEN NOT failed THEN NULL
+               rate * f * k_idle_s AS idle_allocated_usd,
+               rate * f * k_under_s AS underused_usd,
+               rate * f * (k_cov_s - k_idle_s - k_under_s) AS productive_usd,
+               CASE WHEN failed OR lost_s > 0 THEN rate * lost_s END AS failed_lost_usd,
+               CASE WHEN failed OR lost_s > 0 THEN rate * (held_s - lost_s) END AS failed_checkpointed_usd,
+               CASE WHEN NOT failed AND lost_s > 0 THEN 'restart overhead: start to the first logged step'
+                    WHEN NOT failed THEN NULL
                     WHEN last_checkpoint_ts IS NULL THEN 'no checkpoint known: whole run lost'
                     -- a record without a checkpoint field of its own got it from its tied training log
-                    WHEN record_source NOT IN ({_sql_list(CHECKPOINT_SOURCES)})
-                         AND run_source IN ({_sql_list(CHECKPOINT_LOG_SOURCES)})
+                    WHEN record_source NOT IN ({sql_list(CHECKPOINT_SOURCES)})
+                         AND run_source IN ({sql_list(CHECKPOINT_LOG_SOURCES)})
                         THEN 'lost after the last checkpoint found in the training log'
                     ELSE 'lost after the last checkpoint' END AS failed_basis
         FROM k
@@ -171,12 +187,13 @@ def _parts_sql(jobs_sql: str, totals_sql: str, key: str) -> str:
     SELECT job_id, team, user_name, cluster, name, kind, state, gpu_model, gpu_count, start_ts, end_ts,
            strftime(span_start, '%G-W%V') AS week,
            held_s / 3600.0 AS gpu_hours, oversubscribed_gpu_hours,
-           f * coalesce(util_cov_s, 0) / 3600.0 AS covered_gpu_hours,
-           f * coalesce(idle_s, 0) / 3600.0 AS idle_gpu_hours,
-           cost_usd, failed,
+           least(coalesce(util_cov_s, 0), held_s) / 3600.0 AS covered_gpu_hours,
+           f * k_idle_s / 3600.0 AS idle_gpu_hours,
+           cost_usd, failed, cancelled,
            productive_usd, idle_allocated_usd, underused_usd, failed_usd,
            cost_usd - failed_usd - idle_allocated_usd - underused_usd - productive_usd AS unmeasured_usd,
            failed_lost_usd, failed_checkpointed_usd, failed_basis,
+           CASE WHEN cancelled THEN cost_usd END AS cancelled_usd,
            idle_allocated_usd + underused_usd + failed_usd AS waste_usd,
            util_s / 3600.0 AS effective_gpu_hours,
            util_cov_s / 3600.0 AS util_covered_hours,
@@ -780,8 +797,11 @@ def job_waste_by_week(
     buckets = _buckets_sql(weeks)
     jobs_sql, jobs_params = _job_week_costs_sql(filters, as_of, buckets)
     totals_sql, totals_params = job_bucket_totals_sql(con, filters, settings, as_of, buckets, source)
-    sql = _parts_sql(jobs_sql, totals_sql, "job_id, week")
-    return frame(con, f"SELECT * FROM ({sql}) ORDER BY week, job_id", [*jobs_params, *totals_params])
+    bad_sql, bad_params = badput_sums_sql(con, filters, settings, as_of, source, buckets)
+    sql = _parts_sql(jobs_sql, totals_sql, bad_sql, "job_id, week")
+    return frame(
+        con, f"SELECT * FROM ({sql}) ORDER BY week, job_id", [*jobs_params, *totals_params, *bad_params]
+    )
 
 
 def waste_by_week(
@@ -929,8 +949,9 @@ def waste_totals(
     """The view's parts as plain floats (0 where not applicable), plus spend_usd, waste_usd, failed_lost_usd
     (= failed_usd), failed_checkpointed_usd (failed jobs' cost up to their checkpoint, inside the other
     parts), failed_no_checkpoint_usd (the part of failed_usd from jobs with no known checkpoint),
-    idle_gpu_hours, unpriced_gpu_hours and oversubscribed_gpu_hours (shared GPUs' time beyond the jobs'
-    shares, and held time beyond a cluster's capacity: reported, never billed)."""
+    idle_gpu_hours, unpriced_gpu_hours, oversubscribed_gpu_hours (shared GPUs' time beyond the jobs'
+    shares, and held time beyond a cluster's capacity: reported, never billed) and cancelled_usd (the cost
+    of cancelled jobs: a person's decision, not waste; inside the other parts)."""
     as_of = as_of or horizon(con)
     sql, params = job_waste_sql(con, filters, settings, as_of, source)
     row = con.execute(
@@ -940,14 +961,15 @@ def waste_totals(
                    coalesce(sum(failed_usd) FILTER (WHERE failed_basis LIKE 'no checkpoint%'), 0),
                    coalesce(sum(idle_gpu_hours), 0),
                    coalesce(sum(gpu_hours) FILTER (WHERE cost_usd IS NULL), 0),
-                   coalesce(sum(oversubscribed_gpu_hours), 0)
+                   coalesce(sum(oversubscribed_gpu_hours), 0),
+                   coalesce(sum(cancelled_usd), 0)
             FROM ({sql})""",
         params,
     ).fetchall()[0]
     names = [p for p in PARTS if p != "unallocated_usd"]
     out = {n: float(v) for n, v in zip(names, row[: len(names)], strict=True)}
     extra = ["failed_lost_usd", "failed_checkpointed_usd", "failed_no_checkpoint_usd"]
-    extra += ["idle_gpu_hours", "unpriced_gpu_hours", "oversubscribed_gpu_hours"]
+    extra += ["idle_gpu_hours", "unpriced_gpu_hours", "oversubscribed_gpu_hours", "cancelled_usd"]
     out.update({n: float(v) for n, v in zip(extra, row[len(names) :], strict=True)})
     un = unallocated(con, filters=filters, settings=settings, as_of=as_of)
     out["unallocated_usd"] = float(un["unallocated_usd"].fill_null(0).sum()) if un.height else 0.0

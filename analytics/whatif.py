@@ -1,19 +1,25 @@
-"""What-if: the view's headline figures before and after a set of changes, with the assumptions stated.
+"""What-if: the view's figures before and after a set of changes, each taken out of the part it touches.
 
-Plain functions over what the dashboard already has (``analytics.summary.summary``'s dict, the
-``analytics.jobs.jobs_table`` frame, the ``analytics.recommend.recommendations`` frame and the price rows in
-force), so the arithmetic is testable by hand:
+Plain functions over what the dashboard already has (``analytics.summary.summary``'s dict, the per-job parts of
+``analytics.jobs.jobs_table`` / ``analytics.waste.job_waste``, the ``analytics.recommend.recommendations``
+frame and the price rows in force), so the arithmetic is testable by hand; :func:`what_if_view` loads them from
+a ledger for ``gpuledger whatif`` and the What-if page calls :func:`what_if` on its own copies of the same.
 
-- **recommendations** taken: each chosen item's ``counted_saving_usd`` over the view (analytics.savings: a
-  dollar two chosen items both claim is counted once) leaves the spend and the waste;
-- **team X on spot**: each job of team X that is not already priced at spot is repriced at the spot price of
-  its GPU model: ``gpu_hours × spot $/GPU-h``; the difference to its ``cost_usd`` leaves the spend (a job
-  whose model has no spot price, or whose spot price is not lower, is left as it is and counted);
-- **GPU model Y instead of Z**: each job on Z is repriced at Y's price of the same tier as Z's (``gpu_hours ×
-  Y $/GPU-h``, the same GPU-hours: no speed-up or slow-down is assumed).
+A change removes only the time and the part it touches (docs/metrics.md, "What-if"):
 
-Repricing moves money, not waste: after a price change the waste parts keep their share of the spend
-(each part scaled by after/before spend). Utilization and GPU-hours are not recomputed (the same work runs).
+- **team X on spot**: each job of team X on a cluster whose capacity is *elastic* (its tier in settings,
+  ``[clusters.X] tier`` else ``pricing.default_tier``, is on_demand or spot: capacity bought by the hour) is
+  repriced at the spot price of its GPU model (``gpu_hours × spot $/GPU-h``); every part of *that job* shrinks
+  by the same factor. Unallocated capacity never moves. On owned or reserved capacity (on_prem, reserved)
+  the same GPU-hours are paid for whether a job runs on spot or not: nothing is saved unless capacity is
+  released, and the change says so;
+- **GPU model Y instead of Z**: each job on Z is repriced at Y's price of the same tier (the same GPU-hours:
+  no speed-up assumed); its parts scale with its cost;
+- **a recommendation taken**: its counted saving (analytics.savings: a dollar two chosen items both claim is
+  counted once) comes out of the part(s) its kind names (``addresses``), split over them by their size and
+  capped at what is left of them.
+
+Utilization and GPU-hours are not recomputed (the same work runs).
 
 :func:`capacity_utilization_pct` is the Overview's capacity figure: held-GPU utilization spread over the
 paid-for capacity, unheld capacity counted at 0 %.
@@ -26,11 +32,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import duckdb
 import polars as pl
 
-from gpuledger.ledger.settings import PriceRow
+from analytics.filters import Filters
+from gpuledger.ledger.settings import PriceRow, Settings
 
 WASTE_KEYS = ("idle_allocated_usd", "underused_usd", "failed_usd", "unallocated_usd")
+PART_KEYS = (
+    "productive_usd",
+    "idle_allocated_usd",
+    "underused_usd",
+    "failed_usd",
+    "unallocated_usd",
+    "unmeasured_usd",
+)
+JOB_PARTS = tuple(k for k in PART_KEYS if k != "unallocated_usd")  # a job's own parts
+ELASTIC_TIERS = ("on_demand", "spot")  # capacity bought by the hour: a job that does not run is not paid for
 
 
 def capacity_utilization_pct(
@@ -64,96 +82,124 @@ def price_in_force(
 
 @dataclass(frozen=True)
 class Change:
-    """One line of the what-if: what it is, the $ it takes out of the view's spend, and its assumption."""
+    """One line of the what-if: what it is, the $ each part loses (``parts``; their sum leaves the spend), its
+    assumption, and how many jobs it moved."""
 
     what: str
     saving_usd: float
     assumption: str
     jobs: int = 0
-    from_waste: bool = False  # True: the saving is waste removed (recommendations); False: a repricing
+    parts: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "what": self.what,
+            "saving_usd": self.saving_usd,
+            "assumption": self.assumption,
+            "jobs": self.jobs,
+            "parts": dict(self.parts),
+        }
 
 
 @dataclass(frozen=True)
 class WhatIf:
-    before: dict[str, float | None]
-    after: dict[str, float | None]
+    before: dict[str, Any]
+    after: dict[str, Any]
     changes: list[Change] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
-def _figures(s: dict[str, Any]) -> dict[str, float | None]:
-    w = s["waste"]
-    out: dict[str, float | None] = {
-        "spend_usd": float(s["spend_usd"]),
-        "waste_usd": float(s["waste_usd"]),
-        "gpu_hours": float(s["gpu_hours"]),
-        "mean_util_pct": s.get("mean_util_pct"),
-    }
-    for k in (*WASTE_KEYS, "productive_usd", "unmeasured_usd"):
-        out[k] = float(w[k])
+def cluster_tier(settings: Settings, cluster: str | None) -> str:
+    """The tier a cluster's capacity is bought at: its own ``[clusters.X] tier``, else the default tier."""
+    own = settings.clusters.get(cluster) if cluster is not None else None
+    return (own.tier if own is not None and own.tier else None) or settings.default_tier
+
+
+def _job_rows(jobs: pl.DataFrame) -> list[dict[str, Any]]:
+    cols = [
+        c
+        for c in ("job_id", "team", "cluster", "gpu_model", "gpu_hours", "cost_usd", *JOB_PARTS)
+        if c in jobs.columns
+    ]
+    return jobs.filter(pl.col("cost_usd").is_not_null()).select(cols).to_dicts()
+
+
+def _scaled(rows: list[dict[str, Any]], factor: dict[str, float]) -> dict[str, float]:
+    """Σ over the jobs with a factor of each part × (1 − factor): what each part loses."""
+    out = dict.fromkeys(JOB_PARTS, 0.0)
+    for j in rows:
+        f = factor.get(j["job_id"])
+        if f is None:
+            continue
+        for k in JOB_PARTS:
+            out[k] += (j.get(k) or 0.0) * (1.0 - f)
     return out
 
 
-def recommendations_change(chosen: pl.DataFrame) -> Change | None:
-    """The chosen recommendation rows (with ``counted_saving_usd`` from analytics.savings.with_counted over
-    the chosen rows only) as one change."""
-    if chosen.is_empty():
-        return None
-    saved = float(chosen["counted_saving_usd"].sum())
-    listed = float(chosen["saving_usd"].sum())
-    note = "each dollar counted once" + (
-        f" (the items list ${listed:,.2f}; ${listed - saved:,.2f} of it is the same dollars twice)"
-        if listed - saved >= 0.005
-        else ""
-    )
-    return Change(
-        f"{chosen.height:,} recommendation(s) taken",
-        saved,
-        f"the saving each item states for this view, {note}; every saved dollar was waste",
-        from_waste=True,
-    )
-
-
-def reprice_team_on_spot(jobs: pl.DataFrame, team: str, prices: list[PriceRow]) -> Change:
-    """Team ``team``'s jobs at their GPU model's spot price (see the module docstring)."""
-    saving = 0.0
-    moved = 0
+def reprice_team_on_spot(
+    jobs: pl.DataFrame, team: str, prices: list[PriceRow], settings: Settings | None = None
+) -> Change:
+    """Team ``team``'s jobs on elastic capacity at their GPU model's spot price (see the module docstring)."""
+    settings = settings or Settings()
+    factor: dict[str, float] = {}
     no_price: set[str] = set()
-    for j in jobs.filter(pl.col("team") == team).iter_rows(named=True):
+    owned: dict[str, float] = {}
+    rows = [j for j in _job_rows(jobs) if j["team"] == team]
+    for j in rows:
         hours, cost, model = j["gpu_hours"] or 0.0, j["cost_usd"], j["gpu_model"]
-        if cost is None or hours <= 0 or model is None:
+        if cost is None or cost <= 0 or hours <= 0 or model is None:
             continue
         spot = price_in_force(prices, model, "spot")
         if spot is None:
             no_price.add(model)
             continue
         new = hours * spot
-        if new < cost - 0.005:
-            saving += cost - new
-            moved += 1
+        if new >= cost - 0.005:
+            continue
+        tier = cluster_tier(settings, j.get("cluster"))
+        if tier not in ELASTIC_TIERS:
+            key = f"{j.get('cluster') or '(no cluster)'} ({tier})"
+            owned[key] = owned.get(key, 0.0) + cost - new
+            continue
+        factor[j["job_id"]] = new / cost
+    parts = _scaled(rows, factor)
     text = (
-        "the same GPU-hours at the spot price of each job's GPU model; restarts after a preemption are not "
-        "counted (checkpoint often)"
+        "the same GPU-hours at the spot price of each job's GPU model, on clusters whose capacity is bought by "
+        "the hour; each moved job's parts shrink with its cost, unallocated capacity does not move; restarts "
+        "after a preemption are not counted (checkpoint often)"
     )
+    if owned:
+        text += (
+            "; on owned or reserved capacity ("
+            + ", ".join(f"{k}: ${v:,.2f} at spot prices" for k, v in sorted(owned.items()))
+            + ") the GPUs are paid for whether the jobs run on spot or not: nothing saved unless that capacity "
+            "is released"
+        )
     if no_price:
         text += f"; no spot price for {', '.join(sorted(no_price))}: those jobs stay as they are"
-    return Change(f"team {team} on spot", saving, text, moved)
+    return Change(f"team {team} on spot", sum(parts.values()), text, len(factor), parts)
 
 
 def reprice_model(jobs: pl.DataFrame, old: str, new: str, prices: list[PriceRow], tier: str) -> Change:
-    """Jobs on ``old`` repriced at ``new``'s ``tier`` price (the same GPU-hours)."""
+    """Jobs on ``old`` repriced at ``new``'s ``tier`` price (the same GPU-hours); their parts scale with it."""
     new_price = price_in_force(prices, new, tier)
-    rows = jobs.filter((pl.col("gpu_model") == old) & pl.col("cost_usd").is_not_null())
     if new_price is None:
         return Change(f"{new} instead of {old}", 0.0, f"no {tier} price for {new}: nothing repriced", 0)
-    cost = float(rows["cost_usd"].sum()) if rows.height else 0.0
-    hours = float(rows["gpu_hours"].sum()) if rows.height else 0.0
+    rows = [j for j in _job_rows(jobs) if j["gpu_model"] == old]
+    factor = {
+        j["job_id"]: (j["gpu_hours"] or 0.0) * new_price / j["cost_usd"]
+        for j in rows
+        if (j["cost_usd"] or 0) > 0
+    }
+    parts = _scaled(rows, factor)
+    hours = sum(j["gpu_hours"] or 0.0 for j in rows)
     return Change(
         f"{new} instead of {old}",
-        cost - hours * new_price,
+        sum(parts.values()),
         f"the same {hours:,.1f} GPU-hours at {new}'s {tier} price (${new_price:,.2f}/GPU-h): no speed-up or "
-        "slow-down assumed; a negative saving means the change costs more",
-        rows.height,
+        "slow-down assumed; each job's parts scale with its cost; a negative saving means the change costs more",
+        len(rows),
+        parts,
     )
 
 
@@ -161,40 +207,153 @@ def after_model_change(
     jobs: pl.DataFrame, old: str, new: str, prices: list[PriceRow], tier: str
 ) -> pl.DataFrame:
     """``jobs`` as they would be after :func:`reprice_model`: the jobs on ``old`` now on ``new`` at its
-    ``tier`` price, so that a later change (a team on spot) reprices them once, from there."""
+    ``tier`` price, their parts scaled with it, so that a later change (a team on spot) reprices them once,
+    from there."""
     new_price = price_in_force(prices, new, tier)
     if new_price is None:
         return jobs
-    on_old = (pl.col("gpu_model") == old) & pl.col("cost_usd").is_not_null()
+    on_old = (pl.col("gpu_model") == old) & pl.col("cost_usd").is_not_null() & (pl.col("cost_usd") > 0)
+    factor = pl.col("gpu_hours") * new_price / pl.col("cost_usd")
+    scaled = [
+        pl.when(on_old).then(pl.col(k) * factor).otherwise(pl.col(k)).alias(k)
+        for k in JOB_PARTS
+        if k in jobs.columns
+    ]
     return jobs.with_columns(
+        *scaled,
         pl.when(on_old).then(pl.col("gpu_hours") * new_price).otherwise(pl.col("cost_usd")).alias("cost_usd"),
         pl.when(on_old).then(pl.lit(new)).otherwise(pl.col("gpu_model")).alias("gpu_model"),
     )
 
 
-def what_if(summary: dict[str, Any], changes: list[Change]) -> WhatIf:
-    """The summary's figures before and after ``changes``.
+def recommendations_change(chosen: pl.DataFrame, left: dict[str, float]) -> Change | None:
+    """The chosen recommendation rows (``counted_saving_usd`` from analytics.savings.with_counted over the
+    chosen rows only) as one change: each row's saving out of the part(s) its kind names (``addresses``,
+    split by their size in ``left``, the parts as they stand after the other changes), capped at what is left
+    of them."""
+    if chosen.is_empty():
+        return None
+    left = dict(left)
+    parts = dict.fromkeys(PART_KEYS, 0.0)
+    capped = 0.0
+    listed = float(chosen["saving_usd"].sum())
+    for r in chosen.iter_rows(named=True):
+        want = float(r["counted_saving_usd"] or 0.0)
+        named = [k for k in (r.get("addresses") or []) if k in left] or list(WASTE_KEYS)
+        pool = sum(max(0.0, left[k]) for k in named)
+        take = min(want, pool)
+        capped += want - take
+        for k in named:
+            share = take * max(0.0, left[k]) / pool if pool > 0 else 0.0
+            parts[k] += share
+            left[k] -= share
+    saved = sum(parts.values())
+    counted = float(chosen["counted_saving_usd"].sum())
+    note = "each dollar counted once" + (
+        f" (the items list ${listed:,.2f}; ${listed - counted:,.2f} of it is the same dollars twice)"
+        if listed - counted >= 0.005
+        else ""
+    )
+    if capped >= 0.005:
+        note += f"; ${capped:,.2f} more than the parts they address hold was left out"
+    return Change(
+        f"{chosen.height:,} recommendation(s) taken",
+        saved,
+        f"the saving each item states for this view, {note}; each saving comes out of the part its kind names",
+        parts={k: v for k, v in parts.items() if v},
+    )
 
-    Recommendation savings come out of the waste (and the spend); repricing savings come out of the spend
-    with each waste part scaled to keep its share. The order: repricing first, then recommendations."""
-    before = _figures(summary)
-    after = dict(before)
-    spend = before["spend_usd"] or 0.0
-    reprice = sum(c.saving_usd for c in changes if not c.from_waste)
-    recs = sum(c.saving_usd for c in changes if c.from_waste)
-    notes = []
-    if spend > 0 and reprice:
-        scale = (spend - reprice) / spend
-        for k in (*WASTE_KEYS, "productive_usd", "unmeasured_usd"):
-            after[k] = (before[k] or 0.0) * scale
-    waste = sum(after[k] or 0.0 for k in WASTE_KEYS)
-    taken = min(recs, waste)
-    if recs > waste + 0.005:
-        notes.append("The recommendations claim more than the waste left; the saving is capped at the waste.")
-    # recommendation dollars leave the waste parts in proportion to each part's size
-    if waste > 0:
-        for k in WASTE_KEYS:
-            after[k] = (after[k] or 0.0) * (1 - taken / waste)
-    after["waste_usd"] = sum(after[k] or 0.0 for k in WASTE_KEYS)
-    after["spend_usd"] = spend - reprice - taken
-    return WhatIf(before, after, changes, notes)
+
+def _figures(s: dict[str, Any]) -> dict[str, Any]:
+    return {**s, "waste": dict(s["waste"])}
+
+
+def apply(summary: dict[str, Any], changes: list[Change]) -> dict[str, Any]:
+    """``summary`` (the keys of ``summary --json``) with each change's parts taken out: the parts, spend,
+    waste and idle dollars move; utilization, GPU-hours and the rest are the same work's."""
+    after = _figures(summary)
+    w = after["waste"]
+    for c in changes:
+        for k, v in c.parts.items():
+            w[k] = (w.get(k) or 0.0) - v
+    after["spend_usd"] = sum(w[k] for k in PART_KEYS)
+    after["waste_usd"] = sum(w[k] for k in WASTE_KEYS)
+    after["idle_usd"] = w["idle_allocated_usd"]
+    return after
+
+
+def what_if(
+    summary: dict[str, Any],
+    jobs: pl.DataFrame,
+    recs: pl.DataFrame,
+    prices: list[PriceRow],
+    settings: Settings,
+    *,
+    spot: tuple[str, ...] = (),
+    models: tuple[tuple[str, str], ...] = (),
+    take: tuple[str, ...] = (),
+) -> WhatIf:
+    """The view before and after the chosen changes. ``jobs``: per-job parts (jobs_table / job_waste);
+    ``recs``: the view's recommendations with ``id`` (analytics.savings.with_counted); ``take``: their ids.
+    Order: model changes, then teams on spot (from the new model's price), then recommendations (out of the
+    parts as they stand then). With nothing chosen, after is before and there are no changes."""
+    changes: list[Change] = []
+    notes: list[str] = []
+    repriced = jobs
+    for old, new in models:
+        if new == old:
+            continue
+        changes.append(reprice_model(repriced, old, new, prices, settings.default_tier))
+        repriced = after_model_change(repriced, old, new, prices, settings.default_tier)
+    for team in spot:
+        changes.append(reprice_team_on_spot(repriced, team, prices, settings))
+    if take:
+        known = set(recs["id"].to_list()) if "id" in recs.columns else set()
+        unknown = [t for t in take if t not in known]
+        if unknown:
+            raise ValueError(f"no recommendation with id {', '.join(unknown)} in this view")
+        from analytics.savings import with_counted
+
+        chosen = with_counted(
+            recs.filter(pl.col("id").is_in(list(take))).drop(
+                [
+                    c
+                    for c in ("id", "overlaps_with", "counted_saving_usd", "counted_usd_per_week")
+                    if c in recs.columns
+                ]
+            )
+        )
+        left = apply(summary, changes)["waste"]
+        taken = recommendations_change(chosen, left)
+        if taken is not None:
+            changes.append(taken)
+    after = apply(summary, changes)
+    return WhatIf(summary, after, changes, notes)
+
+
+def what_if_view(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters,
+    settings: Settings,
+    spot: tuple[str, ...] = (),
+    models: tuple[tuple[str, str], ...] = (),
+    take: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """``gpuledger whatif --json``: {now, with_changes (each with the keys of summary --json), changes}."""
+    from analytics.jobs import jobs_table
+    from analytics.recommend import recommendations
+    from analytics.summary import summary as view_summary
+    from gpuledger.ledger.reference import effective_prices
+
+    now = view_summary(con, filters=filters, settings=settings)
+    jobs = jobs_table(con, filters=filters, settings=settings) if (spot or models) else pl.DataFrame()
+    recs = recommendations(con, filters=filters, settings=settings) if take else pl.DataFrame()
+    result = what_if(
+        now, jobs, recs, effective_prices(settings), settings, spot=spot, models=models, take=take
+    )
+    return {
+        "now": result.before,
+        "with_changes": result.after,
+        "changes": [c.as_dict() for c in result.changes],
+    }

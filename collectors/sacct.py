@@ -13,7 +13,10 @@ Meaning (docs/formats-jobs.md says the same for users):
   bare id; the id is ``JobIDRaw`` when present (what ``SLURM_JOB_ID`` and dcgm's ``hpc_job`` label carry), else
   ``JobID`` (``123_4`` for an array task). Step rows (``123.batch``, ``123.extern``, ``123.0``) fold into their
   job: its record comes from the allocation row, the steps only add GPU memory/utilisation peaks; folded steps
-  are counted in the report. A job listed twice (requeued, ``sacct -D``) keeps its last record; across dumps,
+  are counted in the report. A job listed more than once (each attempt of a requeued job, ``sacct -D``) keeps
+  every attempt: the last is the job's row, each earlier one ``<job_id>#<n>`` with ``attempt`` n and
+  ``attempt_of`` the job, with its own hosts and time, billed to the job (its badput counted per attempt,
+  analytics/badput.py); the same record listed twice is kept once. Across dumps,
   a still-running record never replaces the ledger's finished one (collectors/base.py, ``_land_jobs``).
 - ``gpu_count`` comes from ``AllocTRES`` (what the job held; ``--exclusive`` jobs get more than they asked
   for), else ``ReqTRES`` (pending jobs), else legacy ``AllocGRES``/``ReqGRES``. ``gres/gpu=N`` is the count;
@@ -460,24 +463,41 @@ def stage_from_raw(
     ).fetchall()[0][0]
     if steps:
         skipped["job steps folded into their job"] = int(steps)
+    # A job listed more than once (sacct -D: each attempt of a requeued job) keeps every attempt, told apart by
+    # its start; the same record listed twice (two dumps concatenated) is one attempt.
     dups = con.execute(
-        "SELECT count(*) - count(DISTINCT base_id) FROM sacct_norm WHERE NOT is_step"
+        """SELECT count(*) - count(DISTINCT (base_id, start_ts)) FROM sacct_norm WHERE NOT is_step"""
     ).fetchall()[0][0]
     if dups:
-        skipped["earlier records of a requeued job (kept the last)"] = int(dups)
+        skipped["records listed twice (kept the last)"] = int(dups)
     con.execute(
         f"""
         CREATE TEMP TABLE stage_jobs AS
         WITH peaks AS (
             SELECT n.base_id, max(u.gpu_mem_mib) AS gpu_mem_peak_mib, max(u.gpu_util_pct) AS gpu_util_peak_pct
             FROM sacct_norm n JOIN sacct_tres u ON u.tres = n.usage_max GROUP BY n.base_id
+        ), one AS (
+            -- the allocation row of each attempt (a job without one: its last step), the last line when the
+            -- same attempt is listed twice
+            SELECT * FROM sacct_norm n
+            WHERE NOT is_step OR NOT EXISTS (SELECT 1 FROM sacct_norm p WHERE NOT p.is_step AND p.base_id = n.base_id)
+            QUALIFY row_number() OVER (PARTITION BY base_id, CASE WHEN is_step THEN NULL ELSE start_ts END
+                                       ORDER BY line_no DESC) = 1
         ), rec AS (
-            -- the allocation row of each job (else its first step), the last one when listed twice
-            SELECT * FROM sacct_norm
-            QUALIFY row_number() OVER (PARTITION BY base_id ORDER BY is_step, line_no DESC) = 1
+            -- attempts in start order (a pending one, with no start, last); every attempt is billed to the job:
+            -- the last is the job's own row, each earlier one <job_id>#<n> (docs/metrics.md, "Badput")
+            SELECT *, row_number() OVER (PARTITION BY base_id ORDER BY start_ts NULLS LAST, line_no) AS attempt_no,
+                   count(*) OVER (PARTITION BY base_id) AS attempts
+            FROM one
+            QUALIFY NOT is_step OR row_number() OVER (PARTITION BY base_id ORDER BY line_no DESC) = 1
+        ), ids AS (
+            SELECT *, CASE WHEN cluster IS NOT NULL THEN cluster || '/' || base_id ELSE base_id END AS job_key
+            FROM rec
         )
         SELECT
-            CASE WHEN r.cluster IS NOT NULL THEN r.cluster || '/' || r.base_id ELSE r.base_id END AS job_id,
+            CASE WHEN r.attempt_no < r.attempts THEN r.job_key || '#' || r.attempt_no ELSE r.job_key END AS job_id,
+            CASE WHEN r.attempts > 1 THEN r.attempt_no END::INTEGER AS attempt,
+            CASE WHEN r.attempts > 1 THEN r.job_key END AS attempt_of,
             'sacct' AS source,
             r.cluster, r.user_name, r.team, r.partition, r.name,
             CASE WHEN regexp_matches(lower(coalesce(r.name, '')), '{INTERACTIVE_NAME}')
@@ -500,7 +520,7 @@ def stage_from_raw(
             CASE WHEN r.end_ts IS NULL AND r.state_word IN ({", ".join(map(quote, HELD_STATES))})
                  THEN r.start_ts + to_seconds(r.elapsed_s) END AS held_until_ts,
             r.line_no
-        FROM rec r
+        FROM ids r
         LEFT JOIN sacct_tres t ON t.tres = r.tres
         LEFT JOIN peaks p ON p.base_id = r.base_id
         ORDER BY r.line_no

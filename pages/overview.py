@@ -95,6 +95,11 @@ if s.get("unpriced_gpu_hours"):
         f"{num(s['unpriced_gpu_hours'], 1)} GPU-hours have no price for their GPU model and are not in the spend "
         "(add a price on the Settings page)."
     )
+if s.get("cancelled_usd"):
+    notes.append(
+        f"{usd(s['cancelled_usd'])} of the spend is jobs their users cancelled: a person's decision, not waste "
+        "(their time is split by telemetry like a completed job's)."
+    )
 if s.get("mean_util_pct") is None:
     notes.append("No telemetry is attributed to these jobs, so utilization and idle time are unknown (n/a).")
 st.caption(" ".join(notes))

@@ -6,14 +6,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from analytics.savings import with_counted
-from analytics.whatif import (
-    after_model_change,
-    recommendations_change,
-    reprice_model,
-    reprice_team_on_spot,
-    what_if,
-)
+from analytics.whatif import what_if
 from gpuledger.ledger.palette import PART_LABELS, is_team
 from gpuledger.ledger.reference import catalog
 from pages import _data
@@ -60,22 +53,22 @@ new = right.selectbox(
     "use GPU model", [NONE, *sorted(m.model for m in catalog())], key="whatif_to", disabled=old == NONE
 )
 
-changes = []
-if picked:
-    chosen = with_counted(
-        recs.filter(pl.col("id").is_in(picked)).drop(
-            "id", "overlaps_with", "counted_saving_usd", "counted_usd_per_week"
-        )
+models = ((old, new),) if old != NONE and new != NONE and new != old else ()
+try:
+    # the same function as `gpuledger whatif`: each change out of the part it touches
+    result = what_if(
+        s, jobs, recs, prices, settings, spot=tuple(spot_teams), models=models, take=tuple(picked)
     )
-    changes.append(recommendations_change(chosen))
-repriced = jobs
-if old != NONE and new != NONE and new != old:  # the model first; spot then reprices from the new model
-    changes.append(reprice_model(jobs, old, new, prices, settings.default_tier))
-    repriced = after_model_change(jobs, old, new, prices, settings.default_tier)
-for team in spot_teams:
-    changes.append(reprice_team_on_spot(repriced, team, prices))
-changes = [c for c in changes if c is not None]
-result = what_if(s, changes)
+except ValueError as exc:  # a recommendation that left the view since it was picked
+    st.warning(str(exc))
+    st.stop()
+changes = result.changes
+before_w, after_w = result.before["waste"], result.after["waste"]
+
+
+def figure(d: dict, key: str) -> float | None:
+    return d[key] if key in d else d["waste"].get(key)
+
 
 rows = [
     ("Spend", "spend_usd", usd),
@@ -90,8 +83,9 @@ rows = [
 ]
 cols = st.columns(3)
 for col, (title, key, fmt) in zip(cols, [*rows[:2], rows[-3]], strict=True):
-    before, after = result.before[key], result.after[key]
-    d = None if before is None or after is None else after - before
+    before, after = figure(result.before, key), figure(result.after, key)
+    # nothing chosen: no delta drawn
+    d = None if not changes or before is None or after is None else after - before
     col.metric(
         title,
         fmt(after),
@@ -106,8 +100,8 @@ for col, (title, key, fmt) in zip(cols, [*rows[:2], rows[-3]], strict=True):
 table = pl.DataFrame(
     {
         "figure": [t for t, _, _ in rows],
-        "now": [fmt(result.before[k]) for _, k, fmt in rows],
-        "with the changes": [fmt(result.after[k]) for _, k, fmt in rows],
+        "now": [fmt(figure(result.before, k)) for _, k, fmt in rows],
+        "with the changes": [fmt(figure(result.after, k)) for _, k, fmt in rows],
     }
 )
 st.dataframe(table, hide_index=True, width="content")
@@ -121,7 +115,9 @@ for c in changes:
 for note in result.notes:
     st.caption(md(note))
 st.caption(
-    "Repricing (spot, another GPU model) moves money, not waste: each part keeps its share of the smaller "
-    "spend. A recommendation's saving comes out of the waste parts in proportion to their size. Utilization "
-    "and GPU-hours stay as they are: the same work runs. Savings are over this view's days, not per week."
+    "Each change removes only the time and the part it touches: spot and another GPU model reprice the moved "
+    "jobs (each of their parts with their cost; unallocated capacity never moves, and on owned or reserved "
+    "capacity spot saves nothing unless capacity is released); a recommendation's saving comes out of the part "
+    "its kind names. Utilization and GPU-hours stay as they are: the same work runs. Savings are over this "
+    "view's days, not per week."
 )

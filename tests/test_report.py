@@ -391,3 +391,23 @@ def test_unpriced_gpu_hours_are_a_data_quality_note_not_a_headline(db_path, tmp_
     report = json.loads(cli("report", "--week", "2026-W47", "--format", "json", "--db", db).stdout)
     assert report["headline"]["unpriced_gpu_hours"] == pytest.approx(2 * 3)
     assert report["headline"]["spend_usd"] == pytest.approx(188 * 2.99 + 2 * 6 * 0.71 + 12 * 1.006)
+
+
+def test_cancelled_spend_is_its_own_headline_figure_not_waste(tmp_path: Path):
+    # a training run its user cancelled after 2 h on 1 H100 ($2.99/h), no telemetry: $5.98 cancelled, none of
+    # it failed (before: the whole $5.98 was failed_usd, "a failed run")
+    cancelled = (
+        "can-1,alice,nlp,atlas,H100-SXM-80GB,1,2026-11-18T00:00:00Z,2026-11-18T02:00:00Z,CANCELLED,training,"
+        "can-run,,,,,,,,,"
+    )
+    db = _ledger(str(tmp_path / "ledger.duckdb"), tmp_path, cancelled)
+    alone = json.loads(cli("summary", "--json", *WEEK, "--team", "nlp", "--db", db).stdout)
+    # with the fixture's notebook dash-2 that bob cancelled after 12 h: (2 + 12) × $2.99 = $41.86
+    assert alone["cancelled_usd"] == pytest.approx((2 + 12) * 2.99)
+    assert alone["waste"]["failed_usd"] == pytest.approx(0.0)  # dash-3 (FAILED) is team vision
+    done = cli("report", "--week", "2026-W47", "--format", "md", "--db", db)
+    assert done.returncode == 0, done.stderr
+    headline = done.stdout.split("## ")[1]
+    assert "Cancelled by their users (not waste)" in headline
+    report = json.loads(cli("report", "--week", "2026-W47", "--format", "json", "--db", db).stdout)
+    assert report["headline"]["cancelled_usd"] == pytest.approx((2 + 12) * 2.99)

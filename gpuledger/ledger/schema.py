@@ -481,7 +481,19 @@ SCHEMA_V6: list[str] = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6]
+# Version 7: each attempt of a requeued job is kept (collectors/sacct.py with ``sacct --duplicates``): an
+# earlier attempt is its own row, ``<job_id>#<n>``, billed to the job it is an attempt of. A ledger at an
+# earlier version kept only each job's last record: its rows get NULL (not requeued, as far as it knows).
+SCHEMA_V7: list[str] = [
+    """
+    ALTER TABLE jobs ADD COLUMN IF NOT EXISTS attempt INTEGER -- 1, 2, ... for the attempts of a requeued job (sacct -D lists each); NULL: one attempt
+    """,
+    """
+    ALTER TABLE jobs ADD COLUMN IF NOT EXISTS attempt_of VARCHAR -- the scheduler job every attempt row is billed to (its last attempt's job_id); NULL: not requeued
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 TABLES = (

@@ -353,6 +353,11 @@ def headline(data: ReportData) -> list[tuple[str, str, str]]:
             fmt.usd(s["idle_usd"]),
             fmt.change(s["idle_usd"], p.get("idle_usd"), money=True),
         ),
+        (
+            "Cancelled by their users (not waste)",
+            fmt.usd(s.get("cancelled_usd")),
+            fmt.change(s.get("cancelled_usd"), p.get("cancelled_usd"), money=True),
+        ),
         ("GPU-hours", fmt.num(s["gpu_hours"]), fmt.change(s["gpu_hours"], p.get("gpu_hours"))),
         (
             "Mean utilization (held GPUs)",

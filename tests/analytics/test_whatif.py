@@ -7,17 +7,16 @@ import datetime as dt
 import polars as pl
 import pytest
 
-from analytics.savings import with_counted
 from analytics.whatif import (
     after_model_change,
+    apply,
     capacity_utilization_pct,
     price_in_force,
-    recommendations_change,
     reprice_model,
     reprice_team_on_spot,
     what_if,
 )
-from gpuledger.ledger.settings import PriceRow
+from gpuledger.ledger.settings import ClusterSettings, PriceRow, Settings
 
 D = dt.date(2025, 1, 1)
 PRICES = [
@@ -28,18 +27,26 @@ PRICES = [
     PriceRow("A100-80GB", "on_demand", 2.00, D, "test", D),
     PriceRow("A100-80GB", "on_demand", 9.99, D, "a cluster's own", D, cluster="x"),
 ]
+# three jobs with their parts (each job's parts sum to its cost); the view's unallocated capacity is $5
 JOBS = pl.DataFrame(
     {
         "job_id": ["a", "b", "c"],
         "team": ["nlp", "nlp", "vision"],
+        "cluster": ["cloud", "cloud", "cloud"],
         "gpu_model": ["H100-SXM-80GB", "L4", "H100-SXM-80GB"],
         "gpu_hours": [10.0, 4.0, 20.0],
         "cost_usd": [30.0, 2.8, 60.0],
+        "productive_usd": [18.0, 2.8, 29.2],
+        "idle_allocated_usd": [6.0, 0.0, 14.0],
+        "underused_usd": [3.0, 0.0, 7.0],
+        "failed_usd": [3.0, 0.0, 2.0],
+        "unmeasured_usd": [0.0, 0.0, 7.8],
     }
 )
 SUMMARY = {
-    "spend_usd": 100.0,
+    "spend_usd": 97.8,
     "waste_usd": 40.0,
+    "idle_usd": 20.0,
     "gpu_hours": 34.0,
     "mean_util_pct": 50.0,
     "waste": {
@@ -48,9 +55,11 @@ SUMMARY = {
         "underused_usd": 10.0,
         "failed_usd": 5.0,
         "unallocated_usd": 5.0,
-        "unmeasured_usd": 10.0,
+        "unmeasured_usd": 7.8,
     },
 }
+CLOUD = Settings()  # default tier on_demand: capacity bought by the hour
+NO_RECS = pl.DataFrame()
 
 
 def test_capacity_utilization() -> None:
@@ -67,18 +76,41 @@ def test_price_in_force_takes_the_latest_fleet_row() -> None:
     assert price_in_force(PRICES, "L4", "spot") is None
 
 
-def test_team_on_spot() -> None:
-    c = reprice_team_on_spot(JOBS, "nlp", PRICES)
-    # job a: 10 GPU-h × $1.50 = $15 instead of $30 → $15 saved; job b (L4) has no spot price: unchanged
+def test_team_on_spot_takes_only_its_jobs_parts_never_unallocated() -> None:
+    c = reprice_team_on_spot(JOBS, "nlp", PRICES, CLOUD)
+    # job a: 10 GPU-h × $1.50 = $15 instead of $30 → factor ½: each of its parts halves: productive 18 → 9,
+    # idle 6 → 3, under-used 3 → 1.5, failed 3 → 1.5; job b (L4) has no spot price: unchanged
     assert c.saving_usd == pytest.approx(15.0)
+    assert c.parts == pytest.approx(
+        {
+            "productive_usd": 9.0,
+            "idle_allocated_usd": 3.0,
+            "underused_usd": 1.5,
+            "failed_usd": 1.5,
+            "unmeasured_usd": 0.0,
+        }
+    )
     assert c.jobs == 1
     assert "no spot price for L4" in c.assumption
+    after = apply(SUMMARY, [c])
+    assert after["waste"]["unallocated_usd"] == 5.0  # capacity never moves
+    assert after["waste_usd"] == pytest.approx(40.0 - 6.0)  # at most nlp's own waste (12) leaves
+    assert after["spend_usd"] == pytest.approx(97.8 - 15.0)
+
+
+def test_spot_on_owned_capacity_saves_nothing_and_says_so() -> None:
+    owned = Settings(clusters={"cloud": ClusterSettings(tier="on_prem")})
+    c = reprice_team_on_spot(JOBS, "nlp", PRICES, owned)
+    assert c.saving_usd == 0.0 and c.jobs == 0
+    assert "cloud (on_prem): $15.00 at spot prices" in c.assumption
+    assert "nothing saved unless that capacity is released" in c.assumption
 
 
 def test_model_instead_of_model() -> None:
     c = reprice_model(JOBS, "H100-SXM-80GB", "A100-80GB", PRICES, "on_demand")
-    # jobs a + c: $90 for 30 GPU-h; at $2.00: $60 → $30 saved
+    # jobs a + c: $90 for 30 GPU-h; at $2.00: $60 → $30 saved, each job's parts × (1 − 2/3)
     assert c.saving_usd == pytest.approx(30.0)
+    assert c.parts["idle_allocated_usd"] == pytest.approx((6.0 + 14.0) / 3)
     assert c.jobs == 2
     worse = reprice_model(JOBS, "L4", "A100-80GB", PRICES, "on_demand")
     assert worse.saving_usd == pytest.approx(2.8 - 4 * 2.0)  # costs $5.20 more: a negative saving
@@ -86,52 +118,97 @@ def test_model_instead_of_model() -> None:
 
 def test_model_change_then_spot_counts_each_job_once() -> None:
     moved = after_model_change(JOBS, "L4", "H100-SXM-80GB", PRICES, "on_demand")
-    # job b: 4 GPU-h on H100 at $3.00 = $12.00 (was $2.80 on L4)
+    # job b: 4 GPU-h on H100 at $3.00 = $12.00 (was $2.80 on L4), its productive part with it
     assert moved.filter(pl.col("job_id") == "b")["cost_usd"].item() == pytest.approx(12.0)
-    spot = reprice_team_on_spot(moved, "nlp", PRICES)
+    assert moved.filter(pl.col("job_id") == "b")["productive_usd"].item() == pytest.approx(12.0)
+    spot = reprice_team_on_spot(moved, "nlp", PRICES, CLOUD)
     # job a: $30 → 10 × $1.50 = $15; job b: $12 → 4 × $1.50 = $6: $21 in all, both jobs
     assert spot.saving_usd == pytest.approx(21.0)
     assert spot.jobs == 2
 
 
-def test_before_and_after() -> None:
-    recs = pl.DataFrame(
-        {
-            "kind": ["reclaim_idle"],
-            "target": ["a"],
-            "saving_usd": [8.0],
-            "usd_per_week": [8.0],
-            "lever": ["time"],
-            "job_ids": [["a"]],
-            "job_saving_usd": [[8.0]],
-            "job_cost_usd": [[30.0]],
-        }
-    )
-    taken = recommendations_change(with_counted(recs))
-    spot = reprice_team_on_spot(JOBS, "nlp", PRICES)  # $15
-    out = what_if(SUMMARY, [spot, taken])
-    # repricing: spend 100 → 85, every part × 0.85: waste parts 17 + 8.5 + 4.25 + 4.25 = 34
-    # recommendations: $8 out of the $34 waste, each part × (1 − 8/34): waste 26, spend 85 − 8 = 77
-    assert out.before["spend_usd"] == 100.0
-    assert out.after["spend_usd"] == pytest.approx(77.0)
-    assert out.after["waste_usd"] == pytest.approx(26.0)
-    assert out.after["idle_allocated_usd"] == pytest.approx(17.0 * (1 - 8 / 34))
-    assert out.after["productive_usd"] == pytest.approx(42.5)
+RECS = pl.DataFrame(
+    {
+        "id": ["reclaim_idle:a", "offpeak_capacity:cloud"],
+        "kind": ["reclaim_idle", "offpeak_capacity"],
+        "target": ["a", "cloud"],
+        "saving_usd": [8.0, 4.0],
+        "usd_per_week": [8.0, 4.0],
+        "lever": ["time", "time"],
+        "job_ids": [["a"], ["capacity:cloud:H100-SXM-80GB"]],  # a capacity item's "job": the free capacity
+        "job_saving_usd": [[8.0], [4.0]],
+        "job_cost_usd": [[30.0], [5.0]],
+        "addresses": [["idle_allocated_usd"], ["unallocated_usd"]],
+    },
+    schema_overrides={
+        "job_ids": pl.List(pl.Utf8),
+        "job_saving_usd": pl.List(pl.Float64),
+        "job_cost_usd": pl.List(pl.Float64),
+    },
+)
+
+
+def test_a_recommendation_comes_out_of_the_part_its_kind_names() -> None:
+    out = what_if(SUMMARY, JOBS, RECS, PRICES, CLOUD, take=("offpeak_capacity:cloud",))
+    # the capacity action's $4 leaves unallocated (5 → 1) and nothing else: failed and idle stay
+    assert out.after["waste"]["unallocated_usd"] == pytest.approx(1.0)
+    assert out.after["waste"]["idle_allocated_usd"] == 20.0 and out.after["waste"]["failed_usd"] == 5.0
+    assert out.after["spend_usd"] == pytest.approx(97.8 - 4.0)
+
+
+def test_before_and_after_spot_then_a_recommendation() -> None:
+    out = what_if(SUMMARY, JOBS, RECS, PRICES, CLOUD, spot=("nlp",), take=("reclaim_idle:a",))
+    # spot: $15 out of job a's parts (idle 20 → 17); the idle action: $8 out of the idle left (17 → 9)
+    assert out.before["spend_usd"] == 97.8
+    assert out.after["waste"]["idle_allocated_usd"] == pytest.approx(9.0)
+    assert out.after["idle_usd"] == pytest.approx(9.0)
+    assert out.after["spend_usd"] == pytest.approx(97.8 - 15.0 - 8.0)
+    assert out.after["waste_usd"] == pytest.approx(40.0 - 6.0 - 8.0)
     # money never disappears: the parts after still sum to the spend after
-    parts = (
-        "productive_usd",
-        "unmeasured_usd",
-        "idle_allocated_usd",
-        "underused_usd",
-        "failed_usd",
-        "unallocated_usd",
+    assert sum(out.after["waste"].values()) == pytest.approx(out.after["spend_usd"])
+    assert set(out.after) == set(SUMMARY)  # the keys of summary --json
+
+
+def test_recommendations_capped_at_the_part_they_address() -> None:
+    big = RECS.with_columns(
+        pl.lit(50.0).alias("saving_usd"),
+        pl.lit(50.0).alias("usd_per_week"),
+        pl.lit([50.0]).alias("job_saving_usd"),
+        pl.lit([60.0]).alias("job_cost_usd"),
     )
-    assert sum(out.after[k] for k in parts) == pytest.approx(out.after["spend_usd"])
+    out = what_if(SUMMARY, JOBS, big, PRICES, CLOUD, take=("offpeak_capacity:cloud",))
+    assert out.after["waste"]["unallocated_usd"] == pytest.approx(0.0)  # $5 there, not $50
+    assert out.after["spend_usd"] == pytest.approx(97.8 - 5.0)
+    assert "$45.00 more than the parts they address hold" in out.changes[0].assumption
 
 
-def test_recommendations_capped_at_the_waste() -> None:
-    big = recommendations_change(pl.DataFrame({"counted_saving_usd": [50.0], "saving_usd": [50.0]}))
-    out = what_if(SUMMARY, [big])
-    assert out.after["waste_usd"] == pytest.approx(0.0)
-    assert out.after["spend_usd"] == pytest.approx(60.0)
-    assert out.notes
+def test_nothing_chosen_changes_nothing_and_an_unknown_id_is_refused() -> None:
+    out = what_if(SUMMARY, JOBS, NO_RECS, PRICES, CLOUD)
+    assert out.changes == [] and out.after == SUMMARY
+    with pytest.raises(ValueError, match="no recommendation with id nope"):
+        what_if(SUMMARY, JOBS, RECS, PRICES, CLOUD, take=("nope",))
+
+
+def test_whatif_cli_on_the_demo_spot_for_one_team_touches_only_that_team(demo_db) -> None:
+    """`gpuledger whatif --spot TEAM --json` on the 2-day demo, for every team: unallocated capacity never
+    moves, and the waste saved is at most the team's own waste (the team's summary, computed alone)."""
+    import json
+
+    from tests.conftest import gpuledger
+
+    teams = json.loads(gpuledger("jobs", "--json", "--db", demo_db).stdout)
+    for team in sorted({j["team"] for j in teams if j["team"] not in (None, "unattributed")}):
+        done = gpuledger("whatif", "--spot", team, "--json", "--db", demo_db)
+        assert done.returncode == 0, done.stderr
+        out = json.loads(done.stdout)
+        assert set(out) == {"now", "with_changes", "changes"}
+        assert set(out["now"]) == set(out["with_changes"])
+        now, after = out["now"], out["with_changes"]
+        assert after["waste"]["unallocated_usd"] == now["waste"]["unallocated_usd"]
+        own = json.loads(gpuledger("summary", "--json", "--team", team, "--db", demo_db).stdout)
+        assert now["waste_usd"] - after["waste_usd"] <= own["waste_usd"] + 1e-6, team
+        assert now["spend_usd"] - after["spend_usd"] == pytest.approx(out["changes"][0]["saving_usd"])
+    nothing = json.loads(gpuledger("whatif", "--json", "--db", demo_db).stdout)
+    assert nothing["changes"] == [] and nothing["with_changes"] == nothing["now"]
+    bad = gpuledger("whatif", "--take", "no-such-item", "--db", demo_db)
+    assert bad.returncode == 1 and bad.stderr.startswith("error:") and "no-such-item" in bad.stderr

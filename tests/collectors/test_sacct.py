@@ -144,17 +144,39 @@ def test_legacy_allocgres_column(ledger, tmp_path):
     assert ledger.execute("SELECT gpu_count, gpu_model FROM jobs").fetchall() == [(2.0, "tesla")]
 
 
-def test_requeued_job_keeps_its_last_record(ledger, tmp_path):
+def test_each_attempt_of_a_requeued_job_is_kept_and_billed_to_it(ledger, tmp_path):
+    """sacct -D lists job 8 twice: preempted and requeued after 1 h on n1, then 1 h to completion on n2.
+    Before, only the last record was kept and the first attempt's 2 GPU-h ($5.98) left the job (with
+    telemetry, it became unallocated capacity; without, it vanished from spend)."""
+    from analytics.waste import job_waste, waste_totals
+
     rows = [
-        "8|REQUEUED|2025-01-01T00:00:00|2025-01-01T01:00:00|gres/gpu=1|n1",
-        "8|COMPLETED|2025-01-01T02:00:00|2025-01-01T03:00:00|gres/gpu=1|n2",
+        "8|REQUEUED|2025-01-01T00:00:00|2025-01-01T01:00:00|gres/gpu:h100=2,gres/gpu=2|n1",
+        "8.batch|REQUEUED|2025-01-01T00:00:00|2025-01-01T01:00:00||n1",
+        "8|COMPLETED|2025-01-01T02:00:00|2025-01-01T03:00:00|gres/gpu:h100=2,gres/gpu=2|n2",
+        "8.batch|COMPLETED|2025-01-01T02:00:00|2025-01-01T03:00:00||n2",
+        "8|COMPLETED|2025-01-01T02:00:00|2025-01-01T03:00:00|gres/gpu:h100=2,gres/gpu=2|n2",  # listed twice
     ]
     report = ingest_file(
         ledger, sacct_file(tmp_path, rows, "JobID|State|Start|End|AllocTRES|NodeList"), opts=UTC
     )
-    assert report.skipped == {"earlier records of a requeued job (kept the last)": 1}
-    assert ledger.execute("SELECT state, start_ts FROM jobs").fetchall() == [("COMPLETED", T(2025, 1, 1, 2))]
-    assert ledger.execute("SELECT host FROM allocations").fetchall() == [("n2",)]
+    assert report.skipped == {"job steps folded into their job": 2, "records listed twice (kept the last)": 1}
+    assert ledger.execute(
+        "SELECT job_id, state, start_ts, attempt, attempt_of FROM jobs ORDER BY start_ts"
+    ).fetchall() == [
+        ("8#1", "REQUEUED", T(2025, 1, 1, 0), 1, "8"),
+        ("8", "COMPLETED", T(2025, 1, 1, 2), 2, "8"),
+    ]
+    assert ledger.execute("SELECT job_id, host FROM allocations ORDER BY start_ts").fetchall() == [
+        ("8#1", "n1"),
+        ("8", "n2"),
+    ]
+    w = {r["job_id"]: r for r in job_waste(ledger).iter_rows(named=True)}
+    assert w["8#1"]["cost_usd"] == pytest.approx(2 * 1 * 2.99)  # the first attempt: 2 GPU-h at $2.99
+    assert w["8"]["cost_usd"] == pytest.approx(2 * 1 * 2.99)
+    # the requeued attempt had no checkpoint: its whole hour is badput; the completed one has no telemetry
+    assert w["8#1"]["failed_usd"] == pytest.approx(5.98)
+    assert waste_totals(ledger)["spend_usd"] == pytest.approx(4 * 2.99)  # both attempts, $11.96
 
 
 @pytest.mark.parametrize(

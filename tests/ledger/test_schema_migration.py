@@ -33,12 +33,12 @@ def test_a_version_2_ledger_gains_the_per_process_shares_on_open(db_path):
             "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'process_shares'"
         ).fetchone()[0]
     with writer(db_path) as con:
-        assert current_version(con) == SCHEMA_VERSION == 5
+        assert current_version(con) == SCHEMA_VERSION >= 5
         assert {"sm_pct", "mem_util_pct", "enc_pct", "dec_pct", "interval_s"} <= _columns(con, "processes")
         assert con.execute("SELECT count(*) FROM process_shares").fetchone()[0] == 0
         assert con.execute("SELECT pid, sm_pct FROM processes").fetchall() == [(42, None)]  # kept
     with writer(db_path) as con:  # a second open applies nothing again
-        assert current_version(con) == 5
+        assert current_version(con) == SCHEMA_VERSION
 
 
 def test_a_version_3_ledger_gets_its_hour_rollup_from_its_minute_rows(db_path):
@@ -57,3 +57,22 @@ def test_a_version_3_ledger_gets_its_hour_rollup_from_its_minute_rows(db_path):
     # by hand: 10:00 and 10:59 are one hour (3 samples, 90 s, 33 util-seconds); 11:00 another
     assert [r[3:] for r in rows] == [(3, 90.0, 33.0), (2, 60.0, 0.0)]
     assert [(r[0].hour, r[2]) for r in rows] == [(10, "j1"), (11, None)]
+
+
+def test_a_version_5_ledger_gains_job_attempts_with_its_jobs_kept(db_path):
+    _ledger_at(db_path, 5)
+    with duckdb.connect(db_path) as old:
+        assert "attempt" not in _columns(old, "jobs")
+        old.execute(
+            """INSERT INTO jobs (job_id, source, kind, gpu_count, pricing_tier, state, ingest_id)
+               VALUES ('ci/9', 'sacct', 'other', 1, 'on_demand', 'COMPLETED', 1)"""
+        )
+    with writer(db_path) as con:
+        assert current_version(con) == SCHEMA_VERSION >= 6
+        assert {"attempt", "attempt_of"} <= _columns(con, "jobs")
+        # an older ledger kept one record per job: not requeued, as far as it knows
+        assert con.execute("SELECT job_id, attempt, attempt_of FROM jobs").fetchall() == [
+            ("ci/9", None, None)
+        ]
+    with writer(db_path) as con:
+        assert current_version(con) == SCHEMA_VERSION

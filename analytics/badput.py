@@ -1,0 +1,144 @@
+"""Badput: the GPU-time a disruption threw away, per Google Cloud's ML Goodput (docs/metrics.md, "Badput").
+
+The one home of which time of a job is badput; analytics/waste.py prices it first and classifies only the rest
+(idle, under-used, productive, unmeasured), so no second of a job sits in two parts.
+
+- A job **disrupted** (its state in :data:`DISRUPTED_STATES`: it failed, ran out of memory or time, lost its
+  node, was preempted, or the attempt was requeued) whose kind is in :data:`FAILURE_KINDS` loses the work since
+  that attempt's last checkpoint: its time from ``last_checkpoint_ts`` (the job's start when none is known)
+  to its end. A notebook or an inference service has no progress to lose; CANCELLED is a person's decision,
+  not a disruption, and its time is classified by telemetry like a completed job's.
+- A **retry** (an attempt after the first of a requeued job: ``jobs.attempt`` > 1) also loses its restart
+  overhead: from its start to the first step its training log timed inside it (``train_log.ts``, logged for
+  the job or for the scheduler job it is an attempt of). Without a timed step no overhead is counted.
+
+Both windows are wall time inside the job's span; a job's badput GPU-seconds are its held GPU-seconds in
+them. The samples inside them are taken out of the job's telemetry sums (:func:`badput_sums_sql`) so that
+idle, under-used and productive time come only from the rest. A sample counts where its ``ts`` falls (a
+sample straddling a checkpoint belongs to the side it starts on).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+
+from analytics.filters import Filters
+from analytics.utilization import Buckets, Source, flagged_samples_sql, use_rollup, view_bounds
+from gpuledger.ledger.settings import Settings
+
+# Disruptions (Slurm's words; collectors map OUT_OF_MEMORY to OOM). REQUEUED is an attempt that ended in a
+# requeue: the scheduler stopped it and started the job again.
+DISRUPTED_STATES = (
+    "FAILED",
+    "NODE_FAIL",
+    "TIMEOUT",
+    "OOM",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "REQUEUED",
+)
+CANCELLED_STATES = ("CANCELLED",)
+FAILURE_KINDS = ("training", "fine-tune", "other")  # kinds whose progress a disruption loses
+
+
+def sql_list(values: tuple[str, ...]) -> str:
+    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+
+
+def disrupted_sql(alias: str) -> str:
+    """True for a row (with ``state`` and ``kind``) of a disrupted job whose progress counts."""
+    return (
+        f"({alias}.state IN ({sql_list(DISRUPTED_STATES)}) AND {alias}.kind IN ({sql_list(FAILURE_KINDS)}))"
+    )
+
+
+def windows_sql() -> str:
+    """One row per job with badput: ``job_id``, ``lost_from`` (disrupted: its last checkpoint, else its
+    start; NULL otherwise) and ``restart_to`` (a retry: its first timed step; NULL otherwise, or when no step
+    was timed). The restart window ends no later than ``lost_from`` (the two never overlap)."""
+    return f"""
+    SELECT job_id, lost_from,
+           -- (least() skips NULLs: a job with no restart overhead keeps a NULL restart_to)
+           CASE WHEN restart_to IS NOT NULL AND lost_from IS NOT NULL THEN least(restart_to, lost_from)
+                ELSE restart_to END AS restart_to
+    FROM (
+        SELECT j.job_id,
+               CASE WHEN {disrupted_sql("j")} THEN greatest(coalesce(j.last_checkpoint_ts, j.start_ts), j.start_ts)
+               END AS lost_from,
+               CASE WHEN coalesce(j.attempt, 1) > 1 THEN (
+                   SELECT min(t.ts) FROM train_log t
+                   WHERE t.job_id IN (j.job_id, j.attempt_of) AND t.step IS NOT NULL AND t.ts >= j.start_ts
+                     AND t.ts < coalesce(j.end_ts, TIMESTAMP '9999-12-31'))
+               END AS restart_to
+        FROM jobs j WHERE j.start_ts IS NOT NULL
+    ) w
+    WHERE lost_from IS NOT NULL OR restart_to IS NOT NULL
+    """
+
+
+def lost_wall_s_sql(alias: str) -> str:
+    """Seconds of the row's span [span_start, span_end) inside its badput windows (``alias`` has
+    span_start, span_end, lost_from, restart_to)."""
+    a = alias
+    return f"""(greatest(0, epoch({a}.span_end - greatest(coalesce({a}.lost_from, {a}.span_end), {a}.span_start)))
+               + greatest(0, epoch(least(coalesce({a}.restart_to, {a}.span_start), {a}.span_end) - {a}.span_start)))"""
+
+
+def _in_window(alias: str) -> str:
+    return f"(({alias}.ts >= w.lost_from) OR ({alias}.ts < w.restart_to))"
+
+
+def badput_sums_sql(
+    con: duckdb.DuckDBPyConnection,
+    filters: Filters,
+    settings: Settings,
+    as_of: dt.datetime | None,
+    source: Source = "auto",
+    buckets: Buckets | None = None,
+) -> tuple[str, list[object]]:
+    """Per job (and ``week`` with ``buckets``): ``bad_cov_s``, ``bad_idle_s``, ``bad_under_s``, the covered,
+    idle-stretch and under-used seconds of the job's samples inside the view that fall in its badput windows:
+    the same sums as analytics/utilization.py's, over those samples only. Idle-stretch membership is the
+    whole run's, as there (rollups: the ``idle_runs`` table; raw: the window functions)."""
+    target = float(settings.target_util_pct)
+    lo, hi = view_bounds(filters)
+    week = ", wk.week" if buckets else ""
+    bjoin = " JOIN wk ON x.ts >= wk.w_lo AND x.ts < wk.w_hi" if buckets else ""
+    bcte = f", wk AS ({buckets[0]})" if buckets else ""
+    bparams = list(buckets[1]) if buckets else []
+    sums = f"""
+           coalesce(sum(x.interval_s) FILTER (WHERE x.util_pct IS NOT NULL), 0) AS bad_cov_s,
+           coalesce(sum(x.interval_s) FILTER (WHERE x.in_idle), 0) AS bad_idle_s,
+           coalesce(sum(x.interval_s * ({target} - x.util_pct) / {target})
+                    FILTER (WHERE x.util_pct < {target} AND NOT x.in_idle), 0) AS bad_under_s"""
+    if use_rollup(con, settings, source):
+        idle = float(settings.idle_util_pct)
+        min_s = float(settings.idle_min_minutes) * 60.0
+        sql = f"""
+        WITH w AS ({windows_sql()}){bcte},
+        s AS (
+            SELECT s.ts, s.gpu_id, s.job_id, s.interval_s::DOUBLE AS interval_s, s.util_pct::DOUBLE AS util_pct
+            FROM samples s JOIN w USING (job_id)
+            WHERE s.ts >= ?::TIMESTAMP AND s.ts < ?::TIMESTAMP AND {_in_window("s")}
+        ),
+        x AS (
+            SELECT s.*, coalesce(s.util_pct <= {idle} AND EXISTS (
+                       SELECT 1 FROM idle_runs r
+                       WHERE r.gpu_id = s.gpu_id AND r.job_id = s.job_id AND r.day = s.ts::DATE
+                         AND s.ts >= r.first_ts AND s.ts <= r.last_ts AND r.run_s >= {min_s}), false) AS in_idle
+            FROM s
+        )
+        SELECT x.job_id{week}, {sums} FROM x{bjoin} GROUP BY ALL
+        """
+        return sql, [*bparams, lo, hi]
+    flagged, params = flagged_samples_sql(filters, settings, as_of)
+    sql = f"""
+    WITH w AS ({windows_sql()}){bcte},
+    x AS (SELECT f.* FROM ({flagged}) f JOIN w USING (job_id) WHERE {_in_window("f")})
+    SELECT x.job_id{week}, {sums} FROM x{bjoin} GROUP BY ALL
+    """
+    return sql, [*bparams, *params]

@@ -1,0 +1,96 @@
+"""``gpuledger whatif``: the view's summary now and with changes (a team on spot, another GPU model,
+recommendations taken), each change out of the part it touches (analytics/whatif.py, docs/metrics.md)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from analytics.shared import sharing
+from analytics.whatif import what_if_view
+from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json
+from gpuledger.cli.commands.summary import filters_from
+from gpuledger.ledger.db import reader
+from gpuledger.ledger.errors import LedgerError
+from gpuledger.ledger.reference import sync_reference
+from gpuledger.ledger.settings import load_settings
+
+
+def _model_pair(text: str) -> tuple[str, str]:
+    old, sep, new = text.partition("=")
+    if not sep or not old.strip() or not new.strip():
+        raise argparse.ArgumentTypeError(f"expected FROM=TO (two GPU models), got {text!r}")
+    return old.strip(), new.strip()
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "whatif",
+        help="the view's summary now and with changes: a team on spot, another GPU model, recommendations taken",
+        description="Each change removes only the time and the part it touches: spot reprices a team's jobs on "
+        "capacity bought by the hour (never unallocated capacity), a recommendation's saving comes out of the "
+        "part its kind names. docs/metrics.md, 'What-if'.",
+    )
+    p.add_argument(
+        "--spot", action="append", default=[], metavar="TEAM", help="run this team on spot (repeatable)"
+    )
+    p.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        type=_model_pair,
+        metavar="FROM=TO",
+        help="GPU model TO instead of FROM",
+    )
+    p.add_argument(
+        "--take",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="take this recommendation (its id in recommend --json)",
+    )
+    add_filter_options(p)
+    p.add_argument(
+        "--json", action="store_true", help="print {now, with_changes, changes} as one JSON object"
+    )
+    add_db_options(p)
+    p.set_defaults(func=run)
+
+
+def _render(out: dict[str, Any]) -> str:
+    now, after = out["now"], out["with_changes"]
+    lines = [f"{'figure':<24}{'now':>16}{'with the changes':>20}"]
+    keys = [("spend", "spend_usd"), ("waste", "waste_usd")] + [
+        (k.removesuffix("_usd").replace("_", " "), k) for k in now["waste"]
+    ]
+    for label, k in keys:
+        a = now[k] if k in now else now["waste"][k]
+        b = after[k] if k in after else after["waste"][k]
+        lines.append(f"{label:<24}{f'${a:,.2f}':>16}{f'${b:,.2f}':>20}")
+    for c in out["changes"]:
+        lines.append(f"- {c['what']}: ${c['saving_usd']:,.2f} out of the spend. {c['assumption']}.")
+    if not out["changes"]:
+        lines.append("No change chosen: the figures are the view's as they are.")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = load_settings(args.settings)
+    sync_reference(args.db, settings)
+    with reader(args.db) as con, sharing(con):
+        try:
+            out = what_if_view(
+                con,
+                filters=filters_from(args),
+                settings=settings,
+                spot=tuple(args.spot),
+                models=tuple(args.model),
+                take=tuple(args.take),
+            )
+        except ValueError as exc:
+            raise LedgerError(str(exc)) from None
+    if args.json:
+        print_json(out)
+    else:
+        print(_render(out))
+    return 0
