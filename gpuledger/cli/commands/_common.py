@@ -6,9 +6,14 @@ import argparse
 import json
 import math
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuledger.cli import times
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from analytics.filters import Filters
 
 DB_HELP = "ledger file (default: $GPULEDGER_DB, else data/ in a checkout or ~/.local/share/gpuledger/; see `gpuledger info`)"
 SETTINGS_HELP = "settings TOML (default: $GPULEDGER_SETTINGS, ~/.config/gpuledger/, /etc/gpuledger/, data/; see `gpuledger info`)"
@@ -25,6 +30,19 @@ def add_filter_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--until", type=_date, help="last UTC day included (YYYY-MM-DD, or an age like 1d)")
     parser.add_argument("--team", action="append", default=[], help="only this team (repeatable)")
     parser.add_argument("--cluster", action="append", default=[], help="only this cluster (repeatable)")
+
+
+class UsageError(Exception):
+    """A command line that cannot mean anything: main.py prints ``error: <message>`` and exits 2."""
+
+
+def require_known(con: duckdb.DuckDBPyConnection, filters: Filters) -> None:
+    """Stop (exit 2) when ``--team``, ``--cluster`` or ``--user`` names nothing in the ledger: a view of
+    nothing would print $0.00 as if it were a measured figure (analytics.filters.unknown_names)."""
+    from analytics.filters import unknown_names
+
+    if unknown := unknown_names(con, filters):
+        raise UsageError("; ".join(u.message for u in unknown))
 
 
 _date = times.day  # every --since/--until/--end of a day reads the one grammar of gpuledger/cli/times.py

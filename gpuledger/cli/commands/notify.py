@@ -10,7 +10,7 @@ import sys
 
 from analytics.filters import Filters, horizon
 from analytics.shared import sharing
-from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json
+from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
 from gpuledger.ledger.db import reader, writer
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.reference import sync_reference
@@ -117,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
             clusters=tuple(args.cluster),
             users=tuple(args.user),
         )
+        require_known(con, filters)
         found = notices.build_notices(
             con,
             filters=filters,
