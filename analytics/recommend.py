@@ -43,6 +43,7 @@ from analytics.job_signals import (
     view_signals,
     with_active,
 )
+from analytics.money import cents
 from analytics.query import frame
 from analytics.savings import coverage, savings_total, with_counted
 from analytics.shared import active
@@ -302,7 +303,7 @@ def as_json(recs: pl.DataFrame) -> list[dict[str, object]]:
             if k not in INTERNAL_FIELDS and (k not in BATCH_FIELDS or r["kind"] == "larger_batch")
         }
         for money in ("saving_usd", "usd_per_week", "counted_usd_per_week"):
-            item[money] = round(float(r[money]), 2) if r[money] is not None else None
+            item[money] = cents(r[money])
         out.append(item)
     return out
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from typing import TYPE_CHECKING, Any
 
+from analytics.money import clean_float
 from gpuledger.cli import times
 
 if TYPE_CHECKING:
@@ -56,9 +56,10 @@ def print_json(payload: Any) -> None:
 
 
 def json_safe(value: Any) -> Any:
-    """``value`` with every non-finite float (also inside lists, tuples and dicts) replaced by None."""
+    """``value`` with every float (also inside lists, tuples and dicts) as analytics.money.clean_float
+    prints it: non-finite → None, float residue and -0.0 → 0.0."""
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        return clean_float(value)
     if isinstance(value, dict):
         return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
