@@ -47,7 +47,9 @@ def _signless(text: str) -> None:
 
 
 def _teams(db: str) -> list[str]:
-    return [r["team"] for r in json.loads(gpuledger("report", "--format", "json", "--db", db).stdout)["by_team"]]
+    return [
+        r["team"] for r in json.loads(gpuledger("report", "--format", "json", "--db", db).stdout)["by_team"]
+    ]
 
 
 def test_every_json_command_on_the_demo(demo_db: str, tmp_path: Path) -> None:
@@ -65,7 +67,11 @@ def test_every_json_command_on_the_demo(demo_db: str, tmp_path: Path) -> None:
     # the view the issue saw: a team and a single day each (parts of a small view cancel to residue)
     days = json.loads(gpuledger("summary", "--json", "--db", demo_db).stdout)["as_of"][:10]
     for team in _teams(demo_db):
-        for cmd in (["summary", "--json"], ["recommend", "--total", "--json"], ["report", "--format", "json"]):
+        for cmd in (
+            ["summary", "--json"],
+            ["recommend", "--total", "--json"],
+            ["report", "--format", "json"],
+        ):
             commands.append([*cmd, "--team", team, "--since", days, "--until", days])
             commands.append([*cmd, "--team", team])
     for cmd in commands:
