@@ -65,3 +65,64 @@ def _horizon(con: duckdb.DuckDBPyConnection) -> dt.datetime | None:
                (SELECT max(coalesce(end_ts, start_ts)) FROM allocations WHERE isfinite(coalesce(end_ts, start_ts))))"""
     ).fetchall()
     return row[0][0]
+
+
+# The pseudo-rows a team or user filter may name although no job carries them (analytics.waste's
+# "unallocated" capacity, analytics.cost's "unattributed" telemetry-only cards).
+PSEUDO_NAMES = ("unallocated", "unattributed")
+# (what a filter names, its Filters field, the SQL listing what the ledger holds)
+_NAMED = (
+    ("team", "teams", "SELECT DISTINCT team FROM jobs WHERE team IS NOT NULL"),
+    (
+        "cluster",
+        "clusters",
+        """SELECT DISTINCT cluster FROM (SELECT cluster FROM jobs UNION ALL SELECT cluster FROM gpus
+                                          UNION ALL SELECT cluster FROM capacity) WHERE cluster IS NOT NULL""",
+    ),
+    ("user", "users", "SELECT DISTINCT user_name FROM jobs WHERE user_name IS NOT NULL"),
+)
+NAMES_LISTED = 20  # a message lists at most this many of the names that exist (users can be thousands)
+
+
+@dataclass(frozen=True)
+class UnknownName:
+    """A filter value the ledger has no row for: ``what`` (team, cluster or user), the value, and the names
+    of that kind the ledger does hold (sorted)."""
+
+    what: str
+    value: str
+    known: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        """``no team 'nlp' in the ledger (teams: a, b, c)``, with a close match first when there is one."""
+        import difflib
+
+        shown = ", ".join(self.known[:NAMES_LISTED]) or "none"
+        if len(self.known) > NAMES_LISTED:
+            shown += f", … {len(self.known) - NAMES_LISTED:,} more"
+        close = difflib.get_close_matches(self.value, self.known, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        return f"no {self.what} '{self.value}' in the ledger ({self.what}s: {shown}){hint}"
+
+
+def unknown_names(con: duckdb.DuckDBPyConnection, filters: Filters) -> list[UnknownName]:
+    """The team, cluster and user values of ``filters`` that name nothing in the ledger, each with what
+    exists: a filter on a name that is not there selects nothing, and a view of nothing reads as "$0.00
+    spent", so the CLI stops on it (exit 2) and the dashboard warns, instead of dropping it silently.
+
+    Teams and users are those of the jobs (and the pseudo-rows unallocated/unattributed); clusters those of
+    the jobs, GPUs and declared capacity."""
+    out: list[UnknownName] = []
+    for what, field_name, sql in _NAMED:
+        asked: tuple[str, ...] = getattr(filters, field_name)
+        if not asked:
+            continue
+        held = {r[0] for r in con.execute(sql).fetchall()}
+        pseudo = set(PSEUDO_NAMES) if what != "cluster" else set()
+        out += [
+            UnknownName(what, value, tuple(sorted(held)))
+            for value in dict.fromkeys(asked)
+            if value not in held and value not in pseudo
+        ]
+    return out

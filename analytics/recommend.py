@@ -43,6 +43,8 @@ from analytics.job_signals import (
     view_signals,
     with_active,
 )
+from analytics.money import cents
+from analytics.problems import PRICE_MOVES, one_per_problem, owner_of, where_paid_for
 from analytics.query import frame
 from analytics.savings import coverage, savings_total, with_counted
 from analytics.shared import active
@@ -140,6 +142,9 @@ RECOMMENDATION_COLUMNS: dict[str, pl.DataType] = {
     "predicted_throughput_gain_pct": pl.Float64(),
     "lr_rule": pl.Utf8(),
     "knee_batch_size": pl.Int64(),  # the knee: the recommended batch (analytics/batch_size.py)
+    "owner_type": pl.Utf8(),  # team | operators (analytics/problems.py)
+    "owner": pl.Utf8(),  # the team (or user), or "operators of <cluster>"
+    "alternatives": pl.List(pl.Utf8()),  # the problem's other actions, not added: "label: $x/week"
 }
 
 
@@ -183,6 +188,7 @@ def recommendations(
     min_usd_per_week: float = 1.0,
     source: Source = "auto",
     kinds: Collection[str] | None = None,
+    problems: bool = True,
 ) -> pl.DataFrame:
     """All recommendations for the view, ranked by usd_per_week (RECOMMENDATION_COLUMNS).
 
@@ -192,7 +198,12 @@ def recommendations(
 
     ``kinds``: only these kinds (KINDS), and only the work they need (the Training page shows the
     larger_batch items alone: on a 50 M-sample ledger the whole list costs it 2.4 s). Each item is the one
-    the whole list holds, with one exception: ``counted_*`` is then counted over the kinds asked for.
+    the whole list holds, with two exceptions: ``counted_*`` is then counted over the kinds asked for, and
+    problems are merged among those kinds only.
+
+    ``problems``: one item per problem, its best action (analytics/problems.py: items sharing a job or a
+    target are one problem; the others become its ``alternatives``). False gives every rule's own item, as
+    each kind's rule computes it (the tests of each rule's dollars, and a what-if over every action).
     """
     want = set(KINDS) if kinds is None else set(kinds)
     if unknown := want - set(KINDS):
@@ -250,23 +261,31 @@ def recommendations(
         assert waste is not None
         failed = _positive(waste, "failed_usd")
         items += failure_items(con, view, failed)
-    if want & {"release_capacity", "offpeak_capacity"}:
+    # spot and a smaller GPU on a paid-for cluster stay only next to its capacity items (analytics/problems.py)
+    if want & {"release_capacity", "offpeak_capacity", *PRICE_MOVES}:
         items += capacity_items(con, filters=filters, settings=settings, as_of=as_of)
     if "scale_down_idle" in want:
         assert waste is not None
         items += idle_cluster_items(con, view, waste)
-    rows = [
+    kept = [
         {
             **dict.fromkeys(RECOMMENDATION_COLUMNS),
             **it,
-            "evidence": text(it["evidence"]),
             "kind_label": KIND_LABELS[str(it["kind"])],
             "usd_per_week": it["saving_usd"] * 7.0 / days if it["recurring"] else None,
         }
-        for it in items
+        for it in where_paid_for(items, view, settings)
         if it["kind"] in want
         and (it["saving_usd"] or 0) > 0
         and it["saving_usd"] * 7.0 / days >= min_usd_per_week
+    ]
+    rows = [
+        {
+            **it,
+            "evidence": text(it["evidence"]),
+            **dict(zip(("owner_type", "owner"), owner_of(it), strict=True)),
+        }
+        for it in (one_per_problem(kept, KIND_LABELS) if problems else kept)
     ]
     ranked = pl.DataFrame(rows, schema=RECOMMENDATION_COLUMNS).sort(
         ["saving_usd", "kind", "target"], descending=[True, False, False]
@@ -302,7 +321,7 @@ def as_json(recs: pl.DataFrame) -> list[dict[str, object]]:
             if k not in INTERNAL_FIELDS and (k not in BATCH_FIELDS or r["kind"] == "larger_batch")
         }
         for money in ("saving_usd", "usd_per_week", "counted_usd_per_week"):
-            item[money] = round(float(r[money]), 2) if r[money] is not None else None
+            item[money] = cents(r[money])
         out.append(item)
     return out
 

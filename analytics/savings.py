@@ -35,6 +35,8 @@ from collections import defaultdict
 
 import polars as pl
 
+from analytics.money import cents
+
 LEVERS = ("time", "price", "work")
 WASTE_PARTS = ("idle_allocated_usd", "underused_usd", "failed_usd", "unallocated_usd")
 CAPACITY_PREFIX = "capacity:"
@@ -222,14 +224,14 @@ def savings_total(recs: pl.DataFrame, *, whole: bool = False) -> dict[str, objec
     listed = float(rec["usd_per_week"].sum())
     by_kind = rec.group_by("kind").agg(pl.col("counted_usd_per_week").sum()).sort("kind")
     return {
-        "total_usd_per_week": round(total, 2),
-        "listed_usd_per_week": round(listed, 2),
-        "overlap_usd_per_week": round(listed - total, 2),
+        "total_usd_per_week": cents(total),
+        "listed_usd_per_week": cents(listed),
+        "overlap_usd_per_week": cents(listed - total),
         "items": counted.height,
         "recurring_items": rec.height,
         "one_off_items": once.height,
-        "one_off_saved_usd": round(float(once["counted_saving_usd"].sum()), 2),
-        "by_kind": {k: round(float(v), 2) for k, v in by_kind.iter_rows()},
+        "one_off_saved_usd": cents(float(once["counted_saving_usd"].sum())),
+        "by_kind": {k: cents(float(v)) for k, v in by_kind.iter_rows()},
     }
 
 
@@ -276,11 +278,11 @@ def coverage(recs: pl.DataFrame, waste: pl.DataFrame, unallocated: pl.DataFrame)
     total = sum(p["waste_usd"] for p in by_part.values())
     addressed = sum(p["addressed_usd"] for p in by_part.values())
     return {
-        "waste_usd": round(total, 2),
-        "addressed_usd": round(addressed, 2),
+        "waste_usd": cents(total),
+        "addressed_usd": cents(addressed),
         "addressed_pct": round(addressed / total * 100.0, 1) if total else None,
         "by_part": {
-            k: {"waste_usd": round(v["waste_usd"], 2), "addressed_usd": round(v["addressed_usd"], 2)}
+            k: {"waste_usd": cents(v["waste_usd"]), "addressed_usd": cents(v["addressed_usd"])}
             for k, v in by_part.items()
         },
     }

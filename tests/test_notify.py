@@ -22,7 +22,10 @@ WEEK = ("--week", "2025-W10")
 ALICE_OVER8 = 6 * 4 * 3.0  # over8: 6 of its 8 H100s unused for 4 h → $72.00 (idle GPUs)
 ALICE_NB1 = 8 * 3.0  # nb1: one 8 h idle stretch on an H100 → $24.00 (idle GPUs)
 BOB_FAIL1 = 2 * 2 * 3.0  # fail1: 2 × 2 h on H100, FAILED, no checkpoint → $12.00 lost
-BOB_NB2 = 8 * (2.0 - 0.5)  # nb2: 8 h on an A100 that an L4 would do → $12.00 (GPU far bigger than needed)
+# nb2: 8 h on an A100 ($16) a 2g.20gb MIG slice would hold → 16 × (1 − 2/7) = $11.43 (GPU far bigger than needed).
+# An L4 would do it too, but cluster c1 is paid for whether held or not: a cheaper card saves nothing there
+# (analytics/problems.py), so the slice is the advice
+BOB_NB2 = 16 * (1 - 2 / 7)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import sys
 import duckdb
 
 from gpuledger import __version__
-from gpuledger.cli.commands._common import DB_HELP, SETTINGS_HELP
+from gpuledger.cli.commands._common import DB_HELP, SETTINGS_HELP, UsageError
 from gpuledger.ledger.errors import LedgerError
 
 
@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     except LedgerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

@@ -31,7 +31,9 @@ PART_LABELS: dict[str, str] = {
     "unmeasured_usd": "no telemetry",
 }
 SPEND_COLOUR = "#0072B2"  # a total (spend), Okabe–Ito blue
-WASTE_COLOUR = "#D55E00"  # a total (waste), the failed-runs vermillion
+# a total (waste): near-black, no waste part's or team's colour (it was the failed-runs vermillion, so a
+# team's waste read as its failed runs)
+WASTE_COLOUR = "#3A3A3A"
 TEAM_COLOURS: tuple[str, ...] = (
     "#332288",  # indigo
     "#117733",  # green

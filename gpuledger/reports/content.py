@@ -168,6 +168,7 @@ def _collect(
 ) -> ReportData:
     from analytics.filters import horizon
     from analytics.jobs import jobs_table
+    from analytics.problems import top_actions
     from analytics.recommend import recommendations
     from analytics.summary import summary
     from analytics.waste import waste_by
@@ -190,7 +191,7 @@ def _collect(
         by_team=by_team,
         by_user=by_user.filter(pl.col("user_name") != UNALLOCATED).head(TOP_ROWS),
         by_gpu_model=by_model,
-        recommendations=recs.head(TOP_ACTIONS),
+        recommendations=top_actions(recs, TOP_ACTIONS),
         savings=_savings(con, recs, kw),
         costliest_jobs=jobs.filter(pl.col("cost_usd").is_not_null()),
         trends=_trends(con, filters, as_of),
@@ -373,10 +374,14 @@ def headline(data: ReportData) -> list[tuple[str, str, str]]:
 
 
 def owner(rec: dict[str, Any]) -> str:
-    """Who acts on a recommendation: its user (and team), or the team for a team-wide item."""
+    """Who acts on a recommendation, in words: its user (and team), the team for a team-wide item, or the
+    cluster's operators (analytics.problems.owner_of decides which)."""
+    from analytics.problems import OPERATORS, owner_of
+
     user, team = rec.get("user_name"), rec.get("team")
-    if rec.get("target_type") == "cluster":  # capacity nobody held: whoever runs the cluster
-        return f"operators of {str(rec.get('target') or '').split('/')[0] or 'the cluster'}"
+    kind, who = owner_of(rec)
+    if kind == OPERATORS:  # capacity nobody held: whoever runs the cluster
+        return who
     if rec.get("target_type") == "team" or not user:
         return str(team or "n/a")
     return f"{user} ({team})" if team else str(user)

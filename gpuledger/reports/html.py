@@ -13,7 +13,6 @@ FONT = "font-family:Segoe UI,Helvetica,Arial,sans-serif;"
 TEXT = "#1d2330"
 MUTED = "#5b6375"
 BORDER = "#e1e5ee"
-BAR_WIDTH_PX = 560
 
 
 def _table(t: Table) -> str:
@@ -57,24 +56,26 @@ def _bars(bars: list[Bar]) -> str:
     for b in bars:
         cells = []
         total = sum(v for v, _, _ in b.segments)
-        width = max(1, round(BAR_WIDTH_PX * total / top))
+        # widths in % of the chart's column, not pixels: the bars shrink with a phone's screen
+        width = max(1, round(100 * total / top))
         for value, colour, name in b.segments:
-            w = round(width * value / total) if total else 0
+            w = round(100 * value / total) if total else 0
             if w < 1:
                 continue
             drawn.add(name)
             cells.append(
-                f'<td width="{w}" height="16" bgcolor="{colour}" title="{escape(name)}" '
-                f'style="width:{w}px;height:16px;background:{colour};font-size:1px;line-height:1px">&nbsp;</td>'
+                f'<td width="{w}%" height="16" bgcolor="{colour}" title="{escape(name)}" '
+                f'style="width:{w}%;height:16px;background:{colour};font-size:1px;line-height:1px">&nbsp;</td>'
             )
         bar = (
-            '<table role="presentation" cellpadding="0" cellspacing="0" border="0" style="border-collapse:collapse">'
+            f'<table role="presentation" cellpadding="0" cellspacing="0" border="0" width="{width}%" '
+            f'style="border-collapse:collapse;width:{width}%">'
             f"<tr>{''.join(cells) or '<td></td>'}</tr></table>"
         )
         cell = f"{FONT}font-size:12px;color:{TEXT};padding:3px 8px 3px 0;white-space:nowrap"
         rows.append(
             f'<tr><td align="right" style="{cell};text-align:right;max-width:180px">{escape(b.label)}</td>'
-            f'<td style="padding:3px 0">{bar}</td>'
+            f'<td style="padding:3px 0;width:100%">{bar}</td>'
             f'<td style="{cell};padding-left:8px">{escape(b.text)}</td></tr>'
         )
     # the legend in the segments' order (the same in every bar), only what some bar shows
@@ -85,8 +86,8 @@ def _bars(bars: list[Bar]) -> str:
         for name, colour in legend.items()
     )
     return (
-        '<table role="presentation" cellpadding="0" cellspacing="0" border="0" style="border-collapse:collapse;'
-        f'margin:6px 0">{"".join(rows)}</table>'
+        '<table role="presentation" cellpadding="0" cellspacing="0" border="0" width="100%" '
+        f'style="border-collapse:collapse;width:100%;margin:6px 0">{"".join(rows)}</table>'
         f'<p style="{FONT}font-size:12px;color:{MUTED};margin:2px 0 8px 0">{keys}</p>'
     )
 
@@ -124,8 +125,8 @@ def render_html(data: ReportData) -> str:
         f"<title>{escape(data.title)}</title></head>\n"
         f'<body style="margin:0;padding:0;background:#ffffff">\n'
         '<table role="presentation" cellpadding="0" cellspacing="0" border="0" width="100%"><tr><td align="center">'
-        '<table role="presentation" cellpadding="0" cellspacing="0" border="0" width="960" '
-        'style="width:960px;max-width:100%"><tr><td style="padding:16px">\n'
+        '<table role="presentation" cellpadding="0" cellspacing="0" border="0" width="100%" '
+        'style="width:100%;max-width:960px"><tr><td style="padding:12px">\n'
         f'<h1 style="{FONT}font-size:22px;color:{TEXT};margin:8px 0 4px 0">{escape(data.title)}</h1>\n'
         f'<p style="{FONT}font-size:13px;color:{MUTED};margin:0 0 8px 0">{escape(scope(data))}. '
         f"{escape(as_of_text(data))}</p>\n"

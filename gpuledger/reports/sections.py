@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuledger.ledger.palette import (
+    NOT_A_TEAM,
     NOT_A_TEAM_LABELS,
     PART_COLOURS,
     SPEND_COLOUR,
@@ -174,7 +175,15 @@ def _group_section(data: ReportData, title: str, frame_key: str, key: str, label
                 fmt.usd(r["failed_usd"]),
             ]
         )
-        if bars and is_team(name):  # a pseudo-row (unallocated, unattributed) is never drawn as a team
+        if bars and not is_team(name):  # a pseudo-row: drawn, in its own grey, labelled as no team
+            chart.append(
+                Bar(
+                    f"{NOT_A_TEAM_LABELS.get(name, str(name))}",
+                    [(max(0.0, float(r["spend_usd"] or 0.0)), NOT_A_TEAM[name], NOT_A_TEAM_LABELS[name])],
+                    fmt.usd(r["spend_usd"]),
+                )
+            )
+        elif bars:
             waste = max(0.0, float(r["waste_usd"] or 0.0))
             rest = max(0.0, float(r["spend_usd"] or 0.0) - waste)
             chart.append(

@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from analytics.money import clean_float
 from gpuledger.reports.content import WASTE_PARTS, ReportData, definitions, kind_label, owner
 
 GROUP_FIELDS = ("spend_usd", "waste_usd", *(k for k, _ in WASTE_PARTS))
@@ -65,9 +66,9 @@ CHANGE_KEYS = (
 
 
 def _clean(value: Any) -> Any:
-    """JSON-ready: NaN/inf → None, dates → ISO strings, containers recursively."""
+    """JSON-ready: floats as analytics.money.clean_float prints them (NaN/inf → None, no -0.0), dates → ISO strings, containers recursively."""
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        return clean_float(value)
     if isinstance(value, dt.datetime | dt.date):
         return value.isoformat()
     if isinstance(value, dict):

@@ -88,7 +88,7 @@ def test_offpeak_hours_count_stretches_of_two_hours_or_more():
 
 
 def test_release_to_the_p95_demand_and_the_off_peak_rest(con):
-    recs = recommendations(con, filters=Filters(), settings=SETTINGS, min_usd_per_week=0.0)
+    recs = recommendations(con, filters=Filters(), settings=SETTINGS, min_usd_per_week=0.0, problems=False)
     rel = recs.filter(pl.col("kind") == "release_capacity").to_dicts()
     off = recs.filter(pl.col("kind") == "offpeak_capacity").to_dicts()
     assert len(rel) == 1 and len(off) == 1
@@ -108,7 +108,7 @@ def test_release_to_the_p95_demand_and_the_off_peak_rest(con):
 
 
 def test_coverage_counts_the_unallocated_dollars_once(con):
-    recs = recommendations(con, filters=Filters(), settings=SETTINGS, min_usd_per_week=0.0)
+    recs = recommendations(con, filters=Filters(), settings=SETTINGS, min_usd_per_week=0.0, problems=False)
     cov = view_coverage(con, recs, settings=SETTINGS)
     # two items (release, off-peak) concern c1's capacity: its $372 counts once
     assert cov["by_part"]["unallocated_usd"] == {"waste_usd": 372.0, "addressed_usd": 372.0}

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from analytics.money import clean_float
 from gpuledger.cli import times
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from analytics.filters import Filters
 
 DB_HELP = "ledger file (default: $GPULEDGER_DB, else data/ in a checkout or ~/.local/share/gpuledger/; see `gpuledger info`)"
 SETTINGS_HELP = "settings TOML (default: $GPULEDGER_SETTINGS, ~/.config/gpuledger/, /etc/gpuledger/, data/; see `gpuledger info`)"
@@ -27,6 +32,19 @@ def add_filter_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", action="append", default=[], help="only this cluster (repeatable)")
 
 
+class UsageError(Exception):
+    """A command line that cannot mean anything: main.py prints ``error: <message>`` and exits 2."""
+
+
+def require_known(con: duckdb.DuckDBPyConnection, filters: Filters) -> None:
+    """Stop (exit 2) when ``--team``, ``--cluster`` or ``--user`` names nothing in the ledger: a view of
+    nothing would print $0.00 as if it were a measured figure (analytics.filters.unknown_names)."""
+    from analytics.filters import unknown_names
+
+    if unknown := unknown_names(con, filters):
+        raise UsageError("; ".join(u.message for u in unknown))
+
+
 _date = times.day  # every --since/--until/--end of a day reads the one grammar of gpuledger/cli/times.py
 
 
@@ -38,9 +56,10 @@ def print_json(payload: Any) -> None:
 
 
 def json_safe(value: Any) -> Any:
-    """``value`` with every non-finite float (also inside lists, tuples and dicts) replaced by None."""
+    """``value`` with every float (also inside lists, tuples and dicts) as analytics.money.clean_float
+    prints it: non-finite → None, float residue and -0.0 → 0.0."""
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        return clean_float(value)
     if isinstance(value, dict):
         return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

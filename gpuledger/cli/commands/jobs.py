@@ -8,7 +8,7 @@ import polars as pl
 
 from analytics.jobs import jobs_table
 from analytics.shared import sharing
-from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json
+from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
 from gpuledger.cli.commands.summary import filters_from
 from gpuledger.ledger.db import reader
 from gpuledger.ledger.reference import sync_reference
@@ -36,10 +36,10 @@ def _fmt(v: object, fmt: str) -> str:
 def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     sync_reference(args.db, settings)
+    filters = filters_from(args)
     with reader(args.db) as con, sharing(con):
-        table = jobs_table(
-            con, filters=filters_from(args), settings=settings, sort=args.sort, limit=args.limit
-        )
+        require_known(con, filters)
+        table = jobs_table(con, filters=filters, settings=settings, sort=args.sort, limit=args.limit)
     if args.json:
         print_json(table.with_columns(pl.col(pl.Datetime).dt.strftime("%Y-%m-%dT%H:%M:%S")).to_dicts())
         return 0

@@ -9,8 +9,9 @@ import datetime as dt
 import sys
 
 from analytics.filters import Filters, horizon
+from analytics.money import cents
 from analytics.shared import sharing
-from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json
+from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
 from gpuledger.ledger.db import reader, writer
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.reference import sync_reference
@@ -117,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
             clusters=tuple(args.cluster),
             users=tuple(args.user),
         )
+        require_known(con, filters)
         found = notices.build_notices(
             con,
             filters=filters,
@@ -139,9 +141,9 @@ def run(args: argparse.Namespace) -> int:
                         "address": n.address,
                         "subject": subject,
                         "body": body,
-                        "total_usd": round(n.total_usd, 2),
+                        "total_usd": cents(n.total_usd),
                         "findings": [
-                            {"kind": f.kind, "target": f.target, "usd": round(f.usd, 2)} for f in n.findings
+                            {"kind": f.kind, "target": f.target, "usd": cents(f.usd)} for f in n.findings
                         ],
                     }
                     for n, subject, body in mails

@@ -7,7 +7,7 @@ import argparse
 from analytics.filters import Filters
 from analytics.recommend import KIND_LABELS, as_json, recommendations, savings_total, view_coverage
 from analytics.shared import sharing
-from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json
+from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
 from gpuledger.ledger.db import reader
 from gpuledger.ledger.reference import sync_reference
 from gpuledger.ledger.settings import load_settings
@@ -99,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         since=args.since, until=args.until, teams=tuple(args.team or ()), clusters=tuple(args.cluster or ())
     )
     with reader(args.db) as con, sharing(con):
+        require_known(con, filters)
         recs = recommendations(
             con, filters=filters, settings=settings, min_usd_per_week=args.min_usd_per_week
         )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from analytics.filters import Filters, horizon
 from analytics.shared import sharing
-from gpuledger.cli.commands._common import add_db_options, add_filter_options
+from gpuledger.cli.commands._common import add_db_options, add_filter_options, require_known
 from gpuledger.ledger.db import reader
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.reference import sync_reference
@@ -132,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         if args.week or not (since or until):
             since, until = week_range(args.week or last_full_week(horizon(con)))
         filters = Filters(since=since, until=until, teams=tuple(args.team), clusters=tuple(args.cluster))
+        require_known(con, filters)
         data = collect(con, filters=filters, settings=settings)
         per_team: list[tuple[str, ReportData]] = []
         if args.per_team:

@@ -8,7 +8,7 @@ from typing import Any
 from analytics.filters import Filters
 from analytics.shared import sharing
 from analytics.summary import summary
-from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json
+from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
 from gpuledger.ledger.db import reader
 from gpuledger.ledger.reference import sync_reference
 from gpuledger.ledger.settings import load_settings
@@ -80,8 +80,10 @@ def render(s: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     sync_reference(args.db, settings)
+    filters = filters_from(args)
     with reader(args.db) as con, sharing(con):
-        result = summary(con, filters=filters_from(args), settings=settings)
+        require_known(con, filters)
+        result = summary(con, filters=filters, settings=settings)
     if args.json:
         print_json(result)
     else:

@@ -1,0 +1,31 @@
+"""The one place money is rounded, and the one rule for float residue in what gpuledger prints.
+
+Waste parts are differences of sums (unmeasured = cost − failed − idle − under-used − productive), so a part
+that is zero comes out as ±1e-15 or as -0.0, and ``round(-0.001, 2)`` is -0.0 too: a sign that means
+nothing, which a JSON reader shows as "-0.0" ("unmeasured_usd": -0.0 for a team and week, issue 37).
+"""
+
+from __future__ import annotations
+
+import math
+
+# |x| below this is float residue of sums that cancel, not a measured amount: the smallest figure gpuledger
+# states is a fraction of a cent or of a GPU-second, many orders of magnitude above it
+RESIDUE = 1e-9
+
+
+def cents(value: float | None) -> float | None:
+    """US$ rounded to the cent, with no sign on zero (None and non-finite stay None)."""
+    v = clean_float(value)
+    return None if v is None else round(v, 2) + 0.0  # + 0.0 turns -0.0 into 0.0
+
+
+def clean_float(value: float | None) -> float | None:
+    """A float as it is printed: None for NaN/±inf (not a number is unknown), 0.0 for float residue
+    (|x| < RESIDUE, -0.0 included), else the value itself."""
+    if value is None:
+        return None
+    v = float(value)
+    if not math.isfinite(v):
+        return None
+    return 0.0 if abs(v) < RESIDUE else v

@@ -1,0 +1,70 @@
+"""A filter on a team, cluster or user the ledger does not hold is said, not dropped (issue 37 item 2).
+
+A view of nothing would print "$0.00 spent" as if it were measured: every command taking filters stops with
+exit 2 and names what exists (analytics.filters.unknown_names)."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from analytics.filters import Filters, unknown_names
+from gpuledger.ledger.db import writer
+from tests.analytics.build import alloc, gpu, ingest, job, series, set_test_prices
+from tests.conftest import gpuledger
+
+
+@pytest.fixture
+def two_teams(db_path: str) -> str:
+    """Jobs of teams nlp (alice) and vision (bob) on cluster c1; a GPU of cluster c2 with no job."""
+    with writer(db_path) as con:
+        set_test_prices(con)
+        ingest(
+            con,
+            jobs=[job("j1", 0, 60), job("j2", 0, 60, team="vision", user_name="bob")],
+            allocations=[alloc("j1", "h1:0", 0, 60), alloc("j2", "h1:1", 0, 60)],
+            gpus=[gpu("h1:0"), gpu("h1:1"), gpu("h2:0", cluster="c2")],
+            samples=series("h1:0", 0, [50.0] * 60) + series("h1:1", 0, [50.0] * 60),
+        )
+    return db_path
+
+
+def test_unknown_names_lists_what_exists(two_teams: str) -> None:
+    con = duckdb.connect(two_teams, read_only=True)
+    try:
+        assert unknown_names(con, Filters(teams=("nlp", "vision"), clusters=("c1", "c2"))) == []
+        # the pseudo-rows of unallocated capacity and telemetry-only cards are views a filter may ask for
+        assert unknown_names(con, Filters(teams=("unallocated",), users=("unattributed",))) == []
+        (u,) = unknown_names(con, Filters(teams=("nlp", "speech")))
+        assert (u.what, u.value, u.known) == ("team", "speech", ("nlp", "vision"))
+        assert u.message == "no team 'speech' in the ledger (teams: nlp, vision)"
+        (c, w) = unknown_names(con, Filters(clusters=("c3",), users=("alcie",)))
+        assert c.message.startswith("no cluster 'c3' in the ledger (clusters: c1, c2)")  # c2: a GPU's cluster
+        assert w.message == "no user 'alcie' in the ledger (users: alice, bob); did you mean 'alice'?"
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["summary"], ["summary", "--json"], ["jobs"], ["recommend"], ["recommend", "--total"], ["report"]],
+)
+def test_every_filtering_command_exits_2_naming_the_teams(two_teams: str, command: list[str]) -> None:
+    res = gpuledger(*command, "--db", two_teams, "--team", "speech")
+    assert res.returncode == 2
+    assert res.stdout == ""
+    assert res.stderr == "error: no team 'speech' in the ledger (teams: nlp, vision)\n"
+
+
+def test_unknown_cluster_and_user(two_teams: str) -> None:
+    res = gpuledger("summary", "--db", two_teams, "--cluster", "c9")
+    assert (res.returncode, res.stderr) == (2, "error: no cluster 'c9' in the ledger (clusters: c1, c2)\n")
+    res = gpuledger("notify", "--dry-run", "--db", two_teams, "--user", "carol", "--since", "2025-03-03")
+    assert (res.returncode, res.stderr) == (2, "error: no user 'carol' in the ledger (users: alice, bob)\n")
+
+
+def test_known_filter_still_runs(two_teams: str) -> None:
+    res = gpuledger("summary", "--json", "--db", two_teams, "--team", "nlp")
+    assert res.returncode == 0, res.stderr
+    # 60 min × 1 H100 at the test price $4.00/GPU-h
+    assert '"spend_usd": 4.0' in res.stdout
