@@ -83,6 +83,7 @@ FAMILIES: dict[str, list[str]] = {
         "repo:tests/fixtures/nvidia_smi/full_fields_h200.csv",
         "repo:tests/fixtures/nvidia_smi/full_fields_h100_mig.csv",
         "repo:tests/fixtures/nvidia_smi/bus_id_4xa100.csv",
+        "repo:tests/fixtures/rocm_smi/mi300x_time_lines.log",
         "repo:tests/fixtures/training/seq2seq/trainer_state.json",
         "repo:tests/fixtures/training/trl-sft/trainer_state.json",
     ],

@@ -9,6 +9,7 @@ from collectors.nvidia_smi_csv import NvidiaSmiAppsCsv, NvidiaSmiCsv
 from collectors.nvidia_smi_pmon import NvidiaSmiPmon
 from collectors.nvidia_smi_xml import NvidiaSmiXml
 from collectors.prometheus_json import PrometheusJson
+from collectors.rocm_smi import RocmSmiCsv
 from collectors.sacct import SacctJson, SacctParsable
 from collectors.traces import GenaiSeries2026, OpenbTrace2023, PaiTrace2020
 from collectors.training_logs import HfTrainerState, LightningMetrics, LlamaFactoryLog
@@ -41,6 +42,7 @@ PARSERS.update(
             NvidiaSmiXml(),
             DcgmText(),
             PrometheusJson(),
+            RocmSmiCsv(),
         )
     }
 )
