@@ -16,7 +16,7 @@ import streamlit as st
 from streamlit.errors import StreamlitAuthError, StreamlitMissingAuthlibError
 from streamlit.logger import get_logger
 
-from pages import _data, _ui
+from pages import _data, _scope, _ui
 
 LOG = get_logger("gpuledger.dashboard")
 
@@ -50,7 +50,7 @@ def sign_in_page() -> None:
 
 def no_team_page() -> None:
     st.title("gpuledger")
-    who = _data.viewer()
+    who = _scope.viewer()
     st.warning(
         f"You are signed in as {_ui.md(who.who if who else '')}, but no team is mapped to you. Ask a "
         "gpuledger admin to add you under [access] in the settings (docs/settings.md).",
@@ -60,7 +60,7 @@ def no_team_page() -> None:
         st.logout()
 
 
-viewer = _data.viewer()
+viewer = _scope.viewer()
 if viewer is not None and not viewer.sees_anything:  # sign-in on: only the sign-in (or no-team) page
     gate = no_team_page if st.user.is_logged_in else sign_in_page
     st.navigation([st.Page(gate, title="Sign in", icon=":material/lock:")], position="hidden").run()

@@ -51,6 +51,7 @@ from collectors.common import (
     interval_sql,
     reading,
 )
+from collectors.gpu_facts import GpuFacts, price_staged_jobs
 from collectors.interleave import extend_merged, settle_interleaved
 from collectors.validate import record_rejections, validate_merge, validate_stage
 from gpuledger.ledger.errors import FormatError, UnknownFormatError
@@ -87,6 +88,7 @@ class IngestOptions:
     # nvidia-smi CSV: the header line comes back later in the file (True), or not (False); None: the parser
     # finds out, reading past the file's head only when its reader fails (collectors/nvidia_smi_csv.py)
     header_repeats: bool | None = None
+    gpu: GpuFacts | None = None  # --gpu-model/--gpu-count: what ran the jobs that name no GPU (gpu_facts.py)
 
     @classmethod
     def from_settings(cls, settings: Settings, **source: Any) -> IngestOptions:
@@ -134,6 +136,8 @@ class IngestReport:
     replaced: list[int] = field(default_factory=list)  # earlier ingests removed by --replace
     seconds: float = 0.0
     rejected: list[dict[str, object]] = field(default_factory=list)  # --skip-bad-rows: rows left out, why
+    priced: str | None = None  # --gpu-model: what the jobs that name no GPU were priced as, in words
+    unpriced: list[str] = field(default_factory=list)  # its jobs that still name no GPU model or count
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -146,6 +150,8 @@ class IngestReport:
             "replaced_ingests": self.replaced,
             "seconds": round(self.seconds, 3),
             "rejected_rows": self.rejected,
+            "priced_as": self.priced,
+            "jobs_without_gpu": self.unpriced,
         }
 
 
@@ -978,6 +984,7 @@ def ingest_file(
         ingest_id = ids[0]
         with reading(p):
             skipped = parser.stage(con, p, opts)
+            priced = price_staged_jobs(con, opts.gpu) if opts.gpu else None
             bad = validate_stage(con, p, skip_bad_rows=opts.skip_bad_rows, max_job_days=opts.max_job_days)
             bad += validate_merge(con, p, skip_bad_rows=opts.skip_bad_rows)
             if hashing is not None:
@@ -987,6 +994,11 @@ def ingest_file(
         with reading(p, landing=True):
             rows, notes = split_sample_notes(land(con, ingest_id, opts))
         record_placements(con, ingest_id)  # checkpoints a training log placed (collectors/checkpoints.py)
+        unpriced = con.execute(
+            "SELECT job_id FROM jobs WHERE ingest_id = ? AND (gpu_model IS NULL OR coalesce(gpu_count, 0) = 0)"
+            " ORDER BY 1",
+            [ingest_id],
+        ).fetchall()
         skipped = {**skipped, **notes}
         if bad:
             record_rejections(con, ingest_id, str(p.resolve()), bad)
@@ -1013,6 +1025,8 @@ def ingest_file(
                 {"line": v.line, "table": v.table, "column": v.column, "value": v.value, "reason": v.reason}
                 for v in bad
             ],
+            priced=priced,
+            unpriced=[r[0] for r in unpriced],
         )
 
     progress = wants_progress(opts, p.stat().st_size)

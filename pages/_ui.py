@@ -7,7 +7,7 @@ import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -151,13 +151,6 @@ def pooled_name(name: pl.Expr, what: str) -> pl.Expr:
     return (
         pl.when(pl.col("others") > 0).then(pl.format(f"{{}} other {what}s", pl.col("others"))).otherwise(name)
     )
-
-
-def not_ready(exc: Exception) -> NoReturn:
-    """An analysis this install lacks: say which, and stop the page (other pages still work)."""
-    st.warning(f"This view is not available: {exc}.", icon=":material/construction:")
-    st.stop()
-    raise AssertionError("st.stop() returned")
 
 
 def label(column: str) -> str:

@@ -9,14 +9,11 @@ import polars as pl
 import streamlit as st
 
 from analytics.whatif import price_in_force
-from pages import _data, _ui
-from pages._ui import no_rows, not_ready
+from pages import _data, _scope, _ui, _view
+from pages._ui import no_rows
 
-filters = _data.open_page("Fleet")
-try:
-    f = _data.fleet(filters)
-except _data.NotReady as exc:
-    not_ready(exc)
+filters = _view.open_page("Fleet")
+f = _data.fleet(filters)
 
 
 def heatmap(cells: pl.DataFrame, key: str, row: pl.Expr, title: str) -> None:
@@ -114,11 +111,11 @@ def drill_gpus(by: str, name: str, value: str | None, *outer: tuple[str, str | N
 
 
 st.subheader("Utilization per hour")
-n_gpus = f["n_gpus"]
+n_gpus = f.n_gpus
 if n_gpus == 0:
     no_rows("No telemetry in this view.")
-elif f["heatmap"] is not None:  # up to _data.FLEET_GROUP_PAST GPUs: one row per GPU
-    heatmap(f["heatmap"], "fleet_heatmap", GPU_LABEL, "host · model · GPU id")
+elif f.heatmap is not None:  # up to _data.FLEET_GROUP_PAST GPUs: one row per GPU
+    heatmap(f.heatmap, "fleet_heatmap", GPU_LABEL, "host · model · GPU id")
 else:
     # One row per host, unless the view's hosts would be too many rows themselves: then one per cluster, a
     # cluster opening onto its hosts when it has more GPUs than a per-GPU heatmap shows, and a host onto its
@@ -126,7 +123,7 @@ else:
     by = st.radio(
         "One row per",
         ["host", "cluster"],
-        index=0 if f["n_hosts"] <= _data.FLEET_GROUP_PAST else 1,
+        index=0 if f.n_hosts <= _data.FLEET_GROUP_PAST else 1,
         horizontal=True,
         key="fleet_group",
     )
@@ -155,12 +152,12 @@ else:
             drill_gpus(by, name, value)
 
 st.subheader("GPUs idle longest")
-idle = f["idle"]
+idle = f.idle
 if idle.is_empty():
     no_rows("No GPU sat idle in this view.")
 else:
-    s = _data.settings()
-    prices = _data.prices_in_force()
+    s = _scope.settings()
+    prices = _scope.prices_in_force()
 
     def price(model: str | None, cluster: str | None) -> float | None:
         if model is None:
@@ -212,7 +209,7 @@ left, right = st.columns(2)
 for col, key, title in ((left, "by_model", "By GPU model"), (right, "by_cluster", "By cluster")):
     with col:
         st.subheader(title)
-        df = f[key]
+        df = getattr(f, key)
         if df.is_empty():
             no_rows("No jobs in this view.")
         else:

@@ -11,14 +11,13 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from gpuledger.ledger.palette import PART_COLOURS
-from pages import _data, _ui
+from pages import _data, _ui, _view
 from pages._ui import (
     diagnosis_label,
     download_csv,
     md,
     na,
     no_rows,
-    not_ready,
     num,
     pct,
     usd,
@@ -80,7 +79,7 @@ def job_view(job_id: str) -> None:
             icon=":material/search_off:",
         )
         return
-    r = data["row"]
+    r = data.row
     st.subheader(f"Job {md(job_id)}")
     st.caption(
         " · ".join(
@@ -118,7 +117,7 @@ def job_view(job_id: str) -> None:
         split = st.toggle(f"One line per {split_by.replace('gpu', 'GPU')}", value=False, key="job_per_gpu")
         lines = split_by if split else "job"
     tl = _data.job_timeline(job_id, lines)
-    stretches = data["stretches"]
+    stretches = data.stretches
     if tl.is_empty():
         st.info(f"Job {md(job_id)} has no telemetry attributed to it: its utilization is unknown (n/a).")
     else:
@@ -195,7 +194,7 @@ def job_view(job_id: str) -> None:
         )
 
     st.markdown("**Training metrics**")
-    run = data["training_run"]
+    run = data.training_run
     facts = []
     for key, title, fmt in (
         ("tokens_per_s_per_gpu", "tokens/s per GPU", lambda v: num(v, 0)),
@@ -218,21 +217,21 @@ def job_view(job_id: str) -> None:
                 v = run[key]
                 facts.append(f"{title}: {v:,}" if isinstance(v, int) else f"{title}: {md(v)}")
     st.markdown(" · ".join(facts))
-    curve = data["train_log"]
+    curve = data.train_log
     if curve.height and curve["loss"].drop_nulls().len():
         fig = go.Figure(go.Scatter(x=curve["step"], y=curve["loss"], mode="lines", name="loss"))
         fig.update_layout(height=240, margin={"t": 10, "b": 10}, xaxis_title="step", yaxis_title="loss")
         _ui.plotly_chart(fig, key="job_loss")
 
     st.markdown("**Diagnoses**")
-    diags = data["diagnoses"]
+    diags = data.diagnoses
     if diags.is_empty():
         st.caption("No diagnosis: none of the rules (docs/metrics.md) fired for this job.")
     for d in diags.iter_rows(named=True):
         st.markdown(f"- **{diagnosis_label(d['diagnosis'])}**: {md(d['evidence'])}")
 
     st.markdown("**Recommendations**")
-    recs = data["recommendations"]
+    recs = data.recommendations
     if recs.is_empty():
         st.caption("No recommendation names this job.")
     for x in recs.iter_rows(named=True):
@@ -252,16 +251,13 @@ def filter_query() -> dict[str, list[str]]:
     return {k: st.query_params.get_all(k) for k in st.query_params if k != "job"}
 
 
-filters = _data.open_page("Jobs")
+filters = _view.open_page("Jobs")
 wanted = st.query_params.get("job")
 if wanted:
     job_view(wanted)
     st.stop()
 
-try:
-    jobs = _data.jobs_table(filters)
-except _data.NotReady as exc:
-    not_ready(exc)
+jobs = _data.jobs_table(filters)
 
 if jobs.is_empty():
     no_rows("No jobs in this view.")

@@ -8,27 +8,24 @@ import streamlit as st
 
 from analytics.whatif import capacity_utilization_pct
 from gpuledger.ledger.palette import NOT_A_TEAM_LABELS, PART_COLOURS, PART_LABELS, is_team, team_colours
-from pages import _data, _ui
-from pages._ui import delta, md, na, no_rows, not_ready, num, pct, usd
+from pages import _data, _ui, _view
+from pages._ui import delta, md, na, no_rows, num, pct, usd
 
-filters = _data.open_page("Overview", caption=False)
-try:
-    # the bars' data first: their per-week capacity statement holds the view's too, which the summary and
-    # the capacity then read (analytics.waste.unallocated_weeks) instead of computing it again
-    weekly = _data.spend_by_team_week(filters)
-    s = _data.summary(filters)
-    prev_filters, p = _data.previous_summary(filters)
-    cap = _data.capacity(filters)
-except _data.NotReady as exc:
-    not_ready(exc)
+filters = _view.open_page("Overview", caption=False)
+# the bars' data first: their per-week capacity statement holds the view's too, which the summary and
+# the capacity then read (analytics.waste.unallocated_weeks) instead of computing it again
+weekly = _data.spend_by_team_week(filters)
+s = _data.summary(filters)
+prev_filters, p = _view.previous_summary(filters)
+cap = _data.capacity(filters)
 
-period = _data.view_period(filters)
+period = _view.view_period(filters)
 if p is not None and (p["jobs"] or p["spend_usd"]):
     compared = f"change vs {prev_filters.since} – {prev_filters.until}, the {(period.until - period.since).days + 1} days before"
 else:
     compared = "no data in the period before this one: changes are n/a"
     p = None
-st.caption(f"{_data.describe_filters(filters)} · data up to {s.get('as_of') or 'n/a'} · {compared}")
+st.caption(f"{_view.describe_filters(filters)} · data up to {s.get('as_of') or 'n/a'} · {compared}")
 
 
 def capacity_pct(summary: dict, frame: pl.DataFrame) -> float | None:
@@ -106,11 +103,8 @@ st.caption(" ".join(notes))
 
 # ---------------------------------------------------------------- what to change
 st.subheader("What to change first")
-try:
-    recs = _data.recommendations(filters)
-    total = _data.savings(filters)
-except _data.NotReady as exc:
-    not_ready(exc)
+recs = _data.recommendations(filters)
+total = _data.savings(filters)
 link_query = {k: st.query_params.get_all(k) for k in st.query_params}
 if recs.is_empty():
     st.caption("Nothing to recommend in this view: nothing measured wastes more than the minimum.")

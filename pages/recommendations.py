@@ -9,17 +9,14 @@ import streamlit as st
 
 from analytics.savings import savings_total
 from gpuledger.ledger.palette import is_team
-from pages import _data, _ui
-from pages._ui import diagnosis_label, md, no_rows, not_ready, pct, usd
+from pages import _data, _ui, _view
+from pages._ui import diagnosis_label, md, no_rows, pct, usd
 
 CARDS_PER_KIND = 3  # the top items of each kind as cards; the rest of the kind in one table
 
-filters = _data.open_page("Recommendations")
-try:
-    recs = _data.recommendations(filters)
-    total_view = _data.savings(filters)
-except _data.NotReady as exc:
-    not_ready(exc)
+filters = _view.open_page("Recommendations")
+recs = _data.recommendations(filters)
+total_view = _data.savings(filters)
 
 
 def owner(r: dict) -> str:
@@ -117,10 +114,7 @@ else:
                 )
 
 st.subheader("Diagnoses")
-try:
-    diags = _data.diagnoses(filters)
-except _data.NotReady as exc:
-    not_ready(exc)
+diags = _data.diagnoses(filters)
 if diags.is_empty():
     no_rows("No job in this view raised a diagnosis.")
 else:

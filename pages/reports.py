@@ -10,8 +10,8 @@ import streamlit as st
 from analytics.filters import Filters
 from gpuledger.reports.fmt import demote_headings
 from gpuledger.reports.weekly import FORMATS, MIME, last_full_week, week_range
-from pages import _data
-from pages._ui import code, md, not_ready
+from pages import _data, _view
+from pages._ui import code, md
 
 FORMAT_NAMES = {
     "html": "HTML (mail)",
@@ -22,8 +22,8 @@ FORMAT_NAMES = {
 }
 ALL = "all teams"
 
-filters = _data.open_page("Weekly report", caption=False)
-weeks = _data.weeks_of(Filters(teams=filters.teams, clusters=filters.clusters))
+filters = _view.open_page("Weekly report", caption=False)
+weeks = _view.weeks_of(Filters(teams=filters.teams, clusters=filters.clusters))
 labels = [w for w, _ in weeks][::-1]
 as_of = _data.as_of()  # the data horizon alone: the view's summary is not shown here
 default = last_full_week(dt.datetime.fromisoformat(as_of) if as_of else None)  # as `gpuledger report`
@@ -50,10 +50,7 @@ st.caption(
     f"clusters: {', '.join(md(c) for c in filters.clusters) or 'all'} (clusters from the sidebar). "
     f"The same report from the command line: {code(command)}; `--mail-to` mails it (docs/reports.md)."
 )
-try:
-    files = _data.report(scope)
-except _data.NotReady as exc:
-    not_ready(exc)
+files = _data.report(scope)
 
 buttons = st.columns(len(FORMATS))
 stem = f"gpuledger-report-{week}" + ("" if team == ALL else f"-{team}")

@@ -20,7 +20,7 @@ import streamlit as st
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.reference import catalog, effective_prices
 from gpuledger.ledger.settings import BILLING, TIERS, Settings, from_dict
-from pages import _data, _ui
+from pages import _data, _scope, _ui
 from pages._ui import code, column_config, md
 
 # (toml section, key, Settings field, what it means, step)
@@ -131,10 +131,10 @@ def save(path: Path, text: str, what: str) -> None:
 
 _ui.require_router()
 st.title("Settings")
-file_name, origin = _data.settings_file()
+file_name, origin = _scope.settings_file()
 path = Path(file_name)
 current = path.read_text(encoding="utf-8") if path.is_file() else ""
-s = _data.settings()
+s = _scope.settings()
 st.caption(
     f"Settings file in use: {code(file_name)} ({md(origin)}). Edits below are checked as `gpuledger` checks "
     "the file, written there, and used by every page and command from then on (docs/settings.md)."
@@ -149,7 +149,7 @@ if err := st.session_state.pop("settings_error", None):
 # ---------------------------------------------------------------- prices
 st.subheader("Prices in force")
 try:
-    prices = _data.prices_in_force()
+    prices = _scope.prices_in_force()
 except LedgerError as exc:
     st.error(f"{md(str(exc))}\n\nFix the price rows in the settings file.", icon=":material/error:")
     prices = []

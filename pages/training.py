@@ -7,16 +7,13 @@ import plotly.express as px
 import polars as pl
 import streamlit as st
 
-from pages import _data, _ui
-from pages._ui import column_config, no_rows, not_ready
+from pages import _data, _ui, _view
+from pages._ui import column_config, no_rows
 
-filters = _data.open_page("Training")
-try:
-    t = _data.training(filters)
-except _data.NotReady as exc:
-    not_ready(exc)
+filters = _view.open_page("Training")
+t = _data.training(filters)
 
-units = t["unit_costs"]
+units = t.unit_costs
 st.subheader("Cost per unit of work")
 if units.is_empty():
     no_rows("No training or inference runs with logged work (tokens, samples, epochs) in this view.")
@@ -69,7 +66,7 @@ else:
     st.caption("n/a: an input is missing (the reason columns say which); no figure is guessed.")
 
 st.subheader("Batch size")
-batch = t["batch"]
+batch = t.batch
 if batch.is_empty():
     no_rows("No job in this view would gain from a larger batch.")
 else:

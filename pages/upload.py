@@ -15,7 +15,7 @@ import streamlit as st
 
 from collectors.registry import PARSERS
 from gpuledger.ledger.reference import catalog
-from pages import _data, _ui
+from pages import _data, _scope, _ui
 from pages._ui import KPI_WIDTHS, num, pct, usd
 
 _ui.require_router()
@@ -35,7 +35,7 @@ with st.expander("Options"):
         key="upload_tz",
     )
 
-limit_mb = int(_data.settings().max_upload_mb)
+limit_mb = int(_scope.settings().max_upload_mb)
 uploaded = st.file_uploader("Job log or telemetry file", key="upload_file", max_upload_size=limit_mb)
 if uploaded is None:
     st.stop()
@@ -52,18 +52,22 @@ facts = gpu_facts.get(uploaded.file_id) or (None, None)
 result = _data.analyse_upload(uploaded.name, uploaded.getvalue(), cluster, tz, *facts)
 if result.error:
     named_line = re.match(r"^.+?:(\d+): ", result.error)
-    what_next = (
-        f"Fix line {int(named_line.group(1)):,} (or choose the right file), then upload it again."
-        if named_line
-        else "The file is not in a format gpuledger reads, or it is damaged: choose the right file, then upload "
-        "it again."
+    if result.what_next:  # stopped at a limit: the file may be fine
+        what_next = result.what_next
+    elif named_line:
+        what_next = f"Fix line {int(named_line.group(1)):,} (or choose the right file), then upload it again."
+    else:
+        what_next = (
+            "The file is not in a format gpuledger reads, or it is damaged: choose the right file, then upload "
+            "it again."
+        )
+    formats = (
+        ""
+        if result.what_next
+        else " The accepted formats and their columns are listed above and in the README; `gpuledger ingest "
+        "--help` shows them too."
     )
-    st.error(
-        f"{_ui.md(result.error)}\n\n"
-        f"Nothing was analysed. {what_next} The accepted formats and their columns are listed above and in the "
-        "README; `gpuledger ingest --help` shows them too.",
-        icon=":material/error:",
-    )
+    st.error(f"{_ui.md(result.error)}\n\nNothing was analysed. {what_next}{formats}", icon=":material/error:")
     st.stop()
 
 ingest = result.ingest or {}
@@ -74,8 +78,6 @@ st.success(
 )
 for reason, n in (ingest.get("skipped") or {}).items():
     st.caption(f"Skipped {n:,} rows: {_ui.md(reason)}")
-for what in result.missing:
-    st.warning(f"Part of the analysis is not available: {what}.")
 
 if result.needs_gpu and not result.gpu_assumed:
     with st.form("upload_gpu_form", border=True):

@@ -9,8 +9,8 @@ import streamlit as st
 
 from gpuledger.ledger.palette import NOT_A_TEAM_LABELS, PART_COLOURS, SPEND_COLOUR
 from gpuledger.ledger.palette import PART_LABELS as PALETTE_LABELS
-from pages import _data, _ui
-from pages._ui import KPI_WIDTHS, no_rows, not_ready, num, pct, usd
+from pages import _data, _ui, _view
+from pages._ui import KPI_WIDTHS, no_rows, num, pct, usd
 
 # the waterfall's order: spend, minus each waste part, minus no telemetry, leaves productive
 WASTE_ORDER = [
@@ -41,15 +41,12 @@ TOP_COLUMNS = [
     "gpu_hours",
 ]
 
-filters = _data.open_page("Waste")
-try:
-    # the weeks first: their capacity statement holds the view's too, which the summary then reads
-    weekly = _data.waste_by_team_week(filters)
-    s = _data.summary(filters)
-    by_team = _data.waste_by(filters, "team")
-    top = _data.top_wasted_jobs(filters)
-except _data.NotReady as exc:
-    not_ready(exc)
+filters = _view.open_page("Waste")
+# the weeks first: their capacity statement holds the view's too, which the summary then reads
+weekly = _data.waste_by_team_week(filters)
+s = _data.summary(filters)
+by_team = _data.waste_by(filters, "team")
+top = _data.top_wasted_jobs(filters)
 
 w = s["waste"]
 cols = st.columns(KPI_WIDTHS)

@@ -9,23 +9,20 @@ import streamlit as st
 from analytics.whatif import what_if
 from gpuledger.ledger.palette import PART_LABELS, is_team
 from gpuledger.ledger.reference import catalog
-from pages import _data
-from pages._ui import md, no_rows, not_ready, num, pct, usd
+from pages import _data, _scope, _view
+from pages._ui import md, no_rows, num, pct, usd
 
 NONE = "(no change)"
 
-filters = _data.open_page("What if")
-try:
-    s = _data.summary(filters)
-    recs = _data.recommendations(filters)
-    jobs = _data.jobs_table(filters)
-except _data.NotReady as exc:
-    not_ready(exc)
+filters = _view.open_page("What if")
+s = _data.summary(filters)
+recs = _data.recommendations(filters)
+jobs = _data.jobs_table(filters)
 if jobs.is_empty():
     no_rows("No jobs in this view.")
     st.stop()
-settings = _data.settings()
-prices = _data.prices_in_force()
+settings = _scope.settings()
+prices = _scope.prices_in_force()
 
 st.write("Pick changes; the figures below show the view as it would have been with them.")
 label = {

@@ -165,7 +165,7 @@ def test_streamlit_secrets_come_from_the_environment_or_secrets_toml(tmp_path: P
 
 def test_the_upload_ledger_runs_under_its_memory_limit(tmp_path: Path) -> None:
     from gpuledger.ledger.db import memory_ledger
-    from pages._data import limit_upload_memory
+    from gpuledger.upload.analysis import limit_upload_memory
 
     con = memory_ledger()
     try:

@@ -88,6 +88,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "collectors": {"gpuledger.ledger"},
     "analytics": {"gpuledger.ledger"},
     "gpuledger.reports": {"analytics", "gpuledger.ledger"},
+    "gpuledger.upload": {"analytics", "collectors", "gpuledger.ledger"},
     "gpuledger.demo": {"collectors", "gpuledger.ledger"},
     "gpuledger.cli": {
         "gpuledger",
@@ -97,7 +98,14 @@ MAY_IMPORT: dict[str, set[str]] = {
         "collectors",
         "gpuledger.ledger",
     },
-    "pages": {"gpuledger", "gpuledger.reports", "analytics", "collectors", "gpuledger.ledger"},
+    "pages": {
+        "gpuledger",
+        "gpuledger.reports",
+        "gpuledger.upload",
+        "analytics",
+        "collectors",
+        "gpuledger.ledger",
+    },
     "app": {"gpuledger", "pages", "gpuledger.ledger"},
 }
 PROJECT_ROOTS = ("gpuledger", "analytics", "collectors", "pages", "app")
@@ -108,7 +116,11 @@ def layer_of(module: str) -> str | None:
     parts = module.split(".")
     if parts[0] not in PROJECT_ROOTS:
         return None
-    if parts[0] == "gpuledger" and len(parts) > 1 and parts[1] in ("ledger", "reports", "demo", "cli"):
+    if (
+        parts[0] == "gpuledger"
+        and len(parts) > 1
+        and parts[1] in ("ledger", "reports", "demo", "cli", "upload")
+    ):
         return ".".join(parts[:2])
     return parts[0]
 
@@ -162,6 +174,7 @@ def test_imports_run_one_way() -> None:
         ("analytics", "import collectors.base\n"),
         ("gpuledger.reports", "from gpuledger.cli.main import main\n"),
         ("pages", "from gpuledger.cli.commands.summary import filters_from\n"),
+        ("gpuledger.upload", "from gpuledger.reports.weekly import render\n"),
     ],
 )
 def test_a_backward_import_is_caught(tmp_path: Path, own: str, source: str) -> None:

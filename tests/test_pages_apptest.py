@@ -122,13 +122,13 @@ def test_the_reports_page_default_week_comes_from_the_summary_horizon(small_ledg
     import datetime as dt
 
     from analytics.summary import summary
-    from gpuledger.ledger.db import data_version, reader
+    from gpuledger.ledger.db import reader
     from gpuledger.reports.weekly import last_full_week
     from pages import _data
 
     with reader(small_ledger) as con:
         expected = summary(con)["as_of"]
-    got = _data._as_of(small_ledger, data_version(small_ledger))
+    got = _data.as_of()
     assert got == expected and got is not None
     at = run_page("pages/reports.py")
     assert not at.exception, at.exception

@@ -68,6 +68,10 @@ class Settings:
     clusters: dict[str, ClusterSettings] = field(default_factory=dict)
     max_upload_mb: float = 100.0  # the dashboard's upload limit (Streamlit's server.maxUploadSize)
     upload_memory_mb: float = 1024.0  # DuckDB memory_limit of the Upload page's in-memory ledger
+    upload_seconds: float = (
+        120.0  # the Upload page's worker is stopped past this (gpuledger/upload/worker.py)
+    )
+    upload_worker_mb: float = 2048.0  # ... or past this resident memory (DuckDB's share: upload_memory_mb)
     auth: AuthSettings | None = None  # [auth]: OIDC sign-in for the dashboard (None: off)
     access: AccessSettings = field(default_factory=AccessSettings)  # [access]: who sees which teams
     source: str = "defaults"
@@ -76,7 +80,14 @@ class Settings:
         """Stable hash of everything that changes a number; stored with synced reference data."""
         payload = asdict(self)
         payload.pop("source")
-        for who_sees_what in ("max_upload_mb", "upload_memory_mb", "auth", "access"):
+        for who_sees_what in (
+            "max_upload_mb",
+            "upload_memory_mb",
+            "upload_seconds",
+            "upload_worker_mb",
+            "auth",
+            "access",
+        ):
             payload.pop(who_sees_what)  # no figure depends on these
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -94,6 +105,8 @@ _SCALARS: dict[str, tuple[str, str, float, float]] = {
     "recommend.batch_safety_fraction": ("recommend", "batch_safety_fraction", 0.1, 1.0),
     "dashboard.max_upload_mb": ("dashboard", "max_upload_mb", 1.0, 10_000.0),
     "dashboard.upload_memory_mb": ("dashboard", "upload_memory_mb", 64.0, 1_048_576.0),
+    "dashboard.upload_seconds": ("dashboard", "upload_seconds", 1.0, 86_400.0),
+    "dashboard.upload_worker_mb": ("dashboard", "upload_worker_mb", 128.0, 1_048_576.0),
 }
 _SECTIONS = {
     "thresholds",

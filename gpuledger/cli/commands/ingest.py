@@ -13,6 +13,7 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, IngestReport, ingest_file
+from collectors.gpu_facts import GpuFacts, gpu_facts
 from collectors.registry import PARSERS
 from gpuledger.cli.commands._common import add_db_options, print_json
 from gpuledger.ledger.db import MEMORY, resolve_db, writer
@@ -62,6 +63,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="land a file's plausible rows and record each row outside its physical range (line, column, "
         "value, reason) in rejected_rows, instead of rejecting the whole file",
     )
+    p.add_argument(
+        "--gpu-model",
+        metavar="MODEL",
+        help="price the file's jobs that name no GPU (a training log) as run on this catalog model; "
+        "with --gpu-count",
+    )
+    p.add_argument(
+        "--gpu-count",
+        metavar="N",
+        type=float,
+        help="with --gpu-model: how many GPUs ran them (a job with no start or end runs for its logged "
+        "runtime, ending at the ingest)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON report per file")
     p.add_argument(
         "--quiet", action="store_true", help="no progress bar (shown on a terminal for files over 4 MiB)"
@@ -82,7 +96,24 @@ def options(args: argparse.Namespace) -> IngestOptions:
         replace=args.replace,
         quiet=args.quiet,
         skip_bad_rows=getattr(args, "skip_bad_rows", False),
+        gpu=gpu_option(args),
     )
+
+
+def gpu_option(args: argparse.Namespace) -> GpuFacts | None:
+    """``--gpu-model`` and ``--gpu-count``, both or neither, checked against the GPU catalog."""
+    model, count = getattr(args, "gpu_model", None), getattr(args, "gpu_count", None)
+    if model is None and count is None:
+        return None
+    if model is None or count is None:
+        raise LedgerError(
+            "--gpu-model and --gpu-count go together: name the GPU model and how many ran the job"
+        )
+    if args.job_id:
+        raise LedgerError(
+            "--gpu-model prices the jobs a file brings; with --job the job's own record says what ran it"
+        )
+    return gpu_facts(model, count)
 
 
 GLOB_CHARS = frozenset("*?[")
@@ -145,6 +176,13 @@ def describe(report: IngestReport) -> str:
         text += f"; replaced ingest(s) {', '.join(f'#{i}' for i in report.replaced)}"
     for reason, n in report.skipped.items():
         text += f"\n  skipped {n:,}: {reason}"
+    if report.priced:
+        text += f"\n  priced as {report.priced}"
+    elif report.unpriced:
+        text += (
+            f"\n  {len(report.unpriced):,} job(s) name no GPU model or count and cost nothing "
+            f"({', '.join(report.unpriced[:3])}): ingest again with --replace --gpu-model MODEL --gpu-count N"
+        )
     for r in report.rejected[:MAX_REJECTED_SHOWN]:
         where = f"{report.path}:{r['line']}" if r["line"] is not None else report.path
         text += f"\n  rejected {where}: {r['reason']}"

@@ -1,0 +1,55 @@
+"""What the dashboard's data functions (pages/_data.py) return where analytics has no type of its own:
+frozen records of the analytics results a page shows together, so a page reads ``fleet.idle``, not a key."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+
+@dataclass(frozen=True)
+class Choices:
+    """What the sidebar filters can offer: the ledger's teams, clusters and first/last UTC day."""
+
+    teams: tuple[str, ...]
+    clusters: tuple[str, ...]
+    first_day: dt.date | None
+    last_day: dt.date | None
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The Fleet page's view: GPUs with telemetry and their hosts (analytics.timeline.view_groups), the per-GPU
+    heatmap (only up to pages/_data.FLEET_GROUP_PAST GPUs, else None: one row per host or cluster), idle GPUs, utilization by
+    GPU model and by cluster (analytics.utilization.utilization_by)."""
+
+    n_gpus: int
+    n_hosts: int
+    heatmap: pl.DataFrame | None
+    idle: pl.DataFrame
+    by_model: pl.DataFrame
+    by_cluster: pl.DataFrame
+
+
+@dataclass(frozen=True)
+class Training:
+    """unit_costs (analytics.unit_costs.job_unit_costs) and batch (the larger_batch recommendations)."""
+
+    unit_costs: pl.DataFrame
+    batch: pl.DataFrame
+
+
+@dataclass(frozen=True)
+class JobDetail:
+    """One job's page: its row of ``gpuledger jobs --json``, idle stretches, diagnoses and recommendations of
+    the view of its own days that name it, its training run (or None) and its logged training curve."""
+
+    row: dict[str, Any]
+    stretches: pl.DataFrame
+    diagnoses: pl.DataFrame
+    recommendations: pl.DataFrame
+    training_run: dict[str, Any] | None
+    train_log: pl.DataFrame
