@@ -52,6 +52,7 @@ from collectors.common import (
     reading,
 )
 from collectors.interleave import extend_merged, settle_interleaved
+from collectors.source_file import check_path, scan_source
 from collectors.validate import record_rejections, validate_merge, validate_stage
 from gpuledger.ledger.errors import FormatError, UnknownFormatError
 from gpuledger.ledger.schema import INGESTED_TABLES
@@ -84,6 +85,7 @@ class IngestOptions:
     target_util_pct: float = 60.0  # for the rollup's under-used seconds (settings thresholds.target_util_pct)
     skip_bad_rows: bool = False  # land the plausible rows, record the others in rejected_rows (validate.py)
     max_job_days: float = 365.0  # a longer job is implausible (settings thresholds.max_job_days)
+    max_gzip_ratio: float = 250.0  # a .gz inflating past this is refused (settings ingest.max_gzip_ratio)
     # nvidia-smi CSV: the header line comes back later in the file (True), or not (False); None: the parser
     # finds out, reading past the file's head only when its reader fails (collectors/nvidia_smi_csv.py)
     header_repeats: bool | None = None
@@ -100,6 +102,7 @@ class IngestOptions:
             idle_min_minutes=settings.idle_min_minutes,
             target_util_pct=settings.target_util_pct,
             max_job_days=getattr(settings, "max_job_days", 365.0),
+            max_gzip_ratio=getattr(settings, "max_gzip_ratio", 250.0),
             **source,
         )
 
@@ -134,6 +137,7 @@ class IngestReport:
     replaced: list[int] = field(default_factory=list)  # earlier ingests removed by --replace
     seconds: float = 0.0
     rejected: list[dict[str, object]] = field(default_factory=list)  # --skip-bad-rows: rows left out, why
+    bytes_read: int = 0  # of the file, every one (collectors/source_file.py): its size
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -146,6 +150,7 @@ class IngestReport:
             "replaced_ingests": self.replaced,
             "seconds": round(self.seconds, 3),
             "rejected_rows": self.rejected,
+            "bytes_read": self.bytes_read,
         }
 
 
@@ -945,6 +950,7 @@ def ingest_file(
     parsers = parsers or PARSERS
     p = Path(path)
     with reading(p):  # a directory, an unreadable file: one sentence, not a traceback
+        check_path(p)  # a regular file of UTF-8 text (collectors/source_file.py)
         parser = choose_parser(p, fmt, parsers)
         if not p.exists():
             raise FormatError(p, None, "no such file")
@@ -963,11 +969,13 @@ def ingest_file(
         seen = _seen_hash(con, digest)
         if seen is not None and not opts.replace:
             record_source(con, seen, str(p.resolve()), key)
-            return IngestReport(str(p), parser.name, seen, already=True)
+            return IngestReport(str(p), parser.name, seen, already=True, bytes_read=p.stat().st_size)
     else:
         hashing = Hashing(p)  # hashed while DuckDB stages it (a new source is rarely a copy of an old one)
         digest = ""
 
+    with reading(p):  # every byte read: no line too long, no NUL, no gzip bomb (collectors/source_file.py)
+        scan = scan_source(p, parser.name, max_gzip_ratio=opts.max_gzip_ratio)
     ids: list[int] = []  # the ingest's id, kept for a second run (Restage): a sequence is not rolled back
 
     def work() -> IngestReport:
@@ -1009,6 +1017,7 @@ def ingest_file(
             skipped,
             replaced=earlier,
             seconds=time.perf_counter() - started,
+            bytes_read=scan.bytes_read,
             rejected=[
                 {"line": v.line, "table": v.table, "column": v.column, "value": v.value, "reason": v.reason}
                 for v in bad
@@ -1027,7 +1036,7 @@ def ingest_file(
             return run_in_transaction(con, work)
     except _AlreadyIngested as done:
         record_source(con, done.ingest_id, str(p.resolve()), key)
-        return IngestReport(str(p), parser.name, done.ingest_id, already=True)
+        return IngestReport(str(p), parser.name, done.ingest_id, already=True, bytes_read=scan.bytes_read)
     finally:
         if hashing is not None:
             hashing.result(raise_errors=False)  # never leave the thread reading the file

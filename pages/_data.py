@@ -26,7 +26,7 @@ import polars as pl
 import streamlit as st
 
 from analytics.filters import Filters
-from gpuledger.ledger.access import Scope, resolve_scope
+from gpuledger.ledger.access import Scope, may_change_settings, resolve_scope
 from gpuledger.ledger.db import data_version, one_reader, reader, resolve_db
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.settings import Settings, load_settings
@@ -138,6 +138,11 @@ def viewer() -> Scope | None:
     if not user.get("is_logged_in"):
         return Scope(who="")
     return resolve_scope(s.access, user)
+
+
+def may_write() -> bool:
+    """Whether the viewer may change the server's settings (gpuledger.ledger.access.may_change_settings)."""
+    return may_change_settings(viewer())
 
 
 def scoped(filters: Filters) -> Filters:

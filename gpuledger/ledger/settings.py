@@ -68,6 +68,7 @@ class Settings:
     clusters: dict[str, ClusterSettings] = field(default_factory=dict)
     max_upload_mb: float = 100.0  # the dashboard's upload limit (Streamlit's server.maxUploadSize)
     upload_memory_mb: float = 1024.0  # DuckDB memory_limit of the Upload page's in-memory ledger
+    max_gzip_ratio: float = 250.0  # a .gz that inflates past this many times its size is refused (a bomb)
     auth: AuthSettings | None = None  # [auth]: OIDC sign-in for the dashboard (None: off)
     access: AccessSettings = field(default_factory=AccessSettings)  # [access]: who sees which teams
     source: str = "defaults"
@@ -76,7 +77,7 @@ class Settings:
         """Stable hash of everything that changes a number; stored with synced reference data."""
         payload = asdict(self)
         payload.pop("source")
-        for who_sees_what in ("max_upload_mb", "upload_memory_mb", "auth", "access"):
+        for who_sees_what in ("max_upload_mb", "upload_memory_mb", "max_gzip_ratio", "auth", "access"):
             payload.pop(who_sees_what)  # no figure depends on these
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -94,6 +95,7 @@ _SCALARS: dict[str, tuple[str, str, float, float]] = {
     "recommend.batch_safety_fraction": ("recommend", "batch_safety_fraction", 0.1, 1.0),
     "dashboard.max_upload_mb": ("dashboard", "max_upload_mb", 1.0, 10_000.0),
     "dashboard.upload_memory_mb": ("dashboard", "upload_memory_mb", 64.0, 1_048_576.0),
+    "ingest.max_gzip_ratio": ("ingest", "max_gzip_ratio", 10.0, 100_000.0),
 }
 _SECTIONS = {
     "thresholds",
@@ -103,6 +105,7 @@ _SECTIONS = {
     "price",
     "clusters",
     "dashboard",
+    "ingest",
     "auth",
     "access",
 }
@@ -215,7 +218,7 @@ def from_dict(data: dict[str, Any], path: Path) -> Settings:
         name = dotted.split(".", 1)[1]
         if name in sect:
             values[fld] = _number(path, dotted, sect[name], lo, hi)
-    for section in ("thresholds", "energy", "recommend", "dashboard"):
+    for section in ("thresholds", "energy", "recommend", "dashboard", "ingest"):
         known = {k.split(".", 1)[1] for k in _SCALARS if k.startswith(section + ".")}
         extra = set(data.get(section, {})) - known
         if extra:
