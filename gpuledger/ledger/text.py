@@ -13,6 +13,8 @@ neutral, with a count of what was cut, so one 20 MB cell never makes a 20 MB err
 
 from __future__ import annotations
 
+from typing import Any
+
 # C0 controls (U+0000-001F), DEL and the C1 controls (U+007F-009F) become a space
 _CONTROLS = "".join(chr(c) for c in (*range(0x00, 0x20), *range(0x7F, 0xA0)))
 # bidi embeddings and overrides (U+202A-202E), isolates (U+2066-2069) and the two marks that can reorder a
@@ -48,3 +50,31 @@ def clip(value: object, limit: int = ECHO_CHARS) -> str:
     if len(text) <= limit:
         return neutral(text)
     return f"{neutral(text[:limit])}… ({len(text) - limit:,} more characters)"
+
+
+# the rule for a whole text output (a report, a mail body, a table): its own line ends (LF, and CR only
+# as part of CRLF, which CSV writes) and tabs stay; every other control character and bidi control goes
+_LINES_TABLE = {k: v for k, v in _TABLE.items() if k not in (0x09, 0x0A, 0x0D)}
+
+
+def neutral_lines(text: str) -> str:
+    """A whole output text made neutral, keeping its own line structure (LF, CRLF, tabs): the last pass of
+    every text output, after each name in it went through :func:`neutral` (a name's CR/LF is a space)."""
+    out = text.translate(_LINES_TABLE)
+    if "\r" in out:
+        out = out.replace("\r\n", "\n\x00").replace("\r", " ").replace("\n\x00", "\r\n")
+    return out
+
+
+def neutral_frame(frame: Any) -> Any:
+    """A polars DataFrame with :func:`neutral` applied to every text column (a report's tables of names)."""
+    import polars as pl
+
+    strings = [c for c, t in frame.schema.items() if t == pl.Utf8]
+    if not strings:
+        return frame
+    spaces = "[" + "".join(f"\\x{{{ord(c):02X}}}" for c in _CONTROLS) + "]"
+    bidi = "[" + "".join(f"\\x{{{ord(c):04X}}}" for c in _BIDI) + "]"
+    return frame.with_columns(
+        pl.col(c).str.replace_all(bidi, "").str.replace_all(spaces, " ") for c in strings
+    )
