@@ -52,6 +52,7 @@ from collectors.common import (
     reading,
 )
 from collectors.interleave import extend_merged, settle_interleaved
+from collectors.names import neutralize_names
 from collectors.source_file import check_path, scan_source
 from collectors.validate import record_rejections, validate_merge, validate_stage
 from gpuledger.ledger.errors import FormatError, UnknownFormatError
@@ -253,6 +254,7 @@ def quote(value: str) -> str:
 def land(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptions) -> dict[str, int]:
     """Merge the ``stage_*`` tables into the ledger; the caller owns the transaction. Returns rows written."""
     staged = _temp_tables(con)
+    neutralize_names(con, staged)  # no control or bidi character in a stored name (collectors/names.py)
     rows: dict[str, int] = {}
     if "stage_samples" in staged:
         rows.update(_land_samples(con, ingest_id))

@@ -35,12 +35,19 @@ def is_neutral(text: str) -> bool:
     return text == neutral(text)
 
 
+_SQL_SPACES = "[" + "".join(f"\\x{ord(c):02X}" for c in _CONTROLS) + "]"
+_SQL_BIDI = "[" + "".join(f"\\x{{{ord(c):04X}}}" for c in _BIDI) + "]"
+
+
 def neutral_sql(expr: str) -> str:
     """DuckDB SQL for :func:`neutral` of a VARCHAR ``expr`` (NULL stays NULL): the landing's rule."""
-    spaces = "".join(f"\\x{ord(c):02X}" for c in _CONTROLS)
-    bidi = "".join(f"\\x{{{ord(c):04X}}}" for c in _BIDI)
     # RE2 character classes: linear in the text
-    return f"regexp_replace(regexp_replace({expr}, '[{bidi}]', '', 'g'), '[{spaces}]', ' ', 'g')"
+    return f"regexp_replace(regexp_replace({expr}, '{_SQL_BIDI}', '', 'g'), '{_SQL_SPACES}', ' ', 'g')"
+
+
+def unneutral_sql(expr: str) -> str:
+    """DuckDB SQL: true where :func:`neutral` would change the VARCHAR ``expr``."""
+    return f"(regexp_matches({expr}, '{_SQL_SPACES}') OR regexp_matches({expr}, '{_SQL_BIDI}'))"
 
 
 def clip(value: object, limit: int = ECHO_CHARS) -> str:
