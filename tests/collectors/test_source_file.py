@@ -98,7 +98,10 @@ def test_a_gzip_that_inflates_past_the_ratio_is_refused_before_it_is_all_read(le
     assert "decompresses to more than 100 times its size" in err.value.reason
     # under a looser limit the scan reads it whole
     scan = scan_source(path, "nvidia_smi_csv", max_gzip_ratio=10_000)
-    assert (scan.bytes_read, scan.text_bytes) == (path.stat().st_size, len(gzip.decompress(path.read_bytes())))
+    assert (scan.bytes_read, scan.text_bytes) == (
+        path.stat().st_size,
+        len(gzip.decompress(path.read_bytes())),
+    )
 
 
 def test_the_report_says_every_byte_of_the_file_was_read(ledger, tmp_path):
