@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import csv
 import io
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -508,3 +510,42 @@ def test_a_save_is_refused_for_a_lead_even_if_the_form_were_drawn(own_settings: 
     assert any("only an admin may change the settings" in e.value for e in at.error), [
         e.value for e in at.error
     ]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_the_signed_in_dashboard_removes_its_secrets_when_stopped(tmp_path: Path, sig: int) -> None:
+    """A real `gpuledger dashboard` with [auth]: its private secrets file exists while it serves and is gone
+    after a SIGTERM or Ctrl-C (an exec'd Streamlit left it in /tmp after a SIGTERM)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    settings = tmp_path / "settings.toml"
+    settings.write_text(AUTH + ACCESS)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, TMPDIR=str(temp), GPULEDGER_OIDC_CLIENT_SECRET="s3cret", PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuledger", "dashboard", "--settings", str(settings), "--no-demo",
+         "--db", str(tmp_path / "l.duckdb"), "--port", str(port)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not list(temp.glob("gpuledger-dashboard-*/secrets.toml")) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            time.sleep(0.2)
+        [secrets] = list(temp.glob("gpuledger-dashboard-*/secrets.toml"))
+        assert "s3cret" in secrets.read_text()
+        time.sleep(2)  # Streamlit is starting (the child holds the file)
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert list(temp.iterdir()) == [], list(temp.rglob("*"))
