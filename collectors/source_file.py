@@ -73,7 +73,7 @@ def check_path(path: Path) -> None:
             if stat.S_ISSOCK(st.st_mode)
             else "a device"
         )
-        raise FormatError(path, None, f"not a regular file ({kind}): save what it gives to a file first")
+        raise FormatError(path, None, f"not a regular file but {kind}: save what it gives to a file first")
     if st.st_size == 0:
         raise FormatError(path, None, "the file is empty")
     encoding = wide_encoding(_head(path))
