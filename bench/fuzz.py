@@ -316,6 +316,8 @@ MUTATIONS = {
 def source_path(spec: str, datasets: Path = DATASETS) -> Path:
     """A FAMILIES file: ``repo:`` names one in this repository (a hand-written fixture), else the datasets."""
     return ROOT / spec.removeprefix("repo:") if spec.startswith("repo:") else datasets / spec
+
+
 # -- hostile shapes (the "hostile" family) -----------------------------------------------------------------
 
 ESCAPES = ["\x1b[2J\x1b[H", "\x1b]0;owned\x07", "\r\n", "\r", "\u202e", "\x9b31m", "\x00", "\x7f", "\u2066"]

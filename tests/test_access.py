@@ -492,7 +492,7 @@ def test_only_an_admin_may_change_the_settings_and_others_see_them_read_only(own
 def test_a_save_is_refused_for_a_lead_even_if_the_form_were_drawn(own_settings: Path, monkeypatch) -> None:
     # the write path asks again: a form submitted by a lead (drawn here by pretending it may write) writes
     # nothing, because save() asks the same rule when it runs
-    import pages._data as data
+    import pages._scope as data
 
     calls = {"n": 0}
     real = data.may_write

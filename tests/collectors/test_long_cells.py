@@ -39,6 +39,12 @@ REAL: dict[str, str] = {
     "dcgm": "dcgm-exporter/datadog_dcgm_fixture_metrics.txt",
 }
 WRITTEN: dict[str, tuple[str, str]] = {
+    "rocm_smi": (
+        "rocm.csv",
+        "epoch,device,Average Graphics Package Power (W),GPU use (%),GPU memory use (%)\n"
+        "1740823200,card0,310.0,97,35\n"
+        "1740823260,card0,330.0,99,38\n",
+    ),
     "jobs_csv": (
         "jobs.csv",
         "job_id,user,team,cluster,gpu_model,gpu_count,start,end,state\n"
