@@ -398,7 +398,9 @@ def line_at_byte(path: str | Path, offset: int) -> int | None:
         return None
 
 
-_JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"(\s*:)?|[\[\]{},]', re.S)  # group 1: the string is a key
+# group 1: the string is a key. The closing quote is optional and the loop possessive, so an unterminated string
+# is one token to the end of the data: scanning each of its quotes again would be quadratic (`"\"\"\"…`).
+_JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*+(?:"(\s*:)?)?|[\[\]{},]', re.S)
 _NON_SPACE = re.compile(rb"\S")
 JSON_LINES_MAX_BYTES = 256 * 2**20  # past this, entries keep their index label (a scan would be slow)
 
