@@ -295,8 +295,15 @@ def first_violation(
 def json_object_limit(path: Path) -> int:
     """``maximum_object_size`` for DuckDB's JSON readers: the file's own size (a whole-file JSON document is
     one object), at least the 16 MiB default. DuckDB allocates this buffer up front, so a fixed 2 GiB limit
-    fails under a writer's memory limit (gpuledger.ledger.db.WRITER_MEMORY_LIMIT)."""
-    return max(path.stat().st_size + 1024, 16 * 1024 * 1024)
+    fails under a writer's memory limit (gpuledger.ledger.db.WRITER_MEMORY_LIMIT). A ``.gz`` file is measured
+    by what it inflates to: its trailer's ISIZE (the length mod 4 GiB; collectors/source_file.py has already
+    refused a bomb), not its compressed bytes."""
+    size = path.stat().st_size
+    if path.suffix.lower() == ".gz" and size >= 18:
+        with path.open("rb") as f:
+            f.seek(-4, 2)
+            size = max(size, int.from_bytes(f.read(4), "little"))
+    return max(size + 1024, 16 * 1024 * 1024)
 
 
 def sql_path(path: str | Path) -> str:

@@ -166,3 +166,16 @@ def test_json_lines_still_places_keys_and_entries_by_line(tmp_path: Path) -> Non
     assert got is not None
     assert got.keys == {"a": 1, "log_history": 2}
     assert got.items == [(3, {"step": 3, "loss": 3}), (4, {"step": 4})]
+
+
+def test_the_json_object_limit_of_a_gz_file_is_what_it_inflates_to(tmp_path: Path) -> None:
+    # a whole-file JSON document is one object: a .gz of 30 MB of JSON is 30 MB to DuckDB, not its 30 KB
+    import gzip
+
+    from collectors.common import json_object_limit
+
+    path = tmp_path / "sacct.json.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(b'{"jobs": [{"name": "' + b"x" * 30_000_000 + b'"}]}')
+    assert path.stat().st_size < 100_000
+    assert json_object_limit(path) == 30_000_000 + 22 + 1024
