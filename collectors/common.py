@@ -579,7 +579,7 @@ def _is_archive_error(exc: BaseException) -> bool:
 class Restage(Exception):
     """Raised by a parser's ``stage`` when what made its reader fail means the file has to be staged again
     with other options (``changes``): DuckDB aborts a transaction at a failed statement, so
-    :func:`collectors.base.ingest_file` rolls it back and runs it once more with the options changed."""
+    :func:`collectors.ingest.ingest_file` rolls it back and runs it once more with the options changed."""
 
     def __init__(self, **changes: object) -> None:
         super().__init__(changes)

@@ -186,7 +186,7 @@ def _sync(db_path: str, s: Settings) -> None:
 @st.cache_resource(show_spinner=False, max_entries=CACHE_VERSIONS, ttl=CACHE_TTL_S)
 def _sync_reference(db_path: str, fingerprint: str, _settings: Settings) -> bool:
     """Mirror the price sheet and catalog of these settings into the ledger, once per settings version."""
-    from gpuledger.ledger.reference import sync_reference
+    from gpuledger.ledger.db import sync_reference
 
     return sync_reference(db_path, _settings)
 
@@ -435,7 +435,8 @@ def _analyse_upload(
     """
     import tempfile
 
-    from collectors.base import IngestOptions, ingest_file
+    from collectors.base import IngestOptions
+    from collectors.ingest import ingest_file
     from gpuledger.ledger.db import memory_ledger
     from gpuledger.ledger.reference import load_reference
 

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from collectors.base import ingest_file
+from collectors.ingest import ingest_file
 from gpuledger.ledger.db import writer
 from tests.conftest import ROOT
 

@@ -346,8 +346,7 @@ def ensure_demo(
     (default: :func:`gpuledger.ledger.settings.load_settings`) are synced into the ledger first and give the
     rollup's thresholds. A ledger with any job or sample of its own is left alone.
     """
-    from gpuledger.ledger.db import reader, writer
-    from gpuledger.ledger.reference import sync_reference
+    from gpuledger.ledger.db import reader, sync_reference, writer
     from gpuledger.ledger.settings import load_settings
 
     db = str(db_path) if db_path else None

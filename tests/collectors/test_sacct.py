@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from collectors.base import IngestOptions, ingest_file
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
 from collectors.registry import PARSERS
 from collectors.sacct import expand_nodelist
 from gpuledger.ledger.errors import FormatError
