@@ -50,7 +50,7 @@ import polars as pl
 from analytics.filters import Filters, horizon
 from analytics.job_signals import view_jobs_sql
 from analytics.query import frame
-from analytics.waste import FAILED_STATES
+from gpuledger.ledger.job_states import FAILED_STATES, OOM
 from gpuledger.ledger.settings import Settings
 
 MIB = 1024.0 * 1024.0
@@ -784,7 +784,7 @@ def batch_recommendations(
             separator="|",
             ignore_nulls=True,
         ).alias("family"),
-        (pl.col("state") == "OOM").fill_null(False).alias("oom"),
+        (pl.col("state") == OOM).fill_null(False).alias("oom"),
     )
     ok = runs.filter(~pl.col("oom"))
     fam = ok.group_by("family").agg(

@@ -45,13 +45,13 @@ from analytics.filters import Filters, horizon
 from analytics.query import frame
 from analytics.shared import kept, shared
 from analytics.utilization import Source, job_bucket_totals_sql, job_totals_sql
+from gpuledger.ledger.job_states import FAILED_STATES
 from gpuledger.ledger.observed import observed_runs_ready
 from gpuledger.ledger.settings import Settings
 
 ALL_FILTERS = Filters()  # the whole ledger
 DEFAULT_SETTINGS = Settings()
 
-FAILED_STATES = ("FAILED", "CANCELLED", "TIMEOUT", "OOM", "NODE_FAIL", "BOOT_FAIL", "DEADLINE")
 FAILURE_KINDS = ("training", "fine-tune", "other")
 # Job sources whose records carry a checkpoint field (jobs_table.py's last_checkpoint, the demo;
 # collectors/checkpoints.EXPLICIT_SOURCES); another job's last_checkpoint_ts, when its run came from one of the

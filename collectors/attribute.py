@@ -73,12 +73,11 @@ from dataclasses import dataclass, field
 import duckdb
 
 from collectors.common import MAX_REACH
+from gpuledger.ledger.job_states import HELD_STATES, sql_states
 
 FOREVER = dt.datetime.max
 # how a host name is compared: sacct's NodeList has short names, a hostname column may be an FQDN
 HOST_KEY = "lower(split_part({}, '.', 1))"
-# job states whose span is still open (their allocation's end is only what sacct measured so far)
-OPEN_STATES = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING")
 METHODS = ("exact", "by_share", "none")
 # GPU ids of W&B system metrics (collectors/wandb.py): a second view of a card of their host, not a card
 VIEW_PREFIX = "wandb:"
@@ -476,7 +475,7 @@ def attribute_hosts(con: duckdb.DuckDBPyConnection, hosts: list[str], ingest_id:
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE attr_allocs AS
             SELECT a.job_id, {host_key("a.host")} AS hk, a.start_ts,
-                   CASE WHEN j.end_ts IS NULL AND j.state IN ({", ".join(f"'{s}'" for s in OPEN_STATES)})
+                   CASE WHEN j.end_ts IS NULL AND j.state IN ({sql_states(HELD_STATES)})
                         THEN NULL ELSE a.end_ts END AS end_ts,
                    sum(a.gpu_count) AS gpus,
                    list(a.gpu_index ORDER BY a.gpu_index) FILTER (WHERE a.gpu_index IS NOT NULL) AS indices

@@ -47,6 +47,7 @@ from collectors.common import (
 )
 from collectors.interleave import extend_merged, settle_interleaved
 from gpuledger.ledger.errors import FormatError, UnknownFormatError
+from gpuledger.ledger.job_states import OPEN_STATES, PENDING, sql_states
 from gpuledger.ledger.schema import INGESTED_TABLES
 
 if TYPE_CHECKING:
@@ -606,13 +607,7 @@ def _land_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptio
     # same job ended (end_ts and a final state) is what the scheduler said before the job finished. It stays
     # out, and land() keeps the job's stored allocations with it (temp.older_job_records, counted in the
     # report). A record that starts after that end is a new attempt (a requeue) and replaces it as before.
-    open_states = ", ".join(
-        map(
-            quote,
-            ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING", "SIGNALING",
-             "STAGE_OUT", "STOPPED", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD"),
-        )
-    )  # fmt: skip
+    open_states = sql_states(OPEN_STATES)
     staged_cols = set(_columns(con, "stage_jobs", temp=True))
 
     def staged(col: str) -> str:
@@ -636,11 +631,11 @@ def _land_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptio
     if "state" in staged_cols:
         # A pending job holds no GPU, whatever start its source shows (sacct prints the time the scheduler
         # expects it to start): it lands with no start or end and no allocation, so it costs nothing.
-        pending = "SELECT job_id FROM stage_jobs WHERE state = 'PENDING'"
+        pending = f"SELECT job_id FROM stage_jobs WHERE state = '{PENDING}'"
         times = [c for c in ("start_ts", "end_ts") if c in staged_cols]
         if times:
             con.execute(
-                f"UPDATE stage_jobs SET {', '.join(f'{c} = NULL' for c in times)} WHERE state = 'PENDING'"
+                f"UPDATE stage_jobs SET {', '.join(f'{c} = NULL' for c in times)} WHERE state = '{PENDING}'"
             )
         if "stage_allocations" in _temp_tables(con):
             con.execute(f"DELETE FROM stage_allocations WHERE job_id IN ({pending})")
