@@ -43,6 +43,7 @@ import polars as pl
 from analytics.filters import Filters, horizon
 from analytics.query import frame
 from analytics.shared import materialized
+from gpuledger.ledger.sample_time import sample_end_sql
 
 ALL_FILTERS = Filters()  # the whole ledger
 
@@ -166,7 +167,8 @@ def pseudo_jobs_sql(lo: dt.datetime, hi: dt.datetime) -> tuple[str, list[object]
 # Rows are pieces of stretches (cut at every poll's bounds) with a constant share; ``cut`` is what the job
 # declared beyond its share (negative where its processes used more of the SMs than it declared). No
 # parameters.
-SHARED_SEGMENTS_SQL = """
+_POLL_END = sample_end_sql("p.ts", "p.interval_s")  # the end of a process poll p
+SHARED_SEGMENTS_SQL = f"""
     WITH ga AS (
         SELECT job_id, gpu_id, gpu_count AS d, start_ts AS a_from,
                coalesce(end_ts, TIMESTAMP '9999-12-31') AS a_to
@@ -204,20 +206,20 @@ SHARED_SEGMENTS_SQL = """
     -- each job's SM % in each of its polls overlapping its stretch, the poll clipped to the stretch
     pj AS MATERIALIZED (
         SELECT sh.gpu_id, sh.s_from, sh.job_id, greatest(p.ts, sh.s_from) AS p_from,
-               max(least(p.ts + to_microseconds(CAST(round(p.interval_s * 1e6) AS BIGINT)), sh.s_to)) AS p_to,
+               max(least({_POLL_END}, sh.s_to)) AS p_to,
                -- no SM sample for its processes: no activity; the same poll from two logs: counted once
                max(coalesce(p.sm_pct, 0)) AS sm
         FROM sh JOIN process_shares p ON p.gpu_id = sh.gpu_id AND p.job_id = sh.job_id
-         AND p.ts < sh.s_to AND p.ts + to_microseconds(CAST(round(p.interval_s * 1e6) AS BIGINT)) > sh.s_from
+         AND p.ts < sh.s_to AND {_POLL_END} > sh.s_from
         GROUP BY ALL
     ),
     st AS MATERIALIZED (SELECT DISTINCT gpu_id, s_from, s_to FROM sh),
     -- the polls of node-level logs (every process on the GPU listed) overlapping a stretch, clipped
     np AS MATERIALIZED (
         SELECT st.gpu_id, st.s_from, greatest(p.ts, st.s_from) AS p_from,
-               max(least(p.ts + to_microseconds(CAST(round(p.interval_s * 1e6) AS BIGINT)), st.s_to)) AS p_to
+               max(least({_POLL_END}, st.s_to)) AS p_to
         FROM st JOIN process_shares p ON p.gpu_id = st.gpu_id AND p.job_id IS NULL
-         AND p.ts < st.s_to AND p.ts + to_microseconds(CAST(round(p.interval_s * 1e6) AS BIGINT)) > st.s_from
+         AND p.ts < st.s_to AND {_POLL_END} > st.s_from
         GROUP BY ALL
     ),
     -- the stretch cut at its bounds and at every poll's; a job's reading holds over its own poll

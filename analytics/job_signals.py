@@ -30,13 +30,13 @@ from analytics.filters import Filters, horizon
 from analytics.query import frame
 from analytics.shared import shared
 from analytics.utilization import (
-    GAP_TOLERANCE,
     Source,
     flagged_samples_sql,
     minute_view_sql,
     use_rollup,
     view_bounds,
 )
+from gpuledger.ledger.sample_time import contiguous_sql, sample_end_sql
 from gpuledger.ledger.settings import Settings
 
 # NVML clocks_event_reasons bits that mean the GPU slowed itself for power or heat:
@@ -99,7 +99,7 @@ def _samples_cte(filters: Filters, settings: Settings, as_of: dt.datetime | None
         FROM s WINDOW w AS (PARTITION BY job_id, gpu_id ORDER BY ts)
     ),
     linked AS (
-        SELECT *, prev_ts IS NOT NULL AND epoch(ts - prev_ts) <= {GAP_TOLERANCE} * prev_iv AS contiguous
+        SELECT *, prev_ts IS NOT NULL AND {contiguous_sql("epoch(ts - prev_ts)", "prev_iv")} AS contiguous
         FROM seq
     )"""
     return sql, [*vparams, *fparams]
@@ -170,7 +170,7 @@ def _raw_stretches(
         FROM linked
     )
     SELECT job_id, gpu_id, min(ts) AS start_ts,
-           max(ts + to_microseconds((interval_s * 1e6)::BIGINT)) AS end_ts,
+           max({sample_end_sql()}) AS end_ts,
            sum(interval_s * card_u) / max(card_per) AS idle_s
     FROM grouped WHERE in_idle
     GROUP BY job_id, gpu_id, run

@@ -35,13 +35,13 @@ from analytics.filters import Filters, horizon
 from analytics.query import frame
 from analytics.shared import memo
 from gpuledger.ledger.rollup import rollup_matches, thresholds
+from gpuledger.ledger.sample_time import contiguous_sql
 from gpuledger.ledger.settings import Settings
 
 ALL_FILTERS = Filters()  # the whole ledger
 DEFAULT_SETTINGS = Settings()
 
 Source = Literal["auto", "raw"]
-GAP_TOLERANCE = 1.5  # a next sample later than 1.5 × interval_s means a gap between them
 
 # Per-job sums over the job's samples inside the view; both sources produce exactly these columns.
 TOTAL_COLUMNS = {
@@ -76,7 +76,7 @@ def sample_energy_sql(alias: str = "") -> str:
     Expects columns energy_j, next_energy_j, next_ts, ts, interval_s, power_w."""
     a = f"{alias}." if alias else ""
     return f"""(CASE WHEN {a}energy_j IS NOT NULL AND {a}next_energy_j >= {a}energy_j
-                  AND epoch({a}next_ts - {a}ts) <= {GAP_TOLERANCE} * {a}interval_s
+                  AND {contiguous_sql(f"epoch({a}next_ts - {a}ts)", f"{a}interval_s")}
              THEN {a}next_energy_j - {a}energy_j
              ELSE {a}power_w * {a}interval_s END)"""
 
@@ -116,7 +116,7 @@ def flagged_samples_sql(
     marked AS (
         SELECT *, coalesce(util_pct <= {idle}, false) AS is_idle,
                CASE WHEN util_pct <= {idle} AND lag(util_pct) OVER w <= {idle}
-                         AND epoch(ts - lag(ts) OVER w) <= {GAP_TOLERANCE} * lag(interval_s) OVER w
+                         AND {contiguous_sql("epoch(ts - lag(ts) OVER w)", "lag(interval_s) OVER w")}
                     THEN 0 ELSE 1 END AS new_run
         FROM mine WINDOW w AS (PARTITION BY gpu_id, job_id ORDER BY ts)
     ),

@@ -72,8 +72,8 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from collectors.common import MAX_REACH
 from gpuledger.ledger.job_states import HELD_STATES, sql_states
+from gpuledger.ledger.sample_time import MAX_REACH, sample_end_sql
 
 FOREVER = dt.datetime.max
 # how a host name is compared: sacct's NodeList has short names, a hostname column may be an FQDN
@@ -345,7 +345,7 @@ def settle_views(con: duckdb.DuckDBPyConnection) -> None:
                          AND ts >= (SELECT min(ts) FROM view_candidates) - {MAX_REACH}
                          AND ts <= (SELECT max(ts) FROM view_candidates)) r
               ON r.gpu_id = v.card AND r.ts <= v.ts
-            WHERE v.ts < r.ts + to_microseconds(CAST(r.interval_s * 1e6 AS BIGINT))"""
+            WHERE v.ts < {sample_end_sql("r.ts", "r.interval_s")}"""
     )
     con.execute("UPDATE samples SET job_id = NULL FROM view_covered c WHERE samples.rowid = c.rid")
     con.execute("CREATE TEMP TABLE IF NOT EXISTS merged_windows (gpu_id VARCHAR, lo TIMESTAMP, hi TIMESTAMP)")

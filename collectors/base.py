@@ -40,14 +40,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import duckdb
 
 from collectors.checkpoints import withdraw
-from collectors.common import (
-    MERGE_KEPT,
-    cadence_sql,
-    interval_sql,
-)
+from collectors.common import MERGE_KEPT
 from collectors.interleave import extend_merged, settle_interleaved
 from gpuledger.ledger.errors import FormatError, UnknownFormatError
 from gpuledger.ledger.job_states import OPEN_STATES, PENDING, sql_states
+from gpuledger.ledger.sample_time import cadence_sql, interval_sql, reach_sql
 from gpuledger.ledger.schema import INGESTED_TABLES
 
 if TYPE_CHECKING:
@@ -719,7 +716,7 @@ def delete_ingests(
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE replaced_windows AS
             SELECT gpu_id, min(ts) AS lo,
-                   max(ts + to_microseconds((ceil(1.5 * interval_s::DOUBLE * 1e6) + 1000000)::BIGINT)) AS hi
+                   max({reach_sql("ts", "interval_s::DOUBLE")}) AS hi
             FROM samples WHERE ingest_id IN ({placeholders}) GROUP BY gpu_id""",
         ingest_ids,
     )

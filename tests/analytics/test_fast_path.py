@@ -55,7 +55,6 @@ def con() -> duckdb.DuckDBPyConnection:
 
 
 def test_constants_match_the_raw_definitions() -> None:
-    assert rollup.GAP_TOLERANCE == signals_module.GAP_TOLERANCE
     assert rollup.LOW_UTIL_PCT == signals_module.LOW_UTIL_PCT
     assert rollup.HIGH_UTIL_PCT == signals_module.HIGH_UTIL_PCT
     assert rollup.POWER_THERMAL_MASK == signals_module.POWER_THERMAL_MASK
