@@ -43,6 +43,7 @@ import polars as pl
 from analytics.filters import Filters, horizon
 from analytics.query import frame
 from analytics.shared import materialized
+from gpuledger.ledger.prices import PRICE_PERIODS_CTE, price_cluster_sql, price_tier_sql
 from gpuledger.ledger.sample_time import sample_end_sql
 
 ALL_FILTERS = Filters()  # the whole ledger
@@ -289,40 +290,6 @@ def shared_cut_sql(alias: str) -> str:
     return f"""coalesce((SELECT sum(c.cut * greatest(0, epoch(least(c.s_to, {alias}.span_end)
                                                            - greatest(c.s_from, {alias}.span_start))))
                          FROM shared c WHERE c.job_id = {alias}.job_id), 0)"""
-
-
-# Rows of the same (model, tier, cluster, day) from several origins: the user's settings win over a price a
-# source declared (e.g. the demo's on-prem rate), which wins over the shipped sheet.
-PRICE_PERIODS_CTE = """
-    periods AS (
-        SELECT gpu_model, tier, cluster, usd_per_gpu_hour,
-               CASE WHEN row_number() OVER w = 1 THEN TIMESTAMP '0001-01-01'
-                    ELSE effective_from::TIMESTAMP END AS p_from,
-               coalesce(lead(effective_from::TIMESTAMP) OVER w, TIMESTAMP '9999-12-31') AS p_to
-        FROM (SELECT * FROM prices
-              QUALIFY row_number() OVER (
-                  PARTITION BY gpu_model, tier, cluster, effective_from
-                  ORDER BY CASE origin WHEN 'settings' THEN 0 WHEN 'ingest' THEN 1 ELSE 2 END,
-                           ingest_id DESC NULLS LAST) = 1)
-        WINDOW w AS (PARTITION BY gpu_model, tier, cluster ORDER BY effective_from)
-    )"""
-
-
-def price_tier_sql(alias: str, tier: str) -> str:
-    """The tier whose price applies: the asked one when the model has a price for it (generic, or for the
-    row's own cluster), else on_demand."""
-    return f"""(CASE WHEN EXISTS (SELECT 1 FROM prices p WHERE p.gpu_model = {alias}.gpu_model
-                                  AND p.tier = {tier}
-                                  AND (p.cluster IS NULL OR p.cluster = {alias}.cluster))
-                     THEN {tier} ELSE 'on_demand' END)"""
-
-
-def price_cluster_sql(alias: str, tier: str) -> str:
-    """The row's cluster when that cluster has its own rows for the model and tier (they replace the generic
-    ones there), else NULL (the generic rows)."""
-    return f"""(CASE WHEN EXISTS (SELECT 1 FROM prices p WHERE p.gpu_model = {alias}.gpu_model
-                                  AND p.tier = {tier} AND p.cluster = {alias}.cluster)
-                     THEN {alias}.cluster END)"""
 
 
 def job_costs_sql(

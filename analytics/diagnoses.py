@@ -23,9 +23,10 @@ import duckdb
 import polars as pl
 
 from analytics.filters import Filters, horizon
-from analytics.job_signals import prices_at, view_jobs_sql, view_signals, with_active
+from analytics.job_signals import view_jobs_sql, view_signals, with_active
 from analytics.query import frame
 from analytics.shared import active, memo, shared
+from gpuledger.ledger.prices import PriceBook, price_book
 from gpuledger.ledger.reference import GpuModel, catalog
 from gpuledger.ledger.settings import Settings
 
@@ -162,13 +163,13 @@ def scaling_table(con: duckdb.DuckDBPyConnection, *, as_of: dt.datetime | None =
         .filter(pl.col("counts") >= 2)
     )
     per = per.join(multi.select("family"), on="family").sort("family", "gpu_count")
-    prices = prices_at(con, as_of)
+    prices, day = price_book(con), (as_of or dt.datetime(9999, 1, 1)).date()
     per = per.with_columns(
         (pl.col("tput_per_gpu") / pl.col("tput_per_gpu").first().over("family", order_by="gpu_count")).alias(
             "efficiency"
         ),
         pl.col("gpu_model")
-        .map_elements(lambda m: prices.get((m, "on_demand")), return_dtype=pl.Float64)
+        .map_elements(lambda m: prices.offered(m, "on_demand", None, day), return_dtype=pl.Float64)
         .alias("price"),
     )
     best = (
@@ -273,7 +274,7 @@ def right_size(
         & (pl.col("unused_gpus").fill_null(0) == 0)
         & (pl.col("sm_active_pct").is_not_null() | util.is_not_null())
     )
-    prices = prices_at(con, as_of)
+    prices, day = price_book(con), (as_of or dt.datetime(9999, 1, 1)).date()
     schema = {c: pl.Float64 for c in RIGHT_SIZE_COLUMNS} | {
         c: pl.Utf8 for c in ("job_id", "gpu_model", "basis", "candidate")
     }
@@ -309,7 +310,9 @@ def right_size(
             c_peak,
         )
         for model, precision, tier, multi in keys
-        for rank, (c, price, c_peak) in enumerate(_candidates(models[model], precision, tier, multi, prices))
+        for rank, (c, price, c_peak) in enumerate(
+            _candidates(models[model], precision, tier, multi, prices, day)
+        )
     ]
     cands = pl.DataFrame(
         cand_rows,
@@ -376,7 +379,12 @@ def view_right_size(
 
 
 def _candidates(
-    cur: GpuModel, precision: str | None, tier: str, multi_gpu: bool, prices: dict[tuple[str, str], float]
+    cur: GpuModel,
+    precision: str | None,
+    tier: str,
+    multi_gpu: bool,
+    prices: PriceBook,
+    day: dt.date,
 ) -> list[tuple[GpuModel, float, float]]:
     """(model, $/GPU-hour at ``tier`` else on_demand, dense peak) of the catalog models a job on ``cur`` may
     move to, cheapest first (catalog order among equal prices): same vendor, not RTX, not ``cur``, with a
@@ -389,7 +397,7 @@ def _candidates(
         if multi_gpu and cand.interconnect != cur.interconnect:
             continue
         cand_peak = peak_tflops(cand.model, precision)
-        price = prices.get((cand.model, tier), prices.get((cand.model, "on_demand")))
+        price = prices.rate(cand.model, tier, None, day)
         if cand_peak and price is not None:
             out.append((cand, price, cand_peak))
     return sorted(out, key=lambda c: c[1])

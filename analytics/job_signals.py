@@ -352,23 +352,6 @@ def with_active(sig: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def prices_at(con: duckdb.DuckDBPyConnection, when: dt.datetime | None) -> dict[tuple[str, str], float]:
-    """Generic (any-cluster) price per (gpu_model, tier) in force on ``when``'s UTC date, US$ per GPU-hour.
-
-    The earliest row of a model and tier also covers earlier dates (the rule of analytics/cost.py).
-    """
-    day = (when or dt.datetime(9999, 1, 1)).date()
-    rows = con.execute(
-        """
-        SELECT gpu_model, tier, arg_max(usd_per_gpu_hour, effective_from) FILTER (WHERE effective_from <= ?),
-               arg_min(usd_per_gpu_hour, effective_from)
-        FROM prices WHERE cluster IS NULL GROUP BY gpu_model, tier
-        """,
-        [day],
-    ).fetchall()
-    return {(m, t): float(cur if cur is not None else first) for m, t, cur, first in rows}
-
-
 @shared  # one computation per view inside a read-only batch: a page's recommendations and diagnoses both ask
 def view_signals(
     con: duckdb.DuckDBPyConnection,

@@ -31,12 +31,9 @@ import duckdb
 import polars as pl
 
 from analytics.cost import (
-    PRICE_PERIODS_CTE,
     PSEUDO_PREFIX,
     UNATTRIBUTED,
     job_costs_sql,
-    price_cluster_sql,
-    price_tier_sql,
     shared_cut_sql,
     shared_segments_sql,
     telemetry_only_gpus_sql,
@@ -47,6 +44,7 @@ from analytics.shared import kept, shared
 from analytics.utilization import Source, job_bucket_totals_sql, job_totals_sql
 from gpuledger.ledger.job_states import FAILED_STATES
 from gpuledger.ledger.observed import observed_runs_ready
+from gpuledger.ledger.prices import PRICE_PERIODS_CTE, price_cluster_sql, price_tier_sql
 from gpuledger.ledger.settings import Settings
 
 ALL_FILTERS = Filters()  # the whole ledger

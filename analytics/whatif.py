@@ -1,13 +1,13 @@
 """What-if: the view's headline figures before and after a set of changes, with the assumptions stated.
 
 Plain functions over what the dashboard already has (``analytics.summary.summary``'s dict, the
-``analytics.jobs.jobs_table`` frame, the ``analytics.recommend.recommendations`` frame and the price rows in
-force), so the arithmetic is testable by hand:
+``analytics.jobs.jobs_table`` frame, the ``analytics.recommend.recommendations`` frame and the ledger's
+prices in force, gpuledger.ledger.prices.PriceBook), so the arithmetic is testable by hand:
 
 - **recommendations** taken: each chosen item's ``counted_saving_usd`` over the view (analytics.savings: a
   dollar two chosen items both claim is counted once) leaves the spend and the waste;
 - **team X on spot**: each job of team X that is not already priced at spot is repriced at the spot price of
-  its GPU model: ``gpu_hours × spot $/GPU-h``; the difference to its ``cost_usd`` leaves the spend (a job
+  its GPU model on its cluster: ``gpu_hours × spot $/GPU-h``; the difference to its ``cost_usd`` leaves the spend (a job
   whose model has no spot price, or whose spot price is not lower, is left as it is and counted);
 - **GPU model Y instead of Z**: each job on Z is repriced at Y's price of the same tier as Z's (``gpu_hours ×
   Y $/GPU-h``, the same GPU-hours: no speed-up or slow-down is assumed).
@@ -21,14 +21,12 @@ paid-for capacity, unheld capacity counted at 0 %.
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
-from gpuledger.ledger.settings import PriceRow
+from gpuledger.ledger.prices import PriceBook
 
 WASTE_KEYS = ("idle_allocated_usd", "underused_usd", "failed_usd", "unallocated_usd")
 
@@ -42,24 +40,6 @@ def capacity_utilization_pct(
     if mean_util_pct is None or total <= 0:
         return None
     return mean_util_pct * held_gpu_hours / total
-
-
-def price_in_force(
-    prices: Iterable[PriceRow], gpu_model: str, tier: str, on: dt.date | None = None
-) -> float | None:
-    """The fleet-wide (no cluster) $/GPU-h of ``gpu_model`` at ``tier`` in force ``on`` (default: the
-    latest row); None when the sheet has none."""
-    rows = [
-        r
-        for r in prices
-        if r.gpu_model == gpu_model
-        and r.tier == tier
-        and r.cluster is None
-        and (on is None or r.effective_from <= on)
-    ]
-    if not rows:
-        return None
-    return max(rows, key=lambda r: r.effective_from).usd_per_gpu_hour
 
 
 @dataclass(frozen=True)
@@ -114,7 +94,7 @@ def recommendations_change(chosen: pl.DataFrame) -> Change | None:
     )
 
 
-def reprice_team_on_spot(jobs: pl.DataFrame, team: str, prices: list[PriceRow]) -> Change:
+def reprice_team_on_spot(jobs: pl.DataFrame, team: str, prices: PriceBook) -> Change:
     """Team ``team``'s jobs at their GPU model's spot price (see the module docstring)."""
     saving = 0.0
     moved = 0
@@ -123,7 +103,7 @@ def reprice_team_on_spot(jobs: pl.DataFrame, team: str, prices: list[PriceRow]) 
         hours, cost, model = j["gpu_hours"] or 0.0, j["cost_usd"], j["gpu_model"]
         if cost is None or hours <= 0 or model is None:
             continue
-        spot = price_in_force(prices, model, "spot")
+        spot = prices.offered(model, "spot", j.get("cluster"))
         if spot is None:
             no_price.add(model)
             continue
@@ -140,9 +120,9 @@ def reprice_team_on_spot(jobs: pl.DataFrame, team: str, prices: list[PriceRow]) 
     return Change(f"team {team} on spot", saving, text, moved)
 
 
-def reprice_model(jobs: pl.DataFrame, old: str, new: str, prices: list[PriceRow], tier: str) -> Change:
+def reprice_model(jobs: pl.DataFrame, old: str, new: str, prices: PriceBook, tier: str) -> Change:
     """Jobs on ``old`` repriced at ``new``'s ``tier`` price (the same GPU-hours)."""
-    new_price = price_in_force(prices, new, tier)
+    new_price = prices.offered(new, tier)  # fleet-wide: the generic rows
     rows = jobs.filter((pl.col("gpu_model") == old) & pl.col("cost_usd").is_not_null())
     if new_price is None:
         return Change(f"{new} instead of {old}", 0.0, f"no {tier} price for {new}: nothing repriced", 0)
@@ -157,12 +137,10 @@ def reprice_model(jobs: pl.DataFrame, old: str, new: str, prices: list[PriceRow]
     )
 
 
-def after_model_change(
-    jobs: pl.DataFrame, old: str, new: str, prices: list[PriceRow], tier: str
-) -> pl.DataFrame:
+def after_model_change(jobs: pl.DataFrame, old: str, new: str, prices: PriceBook, tier: str) -> pl.DataFrame:
     """``jobs`` as they would be after :func:`reprice_model`: the jobs on ``old`` now on ``new`` at its
     ``tier`` price, so that a later change (a team on spot) reprices them once, from there."""
-    new_price = price_in_force(prices, new, tier)
+    new_price = prices.offered(new, tier)  # fleet-wide: the generic rows
     if new_price is None:
         return jobs
     on_old = (pl.col("gpu_model") == old) & pl.col("cost_usd").is_not_null()

@@ -29,6 +29,7 @@ from analytics.filters import Filters
 from gpuledger.ledger.access import Scope, resolve_scope
 from gpuledger.ledger.db import data_version, one_reader, reader, resolve_db
 from gpuledger.ledger.errors import LedgerError
+from gpuledger.ledger.prices import PriceBook, price_book
 from gpuledger.ledger.settings import Settings, load_settings
 
 # Every cache is bounded: its keys carry the ledger's version, which changes at every collector flush, so an
@@ -938,8 +939,14 @@ def settings_file() -> tuple[str, str]:
     return chosen.path, chosen.origin
 
 
-def prices_in_force() -> list[Any]:
-    """gpuledger.ledger.reference.effective_prices for the settings: the shipped sheet with the user's rows."""
-    from gpuledger.ledger.reference import effective_prices
+def prices_in_force() -> PriceBook:
+    """The ledger's prices in force (gpuledger.ledger.prices: the sheet, the settings and the prices sources
+    declared, cluster rows included), the one book every page prices with."""
+    path, ver, _, _ = _ctx()
+    return _prices_in_force(path, ver)
 
-    return effective_prices(settings())
+
+@st.cache_data(show_spinner=False, max_entries=CACHE_VERSIONS, ttl=CACHE_TTL_S)
+def _prices_in_force(db_path: str, ver: tuple[int, int]) -> PriceBook:
+    with reader(db_path) as con:
+        return price_book(con)
