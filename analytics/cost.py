@@ -45,6 +45,7 @@ from analytics.query import frame
 from analytics.shared import materialized
 from gpuledger.ledger.prices import PRICE_PERIODS_CTE, price_cluster_sql, price_tier_sql
 from gpuledger.ledger.sample_time import sample_end_sql
+from gpuledger.ledger.sql import PSEUDO_PREFIX
 
 ALL_FILTERS = Filters()  # the whole ledger
 
@@ -75,7 +76,6 @@ JOB_COST_COLUMNS = {
 
 
 UNATTRIBUTED = "unattributed"
-PSEUDO_PREFIX = "unattributed:"
 
 # GPUs whose telemetry no job record claims, decided per physical card (``card`` = coalesce(parent_gpu_id,
 # gpu_id): a MIG instance counts as its card): no allocation names the card or any of its instances (or, for

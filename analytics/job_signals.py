@@ -25,7 +25,7 @@ import datetime as dt
 import duckdb
 import polars as pl
 
-from analytics.cost import PSEUDO_PREFIX, job_costs_sql, telemetry_only_gpus_sql
+from analytics.cost import job_costs_sql, telemetry_only_gpus_sql
 from analytics.filters import Filters, horizon
 from analytics.query import frame
 from analytics.shared import shared
@@ -38,6 +38,7 @@ from analytics.utilization import (
 )
 from gpuledger.ledger.sample_time import contiguous_sql, sample_end_sql
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.sql import pseudo_job_sql
 
 # NVML clocks_event_reasons bits that mean the GPU slowed itself for power or heat:
 # SwPowerCap 0x4, HwSlowdown 0x8, SwThermalSlowdown 0x20, HwThermalSlowdown 0x40, HwPowerBrakeSlowdown 0x80.
@@ -119,7 +120,7 @@ def _fast_stretches(
     sql = f"""
     WITH vj AS (SELECT job_id FROM ({jobs_sql})), tele AS ({telemetry_only_gpus_sql()}),
     p AS (
-        SELECT CASE WHEN t.gpu_id IS NOT NULL THEN '{PSEUDO_PREFIX}' || t.card ELSE r.job_id END AS job_id,
+        SELECT {pseudo_job_sql("t", "r.job_id")} AS job_id,
                r.gpu_id, r.run_start, r.first_ts, r.end_ts, r.idle_s,
                coalesce(t.card_units, 1.0) AS card_u, coalesce(t.card_slices, 1.0) AS card_per
         FROM idle_runs r LEFT JOIN tele t ON t.gpu_id = r.gpu_id

@@ -31,7 +31,6 @@ import duckdb
 import polars as pl
 
 from analytics.cost import (
-    PSEUDO_PREFIX,
     UNATTRIBUTED,
     job_costs_sql,
     shared_cut_sql,
@@ -46,6 +45,7 @@ from gpuledger.ledger.job_states import FAILED_STATES
 from gpuledger.ledger.observed import observed_runs_ready
 from gpuledger.ledger.prices import PRICE_PERIODS_CTE, price_cluster_sql, price_tier_sql
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.sql import PSEUDO_PREFIX, sql_list
 
 ALL_FILTERS = Filters()  # the whole ledger
 DEFAULT_SETTINGS = Settings()
@@ -104,10 +104,6 @@ JOB_WASTE_COLUMNS = {
 }
 
 
-def _sql_list(values: tuple[str, ...]) -> str:
-    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
-
-
 def job_waste_sql(
     con: duckdb.DuckDBPyConnection,
     filters: Filters,
@@ -130,7 +126,7 @@ def _parts_sql(jobs_sql: str, totals_sql: str, key: str) -> str:
         SELECT jc.*, t.util_cov_s, t.idle_s, t.underused_s, t.util_s, t.energy_j, lj.last_checkpoint_ts,
                lj.source AS record_source, tr.source AS run_source,
                jc.gpu_hours * 3600.0 AS held_s,
-               jc.state IN ({_sql_list(FAILED_STATES)}) AND jc.kind IN ({_sql_list(FAILURE_KINDS)}) AS failed
+               jc.state IN ({sql_list(FAILED_STATES)}) AND jc.kind IN ({sql_list(FAILURE_KINDS)}) AS failed
         FROM jc LEFT JOIN t USING ({key}) LEFT JOIN jobs lj ON lj.job_id = jc.job_id
              LEFT JOIN training_runs tr ON tr.job_id = jc.job_id
     ),
@@ -160,8 +156,8 @@ def _parts_sql(jobs_sql: str, totals_sql: str, key: str) -> str:
                CASE WHEN NOT failed THEN NULL
                     WHEN last_checkpoint_ts IS NULL THEN 'no checkpoint known: whole run lost'
                     -- a record without a checkpoint field of its own got it from its tied training log
-                    WHEN record_source NOT IN ({_sql_list(CHECKPOINT_SOURCES)})
-                         AND run_source IN ({_sql_list(CHECKPOINT_LOG_SOURCES)})
+                    WHEN record_source NOT IN ({sql_list(CHECKPOINT_SOURCES)})
+                         AND run_source IN ({sql_list(CHECKPOINT_LOG_SOURCES)})
                         THEN 'lost after the last checkpoint found in the training log'
                     ELSE 'lost after the last checkpoint' END AS failed_basis
         FROM k

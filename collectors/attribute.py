@@ -72,8 +72,9 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from gpuledger.ledger.job_states import HELD_STATES, sql_states
+from gpuledger.ledger.job_states import HELD_STATES
 from gpuledger.ledger.sample_time import MAX_REACH, sample_end_sql
+from gpuledger.ledger.sql import sql_list
 
 FOREVER = dt.datetime.max
 # how a host name is compared: sacct's NodeList has short names, a hostname column may be an FQDN
@@ -475,7 +476,7 @@ def attribute_hosts(con: duckdb.DuckDBPyConnection, hosts: list[str], ingest_id:
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE attr_allocs AS
             SELECT a.job_id, {host_key("a.host")} AS hk, a.start_ts,
-                   CASE WHEN j.end_ts IS NULL AND j.state IN ({sql_states(HELD_STATES)})
+                   CASE WHEN j.end_ts IS NULL AND j.state IN ({sql_list(HELD_STATES)})
                         THEN NULL ELSE a.end_ts END AS end_ts,
                    sum(a.gpu_count) AS gpus,
                    list(a.gpu_index ORDER BY a.gpu_index) FILTER (WHERE a.gpu_index IS NOT NULL) AS indices

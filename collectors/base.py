@@ -43,9 +43,10 @@ from collectors.checkpoints import withdraw
 from collectors.common import MERGE_KEPT
 from collectors.interleave import extend_merged, settle_interleaved
 from gpuledger.ledger.errors import FormatError, UnknownFormatError
-from gpuledger.ledger.job_states import OPEN_STATES, PENDING, sql_states
+from gpuledger.ledger.job_states import OPEN_STATES, PENDING
 from gpuledger.ledger.sample_time import cadence_sql, interval_sql, reach_sql
 from gpuledger.ledger.schema import INGESTED_TABLES
+from gpuledger.ledger.sql import quote, sql_list
 
 if TYPE_CHECKING:
     from gpuledger.ledger.settings import Settings
@@ -228,10 +229,6 @@ def _tier_case(opts: IngestOptions) -> str:
     arms = " ".join(f"WHEN {quote(cluster)} THEN {quote(tier)}" for cluster, tier in opts.cluster_tiers)
     default = quote(opts.default_tier)
     return f"(CASE s.cluster {arms} ELSE {default} END)" if arms else default
-
-
-def quote(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
 
 
 def land(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptions) -> dict[str, int]:
@@ -604,7 +601,7 @@ def _land_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptio
     # same job ended (end_ts and a final state) is what the scheduler said before the job finished. It stays
     # out, and land() keeps the job's stored allocations with it (temp.older_job_records, counted in the
     # report). A record that starts after that end is a new attempt (a requeue) and replaces it as before.
-    open_states = sql_states(OPEN_STATES)
+    open_states = sql_list(OPEN_STATES)
     staged_cols = set(_columns(con, "stage_jobs", temp=True))
 
     def staged(col: str) -> str:

@@ -38,11 +38,11 @@ from gpuledger.ledger.job_states import (
     PENDING,
     TABLE_FINISHED_STATES,
     TABLE_STATES,
-    sql_states,
     state_word_sql,
     stored_state_sql,
 )
 from gpuledger.ledger.reference import model_sql_case
+from gpuledger.ledger.sql import sql_list
 
 REQUIRED = ("job_id", "user", "team", "cluster", "gpu_model", "gpu_count", "start", "end", "state")
 OPTIONAL = ("project", "name", "kind", "submit", "tier", "exit_reason", "last_checkpoint")
@@ -178,7 +178,7 @@ class JobsTable:
         state = stored_state_sql(state_word_sql(col("state")))
         # A pending job holds no GPU: the start a scheduler shows for it is when it expects to start.
         pending = f"coalesce({state} = '{PENDING}', false)"
-        no_end = f"{state} IN ({sql_states(TABLE_FINISHED_STATES)}) AND {col('end')} IS NULL"
+        no_end = f"{state} IN ({sql_list(TABLE_FINISHED_STATES)}) AND {col('end')} IS NULL"
         notes: dict[str, int] = {}
         if opts.skip_bad_rows:
             left = [
@@ -214,7 +214,7 @@ class JobsTable:
                 '"end"',
             ),
             Check(
-                f"{state} NOT IN ({sql_states(TABLE_STATES)}) OR {col('state')} IS NULL",
+                f"{state} NOT IN ({sql_list(TABLE_STATES)}) OR {col('state')} IS NULL",
                 'column "state" is not a job state: "{value}"',
                 '"state"',
             ),

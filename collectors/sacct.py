@@ -66,11 +66,11 @@ from gpuledger.ledger.job_states import (
     OPEN_STATES,
     REQUEUE_STATES,
     SLURM_STATES,
-    sql_states,
     state_word_sql,
     stored_state_sql,
 )
 from gpuledger.ledger.reference import model_sql_case
+from gpuledger.ledger.sql import sql_list
 
 # Field names sacct --helpformat lists (lower case); used to recognise a header line.
 _FIELD_NAMES = """account admincomment alloccpus allocgres allocnodes alloctres associd avecpu avecpufreq avediskread
@@ -336,7 +336,7 @@ def stage_from_raw(
             raw_id,
         ),
         Check(
-            f"{col('state')} IS NOT NULL AND {state_word} NOT IN ({sql_states(SLURM_STATES)})",
+            f"{col('state')} IS NOT NULL AND {state_word} NOT IN ({sql_list(SLURM_STATES)})",
             'column "State" is not a Slurm job state: "{value}"',
             col("state"),
         ),
@@ -465,9 +465,9 @@ def stage_from_raw(
             coalesce(t.gpu_count, 0) AS gpu_count,
             r.submit_ts,
             r.start_ts,
-            CASE WHEN r.state_word IN ({sql_states(REQUEUE_STATES)}) AND r.elapsed_s IS NOT NULL
+            CASE WHEN r.state_word IN ({sql_list(REQUEUE_STATES)}) AND r.elapsed_s IS NOT NULL
                  THEN r.start_ts + to_seconds(r.elapsed_s)
-                 ELSE coalesce(r.end_ts, CASE WHEN r.state_word NOT IN ({sql_states(OPEN_STATES)})
+                 ELSE coalesce(r.end_ts, CASE WHEN r.state_word NOT IN ({sql_list(OPEN_STATES)})
                                               THEN r.start_ts + to_seconds(r.elapsed_s) END) END AS end_ts,
             {stored_state_sql("coalesce(r.state_word, 'UNKNOWN')")} AS state,
             nullif(concat_ws('; ',
@@ -476,7 +476,7 @@ def stage_from_raw(
             ), '') AS exit_reason,
             p.gpu_mem_peak_mib, p.gpu_util_peak_pct,
             r.nodelist, r.gres_detail,
-            CASE WHEN r.end_ts IS NULL AND r.state_word IN ({sql_states(HELD_STATES)})
+            CASE WHEN r.end_ts IS NULL AND r.state_word IN ({sql_list(HELD_STATES)})
                  THEN r.start_ts + to_seconds(r.elapsed_s) END AS held_until_ts,
             r.line_no
         FROM rec r

@@ -95,11 +95,6 @@ COMPLETED = "COMPLETED"
 RUNNING = "RUNNING"
 
 
-def sql_states(states: tuple[str, ...]) -> str:
-    """``'A', 'B'``: a state set inside SQL's ``IN (...)`` (the names are this module's constants)."""
-    return ", ".join(f"'{s}'" for s in states)
-
-
 def state_word_sql(col: str) -> str:
     """SQL: the state word of a source's state text, upper case (``cancelled by 1234`` → ``CANCELLED``)."""
     return f"upper(regexp_extract(trim({col}), '^[A-Za-z_]+'))"

@@ -19,6 +19,7 @@ from gpuledger.ledger.errors import SettingsError
 from gpuledger.ledger.paths import shipped
 from gpuledger.ledger.rollup import ensure_rollup, rollup_matches, thresholds
 from gpuledger.ledger.settings import PriceRow, Settings, parse_price_rows
+from gpuledger.ledger.sql import sql_list
 
 DATA = shipped("data")
 CATALOG_FILE = DATA / "gpu_catalog.toml"
@@ -86,7 +87,7 @@ def model_sql_case(column: str) -> str:
     """A SQL CASE expression mapping ``column`` to a catalog model: lets collectors normalize in DuckDB."""
     arms = []
     models = sorted({m.model for m in catalog()})
-    quoted = ", ".join("'" + m.replace("'", "''") + "'" for m in models)
+    quoted = sql_list(models)
     arms.append(f"WHEN replace({column}, '_', ' ') IN ({quoted}) THEN replace({column}, '_', ' ')")
     for pattern, model in _patterns():
         arms.append(
