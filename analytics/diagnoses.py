@@ -29,21 +29,10 @@ from analytics.shared import active, memo, shared
 from gpuledger.ledger.prices import PriceBook, price_book
 from gpuledger.ledger.reference import GpuModel, catalog
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.thresholds import DEFAULT, DIAGNOSIS_KEYS
 
-THRESHOLDS = {
-    "busy_util_pct": 80.0,  # busy_but_unproductive: at least this utilization...
-    "busy_sm_active_pct": 40.0,  # ...with SM-active below this,
-    "busy_tensor_active_pct": 5.0,  # ...or tensor-active below this (training),
-    "busy_mfu_pct": 10.0,  # ...or MFU below this
-    "input_dip_share": 0.10,
-    "input_burst_share": 0.30,
-    "input_swing_rate": 0.10,
-    "input_min_samples": 20,
-    "scaling_efficiency": 0.80,
-    "throttle_share": 0.10,
-    "oversized_min_saving": 0.10,  # a candidate must be at least 10 % cheaper per GPU-hour
-    "oversized_max_busy_pct": 80.0,  # ...and run the same work at most this busy (busy × peak ÷ its peak)
-}
+# each rule's threshold by name (gpuledger/ledger/thresholds.py: one frozen object, their meanings)
+THRESHOLDS: dict[str, float] = {k: getattr(DEFAULT, k) for k in DIAGNOSIS_KEYS}
 TRAINING_KINDS = ("training", "fine-tune")
 DIAGNOSIS_COLUMNS = {
     "job_id": "",

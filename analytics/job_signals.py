@@ -39,13 +39,10 @@ from analytics.utilization import (
 from gpuledger.ledger.sample_time import contiguous_sql, sample_end_sql
 from gpuledger.ledger.settings import Settings
 from gpuledger.ledger.sql import pseudo_job_sql
+from gpuledger.ledger.thresholds import DEFAULT
 
-# NVML clocks_event_reasons bits that mean the GPU slowed itself for power or heat:
-# SwPowerCap 0x4, HwSlowdown 0x8, SwThermalSlowdown 0x20, HwThermalSlowdown 0x40, HwPowerBrakeSlowdown 0x80.
-POWER_THERMAL_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
-HOT_TEMP_C = 85.0
-LOW_UTIL_PCT = 10.0  # input-bound: a "dip"
-HIGH_UTIL_PCT = 70.0  # input-bound: a "burst"
+# the signal thresholds (gpuledger/ledger/thresholds.py), the same the rollup counts with
+TH = DEFAULT
 
 SIGNAL_COLUMNS = {
     "job_id": "",
@@ -276,8 +273,8 @@ _PAIRS_RAW = f"""
         SELECT job_id,
                count(*) FILTER (WHERE contiguous AND util_pct IS NOT NULL AND prev_util IS NOT NULL) AS n_pairs,
                count(*) FILTER (WHERE contiguous AND (
-                   (util_pct < {LOW_UTIL_PCT} AND prev_util > {HIGH_UTIL_PCT})
-                   OR (util_pct > {HIGH_UTIL_PCT} AND prev_util < {LOW_UTIL_PCT}))) AS n_swings
+                   (util_pct < {TH.dip_util_pct} AND prev_util > {TH.burst_util_pct})
+                   OR (util_pct > {TH.burst_util_pct} AND prev_util < {TH.dip_util_pct}))) AS n_swings
         FROM linked GROUP BY job_id"""
 _AGG_RAW = f"""
         SELECT job_id,
@@ -293,11 +290,11 @@ _AGG_RAW = f"""
                sum(tensor_active_pct * interval_s * card_u)
                    / sum(CASE WHEN tensor_active_pct IS NOT NULL THEN interval_s * card_u END) AS tensor_active_pct,
                avg(CASE WHEN throttle_reasons IS NOT NULL
-                        THEN (throttle_reasons & {POWER_THERMAL_MASK}::UBIGINT <> 0)::INT END) AS throttled_share,
-               avg(CASE WHEN temp_c IS NOT NULL THEN (temp_c >= {HOT_TEMP_C})::INT END) AS hot_share,
+                        THEN (throttle_reasons & {TH.power_thermal_mask}::UBIGINT <> 0)::INT END) AS throttled_share,
+               avg(CASE WHEN temp_c IS NOT NULL THEN (temp_c >= {TH.hot_temp_c})::INT END) AS hot_share,
                max(temp_c) AS max_temp_c,
-               avg(CASE WHEN util_pct IS NOT NULL THEN (util_pct < {LOW_UTIL_PCT})::INT END) AS dip_share,
-               avg(CASE WHEN util_pct IS NOT NULL THEN (util_pct > {HIGH_UTIL_PCT})::INT END) AS burst_share
+               avg(CASE WHEN util_pct IS NOT NULL THEN (util_pct < {TH.dip_util_pct})::INT END) AS dip_share,
+               avg(CASE WHEN util_pct IS NOT NULL THEN (util_pct > {TH.burst_util_pct})::INT END) AS burst_share
         FROM s GROUP BY job_id"""
 
 

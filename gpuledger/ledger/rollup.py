@@ -42,12 +42,10 @@ from gpuledger.ledger.sample_time import (
     reach_us_sql,
     sample_end_sql,
 )
+from gpuledger.ledger.thresholds import DEFAULT
 
-# = analytics.job_signals' constants (a test pins them equal)
-LOW_UTIL_PCT = 10.0
-HIGH_UTIL_PCT = 70.0
-POWER_THERMAL_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
-HOT_TEMP_C = 85.0
+# the signal thresholds counted into the rollup's minutes (dips, bursts, throttling, heat)
+TH = DEFAULT
 
 META_KEY = "rollup_thresholds"
 # No sample stands for more than this (collectors/validate.py rejects interval_s above a day), so none
@@ -476,17 +474,17 @@ def _minute_columns(th: Thresholds) -> list[tuple[str, str, str, str]]:
         ("sum", "e_j", "energy_j", ""),
         ("sum", "CASE WHEN e_j IS NOT NULL THEN interval_s END", "energy_cov_s", ""),
         ("count", "util", "util_n", "INTEGER"),
-        ("count", f"CASE WHEN util < {LOW_UTIL_PCT} THEN 1 END", "dip_n", "INTEGER"),
-        ("count", f"CASE WHEN util > {HIGH_UTIL_PCT} THEN 1 END", "burst_n", "INTEGER"),
+        ("count", f"CASE WHEN util < {TH.dip_util_pct} THEN 1 END", "dip_n", "INTEGER"),
+        ("count", f"CASE WHEN util > {TH.burst_util_pct} THEN 1 END", "burst_n", "INTEGER"),
         ("count", "throttle_reasons", "throttle_n", "INTEGER"),
         (
             "count",
-            f"CASE WHEN throttle_reasons & {POWER_THERMAL_MASK}::UBIGINT <> 0 THEN 1 END",
+            f"CASE WHEN throttle_reasons & {TH.power_thermal_mask}::UBIGINT <> 0 THEN 1 END",
             "throttled_n",
             "INTEGER",
         ),
         ("count", "temp_c", "temp_n", "INTEGER"),
-        ("count", f"CASE WHEN temp_c >= {HOT_TEMP_C} THEN 1 END", "hot_n", "INTEGER"),
+        ("count", f"CASE WHEN temp_c >= {TH.hot_temp_c} THEN 1 END", "hot_n", "INTEGER"),
         ("max", "temp_c", "temp_max_c", ""),
         ("sum", "pair", "pairs_n", "INTEGER"),
         ("sum", "swing", "swings_n", "INTEGER"),
@@ -556,8 +554,8 @@ def _minute_sql(th: Thresholds, alone: bool | None = None) -> str:
                k.sm, k.tensor, k.temp_c, k.throttle_reasons, k.e_j, k.alone,
                r.gpu_id IS NOT NULL AS in_idle,
                (k.contiguous AND k.util IS NOT NULL AND k.pj_util IS NOT NULL)::INTEGER AS pair,
-               (k.contiguous AND ((k.util < {LOW_UTIL_PCT} AND k.pj_util > {HIGH_UTIL_PCT})
-                                  OR (k.util > {HIGH_UTIL_PCT} AND k.pj_util < {LOW_UTIL_PCT})))::INTEGER
+               (k.contiguous AND ((k.util < {TH.dip_util_pct} AND k.pj_util > {TH.burst_util_pct})
+                                  OR (k.util > {TH.burst_util_pct} AND k.pj_util < {TH.dip_util_pct})))::INTEGER
                    AS swing
         FROM kept k LEFT JOIN runs r
           ON k.util <= {idle} AND k.gpu_id = r.gpu_id AND k.jkey = r.jkey AND k.ts::DATE = r.day
