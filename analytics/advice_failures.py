@@ -28,12 +28,17 @@ import duckdb
 import polars as pl
 
 from analytics.advice_common import family_stem, item, plural
-from analytics.badput import DISRUPTED_STATES, FAILURE_KINDS
+from analytics.badput import FAILURE_KINDS
 from analytics.batch_size import bytes_per_param
 from analytics.query import frame
+from gpuledger.ledger.job_states import (
+    COMPLETED,
+    CRASHED_STATES,
+    FAULT_STATES,
+    INTERRUPTED_STATES,
+    OOM,
+)
 
-INTERRUPTED = DISRUPTED_STATES  # analytics/badput.py: the disruptions whose lost progress is failed $
-CRASHED = ("FAILED", "NODE_FAIL", "BOOT_FAIL", "OOM")  # a cause to fix (time-outs and cancellations are not)
 CHECKPOINT_WRITE_GBPS = 2.0  # GB/s a job writes its checkpoint at (parallel file system, one writer per node)
 CHECKPOINT_MIN_S = 60.0
 CHECKPOINT_DEFAULT_S = 300.0  # without a parameter count
@@ -117,12 +122,12 @@ def failure_items(
             .alias("rate"),
         )
     )
-    hit = pl.col("state").is_in(list(INTERRUPTED)) & (pl.col("_failed") > 0)
-    crashed = pl.col("state").is_in(list(CRASHED))
-    oom = pl.col("state") == "OOM"
-    done = (pl.col("state") == "COMPLETED") & pl.col("batch_size").is_not_null()
+    hit = pl.col("state").is_in(list(INTERRUPTED_STATES)) & (pl.col("_failed") > 0)
+    crashed = pl.col("state").is_in(list(CRASHED_STATES))
+    oom = pl.col("state") == OOM
+    done = (pl.col("state") == COMPLETED) & pl.col("batch_size").is_not_null()
     early = (
-        pl.col("state").is_in(["FAILED", "NODE_FAIL", "BOOT_FAIL"])
+        pl.col("state").is_in(list(FAULT_STATES))
         & (pl.col("gpu_count").fill_null(1) > 1)
         & ((pl.col("end_ts") - pl.col("start_ts")).dt.total_microseconds() <= EARLY_FAIL_S * 1e6)
         & (pl.col("_failed") > 0)
@@ -183,7 +188,7 @@ def _checkpoint(
 ) -> list[dict[str, object]]:
     """``fam``: the family's sums over all its runs (n_runs, run_s, gpu_usd_s = Σ rate × GPUs × seconds,
     team of its first run, params/precision/optimizer of its largest model); ``runs``: the ones named."""
-    hit = [j for j in runs if j["state"] in INTERRUPTED and failed.get(j["job_id"], 0.0) > 0]
+    hit = [j for j in runs if j["state"] in INTERRUPTED_STATES and failed.get(j["job_id"], 0.0) > 0]
     if not hit:
         return []
     run_s = fam["run_s"]
@@ -243,7 +248,7 @@ def _checkpoint(
 def _repeated(
     user: str, stem: str, runs: list[dict[str, object]], failed: dict[str, float]
 ) -> list[dict[str, object]]:
-    crashed = sorted((j for j in runs if j["state"] in CRASHED), key=lambda j: j["span_start"])
+    crashed = sorted((j for j in runs if j["state"] in CRASHED_STATES), key=lambda j: j["span_start"])
     if len(crashed) < 2:
         return []
     ids = [j["job_id"] for j in crashed]
@@ -283,7 +288,7 @@ def _repeated(
 def _oom(
     user: str, stem: str, runs: list[dict[str, object]], failed: dict[str, float]
 ) -> list[dict[str, object]]:
-    oom = [j for j in runs if j["state"] == "OOM"]
+    oom = [j for j in runs if j["state"] == OOM]
     if not oom:
         return []
     ids = sorted(j["job_id"] for j in oom)
@@ -295,7 +300,7 @@ def _oom(
     done = [
         j["batch_size"]
         for j in runs
-        if j["state"] == "COMPLETED" and j["batch_size"] and (not tried or j["batch_size"] < min(tried))
+        if j["state"] == COMPLETED and j["batch_size"] and (not tried or j["batch_size"] < min(tried))
     ]
     if done:
         lower = f"lower the per-GPU batch to {max(done)} (the largest that completed in this family)"
@@ -337,7 +342,7 @@ def _early(rows: list[dict[str, object]], failed: dict[str, float]) -> list[dict
     per_user: dict[str, list[dict[str, object]]] = defaultdict(list)
     for j in rows:
         if (
-            j["state"] in ("FAILED", "NODE_FAIL", "BOOT_FAIL")
+            j["state"] in FAULT_STATES
             and (j["gpu_count"] or 1) > 1
             and j["start_ts"] is not None
             and j["end_ts"] is not None

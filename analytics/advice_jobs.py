@@ -19,8 +19,9 @@ import polars as pl
 from analytics.advice_common import item
 from analytics.diagnoses import THRESHOLDS, TRAINING_KINDS
 from analytics.job_signals import with_active
+from gpuledger.ledger.thresholds import DEFAULT
 
-SERVE_LOW_UTIL_PCT = 50.0
+SERVE_LOW_UTIL_PCT = DEFAULT.serve_low_util_pct
 
 
 def _label(j: dict[str, object]) -> str:

@@ -26,27 +26,11 @@ import duckdb
 
 from analytics.filters import Filters
 from analytics.utilization import Buckets, Source, flagged_samples_sql, use_rollup, view_bounds
+from gpuledger.ledger.job_states import DISRUPTED_STATES
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.sql import sql_list
 
-# Disruptions (Slurm's words; collectors map OUT_OF_MEMORY to OOM). REQUEUED is an attempt that ended in a
-# requeue: the scheduler stopped it and started the job again.
-DISRUPTED_STATES = (
-    "FAILED",
-    "NODE_FAIL",
-    "TIMEOUT",
-    "OOM",
-    "OUT_OF_MEMORY",
-    "PREEMPTED",
-    "BOOT_FAIL",
-    "DEADLINE",
-    "REQUEUED",
-)
-CANCELLED_STATES = ("CANCELLED",)
 FAILURE_KINDS = ("training", "fine-tune", "other")  # kinds whose progress a disruption loses
-
-
-def sql_list(values: tuple[str, ...]) -> str:
-    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
 
 
 def disrupted_sql(alias: str) -> str:

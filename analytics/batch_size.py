@@ -24,7 +24,7 @@ The model (docs/recommendations.md, "Batch-size plan"):
   over ≥ 2 measured batch sizes inside the measured range; past the largest measured batch the prediction
   is capped by the largest measured marginal gain per doubling (and gains nothing when the last measured
   step gained nothing). Without measurements at two batch sizes: half the utilization headroom, ½ (min(new/
-  old, 100/util) − 1). Without either, no gain is claimed; at ≥ ``HIGH_UTIL_PCT`` (85 %) utilization a larger
+  old, 100/util) − 1). Without either, no gain is claimed; at ≥ ``batch_saturated_util_pct`` (85 %, gpuledger/ledger/thresholds.py) utilization a larger
   batch offers little and no batch is advised; nor is one whose predicted gain is under ``MIN_GAIN`` (5 %).
 - **recommendation**: the knee, the smallest candidate batch with ``GAIN_KNEE`` (90 %) of the gain
   predicted at the largest allowed batch (past it more batch buys little speed for a larger change to the
@@ -50,8 +50,9 @@ import polars as pl
 from analytics.filters import Filters, horizon
 from analytics.job_signals import view_jobs_sql
 from analytics.query import frame
-from analytics.waste import FAILED_STATES
+from gpuledger.ledger.job_states import FAILED_STATES, OOM
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.thresholds import DEFAULT
 
 MIB = 1024.0 * 1024.0
 BATCH_MULTIPLE = 8
@@ -61,7 +62,7 @@ MIN_R2 = 0.9  # a memory line must explain at least this share of the variance
 FLAT_SPREAD = 0.05  # peaks within 5 % of each other across batch sizes: memory does not grow with batch
 EXTRAPOLATION_LIMIT = 2.0  # × the family's largest observed batch, on a fitted memory model
 GLOBAL_CHANGE_LIMIT = 4.0  # × the global batch per piece of advice, without a gradient-noise scale
-HIGH_UTIL_PCT = 85.0  # at or above: a larger batch offers little
+SATURATED_PCT = DEFAULT.batch_saturated_util_pct  # at or above: a larger batch offers little
 MIN_GAIN = 0.05  # a predicted gain under 5 % is within the noise of a throughput measurement: not advised
 ACT_BYTES_SELECTIVE = 34.0  # Korthikanti et al. 2022: s·h·L·34 bytes per sample (16-bit, selective recompute)
 ACT_BYTES_FULL_RECOMPUTE = 2.0  # ... s·h·L·2 with full recomputation (each layer's input): the floor
@@ -464,9 +465,9 @@ def plan_batch(
 
     if isinstance(mem, NoModel):
         return keep(f"no memory model: {mem.reason}")
-    if util_pct is not None and util_pct >= HIGH_UTIL_PCT:
+    if util_pct is not None and util_pct >= SATURATED_PCT:
         return keep(
-            f"at {util_pct:.0f} % utilization (≥ {HIGH_UTIL_PCT:g} %) a larger batch offers little: the GPU is "
+            f"at {util_pct:.0f} % utilization (≥ {SATURATED_PCT:g} %) a larger batch offers little: the GPU is "
             "already kept busy",
             mem,
         )
@@ -784,7 +785,7 @@ def batch_recommendations(
             separator="|",
             ignore_nulls=True,
         ).alias("family"),
-        (pl.col("state") == "OOM").fill_null(False).alias("oom"),
+        (pl.col("state") == OOM).fill_null(False).alias("oom"),
     )
     ok = runs.filter(~pl.col("oom"))
     fam = ok.group_by("family").agg(

@@ -43,6 +43,9 @@ import polars as pl
 from analytics.filters import Filters, horizon
 from analytics.query import frame
 from analytics.shared import materialized
+from gpuledger.ledger.prices import PRICE_PERIODS_CTE, price_cluster_sql, price_tier_sql
+from gpuledger.ledger.sample_time import sample_end_sql
+from gpuledger.ledger.sql import PSEUDO_PREFIX
 
 ALL_FILTERS = Filters()  # the whole ledger
 
@@ -73,7 +76,6 @@ JOB_COST_COLUMNS = {
 
 
 UNATTRIBUTED = "unattributed"
-PSEUDO_PREFIX = "unattributed:"
 
 # GPUs whose telemetry no job record claims, decided per physical card (``card`` = coalesce(parent_gpu_id,
 # gpu_id): a MIG instance counts as its card): no allocation names the card or any of its instances (or, for
@@ -166,7 +168,8 @@ def pseudo_jobs_sql(lo: dt.datetime, hi: dt.datetime) -> tuple[str, list[object]
 # Rows are pieces of stretches (cut at every poll's bounds) with a constant share; ``cut`` is what the job
 # declared beyond its share (negative where its processes used more of the SMs than it declared). No
 # parameters.
-SHARED_SEGMENTS_SQL = """
+_POLL_END = sample_end_sql("p.ts", "p.interval_s")  # the end of a process poll p
+SHARED_SEGMENTS_SQL = f"""
     WITH ga AS (
         SELECT job_id, gpu_id, gpu_count AS d, start_ts AS a_from,
                coalesce(end_ts, TIMESTAMP '9999-12-31') AS a_to
@@ -204,20 +207,20 @@ SHARED_SEGMENTS_SQL = """
     -- each job's SM % in each of its polls overlapping its stretch, the poll clipped to the stretch
     pj AS MATERIALIZED (
         SELECT sh.gpu_id, sh.s_from, sh.job_id, greatest(p.ts, sh.s_from) AS p_from,
-               max(least(p.ts + to_microseconds(CAST(round(p.interval_s * 1e6) AS BIGINT)), sh.s_to)) AS p_to,
+               max(least({_POLL_END}, sh.s_to)) AS p_to,
                -- no SM sample for its processes: no activity; the same poll from two logs: counted once
                max(coalesce(p.sm_pct, 0)) AS sm
         FROM sh JOIN process_shares p ON p.gpu_id = sh.gpu_id AND p.job_id = sh.job_id
-         AND p.ts < sh.s_to AND p.ts + to_microseconds(CAST(round(p.interval_s * 1e6) AS BIGINT)) > sh.s_from
+         AND p.ts < sh.s_to AND {_POLL_END} > sh.s_from
         GROUP BY ALL
     ),
     st AS MATERIALIZED (SELECT DISTINCT gpu_id, s_from, s_to FROM sh),
     -- the polls of node-level logs (every process on the GPU listed) overlapping a stretch, clipped
     np AS MATERIALIZED (
         SELECT st.gpu_id, st.s_from, greatest(p.ts, st.s_from) AS p_from,
-               max(least(p.ts + to_microseconds(CAST(round(p.interval_s * 1e6) AS BIGINT)), st.s_to)) AS p_to
+               max(least({_POLL_END}, st.s_to)) AS p_to
         FROM st JOIN process_shares p ON p.gpu_id = st.gpu_id AND p.job_id IS NULL
-         AND p.ts < st.s_to AND p.ts + to_microseconds(CAST(round(p.interval_s * 1e6) AS BIGINT)) > st.s_from
+         AND p.ts < st.s_to AND {_POLL_END} > st.s_from
         GROUP BY ALL
     ),
     -- the stretch cut at its bounds and at every poll's; a job's reading holds over its own poll
@@ -287,40 +290,6 @@ def shared_cut_sql(alias: str) -> str:
     return f"""coalesce((SELECT sum(c.cut * greatest(0, epoch(least(c.s_to, {alias}.span_end)
                                                            - greatest(c.s_from, {alias}.span_start))))
                          FROM shared c WHERE c.job_id = {alias}.job_id), 0)"""
-
-
-# Rows of the same (model, tier, cluster, day) from several origins: the user's settings win over a price a
-# source declared (e.g. the demo's on-prem rate), which wins over the shipped sheet.
-PRICE_PERIODS_CTE = """
-    periods AS (
-        SELECT gpu_model, tier, cluster, usd_per_gpu_hour,
-               CASE WHEN row_number() OVER w = 1 THEN TIMESTAMP '0001-01-01'
-                    ELSE effective_from::TIMESTAMP END AS p_from,
-               coalesce(lead(effective_from::TIMESTAMP) OVER w, TIMESTAMP '9999-12-31') AS p_to
-        FROM (SELECT * FROM prices
-              QUALIFY row_number() OVER (
-                  PARTITION BY gpu_model, tier, cluster, effective_from
-                  ORDER BY CASE origin WHEN 'settings' THEN 0 WHEN 'ingest' THEN 1 ELSE 2 END,
-                           ingest_id DESC NULLS LAST) = 1)
-        WINDOW w AS (PARTITION BY gpu_model, tier, cluster ORDER BY effective_from)
-    )"""
-
-
-def price_tier_sql(alias: str, tier: str) -> str:
-    """The tier whose price applies: the asked one when the model has a price for it (generic, or for the
-    row's own cluster), else on_demand."""
-    return f"""(CASE WHEN EXISTS (SELECT 1 FROM prices p WHERE p.gpu_model = {alias}.gpu_model
-                                  AND p.tier = {tier}
-                                  AND (p.cluster IS NULL OR p.cluster = {alias}.cluster))
-                     THEN {tier} ELSE 'on_demand' END)"""
-
-
-def price_cluster_sql(alias: str, tier: str) -> str:
-    """The row's cluster when that cluster has its own rows for the model and tier (they replace the generic
-    ones there), else NULL (the generic rows)."""
-    return f"""(CASE WHEN EXISTS (SELECT 1 FROM prices p WHERE p.gpu_model = {alias}.gpu_model
-                                  AND p.tier = {tier} AND p.cluster = {alias}.cluster)
-                     THEN {alias}.cluster END)"""
 
 
 def job_costs_sql(

@@ -23,27 +23,17 @@ import duckdb
 import polars as pl
 
 from analytics.filters import Filters, horizon
-from analytics.job_signals import prices_at, view_jobs_sql, view_signals, with_active
+from analytics.job_signals import view_jobs_sql, view_signals, with_active
 from analytics.query import frame
 from analytics.shared import active, memo, shared
 from analytics.unit_costs import ASSUMED_PRECISION
+from gpuledger.ledger.prices import PriceBook, price_book
 from gpuledger.ledger.reference import GpuModel, catalog
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.thresholds import DEFAULT, DIAGNOSIS_KEYS
 
-THRESHOLDS = {
-    "busy_util_pct": 80.0,  # busy_but_unproductive: at least this utilization...
-    "busy_sm_active_pct": 40.0,  # ...with SM-active below this,
-    "busy_tensor_active_pct": 5.0,  # ...or tensor-active below this (training),
-    "busy_mfu_pct": 10.0,  # ...or MFU below this
-    "input_dip_share": 0.10,
-    "input_burst_share": 0.30,
-    "input_swing_rate": 0.10,
-    "input_min_samples": 20,
-    "scaling_efficiency": 0.80,
-    "throttle_share": 0.10,
-    "oversized_min_saving": 0.10,  # a candidate must be at least 10 % cheaper per GPU-hour
-    "oversized_max_busy_pct": 80.0,  # ...and run the same work at most this busy (busy × peak ÷ its peak)
-}
+# each rule's threshold by name (gpuledger/ledger/thresholds.py: one frozen object, their meanings)
+THRESHOLDS: dict[str, float] = {k: getattr(DEFAULT, k) for k in DIAGNOSIS_KEYS}
 TRAINING_KINDS = ("training", "fine-tune")
 DIAGNOSIS_COLUMNS = {
     "job_id": "",
@@ -167,13 +157,13 @@ def scaling_table(con: duckdb.DuckDBPyConnection, *, as_of: dt.datetime | None =
         .filter(pl.col("counts") >= 2)
     )
     per = per.join(multi.select("family"), on="family").sort("family", "gpu_count")
-    prices = prices_at(con, as_of)
+    prices, day = price_book(con), (as_of or dt.datetime(9999, 1, 1)).date()
     per = per.with_columns(
         (pl.col("tput_per_gpu") / pl.col("tput_per_gpu").first().over("family", order_by="gpu_count")).alias(
             "efficiency"
         ),
         pl.col("gpu_model")
-        .map_elements(lambda m: prices.get((m, "on_demand")), return_dtype=pl.Float64)
+        .map_elements(lambda m: prices.offered(m, "on_demand", None, day), return_dtype=pl.Float64)
         .alias("price"),
     )
     best = (
@@ -278,7 +268,7 @@ def right_size(
         & (pl.col("unused_gpus").fill_null(0) == 0)
         & (pl.col("sm_active_pct").is_not_null() | util.is_not_null())
     )
-    prices = prices_at(con, as_of)
+    prices, day = price_book(con), (as_of or dt.datetime(9999, 1, 1)).date()
     schema = {c: pl.Float64 for c in RIGHT_SIZE_COLUMNS} | {
         c: pl.Utf8 for c in ("job_id", "gpu_model", "basis", "candidate")
     }
@@ -314,7 +304,9 @@ def right_size(
             c_peak,
         )
         for model, precision, tier, multi in keys
-        for rank, (c, price, c_peak) in enumerate(_candidates(models[model], precision, tier, multi, prices))
+        for rank, (c, price, c_peak) in enumerate(
+            _candidates(models[model], precision, tier, multi, prices, day)
+        )
     ]
     cands = pl.DataFrame(
         cand_rows,
@@ -381,7 +373,12 @@ def view_right_size(
 
 
 def _candidates(
-    cur: GpuModel, precision: str | None, tier: str, multi_gpu: bool, prices: dict[tuple[str, str], float]
+    cur: GpuModel,
+    precision: str | None,
+    tier: str,
+    multi_gpu: bool,
+    prices: PriceBook,
+    day: dt.date,
 ) -> list[tuple[GpuModel, float, float]]:
     """(model, $/GPU-hour at ``tier`` else on_demand, dense peak) of the catalog models a job on ``cur`` may
     move to, cheapest first (catalog order among equal prices): same vendor, not RTX, not ``cur``, with a
@@ -394,7 +391,7 @@ def _candidates(
         if multi_gpu and cand.interconnect != cur.interconnect:
             continue
         cand_peak = peak_tflops(cand.model, precision)
-        price = prices.get((cand.model, tier), prices.get((cand.model, "on_demand")))
+        price = prices.rate(cand.model, tier, None, day)
         if cand_peak and price is not None:
             out.append((cand, price, cand_peak))
     return sorted(out, key=lambda c: c[1])

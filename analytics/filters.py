@@ -1,4 +1,8 @@
-"""The filters every view shares (date range, team, cluster, user), turned into bound SQL."""
+"""The filters every view shares (date range, team, cluster, user), turned into bound SQL.
+
+``horizon`` (the latest moment the ledger has data for) lives in analytics/shared.py, beside the memo that
+asks it once per sharing block, and is re-exported here where the analytics have always imported it: shared.py
+needs it to fill an omitted ``as_of``, so defining it here made the two modules import each other."""
 
 from __future__ import annotations
 
@@ -6,6 +10,10 @@ import datetime as dt
 from dataclasses import dataclass
 
 import duckdb
+
+from analytics.shared import horizon
+
+__all__ = ["Filters", "horizon"]
 
 
 @dataclass(frozen=True)
@@ -41,30 +49,6 @@ class Filters:
                 parts.append(f"{alias}.{column} IN ({', '.join('?' for _ in values)})")
                 params.extend(values)
         return " AND ".join(parts), params
-
-
-def horizon(con: duckdb.DuckDBPyConnection) -> dt.datetime | None:
-    """The latest moment the ledger has data for: running jobs are costed up to here.
-
-    Using the data's own horizon (not the wall clock) keeps every figure reproducible: the dashboard, the
-    CLI and a report computed a minute apart agree to the cent. Asked once per sharing block
-    (analytics/shared.py): nearly every analytics function asks for it, 5-15 ms a time on the 28-day demo.
-    """
-    from analytics.shared import memo  # analytics.shared imports this module lazily too
-
-    return memo(con, "horizon", lambda: _horizon(con))  # type: ignore[no-any-return]
-
-
-def _horizon(con: duckdb.DuckDBPyConnection) -> dt.datetime | None:
-    row = con.execute(
-        """SELECT greatest(
-               -- isfinite as a range, which zone maps answer: 50 M samples 0.04-0.1 s -> 1 ms
-               (SELECT max(ts) FROM samples WHERE ts > '-infinity'::TIMESTAMP AND ts < 'infinity'::TIMESTAMP),
-               (SELECT max(greatest(coalesce(end_ts, start_ts), start_ts)) FROM jobs
-                WHERE isfinite(coalesce(end_ts, start_ts)) AND isfinite(start_ts)),
-               (SELECT max(coalesce(end_ts, start_ts)) FROM allocations WHERE isfinite(coalesce(end_ts, start_ts))))"""
-    ).fetchall()
-    return row[0][0]
 
 
 # The pseudo-rows a team or user filter may name although no job carries them (analytics.waste's

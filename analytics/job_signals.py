@@ -25,26 +25,24 @@ import datetime as dt
 import duckdb
 import polars as pl
 
-from analytics.cost import PSEUDO_PREFIX, job_costs_sql, telemetry_only_gpus_sql
+from analytics.cost import job_costs_sql, telemetry_only_gpus_sql
 from analytics.filters import Filters, horizon
 from analytics.query import frame
 from analytics.shared import shared
 from analytics.utilization import (
-    GAP_TOLERANCE,
     Source,
     flagged_samples_sql,
     minute_view_sql,
     use_rollup,
     view_bounds,
 )
+from gpuledger.ledger.sample_time import contiguous_sql, sample_end_sql
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.sql import pseudo_job_sql
+from gpuledger.ledger.thresholds import DEFAULT
 
-# NVML clocks_event_reasons bits that mean the GPU slowed itself for power or heat:
-# SwPowerCap 0x4, HwSlowdown 0x8, SwThermalSlowdown 0x20, HwThermalSlowdown 0x40, HwPowerBrakeSlowdown 0x80.
-POWER_THERMAL_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
-HOT_TEMP_C = 85.0
-LOW_UTIL_PCT = 10.0  # input-bound: a "dip"
-HIGH_UTIL_PCT = 70.0  # input-bound: a "burst"
+# the signal thresholds (gpuledger/ledger/thresholds.py), the same the rollup counts with
+TH = DEFAULT
 
 SIGNAL_COLUMNS = {
     "job_id": "",
@@ -99,7 +97,7 @@ def _samples_cte(filters: Filters, settings: Settings, as_of: dt.datetime | None
         FROM s WINDOW w AS (PARTITION BY job_id, gpu_id ORDER BY ts)
     ),
     linked AS (
-        SELECT *, prev_ts IS NOT NULL AND epoch(ts - prev_ts) <= {GAP_TOLERANCE} * prev_iv AS contiguous
+        SELECT *, prev_ts IS NOT NULL AND {contiguous_sql("epoch(ts - prev_ts)", "prev_iv")} AS contiguous
         FROM seq
     )"""
     return sql, [*vparams, *fparams]
@@ -119,7 +117,7 @@ def _fast_stretches(
     sql = f"""
     WITH vj AS (SELECT job_id FROM ({jobs_sql})), tele AS ({telemetry_only_gpus_sql()}),
     p AS (
-        SELECT CASE WHEN t.gpu_id IS NOT NULL THEN '{PSEUDO_PREFIX}' || t.card ELSE r.job_id END AS job_id,
+        SELECT {pseudo_job_sql("t", "r.job_id")} AS job_id,
                r.gpu_id, r.run_start, r.first_ts, r.end_ts, r.idle_s,
                coalesce(t.card_units, 1.0) AS card_u, coalesce(t.card_slices, 1.0) AS card_per
         FROM idle_runs r LEFT JOIN tele t ON t.gpu_id = r.gpu_id
@@ -170,7 +168,7 @@ def _raw_stretches(
         FROM linked
     )
     SELECT job_id, gpu_id, min(ts) AS start_ts,
-           max(ts + to_microseconds((interval_s * 1e6)::BIGINT)) AS end_ts,
+           max({sample_end_sql()}) AS end_ts,
            sum(interval_s * card_u) / max(card_per) AS idle_s
     FROM grouped WHERE in_idle
     GROUP BY job_id, gpu_id, run
@@ -275,8 +273,8 @@ _PAIRS_RAW = f"""
         SELECT job_id,
                count(*) FILTER (WHERE contiguous AND util_pct IS NOT NULL AND prev_util IS NOT NULL) AS n_pairs,
                count(*) FILTER (WHERE contiguous AND (
-                   (util_pct < {LOW_UTIL_PCT} AND prev_util > {HIGH_UTIL_PCT})
-                   OR (util_pct > {HIGH_UTIL_PCT} AND prev_util < {LOW_UTIL_PCT}))) AS n_swings
+                   (util_pct < {TH.dip_util_pct} AND prev_util > {TH.burst_util_pct})
+                   OR (util_pct > {TH.burst_util_pct} AND prev_util < {TH.dip_util_pct}))) AS n_swings
         FROM linked GROUP BY job_id"""
 _AGG_RAW = f"""
         SELECT job_id,
@@ -292,11 +290,11 @@ _AGG_RAW = f"""
                sum(tensor_active_pct * interval_s * card_u)
                    / sum(CASE WHEN tensor_active_pct IS NOT NULL THEN interval_s * card_u END) AS tensor_active_pct,
                avg(CASE WHEN throttle_reasons IS NOT NULL
-                        THEN (throttle_reasons & {POWER_THERMAL_MASK}::UBIGINT <> 0)::INT END) AS throttled_share,
-               avg(CASE WHEN temp_c IS NOT NULL THEN (temp_c >= {HOT_TEMP_C})::INT END) AS hot_share,
+                        THEN (throttle_reasons & {TH.power_thermal_mask}::UBIGINT <> 0)::INT END) AS throttled_share,
+               avg(CASE WHEN temp_c IS NOT NULL THEN (temp_c >= {TH.hot_temp_c})::INT END) AS hot_share,
                max(temp_c) AS max_temp_c,
-               avg(CASE WHEN util_pct IS NOT NULL THEN (util_pct < {LOW_UTIL_PCT})::INT END) AS dip_share,
-               avg(CASE WHEN util_pct IS NOT NULL THEN (util_pct > {HIGH_UTIL_PCT})::INT END) AS burst_share
+               avg(CASE WHEN util_pct IS NOT NULL THEN (util_pct < {TH.dip_util_pct})::INT END) AS dip_share,
+               avg(CASE WHEN util_pct IS NOT NULL THEN (util_pct > {TH.burst_util_pct})::INT END) AS burst_share
         FROM s GROUP BY job_id"""
 
 
@@ -350,23 +348,6 @@ def with_active(sig: pl.DataFrame) -> pl.DataFrame:
         (pl.col("mean_util_pct") * scale).clip(upper_bound=100.0).alias("active_util_pct"),
         (pl.col("sm_active_pct") * scale).clip(upper_bound=100.0).alias("active_sm_pct"),
     )
-
-
-def prices_at(con: duckdb.DuckDBPyConnection, when: dt.datetime | None) -> dict[tuple[str, str], float]:
-    """Generic (any-cluster) price per (gpu_model, tier) in force on ``when``'s UTC date, US$ per GPU-hour.
-
-    The earliest row of a model and tier also covers earlier dates (the rule of analytics/cost.py).
-    """
-    day = (when or dt.datetime(9999, 1, 1)).date()
-    rows = con.execute(
-        """
-        SELECT gpu_model, tier, arg_max(usd_per_gpu_hour, effective_from) FILTER (WHERE effective_from <= ?),
-               arg_min(usd_per_gpu_hour, effective_from)
-        FROM prices WHERE cluster IS NULL GROUP BY gpu_model, tier
-        """,
-        [day],
-    ).fetchall()
-    return {(m, t): float(cur if cur is not None else first) for m, t, cur, first in rows}
 
 
 @shared  # one computation per view inside a read-only batch: a page's recommendations and diagnoses both ask

@@ -38,7 +38,6 @@ from analytics.batch_size import batch_recommendations
 from analytics.diagnoses import THRESHOLDS, TRAINING_KINDS, right_size, scaling_table, view_right_size
 from analytics.filters import Filters, horizon
 from analytics.job_signals import (
-    prices_at,
     view_jobs_sql,
     view_signals,
     with_active,
@@ -50,6 +49,7 @@ from analytics.savings import coverage, savings_total, with_counted
 from analytics.shared import active
 from analytics.utilization import Source, use_rollup
 from analytics.waste import job_waste, unallocated
+from gpuledger.ledger.prices import price_book
 from gpuledger.ledger.settings import Settings
 
 # savings_total is re-exported: the list and its deduplicated total come from this module
@@ -911,7 +911,7 @@ def _use_spot(
     con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame, as_of: dt.datetime | None
 ) -> list[dict[str, object]]:
     """Per job: checkpointed on-demand training; saving = GPU-hours × (rate − spot × (1 + rework))."""
-    prices = prices_at(con, as_of)
+    prices, day = price_book(con), (as_of or dt.datetime(9999, 1, 1)).date()
     items = []
     cands = jobs.filter(
         pl.col("kind").is_in(TRAINING_KINDS)
@@ -921,7 +921,7 @@ def _use_spot(
     )
     ckpt = frame(con, "SELECT job_id, last_checkpoint_ts FROM jobs WHERE last_checkpoint_ts IS NOT NULL")
     for j in cands.join(ckpt, on="job_id").to_dicts():
-        spot = prices.get((j["gpu_model"], "spot"))
+        spot = prices.offered(j["gpu_model"], "spot", j["cluster"], day)
         if spot is None:
             continue
         end = j["end_ts"] or j["span_end"]

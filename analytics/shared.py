@@ -16,6 +16,7 @@ gpuledger.ledger.db.one_reader) share the temp tables of :func:`materialized` as
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import functools
 import inspect
 import itertools
@@ -171,11 +172,26 @@ def memo(con: duckdb.DuckDBPyConnection, key: Hashable, compute: Callable[[], An
     return value
 
 
-def horizon(con: duckdb.DuckDBPyConnection) -> Any:
-    """:func:`analytics.filters.horizon` (which asks once per sharing block itself)."""
-    from analytics.filters import horizon as compute
+def horizon(con: duckdb.DuckDBPyConnection) -> dt.datetime | None:
+    """The latest moment the ledger has data for: running jobs are costed up to here.
 
-    return compute(con)
+    Using the data's own horizon (not the wall clock) keeps every figure reproducible: the dashboard, the
+    CLI and a report computed a minute apart agree to the cent. Asked once per sharing block
+    (:func:`memo`): nearly every analytics function asks for it, 5-15 ms a time on the 28-day demo.
+    """
+    return memo(con, "horizon", lambda: _horizon(con))  # type: ignore[no-any-return]
+
+
+def _horizon(con: duckdb.DuckDBPyConnection) -> dt.datetime | None:
+    row = con.execute(
+        """SELECT greatest(
+               -- isfinite as a range, which zone maps answer: 50 M samples 0.04-0.1 s -> 1 ms
+               (SELECT max(ts) FROM samples WHERE ts > '-infinity'::TIMESTAMP AND ts < 'infinity'::TIMESTAMP),
+               (SELECT max(greatest(coalesce(end_ts, start_ts), start_ts)) FROM jobs
+                WHERE isfinite(coalesce(end_ts, start_ts)) AND isfinite(start_ts)),
+               (SELECT max(coalesce(end_ts, start_ts)) FROM allocations WHERE isfinite(coalesce(end_ts, start_ts))))"""
+    ).fetchall()
+    return row[0][0]
 
 
 def shared(fn: F) -> F:

@@ -30,18 +30,19 @@ from typing import Literal
 import duckdb
 import polars as pl
 
-from analytics.cost import PSEUDO_PREFIX, job_costs_sql, telemetry_only_gpus_sql
+from analytics.cost import job_costs_sql, telemetry_only_gpus_sql
 from analytics.filters import Filters, horizon
 from analytics.query import frame
 from analytics.shared import memo
 from gpuledger.ledger.rollup import rollup_matches, thresholds
+from gpuledger.ledger.sample_time import contiguous_sql
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.sql import pseudo_job_sql
 
 ALL_FILTERS = Filters()  # the whole ledger
 DEFAULT_SETTINGS = Settings()
 
 Source = Literal["auto", "raw"]
-GAP_TOLERANCE = 1.5  # a next sample later than 1.5 × interval_s means a gap between them
 
 # Per-job sums over the job's samples inside the view; both sources produce exactly these columns.
 TOTAL_COLUMNS = {
@@ -76,7 +77,7 @@ def sample_energy_sql(alias: str = "") -> str:
     Expects columns energy_j, next_energy_j, next_ts, ts, interval_s, power_w."""
     a = f"{alias}." if alias else ""
     return f"""(CASE WHEN {a}energy_j IS NOT NULL AND {a}next_energy_j >= {a}energy_j
-                  AND epoch({a}next_ts - {a}ts) <= {GAP_TOLERANCE} * {a}interval_s
+                  AND {contiguous_sql(f"epoch({a}next_ts - {a}ts)", f"{a}interval_s")}
              THEN {a}next_energy_j - {a}energy_j
              ELSE {a}power_w * {a}interval_s END)"""
 
@@ -103,7 +104,7 @@ def flagged_samples_sql(
                coalesce(s.mem_total_mib, g.memory_total_mib, c.memory_mib) AS mem_total_mib,
                s.sm_active_pct::DOUBLE AS sm_active_pct, s.tensor_active_pct::DOUBLE AS tensor_active_pct,
                s.power_w::DOUBLE AS power_w, s.energy_j, s.throttle_reasons, s.temp_c,
-               CASE WHEN t.gpu_id IS NOT NULL THEN '{PSEUDO_PREFIX}' || t.card ELSE s.job_id END AS job_id,
+               {pseudo_job_sql("t", "s.job_id")} AS job_id,
                coalesce(t.card_units, 1.0) AS card_u, coalesce(t.card_slices, 1.0) AS card_per,
                lead(s.ts) OVER w AS next_ts, lead(s.energy_j) OVER w AS next_energy_j
         FROM samples s LEFT JOIN tele t USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
@@ -116,7 +117,7 @@ def flagged_samples_sql(
     marked AS (
         SELECT *, coalesce(util_pct <= {idle}, false) AS is_idle,
                CASE WHEN util_pct <= {idle} AND lag(util_pct) OVER w <= {idle}
-                         AND epoch(ts - lag(ts) OVER w) <= {GAP_TOLERANCE} * lag(interval_s) OVER w
+                         AND {contiguous_sql("epoch(ts - lag(ts) OVER w)", "lag(interval_s) OVER w")}
                     THEN 0 ELSE 1 END AS new_run
         FROM mine WINDOW w AS (PARTITION BY gpu_id, job_id ORDER BY ts)
     ),
@@ -235,8 +236,7 @@ def minute_view_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str, l
     mvj AS (SELECT job_id FROM ({jobs_sql})),
     mtele AS ({telemetry_only_gpus_sql()}),
     mv AS (
-        SELECT m.* REPLACE (CASE WHEN t.gpu_id IS NOT NULL THEN '{PSEUDO_PREFIX}' || t.card
-                                 ELSE m.job_id END AS job_id),
+        SELECT m.* REPLACE ({pseudo_job_sql("t", "m.job_id")} AS job_id),
                coalesce(t.card_units, 1.0) AS card_u, coalesce(t.card_slices, 1.0) AS card_per,
                coalesce(g.memory_total_mib, c.memory_mib) AS card_mib
         FROM samples_day m LEFT JOIN mtele t ON t.gpu_id = m.gpu_id LEFT JOIN gpus g ON g.gpu_id = m.gpu_id
@@ -409,7 +409,7 @@ def _fast_percentiles_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[
     sql = f"""
     WITH vj AS (SELECT job_id FROM ({jobs_sql})), tele AS ({telemetry_only_gpus_sql()}),
     hv AS (
-        SELECT CASE WHEN t.gpu_id IS NOT NULL THEN '{PSEUDO_PREFIX}' || t.card ELSE h.job_id END AS job_id,
+        SELECT {pseudo_job_sql("t", "h.job_id")} AS job_id,
                h.util_pct, h.seconds * coalesce(t.card_units, 1.0) AS seconds
         FROM samples_util_hist h LEFT JOIN tele t ON t.gpu_id = h.gpu_id
         WHERE h.day >= ?::DATE AND h.day < ?::DATE

@@ -31,21 +31,14 @@ import duckdb
 import polars as pl
 
 from analytics.badput import (
-    CANCELLED_STATES,
-    DISRUPTED_STATES,
     badput_sums_sql,
     disrupted_sql,
     lost_wall_s_sql,
-    sql_list,
     windows_sql,
 )
 from analytics.cost import (
-    PRICE_PERIODS_CTE,
-    PSEUDO_PREFIX,
     UNATTRIBUTED,
     job_costs_sql,
-    price_cluster_sql,
-    price_tier_sql,
     shared_cut_sql,
     shared_segments_sql,
     telemetry_only_gpus_sql,
@@ -54,13 +47,15 @@ from analytics.filters import Filters, horizon
 from analytics.query import frame
 from analytics.shared import kept, shared
 from analytics.utilization import Source, job_bucket_totals_sql, job_totals_sql
+from gpuledger.ledger.job_states import CANCELLED_STATES
 from gpuledger.ledger.observed import observed_runs_ready
+from gpuledger.ledger.prices import PRICE_PERIODS_CTE, price_cluster_sql, price_tier_sql
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.sql import PSEUDO_PREFIX, sql_list
 
 ALL_FILTERS = Filters()  # the whole ledger
 DEFAULT_SETTINGS = Settings()
 
-FAILED_STATES = DISRUPTED_STATES  # the disruptions whose lost progress is failed_usd (analytics/badput.py)
 # Job sources whose records carry a checkpoint field (jobs_table.py's last_checkpoint, the demo;
 # collectors/checkpoints.EXPLICIT_SOURCES); another job's last_checkpoint_ts, when its run came from one of the
 # training logs that place checkpoints (collectors/checkpoints.py), was placed by that log.

@@ -27,8 +27,6 @@ paid-for capacity, unheld capacity counted at 0 %.
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +34,8 @@ import duckdb
 import polars as pl
 
 from analytics.filters import Filters
-from gpuledger.ledger.settings import PriceRow, Settings
+from gpuledger.ledger.prices import PriceBook, price_book
+from gpuledger.ledger.settings import Settings
 
 WASTE_KEYS = ("idle_allocated_usd", "underused_usd", "failed_usd", "unallocated_usd")
 PART_KEYS = (
@@ -60,24 +59,6 @@ def capacity_utilization_pct(
     if mean_util_pct is None or total <= 0:
         return None
     return mean_util_pct * held_gpu_hours / total
-
-
-def price_in_force(
-    prices: Iterable[PriceRow], gpu_model: str, tier: str, on: dt.date | None = None
-) -> float | None:
-    """The fleet-wide (no cluster) $/GPU-h of ``gpu_model`` at ``tier`` in force ``on`` (default: the
-    latest row); None when the sheet has none."""
-    rows = [
-        r
-        for r in prices
-        if r.gpu_model == gpu_model
-        and r.tier == tier
-        and r.cluster is None
-        and (on is None or r.effective_from <= on)
-    ]
-    if not rows:
-        return None
-    return max(rows, key=lambda r: r.effective_from).usd_per_gpu_hour
 
 
 @dataclass(frozen=True)
@@ -137,7 +118,7 @@ def _scaled(rows: list[dict[str, Any]], factor: dict[str, float]) -> dict[str, f
 
 
 def reprice_team_on_spot(
-    jobs: pl.DataFrame, team: str, prices: list[PriceRow], settings: Settings | None = None
+    jobs: pl.DataFrame, team: str, prices: PriceBook, settings: Settings | None = None
 ) -> Change:
     """Team ``team``'s jobs on elastic capacity at their GPU model's spot price (see the module docstring)."""
     settings = settings or Settings()
@@ -149,7 +130,7 @@ def reprice_team_on_spot(
         hours, cost, model = j["gpu_hours"] or 0.0, j["cost_usd"], j["gpu_model"]
         if cost is None or cost <= 0 or hours <= 0 or model is None:
             continue
-        spot = price_in_force(prices, model, "spot")
+        spot = prices.offered(model, "spot", j.get("cluster"))
         if spot is None:
             no_price.add(model)
             continue
@@ -180,9 +161,9 @@ def reprice_team_on_spot(
     return Change(f"team {team} on spot", sum(parts.values()), text, len(factor), parts)
 
 
-def reprice_model(jobs: pl.DataFrame, old: str, new: str, prices: list[PriceRow], tier: str) -> Change:
+def reprice_model(jobs: pl.DataFrame, old: str, new: str, prices: PriceBook, tier: str) -> Change:
     """Jobs on ``old`` repriced at ``new``'s ``tier`` price (the same GPU-hours); their parts scale with it."""
-    new_price = price_in_force(prices, new, tier)
+    new_price = prices.offered(new, tier)  # fleet-wide: the generic rows
     if new_price is None:
         return Change(f"{new} instead of {old}", 0.0, f"no {tier} price for {new}: nothing repriced", 0)
     rows = [j for j in _job_rows(jobs) if j["gpu_model"] == old]
@@ -203,13 +184,11 @@ def reprice_model(jobs: pl.DataFrame, old: str, new: str, prices: list[PriceRow]
     )
 
 
-def after_model_change(
-    jobs: pl.DataFrame, old: str, new: str, prices: list[PriceRow], tier: str
-) -> pl.DataFrame:
+def after_model_change(jobs: pl.DataFrame, old: str, new: str, prices: PriceBook, tier: str) -> pl.DataFrame:
     """``jobs`` as they would be after :func:`reprice_model`: the jobs on ``old`` now on ``new`` at its
     ``tier`` price, their parts scaled with it, so that a later change (a team on spot) reprices them once,
     from there."""
-    new_price = price_in_force(prices, new, tier)
+    new_price = prices.offered(new, tier)  # fleet-wide: the generic rows
     if new_price is None:
         return jobs
     on_old = (pl.col("gpu_model") == old) & pl.col("cost_usd").is_not_null() & (pl.col("cost_usd") > 0)
@@ -286,7 +265,7 @@ def what_if(
     summary: dict[str, Any],
     jobs: pl.DataFrame,
     recs: pl.DataFrame,
-    prices: list[PriceRow],
+    prices: PriceBook,
     settings: Settings,
     *,
     spot: tuple[str, ...] = (),
@@ -344,14 +323,11 @@ def what_if_view(
     from analytics.jobs import jobs_table
     from analytics.recommend import recommendations
     from analytics.summary import summary as view_summary
-    from gpuledger.ledger.reference import effective_prices
 
     now = view_summary(con, filters=filters, settings=settings)
     jobs = jobs_table(con, filters=filters, settings=settings) if (spot or models) else pl.DataFrame()
     recs = recommendations(con, filters=filters, settings=settings) if take else pl.DataFrame()
-    result = what_if(
-        now, jobs, recs, effective_prices(settings), settings, spot=spot, models=models, take=take
-    )
+    result = what_if(now, jobs, recs, price_book(con), settings, spot=spot, models=models, take=take)
     return {
         "now": result.before,
         "with_changes": result.after,

@@ -43,7 +43,8 @@ if str(ROOT) not in sys.path:
 
 import duckdb  # noqa: E402
 
-from collectors.base import IngestOptions, ingest_file  # noqa: E402
+from collectors.base import IngestOptions  # noqa: E402
+from collectors.ingest import ingest_file  # noqa: E402
 from collectors.validate import TABLES, find_violations  # noqa: E402
 from gpuledger.ledger.db import memory_ledger  # noqa: E402
 from gpuledger.ledger.errors import FormatError, UnknownFormatError  # noqa: E402

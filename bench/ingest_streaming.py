@@ -31,9 +31,9 @@ import duckdb  # noqa: E402
 from ingest import cached_file  # noqa: E402
 
 from collectors.base import _CADENCE  # noqa: E402
-from collectors.common import GAP_FACTOR, MAX_DERIVED_INTERVAL_S  # noqa: E402
 from gpuledger.ledger.db import ensure_schema  # noqa: E402
 from gpuledger.ledger.rollup import refresh_rollup  # noqa: E402
+from gpuledger.ledger.sample_time import GAP_FACTOR, MAX_DERIVED_INTERVAL_S  # noqa: E402
 
 
 def num(col: str, unit: str) -> str:

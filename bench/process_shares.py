@@ -21,7 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from analytics.cost import job_costs
-from collectors.base import IngestOptions, ingest_file, land, next_ingest_id, run_in_transaction
+from collectors.base import IngestOptions, land, next_ingest_id, run_in_transaction
+from collectors.ingest import ingest_file
 from gpuledger.ledger.db import memory_ledger
 from tests.analytics.build import T0, alloc, gpu, ingest, job, series, set_test_prices
 

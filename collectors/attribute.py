@@ -72,13 +72,13 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from collectors.common import MAX_REACH
+from gpuledger.ledger.job_states import HELD_STATES
+from gpuledger.ledger.sample_time import MAX_REACH, sample_end_sql
+from gpuledger.ledger.sql import sql_list
 
 FOREVER = dt.datetime.max
 # how a host name is compared: sacct's NodeList has short names, a hostname column may be an FQDN
 HOST_KEY = "lower(split_part({}, '.', 1))"
-# job states whose span is still open (their allocation's end is only what sacct measured so far)
-OPEN_STATES = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING")
 METHODS = ("exact", "by_share", "none")
 # GPU ids of W&B system metrics (collectors/wandb.py): a second view of a card of their host, not a card
 VIEW_PREFIX = "wandb:"
@@ -346,7 +346,7 @@ def settle_views(con: duckdb.DuckDBPyConnection) -> None:
                          AND ts >= (SELECT min(ts) FROM view_candidates) - {MAX_REACH}
                          AND ts <= (SELECT max(ts) FROM view_candidates)) r
               ON r.gpu_id = v.card AND r.ts <= v.ts
-            WHERE v.ts < r.ts + to_microseconds(CAST(r.interval_s * 1e6 AS BIGINT))"""
+            WHERE v.ts < {sample_end_sql("r.ts", "r.interval_s")}"""
     )
     con.execute("UPDATE samples SET job_id = NULL FROM view_covered c WHERE samples.rowid = c.rid")
     con.execute("CREATE TEMP TABLE IF NOT EXISTS merged_windows (gpu_id VARCHAR, lo TIMESTAMP, hi TIMESTAMP)")
@@ -476,7 +476,7 @@ def attribute_hosts(con: duckdb.DuckDBPyConnection, hosts: list[str], ingest_id:
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE attr_allocs AS
             SELECT a.job_id, {host_key("a.host")} AS hk, a.start_ts,
-                   CASE WHEN j.end_ts IS NULL AND j.state IN ({", ".join(f"'{s}'" for s in OPEN_STATES)})
+                   CASE WHEN j.end_ts IS NULL AND j.state IN ({sql_list(HELD_STATES)})
                         THEN NULL ELSE a.end_ts END AS end_ts,
                    sum(a.gpu_count) AS gpus,
                    list(a.gpu_index ORDER BY a.gpu_index) FILTER (WHERE a.gpu_index IS NOT NULL) AS indices

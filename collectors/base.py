@@ -32,32 +32,23 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
-import sys
-import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
 
-from collectors.checkpoints import record_placements, withdraw
-from collectors.common import (
-    MERGE_KEPT,
-    Restage,
-    cadence_sql,
-    interval_sql,
-    reading,
-)
-from collectors.gpu_facts import GpuFacts, price_staged_jobs
+from collectors.checkpoints import withdraw
+from collectors.common import MERGE_KEPT
+from collectors.gpu_facts import GpuFacts
 from collectors.interleave import extend_merged, settle_interleaved
 from collectors.names import neutralize_names
-from collectors.source_file import check_path, scan_source
-from collectors.validate import record_rejections, validate_merge, validate_stage
 from gpuledger.ledger.errors import FormatError, UnknownFormatError
+from gpuledger.ledger.job_states import OPEN_STATES, PENDING
+from gpuledger.ledger.sample_time import cadence_sql, interval_sql, reach_sql
 from gpuledger.ledger.schema import INGESTED_TABLES
+from gpuledger.ledger.sql import quote, sql_list
 
 if TYPE_CHECKING:
     from gpuledger.ledger.settings import Settings
@@ -66,8 +57,6 @@ HEAD_BYTES = 64 * 1024
 # staged rows per UPDATE of their intervals (_land_samples, rows already in time order)
 LAND_CHUNK = 1_000_000
 _CADENCE = cadence_sql()
-# Files this big get a progress bar on a terminal; smaller ones land before one would be drawn.
-PROGRESS_MIN_BYTES = 4 * 2**20
 
 
 @dataclass(frozen=True)
@@ -251,10 +240,6 @@ def _tier_case(opts: IngestOptions) -> str:
     arms = " ".join(f"WHEN {quote(cluster)} THEN {quote(tier)}" for cluster, tier in opts.cluster_tiers)
     default = quote(opts.default_tier)
     return f"(CASE s.cluster {arms} ELSE {default} END)" if arms else default
-
-
-def quote(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
 
 
 def land(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptions) -> dict[str, int]:
@@ -628,13 +613,7 @@ def _land_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptio
     # same job ended (end_ts and a final state) is what the scheduler said before the job finished. It stays
     # out, and land() keeps the job's stored allocations with it (temp.older_job_records, counted in the
     # report). A record that starts after that end is a new attempt (a requeue) and replaces it as before.
-    open_states = ", ".join(
-        map(
-            quote,
-            ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING", "SIGNALING",
-             "STAGE_OUT", "STOPPED", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD"),
-        )
-    )  # fmt: skip
+    open_states = sql_list(OPEN_STATES)
     staged_cols = set(_columns(con, "stage_jobs", temp=True))
 
     def staged(col: str) -> str:
@@ -658,11 +637,11 @@ def _land_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptio
     if "state" in staged_cols:
         # A pending job holds no GPU, whatever start its source shows (sacct prints the time the scheduler
         # expects it to start): it lands with no start or end and no allocation, so it costs nothing.
-        pending = "SELECT job_id FROM stage_jobs WHERE state = 'PENDING'"
+        pending = f"SELECT job_id FROM stage_jobs WHERE state = '{PENDING}'"
         times = [c for c in ("start_ts", "end_ts") if c in staged_cols]
         if times:
             con.execute(
-                f"UPDATE stage_jobs SET {', '.join(f'{c} = NULL' for c in times)} WHERE state = 'PENDING'"
+                f"UPDATE stage_jobs SET {', '.join(f'{c} = NULL' for c in times)} WHERE state = '{PENDING}'"
             )
         if "stage_allocations" in _temp_tables(con):
             con.execute(f"DELETE FROM stage_allocations WHERE job_id IN ({pending})")
@@ -746,7 +725,7 @@ def delete_ingests(
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE replaced_windows AS
             SELECT gpu_id, min(ts) AS lo,
-                   max(ts + to_microseconds((ceil(1.5 * interval_s::DOUBLE * 1e6) + 1000000)::BIGINT)) AS hi
+                   max({reach_sql("ts", "interval_s::DOUBLE")}) AS hi
             FROM samples WHERE ingest_id IN ({placeholders}) GROUP BY gpu_id""",
         ingest_ids,
     )
@@ -941,194 +920,3 @@ def run_in_transaction(con: duckdb.DuckDBPyConnection, work: Callable[[], Ingest
         raise
     finally:
         drop_stage(con)
-
-
-def ingest_file(
-    con: duckdb.DuckDBPyConnection,
-    path: str | os.PathLike[str],
-    *,
-    fmt: str = "auto",
-    opts: IngestOptions | None = None,
-    parsers: dict[str, Parser] | None = None,
-) -> IngestReport:
-    """Parse one file and land it atomically in the ledger behind ``con`` (a writer connection)."""
-    from collectors.registry import PARSERS
-
-    opts = opts or IngestOptions()
-    parsers = parsers or PARSERS
-    p = Path(path)
-    with reading(p):  # a directory, an unreadable file: one sentence, not a traceback
-        check_path(p)  # a regular file of UTF-8 text (collectors/source_file.py)
-        parser = choose_parser(p, fmt, parsers)
-        if not p.exists():
-            raise FormatError(p, None, "no such file")
-        if not p.is_file():
-            raise FormatError(p, None, "not a file")
-        if p.stat().st_size == 0:
-            raise FormatError(p, None, "the file is empty")
-        started = time.perf_counter()
-    key = opts.source_key or str(p.resolve())
-    hashing: Hashing | None = None
-    if opts.replace or p.stat().st_size < OVERLAP_HASH_BYTES or _seen_source(con, key):
-        # --replace removes by hash first; a source seen before is most likely the same bytes again (a
-        # cron re-ingesting a folder), answered at once
-        with reading(p):
-            digest = sha256_file(p)
-        seen = _seen_hash(con, digest)
-        if seen is not None and not opts.replace:
-            record_source(con, seen, str(p.resolve()), key)
-            return IngestReport(str(p), parser.name, seen, already=True, bytes_read=p.stat().st_size)
-    else:
-        hashing = Hashing(p)  # hashed while DuckDB stages it (a new source is rarely a copy of an old one)
-        digest = ""
-
-    with reading(p):  # every byte read: no line too long, no NUL, no gzip bomb (collectors/source_file.py)
-        scan = scan_source(p, parser.name, max_gzip_ratio=opts.max_gzip_ratio)
-    ids: list[int] = []  # the ingest's id, kept for a second run (Restage): a sequence is not rolled back
-
-    def work() -> IngestReport:
-        nonlocal digest
-        earlier = withdraw_source(con, key, opts) if opts.replace else []
-        if not ids:
-            ids.append(next_ingest_id(con))
-        ingest_id = ids[0]
-        with reading(p):
-            skipped = parser.stage(con, p, opts)
-            priced = price_staged_jobs(con, opts.gpu) if opts.gpu else None
-            bad = validate_stage(con, p, skip_bad_rows=opts.skip_bad_rows, max_job_days=opts.max_job_days)
-            bad += validate_merge(con, p, skip_bad_rows=opts.skip_bad_rows)
-            if hashing is not None:
-                digest = hashing.result()
-        if hashing is not None and (seen := _seen_hash(con, digest)) is not None:
-            raise _AlreadyIngested(seen)  # the same bytes under another name: nothing lands (rolled back)
-        with reading(p, landing=True):
-            rows, notes = split_sample_notes(land(con, ingest_id, opts))
-        record_placements(con, ingest_id)  # checkpoints a training log placed (collectors/checkpoints.py)
-        unpriced = con.execute(
-            "SELECT job_id FROM jobs WHERE ingest_id = ? AND (gpu_model IS NULL OR coalesce(gpu_count, 0) = 0)"
-            " ORDER BY 1",
-            [ingest_id],
-        ).fetchall()
-        skipped = {**skipped, **notes}
-        if bad:
-            record_rejections(con, ingest_id, str(p.resolve()), bad)
-            skipped[f"rows outside their physical range (rejected_rows of ingest #{ingest_id})"] = len(bad)
-        record_ingest(
-            con,
-            ingest_id,
-            path=str(p.resolve()),
-            source_key=key,
-            sha256=digest,
-            fmt=parser.name,
-            rows=rows,
-            skipped=skipped,
-        )
-        return IngestReport(
-            str(p),
-            parser.name,
-            ingest_id,
-            rows,
-            skipped,
-            replaced=earlier,
-            seconds=time.perf_counter() - started,
-            bytes_read=scan.bytes_read,
-            rejected=[
-                {"line": v.line, "table": v.table, "column": v.column, "value": v.value, "reason": v.reason}
-                for v in bad
-            ],
-            priced=priced,
-            unpriced=[r[0] for r in unpriced],
-        )
-
-    progress = wants_progress(opts, p.stat().st_size)
-    if progress:
-        con.execute("SET enable_progress_bar = true")
-        con.execute("SET enable_progress_bar_print = true")
-    try:
-        try:
-            return run_in_transaction(con, work)
-        except Restage as again:
-            opts = replace(opts, **again.changes)  # work() reads opts when it runs
-            return run_in_transaction(con, work)
-    except _AlreadyIngested as done:
-        record_source(con, done.ingest_id, str(p.resolve()), key)
-        return IngestReport(str(p), parser.name, done.ingest_id, already=True, bytes_read=scan.bytes_read)
-    finally:
-        if hashing is not None:
-            hashing.result(raise_errors=False)  # never leave the thread reading the file
-        if progress:
-            con.execute("SET enable_progress_bar = false")
-
-
-# Files this big are hashed on a second thread while DuckDB stages them, unless their source was ingested
-# before (then the hash decides first whether there is anything to do). The stage keeps both cores only
-# part of the time: a 2 M-row CSV's stage with its hash alongside took 1.10 s against 1.29 s one after the
-# other (the hash alone 0.2 s); a 10 M-row one's hash is 0.9 s.
-OVERLAP_HASH_BYTES = 64 * 2**20
-
-
-class Hashing:
-    """sha256 of a file on a thread of its own (hashlib releases the GIL on large blocks, DuckDB while it
-    runs a statement)."""
-
-    def __init__(self, path: Path) -> None:
-        self._digest: str | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(path,), name="gpuledger-sha256", daemon=True)
-        self._thread.start()
-
-    def _run(self, path: Path) -> None:
-        try:
-            self._digest = sha256_file(path)
-        except BaseException as exc:  # re-raised in the caller's thread by result()
-            self._error = exc
-
-    def result(self, *, raise_errors: bool = True) -> str:
-        self._thread.join()
-        if self._error is not None and raise_errors:
-            raise self._error
-        return self._digest or ""
-
-
-class _AlreadyIngested(Exception):
-    """Raised inside the ingest's transaction when its bytes turn out to be in the ledger already."""
-
-    def __init__(self, ingest_id: int) -> None:
-        super().__init__(ingest_id)
-        self.ingest_id = ingest_id
-
-
-def _seen_hash(con: duckdb.DuckDBPyConnection, digest: str) -> int | None:
-    rows = con.execute(
-        "SELECT ingest_id FROM ingests WHERE content_sha256 = ? ORDER BY ingest_id LIMIT 1", [digest]
-    ).fetchall()
-    return int(rows[0][0]) if rows else None
-
-
-def _seen_source(con: duckdb.DuckDBPyConnection, key: str) -> bool:
-    return bool(
-        con.execute(
-            """SELECT EXISTS (SELECT 1 FROM ingests WHERE source_key = $key)
-                      OR EXISTS (SELECT 1 FROM ingest_sources WHERE source_key = $key)""",
-            {"key": key},
-        ).fetchall()[0][0]
-    )
-
-
-def wants_progress(opts: IngestOptions, size_bytes: int, streams: tuple[TextIO, ...] | None = None) -> bool:
-    """Show DuckDB's progress bar while this file stages and lands?
-
-    Only for files of PROGRESS_MIN_BYTES or more (DuckDB draws it for statements running over 2 s), not
-    with ``quiet``, and only when stdout and stderr are both a terminal: DuckDB draws on stdout, so a
-    piped or redirected run (``--json > report.json``) stays clean.
-    """
-    if opts.quiet or size_bytes < PROGRESS_MIN_BYTES:
-        return False
-    return all(_is_terminal(s) for s in (streams or (sys.stdout, sys.stderr)))
-
-
-def _is_terminal(stream: TextIO | None) -> bool:
-    try:
-        return stream is not None and stream.isatty()
-    except (ValueError, OSError):  # a closed or detached stream
-        return False

@@ -20,35 +20,8 @@ NULL_TOKENS = ("", "[N/A]", "N/A", "[Not Supported]", "Not Supported", "NaN", "n
 _NULL_SQL = ", ".join("'" + t.replace("'", "''") + "'" for t in NULL_TOKENS)
 
 
-# A telemetry sample stands for the time until the next sample of its GPU, but never more than this many
-# times the GPU's typical cadence: a longer silence is a gap (unknown), not busy or idle time.
-GAP_FACTOR = 2.5
-# The longest interval a sample is given when it is derived from the gaps (collectors/validate.py's range for
-# interval_s). A GPU's median gap above it is no cadence (two readings years apart, a wrong clock): its samples
-# then stand for 1 s each, as a lone sample does, and no gap longer than this is ever one sample's interval.
-MAX_DERIVED_INTERVAL_S = 86_400.0
-# No sample stands for more than a day (collectors/validate.py): none further back reaches a later time.
-MAX_REACH = "INTERVAL 1 DAY"
 # Sample columns a second series for the same (gpu_id, ts) never changes (collectors/base.py _land_samples).
 MERGE_KEPT = frozenset({"ts", "gpu_id", "interval_s", "ingest_id"})
-
-
-def cadence_sql(gap: str = "gap_s", default_s: float = 1.0) -> str:
-    """SQL aggregate: a series' cadence, the median of its gaps ``gap``; ``default_s`` when there is none or it
-    is over a day (no cadence)."""
-    return (
-        f"CASE WHEN median({gap}) IS NULL OR median({gap}) > {MAX_DERIVED_INTERVAL_S} THEN {default_s} "
-        f"ELSE median({gap}) END"
-    )
-
-
-def interval_sql(gap: str, cad: str) -> str:
-    """SQL: the time a sample stands for, from the gap to its series' next sample and the series' cadence:
-    the gap, or the cadence for the last sample and past GAP_FACTOR × the cadence or a day."""
-    return (
-        f"CASE WHEN {gap} IS NULL OR {gap} > least({GAP_FACTOR} * {cad}, {MAX_DERIVED_INTERVAL_S}) "
-        f"THEN {cad} ELSE {gap} END"
-    )
 
 
 def utc_offset(zone: str, at: dt.datetime) -> dt.timedelta:
@@ -603,7 +576,7 @@ def _is_archive_error(exc: BaseException) -> bool:
 class Restage(Exception):
     """Raised by a parser's ``stage`` when what made its reader fail means the file has to be staged again
     with other options (``changes``): DuckDB aborts a transaction at a failed statement, so
-    :func:`collectors.base.ingest_file` rolls it back and runs it once more with the options changed."""
+    :func:`collectors.ingest.ingest_file` rolls it back and runs it once more with the options changed."""
 
     def __init__(self, **changes: object) -> None:
         super().__init__(changes)

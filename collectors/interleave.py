@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import duckdb
 
-from collectors.common import MAX_REACH, cadence_sql, interval_sql
+from gpuledger.ledger.sample_time import MAX_REACH, cadence_sql, interval_sql, sample_end_sql
 
-_END = "ts + to_microseconds(CAST(round(interval_s * 1e6) AS BIGINT))"
+_END = sample_end_sql()
 # a sample left with less than this (the rounding of FLOAT intervals) stands for nothing
 _NOTHING_S = 1e-3
 
@@ -65,7 +65,7 @@ def extend_merged(con: duckdb.DuckDBPyConnection, ingest_id: int) -> int:
     file's last poll: a log ingested again as it grows) the row's interval grows to it; else it lands as a
     sample of this ingest, at the stretch's start, with the staged sample's values, when at least as long as
     the row it merged into (a shorter sliver is clock rounding between two series, left as it was). The staged
-    sample's own interval is the samples' rule (collectors/common.py ``interval_sql``). Returns how many samples that added. Runs only when this ingest merged samples (``held_rows``)."""
+    sample's own interval is the samples' rule (gpuledger/ledger/sample_time.py ``interval_sql``). Returns how many samples that added. Runs only when this ingest merged samples (``held_rows``)."""
     merged = con.execute(
         "SELECT count(*) FROM held_rows WHERE table_name = 'samples' AND ingest_id = ?", [ingest_id]
     ).fetchall()[0][0]
@@ -89,7 +89,7 @@ def extend_merged(con: duckdb.DuckDBPyConnection, ingest_id: int) -> int:
             ),
             cad AS (SELECT gpu_id, {cadence_sql()} AS cad_s FROM own GROUP BY gpu_id)
             SELECT own.gpu_id, own.ts,
-                   own.ts + to_microseconds(CAST(round(1e6 * {interval_sql("own.gap_s", "cad.cad_s")}) AS BIGINT))
+                   {sample_end_sql("own.ts", interval_sql("own.gap_s", "cad.cad_s"))}
                        AS own_end
             FROM own JOIN cad USING (gpu_id) JOIN mg USING (gpu_id, ts)""",
         {"ingest": ingest_id},
@@ -103,7 +103,7 @@ def extend_merged(con: duckdb.DuckDBPyConnection, ingest_id: int) -> int:
     rest = _first_uncovered("SELECT gpu_id, ts, own_end FROM merged_spans", "merged_islands", "own_end")
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE merged_rest AS
-            SELECT e.*, r.rowid AS row_rid, r.{_END} = e.start AS at_row_end, r.interval_s::DOUBLE AS row_iv
+            SELECT e.*, r.rowid AS row_rid, {sample_end_sql("r.ts", "r.interval_s")} = e.start AS at_row_end, r.interval_s::DOUBLE AS row_iv
             FROM ({rest}) e JOIN samples r ON r.gpu_id = e.gpu_id AND r.ts = e.ts
             WHERE epoch(e.stop - e.start) >= {_NOTHING_S}"""
     )
@@ -148,12 +148,12 @@ def settle_interleaved(con: duckdb.DuckDBPyConnection, ingest_id: int) -> int:
     if not near:
         return 0
     # each GPU's old covered time near the new samples, as islands [lo, hi)
-    spans = f"""SELECT o.gpu_id, o.ts AS s, o.{_END} AS e
+    spans = f"""SELECT o.gpu_id, o.ts AS s, {sample_end_sql("o.ts", "o.interval_s")} AS e
                 FROM samples o JOIN (SELECT gpu_id, min(ts) AS lo, max({_END}) AS hi FROM samples
                                      WHERE ingest_id = $ingest AND ts >= $lo AND ts < $hi GROUP BY gpu_id) n
                   ON n.gpu_id = o.gpu_id
                 WHERE o.ingest_id <> $ingest AND o.ts >= CAST($lo AS TIMESTAMP) - {MAX_REACH} AND o.ts < $hi
-                  AND o.ts < n.hi AND o.{_END} > n.lo"""
+                  AND o.ts < n.hi AND {sample_end_sql("o.ts", "o.interval_s")} > n.lo"""
     con.execute(f"CREATE OR REPLACE TEMP TABLE old_islands AS {_islands(spans)}", bounds)
     # each new sample of those GPUs: where its uncovered stretch starts and ends
     new = f"""SELECT rowid AS rid, gpu_id, ts, {_END} AS te FROM samples

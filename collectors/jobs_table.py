@@ -34,7 +34,15 @@ from collectors.common import (
 from collectors.lines import file_lines, reader_error_line
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
+from gpuledger.ledger.job_states import (
+    PENDING,
+    TABLE_FINISHED_STATES,
+    TABLE_STATES,
+    state_word_sql,
+    stored_state_sql,
+)
 from gpuledger.ledger.reference import model_sql_case
+from gpuledger.ledger.sql import sql_list
 
 REQUIRED = ("job_id", "user", "team", "cluster", "gpu_model", "gpu_count", "start", "end", "state")
 OPTIONAL = ("project", "name", "kind", "submit", "tier", "exit_reason", "last_checkpoint")
@@ -73,37 +81,12 @@ KINDS = {
     "notebook": "interactive",
     "other": "other",
 }
-STATES = (
-    "COMPLETED",
-    "RUNNING",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "OOM",
-    "OUT_OF_MEMORY",
-    "NODE_FAIL",
-    "PENDING",
-    "PREEMPTED",
-    "BOOT_FAIL",
-    "DEADLINE",
-    "REQUEUED",
-    "SUSPENDED",
-)
-# A job in any other state has ended: it needs its end (as in sacct.py's OPEN_STATES).
-OPEN_STATES = ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED")
-FINISHED_STATES = tuple(s for s in STATES if s not in OPEN_STATES)
 TIERS = ("on_demand", "spot", "reserved", "on_prem")
 
 
 def _kind_case(col: str) -> str:
     arms = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in KINDS.items())
     return f"(CASE lower({col}) {arms} ELSE NULL END)"
-
-
-def _state_sql(col: str) -> str:
-    # "CANCELLED by 1234" → CANCELLED; OUT_OF_MEMORY → OOM
-    base = f"upper(regexp_extract(trim({col}), '^[A-Za-z_]+'))"
-    return f"(CASE {base} WHEN 'OUT_OF_MEMORY' THEN 'OOM' ELSE {base} END)"
 
 
 class JobsTable:
@@ -192,10 +175,10 @@ class JobsTable:
         def col(name: str) -> str:
             return nullif_tokens(f'"{name}"') if name in cols else "NULL"
 
-        state = _state_sql(col("state"))
+        state = stored_state_sql(state_word_sql(col("state")))
         # A pending job holds no GPU: the start a scheduler shows for it is when it expects to start.
-        pending = f"coalesce({state} = 'PENDING', false)"
-        no_end = f"{state} IN ({', '.join(repr(s) for s in FINISHED_STATES)}) AND {col('end')} IS NULL"
+        pending = f"coalesce({state} = '{PENDING}', false)"
+        no_end = f"{state} IN ({sql_list(TABLE_FINISHED_STATES)}) AND {col('end')} IS NULL"
         notes: dict[str, int] = {}
         if opts.skip_bad_rows:
             left = [
@@ -231,7 +214,7 @@ class JobsTable:
                 '"end"',
             ),
             Check(
-                f"{state} NOT IN ({', '.join(repr(s) for s in STATES)}) OR {col('state')} IS NULL",
+                f"{state} NOT IN ({sql_list(TABLE_STATES)}) OR {col('state')} IS NULL",
                 'column "state" is not a job state: "{value}"',
                 '"state"',
             ),

@@ -27,7 +27,7 @@ loop). ``command`` is the last column and may hold spaces (``renderD128 --us``).
   (pid ``-``) are no rows, but their times still count as polls.
 
 Each row's ``interval_s`` is the time its poll stands for: to the GPU's next poll, at most
-``collectors.common.GAP_FACTOR`` × the GPU's median spacing and at most a day (the last poll, and one before a
+``gpuledger.ledger.sample_time.GAP_FACTOR`` × the GPU's median spacing and at most a day (the last poll, and one before a
 longer silence, get the median; a single poll, or polls a median of more than a day apart, pmon's default
 1 s). A pid twice on one GPU in one poll (a process with both a compute and a graphics context) is one row
 with the larger values.
@@ -50,9 +50,10 @@ from zoneinfo import ZoneInfo
 import duckdb
 
 from collectors.base import IngestOptions, Sniff
-from collectors.common import LocalClock, cadence_sql, interval_sql, local_zone
+from collectors.common import LocalClock, local_zone
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
+from gpuledger.ledger.sample_time import cadence_sql, interval_sql
 
 if TYPE_CHECKING:
     import polars as pl
@@ -77,7 +78,7 @@ COLUMNS: dict[str, str | None] = {
 NUMERIC = ("sm_pct", "mem_util_pct", "enc_pct", "dec_pct", "used_mem_mib")
 DEFAULT_DELAY_S = 1.0  # pmon's default -d
 SECOND_PASS = "#2"  # marks a poll time met on the second pass through an hour the clocks repeat
-# The samples' rule (collectors/common.py): a median gap above a day is no cadence (``pmon -c 1`` run by a
+# The samples' rule (gpuledger/ledger/sample_time.py): a median gap above a day is no cadence (``pmon -c 1`` run by a
 # daily cron), so each such poll stands for pmon's default delay, and no gap over a day is one poll's time.
 _CADENCE = cadence_sql(default_s=DEFAULT_DELAY_S)
 _INTERVAL = interval_sql("p.gap_s", "c.cad_s")

@@ -43,13 +43,13 @@ from collectors.base import (
     run_in_transaction,
     split_sample_notes,
 )
-from collectors.common import GAP_FACTOR
 from collectors.nvml_api import DeviceInfo, DeviceLost, NvmlApi
 from collectors.proc_jobs import ProcJobs, jobs_from_mapping_dir
 from collectors.validate import screen_live
 from gpuledger.ledger.db import writer
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.reference import normalize_model
+from gpuledger.ledger.sample_time import interval_sql
 
 MIB = 1024 * 1024
 FORMAT = "nvml"
@@ -390,8 +390,7 @@ class NvmlSampler:
                     FROM nvml_samples
                 )
                 SELECT ts, gpu_id,
-                       CAST(CASE WHEN gap_s IS NULL OR gap_s <= 0 OR gap_s > {GAP_FACTOR} * {nominal}
-                                 THEN {nominal} ELSE gap_s END AS FLOAT) AS interval_s,
+                       CAST({interval_sql("CASE WHEN gap_s > 0 THEN gap_s END", str(nominal))} AS FLOAT) AS interval_s,
                        util_gpu_pct AS util_pct, util_mem_pct AS mem_util_pct,
                        mem_used_bytes / {MIB} AS mem_used_mib, mem_total_bytes / {MIB} AS mem_total_mib,
                        power_mw / 1000.0 AS power_w, energy_mj / 1000.0 AS energy_j, temp_c,

@@ -64,7 +64,16 @@ from collectors.common import (
 )
 from collectors.validate import find_violations, name_columns
 from gpuledger.ledger.errors import FormatError
+from gpuledger.ledger.job_states import (
+    HELD_STATES,
+    OPEN_STATES,
+    REQUEUE_STATES,
+    SLURM_STATES,
+    state_word_sql,
+    stored_state_sql,
+)
 from gpuledger.ledger.reference import model_sql_case
+from gpuledger.ledger.sql import sql_list
 
 # Field names sacct --helpformat lists (lower case); used to recognise a header line.
 _FIELD_NAMES = """account admincomment alloccpus allocgres allocnodes alloctres associd avecpu avecpufreq avediskread
@@ -82,36 +91,7 @@ _FIELD_NAMES = """account admincomment alloccpus allocgres allocnodes alloctres 
     tresusageouttot uid user usercpu wckey wckeyid workdir"""
 KNOWN_FIELDS = frozenset(_FIELD_NAMES.split())
 GPU_FIELDS = ("alloctres", "reqtres", "allocgres", "reqgres")
-STATES = (
-    "BOOT_FAIL",
-    "CANCELLED",
-    "COMPLETED",
-    "COMPLETING",
-    "CONFIGURING",
-    "DEADLINE",
-    "FAILED",
-    "NODE_FAIL",
-    "OUT_OF_MEMORY",
-    "PENDING",
-    "PREEMPTED",
-    "REQUEUED",
-    "REQUEUE_FED",
-    "REQUEUE_HOLD",
-    "RESIZING",
-    "RESV_DEL_HOLD",
-    "REVOKED",
-    "RUNNING",
-    "SIGNALING",
-    "SPECIAL_EXIT",
-    "STAGE_OUT",
-    "STOPPED",
-    "SUSPENDED",
-    "TIMEOUT",
-)
-# States in which a job still holds (or never held) its allocation: no End is derived from Elapsed.
-OPEN_STATES = ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING")
-# Open states in which the job holds its GPUs now: its allocation is held at least until Start + Elapsed.
-HELD_STATES = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING")
+_IDX = re.compile(r"gpu[^()]*\(IDX:([^)]*)\)")
 INTERACTIVE_NAME = r"^(bash|sh|zsh|interactive|jupyter.*|sys/dashboard.*|spawner-jupyterhub)$"
 _JOBID_LINE = re.compile(r"^\d+(?:_[\d\[\]\-,%]+)?(?:\+\d+)?(?:\.[\w+-]+)?\|")
 MAX_HOSTS_PER_RANGE = 100_000
@@ -350,7 +330,7 @@ def stage_from_raw(
         return f'r."{name}"' if name in cols else "NULL::VARCHAR"
 
     raw_id = f"coalesce({col('jobidraw')}, {col('jobid')})"
-    state_word = f"upper(regexp_extract({col('state')}, '^[A-Za-z_]+'))"
+    state_word = state_word_sql(col("state"))
     checks = [
         Check(f"{raw_id} IS NULL", "JobID is empty"),
         Check(
@@ -359,7 +339,7 @@ def stage_from_raw(
             raw_id,
         ),
         Check(
-            f"{col('state')} IS NOT NULL AND {state_word} NOT IN ({', '.join(map(quote, STATES))})",
+            f"{col('state')} IS NOT NULL AND {state_word} NOT IN ({sql_list(SLURM_STATES)})",
             'column "State" is not a Slurm job state: "{value}"',
             col("state"),
         ),
@@ -505,18 +485,18 @@ def stage_from_raw(
             coalesce(t.gpu_count, 0) AS gpu_count,
             r.submit_ts,
             r.start_ts,
-            CASE WHEN r.state_word = 'REQUEUED' AND r.elapsed_s IS NOT NULL
+            CASE WHEN r.state_word IN ({sql_list(REQUEUE_STATES)}) AND r.elapsed_s IS NOT NULL
                  THEN r.start_ts + to_seconds(r.elapsed_s)
-                 ELSE coalesce(r.end_ts, CASE WHEN r.state_word NOT IN ({", ".join(map(quote, OPEN_STATES))})
+                 ELSE coalesce(r.end_ts, CASE WHEN r.state_word NOT IN ({sql_list(OPEN_STATES)})
                                               THEN r.start_ts + to_seconds(r.elapsed_s) END) END AS end_ts,
-            CASE r.state_word WHEN 'OUT_OF_MEMORY' THEN 'OOM' ELSE coalesce(r.state_word, 'UNKNOWN') END AS state,
+            {stored_state_sql("coalesce(r.state_word, 'UNKNOWN')")} AS state,
             nullif(concat_ws('; ',
                 nullif(trim(regexp_replace(r.state_raw, '^[A-Za-z_]+\\+?', '')), ''),
                 CASE WHEN r.exit_code IS NOT NULL AND r.exit_code <> '0:0' THEN 'ExitCode ' || r.exit_code END
             ), '') AS exit_reason,
             p.gpu_mem_peak_mib, p.gpu_util_peak_pct,
             r.nodelist, r.gres_detail,
-            CASE WHEN r.end_ts IS NULL AND r.state_word IN ({", ".join(map(quote, HELD_STATES))})
+            CASE WHEN r.end_ts IS NULL AND r.state_word IN ({sql_list(HELD_STATES)})
                  THEN r.start_ts + to_seconds(r.elapsed_s) END AS held_until_ts,
             r.line_no
         FROM ids r

@@ -51,6 +51,7 @@ from collectors.base import (
 from collectors.validate import MAX_JOB_DAYS, screen_live
 from gpuledger.ledger.db import writer
 from gpuledger.ledger.errors import CollectorError
+from gpuledger.ledger.job_states import HELD_STATES
 
 FIELDS = (
     "JobIDRaw",
@@ -75,7 +76,6 @@ FIRST_POLL_LOOKBACK = dt.timedelta(days=1)
 # scontrol -d detail groups: "Nodes=g[1-2] CPU_IDs=0 Mem=100 GRES=gpu:h100:1(IDX:0)"
 # (starts only where a word starts, and never gives back what it took: linear in the line)
 _DETAIL = re.compile(r"(?<!\S)Nodes=(\S++)\s++(?:CPU_IDs=\S++\s++)?(?:Mem=\S++\s++)?GRES=(\S*+)")
-_RUNNING = ("RUNNING", "SUSPENDED", "COMPLETING")
 SACCT_TIME = "%Y-%m-%dT%H:%M:%S"
 
 
@@ -152,7 +152,7 @@ def running_ids(text: str) -> list[str]:
     out = []
     for line in text.splitlines()[1:]:
         f = line.split("|")
-        if len(f) > state_at and f[0].isdigit() and f[state_at].split(" ")[0] in _RUNNING:
+        if len(f) > state_at and f[0].isdigit() and f[state_at].split(" ")[0] in HELD_STATES:
             out.append(f[0])
     return out
 

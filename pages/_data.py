@@ -25,8 +25,8 @@ from analytics.filters import Filters, horizon
 from analytics.job_signals import idle_stretches
 from analytics.query import frame
 from analytics.shared import sharing
-from gpuledger.ledger.db import data_version, one_reader, reader, resolve_db
-from gpuledger.ledger.reference import sync_reference
+from gpuledger.ledger.db import data_version, one_reader, reader, resolve_db, sync_reference
+from gpuledger.ledger.prices import PriceBook, price_book
 from gpuledger.ledger.settings import Settings
 from gpuledger.reports.weekly import FORMATS, collect, render
 from gpuledger.upload import GpuFacts, UploadResult, analyse_isolated, gpu_facts
@@ -397,3 +397,10 @@ def _analyse_upload(
     name: str, data: bytes, cluster: str | None, tz: str | None, gpu: GpuFacts | None, fp: str, _s: Settings
 ) -> UploadResult:
     return analyse_isolated(name, data, _s, cluster=cluster, tz=tz, gpu=gpu)
+
+
+@cached(entries=CACHE_VERSIONS)
+def prices_in_force(con: duckdb.DuckDBPyConnection, s: Settings) -> PriceBook:
+    """The ledger's prices in force (gpuledger.ledger.prices: the sheet, the settings and the prices sources
+    declared, cluster rows included), the one book every page prices with."""
+    return price_book(con)

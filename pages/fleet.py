@@ -8,7 +8,6 @@ import plotly.graph_objects as go
 import polars as pl
 import streamlit as st
 
-from analytics.whatif import price_in_force
 from pages import _data, _scope, _ui, _view
 from pages._ui import no_rows
 
@@ -157,13 +156,14 @@ if idle.is_empty():
     no_rows("No GPU sat idle in this view.")
 else:
     s = _scope.settings()
-    prices = _scope.prices_in_force()
+    prices = _data.prices_in_force()
 
     def price(model: str | None, cluster: str | None) -> float | None:
         if model is None:
             return None
         c = s.clusters.get(cluster or "")
-        return price_in_force(prices, model, (c.tier if c and c.tier else s.default_tier))
+        # the rate unallocated hours are priced at (analytics/waste.py): the cluster's tier, else on_demand
+        return prices.rate(model, (c.tier if c and c.tier else s.default_tier), cluster)
 
     idle = idle.with_columns(
         pl.Series(

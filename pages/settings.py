@@ -162,12 +162,17 @@ if err := st.session_state.pop("settings_error", None):
 # ---------------------------------------------------------------- prices
 st.subheader("Prices in force")
 try:
-    prices = _scope.prices_in_force()
+    effective_prices(s)  # the settings' rows must name catalog models
+    prices = list(_data.prices_in_force().rows)
 except LedgerError as exc:
     shown = str(exc) if writable else "the settings file's price rows cannot be read"  # no server path
     st.error(f"{md(shown)}\n\nFix the price rows in the settings file.", icon=":material/error:")
     prices = []
-user_rows = set(s.prices)
+ORIGINS = {
+    "settings": "your settings",
+    "sheet": "shipped price sheet",
+    "ingest": "declared by an ingested file",
+}
 table = pl.DataFrame(
     {
         "gpu_model": [r.gpu_model for r in prices],
@@ -175,7 +180,7 @@ table = pl.DataFrame(
         "cluster": [r.cluster or "every cluster" for r in prices],
         "usd_per_gpu_hour": [r.usd_per_gpu_hour for r in prices],
         "effective_from": [r.effective_from for r in prices],
-        "from": ["your settings" if r in user_rows else "shipped price sheet" for r in prices],
+        "from": [ORIGINS.get(r.origin, r.origin) for r in prices],
         "source": [r.source for r in prices],
         "source_date": [r.source_date for r in prices],
     },
@@ -189,8 +194,9 @@ cfg = column_config(table.columns) | {
 }
 st.dataframe(table, hide_index=True, column_config=cfg, height=300)
 st.caption(
-    "A row is in force from its date until the next row of the same model, tier and cluster. Your rows replace "
-    f"the shipped row of the same model, tier, cluster and date. Jobs without a tier use {code(s.default_tier)}."
+    "A row is in force from its date until the next row of the same model, tier and cluster; a cluster's own "
+    "rows replace the every-cluster ones there. Your rows replace the shipped row (or a file's) of the same model, "
+    f"tier, cluster and date. Jobs without a tier use {code(s.default_tier)}."
 )
 if writable:  # only for those who may write
     with st.form("add_price", border=True):

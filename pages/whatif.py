@@ -22,7 +22,7 @@ if jobs.is_empty():
     no_rows("No jobs in this view.")
     st.stop()
 settings = _scope.settings()
-prices = _scope.prices_in_force()
+prices = _data.prices_in_force()
 
 st.write("Pick changes; the figures below show the view as it would have been with them.")
 label = {

@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from collectors.base import ingest_file
+from collectors.ingest import ingest_file
 from gpuledger.ledger.access import AccessSettings, resolve_scope, streamlit_auth_section
 from gpuledger.ledger.db import writer
 from gpuledger.ledger.errors import SettingsError

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from analytics.cost import job_costs
-from collectors.base import ingest_file
+from collectors.ingest import ingest_file
 from gpuledger.ledger.reference import catalog, normalize_model, shipped_prices
 from tests.conftest import write
 

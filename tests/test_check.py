@@ -1,7 +1,7 @@
 """``gpuledger check [--fix]``: a ledger that took bad rows before the plausibility checks survives them.
 
 The bad rows get in the way they did before the checks existed: through the real ingest path with
-validation switched off (``collectors.base.validate_stage`` patched to accept everything), so the rollups
+validation switched off (``collectors.ingest.validate_stage`` patched to accept everything), so the rollups
 hold them too, exactly as an old ledger would.
 """
 
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import collectors.base
-from collectors.base import IngestOptions, ingest_file
+import collectors.ingest
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
 from gpuledger.cli.commands._common import print_json
 from gpuledger.cli.main import main
 from gpuledger.ledger.db import writer
@@ -59,7 +60,7 @@ def old_ledger(db_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     with writer(db_path) as con:
         ingest_file(con, good, opts=opts)
         with monkeypatch.context() as m:
-            m.setattr(collectors.base, "validate_stage", lambda *a, **k: [])
+            m.setattr(collectors.ingest, "validate_stage", lambda *a, **k: [])
             ingest_file(con, bad, opts=opts)
             ingest_file(con, smi, opts=opts)
     return db_path

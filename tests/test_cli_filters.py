@@ -47,7 +47,15 @@ def test_unknown_names_lists_what_exists(two_teams: str) -> None:
 
 @pytest.mark.parametrize(
     "command",
-    [["summary"], ["summary", "--json"], ["jobs"], ["recommend"], ["recommend", "--total"], ["report"]],
+    [
+        ["summary"],
+        ["summary", "--json"],
+        ["jobs"],
+        ["recommend"],
+        ["recommend", "--total"],
+        ["report"],
+        ["whatif"],
+    ],
 )
 def test_every_filtering_command_exits_2_naming_the_teams(two_teams: str, command: list[str]) -> None:
     res = gpuledger(*command, "--db", two_teams, "--team", "speech")
@@ -68,3 +76,10 @@ def test_known_filter_still_runs(two_teams: str) -> None:
     assert res.returncode == 0, res.stderr
     # 60 min × 1 H100 at the test price $4.00/GPU-h
     assert '"spend_usd": 4.0' in res.stdout
+
+
+def test_whatif_names_an_unknown_team_in_a_filter_or_in_spot(two_teams: str) -> None:
+    for args in (["--team", "speech"], ["--spot", "speech"]):
+        res = gpuledger("whatif", "--db", two_teams, *args, "--json")
+        assert (res.returncode, res.stdout) == (2, ""), res.stderr
+        assert res.stderr == "error: no team 'speech' in the ledger (teams: nlp, vision)\n"

@@ -33,7 +33,8 @@ def test_ledger_watch_rechecks_what_changed_and_the_samples_of_a_changed_gpu(tmp
     """bench/fuzz.py checks only the tables that changed since its last clean check: a value made implausible
     after a clean check must still be found, and so must samples whose GPU's model changed under them."""
     from bench.fuzz import LedgerWatch, fresh_ledger
-    from collectors.base import IngestOptions, ingest_file
+    from collectors.base import IngestOptions
+    from collectors.ingest import ingest_file
 
     con = fresh_ledger()
     try:
@@ -61,7 +62,8 @@ def test_ledger_watch_rechecks_what_changed_and_the_samples_of_a_changed_gpu(tmp
 
 def test_a_derived_sample_interval_is_never_over_a_day(tmp_path):
     from bench.fuzz import LedgerWatch, fresh_ledger
-    from collectors.base import IngestOptions, ingest_file
+    from collectors.base import IngestOptions
+    from collectors.ingest import ingest_file
 
     # pod a: one sample at 2022-09-11 and one at 2001-09-09 (epoch 1e9, a plausible time): the gap between
     # them is 1,662,858,720 - 1,000,000,000 = 662,858,720 s; pod b reports every 57 s

@@ -1,4 +1,5 @@
-"""The layer boundary: only the dashboard (app.py and pages/) may import streamlit.
+"""The layer boundary: only the dashboard (app.py and pages/) may import streamlit; imports run one way
+between the layers; and no two modules import each other, even through a function-level import.
 
 ruff's TID251 ban (pyproject.toml) flags it at lint time; this test makes the suite fail too, by walking the
 AST of every project module, so a ``from streamlit import x`` inside a function or an ``importlib`` string is
@@ -187,3 +188,116 @@ def test_forward_imports_pass(tmp_path: Path) -> None:
     path = tmp_path / "m.py"
     path.write_text("from gpuledger.ledger.db import reader\nimport analytics.cost\nimport os\n")
     assert backward_imports(path, "gpuledger.reports") == []
+
+
+# ---- no import circles ------------------------------------------------------------------------------------
+# Two modules that import each other (directly or around a longer loop) can only load because one of the imports
+# hides inside a function, which is where circles grow unnoticed: every import counts here, at module level, in
+# a function, under TYPE_CHECKING or through importlib with a constant name.
+
+
+def module_names(root: Path) -> dict[str, Path]:
+    """Dotted name → file for every project module under ``root`` (a package's ``__init__`` is the package)."""
+    out = {}
+    for pkg in ("gpuledger", "analytics", "collectors", "pages"):
+        for p in (root / pkg).rglob("*.py"):
+            parts = list(p.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = p
+    if (root / "app.py").exists():
+        out["app"] = root / "app.py"
+    return out
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Each module → the project modules it imports anywhere in its text (``from pkg import mod`` counts mod)."""
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        seen: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import):
+                seen.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                seen.add(node.module)
+                seen.update(f"{node.module}.{a.name}" for a in node.names)
+            elif (
+                isinstance(node, ast.Call)
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and getattr(node.func, "attr", getattr(node.func, "id", ""))
+                in ("import_module", "__import__")
+            ):
+                seen.add(str(node.args[0].value))
+        graph[name] = {m for m in seen if m in modules and m != name}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted: every one is a circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_no_import_circle() -> None:
+    circles = import_circles(import_graph(module_names(ROOT)))
+    assert circles == [], "modules that import each other (lazy imports included): " + "; ".join(
+        " ↔ ".join(c) for c in circles
+    )
+
+
+@pytest.mark.parametrize(
+    "lazy",
+    [
+        "def f():\n    from analytics.a import x\n",
+        "def f():\n    import analytics.a\n",
+        "def f():\n    from analytics import a\n",
+        "import importlib\ndef f():\n    importlib.import_module('analytics.a')\n",
+    ],
+)
+def test_a_circle_through_a_lazy_import_is_caught(tmp_path: Path, lazy: str) -> None:
+    (tmp_path / "analytics").mkdir()
+    (tmp_path / "analytics" / "__init__.py").write_text("")
+    (tmp_path / "analytics" / "a.py").write_text("from analytics.c import y\n")
+    (tmp_path / "analytics" / "c.py").write_text("from analytics.b import z\n")
+    (tmp_path / "analytics" / "b.py").write_text(lazy)
+    assert import_circles(import_graph(module_names(tmp_path))) == [
+        ["analytics.a", "analytics.b", "analytics.c"]
+    ]
+
+
+def test_one_way_imports_are_no_circle(tmp_path: Path) -> None:
+    (tmp_path / "analytics").mkdir()
+    (tmp_path / "analytics" / "a.py").write_text("from analytics.b import z\nimport analytics.c\n")
+    (tmp_path / "analytics" / "b.py").write_text("def f():\n    from analytics.c import y\n")
+    (tmp_path / "analytics" / "c.py").write_text("import os\n")
+    assert import_circles(import_graph(module_names(tmp_path))) == []

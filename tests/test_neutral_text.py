@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from collectors.base import ingest_file
+from collectors.ingest import ingest_file
 from gpuledger.ledger.db import writer
 from gpuledger.ledger.text import clip, neutral, neutral_lines
 from tests.conftest import ROOT, gpuledger

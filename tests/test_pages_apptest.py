@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from collectors.base import ingest_file
+from collectors.ingest import ingest_file
 from gpuledger.ledger.db import writer
 from tests.conftest import ROOT
 
@@ -450,3 +450,37 @@ def test_a_job_of_many_gpus_splits_its_timeline_by_host(
         "the 59 hosts with the most unused GPU-hours; the other 11 share one line" in c.value
         for c in at.caption
     )
+
+
+def test_fleet_prices_idle_hours_at_the_clusters_own_rate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Fleet page's idle $ uses gpuledger.ledger.prices.PriceBook, as every other figure: a cluster's own
+    price rows replace the generic ones. It read the sheet and the settings only, generic rows only, so
+    borealis's idle A100-80GB hours were priced at the sheet's $1.79/h where its own row says $1.10."""
+    rows = "".join(f"2026-11-16 10:{m:02d}:00.000, NVIDIA A100-SXM4-80GB, 0, 0 %\n" for m in range(60))
+    db = str(tmp_path / "fleet.duckdb")
+    path = tmp_path / "n1.csv"
+    path.write_text("timestamp, name, index, utilization.gpu [%]\n" + rows)
+    with writer(db) as con:
+        from collectors.base import IngestOptions
+
+        ingest_id = ingest_file(
+            con, path, opts=IngestOptions(tz="UTC", host="n1", cluster="borealis")
+        ).ingest_id
+        # the rate a source declared for borealis (as the demo's on-prem sheet does), held by that ingest
+        con.execute(
+            """INSERT INTO prices VALUES ('A100-80GB', 'on_demand', 'borealis', DATE '2025-01-01', 1.10, 'ours',
+                                          DATE '2025-01-01', 'ingest', ?)""",
+            [ingest_id],
+        )
+    monkeypatch.setenv("GPULEDGER_DB", db)
+    monkeypatch.setenv("GPULEDGER_SETTINGS", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    at = run_page("pages/fleet.py")
+    assert not at.exception, at.exception
+    idle = next(d.value for d in at.dataframe if "idle_usd" in d.value.columns)
+    idle = pl.from_pandas(idle) if not isinstance(idle, pl.DataFrame) else idle
+    # 60 samples a minute apart, each standing for 60 s (the last one for the cadence): 1 h idle × $1.10/h
+    assert idle["idle_h"].to_list() == [pytest.approx(1.0)]
+    assert idle["idle_usd"].to_list() == [pytest.approx(1.10)]

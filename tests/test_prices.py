@@ -79,3 +79,48 @@ def test_declared_prices_leave_with_their_ingest(ledger):
     delete_ingests(ledger, [ingest_id], idle_util_pct=5.0)
     ledger.execute("COMMIT")
     assert ledger.execute("SELECT count(*) FROM prices WHERE origin = 'ingest'").fetchall() == [(0,)]
+
+
+def test_the_price_book_answers_what_the_job_costs_answer(ledger):
+    """gpuledger.ledger.prices.PriceBook: the pages', the what-if's and the advice's lookup. Each figure by hand
+    from the rows above and the shipped sheet (A100-80GB on_demand $1.79, T4 on_demand $0.526)."""
+    from gpuledger.ledger.prices import price_book
+
+    _ingest(ledger, JOBS, DECLARED)
+    book = price_book(ledger)
+    assert book.rate("A100-80GB", "on_prem", "borealis") == 1.10  # the cluster's declared row
+    assert book.rate("A100-80GB", "on_prem", "elsewhere") == 1.79  # no on_prem price there: on_demand
+    assert book.offered("A100-80GB", "on_prem", "elsewhere") is None
+    assert book.rate("T4", "on_demand", "borealis") == 0.526
+    ledger.execute("BEGIN")
+    load_reference(
+        ledger,
+        Settings(
+            prices=(
+                PriceRow(
+                    "A100-80GB", "on_prem", 0.90, dt.date(2025, 1, 1), "ours", dt.date(2026, 2, 1), "borealis"
+                ),
+            )
+        ),
+    )
+    ledger.execute("COMMIT")
+    assert price_book(ledger).rate("A100-80GB", "on_prem", "borealis") == 0.90  # settings beat the source
+    # the rows in force: one per key, the declared borealis row shown (Settings' "prices in force")
+    rows = {(r.cluster, r.tier, r.origin) for r in price_book(ledger).rows if r.gpu_model == "A100-80GB"}
+    assert ("borealis", "on_prem", "settings") in rows and ("borealis", "on_prem", "ingest") not in rows
+
+
+def test_the_price_book_keeps_each_rows_period(ledger):
+    # two generic spot rows for a model: $2.00 from 2025-01-01, $1.50 from 2025-06-01
+    ledger.execute("DELETE FROM prices WHERE gpu_model = 'L4' AND tier = 'spot'")
+    ledger.execute(
+        """INSERT INTO prices VALUES ('L4', 'spot', NULL, DATE '2025-01-01', 2.00, 't', DATE '2025-01-01', 'settings', NULL),
+                                     ('L4', 'spot', NULL, DATE '2025-06-01', 1.50, 't', DATE '2025-06-01', 'settings', NULL)"""
+    )
+    from gpuledger.ledger.prices import price_book
+
+    book = price_book(ledger)
+    assert book.offered("L4", "spot", on=dt.date(2024, 1, 1)) == 2.00  # the first row covers earlier dates
+    assert book.offered("L4", "spot", on=dt.date(2025, 5, 31)) == 2.00
+    assert book.offered("L4", "spot", on=dt.date(2025, 6, 1)) == 1.50
+    assert book.offered("L4", "spot") == 1.50

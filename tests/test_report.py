@@ -16,7 +16,7 @@ import pytest
 
 from analytics.filters import Filters
 from analytics.recommend import RECOMMENDATION_COLUMNS
-from collectors.base import ingest_file
+from collectors.ingest import ingest_file
 from gpuledger.ledger.db import writer
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.settings import Settings

@@ -174,7 +174,7 @@ import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
-from collectors.base import ingest_file  # noqa: E402
+from collectors.ingest import ingest_file  # noqa: E402
 from gpuledger.ledger.db import writer  # noqa: E402
 from tests.conftest import ROOT, gpuledger  # noqa: E402
 

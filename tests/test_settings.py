@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
+from gpuledger.ledger.db import sync_reference
 from gpuledger.ledger.errors import SettingsError
-from gpuledger.ledger.reference import effective_prices, normalize_model, sync_reference
+from gpuledger.ledger.reference import effective_prices, normalize_model
 from gpuledger.ledger.settings import Settings, load_settings
 from tests.conftest import ROOT, write
 

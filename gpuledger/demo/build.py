@@ -47,6 +47,7 @@ from gpuledger.demo.planted import outages, plant_episode
 from gpuledger.demo.telemetry import telemetry_chunks
 from gpuledger.demo.workload import background
 from gpuledger.ledger.errors import LedgerError
+from gpuledger.ledger.job_states import RUNNING
 from gpuledger.ledger.settings import Settings
 
 DEFAULT_DAYS = 28
@@ -139,7 +140,7 @@ def _stage_jobs(
             "submit_ts": (ts, [at(j.start_s - j.submit_wait_s) for j in jobs]),
             "start_ts": (ts, [at(j.start_s) for j in jobs]),
             "end_ts": (ts, [None if r else at(j.end_s) for j, r in zip(jobs, running, strict=True)]),
-            "state": (pa.string(), ["RUNNING" if r else j.state for j, r in zip(jobs, running, strict=True)]),
+            "state": (pa.string(), [RUNNING if r else j.state for j, r in zip(jobs, running, strict=True)]),
             "exit_reason": (
                 pa.string(),
                 [None if r else j.exit_reason for j, r in zip(jobs, running, strict=True)],
@@ -346,8 +347,7 @@ def ensure_demo(
     (default: :func:`gpuledger.ledger.settings.load_settings`) are synced into the ledger first and give the
     rollup's thresholds. A ledger with any job or sample of its own is left alone.
     """
-    from gpuledger.ledger.db import reader, writer
-    from gpuledger.ledger.reference import sync_reference
+    from gpuledger.ledger.db import reader, sync_reference, writer
     from gpuledger.ledger.settings import load_settings
 
     db = str(db_path) if db_path else None

@@ -23,12 +23,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 
 from gpuledger.ledger.errors import DatabaseBusyError
 from gpuledger.ledger.paths import choose_db
+from gpuledger.ledger.reference import (
+    load_reference,
+    reference_is_current,
+    rollup_thresholds,
+    sync_reference_in,
+)
+from gpuledger.ledger.rollup import rollup_matches
 from gpuledger.ledger.schema import SCHEMA_VERSION, current_version, migrate
+
+if TYPE_CHECKING:
+    from gpuledger.ledger.settings import Settings
 
 MEMORY = ":memory:"
 
@@ -205,8 +216,6 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Migrate to the current schema and load the shipped catalog and price sheet, atomically."""
     if current_version(con) == SCHEMA_VERSION:
         return
-    from gpuledger.ledger.reference import load_reference
-
     con.execute("BEGIN TRANSACTION")
     try:
         migrate(con)
@@ -237,3 +246,16 @@ def data_version(path: str | None = None) -> tuple[int, int]:
         parts[0] = max(parts[0], st.st_mtime_ns)
         parts[1] += st.st_size
     return parts[0], parts[1]
+
+
+def sync_reference(path: str | None, settings: Settings) -> bool:
+    """Make the ledger's catalog and prices reflect ``settings``; returns True when it had to write.
+
+    Here rather than in gpuledger.ledger.reference (which loads the rows into a connection it is given) because
+    it opens the ledger: reference.py importing this module while this one loads the shipped sheet through it
+    made the two import each other."""
+    with reader(path) as con:
+        if reference_is_current(con, settings) and rollup_matches(con, rollup_thresholds(settings)):
+            return False
+    with writer(path) as con:
+        return sync_reference_in(con, settings)

@@ -2,7 +2,7 @@
 
 The ledger's ``gpu_catalog`` and ``prices`` tables are what every cost query joins against, so a number on a
 page, in a report and in ``--json`` comes from one place. They are rebuilt from data/gpu_catalog.toml,
-data/prices.toml and the user's settings whenever the settings' fingerprint changes (:func:`sync_reference`).
+data/prices.toml and the user's settings whenever the settings' fingerprint changes (gpuledger.ledger.db.sync_reference).
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ import duckdb
 
 from gpuledger.ledger.errors import SettingsError
 from gpuledger.ledger.paths import shipped
+from gpuledger.ledger.rollup import ensure_rollup, rollup_matches, thresholds
 from gpuledger.ledger.settings import PriceRow, Settings, parse_price_rows
+from gpuledger.ledger.sql import sql_list
 
 DATA = shipped("data")
 CATALOG_FILE = DATA / "gpu_catalog.toml"
@@ -89,7 +91,7 @@ def model_sql_case(column: str) -> str:
     """A SQL CASE expression mapping ``column`` to a catalog model: lets collectors normalize in DuckDB."""
     arms = []
     models = sorted({m.model for m in catalog()})
-    quoted = ", ".join("'" + m.replace("'", "''") + "'" for m in models)
+    quoted = sql_list(models)
     arms.append(f"WHEN replace({column}, '_', ' ') IN ({quoted}) THEN replace({column}, '_', ' ')")
     for pattern, model in _patterns():
         arms.append(
@@ -194,25 +196,11 @@ def reference_is_current(con: duckdb.DuckDBPyConnection, settings: Settings) -> 
     return bool(rows) and rows[0][0] == settings.fingerprint()
 
 
-def sync_reference(path: str | None, settings: Settings) -> bool:
-    """Make the ledger's catalog and prices reflect ``settings``; returns True when it had to write."""
-    from gpuledger.ledger.db import reader, writer
-    from gpuledger.ledger.rollup import rollup_matches
-
-    with reader(path) as con:
-        if reference_is_current(con, settings) and rollup_matches(con, _thresholds(settings)):
-            return False
-    with writer(path) as con:
-        return sync_reference_in(con, settings)
-
-
 def sync_reference_in(con: duckdb.DuckDBPyConnection, settings: Settings) -> bool:
     """:func:`sync_reference` on a writer the caller already holds (the CLI's ingest opens one writer for
     the sync and the files, not a reader and two writers: 0.05-0.1 s of a small ingest). Runs its own
     transaction, so call it outside one."""
-    from gpuledger.ledger.rollup import ensure_rollup, rollup_matches
-
-    th = _thresholds(settings)
+    th = rollup_thresholds(settings)
     if reference_is_current(con, settings) and rollup_matches(con, th):
         return False
     effective_prices(settings)  # validate before touching anything
@@ -227,7 +215,6 @@ def sync_reference_in(con: duckdb.DuckDBPyConnection, settings: Settings) -> boo
     return True
 
 
-def _thresholds(settings: Settings) -> tuple[float, float, float]:
-    from gpuledger.ledger.rollup import thresholds
-
+def rollup_thresholds(settings: Settings) -> tuple[float, float, float]:
+    """The settings' thresholds the fast path's rollups are built for (gpuledger.ledger.rollup)."""
     return thresholds(settings.idle_util_pct, settings.idle_min_minutes, settings.target_util_pct)

@@ -35,13 +35,17 @@ from __future__ import annotations
 import duckdb
 
 from gpuledger.ledger.observed import refresh_observed
+from gpuledger.ledger.sample_time import (
+    GAP_TOLERANCE,
+    contiguous_sql,
+    reach_sql,
+    reach_us_sql,
+    sample_end_sql,
+)
+from gpuledger.ledger.thresholds import DEFAULT
 
-GAP_TOLERANCE = 1.5  # = analytics.utilization.GAP_TOLERANCE: a later sample beyond 1.5 × interval_s is a gap
-# = analytics.job_signals' constants (a test pins them equal)
-LOW_UTIL_PCT = 10.0
-HIGH_UTIL_PCT = 70.0
-POWER_THERMAL_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
-HOT_TEMP_C = 85.0
+# the signal thresholds counted into the rollup's minutes (dips, bursts, throttling, heat)
+TH = DEFAULT
 
 META_KEY = "rollup_thresholds"
 # No sample stands for more than this (collectors/validate.py rejects interval_s above a day), so none
@@ -86,11 +90,6 @@ def _store(con: duckdb.DuckDBPyConnection, th: Thresholds) -> None:
     con.execute("INSERT OR REPLACE INTO schema_meta VALUES (?, ?)", [META_KEY, "/".join(repr(x) for x in th)])
 
 
-def _reach(ts: str, iv: str) -> str:
-    """A time no later sample can link to (strictly conservative: 1.5 × interval, rounded up, + 1 s)."""
-    return f"({ts} + to_microseconds((ceil({GAP_TOLERANCE} * {iv} * 1e6) + 1000000)::BIGINT))"
-
-
 def _widen(con: duckdb.DuckDBPyConnection) -> None:
     """Grow each window of ``rw`` until no idle run of its GPU crosses or could link across its ends.
 
@@ -102,7 +101,7 @@ def _widen(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(
             f"""
             UPDATE rw SET reach_hi = greatest(rw.hi, x.reach)
-            FROM (SELECT rw.gpu_id, max({_reach("s.ts", "s.interval_s::DOUBLE")}) AS reach
+            FROM (SELECT rw.gpu_id, max({reach_sql("s.ts", "s.interval_s::DOUBLE")}) AS reach
                   FROM rw JOIN samples s ON s.gpu_id = rw.gpu_id AND s.ts >= rw.lo AND s.ts <= rw.hi
                   WHERE s.ts BETWEEN ? AND ?
                   GROUP BY rw.gpu_id) x
@@ -357,7 +356,7 @@ def _refresh_runs(con: duckdb.DuckDBPyConnection, idle: float) -> None:
         WITH idle AS (
             SELECT q.gpu_id, q.job_id, q.jkey, q.ts, q.iv,
                    NOT coalesce(q.pj_util <= {idle} AND q.pj_ts >= rw.lo
-                                AND epoch(q.ts - q.pj_ts) <= {GAP_TOLERANCE} * q.pj_iv, false) AS new_run
+                                AND {contiguous_sql("epoch(q.ts - q.pj_ts)", "q.pj_iv")}, false) AS new_run
             FROM rollup_seq q JOIN rw ON q.gpu_id = rw.gpu_id AND q.ts >= rw.lo AND q.ts <= rw.hi
             WHERE q.util <= {idle} AND q.ts BETWEEN ? AND ?
         ),
@@ -368,8 +367,8 @@ def _refresh_runs(con: duckdb.DuckDBPyConnection, idle: float) -> None:
         ),
         days AS (
             SELECT gpu_id, job_id, run_start, ts::DATE AS day, min(ts) AS first_ts, max(ts) AS last_ts,
-                   max(ts + to_microseconds((iv * 1e6)::BIGINT)) AS end_ts, sum(iv) AS idle_s,
-                   max({_reach("ts", "iv")}) AS reach_ts
+                   max({sample_end_sql("ts", "iv")}) AS end_ts, sum(iv) AS idle_s,
+                   max({reach_sql("ts", "iv")}) AS reach_ts
             FROM started GROUP BY gpu_id, job_id, run_start, ts::DATE
         )
         SELECT gpu_id, job_id, run_start, sum(idle_s) OVER r, max(reach_ts) OVER r, day, first_ts, last_ts,
@@ -401,8 +400,7 @@ def _minute_windows(con: duckdb.DuckDBPyConnection) -> None:
         f"""
         CREATE OR REPLACE TEMP TABLE rollup_m AS
         WITH mx AS (
-            SELECT s.gpu_id, to_microseconds((ceil({GAP_TOLERANCE} * max(s.interval_s::DOUBLE) * 1e6)
-                                              + 1000000)::BIGINT) AS look
+            SELECT s.gpu_id, {reach_us_sql("max(s.interval_s::DOUBLE)")} AS look
             FROM samples s JOIN rw ON s.gpu_id = rw.gpu_id
              AND s.ts >= rw.lo - {_NEAR} AND s.ts <= greatest(rw.hi, rw.reach_hi) + INTERVAL 2 MINUTE
             WHERE s.ts >= $lo AND s.ts <= $hi
@@ -412,7 +410,7 @@ def _minute_windows(con: duckdb.DuckDBPyConnection) -> None:
             SELECT rw.gpu_id, min(s.ts) AS ts
             FROM rw JOIN mx USING (gpu_id) JOIN samples s
               ON s.gpu_id = rw.gpu_id AND s.ts < rw.lo AND s.ts >= rw.lo - mx.look
-             AND {_reach("s.ts", "s.interval_s::DOUBLE")} >= rw.lo AND s.energy_j IS NOT NULL
+             AND {reach_sql("s.ts", "s.interval_s::DOUBLE")} >= rw.lo AND s.energy_j IS NOT NULL
             WHERE s.ts >= $lo AND s.ts <= $hi
             GROUP BY rw.gpu_id
         ),
@@ -451,7 +449,7 @@ def _minute_columns(th: Thresholds) -> list[tuple[str, str, str, str]]:
         ("sum", "CASE WHEN sm IS NOT NULL OR tensor IS NOT NULL THEN interval_s END", "prof_cov_s", ""),
         ("min", "ts", "first_ts", ""),
         ("max", "ts", "last_ts", ""),
-        ("max", "ts + to_microseconds((interval_s * 1e6)::BIGINT)", "max_end_ts", ""),
+        ("max", sample_end_sql(), "max_end_ts", ""),
         ("sum", "CASE WHEN in_idle THEN interval_s END", "idle_run_s", ""),
         (
             "sum",
@@ -476,17 +474,17 @@ def _minute_columns(th: Thresholds) -> list[tuple[str, str, str, str]]:
         ("sum", "e_j", "energy_j", ""),
         ("sum", "CASE WHEN e_j IS NOT NULL THEN interval_s END", "energy_cov_s", ""),
         ("count", "util", "util_n", "INTEGER"),
-        ("count", f"CASE WHEN util < {LOW_UTIL_PCT} THEN 1 END", "dip_n", "INTEGER"),
-        ("count", f"CASE WHEN util > {HIGH_UTIL_PCT} THEN 1 END", "burst_n", "INTEGER"),
+        ("count", f"CASE WHEN util < {TH.dip_util_pct} THEN 1 END", "dip_n", "INTEGER"),
+        ("count", f"CASE WHEN util > {TH.burst_util_pct} THEN 1 END", "burst_n", "INTEGER"),
         ("count", "throttle_reasons", "throttle_n", "INTEGER"),
         (
             "count",
-            f"CASE WHEN throttle_reasons & {POWER_THERMAL_MASK}::UBIGINT <> 0 THEN 1 END",
+            f"CASE WHEN throttle_reasons & {TH.power_thermal_mask}::UBIGINT <> 0 THEN 1 END",
             "throttled_n",
             "INTEGER",
         ),
         ("count", "temp_c", "temp_n", "INTEGER"),
-        ("count", f"CASE WHEN temp_c >= {HOT_TEMP_C} THEN 1 END", "hot_n", "INTEGER"),
+        ("count", f"CASE WHEN temp_c >= {TH.hot_temp_c} THEN 1 END", "hot_n", "INTEGER"),
         ("max", "temp_c", "temp_max_c", ""),
         ("sum", "pair", "pairs_n", "INTEGER"),
         ("sum", "swing", "swings_n", "INTEGER"),
@@ -538,10 +536,10 @@ def _minute_sql(th: Thresholds, alone: bool | None = None) -> str:
         SELECT q.*,
                -- = analytics.utilization.sample_energy_sql
                (CASE WHEN q.energy_j IS NOT NULL AND q.next_energy_j >= q.energy_j
-                          AND epoch(q.next_ts - q.ts) <= {GAP_TOLERANCE} * q.iv
+                          AND {contiguous_sql("epoch(q.next_ts - q.ts)", "q.iv")}
                      THEN q.next_energy_j - q.energy_j
                      ELSE q.power_w * q.iv END) AS e_j,
-               q.pj_ts IS NOT NULL AND epoch(q.ts - q.pj_ts) <= {GAP_TOLERANCE} * q.pj_iv AS contiguous,
+               q.pj_ts IS NOT NULL AND {contiguous_sql("epoch(q.ts - q.pj_ts)", "q.pj_iv")} AS contiguous,
                coalesce(date_trunc('minute', q.pj_ts) < date_trunc('minute', q.ts), true)
                    AND coalesce(date_trunc('minute', q.next_ts) > date_trunc('minute', q.ts), true) AS alone
         FROM rollup_seq q JOIN rollup_m w ON q.gpu_id = w.gpu_id AND q.ts >= w.m_lo AND q.ts < w.m_hi_end
@@ -556,8 +554,8 @@ def _minute_sql(th: Thresholds, alone: bool | None = None) -> str:
                k.sm, k.tensor, k.temp_c, k.throttle_reasons, k.e_j, k.alone,
                r.gpu_id IS NOT NULL AS in_idle,
                (k.contiguous AND k.util IS NOT NULL AND k.pj_util IS NOT NULL)::INTEGER AS pair,
-               (k.contiguous AND ((k.util < {LOW_UTIL_PCT} AND k.pj_util > {HIGH_UTIL_PCT})
-                                  OR (k.util > {HIGH_UTIL_PCT} AND k.pj_util < {LOW_UTIL_PCT})))::INTEGER
+               (k.contiguous AND ((k.util < {TH.dip_util_pct} AND k.pj_util > {TH.burst_util_pct})
+                                  OR (k.util > {TH.burst_util_pct} AND k.pj_util < {TH.dip_util_pct})))::INTEGER
                    AS swing
         FROM kept k LEFT JOIN runs r
           ON k.util <= {idle} AND k.gpu_id = r.gpu_id AND k.jkey = r.jkey AND k.ts::DATE = r.day

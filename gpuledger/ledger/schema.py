@@ -256,8 +256,8 @@ SCHEMA_V1: list[str] = [
         energy_j     DOUBLE,                   -- Σ per-sample energy (analytics.utilization.sample_energy_sql)
         energy_cov_s DOUBLE,                   -- Σ interval_s of samples with an energy figure
         util_n       INTEGER,                  -- samples with a utilization reading
-        dip_n        INTEGER,                  -- ... below 10 % (job_signals.LOW_UTIL_PCT)
-        burst_n      INTEGER,                  -- ... above 70 % (job_signals.HIGH_UTIL_PCT)
+        dip_n        INTEGER,                  -- ... below 10 % (thresholds.dip_util_pct)
+        burst_n      INTEGER,                  -- ... above 70 % (thresholds.burst_util_pct)
         throttle_n   INTEGER,                  -- samples with throttle_reasons
         throttled_n  INTEGER,                  -- ... with a power/thermal bit
         temp_n       INTEGER,                  -- samples with a temperature

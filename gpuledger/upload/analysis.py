@@ -18,8 +18,9 @@ from analytics.jobs import jobs_table
 from analytics.recommend import recommendations
 from analytics.summary import summary
 from analytics.timeline import gpu_groups, gpu_timeline, group_sizes, group_timeline, view_groups
-from collectors.base import IngestOptions, ingest_file
+from collectors.base import IngestOptions
 from collectors.gpu_facts import GpuFacts
+from collectors.ingest import ingest_file
 from gpuledger.ledger.db import memory_ledger
 from gpuledger.ledger.errors import FormatError, LedgerError
 from gpuledger.ledger.reference import load_reference

@@ -12,7 +12,6 @@ import datetime as dt
 import duckdb
 import pytest
 
-from analytics import job_signals as signals_module
 from analytics.filters import Filters
 from analytics.job_signals import job_signals
 from analytics.jobs import jobs_table
@@ -52,14 +51,6 @@ def con() -> duckdb.DuckDBPyConnection:
     set_test_prices(c)
     yield c
     c.close()
-
-
-def test_constants_match_the_raw_definitions() -> None:
-    assert rollup.GAP_TOLERANCE == signals_module.GAP_TOLERANCE
-    assert rollup.LOW_UTIL_PCT == signals_module.LOW_UTIL_PCT
-    assert rollup.HIGH_UTIL_PCT == signals_module.HIGH_UTIL_PCT
-    assert rollup.POWER_THERMAL_MASK == signals_module.POWER_THERMAL_MASK
-    assert rollup.HOT_TEMP_C == signals_module.HOT_TEMP_C
 
 
 # One GPU, one 3-hour job, a sample every 45 s (so runs start and end inside minutes). Part A: 40 busy

@@ -35,7 +35,8 @@ from analytics.waste import (
     waste_by_week,
     waste_totals,
 )
-from collectors.base import IngestOptions, ingest_file
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
 from gpuledger.ledger.db import memory_ledger
 from gpuledger.ledger.settings import Settings
 from tests.analytics.build import T0, at, ingest, job, series, set_test_prices

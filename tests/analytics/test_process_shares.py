@@ -14,7 +14,8 @@ import pytest
 
 from analytics.cost import SHARED_SEGMENTS_SQL, job_costs
 from analytics.waste import PARTS, unallocated, waste_totals
-from collectors.base import IngestOptions, ingest_file, land, next_ingest_id, run_in_transaction
+from collectors.base import IngestOptions, land, next_ingest_id, run_in_transaction
+from collectors.ingest import ingest_file
 from tests.analytics.build import T0, alloc, gpu, ingest, job, series, set_test_prices
 from tests.collectors.test_attribution import HEADER, sacct_row, smi_csv
 from tests.collectors.test_attribution import T0 as SACCT_T0

@@ -6,7 +6,7 @@ import pytest
 
 from analytics.summary import summary
 from analytics.waste import PARTS, unallocated, waste_by
-from collectors.base import ingest_file
+from collectors.ingest import ingest_file
 from gpuledger.ledger.db import writer
 from tests.conftest import dataset
 

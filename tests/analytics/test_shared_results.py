@@ -243,14 +243,15 @@ print(kept)
 def test_the_horizon_is_asked_once_per_block_and_again_after_a_write(ledger, monkeypatch):
     """analytics.filters.horizon is memoised per sharing block (nearly every function asks for it)."""
     import analytics.filters as filters
+    import analytics.shared as shared_mod
     from analytics.recommend import recommendations
 
     set_test_prices(ledger)
     _one_gpu(ledger, 180)
     plain = filters.horizon(ledger)
     calls: list[int] = []
-    real = filters._horizon
-    monkeypatch.setattr(filters, "_horizon", lambda con: calls.append(1) or real(con))
+    real = shared_mod._horizon
+    monkeypatch.setattr(shared_mod, "_horizon", lambda con: calls.append(1) or real(con))
     with sharing(ledger, ("test", 9)):
         assert filters.horizon(ledger) == plain
         recommendations(ledger)

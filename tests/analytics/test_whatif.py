@@ -11,22 +11,30 @@ from analytics.whatif import (
     after_model_change,
     apply,
     capacity_utilization_pct,
-    price_in_force,
     reprice_model,
     reprice_team_on_spot,
     what_if,
 )
-from gpuledger.ledger.settings import ClusterSettings, PriceRow, Settings
+from gpuledger.ledger.prices import BookRow, PriceBook
+from gpuledger.ledger.settings import ClusterSettings, Settings
 
 D = dt.date(2025, 1, 1)
-PRICES = [
-    PriceRow("H100-SXM-80GB", "on_demand", 3.00, D, "test", D),
-    PriceRow("H100-SXM-80GB", "spot", 1.80, D, "test", D),
-    PriceRow("H100-SXM-80GB", "spot", 1.50, dt.date(2025, 6, 1), "test, later", D),
-    PriceRow("L4", "on_demand", 0.70, D, "test", D),
-    PriceRow("A100-80GB", "on_demand", 2.00, D, "test", D),
-    PriceRow("A100-80GB", "on_demand", 9.99, D, "a cluster's own", D, cluster="x"),
-]
+
+
+def row(model: str, tier: str, usd: float, since: dt.date = D, cluster: str | None = None) -> BookRow:
+    return BookRow(model, tier, cluster, since, usd, "test", D, "sheet")
+
+
+PRICES = PriceBook(
+    (
+        row("H100-SXM-80GB", "on_demand", 3.00),
+        row("H100-SXM-80GB", "spot", 1.80),
+        row("H100-SXM-80GB", "spot", 1.50, dt.date(2025, 6, 1)),
+        row("L4", "on_demand", 0.70),
+        row("A100-80GB", "on_demand", 2.00),
+        row("A100-80GB", "on_demand", 9.99, cluster="x"),
+    )
+)
 # three jobs with their parts (each job's parts sum to its cost); the view's unallocated capacity is $5
 JOBS = pl.DataFrame(
     {
@@ -69,11 +77,15 @@ def test_capacity_utilization() -> None:
     assert capacity_utilization_pct(60.0, 0.0, 0.0) is None
 
 
-def test_price_in_force_takes_the_latest_fleet_row() -> None:
-    assert price_in_force(PRICES, "H100-SXM-80GB", "spot") == 1.50
-    assert price_in_force(PRICES, "H100-SXM-80GB", "spot", on=dt.date(2025, 3, 1)) == 1.80
-    assert price_in_force(PRICES, "A100-80GB", "on_demand") == 2.00  # the cluster row is not the fleet's
-    assert price_in_force(PRICES, "L4", "spot") is None
+def test_the_price_book_takes_the_row_in_force_and_the_clusters_own() -> None:
+    assert PRICES.offered("H100-SXM-80GB", "spot") == 1.50  # the latest row
+    assert PRICES.offered("H100-SXM-80GB", "spot", on=dt.date(2025, 3, 1)) == 1.80
+    assert PRICES.offered("H100-SXM-80GB", "spot", on=dt.date(2024, 3, 1)) == 1.80  # the first covers before
+    assert PRICES.offered("A100-80GB", "on_demand") == 2.00  # the cluster row is not the fleet's
+    assert PRICES.offered("A100-80GB", "on_demand", "x") == 9.99  # but cluster x's own
+    assert PRICES.offered("A100-80GB", "on_demand", "y") == 2.00  # another cluster: the generic rows
+    assert PRICES.offered("L4", "spot") is None  # no spot price: nothing offered
+    assert PRICES.rate("L4", "spot") == 0.70  # billed at on_demand
 
 
 def test_team_on_spot_takes_only_its_jobs_parts_never_unallocated() -> None:

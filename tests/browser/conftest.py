@@ -97,7 +97,7 @@ def _ledger_template(folder: Path) -> Path:
     every server's ledger starts as a byte copy of it, and each server then reads its own settings file."""
 
     def build(path: str) -> None:
-        from collectors.base import ingest_file
+        from collectors.ingest import ingest_file
         from gpuledger.ledger.db import writer
 
         shutil.copyfile(demo_template(folder), path)

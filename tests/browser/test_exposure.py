@@ -93,7 +93,7 @@ def exposed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     user and job names are hostile (plus the demo fleet and tests/fixtures/dashboard/jobs.csv)."""
     if not Path("/usr/bin/chromium").exists():
         pytest.skip("Debian chromium is not installed (/usr/bin/chromium)")
-    from collectors.base import ingest_file
+    from collectors.ingest import ingest_file
     from gpuledger.ledger.db import writer
 
     tmp = tmp_path_factory.mktemp("exposed")

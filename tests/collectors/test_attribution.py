@@ -16,7 +16,8 @@ import pytest
 from analytics.jobs import jobs_table
 from analytics.summary import summary
 from collectors.attribute import HostAlloc, deal
-from collectors.base import IngestOptions, ingest_file
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
 from tests.conftest import write
 
 T = dt.datetime

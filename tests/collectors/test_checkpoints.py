@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from analytics.waste import job_waste
-from collectors.base import IngestOptions, ingest_file
+from collectors.base import IngestOptions
 from collectors.checkpoints import elapsed_at, save_steps_checkpoint
+from collectors.ingest import ingest_file
 from gpuledger.ledger.errors import FormatError
 from tests.analytics.build import at, ingest, job, set_test_prices
 from tests.conftest import dataset, write

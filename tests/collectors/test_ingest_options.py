@@ -12,7 +12,8 @@ from pathlib import Path
 
 import duckdb
 
-from collectors.base import PROGRESS_MIN_BYTES, IngestOptions, ingest_file, wants_progress
+from collectors.base import IngestOptions
+from collectors.ingest import PROGRESS_MIN_BYTES, ingest_file, wants_progress
 from gpuledger.ledger.db import writer
 from tests.conftest import write
 

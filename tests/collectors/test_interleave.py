@@ -7,7 +7,8 @@ import datetime as dt
 import duckdb
 import pytest
 
-from collectors.base import IngestOptions, ingest_file
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
 from gpuledger.ledger.db import ensure_schema
 from tests.conftest import dataset, write
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from collectors.base import IngestOptions, ingest_file
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
 from tests.conftest import gpuledger, write
 
 T = dt.datetime

@@ -10,7 +10,8 @@ import re
 import duckdb
 import pytest
 
-from collectors.base import IngestOptions, ingest_file
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
 from gpuledger.ledger.errors import FormatError
 from tests.conftest import gpuledger, write
 

@@ -12,8 +12,9 @@ import datetime as dt
 import duckdb
 import pytest
 
-from collectors import base
-from collectors.base import IngestOptions, ingest_file
+from collectors import base, ingest
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
 from gpuledger.ledger.errors import FormatError
 from tests.conftest import dataset, write
 
@@ -310,13 +311,13 @@ def test_polls_in_time_order_with_a_gpu_missing_land_unsorted_with_the_hand_work
 
 @pytest.mark.parametrize("overlap_bytes", [0, 10**12], ids=["hashed-while-staging", "hashed-first"])
 def test_the_same_bytes_under_another_name_land_once(ledger, tmp_path, monkeypatch, overlap_bytes):
-    """A file's hash is taken on a second thread while it stages (collectors/base.py OVERLAP_HASH_BYTES,
+    """A file's hash is taken on a second thread while it stages (collectors/ingest.py OVERLAP_HASH_BYTES,
     here 0 bytes) or first (a huge threshold): either way a copy of an ingested file under another name
     is reported as already ingested, with the first ingest's id, and adds nothing; the same name again is
     answered from the hash alone; a new file lands with its own hash."""
     import hashlib
 
-    monkeypatch.setattr(base, "OVERLAP_HASH_BYTES", overlap_bytes)
+    monkeypatch.setattr(ingest, "OVERLAP_HASH_BYTES", overlap_bytes)
     text = (
         "timestamp, index, utilization.gpu [%]\n"
         "2025/03/01 10:00:00.000, 0, 50 %\n"

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from collectors.base import IngestOptions, ingest_file
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
 from collectors.registry import PARSERS
 from gpuledger.ledger.db import memory_ledger
 from gpuledger.ledger.errors import FormatError

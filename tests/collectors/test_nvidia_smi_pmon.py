@@ -11,7 +11,8 @@ import datetime as dt
 
 import pytest
 
-from collectors.base import IngestOptions, ingest_file
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
 from gpuledger.ledger.errors import FormatError
 from tests.conftest import write
 
@@ -114,7 +115,7 @@ def test_local_times_are_read_in_the_zone_and_a_job_can_be_named(ledger, tmp_pat
     ids=["two-days-apart", "a-silence-of-two-days"],
 )
 def test_polls_more_than_a_day_apart_stand_for_the_cadence_not_the_gap(ledger, tmp_path, days, expected):
-    """No poll stands for more than a day (collectors/common.py MAX_DERIVED_INTERVAL_S, as for samples); a
+    """No poll stands for more than a day (gpuledger/ledger/sample_time.py MAX_DERIVED_INTERVAL_S, as for samples); a
     log of polls days apart is no error."""
     minute = iter(range(3))
     body = "".join(

@@ -17,7 +17,8 @@ import duckdb
 import pytest
 
 from analytics.waste import job_waste
-from collectors.base import IngestOptions, ingest_file
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
 from tests.collectors.test_checkpoints import hf_state
 from tests.conftest import write
 

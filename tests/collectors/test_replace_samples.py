@@ -12,8 +12,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from collectors import base
-from collectors.base import IngestOptions, ingest_file
+from collectors import ingest
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
 from gpuledger.ledger.rollup import rebuild_rollup
 from tests.conftest import dataset, write
 
@@ -66,9 +67,9 @@ def test_logrotate_keeps_the_rotated_file_that_was_reported_already_ingested(
 ):
     # gpu.csv holds samples 1–1,500 (--replace, as a cron job runs it); logrotate renames it gpu.csv.1 and
     # nvidia-smi starts a new gpu.csv with samples 1,501–2,619. gpu.csv.1 is the same bytes: "already ingested
-    # (ingest #1)", found before staging or (a big file, collectors/base.py OVERLAP_HASH_BYTES) after. The
+    # (ingest #1)", found before staging or (a big file, collectors/ingest.py OVERLAP_HASH_BYTES) after. The
     # next --replace gpu.csv replaces what gpu.csv held, not what gpu.csv.1 still holds.
-    monkeypatch.setattr(base, "OVERLAP_HASH_BYTES", overlap_bytes)
+    monkeypatch.setattr(ingest, "OVERLAP_HASH_BYTES", overlap_bytes)
     first = ingest_file(ledger, cut(lines, tmp_path, "gpu.csv", 1, 1500), opts=replace())
     assert first.rows["samples"] == 1500
     (tmp_path / "gpu.csv").rename(tmp_path / "gpu.csv.1")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from collectors.base import IngestOptions, ingest_file
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
 from collectors.registry import PARSERS
 from collectors.sacct import expand_nodelist
 from gpuledger.ledger.errors import FormatError
@@ -605,3 +606,30 @@ def test_sacct_json_names_the_entry_of_a_running_jobs_implausible_elapsed(ledger
     with pytest.raises(FormatError) as err:
         ingest_file(ledger, path, opts=UTC)
     assert str(err.value) == f"{path}: jobs[] entry 1: {LONG_REASON}"
+
+
+@pytest.mark.parametrize("state", ["STOPPED", "STAGE_OUT", "SIGNALING", "CONFIGURING"])
+def test_every_state_that_holds_its_gpus_is_running_not_ended(ledger, tmp_path, state):
+    # gpuledger/ledger/job_states.HELD_STATES. The copies disagreed: sacct.py held 5 states and derived an End
+    # (Start + Elapsed, the job finished) for STOPPED, STAGE_OUT and SIGNALING, while the landing
+    # (collectors/base.py) counted them open. Slurm keeps the allocation in all of them, so the job has no end
+    # and its allocation is held at least until Start + Elapsed (1 h), as for RUNNING.
+    rows = [f"1|{state}|2025-03-01T00:00:00|Unknown|01:00:00|gres/gpu:h100=2,gres/gpu=2|n1"]
+    ingest_file(
+        ledger, sacct_file(tmp_path, rows, "JobID|State|Start|End|Elapsed|AllocTRES|NodeList"), opts=UTC
+    )
+    assert ledger.execute("SELECT state, end_ts FROM jobs").fetchall() == [(state, None)]
+    assert ledger.execute("SELECT end_ts FROM allocations").fetchall() == [(T(2025, 3, 1, 1),)]
+
+
+@pytest.mark.parametrize("state", ["REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"])
+def test_a_job_waiting_to_start_again_ended_its_last_run_at_start_plus_elapsed(ledger, tmp_path, state):
+    # gpuledger/ledger/job_states.REQUEUE_STATES: like REQUEUED (above), End - Start includes the wait;
+    # the earlier run held its 2 GPUs for Elapsed = 1 h 30 min
+    rows = [f"9|{state}|2025-01-01T00:00:00|2025-01-01T05:00:00|01:30:00|gres/gpu=2|n1"]
+    ingest_file(
+        ledger, sacct_file(tmp_path, rows, "JobID|State|Start|End|Elapsed|AllocTRES|NodeList"), opts=UTC
+    )
+    end = T(2025, 1, 1, 1, 30)
+    assert ledger.execute("SELECT state, end_ts FROM jobs").fetchall() == [(state, end)]
+    assert ledger.execute("SELECT end_ts FROM allocations").fetchall() == [(end,)]

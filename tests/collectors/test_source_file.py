@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from collectors.base import IngestOptions, ingest_file
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
 from collectors.source_file import HEAD_BYTES, MAX_LINE_BYTES, scan_source
 from gpuledger.ledger.errors import FormatError
 from tests.conftest import gpuledger

@@ -9,7 +9,8 @@ import tarfile
 
 import pytest
 
-from collectors.base import IngestOptions, ingest_file
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
 from collectors.traces import OPENB2023_EPOCH, PAI2020_EPOCH
 from gpuledger.ledger.errors import FormatError
 from tests.conftest import dataset, write

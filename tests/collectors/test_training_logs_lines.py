@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from collectors.base import ingest_file
+from collectors.ingest import ingest_file
 from gpuledger.ledger.errors import FormatError
 from tests.conftest import write
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from collectors.base import ingest_file
+from collectors.ingest import ingest_file
 from collectors.training_logs import STEPLESS_NOTE
 from tests.conftest import write
 

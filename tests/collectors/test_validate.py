@@ -15,8 +15,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from collectors.base import IngestOptions, ingest_file
+from collectors.base import IngestOptions
 from collectors.common import sql_path
+from collectors.ingest import ingest_file
 from gpuledger.ledger.errors import FormatError
 from tests.conftest import dataset, write
 

@@ -24,7 +24,8 @@ import pytest
 
 from analytics.jobs import jobs_table
 from analytics.summary import summary
-from collectors.base import IngestOptions, ingest_file
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
 from tests.conftest import gpuledger, write
 
 T = dt.datetime

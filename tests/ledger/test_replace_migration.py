@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import duckdb
 
-from collectors.base import IngestOptions, ingest_file
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
 from gpuledger.ledger.db import writer
 from gpuledger.ledger.schema import MIGRATIONS, SCHEMA_VERSION, current_version
 from tests.conftest import write

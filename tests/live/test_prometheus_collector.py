@@ -30,7 +30,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from collectors.base import ingest_file
+from collectors.ingest import ingest_file
 from collectors.prometheus_pull import PullOptions, pull
 from gpuledger.cli.main import main
 from gpuledger.ledger.db import writer

@@ -24,7 +24,7 @@ import duckdb
 import pytest
 
 from analytics.jobs import jobs_table
-from collectors.base import ingest_file
+from collectors.ingest import ingest_file
 from collectors.prometheus_jobs import pull_jobs
 from collectors.prometheus_pull import PullOptions
 from gpuledger.cli.main import main

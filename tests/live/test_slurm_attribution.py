@@ -27,7 +27,8 @@ import pytest
 
 from analytics.jobs import jobs_table
 from analytics.waste import unallocated, waste_totals
-from collectors.base import IngestOptions, ingest_file
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
 from collectors.slurm_poll import poll
 from gpuledger.ledger.db import reader, writer
 from tests.conftest import ROOT, dataset

@@ -18,6 +18,7 @@ import duckdb
 from collectors.validate import JOB_CHILDREN, Violation, ledger_violations
 from gpuledger.cli.commands._common import add_db_options, print_json
 from gpuledger.ledger.db import reader, writer
+from gpuledger.ledger.sample_time import reach_sql
 from gpuledger.ledger.settings import load_settings
 
 
@@ -117,7 +118,7 @@ def fix(con: duckdb.DuckDBPyConnection, found: list[Violation], settings: object
         con.execute(
             f"""CREATE OR REPLACE TEMP TABLE check_windows AS
                SELECT gpu_id, min(ts) AS lo,
-                      max(ts + to_microseconds((ceil(1.5 * interval_s::DOUBLE * 1e6) + 1000000)::BIGINT)) AS hi
+                      max({reach_sql("ts", "interval_s::DOUBLE")}) AS hi
                FROM samples
                WHERE (rowid IN (SELECT rid FROM check_rids WHERE tbl = 'samples') {of_jobs})
                  AND isfinite(ts) AND ts BETWEEN TIMESTAMP '1970-01-01' AND TIMESTAMP '2200-01-01'

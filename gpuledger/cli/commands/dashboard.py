@@ -22,9 +22,8 @@ import tempfile
 from pathlib import Path
 
 from gpuledger.cli.commands._common import add_db_options
-from gpuledger.ledger.db import resolve_db
+from gpuledger.ledger.db import resolve_db, sync_reference
 from gpuledger.ledger.paths import shipped
-from gpuledger.ledger.reference import sync_reference
 from gpuledger.ledger.settings import Settings, load_settings
 
 APP = shipped("app.py")

@@ -7,8 +7,7 @@ import time
 
 from gpuledger.cli.commands._common import _date, add_db_options, print_json
 from gpuledger.demo.build import DEFAULT_DAYS, DEFAULT_END, DEFAULT_SEED, MIN_DAYS, build_demo
-from gpuledger.ledger.db import resolve_db, writer
-from gpuledger.ledger.reference import sync_reference
+from gpuledger.ledger.db import resolve_db, sync_reference, writer
 from gpuledger.ledger.settings import load_settings
 
 

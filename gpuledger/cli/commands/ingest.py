@@ -12,8 +12,9 @@ from pathlib import Path
 
 import duckdb
 
-from collectors.base import IngestOptions, IngestReport, ingest_file
+from collectors.base import IngestOptions, IngestReport
 from collectors.gpu_facts import GpuFacts, gpu_facts
+from collectors.ingest import ingest_file
 from collectors.registry import PARSERS
 from gpuledger.cli.commands._common import add_db_options, print_json
 from gpuledger.ledger.db import MEMORY, resolve_db, writer

@@ -10,8 +10,7 @@ from analytics.jobs import jobs_table
 from analytics.shared import sharing
 from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
 from gpuledger.cli.commands.summary import filters_from
-from gpuledger.ledger.db import reader
-from gpuledger.ledger.reference import sync_reference
+from gpuledger.ledger.db import reader, sync_reference
 from gpuledger.ledger.settings import load_settings
 from gpuledger.ledger.text import neutral
 

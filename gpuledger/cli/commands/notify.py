@@ -12,9 +12,8 @@ from analytics.filters import Filters, horizon
 from analytics.money import cents
 from analytics.shared import sharing
 from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
-from gpuledger.ledger.db import reader, writer
+from gpuledger.ledger.db import reader, sync_reference, writer
 from gpuledger.ledger.errors import LedgerError
-from gpuledger.ledger.reference import sync_reference
 from gpuledger.ledger.settings import load_settings
 from gpuledger.ledger.text import neutral
 from gpuledger.reports import mail, notices

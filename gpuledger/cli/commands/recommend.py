@@ -8,8 +8,7 @@ from analytics.filters import Filters
 from analytics.recommend import KIND_LABELS, as_json, recommendations, savings_total, view_coverage
 from analytics.shared import sharing
 from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
-from gpuledger.ledger.db import reader
-from gpuledger.ledger.reference import sync_reference
+from gpuledger.ledger.db import reader, sync_reference
 from gpuledger.ledger.settings import load_settings
 from gpuledger.ledger.text import neutral
 

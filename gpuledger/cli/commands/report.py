@@ -10,9 +10,8 @@ from pathlib import Path
 from analytics.filters import Filters, horizon
 from analytics.shared import sharing
 from gpuledger.cli.commands._common import add_db_options, add_filter_options, require_known
-from gpuledger.ledger.db import reader
+from gpuledger.ledger.db import reader, sync_reference
 from gpuledger.ledger.errors import LedgerError
-from gpuledger.ledger.reference import sync_reference
 from gpuledger.ledger.settings import load_settings
 from gpuledger.reports import mail
 from gpuledger.reports.content import ReportData, collect, default_title

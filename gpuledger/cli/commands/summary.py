@@ -9,8 +9,7 @@ from analytics.filters import Filters
 from analytics.shared import sharing
 from analytics.summary import summary
 from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
-from gpuledger.ledger.db import reader
-from gpuledger.ledger.reference import sync_reference
+from gpuledger.ledger.db import reader, sync_reference
 from gpuledger.ledger.settings import load_settings
 
 

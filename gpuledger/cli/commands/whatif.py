@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from analytics.filters import Filters
 from analytics.shared import sharing
 from analytics.whatif import what_if_view
-from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json
+from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
 from gpuledger.cli.commands.summary import filters_from
-from gpuledger.ledger.db import reader
+from gpuledger.ledger.db import reader, sync_reference
 from gpuledger.ledger.errors import LedgerError
-from gpuledger.ledger.reference import sync_reference
 from gpuledger.ledger.settings import load_settings
 
 
@@ -77,11 +77,14 @@ def _render(out: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     sync_reference(args.db, settings)
+    filters = filters_from(args)
     with reader(args.db) as con, sharing(con):
+        require_known(con, filters)
+        require_known(con, Filters(teams=tuple(args.spot)))  # --spot TEAM names a team too
         try:
             out = what_if_view(
                 con,
-                filters=filters_from(args),
+                filters=filters,
                 settings=settings,
                 spot=tuple(args.spot),
                 models=tuple(args.model),
