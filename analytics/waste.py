@@ -277,7 +277,8 @@ def _sees_unallocated(filters: Filters) -> bool:
 
 
 # The physical GPUs whose telemetry counts as observed capacity: every GPU with samples except those of the
-# telemetry-only cards (already paid for in full as their unattributed:<card> pseudo-job). A MIG instance
+# telemetry-only cards (their capacity is their unattributed:<card> pseudo-job's span, added beside the held
+# time in _unallocated_windows_sql, so such a card is capacity exactly as long as it is held). A MIG instance
 # counts as its parent card, so a card whose instances a job holds only in part is capacity as a whole: its
 # other instances' time is unallocated. The cluster is the GPU's own, else that of a job whose allocation
 # names the GPU or its host (a node's nvidia-smi log ingested without --cluster, its jobs from sacct), else
@@ -505,6 +506,14 @@ def _unallocated_windows_sql(
         SELECT o.w_id, o.cluster, coalesce(o.gpu_model, ''), 'o', least(o.t_to, w.hi), -1.0
         FROM obs o JOIN uw w ON w.w_id = o.w_id
         WHERE least(o.t_to, w.hi) > greatest(o.t_from, w.lo)
+        UNION ALL
+        -- a telemetry-only card exists while its pseudo-job holds it: capacity as much as it is held, so it
+        -- is billed once (as the pseudo-job) and takes nothing from the other cards' free time
+        SELECT w_id, cluster, coalesce(gpu_model, ''), 'o', t_from, gpu_count FROM hj
+        WHERE starts_with(job_id, '{PSEUDO_PREFIX}') AND t_to > t_from
+        UNION ALL
+        SELECT w_id, cluster, coalesce(gpu_model, ''), 'o', t_to, -gpu_count FROM hj
+        WHERE starts_with(job_id, '{PSEUDO_PREFIX}') AND t_to > t_from
         UNION ALL
         SELECT w_id, cluster, coalesce(gpu_model, ''), 'h', t_from, gpu_count FROM held WHERE t_to > t_from
         UNION ALL
