@@ -939,6 +939,7 @@ def ingest_file(
     parsers: dict[str, Parser] | None = None,
 ) -> IngestReport:
     """Parse one file and land it atomically in the ledger behind ``con`` (a writer connection)."""
+    from collectors.job_option import tie_to_job
     from collectors.registry import PARSERS
 
     opts = opts or IngestOptions()
@@ -980,6 +981,7 @@ def ingest_file(
             skipped = parser.stage(con, p, opts)
             bad = validate_stage(con, p, skip_bad_rows=opts.skip_bad_rows, max_job_days=opts.max_job_days)
             bad += validate_merge(con, p, skip_bad_rows=opts.skip_bad_rows)
+            tie_to_job(con, p, parser.name, opts.job_id)  # --job on telemetry: its samples, or refused
             if hashing is not None:
                 digest = hashing.result()
         if hashing is not None and (seen := _seen_hash(con, digest)) is not None:

@@ -271,3 +271,24 @@ def test_view_dates_clip_cost_and_samples(con):
     assert row["gpu_hours"] == pytest.approx(24.0)
     assert row["cost_usd"] == pytest.approx(24 * RATE)
     assert row["productive_usd"] == pytest.approx(24 * RATE)
+
+
+def test_a_running_job_is_billed_through_its_last_sample_and_its_idle_hours_are_not_scaled(con):
+    """A RUNNING job (no end) with 60 one-minute samples at 0 % from 00:00: the data ends with its last sample
+    (00:59 + 60 s = 01:00), so the job holds its card 1 h: $4, idle 1 GPU-h = $4, nothing unallocated.
+    Until 2026-12-06 the horizon was the last sample's start (00:59): $3.9333, the last minute billed nowhere,
+    and the idle hours scaled by held/covered (59/60 h)."""
+    ingest(
+        con,
+        jobs=[job("run", 0, None, state="RUNNING")],
+        allocations=[alloc("run", "h1:0", 0, None)],
+        samples=series("h1:0", 0, [0.0] * 60),
+        gpus=[gpu("h1:0")],
+    )
+    totals = waste_totals(con)
+    assert totals["spend_usd"] == pytest.approx(1 * RATE)
+    assert totals["idle_allocated_usd"] == pytest.approx(1 * RATE)
+    assert totals["idle_gpu_hours"] == pytest.approx(60 / 60)  # Σ interval_s of the idle stretch / 3600
+    assert totals["unallocated_usd"] == pytest.approx(0.0)
+    (row,) = job_waste(con).to_dicts()
+    assert row["gpu_hours"] == pytest.approx(1.0) and row["cost_usd"] == pytest.approx(RATE)
