@@ -22,7 +22,16 @@ import duckdb
 from gpuledger.ledger.errors import FormatError
 
 # parsers that give --job a meaning of their own (collectors/wandb.py, nvidia_smi_pmon.py, training_logs.py)
-OWN_JOB_OPTION = frozenset({"wandb", "nvidia_smi_pmon", "hf_trainer", "llamafactory", "lightning"})
+OWN_JOB_OPTION = frozenset(
+    {
+        "wandb_events",
+        "wandb_metadata",
+        "nvidia_smi_pmon",
+        "hf_trainer_state",
+        "llamafactory_log",
+        "lightning_csv",
+    }
+)
 NAMED_AT_MOST = 10  # job ids an error names
 
 

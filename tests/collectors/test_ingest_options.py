@@ -216,3 +216,10 @@ def test_job_naming_no_job_or_missing_the_file_is_refused_naming_the_jobs(tmp_pa
         assert con.execute("SELECT count(*) FROM samples").fetchall() == [(0,)]  # nothing written
     finally:
         con.close()
+
+
+def test_the_formats_that_read_job_themselves_are_parsers():
+    from collectors.job_option import OWN_JOB_OPTION
+    from collectors.registry import PARSERS
+
+    assert set(OWN_JOB_OPTION) <= set(PARSERS)
