@@ -185,8 +185,11 @@ def horizon(con: duckdb.DuckDBPyConnection) -> dt.datetime | None:
 def _horizon(con: duckdb.DuckDBPyConnection) -> dt.datetime | None:
     row = con.execute(
         """SELECT greatest(
-               -- isfinite as a range, which zone maps answer: 50 M samples 0.04-0.1 s -> 1 ms
-               (SELECT max(ts) FROM samples WHERE ts > '-infinity'::TIMESTAMP AND ts < 'infinity'::TIMESTAMP),
+               -- the end of the last sample (ts + interval_s), not its start: a running job holds its card
+               -- through its last sample's interval, which is billed to it, not lost (per-day rollup: a few
+               -- rows per GPU-day; isfinite as a range, which zone maps answer)
+               (SELECT max(max_end_ts) FROM samples_day
+                WHERE max_end_ts > '-infinity'::TIMESTAMP AND max_end_ts < 'infinity'::TIMESTAMP),
                (SELECT max(greatest(coalesce(end_ts, start_ts), start_ts)) FROM jobs
                 WHERE isfinite(coalesce(end_ts, start_ts)) AND isfinite(start_ts)),
                (SELECT max(coalesce(end_ts, start_ts)) FROM allocations WHERE isfinite(coalesce(end_ts, start_ts))))"""

@@ -26,6 +26,7 @@ Jobs whose GPU model has no price have NULL money everywhere (reported as unpric
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 
 import duckdb
 import polars as pl
@@ -118,11 +119,72 @@ def job_waste_sql(
     as_of: dt.datetime | None,
     source: Source = "auto",
 ) -> tuple[str, list[object]]:
-    """SQL of :func:`job_waste` (JOB_WASTE_COLUMNS), reusable as a sub-query."""
+    """SQL of :func:`job_waste` (JOB_WASTE_COLUMNS), reusable as a sub-query.
+
+    Each part is priced at the price in force when its time was used: where a price changes inside the view
+    (prices change at midnights), every job is cut there, each piece's parts are computed at that piece's own
+    rate (as the view narrowed to its days would give them), and the pieces are summed. So two disjoint date
+    ranges add up to their union in every part, not only in spend (a job across a change at midnight: idle
+    over the whole view was rate-averaged, $2.9125 where its two days sum to $2.8283)."""
+    pieces = _price_pieces(con, filters)
+    if len(pieces) > 1:
+        buckets = _buckets_sql(pieces)
+        jobs_sql, jobs_params = _job_week_costs_sql(filters, as_of, buckets)
+        totals_sql, totals_params = job_bucket_totals_sql(con, filters, settings, as_of, buckets, source)
+        bad_sql, bad_params = badput_sums_sql(con, filters, settings, as_of, source, buckets)
+        sql = _parts_sql(jobs_sql, totals_sql, bad_sql, "job_id, week")
+        params = [*jobs_params, *totals_params, *bad_params]
+        return f"SELECT {_PIECES_TO_JOB} FROM ({sql}) GROUP BY job_id", params
     jobs_sql, jobs_params = job_costs_sql(filters, as_of)
     totals_sql, totals_params = job_totals_sql(con, filters, settings, as_of, source)
     bad_sql, bad_params = badput_sums_sql(con, filters, settings, as_of, source)
     return _parts_sql(jobs_sql, totals_sql, bad_sql, "job_id"), [*jobs_params, *totals_params, *bad_params]
+
+
+# JOB_WASTE_COLUMNS of a job from its pieces' rows (one per price period of the view): sums, and the job's
+# descriptive columns; the week is that of its first piece
+_PIECES_TO_JOB = ", ".join(
+    [f"any_value({c}) AS {c}" for c in ("team", "user_name", "cluster", "name", "kind", "state", "gpu_model")]
+    + ["job_id", "any_value(gpu_count) AS gpu_count", "any_value(start_ts) AS start_ts",
+       "any_value(end_ts) AS end_ts", "min(week) AS week"]
+    + [f"sum({c}) AS {c}" for c in ("gpu_hours", "oversubscribed_gpu_hours", "covered_gpu_hours",
+                                     "idle_gpu_hours", "cost_usd")]
+    + ["bool_or(failed) AS failed", "bool_or(cancelled) AS cancelled"]
+    + [f"sum({c}) AS {c}" for c in ("productive_usd", "idle_allocated_usd", "underused_usd", "failed_usd",
+                                     "unmeasured_usd", "failed_lost_usd", "failed_checkpointed_usd")]
+    + ["any_value(failed_basis) AS failed_basis", "sum(cancelled_usd) AS cancelled_usd"]
+    + [f"sum({c}) AS {c}" for c in ("waste_usd", "effective_gpu_hours", "util_covered_hours", "energy_kwh")]
+)  # fmt: skip
+
+
+def _price_pieces(con: duckdb.DuckDBPyConnection, filters: Filters) -> list[tuple[str, Filters]]:
+    """The view cut at every day a price row takes effect inside it (labels p0, p1, ...): one piece, the view
+    itself, when no price changes inside it (the usual case: one query, no cutting)."""
+    first, last = filters.since, filters.until
+    if first is None or last is None:
+        lo, hi = con.execute(
+            """SELECT least((SELECT min(start_ts) FROM jobs), (SELECT min(ts) FROM samples))::DATE,
+                      greatest((SELECT max(coalesce(end_ts, start_ts)) FROM jobs),
+                               (SELECT max(ts) FROM samples))::DATE"""
+        ).fetchall()[0]
+        first, last = first or lo, last or hi
+    if first is None or last is None:
+        return [("p0", filters)]
+    days = [
+        r[0]
+        for r in con.execute(
+            """SELECT DISTINCT effective_from FROM prices WHERE effective_from > ? AND effective_from <= ?
+               ORDER BY 1""",
+            [first, last],
+        ).fetchall()
+    ]
+    if not days:
+        return [("p0", filters)]
+    bounds = [first, *days, last + dt.timedelta(days=1)]
+    return [
+        (f"p{i}", Filters(a, b - dt.timedelta(days=1), filters.teams, filters.clusters, filters.users))
+        for i, (a, b) in enumerate(itertools.pairwise(bounds))
+    ]
 
 
 def _parts_sql(jobs_sql: str, totals_sql: str, bad_sql: str, key: str) -> str:
@@ -289,7 +351,8 @@ def _sees_unallocated(filters: Filters) -> bool:
 
 
 # The physical GPUs whose telemetry counts as observed capacity: every GPU with samples except those of the
-# telemetry-only cards (already paid for in full as their unattributed:<card> pseudo-job). A MIG instance
+# telemetry-only cards (their capacity is their unattributed:<card> pseudo-job's span, added beside the held
+# time in _unallocated_windows_sql, so such a card is capacity exactly as long as it is held). A MIG instance
 # counts as its parent card, so a card whose instances a job holds only in part is capacity as a whole: its
 # other instances' time is unallocated. The cluster is the GPU's own, else that of a job whose allocation
 # names the GPU or its host (a node's nvidia-smi log ingested without --cluster, its jobs from sacct), else
@@ -497,6 +560,20 @@ def _unallocated_windows_sql(
                CASE WHEN j.end_ts IS NULL THEN w.hi ELSE least(j.span_end, w.hi) END AS t_to
         FROM ({held_jobs_sql}) j JOIN uw w ON w.w_id = j.w_id
     ),
+    -- the cards that report (a MIG instance or a W&B view reports for its card) and every GPU row of them
+    seen_cards AS (SELECT DISTINCT coalesce(parent_gpu_id, gpu_id) AS card FROM gpus
+                   WHERE gpu_id IN (SELECT gpu_id FROM samples_day)),
+    seen_gpus AS (SELECT gpu_id, lower(split_part(host, '.', 1)) AS hk FROM gpus
+                  WHERE coalesce(parent_gpu_id, gpu_id) IN (SELECT card FROM seen_cards)
+                  UNION ALL SELECT card, NULL FROM seen_cards),
+    hj_unseen AS (
+        SELECT * FROM hj
+        WHERE t_to > t_from AND NOT starts_with(job_id, '{PSEUDO_PREFIX}')
+          AND job_id NOT IN (SELECT job_id FROM allocations WHERE gpu_id IN (SELECT gpu_id FROM seen_gpus))
+          AND job_id NOT IN (SELECT job_id FROM allocations
+                             WHERE gpu_id IS NULL AND lower(split_part(host, '.', 1)) IN (SELECT hk FROM seen_gpus))
+          AND job_id NOT IN (SELECT job_id FROM samples_day WHERE job_id IS NOT NULL)
+    ),
     -- a shared GPU's oversubscribed stretches hold one GPU, not the sum of what its jobs declared
     held AS (
         SELECT w_id, cluster, gpu_model, gpu_count, t_from, t_to FROM hj
@@ -518,15 +595,33 @@ def _unallocated_windows_sql(
         FROM obs o JOIN uw w ON w.w_id = o.w_id
         WHERE least(o.t_to, w.hi) > greatest(o.t_from, w.lo)
         UNION ALL
+        -- a telemetry-only card exists while its pseudo-job holds it: capacity as much as it is held, so it
+        -- is billed once (as the pseudo-job) and takes nothing from the other cards' free time
+        SELECT w_id, cluster, coalesce(gpu_model, ''), 'o', t_from, gpu_count FROM hj
+        WHERE starts_with(job_id, '{PSEUDO_PREFIX}') AND t_to > t_from
+        UNION ALL
+        SELECT w_id, cluster, coalesce(gpu_model, ''), 'o', t_to, -gpu_count FROM hj
+        WHERE starts_with(job_id, '{PSEUDO_PREFIX}') AND t_to > t_from
+        UNION ALL
+        -- a job on no card that reports (a host without telemetry) proves GPUs the telemetry does not show:
+        -- in a cluster without declared capacity they are capacity while it holds them, so its unmeasured
+        -- time is billed by allocation and takes nothing from the reporting cards' free time
+        SELECT w_id, cluster, coalesce(gpu_model, ''), 'u', t_from, gpu_count FROM hj_unseen
+        UNION ALL
+        SELECT w_id, cluster, coalesce(gpu_model, ''), 'u', t_to, -gpu_count FROM hj_unseen
+        UNION ALL
         SELECT w_id, cluster, coalesce(gpu_model, ''), 'h', t_from, gpu_count FROM held WHERE t_to > t_from
         UNION ALL
         SELECT w_id, cluster, coalesce(gpu_model, ''), 'h', t_to, -gpu_count FROM held WHERE t_to > t_from
     ),
     -- a cluster counts (in a window) only where capacity is known there: declared, or GPUs reporting
     known AS (SELECT DISTINCT w_id, cluster FROM ev0 WHERE k IN ('d', 'o')),
+    declared AS (SELECT DISTINCT w_id, cluster FROM ev0 WHERE k = 'd'),
     ev AS MATERIALIZED (
         SELECT ev0.* FROM ev0 JOIN known ON known.w_id = ev0.w_id AND known.cluster = ev0.cluster
+        LEFT JOIN declared ON declared.w_id = ev0.w_id AND declared.cluster = ev0.cluster
         WHERE ev0.cluster IS NOT NULL {cluster_where.replace("cluster IN", "ev0.cluster IN")}
+          AND NOT (ev0.k = 'u' AND declared.cluster IS NOT NULL)
           AND ev0.cluster NOT IN (SELECT cluster FROM ({per_job_sql}))
     ),
     -- each (window, cluster, model key) and its price: the cluster's tier (settings, else the default),
@@ -564,7 +659,7 @@ def _unallocated_windows_sql(
     run AS (
         SELECT *, sum(dd) OVER w AS d, sum(od) OVER w AS o, sum(hd) OVER w AS h
         FROM (SELECT w_id, cluster, mkey, NULL::VARCHAR AS gpu_model, ts, 'c' AS k,
-                     sum(CASE WHEN k = 'd' THEN n ELSE 0 END) AS dd, sum(CASE WHEN k = 'o' THEN n ELSE 0 END) AS od,
+                     sum(CASE WHEN k = 'd' THEN n ELSE 0 END) AS dd, sum(CASE WHEN k IN ('o', 'u') THEN n ELSE 0 END) AS od,
                      sum(CASE WHEN k = 'h' THEN n ELSE 0 END) AS hd, NULL::DOUBLE AS dur_h
               FROM ev GROUP BY w_id, cluster, mkey, ts
               UNION ALL

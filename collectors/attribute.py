@@ -24,8 +24,14 @@ Two paths, both run by :func:`attribute_samples` at the end of every :func:`coll
      totals are then exact; which job had which card is inferred, so per-job utilization is an estimate.
 
 Rules 4–6 never tie a GPU-second to two jobs: a GPU already held by an allocation that names it, or tied to
-an overlapping job, is not dealt again; what cannot be dealt (more GPUs held than the host reports) stays
-unmeasured. Only evidence (rules 1–3) can put two jobs on one card at once — time-slicing, MPS — and then
+an overlapping job, is not dealt again.
+
+  7. a job that fits the host on its own (it holds no more GPUs than the host reports) but finds the cards
+     held by overlapping jobs time-slices them: it is tied to the cards least held over its span, lowest
+     index first — ``by_share``, ``shared`` — and the shared-GPU rule (analytics/cost.py) splits each
+     card-second among its holders, so a card is billed once (two 1-GPU jobs on a 1-card host for an hour:
+     ½ card-hour each). What a job holds beyond the host's reported cards stays unmeasured (the other cards
+     may exist without telemetry). Only evidence (rules 1–3) can put two jobs on one card at once — time-slicing, MPS — and then
 both ties are kept (the shared-GPU rule splits that card's cost) while each sample goes to one job, the
 smallest job id, so the stamping is the same on every run. Fractional GPU counts are dealt as whole cards (rounded, at least 1); splitting one card among
 several jobs is the shared-GPU rule's business, not this one's.
@@ -108,7 +114,7 @@ class Tie:
     start: dt.datetime
     end: dt.datetime | None
     method: str  # exact | by_share
-    evidence: str  # gres_idx | gpu_id | process | sample_label | whole_host | remainder | dealt
+    evidence: str  # gres_idx | gpu_id | process | sample_label | whole_host | remainder | dealt | shared
 
 
 @dataclass
@@ -161,7 +167,8 @@ def deal(
 
     ``gpus``: the host's GPUs as (gpu_id, index); ``held``: (gpu_id, start, end) of allocations that name
     their GPU; ``seen``: per allocation (job_id, start), GPUs observed running the job → evidence
-    (``process`` / ``sample_label``). Returns the ties, at most one job per GPU-second.
+    (``process`` / ``sample_label``). Returns the ties: rules 1-6 tie at most one job per GPU-second; rule 7
+    adds ``shared`` ties where jobs hold more of the host than it has.
     """
     seen = seen or {}
     order = sorted(gpus, key=lambda g: (g[1] is None, g[1] if g[1] is not None else 0, g[0]))
@@ -193,8 +200,11 @@ def deal(
                     book.take(gid, a.start, hi, True)
                     mine[i].add(gid)
                     ties.append(Tie(a.job_id, gid, a.start, a.end, "exact", "whole_host"))
-            need[i] = 0
+            # the host's cards, as many as it reports: what others already hold over the span is shared
+            # (rule 7), what it holds beyond them has no telemetry
+            need[i] = len(order) - len(mine[i]) if round(a.gpus) == len(order) else 0
     # rules 5-6: the rest, in start order, lowest free index first
+    short: dict[int, int] = defaultdict(int)
     for i, a in enumerate(allocs):
         if need[i] <= 0:
             continue
@@ -203,8 +213,10 @@ def deal(
         chosen = free[: need[i]]
         others = [gid for gid, _ in order if gid not in free and gid not in mine[i]]
         exact = len(free) == need[i] and book.overlapping_exact(others, a.start, hi)
+        short[i] = need[i] - len(chosen)
         for gid in chosen:
             book.take(gid, a.start, hi, exact)
+            mine[i].add(gid)
             ties.append(
                 Tie(
                     a.job_id,
@@ -215,6 +227,22 @@ def deal(
                     "remainder" if exact else "dealt",
                 )
             )
+    # rule 7: a job that fits the host on its own but finds its cards held by overlapping jobs time-slices
+    # them (Slurm's shared GRES, an overscheduled node): it is tied to the cards least held over its span,
+    # lowest index first, and the shared-GPU rule (analytics/cost.py) splits each card-second among the
+    # holders, so one card is billed once. A job holding more GPUs than the host reports stays unmeasured
+    # for the rest: the host's other cards may exist without telemetry.
+    for i, a in enumerate(allocs):
+        if short[i] <= 0 or round(a.gpus) > len(order):
+            continue
+        hi = a.end or FOREVER
+        rest = sorted(
+            (gid for gid, _ in order if gid not in mine[i]),
+            key=lambda g, lo=a.start, hi=hi: len(book._overlapping(g, lo, hi)),  # stable: index order kept
+        )
+        for gid in rest[: short[i]]:
+            book.take(gid, a.start, hi, False)
+            ties.append(Tie(a.job_id, gid, a.start, a.end, "by_share", "shared"))
     return ties
 
 

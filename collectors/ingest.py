@@ -34,6 +34,7 @@ from collectors.base import (
 from collectors.checkpoints import record_placements
 from collectors.common import Restage, reading
 from collectors.gpu_facts import price_staged_jobs
+from collectors.job_option import tie_to_job
 from collectors.registry import PARSERS
 from collectors.source_file import check_path, scan_source
 from collectors.validate import record_rejections, validate_merge, validate_stage
@@ -95,6 +96,7 @@ def ingest_file(
             priced = price_staged_jobs(con, opts.gpu) if opts.gpu else None
             bad = validate_stage(con, p, skip_bad_rows=opts.skip_bad_rows, max_job_days=opts.max_job_days)
             bad += validate_merge(con, p, skip_bad_rows=opts.skip_bad_rows)
+            tie_to_job(con, p, parser.name, opts.job_id)  # --job on telemetry: its samples, or refused
             if hashing is not None:
                 digest = hashing.result()
         if hashing is not None and (seen := _seen_hash(con, digest)) is not None:

@@ -318,7 +318,7 @@ SCHEMA_V2: list[str] = [
         start_ts    TIMESTAMP NOT NULL,        -- tied from (UTC)
         end_ts      TIMESTAMP,                 -- tied until (UTC); NULL while the job runs
         method      VARCHAR NOT NULL,          -- exact | by_share
-        evidence    VARCHAR NOT NULL           -- gres_idx | gpu_id | process | sample_label | whole_host | remainder | dealt
+        evidence    VARCHAR NOT NULL           -- gres_idx | gpu_id | process | sample_label | whole_host | remainder | dealt | shared
     )
     """,
     # -- rejected rows (--skip-bad-rows) --

@@ -9,7 +9,7 @@ from analytics.summary import summary
 from analytics.waste import PARTS, unallocated, waste_totals
 from gpuledger.ledger.reference import load_reference
 from gpuledger.ledger.settings import Capacity, ClusterSettings, Settings
-from tests.analytics.build import H100, alloc, gpu, ingest, job, series, set_test_prices
+from tests.analytics.build import H100, alloc, at, gpu, ingest, job, series, set_test_prices
 
 RATE = 4.0  # H100 on_demand in the test sheet
 
@@ -143,3 +143,73 @@ def test_billing_and_gap_settings_are_validated(tmp_path):
     bad.write_text('[clusters.lab]\nbilling = "sometimes"\n')
     with pytest.raises(SettingsError, match=r"clusters\.lab\.billing.*must be one of always_on, per_job"):
         load_settings(bad)
+
+
+def _unclaimed(con, settings: Settings) -> None:
+    """Job j holds host x1 (its one H100, named by host only, as sacct does) 0-60 min; x1 and x2 each report
+    one sample a minute 0-120 min. No job names x2: it is billed as its pseudo-job unattributed:x2:0."""
+    load_reference(con, settings)
+    set_test_prices(con)
+    ingest(
+        con,
+        jobs=[job("j", 0, 60)],
+        allocations=[
+            {
+                "job_id": "j",
+                "host": "x1",
+                "gpu_id": None,
+                "gpu_count": 1.0,
+                "start_ts": at(0),
+                "end_ts": at(60),
+            }
+        ],
+        samples=series("x1:0", 0, [50.0] * 120) + series("x2:0", 0, [30.0] * 120),
+        gpus=[gpu("x1:0"), gpu("x2:0")],
+    )
+
+
+@pytest.mark.parametrize("declared", [0, 2])
+def test_an_unclaimed_card_is_billed_once_and_takes_no_other_cards_free_time(ledger, declared):
+    settings = Settings(
+        clusters={"c1": ClusterSettings(capacity=(Capacity(H100, declared),) if declared else ())}
+    )
+    _unclaimed(ledger, settings)
+    # 2 cards × 2 h = 4 card-hours exist: j 1 h ($4), x1's second hour free ($4), x2's pseudo-job 2 h ($8).
+    # Before: x2's pseudo-job was held time but not capacity, so it took x1's free hour: $12, 1 GPU-h
+    # "oversubscribed".
+    totals = waste_totals(ledger, settings=settings)
+    assert totals["unallocated_usd"] == pytest.approx(1 * RATE)
+    assert totals["spend_usd"] == pytest.approx(4 * RATE)
+    assert totals["oversubscribed_gpu_hours"] == pytest.approx(0.0)
+    un = unallocated(ledger, settings=settings).row(0, named=True)
+    assert un["capacity_gpu_hours"] == pytest.approx(4.0)  # x1 2 h + x2 2 h (its pseudo-job's span)
+    assert un["allocated_gpu_hours"] == pytest.approx(3.0)  # j 1 h + the pseudo-job 2 h
+
+
+def test_a_job_on_a_host_without_telemetry_takes_no_reporting_card_s_free_time(ledger):
+    """Cluster c1 declares nothing. Card n1:0 reports 0-120 min and job j holds it 0-60 min; job k holds host
+    n2 (sacct's NodeList) 0-120 min and n2 reports nothing. Both hosts exist: j $4, n1:0's free hour
+    unallocated ($4), k's 2 h billed by allocation, unmeasured ($8): $16. Before, k's held time was taken from
+    n1:0's free time: $12, and 1 GPU-h "oversubscribed"."""
+    set_test_prices(ledger)
+    ingest(
+        ledger,
+        jobs=[job("j", 0, 60), job("k", 0, 120)],
+        allocations=[alloc("j", "n1:0", 0, 60),
+                     {"job_id": "k", "host": "n2", "gpu_id": None, "gpu_count": 1.0, "start_ts": at(0),
+                      "end_ts": at(120)}],
+        samples=series("n1:0", 0, [90.0] * 120),
+        gpus=[gpu("n1:0")],
+    )  # fmt: skip
+    totals = waste_totals(ledger)
+    assert totals["unallocated_usd"] == pytest.approx(1 * RATE)
+    assert totals["unmeasured_usd"] == pytest.approx(2 * RATE)
+    assert totals["spend_usd"] == pytest.approx(4 * RATE)
+    assert totals["oversubscribed_gpu_hours"] == pytest.approx(0.0)
+    # with the cluster's size declared (2 GPUs), k's time is inside it: the declaration wins
+    settings = Settings(clusters={"c1": ClusterSettings(capacity=(Capacity(H100, 2),))})
+    load_reference(ledger, settings)
+    set_test_prices(ledger)
+    declared = waste_totals(ledger, settings=settings)
+    assert declared["unallocated_usd"] == pytest.approx(1 * RATE)  # 2 × 2 h − j 1 h − k 2 h
+    assert declared["spend_usd"] == pytest.approx(4 * RATE)

@@ -174,9 +174,10 @@ def test_midnight_running_jobs_and_telemetry_only_gpus(con: duckdb.DuckDBPyConne
     )
     ingest(con, samples=series("n3:0", 24 * 60, [0.0] * 90 + [40.0] * 10, power_w=100.0))
     ingest(con, samples=series("n9:0", 24 * 60 + 5, [1.0] * 45 + [60.0] * 5))
-    # Every sample stands for 60 s. j3 is held from 00:00 to the horizon (its last sample, 01:39): 99 min,
-    # but its 100 samples cover 100 min, so its figures are clamped by 99/100 (the waste contract).
-    j3_idle_min = 90 * 99 / 100
+    # Every sample stands for 60 s. j3 is held from 00:00 to the horizon, the end of its last sample (01:39 +
+    # 60 s = 01:40): 100 min, all covered by its 100 samples, so its 90 idle minutes count whole (until
+    # 2026-12-06 the horizon was the last sample's start: 99 held minutes, the idle clamped to 90 × 99/100)
+    j3_idle_min = 90
     assert idle_hours(con) == pytest.approx((40 + j3_idle_min + 45) / 60)
     # day 1 alone: j2's run counts (it lasts 40 min in all) but only its 20 minutes after midnight
     assert summary(con, filters=DAY1, source="auto")["idle_gpu_hours"] == pytest.approx(

@@ -19,7 +19,7 @@ def _check(con, summary_kwargs=None):
     assert round(teams["spend_usd"].sum(), 2) == round(s["spend_usd"], 2)
     # GPU-hours of the job records in plain SQL (running jobs up to the data horizon).
     (job_h,) = con.execute(
-        """WITH h AS (SELECT greatest((SELECT max(ts) FROM samples),
+        """WITH h AS (SELECT greatest((SELECT max(ts + to_microseconds(CAST(interval_s * 1e6 AS BIGINT))) FROM samples),
                                       (SELECT max(greatest(coalesce(end_ts, start_ts), start_ts)) FROM jobs)) AS h)
            SELECT coalesce(sum(gpu_count * epoch(coalesce(end_ts, h.h) - start_ts) / 3600), 0)
            FROM jobs, h WHERE start_ts IS NOT NULL AND coalesce(end_ts, h.h) > start_ts"""

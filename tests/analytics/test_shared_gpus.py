@@ -7,7 +7,7 @@ import pytest
 
 from analytics.cost import job_costs
 from analytics.waste import PARTS, job_waste, job_waste_by_week, unallocated, waste_totals
-from tests.analytics.build import alloc, gpu, ingest, job, series, set_test_prices
+from tests.analytics.build import alloc, at, gpu, ingest, job, series, set_test_prices
 
 RATE = 4.0  # H100 on_demand, $/GPU-h
 
@@ -125,3 +125,33 @@ def test_a_job_around_another_or_twice_on_one_gpu_is_no_sharing(ledger):
     assert rows["d"]["oversubscribed_gpu_hours"] == pytest.approx(0.25)
     assert rows["c"]["oversubscribed_gpu_hours"] == pytest.approx(0.25)
     assert rows["c"]["cost_usd"] + rows["d"]["cost_usd"] == pytest.approx((1.0 + 1.0 - 0.25 - 0.25) * RATE)
+
+
+def test_two_host_level_jobs_on_a_one_card_host_share_its_hour(ledger):
+    """Two jobs hold host b1 (sacct's NodeList, no GPU named) 0-60 min, 1 GPU each; b1 reports its one card
+    at 80 % every minute. The host cannot give each job a card: the second is tied to the first's card as a
+    time-slicing holder (collectors/attribute.py rule 7), and the card's hour is split ½/½: $2 + $2 = $4, the
+    card's price once. Before: the second job was left untied and billed its whole allocation as unmeasured
+    beside the first: $8 for one card-hour, 1 GPU-h "oversubscribed"."""
+    set_test_prices(ledger)
+    ingest(
+        ledger,
+        jobs=[job("a", 0, 60), job("b", 0, 60)],
+        allocations=[
+            {"job_id": j, "host": "b1", "gpu_id": None, "gpu_count": 1.0, "start_ts": at(0), "end_ts": at(60)}
+            for j in ("a", "b")
+        ],
+        samples=series("b1:0", 0, [80.0] * 60),
+        gpus=[gpu("b1:0")],
+    )
+    rows = {r["job_id"]: r for r in job_costs(ledger).iter_rows(named=True)}
+    assert rows["a"]["cost_usd"] == pytest.approx(1 * RATE / 2)
+    assert rows["b"]["cost_usd"] == pytest.approx(1 * RATE / 2)
+    assert ledger.execute("SELECT job_id, evidence FROM host_attribution ORDER BY job_id").fetchall() == [
+        ("a", "whole_host"),
+        ("b", "shared"),
+    ]
+    totals = waste_totals(ledger)
+    assert totals["spend_usd"] == pytest.approx(RATE)  # one card-hour
+    assert totals["unallocated_usd"] == pytest.approx(0.0)
+    assert round(sum(totals[p] for p in PARTS), 9) == round(totals["spend_usd"], 9)

@@ -271,3 +271,51 @@ def test_view_dates_clip_cost_and_samples(con):
     assert row["gpu_hours"] == pytest.approx(24.0)
     assert row["cost_usd"] == pytest.approx(24 * RATE)
     assert row["productive_usd"] == pytest.approx(24 * RATE)
+
+
+def test_a_running_job_is_billed_through_its_last_sample_and_its_idle_hours_are_not_scaled(con):
+    """A RUNNING job (no end) with 60 one-minute samples at 0 % from 00:00: the data ends with its last sample
+    (00:59 + 60 s = 01:00), so the job holds its card 1 h: $4, idle 1 GPU-h = $4, nothing unallocated.
+    Until 2026-12-06 the horizon was the last sample's start (00:59): $3.9333, the last minute billed nowhere,
+    and the idle hours scaled by held/covered (59/60 h)."""
+    ingest(
+        con,
+        jobs=[job("run", 0, None, state="RUNNING")],
+        allocations=[alloc("run", "h1:0", 0, None)],
+        samples=series("h1:0", 0, [0.0] * 60),
+        gpus=[gpu("h1:0")],
+    )
+    totals = waste_totals(con)
+    assert totals["spend_usd"] == pytest.approx(1 * RATE)
+    assert totals["idle_allocated_usd"] == pytest.approx(1 * RATE)
+    assert totals["idle_gpu_hours"] == pytest.approx(60 / 60)  # Σ interval_s of the idle stretch / 3600
+    assert totals["unallocated_usd"] == pytest.approx(0.0)
+    (row,) = job_waste(con).to_dicts()
+    assert row["gpu_hours"] == pytest.approx(1.0) and row["cost_usd"] == pytest.approx(RATE)
+
+
+def test_parts_are_priced_at_the_price_in_force_so_days_add_up(con):
+    """The H100 price rises from $4 to $6 at midnight of day 2. Job j1 holds h1:0 from 22:00 on day 1 to
+    02:00 on day 2: busy (90 %) until 23:00, then idle (0 %) for 3 h across midnight. Cost 2 h × $4 + 2 h × $6
+    = $20; idle 1 h × $4 + 2 h × $6 = $16, productive $4, and the two days' views add up to that in every part.
+    Before, the whole view priced the idle hours at the job's average rate: 3 h × $5 = $15, while the days
+    gave $4 + $12 = $16."""
+    import datetime as dt
+
+    con.execute(
+        "INSERT INTO prices VALUES ('H100-SXM-80GB', 'on_demand', NULL, DATE '2025-03-04', 6.0, 'test', "
+        "DATE '2025-03-04', 'sheet', NULL)"
+    )
+    # 22:00 day 1 .. 02:00 day 2: busy 90 % for the first hour, then idle 3 h (the idle stretch crosses midnight)
+    one_job(con, [90.0] * 60 + [0.0] * 180, start=22 * 60, end=26 * 60)
+    whole = waste_totals(con)
+    days = [
+        waste_totals(con, filters=Filters(since=d, until=d))
+        for d in (dt.date(2025, 3, 3), dt.date(2025, 3, 4))
+    ]
+    assert whole["spend_usd"] == pytest.approx(2 * 4.0 + 2 * 6.0)  # $20
+    # idle 23:00-02:00: 1 h at $4 + 2 h at $6 = $16 (the average rate would give 3 × $5 = $15)
+    assert whole["idle_allocated_usd"] == pytest.approx(1 * 4.0 + 2 * 6.0)
+    assert whole["productive_usd"] == pytest.approx(1 * 4.0)
+    for p in PARTS:
+        assert sum(d[p] for d in days) == pytest.approx(whole[p]), p

@@ -268,13 +268,25 @@ def test_deal_staggered_jobs_reuse_freed_gpus():
     assert {t.method for t in ties} == {"by_share"}
 
 
-def test_deal_never_ties_one_gpu_second_to_two_jobs():
-    # 3 + 3 GPUs held on a 4-GPU host at once (an inconsistent record): the second job gets the 1 card left
+def test_deal_never_deals_one_gpu_second_twice_and_shares_what_is_oversubscribed():
+    # 3 + 3 GPUs held on a 4-GPU host at once (time-slicing, or an inconsistent record): the second job is
+    # dealt the 1 card left, and shares 2 of the first job's cards for the rest (issue 35: before, those 2
+    # GPU-h stayed unmeasured beside the host's 4 billed ones, 6 card-hours billed for 4)
     ties = deal(G4, [A("a", 0, 2, 3), A("b", 0, 2, 3)])
-    assert owners(ties) == {"a": ["h:0", "h:1", "h:2"], "b": ["h:3"]}
+    assert owners(ties) == {"a": ["h:0", "h:1", "h:2"], "b": ["h:0", "h:1", "h:3"]}
+    assert sorted(
+        (t.job_id, t.gpu_id, t.evidence) for t in ties if t.evidence not in ("dealt", "remainder")
+    ) == [
+        ("b", "h:0", "shared"),
+        ("b", "h:1", "shared"),
+    ]
+    # a job holding more GPUs than the host reports shares nothing: the other cards may lack telemetry
+    ties = deal(G4, [A("a", 0, 2, 4), A("b", 0, 2, 5)])
+    assert owners(ties) == {"a": ["h:0", "h:1", "h:2", "h:3"]}
     # a GPU an allocation names by id is not dealt again
     ties = deal(G4, [A("a", 0, 2, 4)], held=[("h:0", T0, None)])
-    assert owners(ties) == {"a": ["h:1", "h:2", "h:3"]}
+    assert owners(ties) == {"a": ["h:0", "h:1", "h:2", "h:3"]}
+    assert [t.gpu_id for t in ties if t.evidence == "shared"] == ["h:0"]  # shared with the job naming it
 
 
 def test_deal_evidence_first_then_remainder_then_share():
@@ -289,9 +301,10 @@ def test_deal_evidence_first_then_remainder_then_share():
     # one GPU left for a job that needs it while the others are by_share: still only a share
     ties = deal(G4, [A("a", 0, 2, 3), A("b", 0, 2, 1)])
     assert {t.job_id: t.method for t in ties} == {"a": "by_share", "b": "by_share"}
-    # a running job (no end) holds its cards until further notice
+    # a running job (no end) holds its cards until further notice: a later job shares one of them
     ties = deal(G4, [A("a", 0, None, 4), A("b", 5, 6, 1)])
-    assert owners(ties) == {"a": ["h:0", "h:1", "h:2", "h:3"]}
+    assert owners(ties) == {"a": ["h:0", "h:1", "h:2", "h:3"], "b": ["h:0"]}
+    assert [t.evidence for t in ties if t.job_id == "b"] == ["shared"]
 
 
 def dcgm_file(tmp_path: Path, host: str, labels: dict[int, str]) -> Path:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from collectors.base import IngestOptions
 from collectors.ingest import PROGRESS_MIN_BYTES, ingest_file, wants_progress
@@ -155,3 +156,71 @@ def test_options_from_settings_carry_every_threshold_and_tier():
     assert (opts.idle_util_pct, opts.idle_min_minutes, opts.target_util_pct) == (2.0, 45.0, 70.0)
     assert opts.default_tier == "spot" and opts.cluster_tiers == (("lab", "on_prem"),)
     assert (opts.cluster, opts.tz) == ("lab", "UTC")
+
+
+# --job on a telemetry file (issue 35): job r-1 from a jobs table, 10:00-11:00, no GPU named; a GPU's
+# nvidia-smi log of 10:00-11:59, one sample a minute at 50 %
+JOBS = "job_id,user,team,start,end,gpu_model,gpu_count,state,cluster\n" + (
+    "r-1,alice,nlp,2025-03-01T10:00:00Z,2025-03-01T11:00:00Z,H100-SXM-80GB,1,COMPLETED,c1\n"
+)
+
+
+def _gpu_log(minutes: int = 120) -> str:
+    head = "timestamp, index, name, utilization.gpu [%]\n"
+    return head + "".join(
+        f"2025/03/01 {10 + m // 60:02d}:{m % 60:02d}:00.000, 0, NVIDIA H100 80GB HBM3, 50 %\n"
+        for m in range(minutes)
+    )
+
+
+def test_job_ties_a_telemetry_file_s_samples_inside_the_job_s_span(ledger, tmp_path):
+    from analytics.summary import summary
+    from tests.analytics.build import set_test_prices
+
+    set_test_prices(ledger)  # H100 $4/GPU-h
+    ingest_file(ledger, write(tmp_path, "jobs.csv", JOBS), opts=IngestOptions(tz="UTC"))
+    ingest_file(
+        ledger, write(tmp_path, "gpu.csv", _gpu_log()), opts=IngestOptions(tz="UTC", host="g1", job_id="r-1")
+    )
+    # the 60 samples of 10:00-10:59 are r-1's, the 60 after its end nobody's
+    assert ledger.execute("SELECT job_id, count(*) FROM samples GROUP BY 1 ORDER BY 1").fetchall() == [
+        ("r-1", 60),
+        (None, 60),
+    ]
+    s = summary(ledger)
+    # r-1's hour is measured from its own card ($4, 50 % < the 60 % target: under-used 1/6, productive 5/6);
+    # the card is claimed, so no unattributed pseudo-job bills the same hour again (before: r-1 unmeasured
+    # $4 + unattributed:g1:0 2 h $8)
+    assert s["waste"]["unmeasured_usd"] == pytest.approx(0.0)
+    assert s["waste"]["underused_usd"] == pytest.approx(4.0 * (60 - 50) / 60)
+    assert s["waste"]["productive_usd"] == pytest.approx(4.0 * 50 / 60)
+    assert s["jobs"] == 1  # r-1 alone: no pseudo-job
+
+
+def test_job_naming_no_job_or_missing_the_file_is_refused_naming_the_jobs(tmp_path):
+    db = str(tmp_path / "l.duckdb")
+    assert _cli("ingest", "--db", db, "--tz", "UTC", str(write(tmp_path, "jobs.csv", JOBS))).returncode == 0
+    log = str(write(tmp_path, "gpu.csv", _gpu_log()))
+    for job_id, why in (("r-2", "no such job in the ledger"), ("r-1", None)):
+        args = ("ingest", "--db", db, "--tz", "UTC", "--host", "g1", "--job", job_id, log)
+        if why is None:  # r-1 exists but ran 10:00-11:00: a log of 12:00-12:59 misses it
+            late = _gpu_log(180).splitlines()
+            log = str(write(tmp_path, "late.csv", "\n".join([late[0], *late[121:]]) + "\n"))
+            args = (*args[:-1], log)
+            why = "none of the file's samples"
+        result = _cli(*args)
+        assert result.returncode == 1, result.stdout
+        assert result.stderr.startswith("error: ") and why in result.stderr and "r-1" in result.stderr
+        assert "Traceback" not in result.stderr
+    con = duckdb.connect(db, read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM samples").fetchall() == [(0,)]  # nothing written
+    finally:
+        con.close()
+
+
+def test_the_formats_that_read_job_themselves_are_parsers():
+    from collectors.job_option import OWN_JOB_OPTION
+    from collectors.registry import PARSERS
+
+    assert set(OWN_JOB_OPTION) <= set(PARSERS)

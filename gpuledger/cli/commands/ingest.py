@@ -44,7 +44,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--tz",
         help="IANA zone of naive local timestamps (default: this machine's zone for nvidia-smi, UTC otherwise)",
     )
-    p.add_argument("--job", dest="job_id", help="tie a training log to this job id")
+    p.add_argument(
+        "--job",
+        dest="job_id",
+        help="tie a training log or a telemetry file to this job id (its samples inside the job's span become the job's; an unknown job is refused)",
+    )
     p.add_argument(
         "--host",
         help="host name for GPUs of files that carry none (nvidia-smi CSV without uuid: HOST:INDEX, "
