@@ -17,7 +17,7 @@ import functools
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 import duckdb
 import polars as pl
@@ -210,6 +210,14 @@ class JobItems:
 
 
 Found = list[Recommendation | JobItems]  # what an advice module makes
+
+
+class AdviceModule(Protocol):
+    """The shape of every ``analytics/advice_*.py`` module analytics.recommend runs."""
+
+    KINDS: tuple[str, ...]  # the kinds it makes
+
+    def advise(self, v: AdviceView, found: Found) -> Found: ...
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from types import ModuleType
 
 import duckdb
 import polars as pl
@@ -41,6 +40,7 @@ from analytics import (
 )
 from analytics.advice_common import (
     BATCH_FIELDS,
+    AdviceModule,
     AdviceView,
     Found,
     JobItems,
@@ -94,7 +94,7 @@ KIND_LABELS = {
 KINDS = tuple(KIND_LABELS)
 # The advice modules, in the order they run: each sees what the ones before it found (consolidate_inference
 # leaves out what the sizing kinds cover), and the capacity items come after the moves they may release.
-ADVICE: tuple[ModuleType, ...] = (
+ADVICE: tuple[AdviceModule, ...] = (
     advice_idle,
     advice_sizing,
     advice_batch,

@@ -30,3 +30,16 @@ def test_family_stem_depends_on_the_name_not_the_job_id_it_was_first_asked_with(
     assert family_stem("sweep-lr-3", "job-b") == "sweep-lr"
     assert family_stem(None, "job-b") == "job-b"  # no digit in "b": nothing to strip
     assert family_stem(None, "other-9") == "other"
+
+
+def test_every_kind_comes_from_one_advice_module_of_the_same_shape() -> None:
+    """analytics.recommend runs ADVICE in order: each module makes its own kinds, no kind twice, every kind of
+    KIND_LABELS from one of them, and each ``advise`` takes the same two arguments."""
+    import inspect
+
+    from analytics.recommend import ADVICE, KINDS
+
+    made = [k for m in ADVICE for k in m.KINDS]
+    assert sorted(made) == sorted(KINDS) and len(made) == len(set(made))
+    for m in ADVICE:
+        assert list(inspect.signature(m.advise).parameters) == ["v", "found"], m.__name__
