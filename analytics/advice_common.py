@@ -14,7 +14,7 @@ has every field typed once; the list the CLI, pages and reports read is :func:`R
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from typing import Any, Protocol
@@ -90,6 +90,20 @@ class Recommendation:
         """A copy with ``changes`` (the item is frozen)."""
         return replace(self, **changes)
 
+    @classmethod
+    def of_row(cls, row: Mapping[str, Any]) -> Recommendation:
+        """A row of the list (analytics.recommend.RECOMMENDATION_COLUMNS) as the item it was made from, for
+        the pages and reports that read one item at a time."""
+        plain = {f.name for f in fields(cls)} - {"batch", *_TUPLES}
+        tuples = {k: tuple(row[k] or ()) for k in _TUPLES if k != "alternatives"}
+        alternatives = row.get("alternatives")
+        return cls(
+            **{k: row[k] for k in plain},
+            **tuples,
+            alternatives=None if alternatives is None else tuple(alternatives),
+            batch=BatchPlan.of(row) if row.get("recommended_batch_size") is not None else None,
+        )
+
     def row(self, kind_label: str) -> dict[str, object]:
         """The item as one row of analytics.recommend.RECOMMENDATION_COLUMNS (without the counted columns)."""
         plan = self.batch
@@ -118,6 +132,10 @@ class Recommendation:
             "owner": self.owner,
             "alternatives": None if self.alternatives is None else list(self.alternatives),
         }
+
+
+# the fields a row holds as lists
+_TUPLES = ("job_ids", "job_saving_usd", "job_cost_usd", "addresses", "alternatives")
 
 
 def evidence_text(evidence: str | Callable[[], str]) -> str:

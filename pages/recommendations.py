@@ -5,12 +5,12 @@ problem, analytics/problems.py); the possible savings and coverage are ``recomme
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 import streamlit as st
 
+from analytics.advice_common import Recommendation
 from analytics.problems import OPERATORS
+from analytics.recommend import KIND_LABELS
 from analytics.savings import savings_total
 from pages import _data, _scope, _ui, _view
 from pages._ui import diagnosis_label, md, no_rows, pct, usd
@@ -39,11 +39,11 @@ def my_teams(recs: pl.DataFrame) -> tuple[str, ...]:
     return (st.selectbox("Your team", teams, index=index, key="rec_team"),)
 
 
-def saves(r: dict[str, Any]) -> str:
+def saves(it: Recommendation) -> str:
     """$/week for a recurring item, what it would have saved for a one-off."""
-    if r["usd_per_week"] is not None:
-        return f"{usd(r['usd_per_week'])}/week"
-    return f"{usd(r['saving_usd'])} once"
+    if it.usd_per_week is not None:
+        return f"{usd(it.usd_per_week)}/week"
+    return f"{usd(it.saving_usd)} once"
 
 
 def groups(shown: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
@@ -61,19 +61,17 @@ def groups(shown: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
     ]
 
 
-def evidence(r: dict[str, Any]) -> None:
+def evidence(it: Recommendation) -> None:
     """What the selected line rests on: its evidence, confidence and why, the alternatives not added."""
     lines = [
-        f"**{md(r['kind_label'])}** · {md(r['target_type'])} {md(r['target'])} · **{saves(r)}**",
-        md(r["evidence"]),
-        f"**Action:** {md(r['action'])}",
-        f"**Confidence:** {md(r['confidence'])}"
-        + (f" ({md(r['confidence_reasons'])})" if r["confidence_reasons"] else ""),
+        f"**{md(KIND_LABELS[it.kind])}** · {md(it.target_type)} {md(it.target)} · **{saves(it)}**",
+        md(it.evidence),
+        f"**Action:** {md(it.action)}",
+        f"**Confidence:** {md(it.confidence)}"
+        + (f" ({md(it.confidence_reasons)})" if it.confidence_reasons else ""),
     ]
-    if r["alternatives"]:
-        lines.append(
-            "**Other actions for the same problem** (not added): " + md("; ".join(r["alternatives"]))
-        )
+    if it.alternatives:
+        lines.append("**Other actions for the same problem** (not added): " + md("; ".join(it.alternatives)))
     with st.container(border=True):
         st.markdown("\n\n".join(lines))
 
@@ -88,13 +86,13 @@ def group(owner_type: str, owner: str, items: pl.DataFrame) -> None:
     who = "Team" if owner_type == "team" else "Platform"
     n = items.height
     st.markdown(f"**{who}: {md(owner)}** · {n} action{'s' if n != 1 else ''} · {money}")
-    rows = items.to_dicts()
+    lines = [Recommendation.of_row(r) for r in items.to_dicts()]
     table = pl.DataFrame(
         {
-            "Action": [r["action"] for r in rows],
-            "Saves": [saves(r) for r in rows],
-            "Confidence": [r["confidence"] for r in rows],
-            "Target": [r["target"] for r in rows],
+            "Action": [it.action for it in lines],
+            "Saves": [saves(it) for it in lines],
+            "Confidence": [it.confidence for it in lines],
+            "Target": [it.target for it in lines],
         }
     )
     event = st.dataframe(
@@ -113,7 +111,7 @@ def group(owner_type: str, owner: str, items: pl.DataFrame) -> None:
     )
     picked = event.selection.rows if event is not None else []
     if picked:
-        evidence(rows[picked[0]])
+        evidence(lines[picked[0]])
 
 
 mine: tuple[str, ...] | None = None  # the teams "Mine" keeps (None: everyone's)

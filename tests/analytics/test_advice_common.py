@@ -43,3 +43,26 @@ def test_every_kind_comes_from_one_advice_module_of_the_same_shape() -> None:
     assert sorted(made) == sorted(KINDS) and len(made) == len(set(made))
     for m in ADVICE:
         assert list(inspect.signature(m.advise).parameters) == ["v", "found"], m.__name__
+
+
+def test_a_row_of_the_list_is_the_item_it_was_made_from() -> None:
+    """Recommendation.of_row (what the page reads a line as) gives back each field of every row of the hand
+    ledger's list, batch plans, alternatives and the rules' own items (alternatives None) included."""
+    from analytics.advice_common import Recommendation
+    from analytics.recommend import recommendations
+    from gpuledger.ledger.db import memory_ledger
+    from tests.analytics.recommend_ledgers import recommend_ledger
+    from tests.analytics.test_recommend import ELASTIC, VIEW
+
+    con = memory_ledger()
+    recommend_ledger(con)
+    lists = [recommendations(con, filters=VIEW, settings=ELASTIC, problems=p) for p in (True, False)]
+    con.close()
+    counted = ("id", "overlaps_with", "counted_saving_usd", "counted_usd_per_week")
+    for recs in lists:
+        assert "larger_batch" in set(recs["kind"])  # a row with a batch plan is among them
+        for r in recs.to_dicts():
+            again = Recommendation.of_row(r).row(r["kind_label"])
+            assert {k: v for k, v in again.items() if k not in counted} == {
+                k: v for k, v in r.items() if k not in counted
+            }
