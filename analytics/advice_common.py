@@ -13,6 +13,7 @@ has every field typed once; the list the CLI, pages and reports read is :func:`R
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -249,7 +250,7 @@ class AdviceView:
     con: duckdb.DuckDBPyConnection
     filters: Filters
     settings: Settings
-    as_of: Any  # dt.datetime | None
+    as_of: dt.datetime | None
     source: Source
     view: pl.DataFrame
     jobs: pl.DataFrame

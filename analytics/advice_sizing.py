@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from typing import Any
 
@@ -110,7 +111,7 @@ def _right_size_evidence(r: dict[str, Any]) -> str:
 
 
 def fewer_gpus(
-    con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame, settings: Settings, as_of: Any
+    con: duckdb.DuckDBPyConnection, jobs: pl.DataFrame, settings: Settings, as_of: dt.datetime | None
 ) -> list[Recommendation]:
     """Per job: GPUs it held but did not use (saving = cost × unused ÷ gpu_count), or a GPU count past the
     family's best $ per token (saving = cost × (1 − tput_per_gpu ÷ best tput_per_gpu))."""
