@@ -5,18 +5,18 @@ Kinds (docs/recommendations.md):
 - ``release_capacity`` (a cluster and GPU model with declared capacity, analytics.waste.unallocated):
   the hourly distribution of held GPUs over the capacity window (each hour: Σ over the cluster's jobs of
   that model of GPUs × the share of the hour they held them); demand = its 95th percentile (nearest rank:
-  the ⌈0.95·n⌉-th smallest of n hours); keep ⌈p95⌉ GPUs, release R = N − ⌈p95⌉ (N: the declared GPUs, or
+  the ⌈0.95·n⌉-th smallest of n hours; ``recommend.capacity_demand_percentile``); keep ⌈p95⌉ GPUs, release R = N − ⌈p95⌉ (N: the declared GPUs, or
   the physical ones seen in telemetry if more). saving = Σ over hours of min(R, N − held) (the released
   GPUs' unheld hours) × the capacity's price, at most the unallocated $. The action names the least busy
   hosts first (busy = their GPUs' Σ utilization × time ÷ (GPUs × window), :func:`host_busy`); the evidence
   names the hosts idle over 90 % of the view;
 - ``offpeak_capacity`` (the same pair): the GPUs kept after that release that sat free for two hours or
-  more in a row (:func:`offpeak_gpu_hours`): scale-down after ``SCALE_DOWN_AFTER_MIN`` idle minutes for nodes
+  more in a row (:func:`offpeak_gpu_hours`): scale-down after ``recommend.scale_down_after_minutes`` idle minutes for nodes
   billed by the hour, or a preemptible backfill queue on owned nodes; saving = those GPU-hours × price, at
   most the unallocated $ the release leaves, at low confidence;
 - ``scale_down_idle`` (a cluster): its jobs' measured GPUs were busy (their mean utilization, weighted by
-  held GPU-time in the view) less than ``IDLE_CLUSTER_BUSY_SHARE`` (10 %) of the time; scale-down after
-  ``SCALE_DOWN_AFTER_MIN`` idle minutes for cloud nodes, and consolidating the rest onto fewer nodes:
+  held GPU-time in the view) less than ``recommend.idle_cluster_busy_pct`` (10 %) of the time; scale-down
+  after ``recommend.scale_down_after_minutes`` idle minutes for cloud nodes, and consolidating the rest onto fewer nodes:
   saving = the idle $ of its jobs (analytics.waste idle_allocated), the underused $ named as the part
   consolidation addresses.
 """
@@ -30,15 +30,22 @@ import math
 import duckdb
 import polars as pl
 
-from analytics.advice_common import item, plural
+from analytics.advice_common import AdviceView, Found, Recommendation, plural, some
 from analytics.filters import Filters
 from analytics.query import frame
 from analytics.waste import unallocated
 from gpuledger.ledger.settings import Settings
 
-P_DEMAND = 0.95
-IDLE_CLUSTER_BUSY_SHARE = 0.10
-SCALE_DOWN_AFTER_MIN = 30
+KINDS = ("release_capacity", "offpeak_capacity", "scale_down_idle")
+
+
+def advise(v: AdviceView, found: Found) -> Found:
+    out: Found = []
+    if v.want & {"release_capacity", "offpeak_capacity"}:
+        out += capacity_items(v.con, filters=v.filters, settings=v.settings, as_of=v.as_of)
+    if "scale_down_idle" in v.want:
+        out += idle_cluster_items(v.con, v.view, v.waste, v.settings)
+    return out
 
 
 def nearest_rank(values: list[float], q: float) -> float:
@@ -100,10 +107,6 @@ def hosts_busy(con: duckdb.DuckDBPyConnection, windows: list[Window]) -> list[li
         _, _, lo, hi = windows[asked[k]]
         out[asked[k]].append((str(h), int(n), float(busy) / (n * (hi - lo).total_seconds())))
     return [sorted(hosts, key=lambda r: (r[2], r[0])) for hosts in out]
-
-
-def _some(values: list[str], shown: int = 5) -> str:
-    return ", ".join(values[:shown]) + (f" and {len(values) - shown} more" if len(values) > shown else "")
 
 
 def hourly_held(
@@ -171,8 +174,8 @@ def capacity_items(
     filters: Filters,
     settings: Settings,
     as_of: dt.datetime | None,
-) -> list[dict[str, object]]:
-    """release_capacity items, one per cluster and GPU model with unallocated $."""
+) -> list[Recommendation]:
+    """release_capacity and offpeak_capacity items, per cluster and GPU model with unallocated $."""
     un = unallocated(con, filters=filters, settings=settings, as_of=as_of)
     if as_of is None:
         return []
@@ -189,9 +192,11 @@ def capacity_items(
         todo.append((r, n, (r["cluster"], r["gpu_model"], lo, hi)))
     helds = hourly_held_many(con, [w for _, _, w in todo])
     busy = hosts_busy(con, [w for _, _, w in todo])
+    pct, busy_share = settings.capacity_demand_percentile, settings.idle_cluster_busy_pct / 100.0
+    after = settings.scale_down_after_minutes
     items = []
     for (r, n, _), held, hosts in zip(todo, helds, busy, strict=True):
-        p95 = nearest_rank(held, P_DEMAND)
+        p95 = nearest_rank(held, pct / 100.0)
         keep = math.ceil(p95 - 1e-9)
         release = max(int(n - keep), 0)
         price = r["usd_per_gpu_hour"]
@@ -199,7 +204,7 @@ def capacity_items(
         median = nearest_rank(held, 0.5)
         seen = (
             f"{r['cluster']} pays for {n:g} × {r['gpu_model']} (${price:.2f}/GPU-h); over the {len(held)} hours of "
-            f"the view its jobs held a median {median:.1f} GPUs, {p95:.1f} at the 95th percentile and "
+            f"the view its jobs held a median {median:.1f} GPUs, {p95:.1f} at the {pct:g}th percentile and "
             f"{max(held, default=0):.1f} at most; {r['unallocated_gpu_hours']:,.0f} GPU-hours "
             f"(${r['unallocated_usd']:,.2f}) went unheld."
         )
@@ -208,18 +213,19 @@ def capacity_items(
             "target": f"{r['cluster']}/{r['gpu_model']}",
             "user_name": None,
             "team": "unallocated",
-            "job_ids": [key],
-            "job_cost_usd": [r["unallocated_usd"]],
+            "job_ids": (key,),
+            "job_cost_usd": (r["unallocated_usd"],),
             "lever": "time",
-            "addresses": ["unallocated_usd"],
+            "addresses": ("unallocated_usd",),
             "recurring": True,
         }
         released_free = sum(min(release, max(0.0, n - h)) for h in held)  # unheld hours of the released GPUs
         saving = min(released_free * price, r["unallocated_usd"]) if release else 0.0
-        idle_hosts = [h for h, _, b in hosts if b < IDLE_CLUSTER_BUSY_SHARE]
+        idle_hosts = [h for h, _, b in hosts if b < busy_share]
         if idle_hosts:
             seen += (
-                f" {plural(len(idle_hosts), 'host')} sat idle over 90 % of the view ({_some(idle_hosts)})."
+                f" {plural(len(idle_hosts), 'host')} sat idle over {100 - settings.idle_cluster_busy_pct:g} % "
+                f"of the view ({some(idle_hosts)})."
             )
         pick, count = [], 0
         for h, g, b in hosts:  # the least busy hosts first, until they hold the GPUs to release
@@ -229,19 +235,19 @@ def capacity_items(
             count += g
         if saving > 0:
             items.append(
-                item(
-                    "release_capacity",
-                    evidence=f"{seen} {plural(release, 'GPU')} above the p95 demand cost ${saving:,.2f} in the view.",
+                Recommendation(
+                    kind="release_capacity",
+                    evidence=f"{seen} {plural(release, 'GPU')} above the p{pct:g} demand cost ${saving:,.2f} in the view.",
                     action=(
-                        f"Release {release} of the {n:g} {r['gpu_model']} on {r['cluster']} (keep {keep}, the p95 "
+                        f"Release {release} of the {n:g} {r['gpu_model']} on {r['cluster']} (keep {keep}, the p{pct:g} "
                         f"demand), or shrink the reservation to {keep}"
-                        + (f"; the least busy nodes first: {_some(pick, 4)}." if pick else ".")
+                        + (f"; the least busy nodes first: {some(pick, 4)}." if pick else ".")
                     ),
                     saving_usd=saving,
                     confidence="high" if len(held) >= 24 * 7 else "medium",
                     confidence_reasons=f"demand from {len(held)} hourly points"
                     + ("" if len(held) >= 24 * 7 else " (under a week: a weekly peak may be missing)"),
-                    job_saving_usd=[saving],
+                    job_saving_usd=(saving,),
                     **common,
                 )
             )
@@ -249,21 +255,21 @@ def capacity_items(
         off_usd = min(off * price, r["unallocated_usd"] - saving)
         if off_usd > 0:
             items.append(
-                item(
-                    "offpeak_capacity",
+                Recommendation(
+                    kind="offpeak_capacity",
                     evidence=(
-                        f"{seen} Below the p95 demand, {off:,.0f} GPU-hours stayed free for two hours or more in a row "
+                        f"{seen} Below the p{pct:g} demand, {off:,.0f} GPU-hours stayed free for two hours or more in a row "
                         f"(${off_usd:,.2f} in the view)."
                     ),
                     action=(
-                        f"Scale {r['cluster']}'s {r['gpu_model']} nodes down after {SCALE_DOWN_AFTER_MIN} idle minutes "
+                        f"Scale {r['cluster']}'s {r['gpu_model']} nodes down after {after:g} idle minutes "
                         "(cloud or hourly-reserved nodes), or open the off-peak hours to a preemptible backfill queue "
                         "(sweeps, evaluations, spot-tolerant training) on owned nodes."
                     ),
                     saving_usd=off_usd,
                     confidence="low",
                     confidence_reasons="scale-down saves only where nodes bill by the hour; backfill needs queued work",
-                    job_saving_usd=[off_usd],
+                    job_saving_usd=(off_usd,),
                     **common,
                 )
             )
@@ -271,9 +277,9 @@ def capacity_items(
 
 
 def idle_cluster_items(
-    con: duckdb.DuckDBPyConnection, view: pl.DataFrame, waste: pl.DataFrame
-) -> list[dict[str, object]]:
-    """scale_down_idle items: clusters whose held GPU-time was busy < 10 % of the time.
+    con: duckdb.DuckDBPyConnection, view: pl.DataFrame, waste: pl.DataFrame, settings: Settings
+) -> list[Recommendation]:
+    """scale_down_idle items: clusters whose held GPU-time was busy under ``idle_cluster_busy_pct``.
 
     ``waste``: analytics.waste.job_waste rows of the view (idle_allocated_usd, underused_usd per job)."""
     # each job's busy share over all its days (samples_day), joined to the view's jobs: one statement and
@@ -300,7 +306,7 @@ def idle_cluster_items(
             continue
         used = float((measured["busy"] * measured["held_gpu_s"]).sum())
         share_busy = used / held
-        if share_busy >= IDLE_CLUSTER_BUSY_SHARE:
+        if share_busy >= settings.idle_cluster_busy_pct / 100.0:
             continue
         g = g.filter((pl.col("idle_allocated_usd").fill_null(0) + pl.col("underused_usd").fill_null(0)) > 0)
         if g.is_empty():
@@ -318,12 +324,12 @@ def idle_cluster_items(
             f"${under:,.2f} more at low utilization."
         )
         action = (
-            f"Scale {cluster}'s nodes down after {SCALE_DOWN_AFTER_MIN} idle minutes and pack its jobs onto fewer "
+            f"Scale {cluster}'s nodes down after {settings.scale_down_after_minutes:g} idle minutes and pack its jobs onto fewer "
             "nodes (or smaller GPUs)."
         )
         items.append(
-            item(
-                "scale_down_idle",
+            Recommendation(
+                kind="scale_down_idle",
                 target_type="cluster",
                 target=cluster,
                 user_name=None,
@@ -333,11 +339,11 @@ def idle_cluster_items(
                 saving_usd=saving,
                 confidence="medium",
                 confidence_reasons="measured utilization; the saving counts the idle stretches only",
-                job_ids=ids,
-                job_saving_usd=idle,
-                job_cost_usd=g["cost_usd"].to_list(),
+                job_ids=tuple(ids),
+                job_saving_usd=tuple(idle),
+                job_cost_usd=tuple(g["cost_usd"].to_list()),
                 lever="time",
-                addresses=["idle_allocated_usd", "underused_usd"],
+                addresses=("idle_allocated_usd", "underused_usd"),
                 recurring=True,
             )
         )

@@ -6,13 +6,13 @@ since its last checkpoint (the whole run without one). Kinds (docs/recommendatio
 - ``checkpoint_interval`` (a run family: one user's runs sharing a name stem, analytics.advice_common):
   the family's mean time between interruptions MTBF = its in-view run time ÷ its interruptions (failed,
   node failure, time-out, cancelled, preempted), the checkpoint cost C (writing params × bytes/param of
-  weights and optimizer state at ``CHECKPOINT_WRITE_GBPS``, at least ``CHECKPOINT_MIN_S``; without a
-  parameter count ``CHECKPOINT_DEFAULT_S``), the Young/Daly interval τ = √(2·C·MTBF). With it an
+  weights and optimizer state at ``recommend.checkpoint_write_gbps``, at least
+  ``recommend.checkpoint_min_seconds``; without a parameter count ``recommend.checkpoint_default_seconds``), the Young/Daly interval τ = √(2·C·MTBF). With it an
   interruption loses τ/2 on average; saving = Σ over interrupted runs of rate × GPUs × (lost − min(lost,
   τ/2)) − rate × GPU-seconds of the family × C/τ (the extra checkpoint writes);
 - ``fix_repeated_failures`` (a family with ≥ 2 failed runs, time-outs and cancellations left out): every
   failure after the first would have been saved by fixing the cause on a short test first;
-- ``test_small_first`` (a user): multi-GPU runs that failed within ``EARLY_FAIL_S`` of their start; a
+- ``test_small_first`` (a user): multi-GPU runs that failed within ``recommend.early_fail_minutes`` of their start; a
   1-GPU smoke test finds the same crash: saving = failed $ × (GPUs − 1) ÷ GPUs;
 - ``oom_smaller_batch`` (a family): runs that ran out of memory: a smaller batch (the family's largest
   that completed) or activation checkpointing; saving = their failed $.
@@ -27,7 +27,7 @@ from collections import defaultdict
 import duckdb
 import polars as pl
 
-from analytics.advice_common import family_stem, item, plural
+from analytics.advice_common import AdviceView, Found, Recommendation, family_stem, plural
 from analytics.badput import FAILURE_KINDS
 from analytics.batch_size import bytes_per_param
 from analytics.query import frame
@@ -38,25 +38,29 @@ from gpuledger.ledger.job_states import (
     INTERRUPTED_STATES,
     OOM,
 )
+from gpuledger.ledger.settings import Settings
 
-CHECKPOINT_WRITE_GBPS = 2.0  # GB/s a job writes its checkpoint at (parallel file system, one writer per node)
-CHECKPOINT_MIN_S = 60.0
-CHECKPOINT_DEFAULT_S = 300.0  # without a parameter count
-EARLY_FAIL_S = 20 * 60.0
+KINDS = ("checkpoint_interval", "fix_repeated_failures", "test_small_first", "oom_smaller_batch")
+
+
+def advise(v: AdviceView, found: Found) -> Found:
+    return list(failure_items(v.con, v.view, v.positive("failed_usd"), v.settings))
 
 
 def checkpoint_cost_s(
-    params: float | None, precision: str | None, optimizer: str | None
+    params: float | None, precision: str | None, optimizer: str | None, settings: Settings | None = None
 ) -> tuple[float, str]:
-    """Seconds to write one checkpoint, and how it was told."""
+    """Seconds to write one checkpoint (``recommend.checkpoint_*`` of ``settings``), and how it was told."""
+    s = settings or Settings()
     if not params:
-        return CHECKPOINT_DEFAULT_S, f"{CHECKPOINT_DEFAULT_S:g} s assumed (no parameter count)"
+        default = s.checkpoint_default_seconds
+        return default, f"{default:g} s assumed (no parameter count)"
     per_param, _ = bytes_per_param(precision, optimizer)
     size_gb = params * per_param / 1e9
-    c = max(CHECKPOINT_MIN_S, size_gb / CHECKPOINT_WRITE_GBPS)
+    c = max(s.checkpoint_min_seconds, size_gb / s.checkpoint_write_gbps)
     return (
         c,
-        f"{size_gb:,.0f} GB of weights and optimizer state at {CHECKPOINT_WRITE_GBPS:g} GB/s = {c:,.0f} s",
+        f"{size_gb:,.0f} GB of weights and optimizer state at {s.checkpoint_write_gbps:g} GB/s = {c:,.0f} s",
     )
 
 
@@ -84,9 +88,10 @@ _VIEW_FIELDS = (
 
 
 def failure_items(
-    con: duckdb.DuckDBPyConnection, view: pl.DataFrame, failed: dict[str, float]
-) -> list[dict[str, object]]:
+    con: duckdb.DuckDBPyConnection, view: pl.DataFrame, failed: dict[str, float], settings: Settings
+) -> list[Recommendation]:
     """All failure kinds for the view's jobs. ``failed``: job_id → its failed $ (analytics.waste)."""
+    early_s = settings.early_fail_minutes * 60.0
     extra = frame(
         con,
         """SELECT j.job_id, j.last_checkpoint_ts, j.exit_reason, r.params, r.precision, r.optimizer, r.batch_size,
@@ -129,7 +134,7 @@ def failure_items(
     early = (
         pl.col("state").is_in(list(FAULT_STATES))
         & (pl.col("gpu_count").fill_null(1) > 1)
-        & ((pl.col("end_ts") - pl.col("start_ts")).dt.total_microseconds() <= EARLY_FAIL_S * 1e6)
+        & ((pl.col("end_ts") - pl.col("start_ts")).dt.total_microseconds() <= early_s * 1e6)
         & (pl.col("_failed") > 0)
     ).fill_null(False)
     # A family yields an item when it has an interrupted run that lost money (_checkpoint), two crashed runs
@@ -160,14 +165,14 @@ def failure_items(
     runs_of: dict[tuple[str, str], list[dict[str, object]]] = defaultdict(list)
     for j in rows:
         runs_of[(j["_user"], j["_stem"])].append(j)
-    items: list[dict[str, object]] = []
+    items: list[Recommendation] = []
     for f in sorted(fams.drop("_hit", "_crashed", "_oom").to_dicts(), key=lambda f: (f["_user"], f["_stem"])):
         user, stem = f["_user"], f["_stem"]
         runs = runs_of[(user, stem)]
-        items += _checkpoint(user, stem, f, runs, failed)
+        items += _checkpoint(user, stem, f, runs, failed, settings)
         items += _repeated(user, stem, runs, failed)
         items += _oom(user, stem, runs, failed)
-    items += _early([j for j in rows if j["_early"]], failed)
+    items += _early([j for j in rows if j["_early"]], failed, early_s)
     return items
 
 
@@ -185,7 +190,8 @@ def _checkpoint(
     fam: dict[str, object],
     runs: list[dict[str, object]],
     failed: dict[str, float],
-) -> list[dict[str, object]]:
+    settings: Settings,
+) -> list[Recommendation]:
     """``fam``: the family's sums over all its runs (n_runs, run_s, gpu_usd_s = Σ rate × GPUs × seconds,
     team of its first run, params/precision/optimizer of its largest model); ``runs``: the ones named."""
     hit = [j for j in runs if j["state"] in INTERRUPTED_STATES and failed.get(j["job_id"], 0.0) > 0]
@@ -193,7 +199,7 @@ def _checkpoint(
         return []
     run_s = fam["run_s"]
     mtbf = run_s / len(hit)
-    c, c_words = checkpoint_cost_s(fam["params"], fam["precision"], fam["optimizer"])
+    c, c_words = checkpoint_cost_s(fam["params"], fam["precision"], fam["optimizer"], settings)
     tau = young_daly_s(c, mtbf)
     per_job = {}
     lost_usd = 0.0
@@ -224,8 +230,8 @@ def _checkpoint(
         + ("; on spot capacity a preemption is an interruption too." if spot else ".")
     )
     return [
-        item(
-            "checkpoint_interval",
+        Recommendation(
+            kind="checkpoint_interval",
             target_type="family",
             target=f"{user}/{stem}",
             user_name=user,
@@ -235,11 +241,11 @@ def _checkpoint(
             saving_usd=saving,
             confidence="medium" if fam["params"] else "low",
             confidence_reasons=f"failure rate from {len(hit)} interruption(s); checkpoint cost {c_words}",
-            job_ids=ids,
-            job_saving_usd=[per_job[k] * scale for k in ids],
+            job_ids=tuple(ids),
+            job_saving_usd=tuple(per_job[k] * scale for k in ids),
             job_cost_usd=_costs(runs, ids),
             lever="time",
-            addresses=["failed_usd"],
+            addresses=("failed_usd",),
             recurring=fam["n_runs"] >= 2,
         )
     ]
@@ -247,7 +253,7 @@ def _checkpoint(
 
 def _repeated(
     user: str, stem: str, runs: list[dict[str, object]], failed: dict[str, float]
-) -> list[dict[str, object]]:
+) -> list[Recommendation]:
     crashed = sorted((j for j in runs if j["state"] in CRASHED_STATES), key=lambda j: j["span_start"])
     if len(crashed) < 2:
         return []
@@ -264,8 +270,8 @@ def _repeated(
     )
     action = f"Fix the cause ({reasons[0][0]}) on a short test run before launching {stem} again."
     return [
-        item(
-            "fix_repeated_failures",
+        Recommendation(
+            kind="fix_repeated_failures",
             target_type="family",
             target=f"{user}/{stem}",
             user_name=user,
@@ -275,11 +281,11 @@ def _repeated(
             saving_usd=saving,
             confidence="medium",
             confidence_reasons="the same family failed more than once; a retry may fail for another reason",
-            job_ids=ids,
-            job_saving_usd=savings,
+            job_ids=tuple(ids),
+            job_saving_usd=tuple(savings),
             job_cost_usd=_costs(runs, ids),
             lever="time",
-            addresses=["failed_usd"],
+            addresses=("failed_usd",),
             recurring=True,
         )
     ]
@@ -287,7 +293,7 @@ def _repeated(
 
 def _oom(
     user: str, stem: str, runs: list[dict[str, object]], failed: dict[str, float]
-) -> list[dict[str, object]]:
+) -> list[Recommendation]:
     oom = [j for j in runs if j["state"] == OOM]
     if not oom:
         return []
@@ -317,8 +323,8 @@ def _oom(
         f"Before the next launch {lower}, or turn on activation checkpointing (recompute) to keep the batch."
     )
     return [
-        item(
-            "oom_smaller_batch",
+        Recommendation(
+            kind="oom_smaller_batch",
             target_type="family",
             target=f"{user}/{stem}",
             user_name=user,
@@ -328,17 +334,17 @@ def _oom(
             saving_usd=saving,
             confidence="high",
             confidence_reasons="the runs' state is OOM",
-            job_ids=ids,
-            job_saving_usd=savings,
+            job_ids=tuple(ids),
+            job_saving_usd=tuple(savings),
             job_cost_usd=_costs(runs, ids),
             lever="time",
-            addresses=["failed_usd"],
+            addresses=("failed_usd",),
             recurring=len(oom) >= 2,
         )
     ]
 
 
-def _early(rows: list[dict[str, object]], failed: dict[str, float]) -> list[dict[str, object]]:
+def _early(rows: list[dict[str, object]], failed: dict[str, float], early_s: float) -> list[Recommendation]:
     per_user: dict[str, list[dict[str, object]]] = defaultdict(list)
     for j in rows:
         if (
@@ -346,7 +352,7 @@ def _early(rows: list[dict[str, object]], failed: dict[str, float]) -> list[dict
             and (j["gpu_count"] or 1) > 1
             and j["start_ts"] is not None
             and j["end_ts"] is not None
-            and (j["end_ts"] - j["start_ts"]).total_seconds() <= EARLY_FAIL_S
+            and (j["end_ts"] - j["start_ts"]).total_seconds() <= early_s
             and failed.get(j["job_id"], 0.0) > 0
         ):
             per_user[j["user_name"] or "(unknown)"].append(j)
@@ -359,13 +365,13 @@ def _early(rows: list[dict[str, object]], failed: dict[str, float]) -> list[dict
         gpus = sorted({j["gpu_count"] for j in jobs})
         evidence = (
             f"{plural(len(jobs), 'multi-GPU run')} of {user} ({', '.join(f'{g:g}' for g in gpus)} GPUs) failed within "
-            f"{EARLY_FAIL_S / 60:g} min of starting: ${sum(failed[k] for k in ids):,.2f}, of which ${saving:,.2f} "
+            f"{early_s / 60:g} min of starting: ${sum(failed[k] for k in ids):,.2f}, of which ${saving:,.2f} "
             "on GPUs a 1-GPU test would not have held."
         )
         action = f"Start {user}'s multi-GPU jobs with a few steps on 1 GPU first; launch the full job once that runs."
         items.append(
-            item(
-                "test_small_first",
+            Recommendation(
+                kind="test_small_first",
                 target_type="user",
                 target=user,
                 user_name=user,
@@ -375,24 +381,24 @@ def _early(rows: list[dict[str, object]], failed: dict[str, float]) -> list[dict
                 saving_usd=saving,
                 confidence="medium",
                 confidence_reasons="a crash in the first minutes is usually in setup, which 1 GPU reproduces",
-                job_ids=ids,
-                job_saving_usd=savings,
-                job_cost_usd=[by[k]["cost_usd"] for k in ids],
+                job_ids=tuple(ids),
+                job_saving_usd=tuple(savings),
+                job_cost_usd=tuple(by[k]["cost_usd"] for k in ids),
                 lever="price",
-                addresses=["failed_usd"],
+                addresses=("failed_usd",),
                 recurring=len(jobs) >= 2,
             )
         )
     return items
 
 
-def _costs(runs: list[dict[str, object]], ids: list[str]) -> list[float | None]:
+def _costs(runs: list[dict[str, object]], ids: list[str]) -> tuple[float | None, ...]:
     """The cost of each of ``ids`` (its first run in ``runs``), from one pass over the family: a scan of the
     runs per id was quadratic (a family of the 50 M-sample ledger has hundreds of runs: 0.15 s in all)."""
     first: dict[object, float | None] = {}
     for j in runs:
         first.setdefault(j["job_id"], j["cost_usd"])  # type: ignore[arg-type]
-    return [first[k] for k in ids]
+    return tuple(first[k] for k in ids)
 
 
 def _counts(values) -> list[tuple[str, int]]:

@@ -6,7 +6,7 @@ Kinds (docs/recommendations.md):
   pattern of analytics.diagnoses (utilization swinging between bursts > 70 % and dips < 10 %): the GPU
   waits for data in the dips, so saving = cost × dip share (the dips' share of its samples);
 - ``consolidate_inference`` (job; a family card for a service's replicas): an inference job whose
-  utilization outside idle stretches is under ``SERVE_LOW_UTIL_PCT`` and that no smaller GPU or MIG slice
+  utilization outside idle stretches is under ``recommend.serve_low_util_pct`` and that no smaller GPU or MIG slice
   item covers: pack its replicas onto fewer GPUs (request batching, several replicas per GPU, MIG):
   saving = its underused $ (analytics.waste: the GPU-time below the utilization target), at low
   confidence (packing depends on the latency budget).
@@ -16,20 +16,31 @@ from __future__ import annotations
 
 import polars as pl
 
-from analytics.advice_common import item
+from analytics.advice_common import AdviceView, Found, JobItems, Recommendation, job_item, job_label
+from analytics.advice_sizing import SIZING_KINDS
 from analytics.diagnoses import THRESHOLDS, TRAINING_KINDS
 from analytics.job_signals import with_active
-from gpuledger.ledger.thresholds import DEFAULT
 
-SERVE_LOW_UTIL_PCT = DEFAULT.serve_low_util_pct
-
-
-def _label(j: dict[str, object]) -> str:
-    name = j.get("name")
-    return f"Job {j['job_id']}" + (f" ({name}, {j['user_name']})" if name and name != j["job_id"] else "")
+KINDS = ("fix_input_pipeline", "consolidate_inference")
+# both address a job's under-used and idle $
+ADDRESSES = ("underused_usd", "idle_allocated_usd")
 
 
-def input_pipeline_items(jobs: pl.DataFrame) -> list[dict[str, object]]:
+def advise(v: AdviceView, found: Found) -> Found:
+    """``found``: the items before these; consolidate_inference leaves out the jobs a right_size_gpu or
+    mig_slice item there already sizes."""
+    out: Found = []
+    if "fix_input_pipeline" in v.want:
+        out += input_pipeline_items(v.jobs)
+    if "consolidate_inference" in v.want:
+        sized = {
+            k for f in found if isinstance(f, JobItems) and f.kind in SIZING_KINDS for k in f.rows["job_id"]
+        }
+        out += inference_items(v.jobs, v.positive("underused_usd"), sized, v.settings.serve_low_util_pct)
+    return out
+
+
+def input_pipeline_items(jobs: pl.DataFrame) -> list[Recommendation]:
     """fix_input_pipeline items from the view's jobs joined with their signals (analytics.job_signals)."""
     t = THRESHOLDS
     hit = jobs.filter(
@@ -45,7 +56,7 @@ def input_pipeline_items(jobs: pl.DataFrame) -> list[dict[str, object]]:
         saving = j["cost_usd"] * j["dip_share"]
         util = j["mean_util_pct"]
         evidence = (
-            f"{_label(j)} held {j['gpu_count']:g} × {j['gpu_model']} for {j['hours']:.1f} h at {util:.0f} % mean "
+            f"{job_label(j)} held {j['gpu_count']:g} × {j['gpu_model']} for {j['hours']:.1f} h at {util:.0f} % mean "
             f"utilization, swinging between bursts (> 70 %, {j['burst_share'] * 100:.0f} % of samples) and dips "
             f"(< 10 %, {j['dip_share'] * 100:.0f} %): the GPUs wait for data in the dips, ${saving:,.2f} of its "
             f"${j['cost_usd']:,.2f}."
@@ -54,16 +65,18 @@ def input_pipeline_items(jobs: pl.DataFrame) -> list[dict[str, object]]:
             "Feed the GPUs faster: more DataLoader workers (about the CPU cores per GPU), pin_memory and "
             "prefetch, a CPU:GPU ratio that matches, data on local or faster storage."
         )
+        reasons = "the swing pattern is measured; CPU and I/O wait are not in the ledger"
         items.append(
-            _job_item(
-                "fix_input_pipeline",
+            job_item(
                 j,
+                "fix_input_pipeline",
                 evidence,
                 action,
                 saving,
                 "medium",
-                "the swing pattern is measured; CPU and I/O wait are not in the ledger",
-                lever="work",
+                "work",
+                ADDRESSES,
+                reasons=reasons,
                 recurring=False,
             )
         )
@@ -71,16 +84,17 @@ def input_pipeline_items(jobs: pl.DataFrame) -> list[dict[str, object]]:
 
 
 def inference_items(
-    jobs: pl.DataFrame, underused: dict[str, float], covered: set[str]
-) -> list[dict[str, object]]:
+    jobs: pl.DataFrame, underused: dict[str, float], covered: set[str], low_util_pct: float
+) -> list[Recommendation]:
     """consolidate_inference items. ``underused``: job_id → its underused $ (analytics.waste);
-    ``covered``: jobs a right_size_gpu or mig_slice item already covers."""
+    ``covered``: jobs a right_size_gpu or mig_slice item already covers; ``low_util_pct``: a service busy
+    under this when active (``recommend.serve_low_util_pct``)."""
     cands = (
         with_active(jobs)
         .filter(
             (pl.col("kind") == "inference")
             & pl.col("active_util_pct").is_not_null()
-            & (pl.col("active_util_pct") < SERVE_LOW_UTIL_PCT)
+            & (pl.col("active_util_pct") < low_util_pct)
             & ~pl.col("job_id").is_in(list(covered))
             & pl.col("cost_usd").is_not_null()
         )
@@ -102,7 +116,7 @@ def inference_items(
         if saving <= 0:
             continue
         evidence = (
-            f"{_label(j)} served on {j['gpu_count']:g} × {j['gpu_model']} for {j['hours']:.1f} h at "
+            f"{job_label(j)} served on {j['gpu_count']:g} × {j['gpu_model']} for {j['hours']:.1f} h at "
             f"{j['active_util_pct']:.0f} % utilization when active: ${saving:,.2f} of GPU-time below the "
             "utilization target."
         )
@@ -110,50 +124,19 @@ def inference_items(
             "Consolidate: batch requests (dynamic batching), run more replicas per GPU or on a MIG slice, "
             "and scale replicas with the request rate."
         )
+        reasons = "how far replicas pack depends on the service's latency budget"
         items.append(
-            _job_item(
-                "consolidate_inference",
+            job_item(
                 j,
+                "consolidate_inference",
                 evidence,
                 action,
                 saving,
                 "low",
-                "how far replicas pack depends on the service's latency budget",
-                lever="time",
+                "time",
+                ADDRESSES,
+                reasons=reasons,
                 recurring=True,
             )
         )
     return items
-
-
-def _job_item(
-    kind: str,
-    j: dict[str, object],
-    evidence: str,
-    action: str,
-    saving: float,
-    confidence: str,
-    reasons: str,
-    *,
-    lever: str,
-    recurring: bool,
-) -> dict[str, object]:
-    """One job's item that addresses its under-used and idle $ (the shape both kinds here share)."""
-    return item(
-        kind,
-        target_type="job",
-        target=j["job_id"],
-        user_name=j["user_name"],
-        team=j["team"],
-        evidence=evidence,
-        action=action,
-        saving_usd=saving,
-        confidence=confidence,
-        confidence_reasons=reasons,
-        job_ids=[j["job_id"]],
-        job_saving_usd=[saving],
-        job_cost_usd=[j["cost_usd"]],
-        lever=lever,
-        addresses=["underused_usd", "idle_allocated_usd"],
-        recurring=recurring,
-    )

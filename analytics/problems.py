@@ -24,11 +24,11 @@ release and an off-peak scale-down. Here (docs/recommendations.md, "One problem,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import polars as pl
 
+from analytics.advice_common import Recommendation
 from gpuledger.ledger.settings import Settings
 
 PRICE_MOVES = ("use_spot", "right_size_gpu")
@@ -45,40 +45,39 @@ def elastic(settings: Settings, cluster: str | None) -> bool:
 
 
 def where_paid_for(
-    items: list[dict[str, Any]], view: pl.DataFrame, settings: Settings
-) -> list[dict[str, Any]]:
+    items: Sequence[Recommendation], view: pl.DataFrame, settings: Settings
+) -> list[Recommendation]:
     """``items`` without the spot and GPU-model moves that cannot save: on a cluster that is not elastic
     such a move is kept only where a capacity item releases the model it frees (its action then says so)."""
-    released = {str(it["target"]) for it in items if it["kind"] in CAPACITY_KINDS}
-    moves = [it for it in items if it["kind"] in PRICE_MOVES]
+    released = {it.target for it in items if it.kind in CAPACITY_KINDS}
+    moves = [it for it in items if it.kind in PRICE_MOVES]
     if not moves:
-        return items
-    wanted = {j for it in moves for j in it["job_ids"]}
+        return list(items)
+    wanted = {j for it in moves for j in it.job_ids}
     placed = view.filter(pl.col("job_id").is_in(list(wanted))).select("job_id", "cluster", "gpu_model")
     where = {r[0]: (r[1], r[2]) for r in placed.iter_rows()}
     out = []
     for it in items:
-        if it["kind"] not in PRICE_MOVES:
+        if it.kind not in PRICE_MOVES:
             out.append(it)
             continue
-        pairs = {where.get(j, (None, None)) for j in it["job_ids"]}
+        pairs = {where.get(j, (None, None)) for j in it.job_ids}
         paid = sorted({(c, m) for c, m in pairs if not elastic(settings, c)}, key=str)
         if not paid:
             out.append(it)
         elif all(f"{c}/{m}" in released for c, m in paid):
             freed = ", ".join(f"{m} on {c}" for c, m in paid)
             out.append(
-                {
-                    **it,
-                    "action": f"{it['action']} Then release (or scale down) the {freed} it frees, as the capacity "
+                it.but(
+                    action=f"{it.action} Then release (or scale down) the {freed} it frees, as the capacity "
                     "item for it says: that capacity is paid for whether held or not, so the move saves only with "
-                    "the release.",
-                }
+                    "the release."
+                )
             )
     return out
 
 
-def _components(items: list[dict[str, Any]]) -> list[list[int]]:
+def _components(items: Sequence[Recommendation]) -> list[list[int]]:
     """Indices of ``items`` grouped by a shared job or the same target (union-find), each group in the
     list's order."""
     parent = list(range(len(items)))
@@ -91,7 +90,7 @@ def _components(items: list[dict[str, Any]]) -> list[list[int]]:
 
     first: dict[object, int] = {}
     for i, it in enumerate(items):
-        for job in (*(it["job_ids"] or ()), (it["target_type"], it["target"])):
+        for job in (*it.job_ids, (it.target_type, it.target)):
             if job in first:
                 a, b = root(first[job]), root(i)
                 if a != b:
@@ -104,33 +103,35 @@ def _components(items: list[dict[str, Any]]) -> list[list[int]]:
     return list(groups.values())
 
 
-def _better(it: Mapping[str, Any]) -> tuple[float, int]:
-    return (-float(it["saving_usd"] or 0.0), CONFIDENCE_RANK.get(str(it["confidence"]), 3))
+def _better(it: Recommendation) -> tuple[float, int]:
+    return (-float(it.saving_usd or 0.0), CONFIDENCE_RANK.get(it.confidence, 3))
 
 
-def _per_week(it: Mapping[str, Any]) -> str:
-    usd = it.get("usd_per_week")
-    return f"${usd:,.2f}/week" if usd is not None else f"one-off ${float(it['saving_usd'] or 0):,.2f}"
+def _per_week(it: Recommendation) -> str:
+    usd = it.usd_per_week
+    return f"${usd:,.2f}/week" if usd is not None else f"one-off ${float(it.saving_usd or 0):,.2f}"
 
 
-def one_per_problem(items: list[dict[str, Any]], labels: Mapping[str, str]) -> list[dict[str, Any]]:
+def one_per_problem(items: Sequence[Recommendation], labels: Mapping[str, str]) -> list[Recommendation]:
     """The best item of each problem (items sharing a job), its ``alternatives`` the others' label and $."""
     out = []
     for group in _components(items):
         ranked = sorted(group, key=lambda i: (*_better(items[i]), i))
         best, rest = items[ranked[0]], [items[i] for i in ranked[1:]]
-        alternatives = [f"{labels.get(str(r['kind']), r['kind'])}: {_per_week(r)}" for r in rest]
-        out.append({**best, "alternatives": alternatives})
+        alternatives = tuple(f"{labels.get(r.kind, r.kind)}: {_per_week(r)}" for r in rest)
+        out.append(best.but(alternatives=alternatives))
     return out
 
 
-def owner_of(item: Mapping[str, Any]) -> tuple[str, str]:
-    """(owner_type, owner) of an item: operators for a cluster's items, else the team (the user when the
-    job names no team)."""
-    if item.get("target_type") == "cluster":
-        cluster = str(item.get("target") or "").split("/")[0]
+def owner_of(
+    target_type: str | None, target: str | None, team: str | None, user: str | None
+) -> tuple[str, str]:
+    """(owner_type, owner) of an item: operators for a cluster's items (``target`` "cluster/model"), else
+    the team (the user when the job names no team)."""
+    if target_type == "cluster":
+        cluster = (target or "").split("/")[0]
         return OPERATORS, f"operators of {cluster}" if cluster else OPERATORS
-    return "team", str(item.get("team") or item.get("user_name") or "n/a")
+    return "team", str(team or user or "n/a")
 
 
 TEAM_PLACES = 2  # of a short list of top actions, at least this many are a team's own (when there are any)

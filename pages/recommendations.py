@@ -1,63 +1,150 @@
-"""Recommendations: what to change, grouped by kind and ranked by dollars per week, each with its evidence
-and one action (analytics/recommend.py, the list ``gpuledger recommend --json`` prints), the share of the
-view's waste they address (``recommend --total --json``'s coverage), and the diagnoses behind them."""
+"""Recommendations: one line per problem (action, $/week, confidence) grouped by who acts on it, a team or
+the operators of a cluster, with the evidence behind a click on the line; "Mine" keeps the signed-in lead's
+teams (without sign-in, the team chosen here). The list is ``gpuledger recommend --json`` (one item per
+problem, analytics/problems.py); the possible savings and coverage are ``recommend --total --json``'s."""
 
 from __future__ import annotations
 
 import polars as pl
 import streamlit as st
 
+from analytics.advice_common import Recommendation
+from analytics.problems import OPERATORS
+from analytics.recommend import KIND_LABELS
 from analytics.savings import savings_total
-from gpuledger.ledger.palette import is_team
-from pages import _data, _ui, _view
+from pages import _data, _scope, _ui, _view
 from pages._ui import diagnosis_label, md, no_rows, pct, usd
 
-CARDS_PER_KIND = 3  # the top items of each kind as cards; the rest of the kind in one table
+ROWS_SHOWN = 8  # lines a group's table shows before it scrolls (the page stays a few screens on the demo)
+ROW_PX, HEAD_PX = 35, 38
+ALL, MINE = "Everyone's", "Mine"
 
 filters = _view.open_page("Recommendations")
 recs = _data.recommendations(filters)
 total_view = _data.savings(filters)
 
 
-def owner(r: dict) -> str:
-    """Who acts: the user, else the team; capacity items belong to whoever runs the cluster."""
-    if r.get("user_name"):
-        return str(r["user_name"])
-    if r.get("team") and is_team(r["team"]):
-        return f"team {r['team']}"
-    return "cluster owner"
+def my_teams(recs: pl.DataFrame) -> tuple[str, ...]:
+    """The teams "Mine" keeps: a signed-in lead's own (gpuledger/ledger/access.py); else (sign-in off, or an
+    admin) the team picked here, among the teams that own an item."""
+    scope = _scope.viewer()
+    if scope is not None and not scope.admin:
+        return scope.teams
+    teams = sorted(set(recs.filter(pl.col("owner_type") == "team")["owner"].to_list()))
+    if not teams:
+        return ()
+    preset = next((t for t in filters.teams if t in teams), None)  # the sidebar's team, when it names one
+    picked = st.session_state.get("rec_team")
+    index = teams.index(picked) if picked in teams else teams.index(preset) if preset else 0
+    return (st.selectbox("Your team", teams, index=index, key="rec_team"),)
 
 
+def saves(it: Recommendation) -> str:
+    """$/week for a recurring item, what it would have saved for a one-off."""
+    if it.usd_per_week is not None:
+        return f"{usd(it.usd_per_week)}/week"
+    return f"{usd(it.saving_usd)} once"
+
+
+def groups(shown: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
+    """(owner_type, owner, its items) with the teams first, then the operators; each by its $/week (each
+    dollar once), then its one-off dollars, largest first; the items in the list's order."""
+    totals = (
+        shown.group_by("owner_type", "owner", maintain_order=True)
+        .agg(pl.col("counted_usd_per_week").sum(), pl.col("saving_usd").sum())
+        .with_columns((pl.col("owner_type") == OPERATORS).alias("ops"))
+        .sort(["ops", "counted_usd_per_week", "saving_usd", "owner"], descending=[False, True, True, False])
+    )
+    return [
+        (t, o, shown.filter((pl.col("owner_type") == t) & (pl.col("owner") == o)))
+        for t, o in totals.select("owner_type", "owner").iter_rows()
+    ]
+
+
+def evidence(it: Recommendation) -> None:
+    """What the selected line rests on: its evidence, confidence and why, the alternatives not added."""
+    lines = [
+        f"**{md(KIND_LABELS[it.kind])}** · {md(it.target_type)} {md(it.target)} · **{saves(it)}**",
+        md(it.evidence),
+        f"**Action:** {md(it.action)}",
+        f"**Confidence:** {md(it.confidence)}"
+        + (f" ({md(it.confidence_reasons)})" if it.confidence_reasons else ""),
+    ]
+    if it.alternatives:
+        lines.append("**Other actions for the same problem** (not added): " + md("; ".join(it.alternatives)))
+    with st.container(border=True):
+        st.markdown("\n\n".join(lines))
+
+
+def group(owner_type: str, owner: str, items: pl.DataFrame) -> None:
+    """One owner's lines: a heading with its dollars, one row per item, the evidence of the row clicked."""
+    week = items["counted_usd_per_week"].sum()
+    once = items.filter(pl.col("usd_per_week").is_null())["saving_usd"].sum()
+    money = " · ".join(
+        x for x in (f"{usd(week)}/week" if week else "", f"{usd(once)} once" if once else "") if x
+    )
+    who = "Team" if owner_type == "team" else "Platform"
+    n = items.height
+    st.markdown(f"**{who}: {md(owner)}** · {n} action{'s' if n != 1 else ''} · {money}")
+    lines = [Recommendation.of_row(r) for r in items.to_dicts()]
+    table = pl.DataFrame(
+        {
+            "Action": [it.action for it in lines],
+            "Saves": [saves(it) for it in lines],
+            "Confidence": [it.confidence for it in lines],
+            "Target": [it.target for it in lines],
+        }
+    )
+    event = st.dataframe(
+        table,
+        hide_index=True,
+        height=HEAD_PX + ROW_PX * min(n, ROWS_SHOWN) + 2,
+        column_config={
+            "Action": st.column_config.TextColumn("Action", width="large"),
+            "Saves": st.column_config.TextColumn("Saves", width=120),
+            "Confidence": st.column_config.TextColumn("Confidence", width=90),
+            "Target": st.column_config.TextColumn("Target", width=200),
+        },
+        on_select="rerun",
+        selection_mode="single-row",
+        key=f"rec_rows_{owner_type}_{owner}",
+    )
+    picked = event.selection.rows if event is not None else []
+    if picked:
+        evidence(lines[picked[0]])
+
+
+mine: tuple[str, ...] | None = None  # the teams "Mine" keeps (None: everyone's)
 if recs.is_empty():
     no_rows("Nothing to recommend in this view.")
 else:
-    recs = recs.with_columns(
-        pl.Series("owner", [owner(r) for r in recs.select("user_name", "team").iter_rows(named=True)])
-    )
+    left, mid, right = st.columns([1, 1, 2])
+    show = left.radio("Show", (ALL, MINE), horizontal=True, key="rec_show")
+    with mid:
+        mine = my_teams(recs) if show == MINE else None
     labels = dict(zip(recs["kind"], recs["kind_label"], strict=True))
-    left, right = st.columns(2)
-    chosen = left.multiselect(
+    chosen = right.multiselect(
         "Kind",
         sorted(labels, key=labels.get),
         format_func=labels.get,
         key="rec_kinds",
         placeholder="all kinds",
     )
-    owners = right.multiselect("Owner", sorted(set(recs["owner"])), key="rec_owners", placeholder="everyone")
     shown = recs
+    if mine is not None:
+        shown = shown.filter((pl.col("owner_type") == "team") & pl.col("owner").is_in(list(mine)))
     if chosen:
         shown = shown.filter(pl.col("kind").is_in(chosen))
-    if owners:
-        shown = shown.filter(pl.col("owner").is_in(owners))
-    total = savings_total(shown, whole=not (chosen or owners))  # a part of the list is counted by itself
+    part = mine is not None or bool(chosen)
+    total = savings_total(shown, whole=not part)  # a part of the list is counted by itself
     cov = total_view.get("coverage") or {}
     cols = st.columns(3)
     cols[0].metric(
         "Possible savings",
         f"{usd(total['total_usd_per_week'])} / week",
-        help="Recurring items, each dollar counted once: items can overlap (one idle notebook under two kinds; "
-        "a smaller GPU and a MIG slice are alternatives), so this is less than the plain sum "
-        f"({usd(total['listed_usd_per_week'])}). docs/recommendations.md explains the rule.",
+        help="Recurring items, each dollar counted once: one line per problem, its other actions not added "
+        f"(the plain sum of the lines is {usd(total['listed_usd_per_week'])}). docs/recommendations.md "
+        "explains the rule.",
     )
     cols[1].metric(
         "Waste addressed",
@@ -70,51 +157,22 @@ else:
         usd(total["one_off_saved_usd"]),
         help="What the one-off items (finished jobs) would have saved in this view: not a weekly figure",
     )
-    st.caption(
-        f"{shown.height:,} of {recs.height:,} recommendations, grouped by kind, each kind ranked by dollars per "
-        "week (the saving over the view, scaled to 7 days)."
-    )
-    by_kind = (
-        shown.group_by("kind", "kind_label")
-        .agg(pl.len().alias("n"), pl.col("counted_usd_per_week").sum(), pl.col("saving_usd").sum())
-        .sort("counted_usd_per_week", "saving_usd", descending=True, nulls_last=True)
-    )
-    for g in by_kind.iter_rows(named=True):
-        items = shown.filter(pl.col("kind") == g["kind"])
-        money = (
-            f"{usd(g['counted_usd_per_week'])} / week"
-            if g["counted_usd_per_week"]
-            else f"one-off: {usd(g['saving_usd'])}"
+    if mine is not None and not mine:
+        no_rows("No team owns a recommendation in this view.")
+    elif shown.is_empty():
+        no_rows("No recommendation for " + (", ".join(md(t) for t in mine) if mine else "these kinds") + ".")
+    else:
+        st.caption(
+            f"{shown.height:,} of {recs.height:,} actions, one per problem, grouped by who acts: a team, or the "
+            "operators of a cluster (capacity nobody held). Click a line for its evidence."
         )
-        with st.expander(
-            f"**{g['kind_label']}** · {g['n']:,} item{'s' if g['n'] != 1 else ''} · {money}", expanded=True
-        ):
-            for r in items.head(CARDS_PER_KIND).iter_rows(named=True):
-                # one markdown a card (not a header row of two columns and three paragraphs): a warm
-                # reload of the page draws ~125 fewer elements (demo: 1.40-1.48 -> 1.18-1.23 s)
-                with st.container(border=True):
-                    saving = (
-                        f"{usd(r['usd_per_week'])} / week"
-                        if r["usd_per_week"] is not None
-                        else f"one-off: {usd(r['saving_usd'])}"
-                    )
-                    st.markdown(
-                        f"**{md(r['target'])}** · owner: {md(r['owner'])} · **{saving}**\n\n"
-                        f"{md(r['evidence'])}\n\n"
-                        f"**Action:** {md(r['action'])} · {md(r['confidence'])} confidence"
-                    )
-            if items.height > CARDS_PER_KIND:
-                rest = items.slice(CARDS_PER_KIND).select(
-                    "target", "owner", "usd_per_week", "saving_usd", "confidence", "action"
-                )
-                _ui.dataframe(
-                    rest,
-                    {"action": st.column_config.TextColumn("action", width="large")},
-                    height=min(400, 38 + 35 * rest.height),
-                )
+        for owner_type, owner, items in groups(shown):
+            group(owner_type, owner, items)
 
 st.subheader("Diagnoses")
 diags = _data.diagnoses(filters)
+if mine is not None:  # a lead's own jobs' diagnoses
+    diags = diags.filter(pl.col("team").is_in(list(mine)))
 if diags.is_empty():
     no_rows("No job in this view raised a diagnosis.")
 else:
@@ -125,5 +183,9 @@ else:
         "team",
         "evidence",
     )
-    _ui.dataframe(table, {"evidence": st.column_config.TextColumn("evidence", width="large")})
+    _ui.dataframe(
+        table,
+        {"evidence": st.column_config.TextColumn("evidence", width="large")},
+        height=HEAD_PX + ROW_PX * min(table.height, ROWS_SHOWN) + 2,
+    )
     st.caption("Open a job on the Jobs page (`/jobs?job=ID`) to see its timeline beside its diagnosis.")

@@ -484,3 +484,92 @@ def test_fleet_prices_idle_hours_at_the_clusters_own_rate(
     # 60 samples a minute apart, each standing for 60 s (the last one for the cadence): 1 h idle × $1.10/h
     assert idle["idle_h"].to_list() == [pytest.approx(1.0)]
     assert idle["idle_usd"].to_list() == [pytest.approx(1.10)]
+
+
+@pytest.fixture(scope="module")
+def reco_ledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The hand ledger of tests/analytics/test_recommend.py (team nlp), a vision notebook idle 8 of its 10 h,
+    and 16 H100s declared on c1, so capacity nobody held is an item for c1's operators."""
+    from tests.analytics.build import alloc, ingest, job, series
+    from tests.analytics.recommend_ledgers import recommend_ledger
+
+    tmp = tmp_path_factory.mktemp("reco")
+    db = str(tmp / "reco.duckdb")
+    with writer(db) as con:
+        recommend_ledger(con)
+        ingest(
+            con,
+            jobs=[job("v1", 0, 600, team="vision", user_name="vic", kind="interactive", name="vis-nb-1")],
+            allocations=[alloc("v1", "hV:0", 0, 600)],
+            samples=series("hV:0", 0, [50.0] * 120 + [1.0] * 480, mem_used_mib=1000.0),
+        )
+    settings = tmp / "settings.toml"
+    settings.write_text('[clusters.c1]\ncapacity = [{ gpu_model = "H100-SXM-80GB", gpu_count = 16 }]\n')
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GPULEDGER_DB", db)
+    mp.setenv("GPULEDGER_SETTINGS", str(settings))
+    yield db
+    mp.undo()
+
+
+RECO_DAY = {"since": ["2025-03-03"], "until": ["2025-03-03"]}  # T0's day (tests/analytics/build.py)
+
+
+def _reco_groups(at: AppTest) -> list[tuple[str, list[str]]]:
+    """(group heading, its lines' targets) in page order: each group is a heading then its table."""
+    heads = [m.value for m in at.markdown if m.value.startswith(("**Team:", "**Platform:"))]
+    tables = [d.value for d in at.dataframe if "Target" in d.value.columns]
+    assert len(heads) == len(tables), (heads, len(tables))
+    return [(h.split("**")[1], t["Target"].to_list()) for h, t in zip(heads, tables, strict=True)]
+
+
+def test_recommendations_are_one_line_each_grouped_by_who_acts(reco_ledger: str) -> None:
+    import json
+
+    from tests.conftest import gpuledger
+
+    at = run_page("pages/recommendations.py", RECO_DAY)
+    assert not at.exception, at.exception
+    got = _reco_groups(at)
+    # the teams first, then the operators of a cluster; nlp's dollars (the hand ledger's kinds) lead vision's
+    assert [h for h, _ in got] == ["Team: nlp", "Team: vision", "Platform: operators of c1"]
+    # one line per problem, no target twice, and the lines are the CLI's list (recommend --json)
+    lines = [t for _, ts in got for t in ts]
+    assert len(lines) == len(set(lines))
+    cli = json.loads(
+        gpuledger(
+            "recommend", "--json", "--limit", "0", "--since", "2025-03-03", "--until", "2025-03-03"
+        ).stdout
+    )
+    assert sorted(lines) == sorted(r["target"] for r in cli)
+    by_owner = {(r["owner_type"], r["owner"]) for r in cli}
+    assert by_owner == {("team", "nlp"), ("team", "vision"), ("operators", "operators of c1")}
+    assert dict(got)["Team: vision"] == [r["target"] for r in cli if r["owner"] == "vision"]
+
+
+def test_mine_keeps_the_team_picked_without_sign_in(reco_ledger: str) -> None:
+    at = run_page("pages/recommendations.py", RECO_DAY)
+    at.radio(key="rec_show").set_value("Mine").run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="rec_team").value == "nlp"  # the first team that owns an item
+    assert [h for h, _ in _reco_groups(at)] == ["Team: nlp"]
+    at.selectbox(key="rec_team").set_value("vision").run()
+    assert [h for h, _ in _reco_groups(at)] == ["Team: vision"]
+    diagnosed = [d.value for d in at.dataframe if "diagnosis" in d.value.columns]
+    assert all(set(d["team"]) <= {"vision"} for d in diagnosed)  # the diagnoses are the team's own too
+    # the metric counts the part shown by itself: vision's one problem, the notebook idle 8 of its 10 h
+    week = next(m for m in at.metric if m.label == "Possible savings").value
+    assert week != "$0.00 / week"
+
+
+def test_mine_is_the_signed_in_leads_team(reco_ledger: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lead (gpuledger/ledger/access.py Scope with teams) sees their own team's lines, no team picker."""
+    from gpuledger.ledger.access import Scope
+    from pages import _scope
+
+    monkeypatch.setattr(_scope, "viewer", lambda: Scope(who="vic@example.com", teams=("vision",)))
+    at = run_page("pages/recommendations.py", RECO_DAY)
+    at.radio(key="rec_show").set_value("Mine").run()
+    assert not at.exception, at.exception
+    assert not [s for s in at.selectbox if s.key == "rec_team"]
+    assert [h for h, _ in _reco_groups(at)] == ["Team: vision"]

@@ -58,6 +58,18 @@ class Settings:
     gco2e_per_kwh: float = 390.0
     default_tier: str = "on_demand"
     batch_safety_fraction: float = 0.9
+    # the recommender's thresholds ([recommend], docs/settings.md; read by analytics/advice_*.py)
+    mig_max_util_pct: float = 30.0  # mig_slice: only jobs busy under this share of one GPU
+    spot_rework_pct: float = 10.0  # use_spot: the spot price plus this much work redone after preemptions
+    spot_checkpoint_max_gap_hours: float = 2.0  # use_spot: last checkpoint at most this long before the end
+    serve_low_util_pct: float = 50.0  # consolidate_inference: a service busy under this when active
+    capacity_demand_percentile: float = 95.0  # release_capacity: the demand kept (nearest rank)
+    idle_cluster_busy_pct: float = 10.0  # scale_down_idle: a cluster whose held GPUs were busier is not idle
+    scale_down_after_minutes: float = 30.0  # the scale-down the capacity advice proposes
+    checkpoint_write_gbps: float = 2.0  # checkpoint_interval: the rate a checkpoint is written at
+    checkpoint_min_seconds: float = 60.0  # ... at least this long
+    checkpoint_default_seconds: float = 300.0  # ... this long when the run names no parameter count
+    early_fail_minutes: float = 20.0  # test_small_first: a multi-GPU run failing this soon after its start
     notebook_idle_stop_minutes: float = 60.0
     max_job_days: float = (
         365.0  # a job or allocation longer than this is implausible (collectors/validate.py)
@@ -105,6 +117,17 @@ _SCALARS: dict[str, tuple[str, str, float, float]] = {
     "energy.usd_per_kwh": ("energy", "usd_per_kwh", 0.0, 10.0),
     "energy.gco2e_per_kwh": ("energy", "gco2e_per_kwh", 0.0, 2000.0),
     "recommend.batch_safety_fraction": ("recommend", "batch_safety_fraction", 0.1, 1.0),
+    "recommend.mig_max_util_pct": ("recommend", "mig_max_util_pct", 0.0, 100.0),
+    "recommend.spot_rework_pct": ("recommend", "spot_rework_pct", 0.0, 1000.0),
+    "recommend.spot_checkpoint_max_gap_hours": ("recommend", "spot_checkpoint_max_gap_hours", 0.0, 8760.0),
+    "recommend.serve_low_util_pct": ("recommend", "serve_low_util_pct", 0.0, 100.0),
+    "recommend.capacity_demand_percentile": ("recommend", "capacity_demand_percentile", 1.0, 100.0),
+    "recommend.idle_cluster_busy_pct": ("recommend", "idle_cluster_busy_pct", 0.0, 100.0),
+    "recommend.scale_down_after_minutes": ("recommend", "scale_down_after_minutes", 1.0, 10080.0),
+    "recommend.checkpoint_write_gbps": ("recommend", "checkpoint_write_gbps", 0.001, 10_000.0),
+    "recommend.checkpoint_min_seconds": ("recommend", "checkpoint_min_seconds", 0.0, 86_400.0),
+    "recommend.checkpoint_default_seconds": ("recommend", "checkpoint_default_seconds", 1.0, 86_400.0),
+    "recommend.early_fail_minutes": ("recommend", "early_fail_minutes", 0.0, 10080.0),
     "dashboard.max_upload_mb": ("dashboard", "max_upload_mb", 1.0, 10_000.0),
     "dashboard.upload_memory_mb": ("dashboard", "upload_memory_mb", 64.0, 1_048_576.0),
     "dashboard.upload_seconds": ("dashboard", "upload_seconds", 1.0, 86_400.0),

@@ -35,6 +35,18 @@ class Thresholds:
     notebook_idle_stop_minutes: float
     capacity_gap_minutes: float
     batch_safety_fraction: float
+    # the advice's [recommend] keys (analytics/advice_*.py read them from Settings, whose fields hold the defaults)
+    mig_max_util_pct: float
+    spot_rework_pct: float
+    spot_checkpoint_max_gap_hours: float
+    serve_low_util_pct: float
+    capacity_demand_percentile: float
+    idle_cluster_busy_pct: float
+    scale_down_after_minutes: float
+    checkpoint_write_gbps: float
+    checkpoint_min_seconds: float
+    checkpoint_default_seconds: float
+    early_fail_minutes: float
     # job signals, counted into the rollups (fixed: see the module docstring)
     dip_util_pct: float = 10.0  # input-bound: a "dip"
     burst_util_pct: float = 70.0  # input-bound: a "burst" (not batch_saturated_util_pct)
@@ -46,7 +58,6 @@ class Thresholds:
     batch_saturated_util_pct: float = (
         85.0  # at or above: a larger batch offers little (analytics/batch_size.py)
     )
-    serve_low_util_pct: float = 50.0  # an inference service under it (outside idle) is over-provisioned
     # diagnoses (analytics/diagnoses.py)
     busy_util_pct: float = 80.0  # busy_but_unproductive: at least this utilization...
     busy_sm_active_pct: float = 40.0  # ...with SM-active below this,
@@ -90,6 +101,17 @@ def thresholds(settings: Settings) -> Thresholds:
         notebook_idle_stop_minutes=settings.notebook_idle_stop_minutes,
         capacity_gap_minutes=settings.capacity_gap_minutes,
         batch_safety_fraction=settings.batch_safety_fraction,
+        mig_max_util_pct=settings.mig_max_util_pct,
+        spot_rework_pct=settings.spot_rework_pct,
+        spot_checkpoint_max_gap_hours=settings.spot_checkpoint_max_gap_hours,
+        serve_low_util_pct=settings.serve_low_util_pct,
+        capacity_demand_percentile=settings.capacity_demand_percentile,
+        idle_cluster_busy_pct=settings.idle_cluster_busy_pct,
+        scale_down_after_minutes=settings.scale_down_after_minutes,
+        checkpoint_write_gbps=settings.checkpoint_write_gbps,
+        checkpoint_min_seconds=settings.checkpoint_min_seconds,
+        checkpoint_default_seconds=settings.checkpoint_default_seconds,
+        early_fail_minutes=settings.early_fail_minutes,
     )
 
 

@@ -381,7 +381,7 @@ def owner(rec: dict[str, Any]) -> str:
     from analytics.problems import OPERATORS, owner_of
 
     user, team = rec.get("user_name"), rec.get("team")
-    kind, who = owner_of(rec)
+    kind, who = owner_of(rec.get("target_type"), rec.get("target"), team, user)
     if kind == OPERATORS:  # capacity nobody held: whoever runs the cluster
         return who
     if rec.get("target_type") == "team" or not user:

@@ -30,3 +30,39 @@ def test_family_stem_depends_on_the_name_not_the_job_id_it_was_first_asked_with(
     assert family_stem("sweep-lr-3", "job-b") == "sweep-lr"
     assert family_stem(None, "job-b") == "job-b"  # no digit in "b": nothing to strip
     assert family_stem(None, "other-9") == "other"
+
+
+def test_every_kind_comes_from_one_advice_module_of_the_same_shape() -> None:
+    """analytics.recommend runs ADVICE in order: each module makes its own kinds, no kind twice, every kind of
+    KIND_LABELS from one of them, and each ``advise`` takes the same two arguments."""
+    import inspect
+
+    from analytics.recommend import ADVICE, KINDS
+
+    made = [k for m in ADVICE for k in m.KINDS]
+    assert sorted(made) == sorted(KINDS) and len(made) == len(set(made))
+    for m in ADVICE:
+        assert list(inspect.signature(m.advise).parameters) == ["v", "found"], m.__name__
+
+
+def test_a_row_of_the_list_is_the_item_it_was_made_from() -> None:
+    """Recommendation.of_row (what the page reads a line as) gives back each field of every row of the hand
+    ledger's list, batch plans, alternatives and the rules' own items (alternatives None) included."""
+    from analytics.advice_common import Recommendation
+    from analytics.recommend import recommendations
+    from gpuledger.ledger.db import memory_ledger
+    from tests.analytics.recommend_ledgers import recommend_ledger
+    from tests.analytics.test_recommend import ELASTIC, VIEW
+
+    con = memory_ledger()
+    recommend_ledger(con)
+    lists = [recommendations(con, filters=VIEW, settings=ELASTIC, problems=p) for p in (True, False)]
+    con.close()
+    counted = ("id", "overlaps_with", "counted_saving_usd", "counted_usd_per_week")
+    for recs in lists:
+        assert "larger_batch" in set(recs["kind"])  # a row with a batch plan is among them
+        for r in recs.to_dicts():
+            again = Recommendation.of_row(r).row(r["kind_label"])
+            assert {k: v for k, v in again.items() if k not in counted} == {
+                k: v for k, v in r.items() if k not in counted
+            }

@@ -15,6 +15,7 @@ from analytics.advice_failures import checkpoint_cost_s, young_daly_s
 from analytics.filters import Filters
 from analytics.recommend import recommendations
 from gpuledger.ledger.db import memory_ledger
+from gpuledger.ledger.settings import Settings
 from tests.analytics.build import at, ingest, job
 from tests.analytics.recommend_ledgers import DAY, run, set_prices
 
@@ -142,7 +143,7 @@ def test_failure_advice_does_not_depend_on_the_order_of_the_view_rows():
     sql, params = view_jobs_sql(VIEW, horizon(con))
     view = frame(con, sql, params)
     failed = {str(j): 1.0 for j in view["job_id"]}
-    forward = failure_items(con, view.sort("job_id"), failed)
-    backward = failure_items(con, view.sort("job_id", descending=True), failed)
+    forward = failure_items(con, view.sort("job_id"), failed, Settings())
+    backward = failure_items(con, view.sort("job_id", descending=True), failed, Settings())
     con.close()
     assert forward and forward == backward

@@ -49,3 +49,38 @@ def test_low_utilization_replica_is_consolidated(recs):
     assert item[0]["saving_usd"] == pytest.approx(3.00 * 30 / 60)
     assert item[0]["recurring"]  # a service recurs
     assert not {"right_size_gpu", "mig_slice"} & set(recs.filter(pl.col("target") == "srv")["kind"])
+
+
+def test_every_kind_names_a_job_one_way() -> None:
+    """One labeller (analytics.advice_common.job_label). advice_jobs had its own, which left the user out when
+    the job had no name of its own: an input-bound job 42 of ana's read "Job 42 held …" there and
+    "Job 42 (ana) held …" in every other kind; now it reads the latter everywhere."""
+    from analytics.advice_common import job_label
+    from analytics.advice_jobs import input_pipeline_items
+
+    assert job_label({"job_id": "42", "name": "ft-run-3", "user_name": "ana"}) == "Job 42 (ft-run-3, ana)"
+    assert job_label({"job_id": "42", "name": "42", "user_name": "ana"}) == "Job 42 (ana)"  # name = id
+    assert job_label({"job_id": "42", "name": None, "user_name": "ana"}) == "Job 42 (ana)"
+    assert job_label({"job_id": "42", "name": None, "user_name": None}) == "Job 42"
+    unnamed = pl.DataFrame(
+        {
+            "job_id": ["42"],
+            "name": [None],
+            "user_name": ["ana"],
+            "team": ["nlp"],
+            "kind": ["training"],
+            "n_samples": [60],
+            "dip_share": [0.25],
+            "burst_share": [0.75],
+            "swing_rate": [0.5],
+            "cost_usd": [3.0],
+            "mean_util_pct": [68.0],
+            "gpu_count": [1.0],
+            "gpu_model": ["H100-SXM-80GB"],
+            "hours": [1.0],
+        },
+        schema_overrides={"name": pl.Utf8},
+    )
+    (item,) = input_pipeline_items(unnamed)
+    assert str(item.evidence).startswith("Job 42 (ana) held 1 × H100-SXM-80GB for 1.0 h")
+    assert item.saving_usd == pytest.approx(3.0 * 0.25)  # cost × dip share

@@ -5,11 +5,13 @@ every item has an owner; the report's top actions are distinct problems with a t
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import duckdb
 import polars as pl
 import pytest
 
+from analytics.advice_common import Recommendation
 from analytics.problems import one_per_problem, owner_of, top_actions, where_paid_for
 from analytics.recommend import KIND_LABELS, recommendations
 from gpuledger.ledger.db import memory_ledger
@@ -19,20 +21,25 @@ from tests.analytics.test_recommend import ELASTIC, VIEW
 from tests.conftest import gpuledger
 
 
-def _it(kind: str, target: str, jobs: list[str], saving: float, **extra: object) -> dict[str, object]:
-    return {
-        "kind": kind,
-        "target_type": extra.pop("target_type", "job"),
-        "target": target,
-        "job_ids": jobs,
-        "saving_usd": saving,
-        "usd_per_week": saving * 7,
-        "confidence": extra.pop("confidence", "medium"),
-        "team": "nlp",
-        "user_name": "alice",
-        "action": "Do it.",
-        **extra,
-    }
+def _it(kind: str, target: str, jobs: list[str], saving: float, **extra: Any) -> Recommendation:
+    return Recommendation(
+        kind=kind,
+        target_type=extra.pop("target_type", "job"),
+        target=target,
+        job_ids=tuple(jobs),
+        saving_usd=saving,
+        usd_per_week=saving * 7,
+        confidence=extra.pop("confidence", "medium"),
+        team=extra.pop("team", "nlp"),
+        user_name="alice",
+        action="Do it.",
+        evidence="",
+        job_saving_usd=(saving,) * len(jobs),
+        job_cost_usd=(None,) * len(jobs),
+        lever="time",
+        addresses=(),
+        recurring=True,
+    )
 
 
 def test_items_sharing_a_job_or_a_target_are_one_problem_with_the_best_action() -> None:
@@ -46,16 +53,16 @@ def test_items_sharing_a_job_or_a_target_are_one_problem_with_the_best_action() 
         _it("fewer_gpus", "j6", ["j6"], 1.0),
     ]
     out = one_per_problem(items, KIND_LABELS)
-    assert [(o["kind"], o["target"]) for o in out] == [
+    assert [(o.kind, o.target) for o in out] == [
         ("larger_batch", "j1"),
         ("reclaim_idle", "j3"),  # $5 = $5: the surer confidence
         ("right_size_gpu", "fam"),
         ("fewer_gpus", "j6"),
     ]
-    assert out[0]["alternatives"] == ["Use a MIG slice: $70.00/week"]  # 10 × 7
-    assert out[1]["alternatives"] == ["Auto-stop idle notebooks: $35.00/week"]
-    assert out[2]["saving_usd"] == 3.0 and out[2]["job_ids"] == ["j5"]
-    assert out[3]["alternatives"] == []
+    assert out[0].alternatives == ("Use a MIG slice: $70.00/week",)  # 10 × 7
+    assert out[1].alternatives == ("Auto-stop idle notebooks: $35.00/week",)
+    assert out[2].saving_usd == 3.0 and out[2].job_ids == ("j5",)
+    assert out[3].alternatives == ()
 
 
 def test_a_move_to_spot_or_another_gpu_saves_only_where_capacity_is_elastic_or_released() -> None:
@@ -71,14 +78,13 @@ def test_a_move_to_spot_or_another_gpu_saves_only_where_capacity_is_elastic_or_r
     cap = _it("offpeak_capacity", "c2/A100", ["capacity:c2:A100"], 50.0, target_type="cluster")
     (kept_cap, kept_b) = where_paid_for([cap, size_b], view, paid)
     assert kept_cap is cap
-    assert kept_b["action"].startswith("Do it. Then release (or scale down) the A100 on c2 it frees")
+    assert kept_b.action.startswith("Do it. Then release (or scale down) the A100 on c2 it frees")
 
 
 def test_owner_is_the_team_or_the_clusters_operators() -> None:
-    assert owner_of(_it("reclaim_idle", "j1", ["j1"], 1.0)) == ("team", "nlp")
-    assert owner_of({**_it("reclaim_idle", "j1", ["j1"], 1.0), "team": None}) == ("team", "alice")
-    cap = _it("release_capacity", "atlas/H100", ["capacity:atlas:H100"], 1.0, target_type="cluster")
-    assert owner_of(cap) == ("operators", "operators of atlas")
+    assert owner_of("job", "j1", "nlp", "alice") == ("team", "nlp")
+    assert owner_of("job", "j1", None, "alice") == ("team", "alice")  # no team: the user
+    assert owner_of("cluster", "atlas/H100", "unallocated", None) == ("operators", "operators of atlas")
 
 
 def test_top_actions_keep_a_teams_own_next_to_the_operators() -> None:

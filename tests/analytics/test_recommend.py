@@ -445,12 +445,12 @@ def _every_planted_kind_is_found(con):
 def test_a_family_card_names_its_largest_run_and_breaks_float_ties_by_job_id() -> None:
     """Three runs of one family: b saves the most; a and c save the same, up to float rounding (the same
     job shape summed in another order). The card names b, then a before c whatever order they came in."""
-    from analytics.advice_common import item
+    from analytics.advice_common import Recommendation
     from analytics.recommend import _families
 
-    def one(job: str, saving: float) -> dict[str, object]:
-        return item(
-            "right_size",
+    def one(job: str, saving: float) -> Recommendation:
+        return Recommendation(
+            kind="right_size",
             target_type="job",
             target=job,
             user_name="u",
@@ -459,22 +459,22 @@ def test_a_family_card_names_its_largest_run_and_breaks_float_ties_by_job_id() -
             action="fewer GPUs",
             saving_usd=saving,
             confidence="high",
-            job_ids=[job],
-            job_saving_usd=[saving],
-            job_cost_usd=[10 * saving],
+            job_ids=(job,),
+            job_saving_usd=(saving,),
+            job_cost_usd=(10 * saving,),
             lever="config",
-            addresses=["underused"],
+            addresses=("underused",),
             recurring=False,
         )
 
-    by_id = {j: {"job_id": j, "name": f"ft-run-{i}"} for i, j in enumerate(["c/3", "a/1", "b/2"])}
+    jobs = pl.DataFrame({"job_id": ["c/3", "a/1", "b/2"], "name": [f"ft-run-{i}" for i in range(3)]})
     for order in (["c/3", "a/1", "b/2"], ["a/1", "b/2", "c/3"]):
         savings = {"a/1": 100.0, "b/2": 250.0, "c/3": 100.00000000000003}
-        (card,) = _families([one(j, savings[j]) for j in order], by_id)
-        assert card["target_type"] == "family"
-        assert card["job_ids"] == ["b/2", "a/1", "c/3"]
-        assert str(card["evidence"]).endswith("The largest: Job b/2")
-        assert card["saving_usd"] == pytest.approx(450.0)
+        (card,) = _families([one(j, savings[j]) for j in order], jobs)
+        assert card.target_type == "family"
+        assert card.job_ids == ("b/2", "a/1", "c/3")
+        assert str(card.evidence).endswith("The largest: Job b/2")
+        assert card.saving_usd == pytest.approx(450.0)
 
 
 def _same_items(part: pl.DataFrame, whole: pl.DataFrame, kinds: set[str]) -> None:

@@ -265,8 +265,8 @@ def test_the_horizon_is_asked_once_per_block_and_again_after_a_write(ledger, mon
 def test_recommendations_and_diagnoses_of_one_view_right_size_its_jobs_once(ledger, monkeypatch):
     """Both ask analytics.diagnoses for the view's right-sizing; inside a block it is computed once, and
     both lists equal the plain calls (outside a block each computes it from its own signals)."""
+    import analytics.advice_sizing as sizing
     import analytics.diagnoses as diag
-    import analytics.recommend as recommend
     from analytics.recommend import recommendations
 
     set_test_prices(ledger)
@@ -276,7 +276,7 @@ def test_recommendations_and_diagnoses_of_one_view_right_size_its_jobs_once(ledg
     real = diag.right_size
     counted = lambda *a, **k: calls.append(1) or real(*a, **k)  # noqa: E731
     monkeypatch.setattr(diag, "right_size", counted)
-    monkeypatch.setattr(recommend, "right_size", counted)
+    monkeypatch.setattr(sizing, "right_size", counted)
     with sharing(ledger, ("test", 11)):
         assert recommendations(ledger).equals(plain_recs)
         assert diag.diagnoses(ledger).equals(plain_diag)

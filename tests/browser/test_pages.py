@@ -23,7 +23,11 @@ PAGES = [
     ("waste", "waste", ["By team", "By week", "Jobs that wasted the most"]),
     ("jobs", "jobs", ["Sort by", "Click a row to open the job"]),
     ("fleet", "fleet", ["Utilization per hour", "GPUs idle longest", "By GPU model"]),
-    ("recommendations", "recommendations", ["ranked by dollars per week", "/ week", "Action:", "Diagnoses"]),
+    (
+        "recommendations",
+        "recommendations",
+        ["one per problem", "/ week", "Click a line for its evidence", "Diagnoses"],
+    ),
     ("training", "training", ["Cost per unit of work", "Batch size"]),
     ("upload", "upload", ["Upload a file", "Accepted formats"]),
     ("reports", "reports", ["Weekly report", "Headline", "Spend and waste by team", "HTML (mail)"]),
