@@ -198,9 +198,9 @@ def column_config(columns: list[str]) -> dict[str, object]:
         elif c.endswith("_pct"):
             config[c] = st.column_config.NumberColumn(name, format="%.1f %%")
         elif c.endswith("_mib"):
-            config[c] = st.column_config.NumberColumn(name, format="%.0f")
+            config[c] = st.column_config.NumberColumn(name, format="%,.0f")
         elif c.endswith(("_hours", "_h")) or c == "hours":
-            config[c] = st.column_config.NumberColumn(name, format="%.2f")
+            config[c] = st.column_config.NumberColumn(name, format="%,.2f")
         elif c.endswith(("_share", "_frac")) or c == "mfu":
             config[c] = st.column_config.NumberColumn(name, format="percent")
         elif c.endswith("_ts"):
@@ -245,6 +245,9 @@ def shown(frame: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, object]]:
         elif col.null_count() and col.dtype == pl.String:
             out.append(col.fill_null(NA))
         else:
+            if numeric and "type_config" not in config[name]:
+                # a count or other plain number: thousands separators (1,234 steps, 27,877 MiB)
+                config[name] = st.column_config.NumberColumn(label(name) or name, format="localized")
             out.append(col)
     return pl.DataFrame(out), config
 

@@ -391,9 +391,10 @@ def test_an_upload_of_more_gpus_on_a_host_than_lines_pools_them(
 def test_a_job_of_many_gpus_splits_its_timeline_by_host(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_host: int
 ) -> None:
-    """A job of 70 GPUs on 10 hosts: its timeline is the mean by default, and split one line per host (not
-    70 lines) on request, each host's line pooled over the job's GPUs on it. On 70 hosts: 60 lines, the 59
-    hosts with the most unused GPU-seconds (ranked here in plain SQL over the samples) and one for the rest."""
+    """A job of 70 GPUs on 10 hosts: its timeline is the mean by default, and split one heat-strip row per
+    host (not 70 rows) on request, each host's row pooled over the job's GPUs on it. On 70 hosts: 60 rows,
+    the 59 hosts with the most unused GPU-seconds (ranked here in plain SQL over the samples) and one for
+    the rest."""
     from collectors.base import IngestOptions, drop_stage, land, next_ingest_id
 
     db = str(tmp_path / "job.duckdb")
@@ -428,15 +429,18 @@ def test_a_job_of_many_gpus_splits_its_timeline_by_host(
     at = run_page("pages/jobs.py", {"job": ["big-1"]})
     assert not at.exception, at.exception
     toggle = at.toggle(key="job_per_gpu")
-    assert toggle.label == "One line per host" and toggle.value is False
+    assert toggle.label == "One row per host" and toggle.value is False
     assert any("the line is their time-weighted mean" in c.value for c in at.caption)
     toggle.set_value(True).run()
     assert not at.exception, at.exception
-    assert any("one line per host" in c.value for c in at.caption)
+    assert any("one row per host" in c.value for c in at.caption)
     chart = at.get("plotly_chart")[0]
     import json
 
-    names = {t["name"] for t in json.loads(chart.proto.spec)["data"] if t.get("showlegend") is not False}
+    strips = [t for t in json.loads(chart.proto.spec)["data"] if t["type"] == "heatmap"]
+    assert len(strips) == 2  # utilization and memory, the same rows
+    names = set(strips[0]["y"])
+    assert strips[1]["y"] == strips[0]["y"]
     if per_host == 7:
         assert names == {f"n{h}" for h in range(10)}
         return
@@ -447,6 +451,6 @@ def test_a_job_of_many_gpus_splits_its_timeline_by_host(
         ).fetchall()
     assert names == {h for (h,) in kept} | {"11 other hosts"}
     assert any(
-        "the 59 hosts with the most unused GPU-hours; the other 11 share one line" in c.value
+        "the 59 hosts with the most unused GPU-hours; the other 11 share one row" in c.value
         for c in at.caption
     )
