@@ -27,7 +27,7 @@ from analytics.query import frame
 from analytics.shared import sharing
 from gpuledger.ledger.db import data_version, one_reader, reader, resolve_db
 from gpuledger.ledger.reference import sync_reference
-from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.settings import PriceRow, Settings
 from gpuledger.reports.weekly import FORMATS, collect, render
 from gpuledger.upload import GpuFacts, UploadResult, analyse_isolated, gpu_facts
 from gpuledger.upload.analysis import LINES_PAST
@@ -186,6 +186,21 @@ def as_of(con: duckdb.DuckDBPyConnection, s: Settings) -> str | None:
     for a page that needs only the date: a cold summary costs ~0.2 s on the 28-day demo, this one query."""
     when = horizon(con)
     return when.isoformat() if when else None
+
+
+@cached(entries=CACHE_VERSIONS)
+def declared_prices(con: duckdb.DuckDBPyConnection, s: Settings) -> list[PriceRow]:
+    """Price rows a source declared with its data (``prices.origin = 'ingest'``: e.g. an on-prem cluster's
+    amortized rate), which analytics/cost.py prices with behind the settings' rows and before the sheet's
+    (PRICE_PERIODS_CTE): the latest ingest's row of each (model, tier, cluster, date)."""
+    rows = con.execute(
+        """SELECT gpu_model, tier, usd_per_gpu_hour, effective_from, source, source_date, cluster
+           FROM prices WHERE origin = 'ingest'
+           QUALIFY row_number() OVER (PARTITION BY gpu_model, tier, cluster, effective_from
+                                      ORDER BY ingest_id DESC NULLS LAST) = 1
+           ORDER BY ALL"""
+    ).fetchall()
+    return [PriceRow(*r) for r in rows]
 
 
 # ---------------------------------------------------------------- overview, waste, jobs

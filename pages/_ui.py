@@ -169,6 +169,14 @@ def label(column: str) -> str:
         "usd_per_ksamples": "$ per 1k samples",
         "usd_per_epoch": "$ per epoch",
         "usd_per_week": "$ / week",
+        "tokens_per_s_per_gpu": "tokens/s per GPU",
+        "mfu": "MFU",
+        "mfu_basis": "MFU basis",
+        "mfu_reason": "why no MFU",
+        "unit_cost_reason": "why no $ per token",
+        "lr_rule": "learning-rate rule",
+        "card_mem_mib": "card memory (MiB)",
+        "predicted_peak_mem_mib": "predicted peak memory (MiB)",
         "key": "",
     }
     if column in special:
@@ -226,6 +234,8 @@ def _text(column: str, value: object) -> str:
         return num(value, 0)
     if column.endswith(("_hours", "_h")) or column == "hours":
         return num(value, 2)
+    if column.startswith(("tokens", "samples")):  # counts and rates of tokens: whole numbers
+        return num(value, 0)
     return num(value, 0) if float(value).is_integer() else num(value, 2)
 
 

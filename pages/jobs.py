@@ -96,72 +96,82 @@ def mem_share(part: pl.DataFrame, card_mib: float | None) -> pl.Series:
     return part.select((100.0 * pl.col("mem_used_mib") / total).alias("mem_pct"))["mem_pct"]
 
 
+def natural(name: str) -> tuple[str, int, str]:
+    """A line's sort key: host, then the GPU index as a number (atlas-n00:2 before atlas-n00:10)."""
+    host, _, index = name.rpartition(":")
+    return (host, int(index), "") if host and index.isdigit() else (name, -1, name)
+
+
 def panels(named: pl.DataFrame, card_mib: float | None, stretches: pl.DataFrame) -> go.Figure:
-    """Small multiples: one panel per line (GPU, host or the job's mean), utilization and memory on one
-    0–100 % axis, so no GPU's line hides another's; each GPU's idle stretches shaded in its own panel."""
-    names = named["line"].unique(maintain_order=True).to_list()
+    """Small multiples: one panel per line (GPU, host or the job's mean; two columns past four), utilization
+    and memory on one 0–100 % axis, so no GPU's line hides another's; each GPU's idle stretches shaded in
+    its own panel."""
+    names = sorted(named["line"].unique().to_list(), key=natural)
     n = len(names)
+    cols = 2 if n > 4 else 1
+    rows = -(-n // cols)
+    panel_h, gap = (105 if n > 1 else 200), 34  # px
+    height = 70 + rows * panel_h + (rows - 1) * gap
     fig = make_subplots(
-        rows=n, cols=1, shared_xaxes=True, vertical_spacing=0.04 if n > 1 else 0.0, subplot_titles=names
+        rows=rows,
+        cols=cols,
+        shared_xaxes=True,
+        vertical_spacing=gap / (height - 70) if rows > 1 else 0.0,
+        horizontal_spacing=0.06,
+        subplot_titles=names,
     )
-    ids: dict[str, int] = {}
-    for i, ((name,), part) in enumerate(named.group_by("line", maintain_order=True), start=1):
-        ids.update({g: i for g in part["gpu_id"].drop_nulls().unique().to_list()})
+    where: dict[str, tuple[int, int]] = {}
+    parts = dict(named.group_by("line").__iter__())
+    for i, name in enumerate(names):
+        part = parts[(name,)].sort("ts")
+        row, col = i // cols + 1, i % cols + 1
+        where.update({g: (row, col) for g in part["gpu_id"].drop_nulls().unique().to_list()})
         gib = part["mem_used_mib"].cast(pl.Float64) / 1024.0
-        fig.add_trace(
-            go.Scatter(
-                x=part["ts"],
-                y=part["util_pct"],
-                name="utilization (%)",
-                legendgroup="util",
-                showlegend=i == 1,
-                mode="lines",
-                line={"color": UTIL_COLOUR, "width": 1.6},
-                hovertemplate=f"{name}<br>%{{x|%Y-%m-%d %H:%M}} UTC<br>%{{y:.0f}} % utilization<extra></extra>",
-            ),
-            i,
-            1,
-        )
         fig.add_trace(
             go.Scatter(
                 x=part["ts"],
                 y=mem_share(part, card_mib),
                 customdata=gib,
                 name="memory used (% of card)",
-                legendgroup="mem",
-                showlegend=i == 1,
                 mode="lines",
-                line={"color": MEM_COLOUR, "width": 1.2, "dash": "dot"},
+                line={"color": MEM_COLOUR, "width": 1.0},
                 hovertemplate=f"{name}<br>%{{x|%Y-%m-%d %H:%M}} UTC<br>memory %{{customdata:,.1f}} GiB "
                 "(%{y:.0f} % of card)<extra></extra>",
             ),
-            i,
-            1,
+            row,
+            col,
         )
-        fig.update_yaxes(range=[0, 105], tickvals=[0, 50, 100], row=i, col=1)
-    for row in stretches.iter_rows(named=True):
-        panel = ids.get(row["gpu_id"])
-        if panel is None and n == 1:
-            panel = 1  # the job's mean: every GPU's stretches
-        if panel is not None:
+        fig.add_trace(
+            go.Scatter(
+                x=part["ts"],
+                y=part["util_pct"],
+                name="utilization (%)",
+                mode="lines",
+                line={"color": UTIL_COLOUR, "width": 1.5},
+                hovertemplate=f"{name}<br>%{{x|%Y-%m-%d %H:%M}} UTC<br>%{{y:.0f}} % utilization<extra></extra>",
+            ),
+            row,
+            col,
+        )
+        fig.update_yaxes(range=[0, 105], tickvals=[0, 50, 100], row=row, col=col)
+    for st_ in stretches.iter_rows(named=True):
+        spot = where.get(st_["gpu_id"]) or ((1, 1) if n == 1 else None)  # the job's mean: every stretch
+        if spot is not None:
             fig.add_vrect(
-                x0=row["start_ts"],
-                x1=row["end_ts"],
+                x0=st_["start_ts"],
+                x1=st_["end_ts"],
                 fillcolor=PART_COLOURS["idle_allocated_usd"],
-                opacity=0.25,
+                opacity=0.3,
                 line_width=0,
                 layer="below",
-                row=panel,
-                col=1,
+                row=spot[0],
+                col=spot[1],
             )
-    for a in fig.layout.annotations:  # the panel titles: small, at the left, over their panel
-        a.update(x=0, xanchor="left", font={"size": 12})
-    fig.update_xaxes(title_text="time (UTC)", row=n, col=1)
-    fig.update_layout(
-        height=140 + 95 * n if n > 1 else 300,
-        margin={"t": 40, "b": 10},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "right", "x": 1.0},
-    )
+    for a in fig.layout.annotations:  # the panel titles: at the left, over their panel
+        a.update(
+            x=a.x - (0.5 / cols) + 0.005 if cols > 1 or n > 1 else 0.0, xanchor="left", font={"size": 12}
+        )
+    fig.update_layout(height=height, margin={"t": 40, "b": 10}, showlegend=False)
     return fig
 
 
@@ -208,52 +218,63 @@ def heat_strip(named: pl.DataFrame, card_mib: float | None) -> go.Figure:
     return fig
 
 
-def job_marks(fig: go.Figure, r: dict[str, object]) -> list[str]:
-    """The job's end when it failed (a FAILED_STATES state: a red line with the state and reason) and its
-    last checkpoint (a dashed line), over every panel; the work lost between them shaded. Returns the
+def job_marks(fig: go.Figure, r: dict[str, object], first: object, last: object) -> list[str]:
+    """The job's end when it failed (a FAILED_STATES state: a red line labelled with the state and reason)
+    and its last checkpoint (a dashed line), over every panel, the work lost between them shaded; the time
+    axis from the job's start to its end (``first``/``last``: its telemetry's, when wider). Returns the
     caption's sentences for what was drawn."""
     said: list[str] = []
     end, ck, state = r.get("end_ts"), r.get("last_checkpoint_ts"), r.get("state")
+    start = min(x for x in (r.get("start_ts"), first) if x is not None)
+    stop = max(x for x in (end, last, ck) if x is not None)
+    pad = (stop - start) * 0.01
+    fig.update_xaxes(range=[start - pad, stop + pad])
     failed = state in FAILED_STATES and end is not None
     red = PART_COLOURS["failed_usd"]
+    second = getattr(fig.layout, "xaxis2", None)
+    columns = ["x", "x2"] if second is not None and (second.domain or (0, 1))[0] > 0 else ["x"]
     if failed and ck is not None and ck < end:
         fig.add_vrect(
-            x0=ck, x1=end, fillcolor=red, opacity=0.10, line_width=0, layer="below", row="all", col=1
+            x0=ck, x1=end, fillcolor=red, opacity=0.10, line_width=0, layer="below", row="all", col="all"
         )
     if ck is not None:
-        fig.add_vline(x=ck, line={"color": "#444444", "dash": "dash", "width": 1.5}, row="all", col=1)
-        fig.add_annotation(
-            x=ck,
-            y=1.0,
-            xref="x",
-            yref="paper",
-            yanchor="bottom",
-            xanchor="right",
-            showarrow=False,
-            text=f"last checkpoint {ck:%m-%d %H:%M}",
-            font={"size": 11, "color": "#444444"},
-        )
+        fig.add_vline(x=ck, line={"color": "#444444", "dash": "dash", "width": 1.5}, row="all", col="all")
         said.append(f"Dashed line: the last checkpoint ({ck:%Y-%m-%d %H:%M} UTC).")
     if failed:
-        fig.add_vline(x=end, line={"color": red, "width": 2.5}, row="all", col=1)
-        reason = r.get("exit_reason")
-        fig.add_annotation(
-            x=end,
-            y=1.0,
-            xref="x",
-            yref="paper",
-            yanchor="bottom",
-            xanchor="left",
-            showarrow=False,
-            text=f"✕ {state}" + (f": {reason}" if reason else ""),
-            font={"size": 12, "color": red},
-        )
+        fig.add_vline(x=end, line={"color": red, "width": 2.5}, row="all", col="all")
         lost = r.get("failed_lost_usd")
         since = "since the last checkpoint" if ck is not None else "no checkpoint known: the whole run"
         said.append(
             f"Red line: the job ended {state} at {end:%Y-%m-%d %H:%M} UTC; work lost ({since}): "
             f"{usd(lost) if lost is not None else na('unpriced')}."
         )
+    for xref in columns:  # one label per column of panels, over the top panel
+        if ck is not None:
+            fig.add_annotation(
+                x=ck,
+                y=0.0,
+                xref=xref,
+                yref="paper",
+                yanchor="bottom",
+                xanchor="right",
+                showarrow=False,
+                text="last checkpoint",
+                font={"size": 11, "color": "#444444"},
+                bgcolor="rgba(255,255,255,0.8)",
+            )
+        if failed:
+            reason = r.get("exit_reason")
+            fig.add_annotation(
+                x=end,
+                y=1.0,
+                xref=xref,
+                yref="paper",
+                yanchor="bottom",
+                xanchor="right",
+                showarrow=False,
+                text=f"✕ {state}" + (f": {reason}" if reason else ""),
+                font={"size": 12, "color": red},
+            )
     return said
 
 
@@ -323,7 +344,7 @@ def job_view(job_id: str) -> None:
         n_lines = named["line"].n_unique()
         small = n_lines <= MAX_LINES
         fig = panels(named, card_mib, stretches) if small else heat_strip(named, card_mib)
-        marks = job_marks(fig, r)
+        marks = job_marks(fig, r, tl["ts"].min(), tl["ts"].max())
         _ui.plotly_chart(fig, key="job_timeline")
         pooled = int(tl["others"].max() or 0)
         if lines == "host":
@@ -346,11 +367,18 @@ def job_view(job_id: str) -> None:
             st.caption(
                 f"The job held {r['gpu_count']:,g} GPUs: the line is their time-weighted mean per minute."
             )
+        each = {
+            "gpu": "One panel per GPU (host:index)",
+            "host": "One panel per host",
+            "job": "The job's mean",
+        }
         what = (
-            "One panel per GPU (host:index): utilization (blue) and memory used as % of the card (grey); "
-            "idle stretches shaded orange."
+            f"{each[lines]}: utilization (blue line) and memory used as % of the card (grey line); idle "
+            "stretches shaded orange."
             if small
-            else "Utilization per minute, one row per line; memory used (% of the card) below."
+            else "Utilization per minute, one row per "
+            + ("host" if lines == "host" else "GPU (host:index)")
+            + "; memory used (% of the card) below."
         )
         st.caption(" ".join([what, *marks]))
     if not stretches.is_empty():

@@ -66,6 +66,19 @@ THRESHOLDS = [
     ),
 ]
 
+# Each threshold's field label, in words (the file's key is in its help)
+LABELS = {
+    "idle_util_pct": "Idle below (% utilization)",
+    "idle_min_minutes": "Idle stretch from (minutes)",
+    "target_util_pct": "Under-used below (% utilization)",
+    "notebook_idle_stop_minutes": "Stop idle notebooks after (minutes)",
+    "capacity_gap_minutes": "Telemetry gap that ends capacity (minutes)",
+    "max_job_days": "Longest plausible job (days)",
+    "usd_per_kwh": "Electricity price ($ per kWh)",
+    "gco2e_per_kwh": "Grid carbon intensity (gCO2e per kWh)",
+    "batch_safety_fraction": "GPU memory a batch may use (share)",
+}
+
 
 def _toml_value(value: object) -> str:
     if isinstance(value, bool):
@@ -154,6 +167,17 @@ except LedgerError as exc:
     st.error(f"{md(str(exc))}\n\nFix the price rows in the settings file.", icon=":material/error:")
     prices = []
 user_rows = set(s.prices)
+# the rows a file declared (a cluster's own rate): behind the settings' rows, before the sheet's (analytics/cost.py)
+mine = {(r.gpu_model, r.tier, r.cluster, r.effective_from) for r in user_rows}
+declared = [
+    r for r in _data.declared_prices() if (r.gpu_model, r.tier, r.cluster, r.effective_from) not in mine
+]
+theirs = {(r.gpu_model, r.tier, r.cluster, r.effective_from) for r in declared}
+prices = [
+    r for r in prices if r in user_rows or (r.gpu_model, r.tier, r.cluster, r.effective_from) not in theirs
+]
+prices += declared
+origin = {id(r): "declared by an ingested file" for r in declared}
 table = pl.DataFrame(
     {
         "gpu_model": [r.gpu_model for r in prices],
@@ -161,7 +185,9 @@ table = pl.DataFrame(
         "cluster": [r.cluster or "every cluster" for r in prices],
         "usd_per_gpu_hour": [r.usd_per_gpu_hour for r in prices],
         "effective_from": [r.effective_from for r in prices],
-        "from": ["your settings" if r in user_rows else "shipped price sheet" for r in prices],
+        "from": [
+            origin.get(id(r), "your settings" if r in user_rows else "shipped price sheet") for r in prices
+        ],
         "source": [r.source for r in prices],
         "source_date": [r.source_date for r in prices],
     },
@@ -175,7 +201,8 @@ cfg = column_config(table.columns) | {
 }
 st.dataframe(table, hide_index=True, column_config=cfg, height=300)
 st.caption(
-    "A row is in force from its date until the next row of the same model, tier and cluster. Your rows replace "
+    "A row is in force from its date until the next row of the same model, tier and cluster; a cluster's own "
+    "rows replace the every-cluster ones there, and a file's rows the shipped one of the same date. Your rows replace "
     f"the shipped row of the same model, tier, cluster and date. Jobs without a tier use {code(s.default_tier)}."
 )
 with st.form("add_price", border=True):
@@ -213,10 +240,10 @@ with st.form("thresholds", border=True):
     values: dict[tuple[str, str], float] = {}
     for i, (section, key, fld, meaning, step) in enumerate(THRESHOLDS):
         values[(section, key)] = cols[i % 3].number_input(
-            f"{section}.{key}",
+            LABELS.get(key, key.replace("_", " ")),
             value=float(getattr(s, fld)),
             step=step,
-            help=meaning,
+            help=f"{meaning.capitalize()}. In the file: {code(f'{section}.{key}')}.",
             key=f"set_{section}_{key}",
             format="%.2f" if step < 1 else "%.1f",
         )
@@ -232,10 +259,7 @@ with st.form("thresholds", border=True):
         else:
             st.session_state.pop("settings_error", None)
         st.rerun()
-st.caption(
-    " · ".join(f"{code(f'{sec}.{key}')}: {meaning}" for sec, key, _, meaning, _ in THRESHOLDS[:3])
-    + " (hover a field for the others)."
-)
+st.caption("Hover a field's ? for what it means and its key in the settings file.")
 
 # ---------------------------------------------------------------- clusters
 st.subheader("Clusters")
