@@ -29,21 +29,23 @@ MAX_LINES = 8  # above this many GPUs the timeline shows the job's mean by defau
 UTIL_COLOUR = UTIL_SCALE[-1][1]  # the Fleet heatmap's "busy" end
 MEM_COLOUR = "#7A7A7A"
 TABLE_HEIGHT = 38 + 35 * 20  # header + 20 rows: at 1440×900 the table fills the screen below the filters
+# cost and waste first, then what names the job, so that the GPU model is on screen at 1440 px; the waste's
+# parts and the rest scroll
 FIRST = [
     "job_id",
     "cost_usd",
     "waste_usd",
-    "idle_allocated_usd",
-    "underused_usd",
-    "failed_usd",
     "name",
     "team",
     "user_name",
     "state",
     "gpu_model",
     "gpu_count",
-    "gpu_hours",
     "mean_util_pct",
+    "idle_allocated_usd",
+    "underused_usd",
+    "failed_usd",
+    "gpu_hours",
     "start_ts",
     "end_ts",
 ]
@@ -495,10 +497,10 @@ TEXT = st.column_config.TextColumn
 event = _ui.dataframe(
     shown,
     {
-        "job_id": TEXT("job", width=130, pinned=True),
-        "name": TEXT("name", width=200),
-        "gpu_model": TEXT("GPU model", width=140),
-        "state": TEXT("state", width=95),
+        "job_id": TEXT("job", width=115, pinned=True),
+        "name": TEXT("name", width=190),
+        "gpu_model": TEXT("GPU model", width=135),
+        "state": TEXT("state", width=100),
     },
     height=TABLE_HEIGHT,
     on_select="rerun",

@@ -8,7 +8,7 @@ import polars as pl
 import streamlit as st
 
 from pages import _data, _ui, _view
-from pages._ui import column_config, no_rows
+from pages._ui import no_rows
 
 PER_PARAM = "per billion parameters (any size)"
 BY_SIZE = "$ per 1M tokens, by model size"
@@ -116,7 +116,7 @@ else:
         )
         if c in units.columns
     ]
-    config = column_config(shown) | {
+    config = {
         "mfu": st.column_config.NumberColumn("MFU", format="percent"),
         "tokens_per_s_per_gpu": st.column_config.NumberColumn("tokens/s per GPU", format="%,.0f"),
     }
