@@ -104,11 +104,18 @@ def natural(name: str) -> tuple[str, int, str]:
     return (host, int(index), "") if host and index.isdigit() else (name, -1, name)
 
 
+def line_order(named: pl.DataFrame) -> list[str]:
+    """The lines in reading order: by host, then GPU index; the line that pools the rest last."""
+    kept = named.filter(pl.col("others") == 0)["line"].unique().to_list()
+    pooled = named.filter(pl.col("others") > 0)["line"].unique().to_list()
+    return sorted(kept, key=natural) + pooled
+
+
 def panels(named: pl.DataFrame, card_mib: float | None, stretches: pl.DataFrame) -> go.Figure:
     """Small multiples: one panel per line (GPU, host or the job's mean; two columns past four), utilization
     and memory on one 0–100 % axis, so no GPU's line hides another's; each GPU's idle stretches shaded in
     its own panel."""
-    names = sorted(named["line"].unique().to_list(), key=natural)
+    names = line_order(named)
     n = len(names)
     cols = 2 if n > 4 else 1
     rows = -(-n // cols)
@@ -180,7 +187,7 @@ def panels(named: pl.DataFrame, card_mib: float | None, stretches: pl.DataFrame)
 def heat_strip(named: pl.DataFrame, card_mib: float | None) -> go.Figure:
     """Past MAX_LINES lines: a row per GPU (or host), one strip of utilization and one of memory (% of the
     card), coloured as the Fleet heatmap (palette.UTIL_SCALE)."""
-    names = named["line"].unique(maintain_order=True).to_list()
+    names = line_order(named)
     mem = named.with_columns(mem_share(named, card_mib).alias("mem_pct"))
     wide = {
         col: mem.pivot(on="ts", index="line", values=col, sort_columns=True)
@@ -199,7 +206,7 @@ def heat_strip(named: pl.DataFrame, card_mib: float | None) -> go.Figure:
     for i, col in enumerate(("util_pct", "mem_pct"), start=1):
         fig.add_trace(
             go.Heatmap(
-                x=[pl.Series([t]).str.to_datetime()[0] for t in ts],
+                x=pl.Series(ts).str.to_datetime().to_list(),
                 y=names,
                 z=wide[col].to_numpy(),
                 zmin=0,
