@@ -180,7 +180,9 @@ def panels(named: pl.DataFrame, card_mib: float | None, stretches: pl.DataFrame)
         a.update(
             x=a.x - (0.5 / cols) + 0.005 if cols > 1 or n > 1 else 0.0, xanchor="left", font={"size": 12}
         )
-    fig.update_layout(height=height, margin={"t": 40, "b": 10}, showlegend=False)
+    for col in range(1, cols + 1):
+        fig.update_xaxes(title_text="time (UTC)", title_font={"size": 12}, row=rows, col=col)
+    fig.update_layout(height=height + 20, margin={"t": 40, "b": 10}, showlegend=False)
     return fig
 
 
