@@ -117,6 +117,11 @@ def heatmap(cells: pl.DataFrame, key: str, row: pl.Expr, title: str) -> None:
         f"{n:,} row{'' if n == 1 else 's'} ({title}). Each cell is one hour: blue by mean utilization while "
         f"a job held the GPU; orange: {CELL_HELP['idle_held']}; purple: {CELL_HELP['unallocated']}. Blank "
         "cells: no telemetry. Hover for the exact value."
+        + (
+            " With a team or user filter only that team's held minutes are drawn, so no cell is unallocated."
+            if filters.teams or filters.users
+            else ""
+        )
     )
 
 
