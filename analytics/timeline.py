@@ -70,8 +70,38 @@ HEATMAP_COLUMNS = {
     "hour": "UTC hour (start)",
     "mean_util_pct": "time-weighted mean utilization in the hour; NULL when no sample had a reading",
     "covered_s": "seconds of telemetry in the hour",
+    "held_idle_s": "seconds at or under the idle threshold while a job held the GPU",
+    "unallocated_s": "seconds of telemetry while no job held the GPU",
     "others": "0 for one GPU; N for the row pooling the N GPUs ranked from ``max_gpus`` on (gpu_id NULL)",
 }
+
+# What a heatmap cell shows (:func:`cell_state`), each drawn in its own colour (gpuledger/ledger/palette.py
+# HEATMAP_STATE_COLOURS): the two kinds of unused time are different problems with different owners.
+CELL_STATES = {
+    "unallocated": "no job held the GPU for at least half of the cell's telemetry seconds (capacity nobody "
+    "held: the platform's to release or share)",
+    "idle_held": "otherwise, a job held the GPU and at least half of the cell's telemetry seconds were at or "
+    "under the idle threshold (the job's team's to fix)",
+    "busy": "otherwise: drawn by its mean utilization",
+}
+# the sums of the hour rollup's rows that decide a cell's state (every heatmap query selects them)
+_STATE_SUMS = """sum(m.idle_s) FILTER (WHERE m.job_id IS NOT NULL) AS held_idle_s,
+               sum(m.covered_s) FILTER (WHERE m.job_id IS NULL) AS unallocated_s"""
+
+
+def cell_state(
+    covered: str = "covered_s", held_idle: str = "held_idle_s", unallocated: str = "unallocated_s"
+) -> pl.Expr:
+    """A heatmap cell's state (CELL_STATES) from its sums: the one place the rule lives (the Fleet page
+    applies it after pooling rows whose labels coincide, so it works on sums, never on shares)."""
+    cov = pl.col(covered).fill_null(0)
+    return (
+        pl.when((pl.col(unallocated).fill_null(0) * 2 >= cov) & (cov > 0))
+        .then(pl.lit("unallocated"))
+        .when((pl.col(held_idle).fill_null(0) * 2 >= cov) & (cov > 0))
+        .then(pl.lit("idle_held"))
+        .otherwise(pl.lit("busy"))
+    )
 
 
 GROUPS = {"host": "g.host", "cluster": "g.cluster"}  # the GPU's own (gpus), NULL when unknown
@@ -123,7 +153,7 @@ def gpu_hour_heatmap(
     sql = f"""
     WITH cells AS MATERIALIZED (
         SELECT m.gpu_id AS key, m.hour, sum(m.util_s) AS util_s, sum(m.util_cov_s) AS util_cov_s,
-               sum(m.covered_s) AS covered_s
+               sum(m.covered_s) AS covered_s, {_STATE_SUMS}
         FROM {_hours_for(filters)}
         WHERE {where}
         GROUP BY ALL
@@ -132,10 +162,12 @@ def gpu_hour_heatmap(
     pooled AS (
         SELECT CASE WHEN others > 0 THEN NULL ELSE key END AS gpu_id, hour,
                sum(util_s) / nullif(sum(util_cov_s), 0) * 100.0 AS mean_util_pct,
-               sum(covered_s) AS covered_s, others
+               sum(covered_s) AS covered_s, sum(held_idle_s) AS held_idle_s,
+               sum(unallocated_s) AS unallocated_s, others
         FROM placed GROUP BY ALL
     )
-    SELECT p.gpu_id, g.host, g.model AS gpu_model, p.hour, p.mean_util_pct, p.covered_s, p.others
+    SELECT p.gpu_id, g.host, g.model AS gpu_model, p.hour, p.mean_util_pct, p.covered_s,
+           coalesce(p.held_idle_s, 0) AS held_idle_s, coalesce(p.unallocated_s, 0) AS unallocated_s, p.others
     FROM pooled p LEFT JOIN gpus g USING (gpu_id)
     ORDER BY p.others, g.host NULLS LAST, p.gpu_id, p.hour
     """
@@ -149,6 +181,8 @@ GROUP_HEATMAP_COLUMNS = {
     "Σ util_cov_s × 100); NULL when no sample had a reading",
     "covered_s": "GPU-seconds of telemetry in the hour",
     "gpus": "GPUs of the group with telemetry in the hour",
+    "held_idle_s": "GPU-seconds at or under the idle threshold while a job held the GPU",
+    "unallocated_s": "GPU-seconds of telemetry while no job held the GPU",
     "others": "0 for one group; N for the row pooling the N groups ranked from ``max_groups`` on (key NULL)",
 }
 
@@ -181,21 +215,23 @@ def group_hour_heatmap(
     sql = f"""
     WITH cells AS (
         SELECT m.gpu_id, m.hour, sum(m.util_s) AS util_s,
-               sum(m.util_cov_s) AS util_cov_s, sum(m.covered_s) AS covered_s
+               sum(m.util_cov_s) AS util_cov_s, sum(m.covered_s) AS covered_s, {_STATE_SUMS}
         FROM {_hours_for(filters)}
         WHERE {where}
         GROUP BY ALL
     ),
     grouped AS MATERIALIZED (
         SELECT {GROUPS[by]} AS key, c.hour, sum(c.util_s) AS util_s, sum(c.util_cov_s) AS util_cov_s,
-               sum(c.covered_s) AS covered_s, count(*) AS gpus
+               sum(c.covered_s) AS covered_s, sum(c.held_idle_s) AS held_idle_s,
+               sum(c.unallocated_s) AS unallocated_s, count(*) AS gpus
         FROM cells c LEFT JOIN gpus g USING (gpu_id)
         GROUP BY ALL
     ),
     {_pooling_ctes("grouped", keep)}
     SELECT CASE WHEN others > 0 THEN NULL ELSE key END AS key, hour,
            sum(util_s) / nullif(sum(util_cov_s), 0) * 100.0 AS mean_util_pct,
-           sum(covered_s) AS covered_s, sum(gpus)::BIGINT AS gpus, others
+           sum(covered_s) AS covered_s, sum(gpus)::BIGINT AS gpus,
+           coalesce(sum(held_idle_s), 0) AS held_idle_s, coalesce(sum(unallocated_s), 0) AS unallocated_s, others
     FROM placed
     GROUP BY ALL
     ORDER BY others, key NULLS LAST, hour
@@ -246,6 +282,7 @@ def view_gpu_count(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL) ->
 
 IDLE_GPU_COLUMNS = {
     "gpu_id": "GPU",
+    "gpu_label": "host:index (the GPU id when the ledger names no host or index)",
     "host": "",
     "cluster": "gpus.cluster",
     "gpu_model": "catalog model",
@@ -254,8 +291,20 @@ IDLE_GPU_COLUMNS = {
     "idle_h": "hours of samples at or under the idle threshold (any length)",
     "idle_share": "idle_h / telemetry_h",
     "allocated_idle_h": "idle hours while a job held the GPU",
-    "unallocated_h": "hours of telemetry attributed to no job",
+    "unallocated_idle_h": "idle hours while no job held the GPU (allocated_idle_h + this = idle_h)",
+    "unallocated_h": "hours of telemetry attributed to no job (any utilization)",
 }
+
+
+def gpu_label_sql(gpus: str, gpu_id: str) -> str:
+    """A GPU's short name, ``host:index`` (``atlas-n03:5``), from the ``gpus`` row ``gpus``; the id itself
+    (``gpu_id``) when the ledger names no host or no index. What charts and tables name a GPU by: a UUID is
+    40 characters and says nothing a reader can find in a rack. A MIG instance keeps its id (its card's
+    host:index is its siblings' too)."""
+    return (
+        f"CASE WHEN {gpus}.host IS NOT NULL AND {gpus}.gpu_index IS NOT NULL AND {gpus}.parent_gpu_id IS NULL "
+        f"THEN {gpus}.host || ':' || {gpus}.gpu_index ELSE {gpu_id} END"
+    )
 
 
 def idle_gpus(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL, limit: int = 50) -> pl.DataFrame:
@@ -265,13 +314,15 @@ def idle_gpus(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL, limit: 
     so the days inside hold exactly the minutes inside."""
     where, params = _where(filters, "m.day")
     sql = f"""
-    SELECT m.gpu_id, any_value(g.host) AS host, any_value(coalesce(g.cluster, j.cluster)) AS cluster,
+    SELECT m.gpu_id, any_value({gpu_label_sql("g", "m.gpu_id")}) AS gpu_label, any_value(g.host) AS host,
+           any_value(coalesce(g.cluster, j.cluster)) AS cluster,
            any_value(g.model) AS gpu_model,
            sum(m.covered_s) / 3600.0 AS telemetry_h,
            sum(m.util_s) / nullif(sum(m.util_cov_s), 0) * 100.0 AS mean_util_pct,
            coalesce(sum(m.idle_s), 0) / 3600.0 AS idle_h,
            coalesce(sum(m.idle_s), 0) / nullif(sum(m.covered_s), 0) AS idle_share,
            coalesce(sum(m.idle_s) FILTER (WHERE m.job_id IS NOT NULL), 0) / 3600.0 AS allocated_idle_h,
+           coalesce(sum(m.idle_s) FILTER (WHERE m.job_id IS NULL), 0) / 3600.0 AS unallocated_idle_h,
            coalesce(sum(m.covered_s) FILTER (WHERE m.job_id IS NULL), 0) / 3600.0 AS unallocated_h
     FROM {_FROM.replace("samples_minute", "samples_day")}
     WHERE {where}
@@ -291,6 +342,9 @@ TIMELINE_COLUMNS = {
     "mem_total_mib": "card memory",
     "sm_active_pct": "time-weighted SM-active where reported (DCGM_FI_PROF_SM_ACTIVE)",
     "others": "0 for one line; N for the line pooling the N ranked from the limit on (gpu_id NULL)",
+}
+JOB_TIMELINE_COLUMNS = TIMELINE_COLUMNS | {
+    "label": "the line's name: host:index for a GPU (gpu_label_sql), the host, or ALL_GPUS; NULL when pooled",
 }
 
 
@@ -322,7 +376,7 @@ def _pooled_lines(keep: int) -> str:
 def job_timeline(
     con: duckdb.DuckDBPyConnection, job_id: str, *, lines: str = "gpu", max_lines: int | None = None
 ) -> pl.DataFrame:
-    """One job's utilization per minute (TIMELINE_COLUMNS, and ``others``), over the samples attributed to
+    """One job's utilization per minute (JOB_TIMELINE_COLUMNS), over the samples attributed to
     it: one line per GPU (``lines="gpu"``), one line per host (``"host"``, ``gpu_id`` = the host, pooled over
     the job's GPUs on it: what a job of hundreds of GPUs can show line by line), or one line (``"job"``,
     ``gpu_id`` = ALL_GPUS), the time-weighted mean over its GPUs (memory: the highest of any GPU).
@@ -334,12 +388,16 @@ def job_timeline(
     key = JOB_LINES[lines]
     join = "LEFT JOIN gpus g USING (gpu_id)" if lines == "host" else ""
     sql = f"""
-    WITH cells AS MATERIALIZED (
-        SELECT {key} AS key, m.minute AS ts, {_LINE_SUMS}
-        FROM samples_minute m {join} WHERE m.job_id = ?
-        GROUP BY ALL
-    ),
-    {_pooled_lines(keep)}
+    SELECT l.*, {gpu_label_sql("g", "l.gpu_id") if lines == "gpu" else "l.gpu_id"} AS label
+    FROM (
+        WITH cells AS MATERIALIZED (
+            SELECT {key} AS key, m.minute AS ts, {_LINE_SUMS}
+            FROM samples_minute m {join} WHERE m.job_id = ?
+            GROUP BY ALL
+        ),
+        {_pooled_lines(keep)}
+    ) l {"LEFT JOIN gpus g USING (gpu_id)" if lines == "gpu" else ""}
+    ORDER BY l.others, l.gpu_id NULLS LAST, l.ts
     """
     return frame(con, sql, [job_id])
 

@@ -56,6 +56,7 @@ UNIT_COST_COLUMNS = {
     "mfu_basis": "training (6·N per token) | inference (2·N per processed token); ', bf16 assumed' when "
     "the run logged no precision",
     "precision": "the precision MFU's peak is for: as logged, else bf16 (assumed)",
+    "params": "the model's parameter count N as logged (NULL when unknown): what FLOPs per token scale with",
     "flops_per_token": "training 6·N (+ 12·L·H·S when known); inference 2·N (+ 4·L·H·S when known)",
     "peak_tflops": "catalog dense peak per GPU for the run's precision",
     "mfu": "model FLOPs utilization, 0–1",
@@ -119,6 +120,7 @@ def job_unit_costs_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str
            CASE WHEN inference THEN 'inference' ELSE 'training' END
                || CASE WHEN precision_assumed THEN ', {ASSUMED_PRECISION} assumed' ELSE '' END AS mfu_basis,
            precision,
+           params,
            fpt AS flops_per_token,
            peak AS peak_tflops,
            tok_s * fpt / nullif(gpu_count * peak * 1e12, 0) AS mfu,

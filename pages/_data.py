@@ -269,8 +269,14 @@ def _job(con: duckdb.DuckDBPyConnection, s: Settings, job_id: str) -> JobDetail 
     if table.is_empty():
         return None
     run = frame(con, "SELECT * FROM training_runs WHERE job_id = ?", [job_id])
+    # what its timeline marks (end state's reason, last checkpoint) and a serving job's unit costs
+    marks = frame(con, "SELECT last_checkpoint_ts, exit_reason FROM jobs WHERE job_id = ?", [job_id])
+    units = unit_costs.job_unit_costs(con, filters=f).filter(pl.col("job_id") == job_id)
+    serving = units.select("usd_per_mtok_generated", "usd_per_krequests")
     return JobDetail(
-        row=table.row(0, named=True),
+        row=table.row(0, named=True)
+        | marks.row(0, named=True)
+        | (serving.row(0, named=True) if units.height else {}),
         stretches=idle_stretches(con, filters=f, settings=s).filter(pl.col("job_id") == job_id),
         diagnoses=diagnoses_.diagnoses(con, filters=f, settings=s).filter(pl.col("job_id") == job_id),
         recommendations=recommend.recommendations(con, filters=f, settings=s).filter(

@@ -12,8 +12,7 @@ from analytics.filters import Filters
 from gpuledger.ledger.access import Scope, may_change_settings, resolve_scope
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.paths import choose_settings, user_config_dir
-from gpuledger.ledger.reference import effective_prices
-from gpuledger.ledger.settings import PriceRow, Settings, load_settings
+from gpuledger.ledger.settings import Settings, load_settings
 
 
 def settings() -> Settings:
@@ -72,8 +71,3 @@ def settings_file() -> tuple[str, str]:
     if chosen.path is None:
         return str(user_config_dir() / "settings.toml"), "none yet: the first edit creates the user's file"
     return chosen.path, chosen.origin
-
-
-def prices_in_force() -> list[PriceRow]:
-    """gpuledger.ledger.reference.effective_prices for the settings: the shipped sheet with the user's rows."""
-    return effective_prices(settings())

@@ -169,6 +169,14 @@ def label(column: str) -> str:
         "usd_per_ksamples": "$ per 1k samples",
         "usd_per_epoch": "$ per epoch",
         "usd_per_week": "$ / week",
+        "tokens_per_s_per_gpu": "tokens/s per GPU",
+        "mfu": "MFU",
+        "mfu_basis": "MFU basis",
+        "mfu_reason": "why no MFU",
+        "unit_cost_reason": "why no $ per token",
+        "lr_rule": "learning-rate rule",
+        "card_mem_mib": "card memory (MiB)",
+        "predicted_peak_mem_mib": "predicted peak memory (MiB)",
         "key": "",
     }
     if column in special:
@@ -198,9 +206,9 @@ def column_config(columns: list[str]) -> dict[str, object]:
         elif c.endswith("_pct"):
             config[c] = st.column_config.NumberColumn(name, format="%.1f %%")
         elif c.endswith("_mib"):
-            config[c] = st.column_config.NumberColumn(name, format="%.0f")
+            config[c] = st.column_config.NumberColumn(name, format="%,.0f")
         elif c.endswith(("_hours", "_h")) or c == "hours":
-            config[c] = st.column_config.NumberColumn(name, format="%.2f")
+            config[c] = st.column_config.NumberColumn(name, format="%,.2f")
         elif c.endswith(("_share", "_frac")) or c == "mfu":
             config[c] = st.column_config.NumberColumn(name, format="percent")
         elif c.endswith("_ts"):
@@ -226,6 +234,8 @@ def _text(column: str, value: object) -> str:
         return num(value, 0)
     if column.endswith(("_hours", "_h")) or column == "hours":
         return num(value, 2)
+    if column.startswith(("tokens", "samples")):  # counts and rates of tokens: whole numbers
+        return num(value, 0)
     return num(value, 0) if float(value).is_integer() else num(value, 2)
 
 
@@ -245,6 +255,9 @@ def shown(frame: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, object]]:
         elif col.null_count() and col.dtype == pl.String:
             out.append(col.fill_null(NA))
         else:
+            if numeric and "type_config" not in config[name]:
+                # a count or other plain number: thousands separators (1,234 steps, 27,877 MiB)
+                config[name] = st.column_config.NumberColumn(label(name) or name, format="localized")
             out.append(col)
     return pl.DataFrame(out), config
 

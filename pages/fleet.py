@@ -8,16 +8,28 @@ import plotly.graph_objects as go
 import polars as pl
 import streamlit as st
 
+from analytics import timeline
+from gpuledger.ledger.palette import HEATMAP_STATE_COLOURS, HEATMAP_STATE_LABELS, UTIL_SCALE
 from pages import _data, _scope, _ui, _view
 from pages._ui import no_rows
 
 filters = _view.open_page("Fleet")
 f = _data.fleet(filters)
+_s = _scope.settings()
+IDLE = f"at or under {_s.idle_util_pct:g} % utilization"
+# the words each label of this page stands for: one definition per label (docs/metrics.md)
+CELL_HELP = {
+    "idle_held": f"a job held the GPU and it sat {IDLE} for at least half of the hour",
+    "unallocated": "no job held the GPU for at least half of the hour (capacity nobody held)",
+}
+STATE_WORDS = {"busy": "held", "idle_held": "idle while held", "unallocated": "unallocated (no job held it)"}
 
 
 def heatmap(cells: pl.DataFrame, key: str, row: pl.Expr, title: str) -> None:
     """One row per ``row`` value, one column per hour: the cells' mean utilization (already aggregated per
-    GPU or group; two GPUs whose labels coincide share a row, weighted by telemetry seconds)."""
+    GPU or group; two GPUs whose labels coincide share a row, weighted by telemetry seconds), with the
+    cells whose state (analytics.timeline.cell_state) is idle while held or unallocated drawn in their own
+    colours (palette.HEATMAP_STATE_COLOURS) instead of the utilization scale."""
     cells = (
         cells.with_columns(row.alias("row"))
         .group_by("row", "hour", maintain_order=True)
@@ -25,37 +37,90 @@ def heatmap(cells: pl.DataFrame, key: str, row: pl.Expr, title: str) -> None:
             (
                 (pl.col("mean_util_pct") * pl.col("covered_s")).sum()
                 / pl.col("covered_s").filter(pl.col("mean_util_pct").is_not_null()).sum()
-            ).alias("mean_util_pct")
+            ).alias("mean_util_pct"),
+            pl.col("covered_s", "held_idle_s", "unallocated_s").sum(),
         )
+        .with_columns(timeline.cell_state().alias("state"))
     )
     rows = cells["row"].unique(maintain_order=True)
     hours = pl.datetime_range(cells["hour"].min(), cells["hour"].max(), "1h", eager=True)
     r = cells["row"].replace_strict(rows, pl.int_range(rows.len(), eager=True)).to_numpy()
     c = ((cells["hour"] - hours[0]).dt.total_seconds() // 3600).cast(pl.Int64).to_numpy()
-    z = np.full((rows.len(), hours.len()), np.nan)
-    z[r, c] = cells["mean_util_pct"].cast(pl.Float64).fill_null(np.nan).fill_nan(np.nan).to_numpy()
+    util = cells["mean_util_pct"].cast(pl.Float64).fill_null(np.nan).fill_nan(np.nan).to_numpy()
+    state = cells["state"].to_numpy()
+    shape = (rows.len(), hours.len())
+    hover = np.full(shape, "", dtype=object)
+    hover[r, c] = [
+        f"{STATE_WORDS[s_]} · {'no reading' if np.isnan(u) else f'{u:.0f} % utilization'}"
+        for s_, u in zip(state, util, strict=True)
+    ]
+
+    def layer(which: str | None) -> np.ndarray:
+        z = np.full(shape, np.nan)
+        keep = state == "busy" if which is None else state == which
+        z[r[keep], c[keep]] = util[keep] if which is None else 1.0
+        return z
+
+    common = {
+        "x": hours.to_numpy(),
+        "y": rows.to_list(),
+        "text": hover,
+        "hoverongaps": False,
+        "hovertemplate": "%{y}<br>%{x|%Y-%m-%d %H:00} UTC<br>%{text}<extra></extra>",
+    }
     fig = go.Figure(
         go.Heatmap(
-            x=hours.to_numpy(),
-            y=rows.to_list(),
-            z=z,
+            z=layer(None),
             zmin=0,
             zmax=100,
-            colorscale="Viridis",
-            colorbar={"title": "util %"},
-            hovertemplate="%{y}<br>%{x|%Y-%m-%d %H:00} UTC<br>%{z:.0f} %<extra></extra>",
+            colorscale=UTIL_SCALE,
+            colorbar={"title": "utilization (%)", "len": 0.8},
+            name="utilization",
+            **common,
         )
     )
+    for which, colour in HEATMAP_STATE_COLOURS.items():
+        fig.add_trace(
+            go.Heatmap(
+                z=layer(which),
+                zmin=0,
+                zmax=1,
+                colorscale=[[0.0, colour], [1.0, colour]],
+                showscale=False,
+                name=HEATMAP_STATE_LABELS[which],
+                **common,
+            )
+        )
+        # a legend entry (a heatmap has none): a square of the state's colour
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                marker={"symbol": "square", "size": 13, "color": colour},
+                name=HEATMAP_STATE_LABELS[which],
+                showlegend=True,
+                hoverinfo="skip",
+            )
+        )
     fig.update_layout(
-        height=min(1400, 140 + 22 * rows.len()),
-        margin={"t": 10, "b": 10},
+        height=min(1400, 170 + 22 * rows.len()),
+        margin={"t": 30, "b": 10},
         yaxis={"autorange": "reversed", "tickfont": {"size": 12}, "type": "category"},
         xaxis_title="hour (UTC)",
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0.0},
     )
     _ui.plotly_chart(fig, key=key)
     n = rows.len()
     st.caption(
-        f"{n:,} row{'' if n == 1 else 's'} ({title}). Blank cells: no telemetry. Hover for the exact value."
+        f"{n:,} row{'' if n == 1 else 's'} ({title}). Each cell is one hour: blue by mean utilization while "
+        f"a job held the GPU; orange: {CELL_HELP['idle_held']}; purple: {CELL_HELP['unallocated']}. Blank "
+        "cells: no telemetry. Hover for the exact value."
+        + (
+            " With a team or user filter only that team's held minutes are drawn, so no cell is unallocated."
+            if filters.teams or filters.users
+            else ""
+        )
     )
 
 
@@ -176,58 +241,94 @@ else:
         (100.0 * pl.col("idle_share")).alias("idle_pct"),
     )
     table = idle.select(
-        "gpu_id",
-        "host",
+        "gpu_label",
         "cluster",
         "gpu_model",
         "idle_usd",
         "idle_h",
-        "telemetry_h",
-        "idle_pct",
         "allocated_idle_h",
-        "unallocated_h",
+        "unallocated_idle_h",
+        "idle_pct",
         "mean_util_pct",
     )
+    NC = st.column_config.NumberColumn
     _ui.dataframe(
         table,
         {
-            "idle_h": st.column_config.NumberColumn("idle (h)", format="%.1f"),
-            "telemetry_h": st.column_config.NumberColumn("with telemetry (h)", format="%.1f"),
-            "idle_pct": st.column_config.NumberColumn("idle (% of telemetry)", format="%.1f %%"),
-            "allocated_idle_h": st.column_config.NumberColumn("idle while a job held it (h)", format="%.1f"),
-            "unallocated_h": st.column_config.NumberColumn("held by no job (h)", format="%.1f"),
-            "mean_util_pct": st.column_config.NumberColumn("mean utilization (%)", format="%.1f %%"),
+            "gpu_label": st.column_config.TextColumn("GPU", help="host:index", width=135),
+            "gpu_model": st.column_config.TextColumn("GPU model"),
+            "idle_usd": NC(
+                "idle ($)",
+                format="dollar",
+                help="Idle hours at the price in force for the GPU model and its cluster's tier (empty: no "
+                "price for the model).",
+            ),
+            "idle_h": NC(
+                "idle (h)",
+                format="%,.1f",
+                help=f"Hours {IDLE}, of any length: idle while a job held the GPU + idle while none did.",
+            ),
+            "allocated_idle_h": NC(
+                "idle: held (h)",
+                format="%,.1f",
+                help=f"Hours {IDLE} while a job held the GPU (any length).",
+            ),
+            "unallocated_idle_h": NC(
+                "idle: unallocated (h)",
+                format="%,.1f",
+                help=f"Hours {IDLE} while no job held the GPU: capacity nobody held.",
+            ),
+            "idle_pct": NC(
+                "idle (%)", format="%.1f %%", help="Idle hours ÷ the hours the GPU reported telemetry."
+            ),
+            "mean_util_pct": NC(
+                "mean util. (%)",
+                format="%.1f %%",
+                help="Time-weighted over the telemetry; empty: the GPU reported no utilization (unknown).",
+            ),
         },
     )
     st.caption(
-        "Idle: samples at or under the idle threshold (Settings), of any length. Idle $: idle hours at the price "
-        "in force for the GPU model and its cluster's tier (empty: no price for the model). A GPU with no "
-        "utilization reading has an empty mean utilization (unknown)."
+        f"Idle: {IDLE}, of any length (hover a header for its definition). The waste figures price only the "
+        f"idle while held in stretches of at least {_s.idle_min_minutes:g} min (the tables below)."
     )
 
-left, right = st.columns(2)
-for col, key, title in ((left, "by_model", "By GPU model"), (right, "by_cluster", "By cluster")):
-    with col:
-        st.subheader(title)
-        df = getattr(f, key)
-        if df.is_empty():
-            no_rows("No jobs in this view.")
-        else:
-            name = "GPU model" if key == "by_model" else "cluster"
-            df = df.select(
-                pl.col("key").fill_null("unknown").alias(name),
-                "held_gpu_h",
-                "mean_util_pct",
-                "idle_gpu_h",
-                (100.0 * pl.col("unknown_share")).alias("no_telemetry_pct"),
-            )
-            _ui.dataframe(
-                df,
-                {
-                    "held_gpu_h": st.column_config.NumberColumn("held (GPU-h)", format="%.1f"),
-                    "idle_gpu_h": st.column_config.NumberColumn("idle (GPU-h)", format="%.1f"),
-                    "no_telemetry_pct": st.column_config.NumberColumn(
-                        "held with no telemetry (%)", format="%.1f %%"
-                    ),
-                },
-            )
+for key, title in (("by_model", "By GPU model"), ("by_cluster", "By cluster")):
+    st.subheader(title)
+    df = getattr(f, key)
+    if df.is_empty():
+        no_rows("No jobs in this view.")
+    else:
+        name = "GPU model" if key == "by_model" else "cluster"
+        df = df.select(
+            pl.col("key").fill_null("unknown").alias(name),
+            "held_gpu_h",
+            "mean_util_pct",
+            "idle_gpu_h",
+            (100.0 * pl.col("unknown_share")).alias("no_telemetry_pct"),
+        )
+        NC = st.column_config.NumberColumn
+        _ui.dataframe(
+            df,
+            {
+                name: st.column_config.TextColumn(name),
+                "held_gpu_h": NC("held (GPU-h)", format="%,.1f", help="GPU-hours jobs held in the view."),
+                "mean_util_pct": NC(
+                    "mean utilization (%)",
+                    format="%.1f %%",
+                    help="Time-weighted over the held GPU-hours with a reading.",
+                ),
+                "idle_gpu_h": NC(
+                    "idle stretches (GPU-h)",
+                    format="%,.1f",
+                    help=f"GPU-hours jobs held in idle stretches: {IDLE} for at least "
+                    f"{_s.idle_min_minutes:g} min in a row (what 'idle while allocated' waste prices). "
+                    "Hours no job held are not here: see 'idle: unallocated' above.",
+                ),
+                "no_telemetry_pct": NC(
+                    "no telemetry (%)",
+                    format="%.1f %%",
+                    help="Share of the held GPU-hours without a utilization reading.",
+                ),
+            },
+        )

@@ -69,6 +69,19 @@ THRESHOLDS = [
     ),
 ]
 
+# Each threshold's field label, in words (the file's key is in its help)
+LABELS = {
+    "idle_util_pct": "Idle below (% utilization)",
+    "idle_min_minutes": "Idle stretch from (minutes)",
+    "target_util_pct": "Under-used below (% utilization)",
+    "notebook_idle_stop_minutes": "Stop idle notebooks after (minutes)",
+    "capacity_gap_minutes": "Telemetry gap that ends capacity (minutes)",
+    "max_job_days": "Longest plausible job (days)",
+    "usd_per_kwh": "Electricity price ($ per kWh)",
+    "gco2e_per_kwh": "Grid carbon intensity (gCO2e per kWh)",
+    "batch_safety_fraction": "GPU memory a batch may use (share)",
+}
+
 
 def _toml_value(value: object) -> str:
     if isinstance(value, bool):
@@ -235,10 +248,10 @@ if writable:  # only for those who may write
         values: dict[tuple[str, str], float] = {}
         for i, (section, key, fld, meaning, step) in enumerate(THRESHOLDS):
             values[(section, key)] = cols[i % 3].number_input(
-                f"{section}.{key}",
+                LABELS.get(key, key.replace("_", " ")),
                 value=float(getattr(s, fld)),
                 step=step,
-                help=meaning,
+                help=f"{meaning.capitalize()}. In the file: {code(f'{section}.{key}')}.",
                 key=f"set_{section}_{key}",
                 format="%.2f" if step < 1 else "%.1f",
             )
@@ -258,17 +271,15 @@ else:
     st.dataframe(
         pl.DataFrame(
             {
-                "setting": [f"{sec}.{key}" for sec, key, _, _, _ in THRESHOLDS],
+                "setting": [LABELS.get(key, key.replace("_", " ")) for _, key, _, _, _ in THRESHOLDS],
+                "key": [f"{sec}.{key}" for sec, key, _, _, _ in THRESHOLDS],
                 "value": [float(getattr(s, fld)) for _, _, fld, _, _ in THRESHOLDS],
                 "meaning": [meaning for _, _, _, meaning, _ in THRESHOLDS],
             }
         ),
         hide_index=True,
     )
-st.caption(
-    " · ".join(f"{code(f'{sec}.{key}')}: {meaning}" for sec, key, _, meaning, _ in THRESHOLDS[:3])
-    + " (hover a field for the others)."
-)
+st.caption("Hover a field's ? for what it means and its key in the settings file.")
 
 # ---------------------------------------------------------------- clusters
 st.subheader("Clusters")

@@ -8,7 +8,25 @@ import polars as pl
 import streamlit as st
 
 from pages import _data, _ui, _view
-from pages._ui import column_config, no_rows
+from pages._ui import no_rows
+
+PER_PARAM = "per billion parameters (any size)"
+BY_SIZE = "$ per 1M tokens, by model size"
+SIZE_BANDS = ["under 1 B parameters", "1–10 B", "10–100 B", "100 B and more"]
+
+
+def size_band(params: pl.Expr) -> pl.Expr:
+    """A run's model-size band (SIZE_BANDS) from its parameter count."""
+    return (
+        pl.when(params < 1e9)
+        .then(pl.lit(SIZE_BANDS[0]))
+        .when(params < 1e10)
+        .then(pl.lit(SIZE_BANDS[1]))
+        .when(params < 1e11)
+        .then(pl.lit(SIZE_BANDS[2]))
+        .otherwise(pl.lit(SIZE_BANDS[3]))
+    )
+
 
 filters = _view.open_page("Training")
 t = _data.training(filters)
@@ -18,25 +36,65 @@ st.subheader("Cost per unit of work")
 if units.is_empty():
     no_rows("No training or inference runs with logged work (tokens, samples, epochs) in this view.")
 else:
-    plot = units.filter(pl.col("usd_per_mtok").is_not_null() & pl.col("mfu").is_not_null())
+    plot = units.filter(
+        pl.col("usd_per_mtok").is_not_null() & pl.col("mfu").is_not_null() & (pl.col("params") > 0)
+    ).with_columns(
+        (pl.col("usd_per_mtok") / (pl.col("params") / 1e9)).alias("usd_per_mtok_per_bparam"),
+        size_band(pl.col("params")).alias("size"),
+        pl.when(pl.col("mfu_basis").str.starts_with("inference"))
+        .then(pl.lit("serving (inference: 2·N FLOPs per token)"))
+        .otherwise(pl.lit("training and fine-tuning (6·N FLOPs per token)"))
+        .alias("work"),
+        pl.format("{} M parameters", (pl.col("params") / 1e6).round(0).cast(pl.Int64)).alias("model size"),
+    )
     if not plot.is_empty():
+        per_param = (
+            st.radio(
+                "Compare runs",
+                [PER_PARAM, BY_SIZE],
+                horizontal=True,
+                key="training_scatter",
+                help="A run's FLOPs per token grow with its model's parameter count N, so a 13 B model's "
+                "tokens cost far more than a 124 M one's at the same MFU.",
+            )
+            == PER_PARAM
+        )
         fig = px.scatter(
-            plot,
+            plot.sort("params"),
             x="mfu",
-            y="usd_per_mtok",
-            color="gpu_model",
+            y="usd_per_mtok_per_bparam" if per_param else "usd_per_mtok",
+            color="gpu_model" if per_param else "size",
+            symbol="size" if per_param else "gpu_model",
+            facet_col="work",
             hover_name="job_id",
+            hover_data={"model size": True, "usd_per_mtok": ":$.4f", "work": False},
             log_y=True,
+            category_orders={"size": SIZE_BANDS, "work": sorted(plot["work"].unique(), reverse=True)},
+            color_discrete_sequence=px.colors.qualitative.Safe,
             labels={
                 "mfu": "MFU (model FLOPs utilization)",
                 "usd_per_mtok": "$ per 1M tokens (log)",
+                "usd_per_mtok_per_bparam": "$ per 1M tokens per billion parameters (log)",
                 "gpu_model": "GPU model",
+                "size": "model size",
             },
         )
-        fig.update_layout(height=340, margin={"t": 10, "b": 10}, xaxis_tickformat=".0%")
+        fig.for_each_annotation(lambda a: a.update(text=a.text.split("=")[-1]))
+        fig.update_layout(height=380, margin={"t": 30, "b": 10}, legend={"font": {"size": 11}})
+        fig.update_xaxes(tickformat=".0%", rangemode="tozero", matches=None)  # serving's MFU is far lower
         fig.update_yaxes(dtick=1, tickprefix="$")  # one label per decade, not the minor ticks
         _ui.plotly_chart(fig, key="unit_costs")
-        st.caption("Lower right is good: high MFU, cheap tokens. Each point is one run.")
+        st.caption(
+            (
+                "Each point is one run. Divided by the model's billions of parameters, a run's $ per 1M tokens "
+                "depends only on its GPU's price ÷ peak FLOPs and its MFU, so runs of any size compare: within "
+                "one colour (one GPU model), lower right is better (high MFU, cheap tokens)."
+                if per_param
+                else "Each point is one run, coloured by model size: a bigger model needs more FLOPs per token, so "
+                "compare points of one colour only; within one, lower right is better (high MFU, cheap tokens)."
+            )
+            + " Serving and training are drawn apart: a served token costs 2·N FLOPs, a trained one 6·N."
+        )
     shown = [
         c
         for c in (
@@ -58,9 +116,9 @@ else:
         )
         if c in units.columns
     ]
-    config = column_config(shown) | {
+    config = {
         "mfu": st.column_config.NumberColumn("MFU", format="percent"),
-        "tokens_per_s_per_gpu": st.column_config.NumberColumn("tokens/s per GPU", format="%.0f"),
+        "tokens_per_s_per_gpu": st.column_config.NumberColumn("tokens/s per GPU", format="%,.0f"),
     }
     _ui.dataframe(units.select(shown).sort("cost_usd", descending=True, nulls_last=True), config)
     st.caption("n/a: an input is missing (the reason columns say which); no figure is guessed.")

@@ -391,9 +391,10 @@ def test_an_upload_of_more_gpus_on_a_host_than_lines_pools_them(
 def test_a_job_of_many_gpus_splits_its_timeline_by_host(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_host: int
 ) -> None:
-    """A job of 70 GPUs on 10 hosts: its timeline is the mean by default, and split one line per host (not
-    70 lines) on request, each host's line pooled over the job's GPUs on it. On 70 hosts: 60 lines, the 59
-    hosts with the most unused GPU-seconds (ranked here in plain SQL over the samples) and one for the rest."""
+    """A job of 70 GPUs on 10 hosts: its timeline is the mean by default, and split one heat-strip row per
+    host (not 70 rows) on request, each host's row pooled over the job's GPUs on it. On 70 hosts: 60 rows,
+    the 59 hosts with the most unused GPU-seconds (ranked here in plain SQL over the samples) and one for
+    the rest."""
     from collectors.base import IngestOptions, drop_stage, land, next_ingest_id
 
     db = str(tmp_path / "job.duckdb")
@@ -428,15 +429,18 @@ def test_a_job_of_many_gpus_splits_its_timeline_by_host(
     at = run_page("pages/jobs.py", {"job": ["big-1"]})
     assert not at.exception, at.exception
     toggle = at.toggle(key="job_per_gpu")
-    assert toggle.label == "One line per host" and toggle.value is False
+    assert toggle.label == "One row per host" and toggle.value is False
     assert any("the line is their time-weighted mean" in c.value for c in at.caption)
     toggle.set_value(True).run()
     assert not at.exception, at.exception
-    assert any("one line per host" in c.value for c in at.caption)
+    assert any("one row per host" in c.value for c in at.caption)
     chart = at.get("plotly_chart")[0]
     import json
 
-    names = {t["name"] for t in json.loads(chart.proto.spec)["data"] if t.get("showlegend") is not False}
+    strips = [t for t in json.loads(chart.proto.spec)["data"] if t["type"] == "heatmap"]
+    assert len(strips) == 2  # utilization and memory, the same rows
+    names = set(strips[0]["y"])
+    assert strips[1]["y"] == strips[0]["y"]
     if per_host == 7:
         assert names == {f"n{h}" for h in range(10)}
         return
@@ -447,7 +451,7 @@ def test_a_job_of_many_gpus_splits_its_timeline_by_host(
         ).fetchall()
     assert names == {h for (h,) in kept} | {"11 other hosts"}
     assert any(
-        "the 59 hosts with the most unused GPU-hours; the other 11 share one line" in c.value
+        "the 59 hosts with the most unused GPU-hours; the other 11 share one row" in c.value
         for c in at.caption
     )
 
@@ -487,7 +491,7 @@ def test_fleet_prices_idle_hours_at_the_clusters_own_rate(
 
 
 @pytest.fixture(scope="module")
-def reco_ledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def _reco_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     """The hand ledger of tests/analytics/test_recommend.py (team nlp), a vision notebook idle 8 of its 10 h,
     and 16 H100s declared on c1, so capacity nobody held is an item for c1's operators."""
     from tests.analytics.build import alloc, ingest, job, series
@@ -505,11 +509,17 @@ def reco_ledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )
     settings = tmp / "settings.toml"
     settings.write_text('[clusters.c1]\ncapacity = [{ gpu_model = "H100-SXM-80GB", gpu_count = 16 }]\n')
-    mp = pytest.MonkeyPatch()
-    mp.setenv("GPULEDGER_DB", db)
-    mp.setenv("GPULEDGER_SETTINGS", str(settings))
-    yield db
-    mp.undo()
+    return db, str(settings)
+
+
+@pytest.fixture
+def reco_ledger(_reco_files: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> str:
+    """That ledger for one test: the environment is set for the test alone, so the module's other ledger
+    (small_ledger, set once for the module) is back for the tests after it."""
+    db, settings = _reco_files
+    monkeypatch.setenv("GPULEDGER_DB", db)
+    monkeypatch.setenv("GPULEDGER_SETTINGS", settings)
+    return db
 
 
 RECO_DAY = {"since": ["2025-03-03"], "until": ["2025-03-03"]}  # T0's day (tests/analytics/build.py)
@@ -573,3 +583,262 @@ def test_mine_is_the_signed_in_leads_team(reco_ledger: str, monkeypatch: pytest.
     assert not at.exception, at.exception
     assert not [s for s in at.selectbox if s.key == "rec_team"]
     assert [h for h, _ in _reco_groups(at)] == ["Team: vision"]
+
+
+def staged_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **stage: str) -> str:
+    """A ledger landed from ``stage_<name>`` tables, each given as the SELECT that fills it (the collectors'
+    own landing, so jobs are tied to their GPUs' samples as an ingest ties them), read by the pages."""
+    from collectors.base import IngestOptions, drop_stage, land, next_ingest_id
+
+    db = str(tmp_path / "staged.duckdb")
+    with writer(db) as con:
+        con.execute("BEGIN TRANSACTION")
+        for name, select in stage.items():
+            con.execute(f"CREATE TEMP TABLE stage_{name} AS {select}")
+        land(con, next_ingest_id(con), IngestOptions())
+        drop_stage(con)
+        con.execute("COMMIT")
+    monkeypatch.setenv("GPULEDGER_DB", db)
+    monkeypatch.setenv("GPULEDGER_SETTINGS", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    return db
+
+
+def chart(at: AppTest, i: int = 0) -> dict:
+    import json
+
+    return json.loads(at.get("plotly_chart")[i].proto.spec)
+
+
+UUID = "GPU-{}0000000-1111-2222-3333-444455556666"
+
+
+def array(value: object) -> list:
+    """A trace's array as plotly wrote it: a list, or (plotly 6) typed base64 ``{dtype, bdata, shape}``;
+    NaN (a blank cell) as None."""
+    import base64
+    import math
+
+    import numpy as np
+
+    if isinstance(value, dict) and "bdata" in value:
+        shape = [int(n) for n in str(value.get("shape", "-1")).split(",")]
+        value = np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"]).reshape(shape).tolist()
+
+    def clean(v: object) -> object:
+        if isinstance(v, list):
+            return [clean(x) for x in v]
+        return None if isinstance(v, float) and math.isnan(v) else v
+
+    return clean(value)  # type: ignore[return-value]
+
+
+def test_the_fleet_heatmap_draws_idle_while_held_and_unallocated_in_two_colours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three GPUs of host n0, one sample a minute from 10:00 to 11:59. Job j1 holds GPUs 0 and 2 from 10:00
+    to 11:20; GPU 0 and GPU 1 read 0 %, GPU 2 reads 90 %. By hand, with the rule "at least half of the
+    hour's telemetry seconds": hour 10, GPU 0 held and idle 60 of 60 min (idle while held), GPU 1 held by
+    nobody (unallocated), GPU 2 held and busy (drawn at 90 %); hour 11, every GPU is held by nobody for
+    40 of 60 min (unallocated), even GPU 2 at 90 %. The two states are drawn in the waste parts' colours,
+    different from each other and from the utilization scale."""
+    from gpuledger.ledger.palette import PART_COLOURS, UTIL_SCALE
+
+    staged_ledger(
+        tmp_path,
+        monkeypatch,
+        samples=f"""SELECT TIMESTAMP '2026-11-16 10:00:00' + INTERVAL (m) MINUTE AS ts,
+                       replace('{UUID}', '{{}}', g::VARCHAR) AS gpu_id, 60.0::FLOAT AS interval_s,
+                       (CASE WHEN g = 2 THEN 90 ELSE 0 END)::FLOAT AS util_pct
+                    FROM range(3) a(g), range(120) b(m)""",
+        gpus=f"""SELECT replace('{UUID}', '{{}}', g::VARCHAR) AS gpu_id, 'n0' AS host, g::INTEGER AS gpu_index,
+                    'H100-SXM-80GB' AS model, 'atlas' AS cluster FROM range(3) a(g)""",
+        jobs="""SELECT 'j1' AS job_id, 'nlp' AS team, 'atlas' AS cluster, 'H100-SXM-80GB' AS gpu_model,
+                   2.0 AS gpu_count, TIMESTAMP '2026-11-16 10:00:00' AS start_ts,
+                   TIMESTAMP '2026-11-16 11:20:00' AS end_ts, 'training' AS kind, 'COMPLETED' AS state""",
+        allocations=f"""SELECT 'j1' AS job_id, replace('{UUID}', '{{}}', g::VARCHAR) AS gpu_id,
+                    TIMESTAMP '2026-11-16 10:00:00' AS start_ts, TIMESTAMP '2026-11-16 11:20:00' AS end_ts
+                 FROM (VALUES (0), (2)) a(g)""",
+    )
+    at = run_page("pages/fleet.py")
+    assert not at.exception, at.exception
+    traces = {t["name"]: t for t in chart(at)["data"] if t["type"] == "heatmap"}
+    util, idle, unheld = (
+        traces["utilization"],
+        traces["idle while held"],
+        traces["unallocated (no job held it)"],
+    )
+    rows = [y.split(" · ")[-1] for y in util["y"]]  # host · model · id
+    assert rows == ["GPU-00000000", "GPU-10000000", "GPU-20000000"], util["y"]
+
+    def cells(trace: dict) -> set[tuple[int, int]]:
+        return {(r, c) for r, row in enumerate(array(trace["z"])) for c, v in enumerate(row) if v is not None}
+
+    assert cells(idle) == {(0, 0)}
+    assert cells(unheld) == {(1, 0), (0, 1), (1, 1), (2, 1)}
+    assert cells(util) == {(2, 0)} and array(util["z"])[2][0] == pytest.approx(90.0)
+    colour = {name: t["colorscale"][0][1] for name, t in (("idle", idle), ("unheld", unheld))}
+    assert colour == {"idle": PART_COLOURS["idle_allocated_usd"], "unheld": PART_COLOURS["unallocated_usd"]}
+    assert colour["idle"] != colour["unheld"]
+    assert not {colour["idle"], colour["unheld"]} & {c for _, c in UTIL_SCALE}
+    # the idle table splits idle hours into while held + unallocated, by hand: GPU 0 idle 120 min, of which
+    # 80 held (10:00-11:20) and 40 unallocated; GPU 1 idle 120 min, all unallocated; GPU 2 never idle
+    table = at.dataframe[0].value.set_index("gpu_label")
+    assert list(table.index) == ["n0:0", "n0:1"]  # host:index, not the 40-character UUIDs
+    assert table.loc["n0:0", "idle_h"] == pytest.approx(2.0)
+    assert table.loc["n0:0", "allocated_idle_h"] == pytest.approx(80 / 60)
+    assert table.loc["n0:0", "unallocated_idle_h"] == pytest.approx(40 / 60)
+    assert table.loc["n0:1", "unallocated_idle_h"] == pytest.approx(2.0)
+    assert table.loc["n0:1", "allocated_idle_h"] == 0
+
+
+@pytest.fixture
+def three_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """f1: training on n0's GPUs 0-1, FAILED at 11:00 after a checkpoint at 10:30; s1: a serving job on n1:0;
+    e8: training on n2's 8 GPUs. GPU ids are UUIDs; one sample a minute, 10:00-10:59."""
+    gpus = "SELECT * FROM (VALUES ('n0', 0, 'f1'), ('n0', 1, 'f1'), ('n1', 0, 's1')) t(host, idx, job)"
+    gpus += " UNION ALL SELECT 'n2', i, 'e8' FROM range(8) r(i)"
+    uuid = f"replace('{UUID}', '{{}}', host || idx::VARCHAR)"
+    return staged_ledger(
+        tmp_path,
+        monkeypatch,
+        samples=f"""SELECT TIMESTAMP '2026-11-16 10:00:00' + INTERVAL (m) MINUTE AS ts, {uuid} AS gpu_id,
+                       60.0::FLOAT AS interval_s, (50 + 5 * idx)::FLOAT AS util_pct,
+                       30000.0::FLOAT AS mem_used_mib, 81559.0::FLOAT AS mem_total_mib
+                    FROM ({gpus}) g, range(60) b(m)""",
+        gpus=f"""SELECT {uuid} AS gpu_id, host, idx::INTEGER AS gpu_index, 'H100-SXM-80GB' AS model,
+                    'atlas' AS cluster FROM ({gpus}) g""",
+        jobs="""SELECT job_id, 'nlp' AS team, 'atlas' AS cluster, 'H100-SXM-80GB' AS gpu_model, n AS gpu_count,
+                   TIMESTAMP '2026-11-16 10:00:00' AS start_ts, TIMESTAMP '2026-11-16 11:00:00' AS end_ts,
+                   kind, state, ck AS last_checkpoint_ts, reason AS exit_reason
+                FROM (VALUES ('f1', 2.0, 'training', 'FAILED', TIMESTAMP '2026-11-16 10:30:00', 'NCCL timeout'),
+                             ('s1', 1.0, 'inference', 'COMPLETED', NULL, NULL),
+                             ('e8', 8.0, 'training', 'COMPLETED', NULL, NULL))
+                     t(job_id, n, kind, state, ck, reason)""",
+        allocations=f"""SELECT job, {uuid} AS gpu_id, TIMESTAMP '2026-11-16 10:00:00' AS start_ts,
+                           TIMESTAMP '2026-11-16 11:00:00' AS end_ts FROM ({gpus}) g""".replace(
+            "SELECT job,", "SELECT job AS job_id,"
+        ),
+    )
+
+
+def test_a_failed_two_gpu_job_marks_its_failure_and_checkpoint_on_one_panel_per_gpu(three_jobs: str) -> None:
+    """Each GPU has its own panel named host:index (no UUID squeezes the plot, no line hides the other); a
+    red line labelled with the state and reason at the job's end, a dashed one at its last checkpoint."""
+    from gpuledger.ledger.palette import PART_COLOURS
+
+    at = run_page("pages/jobs.py", {"job": ["f1"]})
+    assert not at.exception, at.exception
+    spec = chart(at)
+    titles = [a["text"] for a in spec["layout"]["annotations"]]
+    assert titles[:2] == ["n0:0", "n0:1"] and not any("GPU-" in t for t in titles), titles
+    util = [t for t in spec["data"] if t["name"] == "utilization (%)"]
+    assert len(util) == 2 and util[0]["yaxis"] != util[1]["yaxis"]  # two panels, not two lines on one
+    assert "✕ FAILED: NCCL timeout" in titles
+    shapes = spec["layout"]["shapes"]
+    lines = {(s["x0"][:16].replace("T", " "), s["line"].get("color"), s["line"].get("dash")) for s in shapes}
+    assert ("2026-11-16 11:00", PART_COLOURS["failed_usd"], None) in lines
+    assert ("2026-11-16 10:30", "#444444", "dash") in lines
+    assert any("ended FAILED at 2026-11-16 11:00 UTC" in c.value for c in at.caption)
+    assert [m.value for m in at.markdown if m.value == "**Training metrics**"]
+
+
+def test_an_eight_gpu_job_draws_eight_panels_in_index_order(three_jobs: str) -> None:
+    at = run_page("pages/jobs.py", {"job": ["e8"]})
+    assert not at.exception, at.exception
+    spec = chart(at)
+    titles = [a["text"] for a in spec["layout"]["annotations"]]
+    assert titles == [f"n2:{i}" for i in range(8)], titles  # a COMPLETED job: no failure mark
+    util = [t for t in spec["data"] if t["name"] == "utilization (%)"]
+    assert len({t["yaxis"] for t in util}) == 8
+    # GPU i reads 50 + 5 i %: each panel holds its own GPU's line
+    assert [array(t["y"])[0] for t in util] == pytest.approx([50 + 5 * i for i in range(8)])
+    assert not spec["layout"].get("shapes")
+
+
+def test_a_serving_job_is_headed_serving_metrics(three_jobs: str) -> None:
+    at = run_page("pages/jobs.py", {"job": ["s1"]})
+    assert not at.exception, at.exception
+    heads = [m.value for m in at.markdown if m.value.startswith("**")]
+    assert "**Serving metrics**" in heads and "**Training metrics**" not in heads
+    assert any("$ per 1M generated tokens" in m.value for m in at.markdown)
+
+
+def test_the_jobs_table_shows_the_gpu_model_within_the_screen(three_jobs: str) -> None:
+    """The GPU model sits among the first columns (before the waste's parts) with room for its name."""
+    import json
+
+    at = run_page("pages/jobs.py")
+    assert not at.exception, at.exception
+    df = at.dataframe[0]
+    columns = list(df.value.columns)
+    assert columns.index("gpu_model") < columns.index("idle_allocated_usd"), columns
+    assert json.loads(df.proto.columns)["gpu_model"]["width"] >= len("H100-SXM-80GB") * 9  # ~9 px a character
+
+
+def test_the_training_scatter_compares_runs_per_billion_parameters(small_ledger: str) -> None:
+    """tests/fixtures/dashboard/jobs.csv, by hand at the sheet's H100 $2.99/GPU-h: dash-1 (7 B) 8 GPUs × 10 h
+    = $239.20 for 864 M tokens = $0.276852 per 1M, ÷ 7 = $0.0395503 per 1M per billion parameters; dash-5
+    (1.5 B) 4 × 24 h = $287.04 for 432 M = $0.664444, ÷ 1.5 = $0.442963. The 7 B run's tokens cost less
+    per parameter: what the raw $ per 1M tokens (the bigger model's dearer tokens) hid."""
+    at = run_page("pages/training.py")
+    assert not at.exception, at.exception
+    points = [(x, y) for t in chart(at)["data"] for x, y in zip(array(t["x"]), array(t["y"]), strict=True)]
+    ys = sorted(y for _, y in points)
+    assert ys == pytest.approx([239.2 / 864 / 7, 287.04 / 432 / 1.5], rel=1e-6)
+    assert any("billions of parameters" in c.value for c in at.caption)
+    at.radio(key="training_scatter").set_value("$ per 1M tokens, by model size").run()
+    ys = sorted(y for t in chart(at)["data"] for y in array(t["y"]))
+    assert ys == pytest.approx([239.2 / 864, 287.04 / 432], rel=1e-6)
+    names = {t["name"] for t in chart(at)["data"]}
+    assert all(n.startswith("1–10 B") for n in names), names  # coloured by size band
+
+
+def test_the_training_tables_print_thousands_separators(small_ledger: str) -> None:
+    """Every plain number column of the pages' tables gets a separator format (27877 MiB → 27,877 MiB)."""
+    import json
+
+    at = run_page("pages/training.py")
+    config = json.loads(at.dataframe[0].proto.columns)
+    formats = {k: v.get("type_config", {}).get("format") for k, v in config.items()}
+    assert formats["gpu_count"] == "localized", formats
+    # a column with unknown cells is text in its unit's format: dash-5 ran 5,000 tokens/s on 4 GPUs
+    rows = at.dataframe[0].value.set_index("job_id")
+    assert (
+        rows.loc["dash-5", "tokens_per_s_per_gpu"] == "1,250"
+        and rows.loc["dash-2", "tokens_per_s_per_gpu"] == "n/a"
+    )
+    from pages._ui import column_config
+
+    assert column_config(["peak_mem_mib"])["peak_mem_mib"]["type_config"]["format"] == "%,.0f"
+
+
+def test_settings_labels_thresholds_in_words_and_lists_a_clusters_own_price(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No raw key as a label (the key is in the help), and a price row an ingested file declared for one
+    cluster is among the prices in force."""
+    import datetime as dt
+
+    staged_ledger(
+        tmp_path,
+        monkeypatch,
+        prices="""SELECT 'A100-80GB' AS gpu_model, 'on_prem' AS tier, 'borealis' AS cluster,
+                     DATE '2025-10-26' AS effective_from, 1.10 AS usd_per_gpu_hour, 'amortized DGX' AS source,
+                     DATE '2026-01-15' AS source_date""",
+        jobs="""SELECT 'j' AS job_id, 'nlp' AS team, 'borealis' AS cluster, 'A100-80GB' AS gpu_model,
+                   1.0 AS gpu_count, TIMESTAMP '2026-11-16 10:00:00' AS start_ts,
+                   TIMESTAMP '2026-11-16 11:00:00' AS end_ts, 'training' AS kind, 'COMPLETED' AS state""",
+    )
+    at = run_page("pages/settings.py")
+    assert not at.exception, at.exception
+    labels = [n.label for n in at.number_input]
+    assert "Idle below (% utilization)" in labels
+    assert not [x for x in labels if "." in x or "_" in x], labels
+    idle = next(n for n in at.number_input if n.label == "Idle below (% utilization)")
+    assert "thresholds.idle_util_pct" in idle.help
+    table = at.dataframe[0].value
+    row = table[(table["cluster"] == "borealis") & (table["gpu_model"] == "A100-80GB")]
+    assert len(row) == 1 and row["usd_per_gpu_hour"].item() == pytest.approx(1.10)
+    assert row["from"].item() == "declared by an ingested file"
+    assert str(row["effective_from"].item())[:10] == str(dt.date(2025, 10, 26))

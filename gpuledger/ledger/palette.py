@@ -45,6 +45,18 @@ TEAM_COLOURS: tuple[str, ...] = (
     "#882255",  # wine
     "#999933",  # olive
 )
+# The Fleet heatmap: utilization in one blue hue (light = low, dark = high), so that the two kinds of unused
+# time stand apart in the waste parts' own colours: idle while a job held the GPU (orange) and capacity no
+# job held (reddish purple). The light end is not white: a cell with no telemetry stays blank (background).
+UTIL_SCALE: list[list[float | str]] = [[0.0, "#DCEAF7"], [1.0, "#08306B"]]
+HEATMAP_STATE_COLOURS: dict[str, str] = {
+    "idle_held": PART_COLOURS["idle_allocated_usd"],
+    "unallocated": PART_COLOURS["unallocated_usd"],
+}
+HEATMAP_STATE_LABELS: dict[str, str] = {
+    "idle_held": "idle while held",
+    "unallocated": "unallocated (no job held it)",
+}
 NOT_A_TEAM: dict[str, str] = {"unallocated": "#9E9E9E", "unattributed": "#D0D0D0"}
 NOT_A_TEAM_LABELS: dict[str, str] = {
     "unallocated": "unallocated capacity (no team)",

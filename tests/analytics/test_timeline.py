@@ -289,3 +289,46 @@ def test_hour_rollup_holds_the_raw_samples_sums_per_gpu_hour_and_job(fleet):
     g0 = next(r for r in got if r[1] == "g0")
     assert (g0[3], g0[4]) == (5, 180.0)
     assert g0[5] == pytest.approx((0 + 10 + 100) * 30 / 100 + 40 * 60 / 100)
+
+
+def test_heatmap_cells_carry_the_sums_that_decide_idle_while_held_and_unallocated(fleet, ledger) -> None:
+    """By hand from the fixture: g0's hour 00 has 120 s of telemetry, none held (job_id NULL): held_idle_s 0,
+    unallocated_s 120 (≥ half of 120), so the cell is unallocated. g1's hour 01: 60 s held by j1, the 3 %
+    sample idle (at or under the default 5 %): held_idle_s 30, unallocated_s 0; 30 s is half of 60, so the
+    cell is idle while held. Grouped by cluster the same sums come per group."""
+    import polars as pl
+
+    from analytics.timeline import cell_state
+
+    cells = gpu_hour_heatmap(ledger).with_columns(cell_state().alias("state"))
+    got = {
+        r["gpu_id"]: (r["held_idle_s"], r["unallocated_s"], r["state"]) for r in cells.iter_rows(named=True)
+    }
+    assert got == {"g0": (0.0, 120.0, "unallocated"), "g1": (30.0, 0.0, "idle_held")}
+    groups = group_hour_heatmap(ledger, by="cluster").with_columns(cell_state().alias("state"))
+    assert groups.select("key", "held_idle_s", "unallocated_s", "state").rows() == [
+        ("a", 0.0, 120.0, "unallocated"),
+        ("b", 30.0, 0.0, "idle_held"),
+    ]
+    # the rule at its edges: exactly half unheld is unallocated; exactly half idle while held is idle_held
+    edge = pl.DataFrame(
+        {
+            "covered_s": [60.0, 60.0, 60.0, 0.0],
+            "held_idle_s": [0.0, 30.0, 29.0, 0.0],
+            "unallocated_s": [30.0, 0.0, 0.0, 0.0],
+        }
+    )
+    assert edge.select(cell_state())["literal"].to_list() == ["unallocated", "idle_held", "busy", "busy"]
+
+
+def test_idle_gpus_split_idle_hours_into_held_and_unallocated(fleet, ledger) -> None:
+    """g0: one idle sample (0 %, 30 s), no job: idle 30 s = unallocated idle; g1: one idle sample (3 %,
+    30 s) held by j1: allocated idle. idle_h = allocated_idle_h + unallocated_idle_h for each."""
+    rows = {r["gpu_id"]: r for r in idle_gpus(ledger).iter_rows(named=True)}
+    assert rows["g0"]["unallocated_idle_h"] == pytest.approx(30 / 3600)
+    assert rows["g0"]["allocated_idle_h"] == 0
+    assert rows["g1"]["allocated_idle_h"] == pytest.approx(30 / 3600)
+    assert rows["g1"]["unallocated_idle_h"] == 0
+    for r in rows.values():
+        assert r["idle_h"] == pytest.approx(r["allocated_idle_h"] + r["unallocated_idle_h"])
+    assert rows["g0"]["gpu_label"] == "g0"  # no index in the ledger: the id itself

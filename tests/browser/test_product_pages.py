@@ -382,7 +382,7 @@ def test_settings_edit_round_trips(page: Page, server: Server) -> None:
         shots(page, "settings")
         assert_clean(text)
         assert "Prices in force" in text and "Thresholds" in text
-        field = page.get_by_role("spinbutton", name="thresholds.idle_util_pct")
+        field = page.get_by_role("spinbutton", name="Idle below (% utilization)")
         # a bad value: the CLI's message, nothing written
         field.fill("150")
         page.get_by_role("button", name="Save thresholds").click()
@@ -393,7 +393,7 @@ def test_settings_edit_round_trips(page: Page, server: Server) -> None:
         wait_for_app(page)
         assert path.read_text() == original
         # a good one: written, read back by the CLI, shown as in force
-        page.get_by_role("spinbutton", name="thresholds.idle_util_pct").fill("10")
+        page.get_by_role("spinbutton", name="Idle below (% utilization)").fill("10")
         page.get_by_role("button", name="Save thresholds").click()
         # the save's run writes and calls st.rerun(); the script state can read "notRunning" between the two
         # runs, so wait for the second run's message itself (a wrong message still fails after 60 s)
@@ -402,7 +402,7 @@ def test_settings_edit_round_trips(page: Page, server: Server) -> None:
         )
         wait_for_app(page)
         assert tomllib.loads(path.read_text())["thresholds"]["idle_util_pct"] == 10.0
-        assert page.get_by_role("spinbutton", name="thresholds.idle_util_pct").input_value() == "10.0"
+        assert page.get_by_role("spinbutton", name="Idle below (% utilization)").input_value() == "10.0"
         shots(page, "settings-saved")
         # applied: the Overview's idle $ is summary --json's under the new threshold
         goto(page, server, "", VIEW)
