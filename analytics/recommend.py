@@ -4,10 +4,11 @@ Kinds (stable names; KIND_LABELS gives each its words for pages and reports; doc
 each rule, threshold, savings formula and confidence): see KINDS. Failed runs are analytics.advice_failures',
 capacity analytics.advice_capacity's.
 
-Recurring vs one-off: an item on a recurring pattern (a run family with ≥ 2 runs in the view, a user's
-habit, a service, a cluster) has ``recurring`` true and a ``usd_per_week``; a one-off (one training run)
-has ``usd_per_week`` NULL and says what it would have saved (``saving_usd``). Near-identical job items of
-one family (same kind, user, name stem and action) are merged into one family card.
+Recurring vs one-off (analytics/recurrence.py, from the job's history in the ledger, not the view's dates:
+a run family with ≥ 2 runs in the ledger, a user's habit, a service, a cluster): a recurring item has a
+``usd_per_week``; a one-off (a training run whose family ran once) has ``usd_per_week`` NULL and says what
+it would have saved (``saving_usd``). Near-identical job items of one family (same kind, user, name stem
+and action) are merged into one family card.
 
 Money: ``saving_usd`` is what the change would have saved on the jobs of the view, priced at each job's own
 rate (its cost in the view ÷ its GPU-hours in the view); ``usd_per_week = saving_usd × 7 / view_days``, where
@@ -46,6 +47,7 @@ from analytics.job_signals import (
 from analytics.money import cents
 from analytics.problems import PRICE_MOVES, one_per_problem, owner_of, where_paid_for
 from analytics.query import frame
+from analytics.recurrence import RECURRING_JOB_KINDS, mark
 from analytics.savings import coverage, savings_total, with_counted
 from analytics.shared import active
 from analytics.utilization import Source, use_rollup
@@ -267,6 +269,8 @@ def recommendations(
     if "scale_down_idle" in want:
         assert waste is not None
         items += idle_cluster_items(con, view, waste)
+    # recurring or one-off by the job's history, the same at every range (analytics/recurrence.py); a
+    # one-off's saving is not a weekly figure, so it is held against the floor as it is
     kept = [
         {
             **dict.fromkeys(RECOMMENDATION_COLUMNS),
@@ -274,10 +278,10 @@ def recommendations(
             "kind_label": KIND_LABELS[str(it["kind"])],
             "usd_per_week": it["saving_usd"] * 7.0 / days if it["recurring"] else None,
         }
-        for it in where_paid_for(items, view, settings)
+        for it in mark(con, where_paid_for(items, view, settings), as_of)
         if it["kind"] in want
         and (it["saving_usd"] or 0) > 0
-        and it["saving_usd"] * 7.0 / days >= min_usd_per_week
+        and it["saving_usd"] * (7.0 / days if it["recurring"] else 1.0) >= min_usd_per_week
     ]
     rows = [
         {
@@ -340,10 +344,6 @@ def view_coverage(
     as_of = as_of or horizon(con)
     waste = job_waste(con, filters=filters, settings=settings, as_of=as_of)
     return coverage(recs, waste, unallocated(con, filters=filters, settings=settings, as_of=as_of))
-
-
-# job kinds whose items concern a habit or a service, so they recur
-RECURRING_JOB_KINDS = ("interactive", "inference")
 
 
 def _job_item(
