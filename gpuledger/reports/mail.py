@@ -12,6 +12,7 @@ the system's CAs, or ``cafile`` (a site's own CA; the tests' self-signed one).
 from __future__ import annotations
 
 import os
+import re
 import smtplib
 import socket
 import ssl
@@ -21,6 +22,7 @@ from email.utils import formatdate, make_msgid
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from gpuledger.ledger.errors import LedgerError
+from gpuledger.ledger.settings import address_problem
 
 PASSWORD_ENV = "GPULEDGER_SMTP_PASSWORD"
 TIMEOUT_S = 30.0
@@ -92,7 +94,7 @@ def build_message(
     msg = EmailMessage()
     msg["From"] = sender
     msg["To"] = ", ".join(to)
-    msg["Subject"] = subject.replace("\r", " ").replace("\n", " ")
+    msg["Subject"] = header_text(subject)
     msg["Date"] = formatdate(localtime=False)
     msg["Message-ID"] = make_msgid(domain=sender.rpartition("@")[2] or None)
     msg.set_content(text, subtype="plain", charset="utf-8")
@@ -104,14 +106,24 @@ def build_message(
     return msg
 
 
+# control characters (C0, DEL, C1) and the Unicode line and paragraph separators: none may reach a header,
+# where CR/LF would start a header of its own (a team named "x\r\nBcc: …") and the others show as boxes
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+
+
+def header_text(text: str) -> str:
+    """``text`` fit for a header such as Subject: every run of control characters (CR and LF included) one
+    space, so a name from the ledger can never add a header or break the line."""
+    return " ".join(_CONTROL.sub(" ", text).split())
+
+
 def parse_addresses(text: str) -> list[str]:
     """``--mail-to a@x,b@y`` → ["a@x", "b@y"]; each must look like an address."""
     out = [a.strip() for a in text.split(",") if a.strip()]
     if not out:
         raise LedgerError("--mail-to: no address given")
     for a in out:
-        local, at, domain = a.rpartition("@")
-        if not at or not local or not domain or any(c in a for c in " <>\r\n,;"):
+        if address_problem(a):
             raise LedgerError(f"--mail-to: {a!r} is not a mail address")
     return out
 
