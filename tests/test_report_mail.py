@@ -615,3 +615,48 @@ def test_the_example_team_map_parses(tmp_path):
         "nlp": ("nlp-lead@example.org", "nlp-finance@example.org"),
     }
     assert settings.fingerprint() == type(settings)().fingerprint()  # no figure depends on who gets mail
+
+
+@NEEDS_AIOSMTPD
+def test_a_refused_team_is_one_error_and_the_others_still_go(ledger_file, tmp_path):
+    """The server refuses nlp's address (550 at RCPT): one error line names the team, vision's mail still
+    goes, exit 1."""
+    from aiosmtpd.controller import Controller
+
+    inbox = Inbox("127.0.0.1", free_port())
+
+    class Refusing:
+        async def handle_RCPT(self, server, session, envelope, address, rcpt_options):  # type: ignore[no-untyped-def]
+            if address.startswith("nlp-lead"):
+                return "550 no such mailbox"
+            envelope.rcpt_tos.append(address)
+            return "250 OK"
+
+        async def handle_DATA(self, server, session, envelope):  # type: ignore[no-untyped-def]
+            inbox.add(envelope.mail_from, envelope.rcpt_tos, envelope.original_content or envelope.content)
+            return "250 OK"
+
+    controller = Controller(Refusing(), hostname="127.0.0.1", port=inbox.port)
+    controller.start()
+    try:
+        done = cli(
+            "report",
+            *WEEK,
+            "--db",
+            ledger_file,
+            "--settings",
+            _settings(tmp_path, TEAM_MAIL),
+            "--per-team",
+            str(tmp_path / "teams"),
+            "--mail-to",
+            "--smtp",
+            f"smtp://127.0.0.1:{inbox.port}",
+        )
+    finally:
+        controller.stop()
+    assert done.returncode == 1
+    assert [rcpts for _, rcpts, _ in inbox.messages] == [["v1@example.org", "v2@example.org"]]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: team 'nlp': ")
+    assert "nlp-lead@example.org" in errors[0]
+    assert "mailed 1 team report(s)" in done.stdout
