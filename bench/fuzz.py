@@ -94,6 +94,18 @@ FAMILIES: dict[str, list[str]] = {
     ],
 }
 
+# the hostile shapes (issue 34), a family of their own over files of every kind: each mutation is one of
+# HOSTILE_MUTATIONS, never the everyday ones above
+FAMILIES["hostile"] = [
+    "nvidia-smi-csv/anjana5anand_gpu_usage_log_resnet_224.csv",
+    "slurm-sacct/slurmdog_alpine_sacct.json",
+    "hf-trainer/luojiu-7b-qlora-a10/trainer_log.jsonl",
+    "lightning-csvlogger/slm_training_version_0_metrics.csv",
+    "dcgm-exporter/datadog_dcgm_fixture_metrics.txt",
+    "nvidia-smi-q-xml/telegraf_tesla-t4.xml",
+    "alibaba-gpu-v2023/openb_pod_list_default.csv",
+]
+
 HUGE = ["1e30", "1e300", "99999999999999999999999", "-1e30", "1e400", "9223372036854775807", "1000000000"]
 NONFINITE = ["NaN", "nan", "inf", "-inf", "Infinity", "-Infinity", "null"]
 UNICODE = ["é", "\u202e", "💥", "\x00", "\ufffd", "ß", "\u200b", "Ω"]
@@ -306,6 +318,66 @@ def source_path(spec: str, datasets: Path = DATASETS) -> Path:
     return ROOT / spec.removeprefix("repo:") if spec.startswith("repo:") else datasets / spec
 
 
+# -- hostile shapes (the "hostile" family) -----------------------------------------------------------------
+
+ESCAPES = ["\x1b[2J\x1b[H", "\x1b]0;owned\x07", "\r\n", "\r", "\u202e", "\x9b31m", "\x00", "\x7f", "\u2066"]
+_WORD = re.compile(rb"[A-Za-z][A-Za-z0-9_]{2,}")
+
+
+def long_cell(data: bytes, rng: random.Random) -> bytes:
+    """A number or a word becomes 10,000 to 200,000 letters (one cell took 177.7 s to refuse)."""
+    spans = [m.span() for m in _WORD.finditer(data)] + list(_number_spans(data))
+    if not spans:
+        return data
+    a, b = rng.choice(spans)
+    return data[:a] + bytes([rng.choice(b"ASZ")]) * rng.randint(10_000, 200_000) + data[b:]
+
+
+def long_line(data: bytes, rng: random.Random) -> bytes:
+    """A line of 1.5 to 3 MB, unterminated at the end of the file or inside it."""
+    line = b"x" * rng.randint(1_500_000, 3_000_000)
+    if rng.random() < 0.5:
+        return data.rstrip(b"\n") + b"\n" + line  # an unterminated last line (landed as a silent prefix)
+    lines = _lines(data)
+    lines.insert(rng.randrange(1, max(len(lines), 2)), line)
+    return b"\n".join(lines)
+
+
+def compressed_filler(data: bytes, rng: random.Random) -> bytes:
+    """The file gzipped with filler after it: NUL bytes, or one line repeated to a ratio past any data file."""
+    import gzip
+
+    size = rng.randint(20, 64) * 2**20
+    if rng.random() < 0.5:
+        filler = b"\0" * size
+    else:
+        row = (_lines(data) or [b"x"])[-1] or b"x"
+        filler = b"\n" + (row + b"\n") * (size // (len(row) + 1))
+    return gzip.compress(data + filler, compresslevel=1)
+
+
+def control_chars(data: bytes, rng: random.Random) -> bytes:
+    """Terminal escapes, CR/LF, C1 controls and bidi overrides inside words (names, mostly)."""
+    spans = [m.span() for m in _WORD.finditer(data)]
+    for a, b in sorted(rng.sample(spans, min(len(spans), rng.randint(1, 4))), reverse=True):
+        at = rng.randint(a, b)
+        data = data[:at] + rng.choice(ESCAPES).encode() + data[at:]
+    return data
+
+
+def wide_header(data: bytes, rng: random.Random) -> bytes:
+    """The first line widened by 10,000 to 100,000 extra columns (past the 64 KiB head parsers read)."""
+    first, sep, rest = data.partition(b"\n")
+    delim = _delim(data)
+    extra = delim.join(b"c%d" % i for i in range(rng.randint(10_000, 100_000)))
+    return first + delim + extra + sep + rest
+
+
+HOSTILE_MUTATIONS = {
+    f.__name__: f for f in (long_cell, long_line, compressed_filler, control_chars, wide_header)
+}
+
+
 def base_bytes(path: Path) -> bytes:
     data = path.read_bytes()
     if path.suffix in (".csv", ".jsonl", ".txt") and data.count(b"\n") > BASE_LINES:
@@ -313,7 +385,14 @@ def base_bytes(path: Path) -> bytes:
     return data
 
 
-def mutate(data: bytes, rng: random.Random) -> tuple[bytes, list[str]]:
+def mutate(data: bytes, rng: random.Random, family: str = "") -> tuple[bytes, list[str]]:
+    if family == "hostile":  # one hostile shape, control characters sometimes with a second one
+        names = [rng.choice(sorted(HOSTILE_MUTATIONS))]
+        if names[0] not in ("control_chars", "compressed_filler") and rng.random() < 0.3:
+            names.insert(0, "control_chars")
+        for name in names:
+            data = HOSTILE_MUTATIONS[name](data, rng)
+        return data, names
     names = rng.sample(sorted(MUTATIONS), rng.choice([1, 1, 1, 2, 3]))
     for name in names:
         data = MUTATIONS[name](data, rng)
@@ -401,7 +480,24 @@ def run_one(
     bad = (watch or LedgerWatch(con)).violations()
     if bad:
         return Outcome("out_of_range", took, mutations, f"{bad[0].table}: {bad[0].reason}")
+    if raw := raw_names(con):
+        return Outcome("out_of_range", took, mutations, f"a name with a control or bidi character: {raw}")
     return Outcome("ok", took, mutations)
+
+
+def raw_names(con: duckdb.DuckDBPyConnection) -> str:
+    """The first stored name (collectors/names.py NAME_COLUMNS) that is not neutral text, else ""."""
+    from collectors.names import NAME_COLUMNS
+    from gpuledger.ledger.text import clip, unneutral_sql
+
+    for stage, columns in NAME_COLUMNS.items():
+        table = stage.removeprefix("stage_")
+        present = set(con.table(table).columns)
+        for col in (c for c in columns if c in present):
+            rows = con.execute(f"SELECT {col} FROM {table} WHERE {unneutral_sql(col)} LIMIT 1").fetchall()
+            if rows:
+                return f"{table}.{col} = {clip(repr(rows[0][0]))}"
+    return ""
 
 
 def fresh_ledger() -> duckdb.DuckDBPyConnection:
@@ -443,12 +539,12 @@ class FamilyRun:
             i = self.i
             self.i += 1
             src, siblings = self.sources[i % len(self.sources)]
-            data, names = mutate(self.bases[src], self.rng)
+            data, names = mutate(self.bases[src], self.rng, self.family)
             where = self.workdir / f"{self.family}-{i}"
             where.mkdir(parents=True)
             for s in siblings:
                 shutil.copyfile(s, where / s.name)
-            target = where / src.name
+            target = where / (src.name + (".gz" if data[:2] == b"\x1f\x8b" else ""))
             target.write_bytes(data)
             con, watch = self._ledger()
             outcome = run_one(con, target, names, watch)

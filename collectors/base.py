@@ -53,6 +53,8 @@ from collectors.common import (
 )
 from collectors.gpu_facts import GpuFacts, price_staged_jobs
 from collectors.interleave import extend_merged, settle_interleaved
+from collectors.names import neutralize_names
+from collectors.source_file import check_path, scan_source
 from collectors.validate import record_rejections, validate_merge, validate_stage
 from gpuledger.ledger.errors import FormatError, UnknownFormatError
 from gpuledger.ledger.schema import INGESTED_TABLES
@@ -85,6 +87,7 @@ class IngestOptions:
     target_util_pct: float = 60.0  # for the rollup's under-used seconds (settings thresholds.target_util_pct)
     skip_bad_rows: bool = False  # land the plausible rows, record the others in rejected_rows (validate.py)
     max_job_days: float = 365.0  # a longer job is implausible (settings thresholds.max_job_days)
+    max_gzip_ratio: float = 250.0  # a .gz inflating past this is refused (settings ingest.max_gzip_ratio)
     # nvidia-smi CSV: the header line comes back later in the file (True), or not (False); None: the parser
     # finds out, reading past the file's head only when its reader fails (collectors/nvidia_smi_csv.py)
     header_repeats: bool | None = None
@@ -102,6 +105,7 @@ class IngestOptions:
             idle_min_minutes=settings.idle_min_minutes,
             target_util_pct=settings.target_util_pct,
             max_job_days=getattr(settings, "max_job_days", 365.0),
+            max_gzip_ratio=getattr(settings, "max_gzip_ratio", 250.0),
             **source,
         )
 
@@ -138,6 +142,7 @@ class IngestReport:
     rejected: list[dict[str, object]] = field(default_factory=list)  # --skip-bad-rows: rows left out, why
     priced: str | None = None  # --gpu-model: what the jobs that name no GPU were priced as, in words
     unpriced: list[str] = field(default_factory=list)  # its jobs that still name no GPU model or count
+    bytes_read: int = 0  # of the file, every one (collectors/source_file.py): its size
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -152,6 +157,7 @@ class IngestReport:
             "rejected_rows": self.rejected,
             "priced_as": self.priced,
             "jobs_without_gpu": self.unpriced,
+            "bytes_read": self.bytes_read,
         }
 
 
@@ -254,6 +260,7 @@ def quote(value: str) -> str:
 def land(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptions) -> dict[str, int]:
     """Merge the ``stage_*`` tables into the ledger; the caller owns the transaction. Returns rows written."""
     staged = _temp_tables(con)
+    neutralize_names(con, staged)  # no control or bidi character in a stored name (collectors/names.py)
     rows: dict[str, int] = {}
     if "stage_samples" in staged:
         rows.update(_land_samples(con, ingest_id))
@@ -951,6 +958,7 @@ def ingest_file(
     parsers = parsers or PARSERS
     p = Path(path)
     with reading(p):  # a directory, an unreadable file: one sentence, not a traceback
+        check_path(p)  # a regular file of UTF-8 text (collectors/source_file.py)
         parser = choose_parser(p, fmt, parsers)
         if not p.exists():
             raise FormatError(p, None, "no such file")
@@ -969,11 +977,13 @@ def ingest_file(
         seen = _seen_hash(con, digest)
         if seen is not None and not opts.replace:
             record_source(con, seen, str(p.resolve()), key)
-            return IngestReport(str(p), parser.name, seen, already=True)
+            return IngestReport(str(p), parser.name, seen, already=True, bytes_read=p.stat().st_size)
     else:
         hashing = Hashing(p)  # hashed while DuckDB stages it (a new source is rarely a copy of an old one)
         digest = ""
 
+    with reading(p):  # every byte read: no line too long, no NUL, no gzip bomb (collectors/source_file.py)
+        scan = scan_source(p, parser.name, max_gzip_ratio=opts.max_gzip_ratio)
     ids: list[int] = []  # the ingest's id, kept for a second run (Restage): a sequence is not rolled back
 
     def work() -> IngestReport:
@@ -1021,6 +1031,7 @@ def ingest_file(
             skipped,
             replaced=earlier,
             seconds=time.perf_counter() - started,
+            bytes_read=scan.bytes_read,
             rejected=[
                 {"line": v.line, "table": v.table, "column": v.column, "value": v.value, "reason": v.reason}
                 for v in bad
@@ -1041,7 +1052,7 @@ def ingest_file(
             return run_in_transaction(con, work)
     except _AlreadyIngested as done:
         record_source(con, done.ingest_id, str(p.resolve()), key)
-        return IngestReport(str(p), parser.name, done.ingest_id, already=True)
+        return IngestReport(str(p), parser.name, done.ingest_id, already=True, bytes_read=scan.bytes_read)
     finally:
         if hashing is not None:
             hashing.result(raise_errors=False)  # never leave the thread reading the file

@@ -14,6 +14,7 @@ import duckdb
 
 from gpuledger.ledger.db import RAISE_MEMORY_LIMIT
 from gpuledger.ledger.errors import FormatError
+from gpuledger.ledger.text import clip
 
 NULL_TOKENS = ("", "[N/A]", "N/A", "[Not Supported]", "Not Supported", "NaN", "nan", "null", "NULL", "None")
 _NULL_SQL = ", ".join("'" + t.replace("'", "''") + "'" for t in NULL_TOKENS)
@@ -287,15 +288,22 @@ def first_violation(
     if rows:
         line, which, val = rows[0]
         raise FormatError(
-            path, int(line) if line is not None else None, checks[which].reason.format(value=val)
+            path, int(line) if line is not None else None, checks[which].reason.format(value=clip(val))
         )
 
 
 def json_object_limit(path: Path) -> int:
     """``maximum_object_size`` for DuckDB's JSON readers: the file's own size (a whole-file JSON document is
     one object), at least the 16 MiB default. DuckDB allocates this buffer up front, so a fixed 2 GiB limit
-    fails under a writer's memory limit (gpuledger.ledger.db.WRITER_MEMORY_LIMIT)."""
-    return max(path.stat().st_size + 1024, 16 * 1024 * 1024)
+    fails under a writer's memory limit (gpuledger.ledger.db.WRITER_MEMORY_LIMIT). A ``.gz`` file is measured
+    by what it inflates to: its trailer's ISIZE (the length mod 4 GiB; collectors/source_file.py has already
+    refused a bomb), not its compressed bytes."""
+    size = path.stat().st_size
+    if path.suffix.lower() == ".gz" and size >= 18:
+        with path.open("rb") as f:
+            f.seek(-4, 2)
+            size = max(size, int.from_bytes(f.read(4), "little"))
+    return max(size + 1024, 16 * 1024 * 1024)
 
 
 def sql_path(path: str | Path) -> str:
@@ -310,7 +318,9 @@ def sql_path(path: str | Path) -> str:
     return "'" + escaped.replace("'", "''") + "'"
 
 
-# DuckDB/Arrow/Python reader messages → the sentence a user reads. First match wins; ``{0}``… are the groups.
+# DuckDB/Arrow/Python reader messages → the sentence a user reads. First match wins; ``{0}``… are the groups,
+# clipped (gpuledger.ledger.text.clip). A message may echo a cell of any length: every pattern starts at a
+# fixed phrase and reaches at most a bounded distance past it, so matching stays linear in the message.
 _SENTENCES: tuple[tuple[str, str], ...] = (
     (
         r"Expected Number of Columns: (\d+) Found: (\d+)",
@@ -322,22 +332,32 @@ _SENTENCES: tuple[tuple[str, str], ...] = (
     ),
     (r"Error when sniffing file", "not a CSV file a reader can lay out (a broken header or mixed lines)"),
     (
-        r"state machine reached an invalid state|Unterminated quote|unterminated quote|quote.*not terminated",
+        r"state machine reached an invalid state|Unterminated quote|unterminated quote|quote[^\n]{0,80}not terminated",
         "not well-formed CSV (a stray quote or a broken line)",
     ),
     (r"Map keys must be unique", "a name appears twice in one record (duplicate labels or keys)"),
-    (r'Duplicate named argument "([^"]*)"', 'the name "{0}" appears twice (duplicate column names or keys)'),
     (
-        r'[Dd]uplicate (?:column|key)(?: name)?[: ]+"?([^"\s]*)"?',
+        r'Duplicate named argument "([^"\n]*+)"',
         'the name "{0}" appears twice (duplicate column names or keys)',
     ),
-    (r"(?:date|timestamp|time) field value out of range[^\"]*\"?([^\"]*)\"?", "an impossible time: {0}"),
     (
-        r"(?:INT\d*|HUGEINT|UBIGINT|BIGINT|INTEGER|DECIMAL)[^\n]*out of range|Overflow|too large|out of range for",
+        r'[Dd]uplicate (?:column|key)(?: name)?[: ]{1,8}"?([^"\s]{0,500})"?',
+        'the name "{0}" appears twice (duplicate column names or keys)',
+    ),
+    (
+        r"(?:date|timestamp|time) field value out of range[^\"\n]{0,80}\"?([^\"\n]{0,500})\"?",
+        "an impossible time: {0}",
+    ),
+    (
+        r"(?:INT\d{0,3}|HUGEINT|UBIGINT|BIGINT|INTEGER|DECIMAL)[^\n]{0,200}out of range|Overflow|too large|"
+        r"out of range for",
         "a number too large to store",
     ),
-    (r'Could not convert string "([^"]*)" to \'?(\w+)', "a value is not a {1}: {0!r}"),
-    (r"Malformed JSON[^:]*: (unexpected [a-z ]+)", "not valid JSON ({0}: a truncated or damaged file?)"),
+    (r'Could not convert string "([^"\n]*+)" to \'?(\w{1,40})', "a value is not a {1}: {0!r}"),
+    (
+        r"Malformed JSON[^:\n]{0,200}: (unexpected [a-z ]{1,80})",
+        "not valid JSON ({0}: a truncated or damaged file?)",
+    ),
     (
         r"Malformed JSON|malformed JSON|unexpected character|unexpected end of|Expecting value|not valid JSON",
         "not valid JSON",
@@ -385,7 +405,9 @@ def line_at_byte(path: str | Path, offset: int) -> int | None:
         return None
 
 
-_JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"(\s*:)?|[\[\]{},]', re.S)  # group 1: the string is a key
+# group 1: the string is a key. The closing quote is optional and the loop possessive, so an unterminated string
+# is one token to the end of the data: scanning each of its quotes again would be quadratic (`"\"\"\"…`).
+_JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*+(?:"(\s*:)?)?|[\[\]{},]', re.S)
 _NON_SPACE = re.compile(rb"\S")
 JSON_LINES_MAX_BYTES = 256 * 2**20  # past this, entries keep their index label (a scan would be slow)
 
@@ -532,7 +554,7 @@ def describe_failure(path: str | Path, exc: BaseException, *, landing: bool = Fa
         for pattern, words in _SENTENCES:
             m = re.search(pattern, text)
             if m:
-                sentence = words.format(*(g or "" for g in m.groups()))
+                sentence = words.format(*(clip(g or "") for g in m.groups()))
                 break
         if not sentence:
             detail = re.sub(r"^[A-Za-z ]*(Error|Exception): ", "", first)
@@ -609,21 +631,45 @@ def reading(path: str | Path, *, landing: bool = False) -> Iterator[None]:
         raise describe_failure(path, exc, landing=landing) from exc
 
 
-_RAW = re.compile(
-    r"[A-Z][A-Za-z]*(?: [A-Z][A-Za-z]*)* Error: |CSV Error on Line|struct_pack|state machine|(?:'[-\w]+' )?codec can't decode"
-)
+# A reader's raw text that a parser passed on: the error types DuckDB names ("Invalid Input Error: ") and
+# a few phrases of its CSV reader and of Python's codecs. Found with str.find and a bounded look back, never
+# a regex over the whole reason: the reason may echo a 150,000-letter cell, and the pattern this replaces
+# ([A-Z][A-Za-z]*(?: [A-Z][A-Za-z]*)* Error: ) took time growing with the square of its length (30 s at 60 K).
+_RAW_PHRASES = ("CSV Error on Line", "struct_pack", "state machine", "codec can't decode")
+_ERROR_TYPE = re.compile(r"[A-Z][A-Za-z]*+(?: [A-Z][A-Za-z]*+)*+$")  # run on at most 64 characters
+_CODEC_NAME = re.compile(r"'[-\w]++' $")
+
+
+def _raw_start(reason: str) -> int | None:
+    """Where a reader's raw text starts in ``reason``, else None (linear in its length)."""
+    found = []
+    at = reason.find(" Error: ")
+    while at > 0:
+        lo = max(at - 64, 0)
+        m = _ERROR_TYPE.search(reason, lo, at)
+        if m:
+            found.append(m.start())
+            break
+        at = reason.find(" Error: ", at + 1)
+    for phrase in _RAW_PHRASES:
+        i = reason.find(phrase)
+        if i >= 0:
+            if phrase.startswith("codec") and (m := _CODEC_NAME.search(reason, max(i - 64, 0), i)):
+                i = m.start()
+            found.append(i)
+    return min(found) if found else None
 
 
 def _plain(exc: FormatError) -> FormatError:
     """A parser's FormatError that passed a reader's raw text on (``not valid JSON (Invalid Input Error:
     ...)``) gets the sentence :func:`describe_failure` gives that reader error; any other stays as it is."""
     raw = exc.__context__
-    m = _RAW.search(exc.reason)
-    if m is None or raw is None or isinstance(raw, FormatError):
+    start = _raw_start(exc.reason)
+    if start is None or raw is None or isinstance(raw, FormatError):
         return exc
     better = describe_failure(exc.path, raw)
     if better.reason.startswith("could not be read"):
         return exc
-    prefix = exc.reason[: m.start()].rstrip(" :(")
+    prefix = exc.reason[:start].rstrip(" :(")
     reason = f"{prefix}: {better.reason}" if prefix else better.reason
     return FormatError(exc.path, exc.line if exc.line is not None else better.line, reason)

@@ -128,9 +128,16 @@ def field_key(name: str) -> str:
 
 def split_header(name: str) -> tuple[str, str | None]:
     """``utilization.gpu [%]`` → (``utilization.gpu``, ``%``); ``gpu_utilization[%]`` works too."""
-    m = re.match(r"^\s*(.*?)\s*(?:\[([^\]]*)\])?\s*$", name)
-    assert m is not None
-    return m.group(1), (m.group(2) or None)
+    # str methods, not ``^\s*(.*?)\s*(?:\[([^\]]*)\])?\s*$``: its lazy group against the spaces after it
+    # takes time growing with the square of a header name's length
+    text = name.strip()
+    if not text.endswith("]"):
+        return text, None
+    inner = text[:-1]
+    opening = inner.find("[", inner.rfind("]") + 1)  # the unit's "[": none of its own "]" after it
+    if opening < 0:
+        return text, None
+    return inner[:opening].rstrip(), (inner[opening + 1 :] or None)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ fixed ones on GPUs, and ``xids=[(round, gpu_index, xid)]`` to raise XID events i
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -61,7 +60,9 @@ NUMERIC = (
 
 def _field(header: str) -> str:
     """``' utilization.gpu [%]'`` / ``'temperature[°C]'`` → the query field name."""
-    return re.sub(r"\s*\[[^\]]*\]\s*$", "", header.strip()).strip().lower()
+    from collectors.nvidia_smi_csv import split_header
+
+    return split_header(header)[0].lower()
 
 
 class ReplayNvml:

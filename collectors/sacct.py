@@ -112,7 +112,6 @@ STATES = (
 OPEN_STATES = ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING")
 # Open states in which the job holds its GPUs now: its allocation is held at least until Start + Elapsed.
 HELD_STATES = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING")
-_IDX = re.compile(r"gpu[^()]*\(IDX:([^)]*)\)")
 INTERACTIVE_NAME = r"^(bash|sh|zsh|interactive|jupyter.*|sys/dashboard.*|spawner-jupyterhub)$"
 _JOBID_LINE = re.compile(r"^\d+(?:_[\d\[\]\-,%]+)?(?:\+\d+)?(?:\.[\w+-]+)?\|")
 MAX_HOSTS_PER_RANGE = 100_000
@@ -171,7 +170,7 @@ def expand_nodelist(text: str) -> list[str]:
     hosts: list[str] = []
     for part in filter(None, (p.strip() for p in parts)):
         choices: list[list[str]] = []
-        for piece in re.split(r"(\[[^\]]*\])", part):
+        for piece in re.split(r"(\[[^\[\]]*\])", part):
             if not piece.startswith("["):
                 choices.append([piece])
                 continue
@@ -652,13 +651,30 @@ def gres_indices(detail: str) -> list[int] | None:
     None when the entry names no index (``gpu:2``, ``IDX:N/A``): the host is then tied by attribution rules.
     """
     out: list[int] = []
-    for spec in _IDX.findall(detail):
+    for spec in _idx_specs(detail):
         for part in spec.split(","):
             lo, sep, hi = part.strip().partition("-")
             if not lo.isdigit() or (sep and not hi.isdigit()) or (sep and int(hi) - int(lo) > 1024):
                 return None  # a node has at most a few GPUs: a range of thousands is not an index list
             out.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
     return sorted(set(out)) or None
+
+
+def _idx_specs(detail: str) -> list[str]:
+    r"""The ``IDX:`` lists of a gres_detail text, each after a ``gpu`` with no parenthesis between
+    (``gpu[^()]*\(IDX:([^)]*)\)`` as a regex, which would take time growing with the square of a long
+    ``gpugpu…`` text): str.find, each character looked at a bounded number of times."""
+    out: list[str] = []
+    at = 0
+    while (i := detail.find("(IDX:", at)) >= 0:
+        j = detail.find(")", i)
+        if j < 0:
+            break
+        head = detail[max(detail.rfind("(", at, i), detail.rfind(")", at, i), at - 1) + 1 : i]
+        if "gpu" in head:
+            out.append(detail[i + 5 : j])
+        at = j + 1
+    return out
 
 
 def _stage_allocations(con: duckdb.DuckDBPyConnection, path: Path) -> None:

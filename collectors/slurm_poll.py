@@ -73,7 +73,8 @@ FIELDS = (
 )
 FIRST_POLL_LOOKBACK = dt.timedelta(days=1)
 # scontrol -d detail groups: "Nodes=g[1-2] CPU_IDs=0 Mem=100 GRES=gpu:h100:1(IDX:0)"
-_DETAIL = re.compile(r"\bNodes=(\S+)\s+(?:CPU_IDs=\S+\s+)?(?:Mem=\S+\s+)?GRES=(\S*)")
+# (starts only where a word starts, and never gives back what it took: linear in the line)
+_DETAIL = re.compile(r"(?<!\S)Nodes=(\S++)\s++(?:CPU_IDs=\S++\s++)?(?:Mem=\S++\s++)?GRES=(\S*+)")
 _RUNNING = ("RUNNING", "SUSPENDED", "COMPLETING")
 SACCT_TIME = "%Y-%m-%dT%H:%M:%S"
 

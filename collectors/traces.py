@@ -74,7 +74,9 @@ def _read_csv(
     except duckdb.Error as exc:
         text = str(exc).split("\n")[0]
         m = re.search(r"[Ll]ine:? (\d+)", text)
-        found = re.search(r"found (\d+) columns", str(exc)) or re.search(r"(\d+) columns? .*found", str(exc))
+        found = re.search(r"found (\d+) columns", str(exc)) or re.search(
+            r"(\d+) columns? [^\n]{0,200}found", str(exc)
+        )
         reason = f"expected {len(columns)} fields" + (
             f", found {found.group(1)}" if found else f": {text[:200]}"
         )

@@ -437,10 +437,13 @@ def read_flat_yaml(path: Path) -> dict[str, str]:
         indent = len(line) - len(body)
         while stack and stack[-1][0] >= indent:
             stack.pop()
-        m = re.match(r"^([A-Za-z_][\w.-]*):(?:\s+(\S.*?))?\s*$", body)
-        if not m:
+        # ``key: value``; the value's ends stripped by str.strip (a lazy ``(\S.*?)\s*$`` took time growing
+        # with the square of a run of spaces)
+        m = re.match(r"([A-Za-z_][\w.-]*+):(.*)", body)
+        rest = m.group(2) if m else ""
+        if not m or (rest and not rest[0].isspace()):
             continue
-        key, value = m.group(1).lower(), m.group(2)
+        key, value = m.group(1).lower(), (rest.strip() or None)
         if value is None or value.startswith("#"):
             stack.append((indent, key))  # a nested mapping starts
         elif not value.startswith(("{", "[", "&", "!", "|", ">")):

@@ -41,6 +41,7 @@ import duckdb
 
 from collectors.common import MERGE_KEPT
 from gpuledger.ledger.errors import FormatError
+from gpuledger.ledger.text import clip
 
 EARLIEST = dt.datetime(2000, 1, 1)
 MAX_GPU_COUNT = 100_000
@@ -545,7 +546,7 @@ def find_violations(
         except ValueError:
             shown_lim = str(lim)
         name = names.get(rule.column, rule.column)
-        reason = rule.reason.format(name=name, value=value, limit=shown_lim, model=cat_model or "")
+        reason = rule.reason.format(name=name, value=clip(value), limit=shown_lim, model=cat_model or "")
         if ln is None and row_label:  # a JSON document's entry (log_history[12]) where lines say nothing
             reason = f"{row_label}: {reason}"
         out.append(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 from analytics.filters import Filters
-from gpuledger.ledger.access import Scope, resolve_scope
+from gpuledger.ledger.access import Scope, may_change_settings, resolve_scope
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.paths import choose_settings, user_config_dir
 from gpuledger.ledger.reference import effective_prices
@@ -37,6 +37,11 @@ def viewer() -> Scope | None:
     if not user.get("is_logged_in"):
         return Scope(who="")
     return resolve_scope(s.access, user)
+
+
+def may_write() -> bool:
+    """Whether the viewer may change the server's settings (gpuledger.ledger.access.may_change_settings)."""
+    return may_change_settings(viewer())
 
 
 def scoped(filters: Filters) -> Filters:

@@ -5,6 +5,9 @@ price rows against the GPU catalog): a bad value shows the CLI's own message and
 one is written into the settings file in use (gpuledger.ledger.paths.choose_settings; with none, the user's
 ~/.config/gpuledger/settings.toml), keeping the file's other lines and comments, and every page uses it from
 the next click: the figures' caches are keyed on the settings' fingerprint.
+
+With sign-in on (``[auth]``) only an admin may write (gpuledger.ledger.access.may_change_settings): anyone
+else sees the settings in force, read-only, and never the server's file path.
 """
 
 from __future__ import annotations
@@ -118,6 +121,9 @@ def check(text: str, path: Path) -> Settings:
 
 def save(path: Path, text: str, what: str) -> None:
     """Check, then write, then say so on the next run (the page reruns to show the new values)."""
+    if not _scope.may_write():  # the forms are not drawn for them; this holds even if one were submitted
+        st.session_state["settings_error"] = "error: only an admin may change the settings"
+        return
     try:
         check(text, path)
     except LedgerError as exc:
@@ -135,10 +141,17 @@ file_name, origin = _scope.settings_file()
 path = Path(file_name)
 current = path.read_text(encoding="utf-8") if path.is_file() else ""
 s = _scope.settings()
-st.caption(
-    f"Settings file in use: {code(file_name)} ({md(origin)}). Edits below are checked as `gpuledger` checks "
-    "the file, written there, and used by every page and command from then on (docs/settings.md)."
-)
+writable = _scope.may_write()
+if writable:
+    st.caption(
+        f"Settings file in use: {code(file_name)} ({md(origin)}). Edits below are checked as `gpuledger` checks "
+        "the file, written there, and used by every page and command from then on (docs/settings.md)."
+    )
+else:
+    st.info(
+        "The settings in force, read-only: only an admin ([access] admins) may change them.",
+        icon=":material/lock:",
+    )
 if msg := st.session_state.pop("settings_saved", None):
     st.success(
         f"Saved to {code(file_name)}: {md(msg)}. Every page now uses it.", icon=":material/check_circle:"
@@ -151,7 +164,8 @@ st.subheader("Prices in force")
 try:
     prices = _scope.prices_in_force()
 except LedgerError as exc:
-    st.error(f"{md(str(exc))}\n\nFix the price rows in the settings file.", icon=":material/error:")
+    shown = str(exc) if writable else "the settings file's price rows cannot be read"  # no server path
+    st.error(f"{md(shown)}\n\nFix the price rows in the settings file.", icon=":material/error:")
     prices = []
 user_rows = set(s.prices)
 table = pl.DataFrame(
@@ -178,60 +192,73 @@ st.caption(
     "A row is in force from its date until the next row of the same model, tier and cluster. Your rows replace "
     f"the shipped row of the same model, tier, cluster and date. Jobs without a tier use {code(s.default_tier)}."
 )
-with st.form("add_price", border=True):
-    st.markdown("**Add or replace a price**")
-    c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
-    models = sorted(m.model for m in catalog())
-    model = c1.selectbox("GPU model", models, key="price_model")
-    tier = c2.selectbox("Tier", TIERS, key="price_tier")
-    usd = c3.number_input(
-        "$ per GPU-hour", min_value=0.0, value=1.0, step=0.01, format="%.2f", key="price_usd"
-    )
-    since = c4.date_input("In force from", value=dt.date.today(), key="price_from", format="YYYY-MM-DD")
-    c5, c6 = st.columns([3, 1])
-    source = c5.text_input(
-        "Source (where the price comes from)", key="price_source", placeholder="e.g. our contract"
-    )
-    cluster = c6.text_input("Cluster (empty: every cluster)", key="price_cluster")
-    if st.form_submit_button("Save price", icon=":material/save:"):
-        row = {
-            "gpu_model": model,
-            "tier": tier,
-            "usd_per_gpu_hour": float(usd),
-            "effective_from": since,
-            "source": source.strip() or "entered on the Settings page",
-            "source_date": dt.date.today(),
-            "cluster": cluster.strip() or None,
-        }
-        save(path, add_price(current, row), f"{model} {tier} ${usd:,.2f}/GPU-h from {since}")
-        st.rerun()
+if writable:  # only for those who may write
+    with st.form("add_price", border=True):
+        st.markdown("**Add or replace a price**")
+        c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
+        models = sorted(m.model for m in catalog())
+        model = c1.selectbox("GPU model", models, key="price_model")
+        tier = c2.selectbox("Tier", TIERS, key="price_tier")
+        usd = c3.number_input(
+            "$ per GPU-hour", min_value=0.0, value=1.0, step=0.01, format="%.2f", key="price_usd"
+        )
+        since = c4.date_input("In force from", value=dt.date.today(), key="price_from", format="YYYY-MM-DD")
+        c5, c6 = st.columns([3, 1])
+        source = c5.text_input(
+            "Source (where the price comes from)", key="price_source", placeholder="e.g. our contract"
+        )
+        cluster = c6.text_input("Cluster (empty: every cluster)", key="price_cluster")
+        if st.form_submit_button("Save price", icon=":material/save:"):
+            row = {
+                "gpu_model": model,
+                "tier": tier,
+                "usd_per_gpu_hour": float(usd),
+                "effective_from": since,
+                "source": source.strip() or "entered on the Settings page",
+                "source_date": dt.date.today(),
+                "cluster": cluster.strip() or None,
+            }
+            save(path, add_price(current, row), f"{model} {tier} ${usd:,.2f}/GPU-h from {since}")
+            st.rerun()
 
 # ---------------------------------------------------------------- thresholds
 st.subheader("Thresholds")
-with st.form("thresholds", border=True):
-    cols = st.columns(3)
-    values: dict[tuple[str, str], float] = {}
-    for i, (section, key, fld, meaning, step) in enumerate(THRESHOLDS):
-        values[(section, key)] = cols[i % 3].number_input(
-            f"{section}.{key}",
-            value=float(getattr(s, fld)),
-            step=step,
-            help=meaning,
-            key=f"set_{section}_{key}",
-            format="%.2f" if step < 1 else "%.1f",
-        )
-    if st.form_submit_button("Save thresholds", icon=":material/save:"):
-        text = current
-        changed = []
-        for (section, key, fld, _, _), value in zip(THRESHOLDS, values.values(), strict=True):
-            if abs(float(value) - float(getattr(s, fld))) > 1e-9:
-                text = set_key(text, section, key, float(value))
-                changed.append(f"{section}.{key} {getattr(s, fld):g} → {value:g}")
-        if changed:
-            save(path, text, "; ".join(changed))
-        else:
-            st.session_state.pop("settings_error", None)
-        st.rerun()
+if writable:  # only for those who may write
+    with st.form("thresholds", border=True):
+        cols = st.columns(3)
+        values: dict[tuple[str, str], float] = {}
+        for i, (section, key, fld, meaning, step) in enumerate(THRESHOLDS):
+            values[(section, key)] = cols[i % 3].number_input(
+                f"{section}.{key}",
+                value=float(getattr(s, fld)),
+                step=step,
+                help=meaning,
+                key=f"set_{section}_{key}",
+                format="%.2f" if step < 1 else "%.1f",
+            )
+        if st.form_submit_button("Save thresholds", icon=":material/save:"):
+            text = current
+            changed = []
+            for (section, key, fld, _, _), value in zip(THRESHOLDS, values.values(), strict=True):
+                if abs(float(value) - float(getattr(s, fld))) > 1e-9:
+                    text = set_key(text, section, key, float(value))
+                    changed.append(f"{section}.{key} {getattr(s, fld):g} → {value:g}")
+            if changed:
+                save(path, text, "; ".join(changed))
+            else:
+                st.session_state.pop("settings_error", None)
+            st.rerun()
+else:
+    st.dataframe(
+        pl.DataFrame(
+            {
+                "setting": [f"{sec}.{key}" for sec, key, _, _, _ in THRESHOLDS],
+                "value": [float(getattr(s, fld)) for _, _, fld, _, _ in THRESHOLDS],
+                "meaning": [meaning for _, _, _, meaning, _ in THRESHOLDS],
+            }
+        ),
+        hide_index=True,
+    )
 st.caption(
     " · ".join(f"{code(f'{sec}.{key}')}: {meaning}" for sec, key, _, meaning, _ in THRESHOLDS[:3])
     + " (hover a field for the others)."
@@ -261,7 +288,7 @@ st.caption(
     "billing always_on: capacity nobody holds is paid for (unallocated waste); per_job: it is not (cloud jobs "
     "billed by the job). Declared capacity is set in the file ([clusters.NAME] capacity, docs/settings.md)."
 )
-if names:
+if names and writable:  # only for those who may write
     with st.form("cluster", border=True):
         st.markdown("**Change a cluster's tier or billing**")
         c1, c2, c3 = st.columns(3)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import csv
 import io
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -444,3 +446,106 @@ def test_an_admin_sees_the_fleet(signed_ledger: str) -> None:
     at = _run("pages/overview.py", {"is_logged_in": True, "email": "boss@example.com"})
     assert _spend(at) == SPEND[None]
     assert set(at.sidebar.multiselect(key="team").options) == {"nlp", "speech", "vision"}
+
+
+# ---------------------------------------------------------------- who may write (issue 34)
+
+
+@pytest.fixture()
+def own_settings(signed_ledger: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The signed-in dashboard with a settings file of this test's own (the test may change it)."""
+    path = tmp_path / "server-settings.toml"
+    path.write_text(AUTH + ACCESS)
+    monkeypatch.setenv("GPULEDGER_SETTINGS", str(path))
+    return path
+
+
+def _save_threshold(at: AppTest, value: float) -> AppTest:
+    at.number_input(key="set_thresholds_target_util_pct").set_value(value)
+    next(b for b in at.button if b.label == "Save thresholds").click()
+    at.run()
+    return at
+
+
+def test_only_an_admin_may_change_the_settings_and_others_see_them_read_only(own_settings: Path) -> None:
+    """A lead once saved target_util_pct 60 → 95 and an H100 price of $0.01 on the Settings page: fleet
+    spend $17,334.49 → $3,604.64 for every team. Now a lead sees the settings in force, read-only, without
+    the server's path; an admin still saves."""
+    before = own_settings.read_bytes()
+    for who in ("sam@example.com", "ana@example.com"):  # a lead of one team, of two (no team: no pages)
+        at = _run("pages/settings.py", {"is_logged_in": True, "email": who})
+        labels = [b.label for b in at.button]
+        assert not {"Save price", "Save thresholds", "Save cluster"} & set(labels), (who, labels)
+        assert not at.number_input and not at.text_input, who
+        text = _text(at)
+        assert str(own_settings) not in text and own_settings.name not in text, who
+        assert "read-only" in text and "target_util_pct" in text, who  # the settings in force are shown
+        assert own_settings.read_bytes() == before
+    admin = _run("pages/settings.py", {"is_logged_in": True, "email": "boss@example.com"})
+    assert str(own_settings) in _text(admin)
+    _save_threshold(admin, 70.0)
+    assert not admin.exception, admin.exception
+    assert "target_util_pct = 70.0" in own_settings.read_text()
+    assert load_settings(own_settings).target_util_pct == 70.0
+
+
+def test_a_save_is_refused_for_a_lead_even_if_the_form_were_drawn(own_settings: Path, monkeypatch) -> None:
+    # the write path asks again: a form submitted by a lead (drawn here by pretending it may write) writes
+    # nothing, because save() asks the same rule when it runs
+    import pages._scope as data
+
+    calls = {"n": 0}
+    real = data.may_write
+
+    def first_yes() -> bool:  # the page's own question says yes, save()'s asks the real rule
+        calls["n"] += 1
+        return True if calls["n"] == 1 else real()
+
+    monkeypatch.setattr(data, "may_write", first_yes)
+    before = own_settings.read_bytes()
+    at = _run("pages/settings.py", {"is_logged_in": True, "email": "sam@example.com"})
+    calls["n"] = 0
+    _save_threshold(at, 95.0)
+    assert own_settings.read_bytes() == before
+    assert any("only an admin may change the settings" in e.value for e in at.error), [
+        e.value for e in at.error
+    ]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_the_signed_in_dashboard_removes_its_secrets_when_stopped(tmp_path: Path, sig: int) -> None:
+    """A real `gpuledger dashboard` with [auth]: its private secrets file exists while it serves and is gone
+    after a SIGTERM or Ctrl-C (an exec'd Streamlit left it in /tmp after a SIGTERM)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    settings = tmp_path / "settings.toml"
+    settings.write_text(AUTH + ACCESS)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, TMPDIR=str(temp), GPULEDGER_OIDC_CLIENT_SECRET="s3cret", PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuledger", "dashboard", "--settings", str(settings), "--no-demo",
+         "--db", str(tmp_path / "l.duckdb"), "--port", str(port)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not list(temp.glob("gpuledger-dashboard-*/secrets.toml")) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            time.sleep(0.2)
+        [secrets] = list(temp.glob("gpuledger-dashboard-*/secrets.toml"))
+        assert "s3cret" in secrets.read_text()
+        time.sleep(2)  # Streamlit is starting (the child holds the file)
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert list(temp.iterdir()) == [], list(temp.rglob("*"))

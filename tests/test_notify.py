@@ -187,3 +187,23 @@ def test_sending_needs_smtp_and_a_domain(ledger_file):
     done = cli(*WEEK, "--db", ledger_file)
     assert done.returncode == 2
     assert "sending needs --smtp URL and --mail-domain DOMAIN (or --dry-run" in done.stderr
+
+
+def test_one_recipient_with_a_line_end_is_reported_and_skipped_and_the_rest_are_mailed(ledger_file):
+    # a ledger written before names landed neutral: alice's name is an address with a CRLF and a Bcc line
+    # in it. Before, the whole run stopped at her ("error: unexpected failure (ValueError …)"), so bob,
+    # after her, got nothing.
+    with writer(ledger_file) as con:
+        con.execute(
+            "UPDATE jobs SET user_name = ? WHERE user_name = 'alice'",
+            ["alice@example.org\r\nBcc: evil@example.com"],
+        )
+    with smtp_server() as inbox:
+        smtp = ("--smtp", f"smtp://127.0.0.1:{inbox.port}", "--mail-domain", "example.org")
+        run = cli(*WEEK, "--db", ledger_file, *smtp)
+    assert run.returncode == 1
+    assert "sent 1 notice(s)" in run.stdout and "1 not mailed" in run.stdout, run.stdout
+    assert "error: not mailed: 'alice@example.org  Bcc: evil@example.com'" in run.stderr, run.stderr
+    assert [rcpts for _, rcpts, _ in inbox.messages] == [["bob@example.org"]]
+    assert all("evil" not in str(rcpts) for _, rcpts, _ in inbox.messages)
+    assert [r[0] for r in _sent_rows(ledger_file)] == ["bob", "bob"]  # only bob's notice is remembered

@@ -188,6 +188,14 @@ def _matches(principal: str, email: str | None, groups: set[str]) -> bool:
     return email == principal
 
 
+def may_change_settings(scope: Scope | None) -> bool:
+    """Who may write what every figure rests on (the settings file: prices, thresholds, clusters): anyone
+    who reaches the dashboard while sign-in is off (``scope`` None: as before, loopback by default), and
+    with sign-in only an admin. A lead's price edit would change every team's spend, not only theirs (a
+    lead once took fleet spend from $17,334.49 to $3,604.64). Every page that writes asks this."""
+    return scope is None or scope.admin
+
+
 def resolve_scope(access: AccessSettings, claims: Mapping[str, Any]) -> Scope:
     """The Scope of a signed-in person, from their identity-token claims (``st.user``)."""
     raw_email = claims.get("email")

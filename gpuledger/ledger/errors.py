@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpuledger.ledger.text import clip, neutral
+
+# A reason longer than this is cut (with a count): every value a reason echoes is clipped where it is
+# written (gpuledger.ledger.text.clip); this bounds a message that echoes many of them or a reader's text.
+MAX_REASON_CHARS = 600
+
 
 class LedgerError(Exception):
     """Base class: anything gpuledger reports to a user as one sentence."""
@@ -19,8 +25,10 @@ class FormatError(LedgerError):
     def __init__(self, path: str | Path, line: int | None, reason: str) -> None:
         self.path = str(path)
         self.line = line
-        self.reason = reason
-        where = f"{self.path}:{line}" if line is not None else self.path
+        self.reason = clip(reason, MAX_REASON_CHARS)
+        reason = self.reason
+        # a file name is someone's text too: no control character of it reaches a terminal
+        where = neutral(f"{self.path}:{line}" if line is not None else self.path)
         super().__init__(f"{where}: {reason}")
 
 

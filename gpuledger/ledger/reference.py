@@ -75,7 +75,7 @@ def normalize_model(name: str | None) -> str | None:
     """Map a reported GPU name ("NVIDIA H100 80GB HBM3", "Tesla T4", "a100_3g.20gb") to a catalog model."""
     if not name:
         return None
-    text = name.strip().replace("_", " ")
+    text = name.strip()[:256].replace("_", " ")  # no model name is longer; a search stays bounded
     models = {m.model for m in catalog()}
     if text in models:
         return text

@@ -72,6 +72,7 @@ class Settings:
         120.0  # the Upload page's worker is stopped past this (gpuledger/upload/worker.py)
     )
     upload_worker_mb: float = 2048.0  # ... or past this resident memory (DuckDB's share: upload_memory_mb)
+    max_gzip_ratio: float = 250.0  # a .gz that inflates past this many times its size is refused (a bomb)
     auth: AuthSettings | None = None  # [auth]: OIDC sign-in for the dashboard (None: off)
     access: AccessSettings = field(default_factory=AccessSettings)  # [access]: who sees which teams
     # [reports.team_mail]: team -> the addresses `report --per-team DIR --mail-to` sends its report to
@@ -87,6 +88,7 @@ class Settings:
             "upload_memory_mb",
             "upload_seconds",
             "upload_worker_mb",
+            "max_gzip_ratio",
             "auth",
             "access",
             "team_mail",
@@ -110,6 +112,7 @@ _SCALARS: dict[str, tuple[str, str, float, float]] = {
     "dashboard.upload_memory_mb": ("dashboard", "upload_memory_mb", 64.0, 1_048_576.0),
     "dashboard.upload_seconds": ("dashboard", "upload_seconds", 1.0, 86_400.0),
     "dashboard.upload_worker_mb": ("dashboard", "upload_worker_mb", 128.0, 1_048_576.0),
+    "ingest.max_gzip_ratio": ("ingest", "max_gzip_ratio", 10.0, 100_000.0),
 }
 _SECTIONS = {
     "thresholds",
@@ -119,6 +122,7 @@ _SECTIONS = {
     "price",
     "clusters",
     "dashboard",
+    "ingest",
     "auth",
     "access",
     "reports",
@@ -272,7 +276,7 @@ def from_dict(data: dict[str, Any], path: Path) -> Settings:
         name = dotted.split(".", 1)[1]
         if name in sect:
             values[fld] = _number(path, dotted, sect[name], lo, hi)
-    for section in ("thresholds", "energy", "recommend", "dashboard"):
+    for section in ("thresholds", "energy", "recommend", "dashboard", "ingest"):
         known = {k.split(".", 1)[1] for k in _SCALARS if k.startswith(section + ".")}
         extra = set(data.get(section, {})) - known
         if extra:

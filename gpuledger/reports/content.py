@@ -23,6 +23,7 @@ import polars as pl
 from analytics.filters import Filters
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.text import neutral_frame
 from gpuledger.reports import fmt
 
 TOP_ACTIONS = 5
@@ -188,12 +189,13 @@ def _collect(
         filters=filters,
         summary=head,
         previous=previous,
-        by_team=by_team,
-        by_user=by_user.filter(pl.col("user_name") != UNALLOCATED).head(TOP_ROWS),
-        by_gpu_model=by_model,
-        recommendations=top_actions(recs, TOP_ACTIONS),
+        # every name in a table as it is shown: no control character, line end or bidi override
+        by_team=neutral_frame(by_team),
+        by_user=neutral_frame(by_user.filter(pl.col("user_name") != UNALLOCATED).head(TOP_ROWS)),
+        by_gpu_model=neutral_frame(by_model),
+        recommendations=neutral_frame(top_actions(recs, TOP_ACTIONS)),
         savings=_savings(con, recs, kw),
-        costliest_jobs=jobs.filter(pl.col("cost_usd").is_not_null()),
+        costliest_jobs=neutral_frame(jobs.filter(pl.col("cost_usd").is_not_null())),
         trends=_trends(con, filters, as_of),
         notes=(),
         settings=settings,

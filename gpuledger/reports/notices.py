@@ -251,12 +251,19 @@ def render_notice(template: Any, notice: Notice, thresholds: Thresholds, source:
     """(subject, body): the template's first line is ``Subject: …``, the rest the body."""
     from jinja2 import TemplateError
 
+    from gpuledger.ledger.text import neutral, neutral_lines
+
+    def plain(value: object) -> object:  # a name as the mail shows it: no line end can forge a line
+        return neutral(value) if isinstance(value, str) else value
+
     context = {
-        "user": notice.user,
-        "team": notice.team,
+        "user": plain(notice.user),
+        "team": plain(notice.team),
         "period": notice.period,
         "total_usd": notice.total_usd,
-        "findings": [asdict(f) | {"title": f.title} for f in notice.findings],
+        "findings": [
+            {k: plain(v) for k, v in (asdict(f) | {"title": f.title}).items()} for f in notice.findings
+        ],
         "thresholds": asdict(thresholds),
     }
     try:
@@ -267,7 +274,7 @@ def render_notice(template: Any, notice: Notice, thresholds: Thresholds, source:
     first, _, body = text.partition("\n")
     if not first.lower().startswith("subject:"):
         raise LedgerError(f"{source}:1: the template's first line must be 'Subject: …'")
-    return first.split(":", 1)[1].strip(), body.lstrip("\n")
+    return neutral(first.split(":", 1)[1].strip()), neutral_lines(body.lstrip("\n"))
 
 
 def record_sent(con: duckdb.DuckDBPyConnection, notice: Notice, now: dt.datetime) -> None:

@@ -18,6 +18,7 @@ import duckdb
 from analytics.filters import Filters
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.text import neutral_lines
 from gpuledger.reports.content import (
     ReportData,
     collect,
@@ -68,7 +69,8 @@ def render(data: ReportData, fmt: str) -> str:
     """``data`` in one of FORMATS."""
     if fmt not in RENDERERS:
         raise LedgerError(f"unknown report format {fmt!r}; use one of {', '.join(FORMATS)}")
-    return RENDERERS[fmt](data)
+    # the names in it went through neutral_frame (content.collect); this pass holds for any other text
+    return neutral_lines(RENDERERS[fmt](data))
 
 
 def build_report(

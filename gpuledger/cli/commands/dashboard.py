@@ -161,5 +161,30 @@ def run(args: argparse.Namespace) -> int:
     where = "localhost" if is_loopback(args.host) else args.host
     signin = "with sign-in" if settings.auth else "without sign-in"
     print(f"serving {db} on http://{where}:{args.port} ({signin})", flush=True)
-    os.execvpe(argv[0], argv, env)
-    return 0  # not reached
+    if secrets_file is None:
+        os.execvpe(argv[0], argv, env)  # nothing of ours to clean up: Streamlit takes this process
+    return serve_then_clean(argv, env, Path(secrets_file).parent)
+
+
+def serve_then_clean(argv: list[str], env: dict[str, str], folder: Path) -> int:
+    """Run Streamlit as a child and remove ``folder`` (the private secrets) when it ends, however it ends:
+    its own exit, Ctrl-C, or a SIGTERM/SIGHUP to this process (forwarded to the child, which then stops).
+    An exec'd Streamlit left the secrets in /tmp after a SIGTERM. Only SIGKILL, which no process can
+    catch, leaves them (in a 0700 folder, mode 0600)."""
+    import shutil
+    import signal
+    import subprocess
+
+    child = subprocess.Popen(argv, env=env)
+
+    def forward(signum: int, _frame: object) -> None:
+        child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        code = child.wait()  # PEP 475: resumed after each forwarded signal until the child has ended
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return code if code >= 0 else 128 - code  # a child ended by signal N: the shell's 128 + N

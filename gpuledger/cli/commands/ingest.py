@@ -171,7 +171,10 @@ def describe(report: IngestReport) -> str:
     if report.already:
         return f"{report.path}: already ingested (ingest #{report.ingest_id}); nothing written"
     rows = ", ".join(f"{n:,} {table}" for table, n in report.rows.items() if n) or "no rows"
-    text = f"{report.path}: {report.format}: {rows} (ingest #{report.ingest_id}, {report.seconds:.2f} s)"
+    text = (
+        f"{report.path}: {report.format}: {rows} "
+        f"(ingest #{report.ingest_id}, {report.seconds:.2f} s, {report.bytes_read:,} bytes read)"
+    )
     if report.replaced:
         text += f"; replaced ingest(s) {', '.join(f'#{i}' for i in report.replaced)}"
     for reason, n in report.skipped.items():

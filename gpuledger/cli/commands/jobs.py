@@ -13,6 +13,7 @@ from gpuledger.cli.commands.summary import filters_from
 from gpuledger.ledger.db import reader
 from gpuledger.ledger.reference import sync_reference
 from gpuledger.ledger.settings import load_settings
+from gpuledger.ledger.text import neutral
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,9 +50,11 @@ def run(args: argparse.Namespace) -> int:
     head = f"{'job':<28} {'team':<12} {'kind':<11} {'state':<10} {'GPU-h':>9} {'cost':>11} {'util':>6} {'waste':>11}"
     print(head)
     for r in table.iter_rows(named=True):
-        print(
-            f"{str(r['job_id'])[:28]:<28} {str(r['team'] or '')[:12]:<12} {r['kind'][:11]:<11} "
-            f"{r['state'][:10]:<10} {r['gpu_hours']:>9,.1f} {_fmt(r['cost_usd'], '${:,.2f}'):>11} "
-            f"{_fmt(r['mean_util_pct'], '{:.0f} %'):>6} {_fmt(r['waste_usd'], '${:,.2f}'):>11}"
+        print(  # one line a row: no name's control character, line end or bidi override reaches the terminal
+            neutral(
+                f"{str(r['job_id'])[:28]:<28} {str(r['team'] or '')[:12]:<12} {r['kind'][:11]:<11} "
+                f"{r['state'][:10]:<10} {r['gpu_hours']:>9,.1f} {_fmt(r['cost_usd'], '${:,.2f}'):>11} "
+                f"{_fmt(r['mean_util_pct'], '{:.0f} %'):>6} {_fmt(r['waste_usd'], '${:,.2f}'):>11}"
+            )
         )
     return 0

@@ -16,6 +16,7 @@ from gpuledger.ledger.db import reader, writer
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.reference import sync_reference
 from gpuledger.ledger.settings import load_settings
+from gpuledger.ledger.text import neutral
 from gpuledger.reports import mail, notices
 from gpuledger.reports.content import last_full_week, week_range
 
@@ -151,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
             )
             return 0
         for n, subject, body in mails:
-            print(f"To: {n.address or '(no address: give --mail-domain)'}\nSubject: {subject}\n\n{body}")
+            to = neutral(n.address) if n.address else "(no address: give --mail-domain)"
+            print(f"To: {to}\nSubject: {subject}\n\n{body}")
             print("-" * 72)
         print(
             f"{len(mails)} notice(s) due, {held} user(s) only with notices in cooldown; dry run: nothing sent"
@@ -160,11 +162,18 @@ def run(args: argparse.Namespace) -> int:
     assert target is not None
     sender = args.mail_from or mail.default_sender()
     sent, skipped = 0, [n.user for n, _, _ in mails if not n.address]
+    refused: list[str] = []  # a recipient no mail can be addressed to (a line end in the name): the rest go
     with mail.Mailer(target, password_env=args.smtp_password_env, cafile=args.smtp_cafile) as m:
         for n, subject, body in mails:
             if not n.address:
                 continue
-            m.send(mail.build_message(sender=sender, to=[n.address], subject=subject, text=body))
+            try:
+                msg = mail.build_message(sender=sender, to=[n.address], subject=subject, text=body)
+            except ValueError as exc:  # the email package refuses a header with CR/LF in it
+                refused.append(f"{neutral(n.user)!r} ({exc})")
+                print(f"error: not mailed: {neutral(n.user)!r}: {exc}", file=sys.stderr)
+                continue
+            m.send(msg)
             with writer(args.db) as con:  # remembered at once: a later failure does not resend this one
                 con.execute("BEGIN TRANSACTION")
                 notices.record_sent(con, n, now)
@@ -172,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
             sent += 1
     print(
         f"sent {sent} notice(s) through {target.display}; {held} user(s) only with notices in cooldown"
-        + (f"; no address for: {', '.join(skipped)}" if skipped else "")
+        + (f"; no address for: {', '.join(neutral(s) for s in skipped)}" if skipped else "")
+        + (f"; {len(refused)} not mailed (see above)" if refused else "")
     )
-    return 0
+    return 1 if refused else 0

@@ -11,6 +11,7 @@ from gpuledger.cli.commands._common import add_db_options, add_filter_options, p
 from gpuledger.ledger.db import reader
 from gpuledger.ledger.reference import sync_reference
 from gpuledger.ledger.settings import load_settings
+from gpuledger.ledger.text import neutral
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -89,7 +90,7 @@ def render(items: list[dict[str, object]]) -> str:
         )
         lines.append(f"   {it['evidence']}")
         lines.append(f"   → {it['action']}")
-    return "\n".join(lines)
+    return "\n".join(neutral(line) for line in lines)  # a target's control characters never reach a terminal
 
 
 def run(args: argparse.Namespace) -> int:
