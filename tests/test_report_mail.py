@@ -563,15 +563,17 @@ def test_a_team_name_never_breaks_the_subject(tmp_path):
 
 
 def test_a_team_named_with_a_line_break_gets_one_subject_line(db_path, tmp_path):
-    """The whole path: a ledger team "evil\\r\\nBcc: spy@evil.example" with an address in the settings gets its
-    report, its Subject one line, and the Bcc it names is neither a header nor a recipient."""
+    """The whole path: a file's team "evil\\r\\nBcc: spy@evil.example" lands neutral (CR and LF a space each);
+    the settings' key, written with the CR/LF, names the same team; its report is mailed with a one-line
+    Subject, and the Bcc it names is neither a header nor a recipient."""
     from tests.analytics.build import T0, ingest, job
     from tests.analytics.recommend_ledgers import set_prices
 
-    evil = "evil\r\nBcc: spy@evil.example"
     with writer(db_path) as con:
         set_prices(con)
-        ingest(con, jobs=[job("j1", 0, 60, team=evil), job("j2", 0, 60, team="nlp")])
+        ingest(
+            con, jobs=[job("j1", 0, 60, team="evil\r\nBcc: spy@evil.example"), job("j2", 0, 60, team="nlp")]
+        )
     settings = _settings(
         tmp_path, '[reports.team_mail]\n"evil\\r\\nBcc: spy@evil.example" = "e@example.org"\n'
     )
@@ -599,7 +601,7 @@ def test_a_team_named_with_a_line_break_gets_one_subject_line(db_path, tmp_path)
     assert msg["Bcc"] is None
     assert msg["Subject"] == f"GPU cost report, {monday} – {monday}, team evil Bcc: spy@evil.example"
     assert "team 'nlp': no address" in done.stderr
-    assert "\r" not in done.stdout and "'evil\\r\\nBcc: spy@evil.example' to e@example.org" in done.stdout
+    assert "\r" not in done.stdout and "'evil  Bcc: spy@evil.example' to e@example.org" in done.stdout
 
 
 def test_the_example_team_map_parses(tmp_path):

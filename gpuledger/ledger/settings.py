@@ -18,6 +18,7 @@ from typing import Any
 
 from gpuledger.ledger.access import AccessSettings, AuthSettings, parse_access, parse_auth
 from gpuledger.ledger.errors import SettingsError
+from gpuledger.ledger.text import neutral
 
 TIERS = ("on_demand", "spot", "reserved", "on_prem")
 BILLING = ("always_on", "per_job")  # [clusters.X] billing: is capacity nobody holds paid for?
@@ -260,7 +261,7 @@ def _team_mail(path: Path, raw: Any) -> dict[str, tuple[str, ...]]:
         for a in addresses:
             if problem := address_problem(a):
                 raise SettingsError(path, key, f"{a!r} {problem}")
-        out[str(team)] = addresses
+        out[neutral(team)] = addresses  # as the ledger stores and the report shows a team's name
     return out
 
 

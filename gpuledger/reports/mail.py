@@ -12,7 +12,6 @@ the system's CAs, or ``cafile`` (a site's own CA; the tests' self-signed one).
 from __future__ import annotations
 
 import os
-import re
 import smtplib
 import socket
 import ssl
@@ -23,6 +22,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.settings import address_problem
+from gpuledger.ledger.text import neutral
 
 PASSWORD_ENV = "GPULEDGER_SMTP_PASSWORD"
 TIMEOUT_S = 30.0
@@ -106,15 +106,16 @@ def build_message(
     return msg
 
 
-# control characters (C0, DEL, C1) and the Unicode line and paragraph separators: none may reach a header,
-# where CR/LF would start a header of its own (a team named "x\r\nBcc: …") and the others show as boxes
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+# besides gpuledger.ledger.text.neutral's controls: the Unicode line and paragraph separators, which some
+# mail software splits a header at
+_SEPARATORS = str.maketrans({"\u2028": " ", "\u2029": " ", "\u0085": " "})
 
 
 def header_text(text: str) -> str:
-    """``text`` fit for a header such as Subject: every run of control characters (CR and LF included) one
-    space, so a name from the ledger can never add a header or break the line."""
-    return " ".join(_CONTROL.sub(" ", text).split())
+    """``text`` fit for a header such as Subject: :func:`~gpuledger.ledger.text.neutral` (every control
+    character, CR and LF included, a space; bidi controls dropped), the Unicode line separators a space too,
+    and the spaces run together, so a name from the ledger can never add a header or break the line."""
+    return " ".join(neutral(text).translate(_SEPARATORS).split())
 
 
 def parse_addresses(text: str) -> list[str]:

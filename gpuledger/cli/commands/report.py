@@ -16,6 +16,7 @@ from gpuledger.ledger.db import reader
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.reference import sync_reference
 from gpuledger.ledger.settings import load_settings
+from gpuledger.ledger.text import neutral
 from gpuledger.reports import mail
 from gpuledger.reports.content import ReportData, collect, default_title
 from gpuledger.reports.fmt import slug
@@ -228,7 +229,8 @@ def mail_teams(
     """Mail each team its own report, through one SMTP session, to ``addresses[team]``. A team with no
     address is listed and skipped; a team whose mail the server refuses is listed and the others still go.
     Exit 0 when every team with an address got its mail, else 1. Team names are printed as Python writes
-    them (repr), so a name carrying a line break or an escape sequence cannot forge a line of this output."""
+    them (neutral, then repr), so a name carrying a line break or an escape sequence cannot forge a line of this
+    output."""
     sent: list[str] = []
     skipped = [team for team, _ in per_team if team not in addresses]
     failed = 0
@@ -241,14 +243,14 @@ def mail_teams(
                     m.send(report_message(data, to, args, team))
                 except LedgerError as exc:
                     failed += 1
-                    print(f"error: team {team!r}: {exc}", file=sys.stderr)
+                    print(f"error: team {neutral(team)!r}: {exc}", file=sys.stderr)
                     continue
-                sent.append(f"{team!r} to {', '.join(to)}")
+                sent.append(f"{neutral(team)!r} to {', '.join(to)}")
     for team in skipped:
-        print(f"team {team!r}: no address in [reports.team_mail]: not mailed", file=sys.stderr)
+        print(f"team {neutral(team)!r}: no address in [reports.team_mail]: not mailed", file=sys.stderr)
     reported = {team for team, _ in per_team}
     for team in sorted(set(addresses) - reported):
-        print(f"team {team!r}: no spend in the period, no report: not mailed", file=sys.stderr)
+        print(f"team {neutral(team)!r}: no spend in the period, no report: not mailed", file=sys.stderr)
     print(
         f"mailed {len(sent)} team report(s) through {target.display}"
         + (f": {'; '.join(sent)}" if sent else "")
