@@ -6,10 +6,11 @@ with the same shape (analytics/advice_common.py): ``KINDS`` and ``advise(view, f
 for pages and reports; docs/recommendations.md gives each rule, threshold, savings formula and confidence):
 see KINDS. The thresholds are settings (``[recommend]`` and ``[thresholds]``, docs/settings.md).
 
-Recurring vs one-off: an item on a recurring pattern (a run family with ≥ 2 runs in the view, a user's
-habit, a service, a cluster) has ``recurring`` true and a ``usd_per_week``; a one-off (one training run)
-has ``usd_per_week`` NULL and says what it would have saved (``saving_usd``). Near-identical job items of
-one family (same kind, user, name stem and action) are merged into one family card.
+Recurring vs one-off (analytics/recurrence.py, from the job's history in the ledger, not the view's dates:
+a run family with ≥ 2 runs in the ledger, a user's habit, a service, a cluster): a recurring item has a
+``usd_per_week``; a one-off (a training run whose family ran once) has ``usd_per_week`` NULL and says what
+it would have saved (``saving_usd``). Near-identical job items of one family (same kind, user, name stem
+and action) are merged into one family card.
 
 Money: ``saving_usd`` is what the change would have saved on the jobs of the view, priced at each job's own
 rate (its cost in the view ÷ its GPU-hours in the view); ``usd_per_week = saving_usd × 7 / view_days``, where
@@ -54,6 +55,7 @@ from analytics.job_signals import view_jobs_sql, view_signals
 from analytics.money import cents
 from analytics.problems import CAPACITY_KINDS, one_per_problem, owner_of, where_paid_for
 from analytics.query import frame
+from analytics.recurrence import mark
 from analytics.savings import coverage, savings_total, with_counted
 from analytics.utilization import Source
 from analytics.waste import job_waste, unallocated
@@ -232,8 +234,12 @@ def recommendations(
 
     kept = [
         it.but(usd_per_week=per_week(it) if it.recurring else None)
-        for it in where_paid_for(items, view, settings)
-        if it.kind in want and (it.saving_usd or 0) > 0 and per_week(it) >= min_usd_per_week
+        # recurring or one-off by the job's history, the same at every range (analytics/recurrence.py); a
+        # one-off's saving is not a weekly figure, so it is held against the floor as it is
+        for it in mark(con, where_paid_for(items, view, settings), as_of)
+        if it.kind in want
+        and (it.saving_usd or 0) > 0
+        and (per_week(it) if it.recurring else it.saving_usd) >= min_usd_per_week
     ]
     rows = [
         _owned(it).row(KIND_LABELS[it.kind])

@@ -424,3 +424,241 @@ def test_tls_verified_against_the_given_ca(ledger_file, tmp_path, mode):
     assert unverified.returncode == 1 and "certificate" in unverified.stderr.lower()
     assert ok.returncode == 0, ok.stderr
     assert len(inbox.messages) == 1
+
+
+# ---------------------------------------------------------------- each team its own report
+
+
+def _settings(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "settings.toml"
+    path.write_text(body, encoding="utf-8")
+    return str(path)
+
+
+TEAM_MAIL = """
+[reports.team_mail]
+nlp = "nlp-lead@example.org"
+vision = ["v1@example.org", "v2@example.org"]
+robotics = "robo@example.org"
+"""
+
+
+def test_per_team_mail_sends_each_team_its_own_report(ledger_file, tmp_path):
+    """W47 of the fixture has three teams: nlp and vision have addresses, speech has none (listed and
+    skipped), robotics has an address but no spend (no report, said)."""
+    settings = _settings(tmp_path, TEAM_MAIL)
+    with smtp_server() as inbox:
+        done = cli(
+            "report",
+            *WEEK,
+            "--db",
+            ledger_file,
+            "--settings",
+            settings,
+            "--per-team",
+            str(tmp_path / "teams"),
+            "--mail-to",
+            "--smtp",
+            f"smtp://127.0.0.1:{inbox.port}",
+            "--mail-from",
+            "gpuledger@example.org",
+        )
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "teams").iterdir()) == [
+        "nlp.html",
+        "speech.html",
+        "vision.html",
+    ]
+    by_rcpt = {tuple(rcpts): msg for _, rcpts, msg in inbox.messages}
+    assert set(by_rcpt) == {("nlp-lead@example.org",), ("v1@example.org", "v2@example.org")}
+    title = "GPU cost report, week 2026-W47 (2026-11-16 – 2026-11-22), team"
+    for team, rcpts in (("nlp", ("nlp-lead@example.org",)), ("vision", ("v1@example.org", "v2@example.org"))):
+        msg = by_rcpt[rcpts]
+        assert msg["Subject"] == f"{title} {team}"
+        parts = _parts(msg)
+        assert set(parts) == {"text/plain", "text/html", f"attachment:gpuledger-report-2026-W47-{team}.csv"}
+        # each team's own money: its summary, not the fleet's
+        own = json.loads(
+            cli(
+                "summary",
+                "--json",
+                "--team",
+                team,
+                "--since",
+                "2026-11-16",
+                "--until",
+                "2026-11-22",
+                "--db",
+                ledger_file,
+            ).stdout
+        )
+        assert f"${own['spend_usd']:,.2f}" in parts["text/plain"]
+        assert "$582.71" not in parts["text/plain"].split("What the figures mean")[0]  # the fleet's spend
+    # nlp: dash-1 8 × 10 h × $2.99 + dash-2 1 × 12 h × $2.99 = $239.20 + $35.88 = $275.08
+    nlp = _parts(by_rcpt[("nlp-lead@example.org",)])["text/plain"]
+    assert "$275.08" in nlp
+    assert "team 'speech': no address in [reports.team_mail]: not mailed" in done.stderr
+    assert "team 'robotics': no spend in the period, no report: not mailed" in done.stderr
+    assert done.stdout.strip().endswith("1 team(s) without an address skipped")
+    assert "mailed 2 team report(s)" in done.stdout
+
+
+def test_bare_mail_to_needs_per_team_and_a_team_map(ledger_file, tmp_path):
+    alone = cli("report", *WEEK, "--db", ledger_file, "--mail-to", "--smtp", "smtp://127.0.0.1:1")
+    assert alone.returncode == 2
+    assert "--mail-to without addresses mails each team its own report: give --per-team DIR" in alone.stderr
+    no_map = cli(
+        "report",
+        *WEEK,
+        "--db",
+        ledger_file,
+        "--settings",
+        _settings(tmp_path, "[energy]\nusd_per_kwh = 0.1\n"),
+        "--per-team",
+        str(tmp_path / "t"),
+        "--mail-to",
+        "--smtp",
+        "smtp://127.0.0.1:1",
+    )
+    assert no_map.returncode == 2
+    assert "needs a [reports.team_mail] table" in no_map.stderr
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            '[reports.team_mail]\nnlp = "not-an-address"\n',
+            "setting 'reports.team_mail.nlp': 'not-an-address' is not a mail address",
+        ),
+        (
+            '[reports.team_mail]\nnlp = "a@x.org\\r\\nBcc: spy@evil.example"\n',
+            "setting 'reports.team_mail.nlp'",
+        ),
+        ("[reports.team_mail]\nnlp = 3\n", "setting 'reports.team_mail.nlp': must be an address or a list"),
+        ('[reports.team_mail]\nnlp = ""\n', "setting 'reports.team_mail.nlp': names no address"),
+        ("[reports]\nteam_mails = {}\n", "setting 'reports.team_mails': is not a known setting"),
+    ],
+)
+def test_a_bad_team_address_is_one_settings_error(ledger_file, tmp_path, body, message):
+    done = cli("report", *WEEK, "--db", ledger_file, "--settings", _settings(tmp_path, body))
+    assert done.returncode == 1
+    assert message in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_a_team_name_never_breaks_the_subject(tmp_path):
+    """A team named with CR/LF, an escape sequence and a Unicode line separator: one Subject line, no header
+    of its own (no Bcc), every control character one space."""
+    from gpuledger.reports.mail import build_message
+
+    evil = "evil\r\nBcc: spy@evil.example\x1b[31m\u2028x"
+    msg = build_message(
+        sender="g@example.org", to=["a@example.org"], subject=f"GPU cost report, team {evil}", text="t"
+    )
+    raw = msg.as_bytes()
+    parsed = email.message_from_bytes(raw, policy=email.policy.default)
+    assert parsed["Bcc"] is None
+    assert parsed["Subject"] == "GPU cost report, team evil Bcc: spy@evil.example [31m x"
+    assert b"\x1b" not in raw and b"spy@evil.example\r\n" not in raw
+
+
+def test_a_team_named_with_a_line_break_gets_one_subject_line(db_path, tmp_path):
+    """The whole path: a file's team "evil\\r\\nBcc: spy@evil.example" lands neutral (CR and LF a space each);
+    the settings' key, written with the CR/LF, names the same team; its report is mailed with a one-line
+    Subject, and the Bcc it names is neither a header nor a recipient."""
+    from tests.analytics.build import T0, ingest, job
+    from tests.analytics.recommend_ledgers import set_prices
+
+    with writer(db_path) as con:
+        set_prices(con)
+        ingest(
+            con, jobs=[job("j1", 0, 60, team="evil\r\nBcc: spy@evil.example"), job("j2", 0, 60, team="nlp")]
+        )
+    settings = _settings(
+        tmp_path, '[reports.team_mail]\n"evil\\r\\nBcc: spy@evil.example" = "e@example.org"\n'
+    )
+    monday = T0.date().isoformat()
+    with smtp_server() as inbox:
+        done = cli(
+            "report",
+            "--since",
+            monday,
+            "--until",
+            monday,
+            "--db",
+            db_path,
+            "--settings",
+            settings,
+            "--per-team",
+            str(tmp_path / "t"),
+            "--mail-to",
+            "--smtp",
+            f"smtp://127.0.0.1:{inbox.port}",
+        )
+    assert done.returncode == 0, done.stderr
+    ((_, rcpts, msg),) = inbox.messages
+    assert rcpts == ["e@example.org"]
+    assert msg["Bcc"] is None
+    assert msg["Subject"] == f"GPU cost report, {monday} – {monday}, team evil Bcc: spy@evil.example"
+    assert "team 'nlp': no address" in done.stderr
+    assert "\r" not in done.stdout and "'evil  Bcc: spy@evil.example' to e@example.org" in done.stdout
+
+
+def test_the_example_team_map_parses(tmp_path):
+    """data/settings.example.toml's commented [reports.team_mail] block, uncommented, is valid settings."""
+    from gpuledger.ledger.settings import load_settings
+
+    lines = (ROOT / "data" / "settings.example.toml").read_text(encoding="utf-8").splitlines()
+    start = lines.index("# [reports.team_mail]")
+    block = [line.removeprefix("# ") for line in lines[start:] if line.startswith("# ")]
+    settings = load_settings(_settings(tmp_path, "\n".join(block) + "\n"))
+    assert settings.team_mail == {
+        "vision": ("vision-lead@example.org",),
+        "nlp": ("nlp-lead@example.org", "nlp-finance@example.org"),
+    }
+    assert settings.fingerprint() == type(settings)().fingerprint()  # no figure depends on who gets mail
+
+
+@NEEDS_AIOSMTPD
+def test_a_refused_team_is_one_error_and_the_others_still_go(ledger_file, tmp_path):
+    """The server refuses nlp's address (550 at RCPT): one error line names the team, vision's mail still
+    goes, exit 1."""
+    from aiosmtpd.controller import Controller
+
+    inbox = Inbox("127.0.0.1", free_port())
+
+    class Refusing:
+        async def handle_RCPT(self, server, session, envelope, address, rcpt_options):  # type: ignore[no-untyped-def]
+            if address.startswith("nlp-lead"):
+                return "550 no such mailbox"
+            envelope.rcpt_tos.append(address)
+            return "250 OK"
+
+        async def handle_DATA(self, server, session, envelope):  # type: ignore[no-untyped-def]
+            inbox.add(envelope.mail_from, envelope.rcpt_tos, envelope.original_content or envelope.content)
+            return "250 OK"
+
+    controller = Controller(Refusing(), hostname="127.0.0.1", port=inbox.port)
+    controller.start()
+    try:
+        done = cli(
+            "report",
+            *WEEK,
+            "--db",
+            ledger_file,
+            "--settings",
+            _settings(tmp_path, TEAM_MAIL),
+            "--per-team",
+            str(tmp_path / "teams"),
+            "--mail-to",
+            "--smtp",
+            f"smtp://127.0.0.1:{inbox.port}",
+        )
+    finally:
+        controller.stop()
+    assert done.returncode == 1
+    assert [rcpts for _, rcpts, _ in inbox.messages] == [["v1@example.org", "v2@example.org"]]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: team 'nlp': ")
+    assert "nlp-lead@example.org" in errors[0]
+    assert "mailed 1 team report(s)" in done.stdout

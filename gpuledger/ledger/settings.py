@@ -18,6 +18,7 @@ from typing import Any
 
 from gpuledger.ledger.access import AccessSettings, AuthSettings, parse_access, parse_auth
 from gpuledger.ledger.errors import SettingsError
+from gpuledger.ledger.text import neutral
 
 TIERS = ("on_demand", "spot", "reserved", "on_prem")
 BILLING = ("always_on", "per_job")  # [clusters.X] billing: is capacity nobody holds paid for?
@@ -87,6 +88,8 @@ class Settings:
     max_gzip_ratio: float = 250.0  # a .gz that inflates past this many times its size is refused (a bomb)
     auth: AuthSettings | None = None  # [auth]: OIDC sign-in for the dashboard (None: off)
     access: AccessSettings = field(default_factory=AccessSettings)  # [access]: who sees which teams
+    # [reports.team_mail]: team -> the addresses `report --per-team DIR --mail-to` sends its report to
+    team_mail: dict[str, tuple[str, ...]] = field(default_factory=dict)
     source: str = "defaults"
 
     def fingerprint(self) -> str:
@@ -101,6 +104,7 @@ class Settings:
             "max_gzip_ratio",
             "auth",
             "access",
+            "team_mail",
         ):
             payload.pop(who_sees_what)  # no figure depends on these
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
@@ -145,6 +149,7 @@ _SECTIONS = {
     "ingest",
     "auth",
     "access",
+    "reports",
 }
 
 
@@ -243,6 +248,46 @@ def _clusters(path: Path, raw: Any) -> dict[str, ClusterSettings]:
     return out
 
 
+def address_problem(address: str) -> str | None:
+    """Why ``address`` is not a mail address (None when it is one): ``local@domain``, nothing that would
+    end a header or split a list (space, ``<>``, ``,;``, a control character such as CR or LF). The one check for every address gpuledger
+    sends to (--mail-to, [reports.team_mail])."""
+    local, at, domain = address.rpartition("@")
+    if not at or not local or not domain:
+        return "is not a mail address (local@domain)"
+    if any(c in " <>,;" or ord(c) < 32 or 127 <= ord(c) < 160 for c in address):
+        return "is not a mail address (it holds a space, <, >, a comma, a semicolon or a control character)"
+    return None
+
+
+def _team_mail(path: Path, raw: Any) -> dict[str, tuple[str, ...]]:
+    """``[reports.team_mail]``: team = "addr" or ["addr", ...] (a comma-separated string is a list too)."""
+    if not isinstance(raw, dict):
+        raise SettingsError(path, "reports", "must be a table")
+    unknown = raw.keys() - {"team_mail"}
+    if unknown:
+        raise SettingsError(path, f"reports.{sorted(unknown)[0]}", "is not a known setting")
+    table = raw.get("team_mail", {})
+    if not isinstance(table, dict):
+        raise SettingsError(path, "reports.team_mail", 'must be a table of team = "address"')
+    out: dict[str, tuple[str, ...]] = {}
+    for team, value in table.items():
+        key = f"reports.team_mail.{team}"
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list) or not all(isinstance(a, str) for a in items):
+            raise SettingsError(
+                path, key, 'must be an address or a list of addresses, e.g. "lead@example.org"'
+            )
+        addresses = tuple(a.strip() for a in items if a.strip())
+        if not addresses:
+            raise SettingsError(path, key, "names no address")
+        for a in addresses:
+            if problem := address_problem(a):
+                raise SettingsError(path, key, f"{a!r} {problem}")
+        out[neutral(team)] = addresses  # as the ledger stores and the report shows a team's name
+    return out
+
+
 def from_dict(data: dict[str, Any], path: Path) -> Settings:
     unknown = data.keys() - _SECTIONS
     if unknown:
@@ -272,6 +317,8 @@ def from_dict(data: dict[str, Any], path: Path) -> Settings:
         values["clusters"] = _clusters(path, data["clusters"])
     values["auth"] = parse_auth(path, data.get("auth"))
     values["access"] = parse_access(path, data.get("access"))
+    if "reports" in data:
+        values["team_mail"] = _team_mail(path, data["reports"])
     settings = Settings(**values, source=str(path))
     if settings.idle_util_pct >= settings.target_util_pct:
         raise SettingsError(path, "thresholds.idle_util_pct", "must be below thresholds.target_util_pct")

@@ -445,6 +445,13 @@ def definitions(settings: Settings) -> list[tuple[str, str]]:
             "time), so the total counts each dollar once.",
         ),
         (
+            "One-off (actions)",
+            "an action on a run whose family (one user's runs sharing a name stem) ran only once in the ledger up to "
+            "the data horizon: it says what it would have saved, once, not per week. Families with two or more runs, "
+            "notebooks, services, a user's habits and a cluster's capacity recur. Decided by the run's history, not "
+            "by the report's dates, so a week's one-offs are part of the month's.",
+        ),
+        (
             "Coverage",
             "the share of this period's waste dollars that at least one action addresses, each dollar once.",
         ),

@@ -21,6 +21,8 @@ from email.utils import formatdate, make_msgid
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from gpuledger.ledger.errors import LedgerError
+from gpuledger.ledger.settings import address_problem
+from gpuledger.ledger.text import neutral
 
 PASSWORD_ENV = "GPULEDGER_SMTP_PASSWORD"
 TIMEOUT_S = 30.0
@@ -92,7 +94,7 @@ def build_message(
     msg = EmailMessage()
     msg["From"] = sender
     msg["To"] = ", ".join(to)
-    msg["Subject"] = subject.replace("\r", " ").replace("\n", " ")
+    msg["Subject"] = header_text(subject)
     msg["Date"] = formatdate(localtime=False)
     msg["Message-ID"] = make_msgid(domain=sender.rpartition("@")[2] or None)
     msg.set_content(text, subtype="plain", charset="utf-8")
@@ -104,14 +106,25 @@ def build_message(
     return msg
 
 
+# besides gpuledger.ledger.text.neutral's controls: the Unicode line and paragraph separators, which some
+# mail software splits a header at
+_SEPARATORS = str.maketrans({"\u2028": " ", "\u2029": " ", "\u0085": " "})
+
+
+def header_text(text: str) -> str:
+    """``text`` fit for a header such as Subject: :func:`~gpuledger.ledger.text.neutral` (every control
+    character, CR and LF included, a space; bidi controls dropped), the Unicode line separators a space too,
+    and the spaces run together, so a name from the ledger can never add a header or break the line."""
+    return " ".join(neutral(text).translate(_SEPARATORS).split())
+
+
 def parse_addresses(text: str) -> list[str]:
     """``--mail-to a@x,b@y`` → ["a@x", "b@y"]; each must look like an address."""
     out = [a.strip() for a in text.split(",") if a.strip()]
     if not out:
         raise LedgerError("--mail-to: no address given")
     for a in out:
-        local, at, domain = a.rpartition("@")
-        if not at or not local or not domain or any(c in a for c in " <>\r\n,;"):
+        if address_problem(a):
             raise LedgerError(f"--mail-to: {a!r} is not a mail address")
     return out
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
+from email.message import EmailMessage
 from pathlib import Path
 
 from analytics.filters import Filters, horizon
@@ -13,11 +15,13 @@ from gpuledger.cli.commands._common import add_db_options, add_filter_options, r
 from gpuledger.ledger.db import reader, sync_reference
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.settings import load_settings
+from gpuledger.ledger.text import neutral
 from gpuledger.reports import mail
 from gpuledger.reports.content import ReportData, collect, default_title
 from gpuledger.reports.fmt import slug
 from gpuledger.reports.weekly import FORMATS, render
 
+TEAMS = "\0teams"  # --mail-to given without addresses: each team to its own ([reports.team_mail])
 SUFFIXES = {
     ".md": "md",
     ".markdown": "md",
@@ -50,7 +54,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     g = p.add_argument_group("mail (docs/reports.md)")
     g.add_argument(
-        "--mail-to", metavar="ADDR[,ADDR]", help="mail the report: HTML + plain text, CSV attached"
+        "--mail-to",
+        metavar="ADDR[,ADDR]",
+        nargs="?",
+        const=TEAMS,
+        help="mail the report: HTML + plain text, CSV attached. Bare, with --per-team DIR: mail each team its "
+        "own report, to the addresses of [reports.team_mail] in the settings (a team with none is listed "
+        "and skipped)",
     )
     g.add_argument(
         "--smtp", metavar="URL", help="smtp://[user@]host[:port][?starttls=1] or smtps://[user@]host[:port]"
@@ -117,14 +127,29 @@ def run(args: argparse.Namespace) -> int:
     if args.per_team and args.out:
         print("error: give either --out or --per-team DIR, not both", file=sys.stderr)
         return 2
+    to_teams = args.mail_to == TEAMS
+    if to_teams and not args.per_team:
+        print(
+            "error: --mail-to without addresses mails each team its own report: give --per-team DIR too "
+            "(or --mail-to ADDR[,ADDR])",
+            file=sys.stderr,
+        )
+        return 2
     from gpuledger.reports.content import last_full_week, week_range
 
     fmt = report_format(args)
     target = recipients = None
     if args.mail_to:  # check the delivery options before any work
-        recipients = mail.parse_addresses(args.mail_to)
+        recipients = None if to_teams else mail.parse_addresses(args.mail_to)
         target = mail.parse_smtp_url(args.smtp, starttls=args.starttls)
     settings = load_settings(args.settings)
+    if to_teams and not settings.team_mail:
+        print(
+            f'error: --mail-to without addresses needs a [reports.team_mail] table (team = "address") in the '
+            f"settings ({settings.source}); see docs/reports.md",
+            file=sys.stderr,
+        )
+        return 2
     sync_reference(args.db, settings)
     with reader(args.db) as con, sharing(con):
         since, until = args.since, args.until
@@ -165,20 +190,69 @@ def run(args: argparse.Namespace) -> int:
     if target is not None and recipients:
         send_report(data, target, recipients, args)
         print(f"mailed the report to {', '.join(recipients)} through {target.display}")
+    if target is not None and to_teams:
+        return mail_teams(per_team, settings.team_mail, target, args)
     return 0
 
 
-def send_report(data: ReportData, target: mail.SmtpTarget, to: list[str], args: argparse.Namespace) -> None:
+def report_message(
+    data: ReportData, to: list[str], args: argparse.Namespace, team: str | None = None
+) -> EmailMessage:
+    """The report as a mail: subject = its title (made header-safe), text + HTML, the CSV attached as
+    gpuledger-report-WEEK[-TEAM].csv (the team's name made file-safe)."""
     week = data.filters.since.isoformat() if data.filters.since else "all"
     if "week " in data.title:
         week = data.title.split("week ", 1)[1].split(" ", 1)[0]
-    msg = mail.build_message(
+    name = f"gpuledger-report-{week}" + (f"-{slug(team)}" if team is not None else "")
+    return mail.build_message(
         sender=args.mail_from or mail.default_sender(),
         to=to,
         subject=data.title,
         text=render(data, "txt"),
         html=render(data, "html"),
-        attachments=[(f"gpuledger-report-{week}.csv", render(data, "csv").encode("utf-8"), "text/csv")],
+        attachments=[(f"{name}.csv", render(data, "csv").encode("utf-8"), "text/csv")],
     )
+
+
+def send_report(data: ReportData, target: mail.SmtpTarget, to: list[str], args: argparse.Namespace) -> None:
     with mail.Mailer(target, password_env=args.smtp_password_env, cafile=args.smtp_cafile) as m:
-        m.send(msg)
+        m.send(report_message(data, to, args))
+
+
+def mail_teams(
+    per_team: list[tuple[str, ReportData]],
+    addresses: Mapping[str, tuple[str, ...]],
+    target: mail.SmtpTarget,
+    args: argparse.Namespace,
+) -> int:
+    """Mail each team its own report, through one SMTP session, to ``addresses[team]``. A team with no
+    address is listed and skipped; a team whose mail the server refuses is listed and the others still go.
+    Exit 0 when every team with an address got its mail, else 1. Team names are printed as Python writes
+    them (neutral, then repr), so a name carrying a line break or an escape sequence cannot forge a line of this
+    output."""
+    sent: list[str] = []
+    skipped = [team for team, _ in per_team if team not in addresses]
+    failed = 0
+    todo = [(team, data) for team, data in per_team if team in addresses]
+    if todo:
+        with mail.Mailer(target, password_env=args.smtp_password_env, cafile=args.smtp_cafile) as m:
+            for team, data in todo:
+                to = list(addresses[team])
+                try:
+                    m.send(report_message(data, to, args, team))
+                except LedgerError as exc:
+                    failed += 1
+                    print(f"error: team {neutral(team)!r}: {exc}", file=sys.stderr)
+                    continue
+                sent.append(f"{neutral(team)!r} to {', '.join(to)}")
+    for team in skipped:
+        print(f"team {neutral(team)!r}: no address in [reports.team_mail]: not mailed", file=sys.stderr)
+    reported = {team for team, _ in per_team}
+    for team in sorted(set(addresses) - reported):
+        print(f"team {neutral(team)!r}: no spend in the period, no report: not mailed", file=sys.stderr)
+    print(
+        f"mailed {len(sent)} team report(s) through {target.display}"
+        + (f": {'; '.join(sent)}" if sent else "")
+        + (f"; {len(skipped)} team(s) without an address skipped" if skipped else "")
+    )
+    return 1 if failed else 0
