@@ -16,7 +16,7 @@ import streamlit as st
 from streamlit.errors import StreamlitAuthError, StreamlitMissingAuthlibError
 from streamlit.logger import get_logger
 
-from pages import _data, _scope, _ui
+from pages import _data, _scope, _ui, _view
 
 LOG = get_logger("gpuledger.dashboard")
 
@@ -136,6 +136,7 @@ def page_failed() -> None:
 
 try:
     with _data.one_connection():
+        _view.remember_asked_names()  # before the sidebar's URL-bound filters drop names they do not offer
         sidebar()
         with _ui.routed():
             page.run()
