@@ -70,7 +70,7 @@ st.caption(
 
 def change(now: float | None, key: str, kind: str = "usd") -> dict[str, Any]:
     """st.metric's delta arguments against the period before; none drawn when there is nothing to compare."""
-    if p is None:
+    if p is None or now is None:
         return {}
     d = delta(now, p.get(key), kind)
     if d is None:
