@@ -57,7 +57,7 @@ def run(query: dict[str, list[str]] | None = None) -> AppTest:
     return at
 
 
-def metric(at: AppTest, label: str):  # noqa: ANN201 - streamlit's Metric element
+def metric(at: AppTest, label: str):
     return next(m for m in at.metric if m.label == label)
 
 
