@@ -114,34 +114,35 @@ s = result.summary
 unpriced = bool(result.needs_gpu and not result.gpu_assumed)  # no GPUs known: no cost, not a $0 cost
 if s is not None:
     telemetry = s["mean_util_pct"] is not None
+    na_ = _ui.NA  # the reasons go in one line under the cards: "n/a (reason)" would be cut off there
     cols = st.columns(KPI_WIDTHS)
-    cols[0].metric(
-        "Spend",
-        na("not priced yet") if unpriced else usd(s["spend_usd"]),
-        help="Say which GPUs ran it (above) to price it." if unpriced else None,
-    )
-    cols[1].metric("GPU-hours", na("GPUs unknown") if unpriced else num(s["gpu_hours"], 1))
-    cols[2].metric("Mean utilization", pct(s["mean_util_pct"]) if telemetry else na("no telemetry"))
-    cols[3].metric(
-        "Idle $",
-        usd(s["idle_usd"]) if telemetry else na("no telemetry"),
-        help=None if telemetry else "The file has no utilization samples: idle time is unknown, not zero.",
-    )
-    cols[4].metric(
-        "Waste $",
-        usd(s["waste_usd"])
-        if telemetry and not unpriced
-        else na("no telemetry" if not telemetry else "unpriced"),
-        help=None
-        if telemetry
-        else "Without utilization samples idle and under-used time are unknown, so waste is not a figure. "
-        "A training log tells what the run did; pair it with the GPUs' nvidia-smi or DCGM log for waste.",
-    )
+    cols[0].metric("Spend", na_ if unpriced else usd(s["spend_usd"]))
+    cols[1].metric("GPU-hours", na_ if unpriced else num(s["gpu_hours"], 1))
+    cols[2].metric("Mean utilization", pct(s["mean_util_pct"]) if telemetry else na_)
+    cols[3].metric("Idle $", usd(s["idle_usd"]) if telemetry else na_)
+    cols[4].metric("Waste $", usd(s["waste_usd"]) if telemetry and not unpriced else na_)
+    unknown = []
+    if unpriced:
+        unknown.append(
+            "Spend and GPU-hours are n/a until you say which GPUs ran it (above): the log does not say, so its "
+            "cost is unknown, not $0."
+        )
+    if not telemetry:
+        unknown.append(
+            "Utilization, idle $ and waste $ are n/a: the file has no utilization samples, so idle and "
+            "under-used time are unknown, not zero. Pair a training log with the GPUs' nvidia-smi or DCGM log "
+            "(`gpuledger ingest`) for its waste."
+        )
+    if unknown:
+        st.caption(" ".join(unknown))
     if s.get("unpriced_gpu_hours"):
         st.caption(
             f"{num(s['unpriced_gpu_hours'], 1)} GPU-hours have no price for their GPU model and are not in the "
             "spend (add a price in the settings file)."
         )
+
+
+SMOOTH = 25  # log entries in the loss curve's moving mean
 
 
 def training_log(result: UploadResult, unpriced: bool) -> None:
@@ -156,17 +157,22 @@ def training_log(result: UploadResult, unpriced: bool) -> None:
     uc = u.filter(pl.col("job_id") == r["job_id"]).row(0, named=True) if u is not None and u.height else {}
     cols = st.columns(4)
     if r.get("tokens_per_s"):
-        thr, thr_help = f"{num(r['tokens_per_s'], 1)} tokens/s", "train_tokens_per_second, the run's average"
+        unit, thr, thr_help = (
+            "tokens/s",
+            num(r["tokens_per_s"], 1),
+            "train_tokens_per_second: the run's average",
+        )
     elif r.get("samples_per_s"):
-        thr, thr_help = (
-            f"{num(r['samples_per_s'], 3)} samples/s",
-            "train_samples_per_second, the run's average",
+        unit, thr, thr_help = (
+            "samples/s",
+            num(r["samples_per_s"], 3),
+            "train_samples_per_second: the run's average",
         )
     elif r.get("steps") and r.get("runtime_s"):
-        thr, thr_help = f"{num(3600 * r['steps'] / r['runtime_s'], 1)} steps/h", "steps ÷ runtime"
+        unit, thr, thr_help = "steps/h", num(3600 * r["steps"] / r["runtime_s"], 1), "steps ÷ runtime"
     else:
-        thr, thr_help = na("no runtime logged"), None
-    cols[0].metric("Throughput", thr, help=thr_help)
+        unit, thr, thr_help = "", _ui.NA, "the log has no runtime"
+    cols[0].metric(f"Throughput ({unit})" if unit else "Throughput", thr, help=thr_help)
     runtime = r.get("runtime_s")
     cols[1].metric("Runtime", f"{num(runtime / 3600, 1)} h" if runtime else na("not logged"))
     epoch = uc.get("usd_per_epoch")
@@ -194,9 +200,19 @@ def training_log(result: UploadResult, unpriced: bool) -> None:
     if log.is_empty() or log["loss"].is_null().all():
         st.caption("The log has no loss values to draw.")
         return
-    curves = log.filter(pl.col("loss").is_not_null()).select(
-        "step", pl.lit("training loss").alias("curve"), pl.col("loss").alias("value")
-    )
+    losses = log.filter(pl.col("loss").is_not_null()).sort("step")
+    curves = losses.select("step", pl.lit("training loss").alias("curve"), pl.col("loss").alias("value"))
+    if losses.height >= 200:  # a noisy curve: its trend beside it, the mean of SMOOTH entries around each
+        curves = pl.concat(
+            [
+                curves,
+                losses.select(
+                    "step",
+                    pl.lit(f"training loss, mean of {SMOOTH}").alias("curve"),
+                    pl.col("loss").rolling_mean(SMOOTH, center=True, min_samples=1).alias("value"),
+                ),
+            ]
+        )
     evals = log.filter(pl.col("eval_loss").is_not_null()).select(
         "step", pl.lit("eval loss").alias("curve"), pl.col("eval_loss").alias("value")
     )
@@ -206,8 +222,20 @@ def training_log(result: UploadResult, unpriced: bool) -> None:
         y="value",
         color="curve",
         labels={"step": "optimizer step", "value": "loss", "curve": ""},
+        color_discrete_map={
+            "training loss": "#6BAED6",
+            f"training loss, mean of {SMOOTH}": "#08306B",
+            "eval loss": "#D55E00",
+        },
     )
-    fig.update_layout(margin={"t": 10, "b": 10}, height=320)
+    fig.update_layout(
+        margin={"t": 30, "b": 10},
+        height=340,
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+    )
+    for trace in fig.data:
+        if trace.name == "training loss" and len(fig.data) > 1:
+            trace.opacity = 0.5
     fig.update_xaxes(separatethousands=True)
     _ui.plotly_chart(fig, key="upload_loss")
     timed = log.with_columns(
@@ -326,6 +354,13 @@ if result.jobs is not None and not result.jobs.is_empty():
     ]
     first += ["mean_util_pct", "usd_per_mtok", "start_ts", "end_ts"]
     jobs = result.jobs.select([c for c in first if c in result.jobs.columns])
+    if "mean_util_pct" in jobs.columns and "waste_usd" in jobs.columns:  # no telemetry: waste unknown, not $0
+        jobs = jobs.with_columns(
+            pl.when(pl.col("mean_util_pct").is_null() & (pl.col("waste_usd").abs() < 0.005))
+            .then(None)
+            .otherwise(pl.col("waste_usd"))
+            .alias("waste_usd")
+        )
     _ui.dataframe(jobs)
     st.caption("Empty cells: unknown (no telemetry, no token count, or no price).")
 
