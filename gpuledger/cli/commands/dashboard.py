@@ -76,6 +76,9 @@ def streamlit_argv(
         "none",
         "--client.disableDataExport",
         "true",
+        # this command prints the one address to open (Streamlit's own banner printed a second, 127.0.0.1)
+        "--logger.hideWelcomeMessage",
+        "true",
     ]
     if secrets_file:
         argv += ["--secrets.files", secrets_file]
@@ -149,8 +152,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_demo:
         from gpuledger.demo.build import ensure_demo
 
-        if ensure_demo(db):
-            print(f"{db}: the ledger was empty; filled it with the demo fleet (gpuledger demo)")
+        def announce() -> None:
+            print(f"{db} is empty: building the demo fleet (about 30 s)…", flush=True)
+
+        if ensure_demo(db, before_build=announce):
+            print(f"{db}: filled with the demo fleet (gpuledger demo)", flush=True)
     secrets_file = write_streamlit_secrets(settings, args.port)
     for line in exposure_warnings(settings, args.host, args.port):
         print(f"warning: {line}", file=sys.stderr, flush=True)
@@ -160,6 +166,6 @@ def run(args: argparse.Namespace) -> int:
     )
     where = "localhost" if is_loopback(args.host) else args.host
     signin = "with sign-in" if settings.auth else "without sign-in"
-    print(f"serving {db} on http://{where}:{args.port} ({signin})", flush=True)
+    print(f"serving {db} ({signin}): open http://{where}:{args.port}", flush=True)
     os.execvpe(argv[0], argv, env)
     return 0  # not reached
