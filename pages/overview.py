@@ -128,7 +128,12 @@ else:
         help="Held-GPU utilization × held GPU-hours ÷ (held + unallocated GPU-hours): every paid-for GPU-hour, "
         "the hours no job held counted at 0 %.",
     )
-use[2].metric("GPU-hours held", num(s["gpu_hours"], 1), **change(s["gpu_hours"], "gpu_hours", "n"))
+use[2].metric(
+    "GPU-hours",
+    num(s["gpu_hours"], 1),
+    **change(s["gpu_hours"], "gpu_hours", "n"),
+    help="GPU-hours the jobs in view held",
+)
 
 notes = [
     f"Waste teams control: idle while allocated {usd(w['idle_allocated_usd'])} + under-used "
@@ -242,9 +247,16 @@ else:
             )
             st.caption(f"{md(r['target'])} · owner: {owner_text}")
             st.markdown(md(r["action"]))
+    cov = total_saving.get("coverage") or {}
+    cov_text = (
+        f"; they address {pct(cov['addressed_pct'])} of this view's waste "
+        f"({usd(cov['addressed_usd'])} of {usd(cov['waste_usd'])})"
+        if cov.get("addressed_pct") is not None
+        else ""
+    )
     st.caption(
         f"{total_saving['recurring_items']:,} recurring recommendations save "
-        f"{usd(total_saving['total_usd_per_week'])} / week, each dollar counted once."
+        f"{usd(total_saving['total_usd_per_week'])} / week, each dollar counted once{cov_text}."
     )
     st.page_link(
         "pages/recommendations.py",
