@@ -195,7 +195,7 @@ else:
 
     def text(values: list[Any], fmt: Any, capacity: list[bool], reason: str) -> list[str]:
         return [
-            "— (no team)" if cap and v is None else (fmt(v) if v is not None else reason)
+            "—" if cap and v is None else (fmt(v) if v is not None else reason)
             for v, cap in zip(values, capacity, strict=True)
         ]
 
@@ -204,27 +204,36 @@ else:
         {
             "Team": table["team"],
             "Spend": table["spend"],
-            "vs before": text(table["change"].to_list(), str, cap_rows, "n/a")
+            "Spend change": text(table["change"].to_list(), str, cap_rows, "n/a")
             if has_before
             else ["n/a"] * table.height,
-            "Waste teams control": text(table["waste"].to_list(), usd, cap_rows, "n/a"),
+            "Team waste": text(table["waste"].to_list(), usd, cap_rows, "n/a"),
             "Waste %": text(table["waste_pct"].to_list(), pct, cap_rows, na("no spend")),
-            "Waste % vs before": text(table["waste_change"].to_list(), str, cap_rows, "n/a"),
-            "Held-GPU utilization": text(table["util"].to_list(), pct, cap_rows, na("no telemetry")),
-            "Utilization vs before": text(table["util_change"].to_list(), str, cap_rows, "n/a"),
+            "Waste % change": text(table["waste_change"].to_list(), str, cap_rows, "n/a"),
+            "Utilization": text(table["util"].to_list(), pct, cap_rows, na("no telemetry")),
+            "Utilization change": text(table["util_change"].to_list(), str, cap_rows, "n/a"),
             "Jobs": table["jobs"],
         }
     )
     if not has_before:
-        shown = shown.drop("vs before", "Waste % vs before", "Utilization vs before")
+        shown = shown.drop("Spend change", "Waste % change", "Utilization change")
     config = {
+        "Team": st.column_config.TextColumn("Team", width="medium"),
+        "Team waste": st.column_config.TextColumn(
+            "Team waste", help="Waste teams control: idle while allocated + under-used + badput"
+        ),
+        "Waste %": st.column_config.TextColumn("Waste %", help="Team waste ÷ the team's spend"),
+        "Utilization": st.column_config.TextColumn(
+            "Utilization", help="Held-GPU utilization, time-weighted over the team's telemetry"
+        ),
         "Spend": st.column_config.NumberColumn("Spend", format="dollar"),
         "Jobs": st.column_config.NumberColumn("Jobs", format="%d"),
     }
     st.dataframe(shown, hide_index=True, column_config=config, width="stretch")
     total = float(teams["spend_usd"].sum())
     st.caption(
-        f"The rows add up to the spend ({usd(total)}). Waste % = waste teams control ÷ the team's spend; "
+        f"The rows add up to the spend ({usd(total)}); the capacity no job held is no team's (—). Waste % = "
+        "team waste (idle + under-used + badput) ÷ the team's spend; "
         "held-GPU utilization is time-weighted over the team's telemetry"
         + ("; changes are against the period before (points for percentages)." if has_before else ".")
     )
@@ -302,7 +311,7 @@ else:
     fig.update_traces(hovertemplate="%{x} · %{fullData.name}: $%{y:,.2f}<extra></extra>")
     _ui.plotly_chart(fig, key="spend_team_week")
     st.caption(
-        (f"The {CHART_WEEKS} weeks of data up to week {week}. " if chart_view is not period else "")
+        (f"Up to {CHART_WEEKS} weeks of data, ending with week {week}. " if chart_view is not period else "")
         + "Each job's cost is split at week boundaries (Monday 00:00 UTC). Hatched grey is not a team: "
         "capacity no job held, and telemetry no job record claims."
     )

@@ -41,6 +41,7 @@ def test_it_says_it_builds_the_demo_first_and_prints_one_url(
     assert re.findall(r"https?://\S+", out) == ["http://localhost:8599"]
     (argv,) = started
     assert argv[argv.index("--logger.hideWelcomeMessage") + 1] == "true"
+    assert argv[argv.index("--logger.level") + 1] == "warning"  # no "Uvicorn server started on 127.0.0.1"
 
 
 def test_a_ledger_with_data_is_served_without_building(

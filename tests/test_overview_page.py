@@ -89,7 +89,7 @@ def test_the_team_table_sums_to_the_spend_and_a_team_view_is_whole(weeks: str) -
     rows = at.dataframe[0].value  # the team table comes first
     assert list(rows["Team"]) == ["nlp", "vision"]
     assert list(rows["Spend"]) == pytest.approx([12 * H100, 12 * L4])
-    assert list(rows["vs before"]) == ["-$23.92 (-40.0 %)", "new"]  # nlp $35.88 vs $59.80
+    assert list(rows["Spend change"]) == ["-$23.92 (-40.0 %)", "new"]  # nlp $35.88 vs $59.80
     assert list(rows["Waste %"]) == ["0.0 %", "100.0 %"]
     at = run({"team": ["vision"]})
     assert metric(at, "Spend").value == "$8.52"

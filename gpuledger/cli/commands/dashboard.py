@@ -76,9 +76,12 @@ def streamlit_argv(
         "none",
         "--client.disableDataExport",
         "true",
-        # this command prints the one address to open (Streamlit's own banner printed a second, 127.0.0.1)
+        # this command prints the one address to open: Streamlit's banner printed a second (127.0.0.1), and
+        # its server's info line a third ("Uvicorn server started on 127.0.0.1:8501"); warnings still show
         "--logger.hideWelcomeMessage",
         "true",
+        "--logger.level",
+        "warning",
     ]
     if secrets_file:
         argv += ["--secrets.files", secrets_file]
