@@ -285,7 +285,11 @@ weekly = _data.spend_by_team_week(chart_view)
 if weekly.is_empty():
     no_rows("No priced jobs in this period.")
 else:
-    colours = team_colours(weekly["team"].unique().to_list())
+    # every team of the ledger takes part in the colour choice, so a team keeps its colour under a filter
+    present = weekly["team"].unique().to_list()
+    colours = {
+        t: c for t, c in team_colours([*_data.filter_choices().teams, *present]).items() if t in present
+    }
     weekly = weekly.with_columns(pl.col("team").replace(NOT_A_TEAM_LABELS).alias("drawn"))
     colour_map = {NOT_A_TEAM_LABELS.get(t, t): c for t, c in colours.items()}
     # real teams first (alphabetical), the pseudo-rows last, on top of the stack
