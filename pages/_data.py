@@ -208,9 +208,16 @@ def overview(
 
 
 @cached(entries=CACHE_VERSIONS)
-def unknown_names(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> list[UnknownName]:
-    """``analytics.filters.unknown_names``: the view's team, cluster and user values the ledger lacks."""
-    return unknown_names_(con, filters)
+def unknown_names(
+    con: duckdb.DuckDBPyConnection,
+    s: Settings,
+    teams: tuple[str, ...],
+    clusters: tuple[str, ...],
+    users: tuple[str, ...],
+) -> list[UnknownName]:
+    """``analytics.filters.unknown_names``: the values the whole ledger lacks (names, not a Filters view:
+    a lead's scope must not turn another team's name into one of theirs before it is checked)."""
+    return unknown_names_(con, Filters(teams=teams, clusters=clusters, users=users))
 
 
 @cached("Splitting the spend by team and week…")

@@ -66,27 +66,32 @@ def remember_asked_names() -> None:
 
 
 def unknown_names(filters: Filters) -> list[str]:
-    """The view's names that select nothing: the URL's team and cluster values the sidebar dropped (each
-    with the names the viewer can choose) and the ``?user=`` values the ledger does not hold
-    (analytics.filters.unknown_names; a lead is not shown other teams' users)."""
+    """What the view names that the ledger does not hold, each in a sentence with the names the viewer can
+    choose: the URL's team and cluster values the sidebar dropped, and the ``?user=`` values
+    (analytics.filters.unknown_names). A lead's link to a team that exists but is not theirs is not unknown:
+    their view stays their teams' (pages/_scope.py), and the names of other teams are never listed."""
     pending = st.session_state.get(ASKED)
-    out: list[str] = []
+    dropped: dict[str, tuple[str, ...]] = {"team": (), "cluster": ()}
     if pending is not None:
         now = {k: tuple(sorted(st.session_state.get(k) or ())) for k, _ in BOUND}
         if now != pending["kept"]:  # the sidebar's selection changed since: that is the view asked for now
             del st.session_state[ASKED]
         else:
-            choices = _data.filter_choices()
-            known = {"team": choices.teams, "cluster": choices.clusters}
-            out += [
-                UnknownName(k, v, tuple(known[k])).message for k, _ in BOUND for v in pending["dropped"][k]
-            ]
-    if filters.users:
-        scope = viewer()
-        everyone = scope is None or scope.admin
-        for u in _data.unknown_names(Filters(users=filters.users)):
-            out.append(u.message if everyone else f"no user '{u.value}' in the ledger")
-    return out
+            dropped = pending["dropped"]
+    if not (any(dropped.values()) or filters.users):
+        return []
+    unknown = _data.unknown_names(dropped["team"], dropped["cluster"], filters.users)
+    scope = viewer()
+    if scope is None or scope.admin:
+        return [u.message for u in unknown]
+    choices = _data.filter_choices()
+    known = {"team": choices.teams, "cluster": choices.clusters}
+    return [
+        UnknownName(u.what, u.value, tuple(known[u.what])).message
+        if u.what in known
+        else f"no {u.what} '{u.value}' in the ledger"
+        for u in unknown
+    ]
 
 
 def warn_unknown_names(filters: Filters) -> None:
@@ -105,7 +110,7 @@ def warn_unknown_names(filters: Filters) -> None:
     if st.button("Show the view without them", icon=":material/filter_alt_off:", key="drop_unknown"):
         st.session_state.pop(ASKED, None)
         if filters.users:
-            gone = {u.value for u in _data.unknown_names(Filters(users=filters.users))}
+            gone = {u.value for u in _data.unknown_names((), (), filters.users)}
             if keep := [v for v in filters.users if v not in gone]:
                 st.query_params["user"] = keep
             else:
