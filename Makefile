@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
 	@touch $@
 
-# Fill the ledger with the demo fleet when it is empty, then serve http://localhost:8501
+# Fill an empty ledger with the demo fleet (it says so: about 30 s), then serve and print http://localhost:8501
 dashboard: setup
 	$(BIN)/gpuledger dashboard
 

@@ -3,7 +3,7 @@
 Run with ``gpuledger dashboard`` (or ``streamlit run app.py`` with ``GPULEDGER_DB`` set). Each page is one
 file under pages/; every number a page shows comes from the same analytics function the CLI's ``--json``
 uses, through the cached calls in pages/_data.py. The filters (date range, cluster, team) are bound to the
-URL query string, so a copied link reproduces the view: ``?since=2026-11-01&until=2026-11-07&team=nlp``.
+URL query string, so a copied link reproduces the view: ``?since=2026-11-16&until=2026-11-22&team=vision``.
 
 With ``[auth]`` in the settings, nothing but the sign-in page shows until someone signs in (``st.login``);
 then pages/_data.py narrows every view to the teams ``[access]`` gives them (gpuledger/ledger/access.py).
@@ -16,7 +16,7 @@ import streamlit as st
 from streamlit.errors import StreamlitAuthError, StreamlitMissingAuthlibError
 from streamlit.logger import get_logger
 
-from pages import _data, _scope, _ui
+from pages import _data, _scope, _ui, _view
 
 LOG = get_logger("gpuledger.dashboard")
 
@@ -136,6 +136,7 @@ def page_failed() -> None:
 
 try:
     with _data.one_connection():
+        _view.remember_asked_names()  # before the sidebar's URL-bound filters drop names they do not offer
         sidebar()
         with _ui.routed():
             page.run()

@@ -14,7 +14,9 @@ Definitions (docs/metrics.md, "Unit costs" and "MFU"):
   peak: bf16 → ``bf16_tflops``, fp16 → ``fp16_tflops``, fp32 → ``fp32_tflops``, tf32 → ``tf32_tflops``,
   fp8 → ``fp8_tflops``; int types have no catalog peak, so their MFU is NULL with that reason. A run that
   logs no precision (most job tables, every trainer_state.json) is taken as bf16, the common training
-  precision of current cards, and ``mfu_basis`` says "bf16 assumed" wherever the figure is shown.
+  precision of current cards, and ``mfu_basis`` says "bf16 assumed" wherever the figure is shown. A training
+  run of unknown size whose trainer logged ``total_flos`` (Hugging Face's own 6·N·tokens count) did
+  total_flos ÷ runtime FLOP/s: MFU = that ÷ (GPUs × peak), and ``mfu_basis`` says "(total_flos ÷ runtime)".
 - the view's unit costs are split by kind, never blended: :func:`training_usd_per_mtok` over the jobs that
   are not inference, :func:`inference_usd_per_mtok_generated` over inference jobs with generated tokens.
 Every NULL figure comes with a ``*_reason`` saying which input is missing; nothing is guessed.
@@ -53,8 +55,9 @@ UNIT_COST_COLUMNS = {
     "usd_per_ksamples": "$ per 1,000 samples",
     "usd_per_mtok_generated": "inference: $ per 1M generated tokens",
     "usd_per_krequests": "inference: $ per 1,000 requests",
-    "mfu_basis": "training (6·N per token) | inference (2·N per processed token); ', bf16 assumed' when "
-    "the run logged no precision",
+    "mfu_basis": "training (6·N per token) | inference (2·N per processed token); ' (total_flos ÷ runtime)' "
+    "when the size is unknown and the trainer logged total_flos; ', bf16 assumed' when the run logged no "
+    "precision",
     "precision": "the precision MFU's peak is for: as logged, else bf16 (assumed)",
     "params": "the model's parameter count N as logged (NULL when unknown): what FLOPs per token scale with",
     "flops_per_token": "training 6·N (+ 12·L·H·S when known); inference 2·N (+ 4·L·H·S when known)",
@@ -81,7 +84,7 @@ def job_unit_costs_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str
                    AS runtime_s,
                tr.job_id IS NOT NULL AS has_run,
                tr.tokens, tr.tokens_per_s, tr.samples, tr.samples_per_s, tr.epochs, tr.generated_tokens,
-               tr.requests, tr.params, tr.n_layers, tr.hidden_size, tr.seq_len,
+               tr.requests, tr.params, tr.n_layers, tr.hidden_size, tr.seq_len, tr.total_flos,
                coalesce(lower(tr.precision), '{ASSUMED_PRECISION}') AS precision,
                tr.precision IS NULL AS precision_assumed,
                c.bf16_tflops, c.fp16_tflops, c.fp32_tflops, c.tf32_tflops, c.fp8_tflops
@@ -106,7 +109,10 @@ def job_unit_costs_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str
                           ELSE 0 END AS fpt,
                CASE precision WHEN 'bf16' THEN bf16_tflops WHEN 'fp16' THEN fp16_tflops
                               WHEN 'fp32' THEN fp32_tflops WHEN 'tf32' THEN tf32_tflops
-                              WHEN 'fp8' THEN fp8_tflops END AS peak
+                              WHEN 'fp8' THEN fp8_tflops END AS peak,
+               -- a run of unknown size whose trainer counted its FLOPs (HF total_flos: 6·N·tokens over
+               -- the run) did total_flos ÷ runtime FLOP/s (training only)
+               CASE WHEN NOT inference THEN total_flos / nullif(runtime_s, 0) END AS flops_s
         FROM bi
     )
     SELECT job_id, kind, gpu_model, gpu_count, cost_usd, view_share,
@@ -118,13 +124,16 @@ def job_unit_costs_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str
            cost_usd / nullif(generated_tokens * view_share, 0) * 1e6 AS usd_per_mtok_generated,
            cost_usd / nullif(requests * view_share, 0) * 1e3 AS usd_per_krequests,
            CASE WHEN inference THEN 'inference' ELSE 'training' END
+               || CASE WHEN fpt IS NULL AND flops_s IS NOT NULL THEN ' (total_flos ÷ runtime)' ELSE '' END
                || CASE WHEN precision_assumed THEN ', {ASSUMED_PRECISION} assumed' ELSE '' END AS mfu_basis,
            precision,
            params,
            fpt AS flops_per_token,
            peak AS peak_tflops,
-           tok_s * fpt / nullif(gpu_count * peak * 1e12, 0) AS mfu,
+           coalesce(tok_s * fpt, flops_s) / nullif(gpu_count * peak * 1e12, 0) AS mfu,
            CASE WHEN NOT has_run THEN 'no training metrics for this job'
+                WHEN flops_s IS NOT NULL AND fpt IS NULL AND gpu_model IS NOT NULL AND peak IS NOT NULL
+                     AND gpu_count > 0 THEN NULL
                 WHEN tok_s IS NULL THEN 'no token count or tokens/s logged'
                 WHEN params IS NULL THEN 'parameter count unknown'
                 WHEN gpu_model IS NULL THEN 'GPU model unknown'

@@ -20,8 +20,10 @@ import streamlit as st
 
 from analytics import diagnoses as diagnoses_
 from analytics import jobs, recommend, timeline, unit_costs, utilization, waste
+from analytics import overview as overview_
 from analytics import summary as summary_
-from analytics.filters import Filters, horizon
+from analytics.filters import Filters, UnknownName, horizon
+from analytics.filters import unknown_names as unknown_names_
 from analytics.job_signals import idle_stretches
 from analytics.query import frame
 from analytics.shared import sharing
@@ -195,6 +197,27 @@ def as_of(con: duckdb.DuckDBPyConnection, s: Settings) -> str | None:
 def summary(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> dict[str, Any]:
     """``gpuledger summary --json`` for these filters (the same function, the same numbers)."""
     return summary_.summary(con, filters=filters, settings=s)
+
+
+@cached("Computing the overview…")
+def overview(
+    con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, previous: Filters | None
+) -> overview_.Overview:
+    """``analytics.overview.overview``: the period against ``previous`` (the period before; None: none)."""
+    return overview_.overview(con, filters=filters, previous=previous, settings=s)
+
+
+@cached(entries=CACHE_VERSIONS)
+def unknown_names(
+    con: duckdb.DuckDBPyConnection,
+    s: Settings,
+    teams: tuple[str, ...],
+    clusters: tuple[str, ...],
+    users: tuple[str, ...],
+) -> list[UnknownName]:
+    """``analytics.filters.unknown_names``: the values the whole ledger lacks (names, not a Filters view:
+    a lead's scope must not turn another team's name into one of theirs before it is checked)."""
+    return unknown_names_(con, Filters(teams=teams, clusters=clusters, users=users))
 
 
 @cached("Splitting the spend by team and week…")

@@ -7,10 +7,13 @@ from typing import Any
 
 import streamlit as st
 
-from analytics.filters import Filters
-from gpuledger.reports.content import previous_period
+from analytics.filters import Filters, UnknownName
+from gpuledger.reports.content import last_full_week, previous_period, week_range
 from pages import _data
-from pages._scope import scoped
+from pages._scope import scoped, viewer
+
+ASKED = "_gpuledger_asked"  # session key: the URL's team/cluster values the sidebar could not offer
+BOUND = (("team", "teams"), ("cluster", "clusters"))  # the sidebar's filters bound to the URL, as in Filters
 
 
 def open_page(title: str, *, caption: bool = True) -> Filters:
@@ -24,6 +27,7 @@ def open_page(title: str, *, caption: bool = True) -> Filters:
         _ui.empty_state()
         st.stop()
     filters = current_filters()
+    warn_unknown_names(filters)
     if caption:
         st.caption(describe_filters(filters))
     return filters
@@ -37,7 +41,88 @@ def current_filters() -> Filters:
         since, until = until, since
     teams = tuple(sorted(state.get("team") or ()))
     clusters = tuple(sorted(state.get("cluster") or ()))
-    return scoped(Filters(since=since, until=until, teams=teams, clusters=clusters))
+    users = tuple(sorted(dict.fromkeys(st.query_params.get_all("user"))))  # no widget: the URL alone
+    return scoped(Filters(since=since, until=until, teams=teams, clusters=clusters, users=users))
+
+
+def remember_asked_names() -> None:
+    """Keep the URL's team and cluster values that the sidebar cannot offer, before it drops them.
+
+    app.py calls this before drawing the sidebar: Streamlit's URL-bound multiselects remove a value that is
+    not among their options from the URL on the first run (``?team=nlp`` on a ledger without nlp), and the
+    page would then show the whole fleet as if it were nlp's. :func:`warn_unknown_names` says so instead.
+    The values stay remembered while the sidebar keeps the selection it had then."""
+    if not any(k in st.query_params for k, _ in BOUND):
+        return
+    choices = _data.filter_choices()
+    offered = {"team": set(choices.teams), "cluster": set(choices.clusters)}
+    dropped = {
+        k: tuple(v for v in dict.fromkeys(st.query_params.get_all(k)) if v not in offered[k])
+        for k, _ in BOUND
+    }
+    if any(dropped.values()):
+        kept = {k: tuple(sorted(v for v in st.query_params.get_all(k) if v in offered[k])) for k, _ in BOUND}
+        st.session_state[ASKED] = {"dropped": dropped, "kept": kept}
+
+
+def unknown_names(filters: Filters) -> list[str]:
+    """What the view names that the ledger does not hold, each in a sentence with the names the viewer can
+    choose: the URL's team and cluster values the sidebar dropped, and the ``?user=`` values
+    (analytics.filters.unknown_names). A lead's link to a team that exists but is not theirs is not unknown:
+    their view stays their teams' (pages/_scope.py), and the names of other teams are never listed."""
+    pending = st.session_state.get(ASKED)
+    dropped: dict[str, tuple[str, ...]] = {"team": (), "cluster": ()}
+    if pending is not None:
+        now = {k: tuple(sorted(st.session_state.get(k) or ())) for k, _ in BOUND}
+        if now != pending["kept"]:  # the sidebar's selection changed since: that is the view asked for now
+            del st.session_state[ASKED]
+        else:
+            dropped = pending["dropped"]
+    if not (any(dropped.values()) or filters.users):
+        return []
+    unknown = _data.unknown_names(dropped["team"], dropped["cluster"], filters.users)
+    scope = viewer()
+    if scope is None or scope.admin:
+        return [u.message for u in unknown]
+    choices = _data.filter_choices()
+    known = {"team": choices.teams, "cluster": choices.clusters}
+    return [
+        UnknownName(u.what, u.value, tuple(known[u.what])).message
+        if u.what in known
+        else f"no {u.what} '{u.value}' in the ledger"
+        for u in unknown
+    ]
+
+
+def warn_unknown_names(filters: Filters) -> None:
+    """A view that names a team, cluster or user the ledger does not hold selects nothing: say which, with
+    the names that exist, and stop (the CLI exits 2 on the same view) instead of showing another view's
+    figures. A button clears the unknown names and shows the view without them."""
+    unknown = unknown_names(filters)
+    if not unknown:
+        return
+    lines = "\n".join(f"- {_md(u)}" for u in unknown)
+    st.warning(
+        f"This link asks for names the ledger does not have, so nothing would match:\n\n{lines}\n\n"
+        "Choose from the sidebar, or show the view without them.",
+        icon=":material/warning:",
+    )
+    if st.button("Show the view without them", icon=":material/filter_alt_off:", key="drop_unknown"):
+        st.session_state.pop(ASKED, None)
+        if filters.users:
+            gone = {u.value for u in _data.unknown_names((), (), filters.users)}
+            if keep := [v for v in filters.users if v not in gone]:
+                st.query_params["user"] = keep
+            else:
+                del st.query_params["user"]
+        st.rerun()
+    st.stop()
+
+
+def _md(text: str) -> str:
+    from pages._ui import md
+
+    return md(text)
 
 
 def describe_filters(filters: Filters) -> str:
@@ -49,6 +134,8 @@ def describe_filters(filters: Filters) -> str:
         "clusters: " + (", ".join(md(c) for c in filters.clusters) or "all"),
         "teams: " + (", ".join(md(t) for t in filters.teams) or "all"),
     ]
+    if filters.users:
+        parts.append("users: " + ", ".join(md(u) for u in filters.users))
     return " · ".join(parts)
 
 
@@ -83,3 +170,27 @@ def previous_summary(filters: Filters) -> tuple[Filters | None, dict[str, Any] |
     if prev is None:
         return None, None
     return prev, _data.summary(prev)
+
+
+def opening_period(filters: Filters) -> tuple[Filters, str | None]:
+    """The period the Overview opens on: the sidebar's dates when any is chosen (or the URL's), else the last
+    complete ISO week of the ledger's data (gpuledger.reports.content.last_full_week, the weekly report's
+    default week), returned with its name (``2026-W47``). A ledger whose data all lie in the week still in
+    progress has no complete week: then its whole span (name None)."""
+    if filters.since or filters.until:
+        return filters, None
+    as_of = _data.as_of()
+    first = _data.filter_choices().first_day
+    if as_of is None or first is None:
+        return filters, None
+    week = last_full_week(dt.datetime.fromisoformat(as_of))
+    since, until = week_range(week)
+    if until < first:  # no complete week holds data
+        return filters, None
+    return Filters(since, until, filters.teams, filters.clusters, filters.users), week
+
+
+def week_name(day: dt.date) -> str:
+    """``2026-W47`` for the ISO week holding ``day``."""
+    y, w, _ = day.isocalendar()
+    return f"{y}-W{w:02d}"

@@ -1,113 +1,250 @@
-"""Overview: what the view cost, how much of it was used, the change against the previous period of equal
-length, the three actions worth most, and where the money went by team and week."""
+"""Overview: a lead's ten-second screen. It opens on the last complete ISO week of the data against the week
+before (the sidebar takes any other range): what it cost, the waste teams control apart from the platform's
+capacity no job held, held-GPU and capacity utilization, a row per team, and the actions worth most
+(analytics/overview.py computes every figure; docs/metrics.md, "Overview", defines them)."""
 
 from __future__ import annotations
+
+import datetime as dt
+from typing import Any
 
 import polars as pl
 import streamlit as st
 
-from analytics.whatif import capacity_utilization_pct
+from analytics.filters import Filters
+from analytics.overview import Overview
 from gpuledger.ledger.palette import NOT_A_TEAM_LABELS, PART_COLOURS, PART_LABELS, is_team, team_colours
+from gpuledger.reports.content import previous_period
 from pages import _data, _ui, _view
 from pages._ui import delta, md, na, no_rows, num, pct, usd
 
-filters = _view.open_page("Overview", caption=False)
-# the bars' data first: their per-week capacity statement holds the view's too, which the summary and
-# the capacity then read (analytics.waste.unallocated_weeks) instead of computing it again
-weekly = _data.spend_by_team_week(filters)
-s = _data.summary(filters)
-prev_filters, p = _view.previous_summary(filters)
-cap = _data.capacity(filters)
+CHART_WEEKS = 8  # the weekly bars of a one-week view show this many weeks up to it
 
+chosen = _view.open_page("Overview", caption=False)
+filters, week = _view.opening_period(chosen)
 period = _view.view_period(filters)
-if p is not None and (p["jobs"] or p["spend_usd"]):
-    compared = f"change vs {prev_filters.since} – {prev_filters.until}, the {(period.until - period.since).days + 1} days before"
-else:
-    compared = "no data in the period before this one: changes are n/a"
-    p = None
-st.caption(f"{_view.describe_filters(filters)} · data up to {s.get('as_of') or 'n/a'} · {compared}")
+previous = previous_period(period)
+o: Overview = _data.overview(period, previous)
+s, p = o.now, o.before
+team_view = bool(filters.teams or filters.users)
 
-
-def capacity_pct(summary: dict, frame: pl.DataFrame) -> float | None:
-    if frame.is_empty():
-        return None
-    return capacity_utilization_pct(
-        summary["mean_util_pct"], float(summary["gpu_hours"]), float(frame["unallocated_gpu_hours"].sum())
+if o.demo is not None:
+    d = o.demo
+    st.info(
+        f"**This is the demo fleet**: {d.days} days of generated data, {d.first_day} – {d.last_day} (UTC)"
+        + (f", seed {d.seed}" if d.seed is not None else "")
+        + ". No figure here is real. Load your own files with `gpuledger ingest FILE` (README).",
+        icon=":material/science:",
     )
 
 
-cap_now = capacity_pct(s, cap)
-cap_before = capacity_pct(p, _data.capacity(prev_filters)) if p is not None else None
+def period_words(f: Filters, name: str | None) -> str:
+    return f"week {name} ({f.since} – {f.until})" if name else f"{f.since} – {f.until}"
 
 
-def change(now: float | None, key: str, kind: str = "usd") -> dict:
-    """st.metric's delta arguments: the change, or n/a with its reason (no arrow, no colour)."""
-    if p is None:
-        return {"delta": na("no data before"), "delta_arrow": "off", "delta_color": "off"}
-    then = cap_before if key == "capacity" else p.get(key)
-    d = delta(now, then, kind)
+if previous is not None and p is not None:
+    before_name = _view.week_name(previous.since) if week and previous.since else None
+    compared = f"changes vs {period_words(previous, before_name)}"
+elif previous is not None:
+    compared = f"no data in {period_words(previous, None)}, the period before: no changes to show"
+else:
+    compared = "changes need a closed range"
+what = (
+    f"**Week {week}** ({period.since} – {period.until}, UTC), the last complete week of the data"
+    if week
+    else f"**{period.since} – {period.until}** (UTC)"
+)
+scope = [
+    "clusters: " + (", ".join(md(c) for c in filters.clusters) or "all"),
+    "teams: " + (", ".join(md(t) for t in filters.teams) or "all"),
+]
+if filters.users:
+    scope.append("users: " + ", ".join(md(u) for u in filters.users))
+st.markdown(f"{what} · {compared}")
+st.caption(
+    " · ".join(scope)
+    + f" · data up to {s.get('as_of') or 'n/a'}"
+    + (" · choose dates in the sidebar for another range" if week else "")
+)
+
+
+def change(now: float | None, key: str, kind: str = "usd") -> dict[str, Any]:
+    """st.metric's delta arguments against the period before; none drawn when there is nothing to compare."""
+    if p is None or now is None:
+        return {}
+    d = delta(now, p.get(key), kind)
     if d is None:
-        return {"delta": na("no figure for the period before"), "delta_arrow": "off", "delta_color": "off"}
-    return {"delta": d, "delta_color": "off" if kind != "usd" else "inverse"}
+        return {"delta": na("no figure before"), "delta_arrow": "off", "delta_color": "off"}
+    colour = {"usd": "off" if key == "spend_usd" else "inverse", "pct": "normal"}.get(kind, "off")
+    return {"delta": d, "delta_color": colour}
 
 
-top_row = st.columns(3)
-top_row[0].metric(
+w = s["waste"]
+money = st.columns([1, 1, 1.15])
+money[0].metric(
     "Spend",
     usd(s["spend_usd"]),
     **change(s["spend_usd"], "spend_usd"),
-    help="GPU cost of the jobs in view plus unallocated capacity",
+    help="GPU cost of the jobs in view plus paid-for capacity no job held",
 )
-top_row[1].metric(
-    "Waste $",
-    usd(s["waste_usd"]),
-    **change(s["waste_usd"], "waste_usd"),
-    help="idle + under-used + failed + unallocated",
+money[1].metric(
+    "Waste teams control",
+    usd(s["team_waste_usd"]),
+    **change(s["team_waste_usd"], "team_waste_usd"),
+    help="Idle while allocated + under-used (below target utilization) + badput (a disrupted run's time since "
+    "its last checkpoint): time the teams' own jobs held.",
 )
-top_row[2].metric(
-    "Idle $",
-    usd(s["idle_usd"]),
-    **change(s["idle_usd"], "idle_usd"),
-    help=f"{num(s['idle_gpu_hours'], 1)} GPU-hours in idle stretches",
-)
-second = st.columns(3)
-second[0].metric("GPU-hours", num(s["gpu_hours"], 1), **change(s["gpu_hours"], "gpu_hours", "n"))
-second[1].metric(
+with money[2].container(border=True):
+    if team_view:
+        st.markdown("**Platform**")
+        st.caption(
+            "Capacity no job held belongs to no team: it is not in a team's view. Clear the team filter to "
+            "see it."
+        )
+    else:
+        st.metric(
+            "Capacity no job held (platform)",
+            usd(s["unallocated_usd"]),
+            **change(s["unallocated_usd"], "unallocated_usd"),
+            help="Paid-for GPU-hours no job held (unallocated capacity): the cluster operators' to release or "
+            f"fill, not a team's waste. {num(s['unallocated_gpu_hours'], 1)} GPU-hours.",
+        )
+
+use = st.columns([1, 1, 1.15])
+use[0].metric(
     "Held-GPU utilization",
-    pct(s["mean_util_pct"]) if s["mean_util_pct"] is not None else na("no telemetry"),
-    **change(s["mean_util_pct"], "mean_util_pct", "pct"),
-    help="Time-weighted over telemetry samples attributed to the jobs in view: GPUs a job held",
+    pct(s["held_util_pct"]) if s["held_util_pct"] is not None else na("no telemetry"),
+    **change(s["held_util_pct"], "held_util_pct", "pct"),
+    help="Time-weighted over the telemetry of the GPUs the jobs in view held",
 )
-second[2].metric(
-    "Capacity utilization",
-    pct(cap_now) if cap_now is not None else na("no paid-for capacity in view"),
-    **change(cap_now, "capacity", "pct"),
-    help="Held-GPU utilization × held GPU-hours ÷ (held + unallocated GPU-hours): every paid-for GPU-hour, "
-    "the hours no job held counted at 0 %. n/a for a team view (capacity belongs to no team).",
+if team_view:
+    jobs_delta = {"delta": f"{s['jobs'] - p['jobs']:+,}", "delta_color": "off"} if p is not None else {}
+    use[1].metric("Jobs", f"{s['jobs']:,}", **jobs_delta)
+else:
+    use[1].metric(
+        "Capacity utilization",
+        pct(s["capacity_util_pct"]) if s["capacity_util_pct"] is not None else na("no capacity"),
+        **change(s["capacity_util_pct"], "capacity_util_pct", "pct"),
+        help="Held-GPU utilization × held GPU-hours ÷ (held + unallocated GPU-hours): every paid-for GPU-hour, "
+        "the hours no job held counted at 0 %.",
+    )
+use[2].metric(
+    "GPU-hours",
+    num(s["gpu_hours"], 1),
+    **change(s["gpu_hours"], "gpu_hours", "n"),
+    help="GPU-hours the jobs in view held",
 )
 
-notes = [f"{s['jobs']:,} {'job' if s['jobs'] == 1 else 'jobs'} in view."]
+notes = [
+    f"Waste teams control: idle while allocated {usd(w['idle_allocated_usd'])} + under-used "
+    f"{usd(w['underused_usd'])} + badput {usd(w['failed_usd'])}"
+    + (f", {pct(s['team_waste_pct'])} of the jobs' spend." if s["team_waste_pct"] is not None else ".")
+]
+if s.get("cancelled_usd"):
+    notes.append(
+        f"{usd(s['cancelled_usd'])} of the spend is jobs their users cancelled: a person's decision, not waste."
+    )
 if s.get("unpriced_gpu_hours"):
     notes.append(
         f"{num(s['unpriced_gpu_hours'], 1)} GPU-hours have no price for their GPU model and are not in the spend "
         "(add a price on the Settings page)."
     )
-if s.get("cancelled_usd"):
-    notes.append(
-        f"{usd(s['cancelled_usd'])} of the spend is jobs their users cancelled: a person's decision, not waste "
-        "(their time is split by telemetry like a completed job's)."
-    )
-if s.get("mean_util_pct") is None:
+if w["unmeasured_usd"] >= 0.005:
+    notes.append(f"{usd(w['unmeasured_usd'])} was held with no telemetry: whether it was used is unknown.")
+if s.get("held_util_pct") is None and s["jobs"]:
     notes.append("No telemetry is attributed to these jobs, so utilization and idle time are unknown (n/a).")
 st.caption(" ".join(notes))
 
+# ---------------------------------------------------------------- teams
+st.subheader("Teams")
+teams = o.teams
+if teams.is_empty():
+    no_rows("No job ran in this period.")
+else:
+    has_before = p is not None
+    rows = []
+    for r in teams.iter_rows(named=True):
+        team = r["team"]
+        capacity = team == "unallocated"  # analytics.overview.team_rows' capacity row
+        new = has_before and not r["spend_before_usd"] and r["spend_usd"]
+        rows.append(
+            {
+                "team": NOT_A_TEAM_LABELS.get(team, team),
+                "spend": r["spend_usd"],
+                "change": ("new" if new else delta(r["spend_usd"], r["spend_before_usd"]))
+                if has_before
+                else None,
+                "waste": r["team_waste_usd"],
+                "waste_pct": r["waste_pct"],
+                "waste_change": (
+                    delta(r["waste_pct"], r["waste_pct"] - r["waste_pct_change_pts"], "pct")
+                    if r["waste_pct_change_pts"] is not None
+                    else None
+                ),
+                "util": r["util_pct"],
+                "util_change": (
+                    delta(r["util_pct"], r["util_pct"] - r["util_change_pts"], "pct")
+                    if r["util_change_pts"] is not None
+                    else None
+                ),
+                "jobs": r["jobs"],
+                "_capacity": capacity,
+            }
+        )
+    table = pl.DataFrame(rows, infer_schema_length=None)
+
+    def text(values: list[Any], fmt: Any, capacity: list[bool], reason: str) -> list[str]:
+        return [
+            "—" if cap and v is None else (fmt(v) if v is not None else reason)
+            for v, cap in zip(values, capacity, strict=True)
+        ]
+
+    cap_rows = table["_capacity"].to_list()
+    shown = pl.DataFrame(
+        {
+            "Team": table["team"],
+            "Spend": table["spend"],
+            "Spend change": text(table["change"].to_list(), str, cap_rows, "n/a")
+            if has_before
+            else ["n/a"] * table.height,
+            "Team waste": text(table["waste"].to_list(), usd, cap_rows, "n/a"),
+            "Waste %": text(table["waste_pct"].to_list(), pct, cap_rows, na("no spend")),
+            "Waste % change": text(table["waste_change"].to_list(), str, cap_rows, "n/a"),
+            "Utilization": text(table["util"].to_list(), pct, cap_rows, na("no telemetry")),
+            "Utilization change": text(table["util_change"].to_list(), str, cap_rows, "n/a"),
+            "Jobs": table["jobs"],
+        }
+    )
+    if not has_before:
+        shown = shown.drop("Spend change", "Waste % change", "Utilization change")
+    config = {
+        "Team": st.column_config.TextColumn("Team", width="medium"),
+        "Team waste": st.column_config.TextColumn(
+            "Team waste", help="Waste teams control: idle while allocated + under-used + badput"
+        ),
+        "Waste %": st.column_config.TextColumn("Waste %", help="Team waste ÷ the team's spend"),
+        "Utilization": st.column_config.TextColumn(
+            "Utilization", help="Held-GPU utilization, time-weighted over the team's telemetry"
+        ),
+        "Spend": st.column_config.NumberColumn("Spend", format="dollar"),
+        "Jobs": st.column_config.NumberColumn("Jobs", format="%d"),
+    }
+    st.dataframe(shown, hide_index=True, column_config=config, width="stretch")
+    total = float(teams["spend_usd"].sum())
+    st.caption(
+        f"The rows add up to the spend ({usd(total)}); the capacity no job held is no team's (—). Waste % = "
+        "team waste (idle + under-used + badput) ÷ the team's spend; "
+        "held-GPU utilization is time-weighted over the team's telemetry"
+        + ("; changes are against the period before (points for percentages)." if has_before else ".")
+    )
+
 # ---------------------------------------------------------------- what to change
 st.subheader("What to change first")
-recs = _data.recommendations(filters)
-total = _data.savings(filters)
+recs = _data.recommendations(period)
+total_saving = _data.savings(period)
 link_query = {k: st.query_params.get_all(k) for k in st.query_params}
 if recs.is_empty():
-    st.caption("Nothing to recommend in this view: nothing measured wastes more than the minimum.")
+    st.caption("Nothing to recommend in this period: nothing measured wastes more than the minimum.")
 else:
     top = recs.filter(pl.col("usd_per_week").is_not_null()).head(3)
     for col, r in zip(st.columns(3), top.iter_rows(named=True), strict=False):
@@ -119,7 +256,7 @@ else:
             )
             st.caption(f"{md(r['target'])} · owner: {owner_text}")
             st.markdown(md(r["action"]))
-    cov = total.get("coverage") or {}
+    cov = total_saving.get("coverage") or {}
     cov_text = (
         f"; they address {pct(cov['addressed_pct'])} of this view's waste "
         f"({usd(cov['addressed_usd'])} of {usd(cov['waste_usd'])})"
@@ -127,8 +264,8 @@ else:
         else ""
     )
     st.caption(
-        f"{total['recurring_items']:,} recurring recommendations save {usd(total['total_usd_per_week'])} / week, "
-        f"each dollar counted once{cov_text}."
+        f"{total_saving['recurring_items']:,} recurring recommendations save "
+        f"{usd(total_saving['total_usd_per_week'])} / week, each dollar counted once{cov_text}."
     )
     st.page_link(
         "pages/recommendations.py",
@@ -139,13 +276,21 @@ else:
 
 # ---------------------------------------------------------------- spend per team per week
 st.subheader("Spend per team per week")
+chart_view = period
+if week and period.until is not None:
+    first = _data.filter_choices().first_day or period.since
+    start = max(first, period.until - dt.timedelta(days=7 * CHART_WEEKS - 1))
+    chart_view = Filters(start, period.until, filters.teams, filters.clusters, filters.users)
+weekly = _data.spend_by_team_week(chart_view)
 if weekly.is_empty():
-    no_rows("No priced jobs in this view.")
+    no_rows("No priced jobs in this period.")
 else:
-    colours = team_colours(weekly["team"].unique().to_list())
-    weekly = weekly.with_columns(
-        pl.col("team").replace(NOT_A_TEAM_LABELS).alias("drawn"),
-    )
+    # every team of the ledger takes part in the colour choice, so a team keeps its colour under a filter
+    present = weekly["team"].unique().to_list()
+    colours = {
+        t: c for t, c in team_colours([*_data.filter_choices().teams, *present]).items() if t in present
+    }
+    weekly = weekly.with_columns(pl.col("team").replace(NOT_A_TEAM_LABELS).alias("drawn"))
     colour_map = {NOT_A_TEAM_LABELS.get(t, t): c for t, c in colours.items()}
     # real teams first (alphabetical), the pseudo-rows last, on top of the stack
     order = sorted(t for t in colours if is_team(t)) + [
@@ -164,19 +309,18 @@ else:
         if trace.name in NOT_A_TEAM_LABELS.values():
             trace.marker.pattern = {"shape": "/", "fgcolor": "#FFFFFF", "size": 6, "fillmode": "overlay"}
     fig.update_layout(
-        barmode="stack", bargap=0.35, margin={"t": 10, "b": 10}, legend_title_text="team", height=380
+        barmode="stack", bargap=0.35, margin={"t": 10, "b": 10}, legend_title_text="team", height=340
     )
     fig.update_yaxes(tickprefix="$", separatethousands=True)
     fig.update_traces(hovertemplate="%{x} · %{fullData.name}: $%{y:,.2f}<extra></extra>")
     _ui.plotly_chart(fig, key="spend_team_week")
     st.caption(
-        "Each job's cost is split at week boundaries (Monday 00:00 UTC). Hatched grey is not a team: "
-        "unallocated capacity (declared or observed GPUs no job held) and unattributed telemetry (GPUs no job "
-        "record claims)."
+        (f"Up to {CHART_WEEKS} weeks of data, ending with week {week}. " if chart_view is not period else "")
+        + "Each job's cost is split at week boundaries (Monday 00:00 UTC). Hatched grey is not a team: "
+        "capacity no job held, and telemetry no job record claims."
     )
 
 # ---------------------------------------------------------------- where the money went
-w = s["waste"]
 st.subheader("Where the money went")
 spend = s["spend_usd"]
 keys = [
@@ -188,10 +332,7 @@ keys = [
     "unmeasured_usd",
 ]
 parts = pl.DataFrame(
-    {
-        "part": [PART_LABELS[k] for k in keys],
-        "cost_usd": [float(w[k]) for k in keys],
-    }
+    {"part": [PART_LABELS[k] for k in keys], "cost_usd": [float(w[k]) for k in keys]}
 ).with_columns(
     (100.0 * pl.col("cost_usd") / spend if spend else pl.lit(None, dtype=pl.Float64)).alias(
         "share_of_spend_pct"
@@ -215,5 +356,6 @@ with right:
     fig.update_traces(hovertemplate="%{y}: $%{x:,.2f}<extra></extra>")
     _ui.plotly_chart(fig, key="overview_parts")
 st.caption(
-    "Waste $ = idle while allocated + under-used + failed runs + unallocated capacity (docs/metrics.md)."
+    "Idle while allocated, under-used and failed runs (badput) are the teams' waste; unallocated capacity is "
+    "the platform's (docs/metrics.md)."
 )

@@ -15,8 +15,9 @@ import streamlit as st
 
 from collectors.registry import PARSERS
 from gpuledger.ledger.reference import catalog
+from gpuledger.upload import UploadResult
 from pages import _data, _scope, _ui
-from pages._ui import KPI_WIDTHS, num, pct, usd
+from pages._ui import KPI_WIDTHS, na, num, pct, usd
 
 _ui.require_router()
 st.title("Upload a file")
@@ -79,11 +80,24 @@ st.success(
 for reason, n in (ingest.get("skipped") or {}).items():
     st.caption(f"Skipped {n:,} rows: {_ui.md(reason)}")
 
+run = result.run
+is_training_log = result.training_runs is not None and not result.training_runs.is_empty()
+if run is not None and is_training_log:
+    st.subheader(f"Run {_ui.md(run.run)}")
+    job_ids = result.jobs["job_id"].to_list() if result.jobs is not None else []
+    st.caption(
+        f"Named after {_ui.md(run.run_basis)} · model: "
+        + (_ui.md(run.model) if run.model else na(run.model_reason or "unknown"))
+        + " · output folder: "
+        + (_ui.md(run.output_dir) if run.output_dir else na(run.output_reason or "unknown"))
+        + (f" · job {_ui.code(job_ids[0])}" if len(job_ids) == 1 else "")
+    )
+
 if result.needs_gpu and not result.gpu_assumed:
     with st.form("upload_gpu_form", border=True):
         st.markdown(
             f"**Which GPUs ran it?** {_ui.md(', '.join(result.needs_gpu[:3]))} names no GPU model or count, so "
-            "it cannot be priced. Say what ran it:"
+            "it cannot be priced. Say what ran it (the ingest's `--gpu-model` and `--gpu-count`):"
         )
         c1, c2 = st.columns([3, 1])
         model = c1.selectbox("GPU model", sorted(m.model for m in catalog()), key="upload_gpu_model")
@@ -97,21 +111,165 @@ elif result.gpu_assumed:
     st.info(f"Priced as {_ui.md(result.gpu_assumed)}.", icon=":material/paid:")
 
 s = result.summary
+unpriced = bool(result.needs_gpu and not result.gpu_assumed)  # no GPUs known: no cost, not a $0 cost
 if s is not None:
+    telemetry = s["mean_util_pct"] is not None
+    na_ = _ui.NA  # the reasons go in one line under the cards: "n/a (reason)" would be cut off there
     cols = st.columns(KPI_WIDTHS)
-    cols[0].metric("Spend", usd(s["spend_usd"]))
-    cols[1].metric("GPU-hours", num(s["gpu_hours"], 1))
-    cols[2].metric(
-        "Mean utilization",
-        pct(s["mean_util_pct"]) if s["mean_util_pct"] is not None else _ui.na("no telemetry"),
-    )
-    cols[3].metric("Idle $", usd(s["idle_usd"]))
-    cols[4].metric("Waste $", usd(s["waste_usd"]))
+    cols[0].metric("Spend", na_ if unpriced else usd(s["spend_usd"]))
+    cols[1].metric("GPU-hours", na_ if unpriced else num(s["gpu_hours"], 1))
+    cols[2].metric("Mean utilization", pct(s["mean_util_pct"]) if telemetry else na_)
+    cols[3].metric("Idle $", usd(s["idle_usd"]) if telemetry else na_)
+    cols[4].metric("Waste $", usd(s["waste_usd"]) if telemetry and not unpriced else na_)
+    unknown = []
+    if unpriced:
+        unknown.append(
+            "Spend and GPU-hours are n/a until you say which GPUs ran it (above): the log does not say, so its "
+            "cost is unknown, not $0."
+        )
+    if not telemetry:
+        unknown.append(
+            "Utilization, idle $ and waste $ are n/a: the file has no utilization samples, so idle and "
+            "under-used time are unknown, not zero. Pair a training log with the GPUs' nvidia-smi or DCGM log "
+            "(`gpuledger ingest`) for its waste."
+        )
+    if unknown:
+        st.caption(" ".join(unknown))
     if s.get("unpriced_gpu_hours"):
         st.caption(
             f"{num(s['unpriced_gpu_hours'], 1)} GPU-hours have no price for their GPU model and are not in the "
             "spend (add a price in the settings file)."
         )
+
+
+SMOOTH = 25  # log entries in the loss curve's moving mean
+
+
+def training_log(result: UploadResult, unpriced: bool) -> None:
+    """The run's log drawn: loss (and eval loss) by step, throughput, $ per epoch and MFU."""
+    log = result.train_log
+    runs = result.training_runs
+    if log is None or runs is None or runs.is_empty():
+        return
+    st.subheader("Training log")
+    r = runs.row(0, named=True)
+    u = result.unit_costs
+    uc = u.filter(pl.col("job_id") == r["job_id"]).row(0, named=True) if u is not None and u.height else {}
+    cols = st.columns(4)
+    if r.get("tokens_per_s"):
+        unit, thr, thr_help = (
+            "tokens/s",
+            num(r["tokens_per_s"], 1),
+            "train_tokens_per_second: the run's average",
+        )
+    elif r.get("samples_per_s"):
+        unit, thr, thr_help = (
+            "samples/s",
+            num(r["samples_per_s"], 3),
+            "train_samples_per_second: the run's average",
+        )
+    elif r.get("steps") and r.get("runtime_s"):
+        unit, thr, thr_help = "steps/h", num(3600 * r["steps"] / r["runtime_s"], 1), "steps ÷ runtime"
+    else:
+        unit, thr, thr_help = "", _ui.NA, "the log has no runtime"
+    cols[0].metric(f"Throughput ({unit})" if unit else "Throughput", thr, help=thr_help)
+    runtime = r.get("runtime_s")
+    cols[1].metric("Runtime", f"{num(runtime / 3600, 1)} h" if runtime else na("not logged"))
+    epoch = uc.get("usd_per_epoch")
+    cols[2].metric(
+        "$ per epoch",
+        usd(epoch)
+        if epoch is not None
+        else na("not priced yet" if unpriced else ("no epochs logged" if not r.get("epochs") else "no cost")),
+        help=f"{num(r['epochs'], 2)} epochs logged" if r.get("epochs") else None,
+    )
+    mfu = uc.get("mfu")
+    cols[3].metric(
+        "MFU",
+        pct(100.0 * mfu) if mfu is not None else na("GPUs unknown" if unpriced else "see below"),
+        help=uc.get("mfu_basis") if mfu is not None else uc.get("mfu_reason"),
+    )
+    if mfu is not None and "total_flos" in str(uc.get("mfu_basis")):
+        st.caption(
+            f"MFU from the log's total_flos ({r['total_flos']:.3g} FLOPs, the trainer's own 6·N·tokens count) "
+            f"÷ its runtime ÷ the GPUs' dense peak ({num(uc.get('peak_tflops'), 1)} TFLOP/s per GPU): the "
+            f"model's size is unknown. Basis: {_ui.md(uc.get('mfu_basis'))}."
+        )
+    elif mfu is None and uc.get("mfu_reason") and not unpriced:
+        st.caption(f"MFU n/a: {_ui.md(uc['mfu_reason'])}.")
+    if log.is_empty() or log["loss"].is_null().all():
+        st.caption("The log has no loss values to draw.")
+        return
+    losses = log.filter(pl.col("loss").is_not_null()).sort("step")
+    curves = losses.select("step", pl.lit("training loss").alias("curve"), pl.col("loss").alias("value"))
+    if losses.height >= 200:  # a noisy curve: its trend beside it, the mean of SMOOTH entries around each
+        curves = pl.concat(
+            [
+                curves,
+                losses.select(
+                    "step",
+                    pl.lit(f"training loss, mean of {SMOOTH}").alias("curve"),
+                    pl.col("loss").rolling_mean(SMOOTH, center=True, min_samples=1).alias("value"),
+                ),
+            ]
+        )
+    evals = log.filter(pl.col("eval_loss").is_not_null()).select(
+        "step", pl.lit("eval loss").alias("curve"), pl.col("eval_loss").alias("value")
+    )
+    fig = px.line(
+        pl.concat([curves, evals]) if evals.height else curves,
+        x="step",
+        y="value",
+        color="curve",
+        labels={"step": "optimizer step", "value": "loss", "curve": ""},
+        color_discrete_map={
+            "training loss": "#6BAED6",
+            f"training loss, mean of {SMOOTH}": "#08306B",
+            "eval loss": "#D55E00",
+        },
+    )
+    fig.update_layout(
+        margin={"t": 30, "b": 10},
+        height=340,
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+    )
+    for trace in fig.data:
+        if trace.name == "training loss" and len(fig.data) > 1:
+            trace.opacity = 0.5
+    fig.update_xaxes(separatethousands=True)
+    _ui.plotly_chart(fig, key="upload_loss")
+    timed = log.with_columns(
+        pl.coalesce(
+            pl.col("elapsed_s"), (pl.col("ts") - pl.col("ts").min()).dt.total_seconds(fractional=True)
+        ).alias("t")
+    ).filter(pl.col("t").is_not_null())
+    if timed.height >= 2:
+        rate = (
+            timed.sort("step")
+            .with_columns(
+                (pl.col("step").diff() / (pl.col("t").diff() / 3600.0)).alias("steps_per_h"),
+                (pl.col("t") / 3600.0).alias("hours"),
+            )
+            .filter(pl.col("steps_per_h").is_finite() & (pl.col("steps_per_h") > 0))
+        )
+        if rate.height:
+            fig = px.line(
+                rate,
+                x="hours",
+                y="steps_per_h",
+                labels={"hours": "hours since the start", "steps_per_h": "steps per hour"},
+            )
+            fig.update_layout(margin={"t": 10, "b": 10}, height=260)
+            _ui.plotly_chart(fig, key="upload_throughput")
+    else:
+        st.caption(
+            f"{log.height:,} log entries, steps {num(log['step'].min(), 0)}–{num(log['step'].max(), 0)}. The log "
+            "times no entry, so throughput is the run's average only."
+        )
+
+
+if result.train_log is not None:
+    training_log(result, unpriced)
 
 
 def utilization_lines(frame: pl.DataFrame, color: str, key: str, legend: str) -> None:
@@ -196,6 +354,13 @@ if result.jobs is not None and not result.jobs.is_empty():
     ]
     first += ["mean_util_pct", "usd_per_mtok", "start_ts", "end_ts"]
     jobs = result.jobs.select([c for c in first if c in result.jobs.columns])
+    if "mean_util_pct" in jobs.columns and "waste_usd" in jobs.columns:  # no telemetry: waste unknown, not $0
+        jobs = jobs.with_columns(
+            pl.when(pl.col("mean_util_pct").is_null() & (pl.col("waste_usd").abs() < 0.005))
+            .then(None)
+            .otherwise(pl.col("waste_usd"))
+            .alias("waste_usd")
+        )
     _ui.dataframe(jobs)
     st.caption("Empty cells: unknown (no telemetry, no token count, or no price).")
 

@@ -81,8 +81,10 @@ rows = [
 cols = st.columns(3)
 for col, (title, key, fmt) in zip(cols, [*rows[:2], rows[-3]], strict=True):
     before, after = figure(result.before, key), figure(result.after, key)
-    # nothing chosen: no delta drawn
+    # nothing chosen, or a change that moves nothing (spot on paid-for capacity): no delta drawn
     d = None if not changes or before is None or after is None else after - before
+    if d is not None and abs(d) < 0.005:
+        d = None
     col.metric(
         title,
         fmt(after),

@@ -30,9 +30,10 @@ def plain_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_the_cli_and_the_upload_page_give_the_same_rows(tmp_path: Path, plain_settings: Path) -> None:
     from pages import _data
 
-    # the page's copy sits in a folder named "upload" (a browser sends no folder, and the run is named for
-    # its folder): the CLI reads a copy there too, so the job ids are the same, hf:upload
-    log = tmp_path / "upload" / "trainer_state.json"
+    # the page's copy sits in a folder named after the run the file names, else after the uploaded file (a
+    # browser sends no folder, and the run is named for its folder): the CLI reads a copy there too, so the
+    # job ids are the same, hf:trainer_state.json
+    log = tmp_path / "trainer_state.json" / "trainer_state.json"
     log.parent.mkdir()
     log.write_bytes(dataset(LOG).read_bytes())
     db = str(tmp_path / "ledger.duckdb")
@@ -66,7 +67,7 @@ def test_without_the_option_the_log_costs_nothing_and_the_page_asks(
     done = gpuledger("ingest", str(log), "--db", db)
     assert "1 job(s) name no GPU model or count and cost nothing (hf:luojiu-7b-qlora-a10)" in done.stdout
     page = _data.analyse_upload(log.name, log.read_bytes(), None, None)
-    assert page.needs_gpu == ("hf:upload",) and page.gpu_assumed is None
+    assert page.needs_gpu == ("hf:trainer_state.json",) and page.gpu_assumed is None
     assert page.summary is not None and page.summary["spend_usd"] == 0
 
 

@@ -15,9 +15,11 @@ import polars as pl
 
 from analytics.filters import Filters
 from analytics.jobs import jobs_table
+from analytics.query import frame
 from analytics.recommend import recommendations
 from analytics.summary import summary
 from analytics.timeline import gpu_groups, gpu_timeline, group_sizes, group_timeline, view_groups
+from analytics.unit_costs import job_unit_costs
 from collectors.base import IngestOptions
 from collectors.gpu_facts import GpuFacts
 from collectors.ingest import ingest_file
@@ -25,10 +27,12 @@ from gpuledger.ledger.db import memory_ledger
 from gpuledger.ledger.errors import FormatError, LedgerError
 from gpuledger.ledger.reference import load_reference
 from gpuledger.ledger.settings import Settings
+from gpuledger.upload.naming import RunIdentity, run_identity
 
 LINES_PAST = (
     60  # more GPUs (or hosts) than this: one line per host, the rest pooled (pages/_data.FLEET_GROUP_PAST)
 )
+LOG_POINTS = 5000  # a training log longer than this is drawn from every k-th entry (the last one kept)
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,10 @@ class UploadResult:
     recommendations: pl.DataFrame | None = None
     needs_gpu: tuple[str, ...] = ()  # jobs (training logs) that name no GPU model or count: ask for them
     gpu_assumed: str | None = None  # what was assumed for them, in words (ingest --gpu-model)
+    run: RunIdentity | None = None  # the run's name, model and output folder from inside the file
+    train_log: pl.DataFrame | None = None  # the logged steps (loss, learning rate, time), at most LOG_POINTS
+    training_runs: pl.DataFrame | None = None  # the runs' summaries (runtime, samples/s, total_flos, …)
+    unit_costs: pl.DataFrame | None = None  # analytics.unit_costs.job_unit_costs ($/epoch, MFU and its basis)
 
 
 def safe_name(name: str) -> str:
@@ -79,6 +87,8 @@ def analyse_file(
     """Ingest ``path`` (a copy of the upload named ``name``) into an in-memory ledger with the ingest options
     the page gave (``gpu``: ``--gpu-model``/``--gpu-count``) and run the Overview's analyses on it."""
     opts = IngestOptions.from_settings(s, cluster=cluster, tz=tz, gpu=gpu)
+    run = run_identity(name, Path(path).read_bytes())
+    path = named_copy(path, run)
     con = memory_ledger()
     try:
         limit_upload_memory(con, s, str(Path(path).parent))
@@ -98,6 +108,10 @@ def analyse_file(
         filters = Filters()
         return UploadResult(
             name,
+            run=run,
+            train_log=train_log(con),
+            training_runs=frame(con, "SELECT * FROM training_runs ORDER BY job_id"),
+            unit_costs=job_unit_costs(con, filters=filters),
             ingest=report.as_dict() | {"path": name},
             summary=summary(con, filters=filters, settings=s),
             jobs=jobs_table(con, filters=filters, settings=s),
@@ -108,6 +122,34 @@ def analyse_file(
         )
     finally:
         con.close()
+
+
+def named_copy(path: str, run: RunIdentity) -> str:
+    """The upload's copy moved into a folder named after its run (inside the same temp folder), so that a log
+    with its tool's own file name gets the run's name as the ingest gives it: ``hf:<run>``."""
+    src = Path(path)
+    dst = src.parent.parent / safe_name(run.folder) / src.name
+    if dst != src:
+        dst.parent.mkdir(exist_ok=True)
+        src.rename(dst)
+    return str(dst)
+
+
+def train_log(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """The logged steps in order (job_id, step, epoch, ts, elapsed_s, loss, eval_loss, learning_rate,
+    tokens_seen); past LOG_POINTS entries every k-th of each run and its last, enough to draw."""
+    n = con.execute("SELECT count(*) FROM train_log").fetchall()[0][0]
+    k = max(1, -(-n // LOG_POINTS))
+    return frame(
+        con,
+        """SELECT job_id, step, epoch, ts, elapsed_s, loss, eval_loss, learning_rate, tokens_seen FROM (
+               SELECT *, row_number() OVER (PARTITION BY job_id ORDER BY step, ts) AS i,
+                      count(*) OVER (PARTITION BY job_id) AS n
+               FROM train_log)
+           WHERE (i - 1) % ? = 0 OR i = n OR eval_loss IS NOT NULL
+           ORDER BY job_id, step, ts""",
+        [k],
+    )
 
 
 def timelines(con: duckdb.DuckDBPyConnection, filters: Filters) -> dict[str, object]:

@@ -111,8 +111,8 @@ def analyse_isolated(
     """The Upload page's analysis of ``data`` (uploaded as ``name``) in a worker within the settings'
     limits; a worker past a limit, or one that failed, becomes an UploadResult with the error sentence."""
     with tempfile.TemporaryDirectory(prefix="gpuledger-upload-") as tmp:
-        # a fixed folder name: a training log named as its tool names it (trainer_state.json) takes its run's
-        # name from its folder, which a browser does not send, so its job is ``hf:upload``, not a random name
+        # a fixed folder name, not the random temp one: the worker moves the copy into a folder named after
+        # the run the file names (gpuledger/upload/naming.py), or after the uploaded file, before ingesting
         path = Path(tmp) / UPLOAD_FOLDER / safe_name(name)
         path.parent.mkdir()
         path.write_bytes(data)

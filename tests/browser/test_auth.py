@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Locator, Page
+from playwright.sync_api import Locator, Page, expect
 
 from tests.browser.conftest import (
     ROOT,
@@ -175,7 +175,9 @@ def test_a_lead_sees_only_their_team(signed_server: Server, context_page: Page) 
     fleet = signed_server.summary()
     assert 0 < team["spend_usd"] < fleet["spend_usd"]
     assert metric_value(page, "Spend") == money(team["spend_usd"])
-    assert metric_value(page, "Waste $") == money(team["waste_usd"])
+    # a team view's waste is all the team's own: no capacity no job held is in it (issue 37's Overview)
+    assert team["waste"]["unallocated_usd"] == 0
+    assert metric_value(page, "Waste teams control") == money(team["waste_usd"])
     sidebar = text(page.get_by_test_id("stSidebar"))
     assert f"Signed in as {LEAD}: you see speech." in sidebar
     assert page.get_by_test_id("stSidebar").locator("a[href^='mailto:']").count() == 0  # shown, not linked
@@ -192,6 +194,14 @@ def test_a_lead_sees_only_their_team(signed_server: Server, context_page: Page) 
     page.wait_for_selector("[data-testid='stMetric']", timeout=60_000)
     wait_for_app(page)
     assert metric_value(page, "Spend") == money(team["spend_usd"])
+    # a team no ledger row has is said, with only the lead's own teams as the ones that exist
+    page.goto(f"{signed_server.url}/?team=robotics")
+    main = page.get_by_test_id("stMain")
+    expect(main).to_contain_text("no team 'robotics' in the ledger (teams: speech)", timeout=60_000)
+    assert "llm-core" not in text(main)
+    page.goto(f"{signed_server.url}/?team=llm-core")
+    page.wait_for_selector("[data-testid='stMetric']", timeout=60_000)
+    wait_for_app(page)
 
     # the jobs download holds only their team's jobs: as many as `gpuledger jobs --team speech`
     navigate(page, "jobs")  # by the sidebar, from the view the shared link opened

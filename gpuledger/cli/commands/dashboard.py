@@ -75,6 +75,12 @@ def streamlit_argv(
         "none",
         "--client.disableDataExport",
         "true",
+        # this command prints the one address to open: Streamlit's banner printed a second (127.0.0.1), and
+        # its server's info line a third ("Uvicorn server started on 127.0.0.1:8501"); warnings still show
+        "--logger.hideWelcomeMessage",
+        "true",
+        "--logger.level",
+        "warning",
     ]
     if secrets_file:
         argv += ["--secrets.files", secrets_file]
@@ -148,8 +154,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_demo:
         from gpuledger.demo.build import ensure_demo
 
-        if ensure_demo(db):
-            print(f"{db}: the ledger was empty; filled it with the demo fleet (gpuledger demo)")
+        def announce() -> None:
+            print(f"{db} is empty: building the demo fleet (about 30 s)…", flush=True)
+
+        if ensure_demo(db, before_build=announce):
+            print(f"{db}: filled with the demo fleet (gpuledger demo)", flush=True)
     secrets_file = write_streamlit_secrets(settings, args.port)
     for line in exposure_warnings(settings, args.host, args.port):
         print(f"warning: {line}", file=sys.stderr, flush=True)
@@ -159,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     )
     where = "localhost" if is_loopback(args.host) else args.host
     signin = "with sign-in" if settings.auth else "without sign-in"
-    print(f"serving {db} on http://{where}:{args.port} ({signin})", flush=True)
+    print(f"serving {db} ({signin}): open http://{where}:{args.port}", flush=True)
     if secrets_file is None:
         os.execvpe(argv[0], argv, env)  # nothing of ours to clean up: Streamlit takes this process
     return serve_then_clean(argv, env, Path(secrets_file).parent)
