@@ -44,6 +44,7 @@ from analytics.cost import (
 from analytics.filters import Filters, horizon
 from analytics.query import frame
 from analytics.shared import kept, shared
+from analytics.slurm_usage import filled_totals_sql
 from analytics.utilization import Source, job_bucket_totals_sql, job_totals_sql
 from gpuledger.ledger.observed import observed_runs_ready
 from gpuledger.ledger.settings import Settings
@@ -103,6 +104,7 @@ JOB_WASTE_COLUMNS = {
     "effective_gpu_hours": "Σ util × interval / 3600 over the job's samples in the view",
     "util_covered_hours": "Σ interval_s / 3600 of samples with a utilization reading (not clamped)",
     "energy_kwh": "Σ per-sample energy / 3.6e6 (NULL without power or energy readings)",
+    "util_basis": "telemetry | from Slurm accounting (sacct's mean, no samples) | NULL: no reading",
 }
 
 
@@ -120,16 +122,20 @@ def job_waste_sql(
     """SQL of :func:`job_waste` (JOB_WASTE_COLUMNS), reusable as a sub-query."""
     jobs_sql, jobs_params = job_costs_sql(filters, as_of)
     totals_sql, totals_params = job_totals_sql(con, filters, settings, as_of, source)
-    return _parts_sql(jobs_sql, totals_sql, "job_id"), [*jobs_params, *totals_params]
+    return _parts_sql(jobs_sql, totals_sql, "job_id", settings), [*jobs_params, *totals_params]
 
 
-def _parts_sql(jobs_sql: str, totals_sql: str, key: str) -> str:
+def _parts_sql(jobs_sql: str, totals_sql: str, key: str, settings: Settings) -> str:
     """The taxonomy over ``jobs_sql`` (job_costs columns: one row per ``key``) and ``totals_sql``
-    (TOTAL_COLUMNS per ``key``): JOB_WASTE_COLUMNS, one row per ``key``."""
+    (TOTAL_COLUMNS per ``key``): JOB_WASTE_COLUMNS, one row per ``key``. A job without samples is judged
+    from Slurm's own mean where sacct gave one (analytics/slurm_usage.py)."""
+    slurm = filled_totals_sql(
+        settings, held_s="jc.gpu_hours * 3600.0", span_s="epoch(jc.span_end - jc.span_start)"
+    )
     return f"""
     WITH jc AS ({jobs_sql}), t AS ({totals_sql}),
     b AS (
-        SELECT jc.*, t.util_cov_s, t.idle_s, t.underused_s, t.util_s, t.energy_j, lj.last_checkpoint_ts,
+        SELECT jc.*, {slurm}, t.energy_j, lj.last_checkpoint_ts,
                lj.source AS record_source, tr.source AS run_source,
                jc.gpu_hours * 3600.0 AS held_s,
                jc.state IN ({_sql_list(FAILED_STATES)}) AND jc.kind IN ({_sql_list(FAILURE_KINDS)}) AS failed
@@ -180,7 +186,8 @@ def _parts_sql(jobs_sql: str, totals_sql: str, key: str) -> str:
            idle_allocated_usd + underused_usd + failed_usd AS waste_usd,
            util_s / 3600.0 AS effective_gpu_hours,
            util_cov_s / 3600.0 AS util_covered_hours,
-           energy_j / 3.6e6 AS energy_kwh
+           energy_j / 3.6e6 AS energy_kwh,
+           util_basis
     FROM p
     """
 
@@ -780,7 +787,7 @@ def job_waste_by_week(
     buckets = _buckets_sql(weeks)
     jobs_sql, jobs_params = _job_week_costs_sql(filters, as_of, buckets)
     totals_sql, totals_params = job_bucket_totals_sql(con, filters, settings, as_of, buckets, source)
-    sql = _parts_sql(jobs_sql, totals_sql, "job_id, week")
+    sql = _parts_sql(jobs_sql, totals_sql, "job_id, week", settings)
     return frame(con, f"SELECT * FROM ({sql}) ORDER BY week, job_id", [*jobs_params, *totals_params])
 
 

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 import duckdb
 
+from collectors.array_tasks import unify_array_tasks
 from collectors.checkpoints import record_placements, withdraw
 from collectors.common import (
     MERGE_KEPT,
@@ -610,6 +611,7 @@ def _land_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptio
         con.execute("ALTER TABLE stage_jobs ADD COLUMN cluster VARCHAR")
         if opts.cluster:
             con.execute("UPDATE stage_jobs SET cluster = ?", [opts.cluster])
+    unify_array_tasks(con)  # 301 and 300_1 are one array task (collectors/array_tasks.py)
     # An older scheduler record never undoes a newer one, whatever order the dumps are ingested in: a record
     # of a job still pending or running (an open state) that started no later than the ledger's record of the
     # same job ended (end_ts and a final state) is what the scheduler said before the job finished. It stays

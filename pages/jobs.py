@@ -10,6 +10,7 @@ import polars as pl
 import streamlit as st
 from plotly.subplots import make_subplots
 
+from analytics.slurm_usage import SLURM_BASIS
 from gpuledger.ledger.palette import PART_COLOURS
 from pages import _data, _ui
 from pages._ui import (
@@ -40,6 +41,7 @@ FIRST = [
     "gpu_count",
     "gpu_hours",
     "mean_util_pct",
+    "util_basis",
     "start_ts",
     "end_ts",
 ]
@@ -103,9 +105,14 @@ def job_view(job_id: str) -> None:
         "Idle $", usd(r["idle_allocated_usd"]), help=f"{num(r['idle_gpu_hours'], 2)} idle GPU-hours"
     )
     cols[3].metric("GPU-hours", num(r["gpu_hours"], 1))
+    slurm = r.get("util_basis") == SLURM_BASIS
     cols[4].metric(
-        "Mean utilization",
+        "Mean utilization" + (f" ({SLURM_BASIS})" if slurm else ""),
         pct(r["mean_util_pct"]) if r["mean_util_pct"] is not None else na("no telemetry"),
+        help="sacct's TRESUsageInAve gres/gpuutil of the job's steps: a mean over the whole job, which "
+        "cannot show idle stretches inside it (docs/metrics.md)"
+        if slurm
+        else None,
     )
 
     st.markdown("**Utilization and memory per minute**")
@@ -120,7 +127,14 @@ def job_view(job_id: str) -> None:
     tl = _data.job_timeline(job_id, lines)
     stretches = data["stretches"]
     if tl.is_empty():
-        st.info(f"Job {md(job_id)} has no telemetry attributed to it: its utilization is unknown (n/a).")
+        st.info(
+            f"Job {md(job_id)} has no telemetry attributed to it: "
+            + (
+                f"its utilization is Slurm's own mean ({SLURM_BASIS}), with no per-minute series."
+                if slurm
+                else "its utilization is unknown (n/a)."
+            )
+        )
     else:
         fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.6, 0.4])
         named = tl.with_columns(

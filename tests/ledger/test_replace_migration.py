@@ -48,7 +48,7 @@ def test_a_version_4_ledger_gains_empty_holder_tables_and_keeps_its_rows(db_path
     with duckdb.connect(db_path) as old:
         assert not set(NEW_TABLES) & _tables(old)
     with writer(db_path) as con:
-        assert current_version(con) == SCHEMA_VERSION == 5
+        assert current_version(con) == SCHEMA_VERSION == 6
         assert set(NEW_TABLES) <= _tables(con)
         assert [con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in NEW_TABLES] == [0, 0, 0]
         assert con.execute("SELECT job_id, ingest_id FROM jobs").fetchall() == [("ci/9", 1)]
@@ -66,4 +66,4 @@ def test_a_version_4_ledger_gains_empty_holder_tables_and_keeps_its_rows(db_path
             ("ci/9",),
         ]
     with writer(db_path) as con:  # a second open applies nothing again
-        assert current_version(con) == 5
+        assert current_version(con) == SCHEMA_VERSION

@@ -33,12 +33,12 @@ def test_a_version_2_ledger_gains_the_per_process_shares_on_open(db_path):
             "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'process_shares'"
         ).fetchone()[0]
     with writer(db_path) as con:
-        assert current_version(con) == SCHEMA_VERSION == 5
+        assert current_version(con) == SCHEMA_VERSION == 6
         assert {"sm_pct", "mem_util_pct", "enc_pct", "dec_pct", "interval_s"} <= _columns(con, "processes")
         assert con.execute("SELECT count(*) FROM process_shares").fetchone()[0] == 0
         assert con.execute("SELECT pid, sm_pct FROM processes").fetchall() == [(42, None)]  # kept
     with writer(db_path) as con:  # a second open applies nothing again
-        assert current_version(con) == 5
+        assert current_version(con) == SCHEMA_VERSION
 
 
 def test_a_version_3_ledger_gets_its_hour_rollup_from_its_minute_rows(db_path):
