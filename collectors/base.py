@@ -88,6 +88,10 @@ class IngestOptions:
     # nvidia-smi CSV: the header line comes back later in the file (True), or not (False); None: the parser
     # finds out, reading past the file's head only when its reader fails (collectors/nvidia_smi_csv.py)
     header_repeats: bool | None = None
+    # Kubernetes pods (collectors/kubernetes.py): a pod's team is its label team_label, else its namespace's
+    # entry here, else the namespace (settings [kubernetes])
+    team_label: str | None = None
+    namespace_teams: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_settings(cls, settings: Settings, **source: Any) -> IngestOptions:
@@ -101,6 +105,8 @@ class IngestOptions:
             idle_min_minutes=settings.idle_min_minutes,
             target_util_pct=settings.target_util_pct,
             max_job_days=getattr(settings, "max_job_days", 365.0),
+            team_label=getattr(settings, "kubernetes_team_label", None),
+            namespace_teams=tuple(sorted(getattr(settings, "kubernetes_namespace_teams", {}).items())),
             **source,
         )
 
