@@ -21,8 +21,8 @@ says the same for users):
   for ``DeadlineExceeded``; the reason, e.g. ``Evicted``, goes to ``exit_reason``), Unknown → UNKNOWN.
 - start = the earliest ``startedAt`` of its containers' (and init containers') running, terminated or last
   terminated states, else ``status.startTime``; end (a finished pod) = the latest ``finishedAt``. A running
-  pod's allocation is held at least until the list was taken (the file's modification time; the poller sets
-  it to the poll), like sacct's Start + Elapsed; its job keeps no end.
+  pod's allocation is held at least until the list was taken (a file: the latest time it shows; a poll: the
+  poll's time), like sacct's Start + Elapsed; its job keeps no end.
 - ``team``: the pod's label named by settings ``[kubernetes] team_label``, else ``[kubernetes.namespace_teams]``
   for its namespace, else the namespace; ``user_name`` from the ``user`` label when there is one.
 - allocations: one row per pod on its node (``spec.nodeName``), no GPU id: host-level attribution ties it to
@@ -158,10 +158,31 @@ def _pod_team(pod_labels: dict[str, Any], namespace: str, opts: IngestOptions) -
     return dict(opts.namespace_teams).get(namespace, namespace)
 
 
+def _latest(path: Path, label: str, meta: dict[str, Any], status: dict[str, Any]) -> dt.datetime | None:
+    """The latest time a pod's record shows (created, started, finished, a condition changed)."""
+    starts, ends = _times(path, label, status)
+    seen = [*starts, *ends]
+    for value in (meta.get("creationTimestamp"), status.get("startTime")):
+        if isinstance(value, str) and (t := _time(path, label, "a time", value)):
+            seen.append(t)
+    seen += [
+        t
+        for c in status.get("conditions") or []
+        if isinstance(c, dict)
+        and (t := _time(path, label, "conditions.lastTransitionTime", c.get("lastTransitionTime")))
+    ]
+    return max(seen, default=None)
+
+
 def read_pods(
-    path: Path, doc: Any, opts: IngestOptions, listed_at: dt.datetime
+    path: Path, doc: Any, opts: IngestOptions, listed_at: dt.datetime | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """The job rows (one per pod that requests a GPU) of a pod list, and the notes for the report."""
+    """The job rows (one per pod that requests a GPU) of a pod list, and the notes for the report.
+
+    ``listed_at``: when the list was taken (a poll knows); a file does not say, and its latest timestamp (any
+    pod's creation, start, finish or condition change) stands for it: the list was taken no earlier, so a
+    running pod is held at least until then, the same for the same bytes whenever and however the file is
+    read (its modification time changes with every copy and upload)."""
     if not isinstance(doc, dict):
         raise FormatError(path, 1, "not a Kubernetes list: the document is not a JSON object")
     items = doc.get("items") if doc.get("kind") != "Pod" else [doc]
@@ -177,6 +198,7 @@ def read_pods(
     rows: list[dict[str, Any]] = []
     notes = {"pods that request no GPU": 0, "non-pod items": 0}
     prefix = f"{opts.cluster}/" if opts.cluster else ""
+    latest: dt.datetime | None = None  # the latest time the document shows (without listed_at)
     for i, pod in enumerate(items):
         if not isinstance(pod, dict) or pod.get("kind", "Pod") != "Pod":
             notes["non-pod items"] += int(not (isinstance(pod, dict) and pod.get("kind") == "Node"))
@@ -188,6 +210,8 @@ def read_pods(
             raise FormatError(path, None, f"items[{i}] ({meta['name']}): spec and status must be objects")
         namespace = str(meta.get("namespace") or "default")
         label = f"items[{i}] ({namespace}/{meta['name']})"
+        if listed_at is None and (seen := _latest(path, label, meta, status)) is not None:
+            latest = seen if latest is None else max(latest, seen)
         apps = [container_gpus(path, label, c) for c in spec.get("containers") or []]
         inits = [container_gpus(path, label, c) for c in spec.get("initContainers") or []]
         gpus = max(sum(apps), max(inits, default=0.0))
@@ -216,9 +240,6 @@ def read_pods(
         node = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) else None
         selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), dict) else {}
         model = products.get(node or "") or selector.get(PRODUCT_LABEL)
-        held = None
-        if state in ("RUNNING", "UNKNOWN") and start is not None:
-            held = max(listed_at, start)
         rows.append(
             {
                 "job_id": f"{prefix}{namespace}/{meta['name']}",
@@ -232,13 +253,17 @@ def read_pods(
                 "submit_ts": _time(path, label, "metadata.creationTimestamp", meta.get("creationTimestamp")),
                 "start_ts": start,
                 "end_ts": end,
-                "held_until_ts": held,
+                "held_until_ts": start if state in ("RUNNING", "UNKNOWN") else None,
                 "state": state,
                 "exit_reason": why,
                 "host": node,
                 "row_label": label,
             }
         )
+    until = listed_at or latest
+    for r in rows:  # a running pod is held until the list was taken
+        if r["held_until_ts"] is not None and until is not None:
+            r["held_until_ts"] = max(until, r["held_until_ts"])
     return rows, {k: v for k, v in notes.items() if v}
 
 
@@ -257,14 +282,20 @@ class KubernetesPods:
             return Sniff(0.95 if '"containers"' in text or '"items": []' in text else 0.6)
         return Sniff(0)
 
-    def stage(self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
+    def stage(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        path: Path,
+        opts: IngestOptions,
+        listed_at: dt.datetime | None = None,
+    ) -> dict[str, int]:
+        """Stage the pod list in ``path``; ``listed_at`` is when it was taken, where the caller knows (a poll)."""
         try:
             doc = json.loads(path.read_bytes())
         except json.JSONDecodeError as exc:
             raise FormatError(path, exc.lineno, f"not valid JSON: {exc.msg}") from None
         except UnicodeDecodeError:
             raise FormatError(path, None, "not valid JSON: the file is not UTF-8 text") from None
-        listed_at = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC).replace(tzinfo=None)
         rows, notes = read_pods(path, doc, opts, listed_at)
         stage_rows(con, rows, self.name)
         return notes

@@ -4,8 +4,8 @@ Each poll lists every pod (all namespaces, in pages of :data:`CHUNK`) and every 
 (the optional extra ``gpuledger[kubernetes]``), with the kubeconfig (``--kubeconfig``, else ``$KUBECONFIG``,
 else ``~/.kube/config``) or, inside a cluster, the pod's service account. The list is written as one
 ``kubectl get pods,nodes -A -o json`` document and read by the ``kubernetes_pods`` reader
-(collectors/kubernetes.py), so a poll and a file land the same jobs; the file's time is the poll's, so a
-running pod is held at least until then.
+(collectors/kubernetes.py), so a poll and a file land the same jobs; a running pod is held at least until
+the poll.
 
 A pod is a snapshot: once deleted it is gone from the API. A pod the ledger last saw running that is no
 longer listed has ended between the poll that last saw it and this one; its record is closed at the last
@@ -20,7 +20,6 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
-import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -171,13 +170,11 @@ def poll(
     with tempfile.TemporaryDirectory(prefix="gpuledger-k8s-") as tmp:
         path = Path(tmp) / "pods.json"
         path.write_text(text, encoding="utf-8")
-        stamp = polled_at.replace(tzinfo=dt.UTC).timestamp()
-        os.utime(path, (stamp, stamp))  # the reader holds running pods until the list's time: the poll's
         with writer(db) as con:
 
             def work() -> KubePollReport:
                 ingest_id = next_ingest_id(con)
-                report.skipped = KubernetesPods().stage(con, path, opts)
+                report.skipped = KubernetesPods().stage(con, path, opts, listed_at=polled_at)
                 if gone := _close_vanished(con, opts.cluster, polled_at):
                     report.skipped[
                         f"running pods no longer listed, closed at their last sighting ({GONE})"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import http.server
 import json
-import os
 import shutil
 import threading
 import urllib.parse
@@ -32,7 +31,6 @@ from tests.conftest import ROOT, gpuledger, write
 
 FIXTURES = ROOT / "tests" / "fixtures" / "kubernetes"
 T = dt.datetime
-LISTED = T(2025, 3, 1, 12, 30)  # when the list was taken: the file's modification time
 SETTINGS = from_dict(
     {"kubernetes": {"team_label": "team", "namespace_teams": {"ml-serve": "inference"}}}, Path("s.toml")
 )
@@ -40,18 +38,17 @@ OPTS = IngestOptions.from_settings(SETTINGS, tz="UTC")
 
 
 def listed(tmp_path: Path, name: str) -> Path:
-    """A fixture copied with the list's time as its modification time."""
+    """A fixture copied now: its modification time says nothing of when the list was taken."""
     path = tmp_path / name
     shutil.copy(FIXTURES / name, path)
-    stamp = LISTED.replace(tzinfo=dt.UTC).timestamp()
-    os.utime(path, (stamp, stamp))
     return path
 
 
 def test_a_pod_list_gives_jobs_gpus_and_teams(ledger, tmp_path):
     """Hand-worked: 5 pods; coredns asks no GPU (left out, counted). llama-ft-0: 8 × nvidia.com/gpu (limits
     only), 10:00:05-12:00:05, team "nlp" from its label = 16 GPU-h on an H100 node. vllm: one
-    nvidia.com/mig-3g.40gb = 3/7 GPU, running since 11:00, listed at 12:30 → 3/7 × 1.5 h = 0.6429 GPU-h, team
+    nvidia.com/mig-3g.40gb = 3/7 GPU, running since 11:00; its Ready condition changed at 12:30, the latest time
+    the list shows, so it was taken no earlier: 3/7 × 1.5 h = 0.6429 GPU-h, team
     "inference" from the namespace map. oom-job: 2 GPUs (init container 1 < app 2), 09:59:58 (its init
     container's start) to 10:30:00, OOMKilled → OOM, team = namespace ml-train: 2 × 1,802 s = 1.0011 GPU-h.
     notebook-x-0 is Pending: no GPU held, no allocation."""
