@@ -6,8 +6,9 @@ and ``jobs.gpu_mem_mean_mib``. Where the ledger has no utilization reading of a 
 stands for the job's whole held time, the way a job-level mean can (docs/metrics.md, "Slurm accounting"):
 
 - covered time = held time (the mean is a reading of all of it), busy time = held × mean / 100;
-- **idle**: a mean at or under ``thresholds.idle_util_pct`` over a span of at least
-  ``thresholds.idle_min_minutes`` is an idle stretch of the whole held time;
+- **idle**: a mean at or under ``thresholds.idle_util_pct`` over a job of at least
+  ``thresholds.idle_min_minutes`` (start to end, whatever part of it the view holds) is an idle stretch of
+  the whole held time;
 - **under-used**: otherwise a mean under ``thresholds.target_util_pct`` makes held × (target − mean) / target
   under-used, as one sample over the whole span would.
 

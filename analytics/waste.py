@@ -130,7 +130,10 @@ def _parts_sql(jobs_sql: str, totals_sql: str, key: str, settings: Settings) -> 
     (TOTAL_COLUMNS per ``key``): JOB_WASTE_COLUMNS, one row per ``key``. A job without samples is judged
     from Slurm's own mean where sacct gave one (analytics/slurm_usage.py)."""
     slurm = filled_totals_sql(
-        settings, held_s="jc.gpu_hours * 3600.0", span_s="epoch(jc.span_end - jc.span_start)"
+        settings,
+        held_s="jc.gpu_hours * 3600.0",
+        # the whole job's span (not the view's or the week's piece of it): one verdict per job
+        span_s="epoch(coalesce(lj.end_ts, jc.span_end) - coalesce(lj.start_ts, jc.span_start))",
     )
     return f"""
     WITH jc AS ({jobs_sql}), t AS ({totals_sql}),

@@ -252,3 +252,25 @@ def test_jobs_json_marks_slurm_accounting(tmp_path):
     assert [(r["job_id"], r["mean_util_pct"], r["util_basis"]) for r in rows] == [
         ("ci/500", 42.0, "from Slurm accounting")
     ]
+
+
+def test_a_job_across_a_week_boundary_gets_one_verdict(ledger, tmp_path):
+    """3 % over Sunday 23:40 - Monday 01:40 (2 h, 1 H100 at $4): idle in both week pieces, though the first
+    is 20 min, shorter than idle_min_minutes: $8/6 + $8 × 5/6 = $8 idle, as job_waste says."""
+    from analytics.waste import job_waste_by_week
+
+    set_test_prices(ledger)
+    _ingest(
+        ledger,
+        tmp_path,
+        [
+            "900|900|ci|nb|dave|nlp|COMPLETED|2025-03-02T23:40:00|2025-03-03T01:40:00|7200"
+            "|gres/gpu:h100=1,gres/gpu=1,node=1|g01|",
+            "900.0|900.0|ci|python|||COMPLETED|2025-03-02T23:40:00|2025-03-03T01:40:00|7200"
+            "|gres/gpu=1,node=1|g01|gres/gpumem=512M,gres/gpuutil=3",
+        ],
+    )
+    weeks = job_waste_by_week(ledger).sort("week")
+    assert weeks["idle_allocated_usd"].to_list() == pytest.approx([8.0 * 20 / 120, 8.0 * 100 / 120])
+    assert weeks["underused_usd"].sum() == pytest.approx(0.0)
+    assert job_waste(ledger).row(0, named=True)["idle_allocated_usd"] == pytest.approx(8.0)
