@@ -9,8 +9,8 @@ says the same for users):
   sample (collectors/dcgm.py), so telemetry and pods meet; ``name`` is the pod's controller (a Job, a
   ReplicaSet) else the pod.
 - ``gpu_count``: a container asks ``resources.requests`` (else ``limits``: an extended resource's request
-  defaults to its limit) for ``nvidia.com/gpu`` (and ``nvidia.com/gpu.shared``, a time-sliced replica) whole
-  GPUs, and ``nvidia.com/mig-<g>g.<mem>gb`` MIG instances, each its share of the card's compute slices (g/7;
+  defaults to its limit) for ``nvidia.com/gpu`` (and ``nvidia.com/gpu.shared``, a time-sliced replica;
+  ``amd.com/gpu``) whole GPUs, and ``nvidia.com/mig-<g>g.<mem>gb`` MIG instances, each its share of the card's compute slices (g/7;
   A30 profiles, 6 GB a slice, g/4), the rule sacct's ``gres/gpu:a100_3g.20gb`` follows. The pod holds the
   containers' sum, or its largest init container's when that is more (Kubernetes' effective request).
   Pods that request no GPU are left out and counted.
@@ -44,7 +44,7 @@ from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import model_sql_case
 
-WHOLE_GPU = ("nvidia.com/gpu", "nvidia.com/gpu.shared")
+WHOLE_GPU = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "amd.com/gpu")
 _MIG = re.compile(r"^nvidia\.com/mig-(\d+)g\.(\d+)gb(?:\.shared)?$")
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 PHASES = {"Pending": "PENDING", "Running": "RUNNING", "Succeeded": "COMPLETED", "Failed": "FAILED"}

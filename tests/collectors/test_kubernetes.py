@@ -257,3 +257,20 @@ def test_collect_kubernetes_without_a_config_is_one_sentence(tmp_path, monkeypat
     )
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert out.stderr.startswith("error: ")
+
+
+def test_container_requests_limits_and_init_containers(tmp_path):
+    """Per container the request, else the limit; the pod holds max(sum of containers, largest init)."""
+    from collectors.kubernetes import container_gpus
+
+    def c(requests=None, limits=None):
+        return {"resources": {k: v for k, v in (("requests", requests), ("limits", limits)) if v}}
+
+    p = tmp_path / "x.json"
+    assert container_gpus(p, "x", c(limits={"nvidia.com/gpu": 2})) == 2.0
+    assert container_gpus(p, "x", c(requests={"nvidia.com/gpu": "1"}, limits={"nvidia.com/gpu": "1"})) == 1.0
+    assert container_gpus(p, "x", c(limits={"amd.com/gpu": "4", "cpu": "8"})) == 4.0
+    assert container_gpus(
+        p, "x", c(limits={"nvidia.com/mig-1g.10gb": "2", "nvidia.com/gpu": "1"})
+    ) == pytest.approx(1 + 2 / 7)
+    assert container_gpus(p, "x", c(requests={"cpu": "100m"})) == 0.0
