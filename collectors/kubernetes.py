@@ -40,6 +40,7 @@ from typing import Any
 import duckdb
 
 from collectors.base import IngestOptions, Sniff
+from collectors.jobs_table import OPEN_STATES
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import model_sql_case
@@ -48,6 +49,8 @@ WHOLE_GPU = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "amd.com/gpu")
 _MIG = re.compile(r"^nvidia\.com/mig-(\d+)g\.(\d+)gb(?:\.shared)?$")
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 PHASES = {"Pending": "PENDING", "Running": "RUNNING", "Succeeded": "COMPLETED", "Failed": "FAILED"}
+# the states a listed pod can hold its GPUs in (phase Unknown: its node stopped answering, so it may still)
+LIVE_STATES = ("RUNNING", "UNKNOWN")
 MAX_GPUS_PER_POD = 1024  # a request past this is not a real pod (validate.py caps job counts too)
 _QUANTITY = re.compile(r"^\d+(?:\.\d+)?$")
 
@@ -222,7 +225,7 @@ def read_pods(
         start = min(starts) if starts else _time(path, label, "status.startTime", status.get("startTime"))
         state, why = _state(status.get("phase"), status)
         end = None
-        if state not in ("RUNNING", "PENDING", "UNKNOWN") and start is not None:
+        if state not in (*OPEN_STATES, *LIVE_STATES) and start is not None:
             # a finished pod ends at its containers' last finishedAt, else at its last condition change
             # (a pod killed before its statuses were written), else it held its GPUs for no time
             changed = [
@@ -253,7 +256,7 @@ def read_pods(
                 "submit_ts": _time(path, label, "metadata.creationTimestamp", meta.get("creationTimestamp")),
                 "start_ts": start,
                 "end_ts": end,
-                "held_until_ts": start if state in ("RUNNING", "UNKNOWN") else None,
+                "held_until_ts": start if state in LIVE_STATES else None,
                 "state": state,
                 "exit_reason": why,
                 "host": node,

@@ -32,11 +32,12 @@ from collectors.base import (
     IngestOptions,
     land,
     next_ingest_id,
+    quote,
     record_ingest,
     run_in_transaction,
     split_sample_notes,
 )
-from collectors.kubernetes import KubernetesPods
+from collectors.kubernetes import LIVE_STATES, KubernetesPods
 from gpuledger.ledger.db import writer
 from gpuledger.ledger.errors import CollectorError
 
@@ -132,7 +133,7 @@ def _close_vanished(con: duckdb.DuckDBPyConnection, cluster: str | None, polled_
                    'COMPLETED' AS state, '{GONE}' AS exit_reason, 'ledger record' AS row_label
             FROM jobs j
             LEFT JOIN (SELECT job_id, max(end_ts) AS last_seen FROM allocations GROUP BY job_id) a USING (job_id)
-            WHERE j.source = 'kubernetes_pods' AND j.state IN ('RUNNING', 'UNKNOWN')
+            WHERE j.source = 'kubernetes_pods' AND j.state IN ({", ".join(map(quote, LIVE_STATES))})
               AND j.cluster IS NOT DISTINCT FROM ? AND j.start_ts <= ?
               AND j.job_id NOT IN (SELECT job_id FROM stage_jobs)""",
         [cluster, polled_at],
