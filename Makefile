@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	@$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "gpuledger needs Python >= 3.11"'
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[test,kubernetes]'
 	@touch $@
 
 # Fill an empty ledger with the demo fleet (it says so: about 30 s), then serve and print http://localhost:8501
@@ -47,7 +47,7 @@ constraints:
 	rm -rf .constraints-venv
 	$(PY) -m venv .constraints-venv
 	.constraints-venv/bin/pip install -q --upgrade pip
-	.constraints-venv/bin/pip install -q -e '.[test]'
+	.constraints-venv/bin/pip install -q -e '.[test,kubernetes]'
 	(echo "# Exact versions CI installs (make setup: pip install -c constraints.txt). Refresh: make constraints"; \
 	 .constraints-venv/bin/pip freeze | grep -v -e '^-e' -e '^gpuledger') > constraints.txt
 	rm -rf .constraints-venv

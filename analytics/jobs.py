@@ -14,6 +14,7 @@ import polars as pl
 from analytics.filters import Filters, horizon
 from analytics.job_summaries import fill_from_summaries
 from analytics.query import frame
+from analytics.slurm_usage import SLURM_BASIS
 from analytics.unit_costs import job_unit_costs
 from analytics.utilization import Source, job_utilization
 from analytics.waste import job_waste
@@ -58,6 +59,7 @@ JOBS_COLUMNS = {
     "mfu_reason": "why MFU is NULL",
     "mfu_basis": "training | inference FLOPs per token; ', bf16 assumed' when the run logged no precision",
     "attribution": "how telemetry was tied to the job: exact | by_share | none (docs/metrics.md)",
+    "util_basis": "where mean_util_pct comes from: telemetry | Prometheus job summaries | from Slurm accounting",
 }
 
 
@@ -90,8 +92,32 @@ def jobs_table(
         on="job_id",
         how="left",
     )
-    out = out.join(frame(con, "SELECT job_id, attribution FROM jobs"), on="job_id", how="left")
+    out = out.join(
+        frame(con, "SELECT job_id, attribution, gpu_util_mean_pct AS _slurm_util FROM jobs"),
+        on="job_id",
+        how="left",
+    )
+    # no samples: sacct's own mean (analytics/slurm_usage.py), the figure the money parts were judged from
+    slurm = pl.col("util_basis") == SLURM_BASIS
+    out = out.with_columns(
+        pl.when(slurm).then(pl.col("_slurm_util")).otherwise(pl.col("mean_util_pct")).alias("mean_util_pct"),
+        pl.when(slurm).then(0.0).otherwise(pl.col("unknown_share")).alias("unknown_share"),
+    ).drop("_slurm_util")
+    has_util = out.select("job_id", "mean_util_pct")
     out = fill_from_summaries(con, out, filters=filters)  # jobs known only from Prometheus summaries
+    out = (
+        out.join(has_util.rename({"mean_util_pct": "_before"}), on="job_id", how="left")
+        .with_columns(
+            pl.when(
+                pl.col("mean_util_pct").is_not_null()
+                & (pl.col("_before").is_null() | (pl.col("_before") != pl.col("mean_util_pct")))
+            )
+            .then(pl.lit("Prometheus job summaries"))
+            .otherwise(pl.col("util_basis"))
+            .alias("util_basis")
+        )
+        .drop("_before")
+    )
     key = {"cost": "cost_usd", "waste": "waste_usd"}.get(sort)
     if key is None:
         raise ValueError(f"unknown sort {sort!r}; use cost or waste")

@@ -47,6 +47,7 @@ from analytics.cost import (
 from analytics.filters import Filters, horizon
 from analytics.query import frame
 from analytics.shared import kept, shared
+from analytics.slurm_usage import filled_totals_sql
 from analytics.utilization import Source, job_bucket_totals_sql, job_totals_sql
 from gpuledger.ledger.job_states import CANCELLED_STATES
 from gpuledger.ledger.observed import observed_runs_ready
@@ -109,6 +110,7 @@ JOB_WASTE_COLUMNS = {
     "effective_gpu_hours": "Σ util × interval / 3600 over the job's samples in the view",
     "util_covered_hours": "Σ interval_s / 3600 of samples with a utilization reading (not clamped)",
     "energy_kwh": "Σ per-sample energy / 3.6e6 (NULL without power or energy readings)",
+    "util_basis": "telemetry | from Slurm accounting (sacct's mean, no samples) | NULL: no reading",
 }
 
 
@@ -132,13 +134,17 @@ def job_waste_sql(
         jobs_sql, jobs_params = _job_week_costs_sql(filters, as_of, buckets)
         totals_sql, totals_params = job_bucket_totals_sql(con, filters, settings, as_of, buckets, source)
         bad_sql, bad_params = badput_sums_sql(con, filters, settings, as_of, source, buckets)
-        sql = _parts_sql(jobs_sql, totals_sql, bad_sql, "job_id, week")
+        sql = _parts_sql(jobs_sql, totals_sql, bad_sql, "job_id, week", settings)
         params = [*jobs_params, *totals_params, *bad_params]
         return f"SELECT {_PIECES_TO_JOB} FROM ({sql}) GROUP BY job_id", params
     jobs_sql, jobs_params = job_costs_sql(filters, as_of)
     totals_sql, totals_params = job_totals_sql(con, filters, settings, as_of, source)
     bad_sql, bad_params = badput_sums_sql(con, filters, settings, as_of, source)
-    return _parts_sql(jobs_sql, totals_sql, bad_sql, "job_id"), [*jobs_params, *totals_params, *bad_params]
+    return _parts_sql(jobs_sql, totals_sql, bad_sql, "job_id", settings), [
+        *jobs_params,
+        *totals_params,
+        *bad_params,
+    ]
 
 
 # JOB_WASTE_COLUMNS of a job from its pieces' rows (one per price period of the view): sums, and the job's
@@ -154,6 +160,7 @@ _PIECES_TO_JOB = ", ".join(
                                      "unmeasured_usd", "failed_lost_usd", "failed_checkpointed_usd")]
     + ["any_value(failed_basis) AS failed_basis", "sum(cancelled_usd) AS cancelled_usd"]
     + [f"sum({c}) AS {c}" for c in ("waste_usd", "effective_gpu_hours", "util_covered_hours", "energy_kwh")]
+    + ["any_value(util_basis) AS util_basis"]
 )  # fmt: skip
 
 
@@ -187,14 +194,21 @@ def _price_pieces(con: duckdb.DuckDBPyConnection, filters: Filters) -> list[tupl
     ]
 
 
-def _parts_sql(jobs_sql: str, totals_sql: str, bad_sql: str, key: str) -> str:
+def _parts_sql(jobs_sql: str, totals_sql: str, bad_sql: str, key: str, settings: Settings) -> str:
     """The taxonomy over ``jobs_sql`` (job_costs columns: one row per ``key``), ``totals_sql`` (TOTAL_COLUMNS
     per ``key``) and ``bad_sql`` (analytics.badput.badput_sums_sql per ``key``): JOB_WASTE_COLUMNS, one row
-    per ``key``. Badput is taken first; idle, under-used and productive come from the rest of the time."""
+    per ``key``. Badput is taken first; idle, under-used and productive come from the rest of the time. A job
+    without samples is judged from Slurm's own mean where sacct gave one (analytics/slurm_usage.py)."""
+    slurm = filled_totals_sql(
+        settings,
+        held_s="jc.gpu_hours * 3600.0",
+        # the whole job's span (not the view's or the week's piece of it): one verdict per job
+        span_s="epoch(coalesce(lj.end_ts, jc.span_end) - coalesce(lj.start_ts, jc.span_start))",
+    )
     return f"""
     WITH jc AS ({jobs_sql}), t AS ({totals_sql}), bad AS ({bad_sql}), bw AS ({windows_sql()}),
     b AS (
-        SELECT jc.*, t.util_cov_s, t.idle_s, t.underused_s, t.util_s, t.energy_j, lj.last_checkpoint_ts,
+        SELECT jc.*, {slurm}, t.energy_j, lj.last_checkpoint_ts,
                lj.source AS record_source, tr.source AS run_source, bw.lost_from, bw.restart_to,
                coalesce(bad.bad_cov_s, 0) AS bad_cov_s, coalesce(bad.bad_idle_s, 0) AS bad_idle_s,
                coalesce(bad.bad_under_s, 0) AS bad_under_s,
@@ -254,7 +268,8 @@ def _parts_sql(jobs_sql: str, totals_sql: str, bad_sql: str, key: str) -> str:
            idle_allocated_usd + underused_usd + failed_usd AS waste_usd,
            util_s / 3600.0 AS effective_gpu_hours,
            util_cov_s / 3600.0 AS util_covered_hours,
-           energy_j / 3.6e6 AS energy_kwh
+           energy_j / 3.6e6 AS energy_kwh,
+           util_basis
     FROM p
     """
 
@@ -888,7 +903,7 @@ def job_waste_by_week(
     jobs_sql, jobs_params = _job_week_costs_sql(filters, as_of, buckets)
     totals_sql, totals_params = job_bucket_totals_sql(con, filters, settings, as_of, buckets, source)
     bad_sql, bad_params = badput_sums_sql(con, filters, settings, as_of, source, buckets)
-    sql = _parts_sql(jobs_sql, totals_sql, bad_sql, "job_id, week")
+    sql = _parts_sql(jobs_sql, totals_sql, bad_sql, "job_id, week", settings)
     return frame(
         con, f"SELECT * FROM ({sql}) ORDER BY week, job_id", [*jobs_params, *totals_params, *bad_params]
     )

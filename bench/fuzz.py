@@ -68,7 +68,12 @@ FAMILIES: dict[str, list[str]] = {
         "dcgm-exporter/datadog_dcgm_fixture_metrics.txt",
         "dcgm-exporter/github_issue_excerpts_metrics.txt",
     ],
-    "slurm": ["slurm-sacct/slurmdog_alpine_sacct.json"],
+    # our own fixtures in the shape the tools write, where ../shared/datasets has none (absolute paths)
+    "slurm": ["slurm-sacct/slurmdog_alpine_sacct.json", f"{ROOT}/tests/fixtures/sacct/steps_tres.txt"],
+    "kubernetes": [
+        f"{ROOT}/tests/fixtures/kubernetes/pods_nodes.json",
+        f"{ROOT}/tests/fixtures/kubernetes/pods.json",
+    ],
     "training_logs": [
         "hf-trainer/mistral7b-lora-translator/trainer_state.json",
         "hf-trainer/luojiu-7b-qlora-a10/trainer_log.jsonl",

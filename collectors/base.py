@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
 
+from collectors.array_tasks import unify_array_tasks
 from collectors.checkpoints import withdraw
 from collectors.common import MERGE_KEPT
 from collectors.gpu_facts import GpuFacts
@@ -81,6 +82,10 @@ class IngestOptions:
     # finds out, reading past the file's head only when its reader fails (collectors/nvidia_smi_csv.py)
     header_repeats: bool | None = None
     gpu: GpuFacts | None = None  # --gpu-model/--gpu-count: what ran the jobs that name no GPU (gpu_facts.py)
+    # Kubernetes pods (collectors/kubernetes.py): a pod's team is its label team_label, else its namespace's
+    # entry here, else the namespace (settings [kubernetes])
+    team_label: str | None = None
+    namespace_teams: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_settings(cls, settings: Settings, **source: Any) -> IngestOptions:
@@ -95,6 +100,8 @@ class IngestOptions:
             target_util_pct=settings.target_util_pct,
             max_job_days=getattr(settings, "max_job_days", 365.0),
             max_gzip_ratio=getattr(settings, "max_gzip_ratio", 250.0),
+            team_label=getattr(settings, "kubernetes_team_label", None),
+            namespace_teams=tuple(sorted(getattr(settings, "kubernetes_namespace_teams", {}).items())),
             **source,
         )
 
@@ -608,6 +615,7 @@ def _land_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptio
         con.execute("ALTER TABLE stage_jobs ADD COLUMN cluster VARCHAR")
         if opts.cluster:
             con.execute("UPDATE stage_jobs SET cluster = ?", [opts.cluster])
+    unify_array_tasks(con)  # 301 and 300_1 are one array task (collectors/array_tasks.py)
     # An older scheduler record never undoes a newer one, whatever order the dumps are ingested in: a record
     # of a job still pending or running (an open state) that started no later than the ledger's record of the
     # same job ended (end_ts and a final state) is what the scheduler said before the job finished. It stays

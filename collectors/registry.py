@@ -5,6 +5,7 @@ from __future__ import annotations
 from collectors.base import Parser
 from collectors.dcgm import DcgmText
 from collectors.jobs_table import JobsJsonl, JobsTable
+from collectors.kubernetes import KubernetesPods
 from collectors.nvidia_smi_csv import NvidiaSmiAppsCsv, NvidiaSmiCsv
 from collectors.nvidia_smi_pmon import NvidiaSmiPmon
 from collectors.nvidia_smi_xml import NvidiaSmiXml
@@ -22,6 +23,7 @@ PARSERS: dict[str, Parser] = {
         JobsJsonl(),
         SacctParsable(),
         SacctJson(),
+        KubernetesPods(),
         HfTrainerState(),
         LlamaFactoryLog(),
         LightningMetrics(),

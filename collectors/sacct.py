@@ -409,6 +409,14 @@ def stage_from_raw(
             if {"elapsed", "elapsedraw"} & cols
             else "NULL::DOUBLE"
         )
+        # An array task has two names: JobIDRaw 301 (SLURM_JOB_ID, dcgm's hpc_job) and JobID 300_1. With both
+        # columns the job is stored as 301 and 300_1 is kept beside it (jobs.array_task), so a dump that has
+        # only JobID names the same job (collectors/array_tasks.py).
+        array_task = (
+            f"CASE WHEN {col('jobidraw')} IS NOT NULL AND regexp_matches({col('jobid')}, '^[0-9]+_[0-9]+') "
+            f"AND split_part({col('jobid')}, '.', 1) <> split_part({col('jobidraw')}, '.', 1) "
+            f"THEN split_part({col('jobid')}, '.', 1) END"
+        )
         con.execute(
             f"""
             CREATE TEMP TABLE sacct_norm AS
@@ -430,6 +438,8 @@ def stage_from_raw(
                    {elapsed} AS elapsed_s,
                    {tres} AS tres,
                    {col("tresusageinmax")} AS usage_max,
+                   {col("tresusageinave")} AS usage_ave,
+                   {array_task} AS array_task,
                    {col("nodelist")} AS nodelist,
                    {col("gresdetail")} AS gres_detail
             FROM sacct_raw r
@@ -455,6 +465,7 @@ def stage_from_raw(
         WITH peaks AS (
             SELECT n.base_id, max(u.gpu_mem_mib) AS gpu_mem_peak_mib, max(u.gpu_util_pct) AS gpu_util_peak_pct
             FROM sacct_norm n JOIN sacct_tres u ON u.tres = n.usage_max GROUP BY n.base_id
+        ), means AS ({_step_means_sql()}
         ), one AS (
             -- the allocation row of each attempt (a job without one: its last step), the last line when the
             -- same attempt is listed twice
@@ -495,6 +506,9 @@ def stage_from_raw(
                 CASE WHEN r.exit_code IS NOT NULL AND r.exit_code <> '0:0' THEN 'ExitCode ' || r.exit_code END
             ), '') AS exit_reason,
             p.gpu_mem_peak_mib, p.gpu_util_peak_pct,
+            m.gpu_util_mean_pct, m.gpu_mem_mean_mib,
+            CASE WHEN r.array_task IS NOT NULL AND r.cluster IS NOT NULL THEN r.cluster || '/' || r.array_task
+                 ELSE r.array_task END AS array_task,
             r.nodelist, r.gres_detail,
             CASE WHEN r.end_ts IS NULL AND r.state_word IN ({sql_list(HELD_STATES)})
                  THEN r.start_ts + to_seconds(r.elapsed_s) END AS held_until_ts,
@@ -502,6 +516,7 @@ def stage_from_raw(
         FROM ids r
         LEFT JOIN sacct_tres t ON t.tres = r.tres
         LEFT JOIN peaks p ON p.base_id = r.base_id
+        LEFT JOIN means m ON m.base_id = r.base_id
         ORDER BY r.line_no
         """
     )
@@ -595,7 +610,8 @@ def _parse_tres(con: duckdb.DuckDBPyConnection) -> None:
         """
         CREATE TEMP TABLE sacct_tres AS
         WITH s AS (
-            SELECT DISTINCT tres FROM (SELECT tres FROM sacct_norm UNION ALL SELECT usage_max FROM sacct_norm)
+            SELECT DISTINCT tres FROM (SELECT tres FROM sacct_norm UNION ALL SELECT usage_max FROM sacct_norm
+                                       UNION ALL SELECT usage_ave FROM sacct_norm)
             WHERE tres IS NOT NULL
         ), kv AS (
             SELECT tres, unnest(string_split(tres, ',')) AS item FROM s
@@ -623,6 +639,33 @@ def _parse_tres(con: duckdb.DuckDBPyConnection) -> None:
         FROM typed GROUP BY tres
         """
     )
+
+
+def _step_means_sql() -> str:
+    """Per job: Slurm's mean GPU utilisation and memory, from its steps' ``TRESUsageInAve`` (docs/metrics.md).
+
+    A step counts when its processes held GPU memory (``gres/gpumem`` > 0): a batch script's shell that only
+    starts ``srun`` steps, and the ``extern`` step (processes adopted by pam_slurm_adopt, the whole
+    allocation long), read 0 and would pull a busy job's mean toward 0 (a real dump: batch 100 %, extern 0 %).
+    Where no step held GPU memory (an idle job, or gpumem not tracked) every step but ``extern`` counts. Each
+    counted step weighs its own elapsed time (the job's when the step has none): Σ value × t / Σ t.
+    """
+    return """
+            SELECT n.base_id,
+                   sum(u.gpu_util_pct * coalesce(n.elapsed_s, j.job_s, 1.0)) FILTER (WHERE u.gpu_util_pct IS NOT NULL)
+                       / nullif(sum(coalesce(n.elapsed_s, j.job_s, 1.0)) FILTER (WHERE u.gpu_util_pct IS NOT NULL), 0) AS gpu_util_mean_pct,
+                   sum(u.gpu_mem_mib * coalesce(n.elapsed_s, j.job_s, 1.0)) FILTER (WHERE u.gpu_mem_mib IS NOT NULL)
+                       / nullif(sum(coalesce(n.elapsed_s, j.job_s, 1.0)) FILTER (WHERE u.gpu_mem_mib IS NOT NULL), 0) AS gpu_mem_mean_mib
+            FROM sacct_norm n
+            JOIN sacct_tres u ON u.tres = n.usage_ave
+            JOIN (SELECT base_id, max(elapsed_s) FILTER (WHERE NOT is_step) AS job_s,
+                         bool_or(u2.gpu_mem_mib > 0) AS any_mem
+                  FROM sacct_norm n2 LEFT JOIN sacct_tres u2 ON u2.tres = n2.usage_ave
+                  GROUP BY base_id) j ON j.base_id = n.base_id
+            WHERE n.is_step AND (u.gpu_util_pct IS NOT NULL OR u.gpu_mem_mib IS NOT NULL)
+              AND CASE WHEN coalesce(j.any_mem, false) THEN coalesce(u.gpu_mem_mib, 0) > 0
+                       ELSE lower(split_part(n.raw_id, '.', 2)) <> 'extern' END
+            GROUP BY n.base_id"""
 
 
 def gres_indices(detail: str) -> list[int] | None:
@@ -786,6 +829,7 @@ class SacctJson:
         sig = _num(j, "$.exit_code.signal.id")
         names = [
             "jobidraw",
+            "jobid",
             "cluster",
             "user",
             "account",
@@ -801,11 +845,16 @@ class SacctJson:
             "reqtres",
             "nodelist",
             "gresdetail",
+            "tresusageinave",
+            "tresusageinmax",
         ]
         con.execute(
             f"""
             CREATE TEMP TABLE sacct_raw AS SELECT line_no,
                 CAST({_num(j, "$.job_id")} AS BIGINT)::VARCHAR AS jobidraw,
+                CASE WHEN {_num(j, "$.array.job_id")} > 0 AND {_num(j, "$.array.task_id")} IS NOT NULL
+                     THEN CAST({_num(j, "$.array.job_id")} AS BIGINT)::VARCHAR || '_'
+                          || CAST({_num(j, "$.array.task_id")} AS BIGINT)::VARCHAR END AS jobid,
                 nullif(json_extract_string({j}, '$.cluster'), '') AS cluster,
                 nullif(json_extract_string({j}, '$.user'), '') AS "user",
                 nullif(coalesce(json_extract_string({j}, '$.account'), json_extract_string({j}, '$.association.account')), '') AS account,
@@ -821,8 +870,29 @@ class SacctJson:
                 {_tres_list(j, "$.tres.requested")} AS reqtres,
                 nullif(json_extract_string({j}, '$.nodes'), '') AS nodelist,
                 CASE WHEN json_type({j}, '$.gres_detail') = 'ARRAY' AND json_array_length({j}, '$.gres_detail') > 0
-                     THEN json_extract({j}, '$.gres_detail')::VARCHAR END AS gresdetail
+                     THEN json_extract({j}, '$.gres_detail')::VARCHAR END AS gresdetail,
+                NULL::VARCHAR AS tresusageinave, NULL::VARCHAR AS tresusageinmax
             FROM sacct_json
+            """
+        )
+        # Each step (jobs[].steps[]) as the step line sacct -P writes: its id, elapsed time and the TRES
+        # usage sacct prints as TRESUsageInAve / TRESUsageInMax (tres.requested.average / .max).
+        sid = (
+            "CASE json_type(s, '$.step.id') WHEN 'OBJECT' THEN json_extract_string(s, '$.step.id.step_id') "
+            "ELSE json_extract_string(s, '$.step.id') END"
+        )
+        con.execute(
+            f"""
+            INSERT INTO sacct_raw BY NAME
+            SELECT line_no,
+                   CASE WHEN contains({sid}, '.') THEN {sid}
+                        ELSE CAST({_num(j, "$.job_id")} AS BIGINT)::VARCHAR || '.' || {sid} END AS jobidraw,
+                   CAST({_num("s", "$.time.elapsed")} AS BIGINT)::VARCHAR AS elapsedraw,
+                   {_tres_list("s", "$.tres.requested.average")} AS tresusageinave,
+                   {_tres_list("s", "$.tres.requested.max")} AS tresusageinmax
+            FROM (SELECT line_no, j, unnest(json_extract(j, '$.steps[*]')) AS s FROM sacct_json
+                  WHERE json_type(j, '$.steps') = 'ARRAY')
+            WHERE {_num(j, "$.job_id")} IS NOT NULL AND {sid} IS NOT NULL
             """
         )
         con.execute("DROP TABLE temp.sacct_json")

@@ -1,6 +1,6 @@
 """``gpuledger collect slurm``: poll Slurm accounting (``sacct``) for jobs changed since the last poll.
 
-Each poll runs ``sacct --parsable2 --allusers --allocations`` with a fixed field list (:data:`FIELDS`) and
+Each poll runs ``sacct --parsable2 --allusers`` with a fixed field list (:data:`FIELDS`) and
 ``-S <cursor - overlap>``. Without ``--state``, sacct's ``-S`` selects every job that was pending, running or
 ended at or after that time: new jobs, jobs still running (their elapsed time grows) and jobs that finished
 since the last poll; jobs that ended before it are not read again. The output goes through the sacct parser
@@ -71,6 +71,10 @@ FIELDS = (
     "NNodes",
     "ExitCode",
     "Cluster",
+    # the steps' GPU accounting (gres/gpuutil, gres/gpumem where slurm.conf tracks them): the job's mean and
+    # peaks (collectors/sacct.py); steps are listed for this, and fold into their job
+    "TRESUsageInMax",
+    "TRESUsageInAve",
 )
 FIRST_POLL_LOOKBACK = dt.timedelta(days=1)
 # scontrol -d detail groups: "Nodes=g[1-2] CPU_IDs=0 Mem=100 GRES=gpu:h100:1(IDX:0)"
@@ -116,7 +120,6 @@ def sacct_command(
         sacct,
         "--parsable2",
         "--allusers",
-        "--allocations",
         f"--format={','.join(FIELDS)}",
         "-S",
         since.strftime(SACCT_TIME),
@@ -265,7 +268,7 @@ def poll(
     text = run_sacct(sacct_command(since, cluster=cluster, timeout_s=timeout_s, sacct=sacct), timeout_s)
     report.sacct_s = time.perf_counter() - t0
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    report.jobs_read = max(len(lines) - 1, 0)
+    report.jobs_read = sum("." not in ln.split("|", 1)[0] for ln in lines[1:])  # job lines, not their steps
     running = running_ids(text)
     indices = running_gpu_indices(running, timeout_s=timeout_s, scontrol=scontrol)
     opts = opts or IngestOptions(cluster=cluster)

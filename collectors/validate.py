@@ -236,6 +236,8 @@ RULES: dict[str, list[Rule]] = {
         *_span("start_ts", "end_ts"),
         *_nonneg("gpu_mem_peak_mib", "MiB", MAX_MEMORY_MIB),
         *_range("gpu_util_peak_pct", 0, 100, "%"),
+        *_nonneg("gpu_mem_mean_mib", "MiB", MAX_MEMORY_MIB),
+        *_range("gpu_util_mean_pct", 0, 100, "%"),
     ],
     "allocations": [
         *_count("gpu_count"),

@@ -10,6 +10,7 @@ import polars as pl
 import streamlit as st
 from plotly.subplots import make_subplots
 
+from analytics.slurm_usage import SLURM_BASIS
 from gpuledger.ledger.job_states import FAILED_STATES
 from gpuledger.ledger.palette import PART_COLOURS, UTIL_SCALE
 from gpuledger.ledger.reference import catalog
@@ -46,6 +47,7 @@ FIRST = [
     "underused_usd",
     "failed_usd",
     "gpu_hours",
+    "util_basis",
     "start_ts",
     "end_ts",
 ]
@@ -323,9 +325,14 @@ def job_view(job_id: str) -> None:
         "Idle $", usd(r["idle_allocated_usd"]), help=f"{num(r['idle_gpu_hours'], 2)} idle GPU-hours"
     )
     cols[3].metric("GPU-hours", num(r["gpu_hours"], 1))
+    slurm = r.get("util_basis") == SLURM_BASIS
     cols[4].metric(
-        "Mean utilization",
+        "Mean utilization" + (f" ({SLURM_BASIS})" if slurm else ""),
         pct(r["mean_util_pct"]) if r["mean_util_pct"] is not None else na("no telemetry"),
+        help="sacct's TRESUsageInAve gres/gpuutil of the job's steps: a mean over the whole job, which "
+        "cannot show idle stretches inside it (docs/metrics.md)"
+        if slurm
+        else None,
     )
 
     st.markdown("**Utilization and memory per minute**")
@@ -341,7 +348,14 @@ def job_view(job_id: str) -> None:
     stretches = data.stretches
     labels: dict[str, str] = {}  # GPU id -> host:index, for the idle stretches' table
     if tl.is_empty():
-        st.info(f"Job {md(job_id)} has no telemetry attributed to it: its utilization is unknown (n/a).")
+        st.info(
+            f"Job {md(job_id)} has no telemetry attributed to it: "
+            + (
+                f"its utilization is Slurm's own mean ({SLURM_BASIS}), with no per-minute series."
+                if slurm
+                else "its utilization is unknown (n/a)."
+            )
+        )
     else:
         named = tl.with_columns(
             _ui.pooled_name(

@@ -842,3 +842,30 @@ def test_settings_labels_thresholds_in_words_and_lists_a_clusters_own_price(
     assert len(row) == 1 and row["usd_per_gpu_hour"].item() == pytest.approx(1.10)
     assert row["from"].item() == "declared by an ingested file"
     assert str(row["effective_from"].item())[:10] == str(dt.date(2025, 10, 26))
+
+
+def test_a_job_judged_from_slurm_accounting_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job with no telemetry and sacct's gres/gpuutil=42 on its batch step: the Jobs page shows 42 % marked
+    "from Slurm accounting", in the table and on the job's own view."""
+    from collectors.base import IngestOptions
+
+    db = str(tmp_path / "slurm.duckdb")
+    sacct = tmp_path / "sacct.txt"
+    sacct.write_text(
+        "JobIDRaw|Cluster|JobName|User|Account|State|Start|End|ElapsedRaw|AllocTRES|NodeList|TRESUsageInAve\n"
+        "500|ci|train|alice|nlp|COMPLETED|2025-03-01T10:00:00|2025-03-01T12:00:00|7200|gres/gpu:h100=1,gres/gpu=1|g01|\n"
+        "500.batch|ci|batch|||COMPLETED|2025-03-01T10:00:00|2025-03-01T12:00:00|7200|gres/gpu=1|g01|gres/gpuutil=42\n"
+    )
+    with writer(db) as con:
+        ingest_file(con, sacct, opts=IngestOptions(tz="UTC"))
+    monkeypatch.setenv("GPULEDGER_DB", db)
+    monkeypatch.setenv("GPULEDGER_SETTINGS", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    at = run_page("pages/jobs.py")
+    assert not at.exception, at.exception
+    table = at.dataframe[0].value
+    assert list(table["util_basis"]) == ["from Slurm accounting"]
+    at = run_page("pages/jobs.py", {"job": ["ci/500"]})
+    assert not at.exception, at.exception
+    [util] = [m for m in at.metric if m.label.startswith("Mean utilization")]
+    assert util.label == "Mean utilization (from Slurm accounting)" and util.value == "42.0 %"

@@ -493,7 +493,30 @@ SCHEMA_V7: list[str] = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7]
+# Version 8: Slurm's own per-job GPU accounting (sacct TRESUsageInAve, collectors/sacct.py) and the array task
+# name of a job known by its raw id (one job whether named 301 or 300_1).
+SCHEMA_V8: list[str] = [
+    """
+    ALTER TABLE jobs ADD COLUMN IF NOT EXISTS gpu_util_mean_pct DOUBLE -- mean GPU utilisation the scheduler measured: its steps' TRESUsageInAve gres/gpuutil weighted by step time (%; docs/metrics.md)
+    """,
+    """
+    ALTER TABLE jobs ADD COLUMN IF NOT EXISTS gpu_mem_mean_mib DOUBLE -- mean GPU memory the scheduler measured: TRESUsageInAve gres/gpumem weighted by step time (MiB per task)
+    """,
+    """
+    ALTER TABLE jobs ADD COLUMN IF NOT EXISTS array_task VARCHAR -- the array task's other name (<cluster>/300_1) of a job stored by its raw id (301); NULL otherwise
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [
+    SCHEMA_V1,
+    SCHEMA_V2,
+    SCHEMA_V3,
+    SCHEMA_V4,
+    SCHEMA_V5,
+    SCHEMA_V6,
+    SCHEMA_V7,
+    SCHEMA_V8,
+]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 TABLES = (

@@ -90,6 +90,10 @@ class Settings:
     access: AccessSettings = field(default_factory=AccessSettings)  # [access]: who sees which teams
     # [reports.team_mail]: team -> the addresses `report --per-team DIR --mail-to` sends its report to
     team_mail: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # [kubernetes]: a pod's team (collectors/kubernetes.py): its label team_label, else namespace_teams[ns],
+    # else the namespace itself
+    kubernetes_team_label: str | None = None
+    kubernetes_namespace_teams: dict[str, str] = field(default_factory=dict)
     source: str = "defaults"
 
     def fingerprint(self) -> str:
@@ -150,6 +154,7 @@ _SECTIONS = {
     "auth",
     "access",
     "reports",
+    "kubernetes",
 }
 
 
@@ -285,6 +290,31 @@ def _team_mail(path: Path, raw: Any) -> dict[str, tuple[str, ...]]:
             if problem := address_problem(a):
                 raise SettingsError(path, key, f"{a!r} {problem}")
         out[neutral(team)] = addresses  # as the ledger stores and the report shows a team's name
+
+
+def _kubernetes(path: Path, raw: Any) -> dict[str, Any]:
+    """``[kubernetes]``: ``team_label`` (a pod label naming its team) and ``namespace_teams`` (namespace → team)."""
+    if not isinstance(raw, dict):
+        raise SettingsError(path, "kubernetes", "must be a table")
+    unknown = raw.keys() - {"team_label", "namespace_teams"}
+    if unknown:
+        raise SettingsError(path, f"kubernetes.{sorted(unknown)[0]}", "is not a known setting")
+    out: dict[str, Any] = {}
+    if "team_label" in raw:
+        if not isinstance(raw["team_label"], str) or not raw["team_label"]:
+            raise SettingsError(
+                path, "kubernetes.team_label", f"must be a label name, got {raw['team_label']!r}"
+            )
+        out["kubernetes_team_label"] = raw["team_label"]
+    teams = raw.get("namespace_teams", {})
+    if not isinstance(teams, dict):
+        raise SettingsError(path, "kubernetes.namespace_teams", 'must be a table of namespace = "team"')
+    for ns, team in teams.items():
+        if not isinstance(team, str) or not team:
+            raise SettingsError(
+                path, f"kubernetes.namespace_teams.{ns}", f"must be a team name, got {team!r}"
+            )
+    out["kubernetes_namespace_teams"] = dict(teams)
     return out
 
 
@@ -315,6 +345,8 @@ def from_dict(data: dict[str, Any], path: Path) -> Settings:
         values["prices"] = parse_price_rows(path, data["price"])
     if "clusters" in data:
         values["clusters"] = _clusters(path, data["clusters"])
+    if "kubernetes" in data:
+        values.update(_kubernetes(path, data["kubernetes"]))
     values["auth"] = parse_auth(path, data.get("auth"))
     values["access"] = parse_access(path, data.get("access"))
     if "reports" in data:

@@ -408,7 +408,7 @@ def test_poller_stores_running_jobs_gpu_indices_and_keeps_them_after_the_end(db_
     def sacct_says(state: str, end: str, elapsed: str) -> None:
         rows = [
             "|".join([str(j), str(j), f"j{j}", "alice", "nlp", "gpu", state, at(0), at(5), end, elapsed,
-                      "cpu=1,gres/gpu:h100=2,gres/gpu=2", "", "n2", "1", "0:0", "ci"])
+                      "cpu=1,gres/gpu:h100=2,gres/gpu=2", "", "n2", "1", "0:0", "ci", "", ""])
             for j in (501, 502)
         ]  # fmt: skip
         (tmp_path / "sacct.out").write_text("\n".join(["|".join(FIELDS), *rows]) + "\n", encoding="utf-8")
@@ -454,7 +454,7 @@ def test_poller_without_scontrol_says_so(db_path, tmp_path):
 
     sacct = fake_tool(tmp_path, "sacct")
     row = "|".join(["601", "601", "j", "u", "a", "gpu", "RUNNING", at(0), at(5), "Unknown", "00:10:00",
-                    "gres/gpu=2", "", "n2", "1", "0:0", "ci"])  # fmt: skip
+                    "gres/gpu=2", "", "n2", "1", "0:0", "ci", "", ""])  # fmt: skip
     (tmp_path / "sacct.out").write_text("|".join(FIELDS) + "\n" + row + "\n", encoding="utf-8")
     report = poll(db_path, sacct=str(sacct), scontrol=str(tmp_path / "no-scontrol"), overlap=dt.timedelta(0))
     assert report.skipped == {"running jobs whose GPU indices scontrol did not give": 1}

@@ -127,9 +127,9 @@ def test_a_slurm_poll_keeps_the_finished_record_and_rejects_an_implausible_line_
     # what a (fake) sacct answers: 101 as it was at 15:00; 953 running since 2020 for 400 days (past
     # thresholds.max_job_days: 365); 950 done, 1 GPU × 1 h
     rows = [
-        "101|101|train|bob|cv|gpu|RUNNING|2025-03-01T09:00:00|2025-03-01T10:00:00|Unknown|05:00:00|gres/gpu:h100=2,gres/gpu=2||gpu03|1|0:0|ci",
-        "953|953|train|bob|cv|gpu|RUNNING|2020-01-01T09:00:00|2020-01-01T10:00:00|Unknown|400-00:00:00|gres/gpu:h100=1,gres/gpu=1||g04|1|0:0|ci",
-        "950|950|train|bob|cv|gpu|COMPLETED|2025-03-02T09:00:00|2025-03-02T10:00:00|2025-03-02T11:00:00|01:00:00|gres/gpu:h100=1,gres/gpu=1||g01|1|0:0|ci",
+        "101|101|train|bob|cv|gpu|RUNNING|2025-03-01T09:00:00|2025-03-01T10:00:00|Unknown|05:00:00|gres/gpu:h100=2,gres/gpu=2||gpu03|1|0:0|ci||",
+        "953|953|train|bob|cv|gpu|RUNNING|2020-01-01T09:00:00|2020-01-01T10:00:00|Unknown|400-00:00:00|gres/gpu:h100=1,gres/gpu=1||g04|1|0:0|ci||",
+        "950|950|train|bob|cv|gpu|COMPLETED|2025-03-02T09:00:00|2025-03-02T10:00:00|2025-03-02T11:00:00|01:00:00|gres/gpu:h100=1,gres/gpu=1||g01|1|0:0|ci||",
     ]
     answer = write(tmp_path, "answer.txt", "\n".join(["|".join(FIELDS), *rows]) + "\n")
     sacct = write(tmp_path, "sacct", f"#!/bin/sh\ncat {answer}\n")

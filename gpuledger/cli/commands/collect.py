@@ -1,4 +1,4 @@
-"""``gpuledger collect SOURCE``: live collection (nvml, prometheus, slurm).
+"""``gpuledger collect SOURCE``: live collection (nvml, prometheus, slurm, kubernetes).
 
 Each live source lives in its own collectors module exposing ``add_collect_parser(sub)``, which adds
 ``collect <source>`` with ``set_defaults(func=...)``.
@@ -13,11 +13,14 @@ LIVE_SOURCES = (
     "gpuledger.cli.live.nvml",
     "gpuledger.cli.live.prometheus",
     "gpuledger.cli.live.slurm",
+    "gpuledger.cli.live.kubernetes",
 )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("collect", help="collect live from NVML, a Prometheus server, or Slurm accounting")
+    p = sub.add_parser(
+        "collect", help="collect live from NVML, a Prometheus server, Slurm accounting or the Kubernetes API"
+    )
     live = p.add_subparsers(dest="source", metavar="SOURCE", required=True)
     for name in LIVE_SOURCES:
         try:

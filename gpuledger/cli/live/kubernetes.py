@@ -1,0 +1,80 @@
+"""``gpuledger collect kubernetes``: the command line of the Kubernetes poller (collectors/kubernetes_poll.py)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+from collectors.base import IngestOptions
+from collectors.kubernetes_poll import KubePollReport, poll
+from gpuledger.cli import times
+from gpuledger.cli.commands._common import add_db_options, print_json
+from gpuledger.ledger.errors import CollectorError, DatabaseBusyError, LedgerError
+
+
+def add_collect_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "kubernetes",
+        help="poll the Kubernetes API for pods that request GPUs (jobs, GPUs, teams)",
+        description="List every pod and node through the Kubernetes API (lightkube: pip install "
+        "'gpuledger[kubernetes]') with the kubeconfig or, inside a cluster, the service account, and land "
+        "the pods that request GPUs (nvidia.com/gpu, MIG) as jobs, as `ingest --format kubernetes_pods` does.",
+    )
+    p.add_argument("--cluster", help="cluster name: prefixes job ids (as dcgm's --cluster does)")
+    p.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: in-cluster, else $KUBECONFIG, else ~/.kube/config)"
+    )
+    p.add_argument("--context", help="kubeconfig context (default: the current one)")
+    p.add_argument("--server", help=argparse.SUPPRESS)  # a credential-free API URL (a local replay in tests)
+    p.add_argument(
+        "--every", type=times.duration, help="poll repeatedly at this period (e.g. 5m) until stopped"
+    )
+    p.add_argument("--once", action="store_true", help="poll once and exit (the default without --every)")
+    p.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds one API request may take (default 30)"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON report per poll")
+    add_db_options(p)
+    p.set_defaults(func=run)
+
+
+def describe(r: KubePollReport) -> str:
+    rows = ", ".join(f"{n:,} {t}" for t, n in r.rows.items() if n) or "no rows"
+    notes = "".join(f"\n  skipped {n:,}: {why}" for why, n in r.skipped.items())
+    return f"{r.collector}: {r.pods_read} pod(s) → {rows} (ingest #{r.ingest_id}, {r.seconds:.2f} s){notes}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuledger.ledger.settings import load_settings
+
+    if args.once and args.every:
+        raise LedgerError("--once and --every exclude each other")
+    opts = IngestOptions.from_settings(load_settings(args.settings), cluster=args.cluster, tz="UTC")
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while True:
+            try:
+                report = poll(
+                    args.db,
+                    cluster=args.cluster,
+                    opts=opts,
+                    kubeconfig=args.kubeconfig,
+                    context=args.context,
+                    server=args.server,
+                    timeout_s=args.timeout,
+                )
+            except (CollectorError, DatabaseBusyError) as exc:
+                if not args.every:
+                    raise
+                print(f"warning: {exc}; retrying in {args.every}", file=sys.stderr, flush=True)
+            else:
+                print_json(report.as_dict()) if args.json else print(describe(report), flush=True)
+            if not args.every or stop.wait(args.every.total_seconds()):
+                break
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 0
