@@ -10,6 +10,7 @@ process (gpuledger/upload/), cached by :func:`bounded` alone."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Hashable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -118,16 +119,13 @@ def _ctx() -> tuple[str, tuple[int, int], str, Settings]:
     return path, data_version(path), s.fingerprint(), s
 
 
-# ---------------------------------------------------------------- sidebar, ledger facts
+# ---------------------------------------------------------------- sidebar, ledger facts, prices
 
 
 def filter_choices() -> Choices:
     """The sidebar's choices; a lead's team list holds only their teams."""
-    choices = _filter_choices()
-    scope = viewer()
-    if scope is None or scope.admin:
-        return choices
-    return Choices(scope.teams, choices.clusters, choices.first_day, choices.last_day)
+    choices, scope = _filter_choices(), viewer()
+    return choices if scope is None or scope.admin else dataclasses.replace(choices, teams=scope.teams)
 
 
 @cached(entries=CACHE_VERSIONS)
@@ -164,6 +162,13 @@ def as_of(con: duckdb.DuckDBPyConnection, s: Settings) -> str | None:
     for a page that needs only the date: a cold summary costs ~0.2 s on the 28-day demo, this one query."""
     when = horizon(con)
     return when.isoformat() if when else None
+
+
+@cached(entries=CACHE_VERSIONS)
+def prices_in_force(con: duckdb.DuckDBPyConnection, s: Settings) -> PriceBook:
+    """The ledger's prices in force (gpuledger.ledger.prices: the sheet, the settings and the prices sources
+    declared, cluster rows included), the one book every page prices with."""
+    return price_book(con)
 
 
 # ---------------------------------------------------------------- overview, waste, jobs
@@ -360,10 +365,3 @@ def _analyse_upload(
     name: str, data: bytes, cluster: str | None, tz: str | None, gpu: GpuFacts | None, fp: str, _s: Settings
 ) -> UploadResult:
     return analyse_isolated(name, data, _s, cluster=cluster, tz=tz, gpu=gpu)
-
-
-@cached(entries=CACHE_VERSIONS)
-def prices_in_force(con: duckdb.DuckDBPyConnection, s: Settings) -> PriceBook:
-    """The ledger's prices in force (gpuledger.ledger.prices: the sheet, the settings and the prices sources
-    declared, cluster rows included), the one book every page prices with."""
-    return price_book(con)
