@@ -115,7 +115,7 @@ def sidebar() -> None:
         )
         everyone = "all teams" if viewer is None or viewer.admin else "all your teams"
         st.multiselect("Team", choices.teams, key="team", bind="query-params", placeholder=everyone)
-        st.caption(_data.ledger_caption())
+        st.caption(_view.ledger_caption())
         if viewer is not None:
             seen = "every team" if viewer.admin else ", ".join(_ui.md(t) for t in viewer.teams)
             st.caption(f"Signed in as {_ui.md(viewer.who)}: you see {seen}.")

@@ -10,7 +10,7 @@ process (gpuledger/upload/), cached by :func:`bounded` alone."""
 from __future__ import annotations
 
 import contextlib
-import os
+import dataclasses
 from collections.abc import Callable, Hashable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -24,17 +24,16 @@ from analytics import overview as overview_
 from analytics import summary as summary_
 from analytics.filters import Filters, UnknownName, horizon
 from analytics.filters import unknown_names as unknown_names_
-from analytics.job_signals import idle_stretches
-from analytics.query import frame
+from analytics.job_detail import JobDetail, job_detail
 from analytics.shared import sharing
-from gpuledger.ledger.db import data_version, one_reader, reader, resolve_db, sync_reference
+from gpuledger.ledger.db import data_version, one_reader, reader, sync_reference
 from gpuledger.ledger.prices import PriceBook, price_book
 from gpuledger.ledger.settings import Settings
 from gpuledger.reports.weekly import FORMATS, collect, render
 from gpuledger.upload import GpuFacts, UploadResult, analyse_isolated, gpu_facts
 from gpuledger.upload.analysis import LINES_PAST
-from pages._results import Choices, Fleet, JobDetail, Training
-from pages._scope import scoped, settings, stop_unscoped, viewer
+from pages._results import Choices, Fleet, Training
+from pages._scope import db, scoped, settings, viewer, visible_teams
 
 # Every cache is bounded (its keys carry the ledger's version, new at every collector flush): an entry no rerun
 # asked for in CACHE_TTL_S goes; max_entries bounds what one server holds (older views are evicted first).
@@ -92,23 +91,14 @@ def cached(
 # ---------------------------------------------------------------- the view: db, version, settings, filters
 
 
-def db() -> str:
-    """The ledger this server reads: ``$GPULEDGER_DB`` (set by ``gpuledger dashboard``) or the default."""
-    return resolve_db(None)
-
-
 def one_connection() -> contextlib.AbstractContextManager[None]:
     """One read-only connection for the data functions of this script run (app.py wraps the page in it)."""
     return one_reader(db())
 
 
-def _job_in_scope(job_id: str) -> bool:
-    scope = viewer()
-    if scope is None or scope.admin:
-        return True
-    if not scope.sees_anything:
-        stop_unscoped()
-    return _job_team(job_id) in scope.teams
+def _sees_job(job_id: str) -> bool:
+    teams = visible_teams()
+    return teams is None or _job_team(job_id) in teams
 
 
 @cached(entries=256)
@@ -129,16 +119,13 @@ def _ctx() -> tuple[str, tuple[int, int], str, Settings]:
     return path, data_version(path), s.fingerprint(), s
 
 
-# ---------------------------------------------------------------- sidebar, ledger facts
+# ---------------------------------------------------------------- sidebar, ledger facts, prices
 
 
 def filter_choices() -> Choices:
     """The sidebar's choices; a lead's team list holds only their teams."""
-    choices = _filter_choices()
-    scope = viewer()
-    if scope is None or scope.admin:
-        return choices
-    return Choices(scope.teams, choices.clusters, choices.first_day, choices.last_day)
+    choices, scope = _filter_choices(), viewer()
+    return choices if scope is None or scope.admin else dataclasses.replace(choices, teams=scope.teams)
 
 
 @cached(entries=CACHE_VERSIONS)
@@ -155,25 +142,12 @@ def _filter_choices(con: duckdb.DuckDBPyConnection, s: Settings) -> Choices:
     return Choices(tuple(r[0] for r in teams), tuple(r[0] for r in clusters), lo, hi)
 
 
-def ledger_caption() -> str:
-    """The sidebar's ledger line; a lead sees the file's name only (the fleet's totals are not theirs)."""
-    scope = viewer()
-    if scope is not None and not scope.admin:
-        return f"Ledger `{os.path.basename(db())}`."
-    return _ledger_caption()
-
-
 @cached(entries=CACHE_VERSIONS)
-def _ledger_caption(con: duckdb.DuckDBPyConnection, s: Settings) -> str:
-    jobs_n, samples, ingests = con.execute(
+def ledger_counts(con: duckdb.DuckDBPyConnection, s: Settings) -> tuple[int, int, int]:
+    """The ledger's jobs, samples and ingests: the fleet's totals (pages/_view.ledger_caption, an admin's)."""
+    return con.execute(
         "SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM samples), (SELECT count(*) FROM ingests)"
     ).fetchall()[0]
-    counts = f"{_count(jobs_n, 'job')}, {_count(samples, 'sample')} from {_count(ingests, 'ingest')}"
-    return f"Ledger `{os.path.basename(db())}`: {counts}."
-
-
-def _count(n: int, word: str) -> str:
-    return f"{n:,} {word}" + ("" if n == 1 else "s")  # 1 ingest, 3,555 jobs
 
 
 @cached(entries=CACHE_VERSIONS)
@@ -188,6 +162,13 @@ def as_of(con: duckdb.DuckDBPyConnection, s: Settings) -> str | None:
     for a page that needs only the date: a cold summary costs ~0.2 s on the 28-day demo, this one query."""
     when = horizon(con)
     return when.isoformat() if when else None
+
+
+@cached(entries=CACHE_VERSIONS)
+def prices_in_force(con: duckdb.DuckDBPyConnection, s: Settings) -> PriceBook:
+    """The ledger's prices in force (gpuledger.ledger.prices: the sheet, the settings and the prices sources
+    declared, cluster rows included), the one book every page prices with."""
+    return price_book(con)
 
 
 # ---------------------------------------------------------------- overview, waste, jobs
@@ -221,21 +202,14 @@ def unknown_names(
 
 
 @cached("Splitting the spend by team and week…")
-def waste_by_team_week(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> pl.DataFrame:
-    """``analytics.waste.waste_by_week(by="team")`` for the view: columns week, team, spend_usd, the
-    taxonomy's parts and waste_usd. Each job's cost is cut at week boundaries (one query for all weeks), so
-    the rows sum exactly to the view's spend; rows under half a cent are left out."""
-    out = waste.waste_by_week(con, by="team", filters=filters, settings=s).rename({"key": "team"})
+def team_weeks(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, parts: bool) -> pl.DataFrame:
+    """week, team, spend_usd: ``analytics.waste.spend_by_week(by="team")`` (the Overview's bars), or with
+    ``parts`` ``waste_by_week``, which adds the taxonomy's parts and waste_usd. Each job's cost is cut at week
+    boundaries (one query for all weeks), so the rows sum exactly to the view's spend; rows under half a cent
+    are left out."""
+    by_week = waste.waste_by_week if parts else waste.spend_by_week
+    out = by_week(con, by="team", filters=filters, settings=s).rename({"key": "team"})
     return out.filter(pl.col("spend_usd").abs() > 0.005).sort("week", "team")
-
-
-@cached("Splitting the spend by team and week…")
-def spend_by_team_week(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> pl.DataFrame:
-    """week, team, cost_usd — the Overview's stacked bars: ``analytics.waste.spend_by_week(by="team")``
-    (rows under half a cent left out)."""
-    out = waste.spend_by_week(con, by="team", filters=filters, settings=s)
-    out = out.filter(pl.col("spend_usd").abs() > 0.005).sort("week", "key")
-    return out.select("week", pl.col("key").alias("team"), pl.col("spend_usd").alias("cost_usd"))
 
 
 @cached()
@@ -262,7 +236,7 @@ def jobs_table(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) ->
 def job_timeline(job_id: str, lines: str) -> pl.DataFrame:
     """``analytics.timeline.job_timeline``: one line per GPU, per host, or the mean over the job's GPUs
     (``lines``: gpu, host, job; no rows for a job of a team the viewer may not see)."""
-    if not _job_in_scope(job_id):
+    if not _sees_job(job_id):
         return _job_timeline("", lines).clear()
     return _job_timeline(job_id, lines)
 
@@ -275,43 +249,14 @@ def _job_timeline(con: duckdb.DuckDBPyConnection, s: Settings, job_id: str, line
 def job(job_id: str) -> JobDetail | None:
     """One job for its page (:class:`JobDetail`); None when it is not in the ledger or belongs to a team the
     viewer may not see."""
-    if not job_id or not _job_in_scope(job_id):
+    if not job_id or not _sees_job(job_id):
         return None
     return _job(job_id)
 
 
 @cached("Loading the job…", entries=64)
 def _job(con: duckdb.DuckDBPyConnection, s: Settings, job_id: str) -> JobDetail | None:
-    row = con.execute(
-        "SELECT start_ts::DATE, coalesce(end_ts, start_ts)::DATE, team FROM jobs WHERE job_id = ?", [job_id]
-    ).fetchone()
-    if row is None:
-        return None
-    f = Filters(since=row[0], until=row[1], teams=(row[2],) if row[2] else ())
-    table = jobs.jobs_table(con, filters=f, settings=s).filter(pl.col("job_id") == job_id)
-    if table.is_empty():
-        return None
-    run = frame(con, "SELECT * FROM training_runs WHERE job_id = ?", [job_id])
-    # what its timeline marks (end state's reason, last checkpoint) and a serving job's unit costs
-    marks = frame(con, "SELECT last_checkpoint_ts, exit_reason FROM jobs WHERE job_id = ?", [job_id])
-    units = unit_costs.job_unit_costs(con, filters=f).filter(pl.col("job_id") == job_id)
-    serving = units.select("usd_per_mtok_generated", "usd_per_krequests")
-    return JobDetail(
-        row=table.row(0, named=True)
-        | marks.row(0, named=True)
-        | (serving.row(0, named=True) if units.height else {}),
-        stretches=idle_stretches(con, filters=f, settings=s).filter(pl.col("job_id") == job_id),
-        diagnoses=diagnoses_.diagnoses(con, filters=f, settings=s).filter(pl.col("job_id") == job_id),
-        recommendations=recommend.recommendations(con, filters=f, settings=s).filter(
-            pl.col("job_ids").list.contains(job_id)
-        ),
-        training_run=run.row(0, named=True) if run.height else None,
-        train_log=frame(
-            con,
-            "SELECT step, ts, loss, eval_loss, learning_rate FROM train_log WHERE job_id = ? ORDER BY step, ts",
-            [job_id],
-        ),
-    )
+    return job_detail(con, job_id, settings=s)
 
 
 # ---------------------------------------------------------------- fleet
@@ -397,12 +342,6 @@ def savings(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> di
     return total
 
 
-@cached()
-def capacity(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> pl.DataFrame:
-    """``analytics.waste.unallocated``: paid-for capacity nobody held, per cluster and GPU model."""
-    return waste.unallocated(con, filters=filters, settings=s)
-
-
 # ---------------------------------------------------------------- upload
 
 
@@ -426,10 +365,3 @@ def _analyse_upload(
     name: str, data: bytes, cluster: str | None, tz: str | None, gpu: GpuFacts | None, fp: str, _s: Settings
 ) -> UploadResult:
     return analyse_isolated(name, data, _s, cluster=cluster, tz=tz, gpu=gpu)
-
-
-@cached(entries=CACHE_VERSIONS)
-def prices_in_force(con: duckdb.DuckDBPyConnection, s: Settings) -> PriceBook:
-    """The ledger's prices in force (gpuledger.ledger.prices: the sheet, the settings and the prices sources
-    declared, cluster rows included), the one book every page prices with."""
-    return price_book(con)

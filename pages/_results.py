@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
 
 import polars as pl
 
@@ -40,16 +39,3 @@ class Training:
 
     unit_costs: pl.DataFrame
     batch: pl.DataFrame
-
-
-@dataclass(frozen=True)
-class JobDetail:
-    """One job's page: its row of ``gpuledger jobs --json``, idle stretches, diagnoses and recommendations of
-    the view of its own days that name it, its training run (or None) and its logged training curve."""
-
-    row: dict[str, Any]
-    stretches: pl.DataFrame
-    diagnoses: pl.DataFrame
-    recommendations: pl.DataFrame
-    training_run: dict[str, Any] | None
-    train_log: pl.DataFrame

@@ -1,4 +1,4 @@
-"""Who is looking: the settings in force, the signed-in person, and the view narrowed to their teams.
+"""Who is looking: the ledger and settings in force, the signed-in person, and the view narrowed to their teams.
 
 pages/_data.py passes every Filters argument of a cached data function through :func:`scoped`, so what a
 page asks for is what its viewer may see (gpuledger/ledger/access.py holds the rule).
@@ -10,9 +10,15 @@ import streamlit as st
 
 from analytics.filters import Filters
 from gpuledger.ledger.access import Scope, may_change_settings, resolve_scope
+from gpuledger.ledger.db import resolve_db
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.paths import choose_settings, user_config_dir
 from gpuledger.ledger.settings import Settings, load_settings
+
+
+def db() -> str:
+    """The ledger this server reads: ``$GPULEDGER_DB`` (set by ``gpuledger dashboard``) or the default."""
+    return resolve_db(None)
 
 
 def settings() -> Settings:
@@ -47,15 +53,24 @@ def scoped(filters: Filters) -> Filters:
     """``filters`` narrowed to what the viewer may see: an admin (or anyone, without sign-in) keeps them;
     a lead's team filter becomes the chosen teams among theirs, or all of theirs when none is chosen (never
     "all teams"); someone who may see nothing is stopped here."""
-    scope = viewer()
-    if scope is None or scope.admin:
+    seen = visible_teams()
+    if seen is None:
         return filters
-    if not scope.sees_anything:
-        stop_unscoped()
-    teams = tuple(t for t in filters.teams if t in scope.teams) or scope.teams
+    teams = tuple(t for t in filters.teams if t in seen) or seen
     if teams == filters.teams:
         return filters
     return Filters(filters.since, filters.until, teams, filters.clusters, filters.users)
+
+
+def visible_teams() -> tuple[str, ...] | None:
+    """The teams whose records the viewer may see; None: every team (an admin, or anyone without sign-in).
+    Someone who may see nothing is stopped here."""
+    scope = viewer()
+    if scope is None or scope.admin:
+        return None
+    if not scope.sees_anything:
+        stop_unscoped()
+    return scope.teams
 
 
 def stop_unscoped() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 from typing import Any
 
 import streamlit as st
@@ -10,7 +11,7 @@ import streamlit as st
 from analytics.filters import Filters, UnknownName
 from gpuledger.reports.content import last_full_week, previous_period, week_range
 from pages import _data
-from pages._scope import scoped, viewer
+from pages._scope import db, scoped, viewer
 
 ASKED = "_gpuledger_asked"  # session key: the URL's team/cluster values the sidebar could not offer
 BOUND = (("team", "teams"), ("cluster", "clusters"))  # the sidebar's filters bound to the URL, as in Filters
@@ -43,6 +44,20 @@ def current_filters() -> Filters:
     clusters = tuple(sorted(state.get("cluster") or ()))
     users = tuple(sorted(dict.fromkeys(st.query_params.get_all("user"))))  # no widget: the URL alone
     return scoped(Filters(since=since, until=until, teams=teams, clusters=clusters, users=users))
+
+
+def ledger_caption() -> str:
+    """The sidebar's ledger line; a lead sees the file's name only (the fleet's totals are not theirs)."""
+    name = f"Ledger `{os.path.basename(db())}`"
+    scope = viewer()
+    if scope is not None and not scope.admin:
+        return f"{name}."
+    jobs_n, samples, ingests = _data.ledger_counts()
+    return f"{name}: {_count(jobs_n, 'job')}, {_count(samples, 'sample')} from {_count(ingests, 'ingest')}."
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")  # 1 ingest, 3,555 jobs
 
 
 def remember_asked_names() -> None:

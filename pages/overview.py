@@ -281,7 +281,7 @@ if week and period.until is not None:
     first = _data.filter_choices().first_day or period.since
     start = max(first, period.until - dt.timedelta(days=7 * CHART_WEEKS - 1))
     chart_view = Filters(start, period.until, filters.teams, filters.clusters, filters.users)
-weekly = _data.spend_by_team_week(chart_view)
+weekly = _data.team_weeks(chart_view, parts=False)
 if weekly.is_empty():
     no_rows("No priced jobs in this period.")
 else:
@@ -299,7 +299,7 @@ else:
     fig = _ui.stacked_bars(
         weekly.sort("week"),
         x="week",
-        y="cost_usd",
+        y="spend_usd",
         by="drawn",
         colours=colour_map,
         order=order,

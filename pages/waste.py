@@ -43,7 +43,7 @@ TOP_COLUMNS = [
 
 filters = _view.open_page("Waste")
 # the weeks first: their capacity statement holds the view's too, which the summary then reads
-weekly = _data.waste_by_team_week(filters)
+weekly = _data.team_weeks(filters, parts=True)
 s = _data.summary(filters)
 by_team = _data.waste_by(filters, "team")
 top = _data.top_wasted_jobs(filters)
