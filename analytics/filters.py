@@ -90,6 +90,14 @@ class UnknownName:
         return f"no {self.what} '{self.value}' in the ledger ({self.what}s: {shown}){hint}"
 
 
+def known_names(con: duckdb.DuckDBPyConnection, what: str) -> tuple[str, ...]:
+    """The ledger's teams, clusters or users (``what``: team | cluster | user), sorted: the one list the
+    sidebar offers and :func:`unknown_names` checks a filter against (clusters: of jobs, GPUs and declared
+    capacity)."""
+    sql = next(q for w, _, q in _NAMED if w == what)
+    return tuple(sorted(r[0] for r in con.execute(sql).fetchall()))
+
+
 def unknown_names(con: duckdb.DuckDBPyConnection, filters: Filters) -> list[UnknownName]:
     """The team, cluster and user values of ``filters`` that name nothing in the ledger, each with what
     exists: a filter on a name that is not there selects nothing, and a view of nothing reads as "$0.00
@@ -98,11 +106,11 @@ def unknown_names(con: duckdb.DuckDBPyConnection, filters: Filters) -> list[Unkn
     Teams and users are those of the jobs (and the pseudo-rows unallocated/unattributed); clusters those of
     the jobs, GPUs and declared capacity."""
     out: list[UnknownName] = []
-    for what, field_name, sql in _NAMED:
+    for what, field_name, _ in _NAMED:
         asked: tuple[str, ...] = getattr(filters, field_name)
         if not asked:
             continue
-        held = {r[0] for r in con.execute(sql).fetchall()}
+        held = set(known_names(con, what))
         pseudo = set(PSEUDO_NAMES) if what != "cluster" else set()
         out += [
             UnknownName(what, value, tuple(sorted(held)))

@@ -22,7 +22,7 @@ from analytics import diagnoses as diagnoses_
 from analytics import jobs, recommend, timeline, unit_costs, utilization, waste
 from analytics import overview as overview_
 from analytics import summary as summary_
-from analytics.filters import Filters, UnknownName, horizon
+from analytics.filters import Filters, UnknownName, horizon, known_names
 from analytics.filters import unknown_names as unknown_names_
 from analytics.job_detail import JobDetail, job_detail
 from analytics.shared import sharing
@@ -130,16 +130,13 @@ def filter_choices() -> Choices:
 
 @cached(entries=CACHE_VERSIONS)
 def _filter_choices(con: duckdb.DuckDBPyConnection, s: Settings) -> Choices:
-    teams = con.execute("SELECT DISTINCT team FROM jobs WHERE team IS NOT NULL ORDER BY 1").fetchall()
-    clusters = con.execute(
-        """SELECT DISTINCT cluster FROM (SELECT cluster FROM jobs UNION ALL SELECT cluster FROM gpus)
-           WHERE cluster IS NOT NULL ORDER BY 1"""
-    ).fetchall()
+    # the lists the unknown-name check uses (a cluster of declared capacity alone is offered too)
+    teams, clusters = known_names(con, "team"), known_names(con, "cluster")
     lo, hi = con.execute(
         """SELECT least((SELECT min(start_ts) FROM jobs), (SELECT min(ts) FROM samples))::DATE, greatest((SELECT
              max(coalesce(end_ts, start_ts)) FROM jobs), (SELECT max(ts) FROM samples))::DATE"""
     ).fetchall()[0]
-    return Choices(tuple(r[0] for r in teams), tuple(r[0] for r in clusters), lo, hi)
+    return Choices(teams, clusters, lo, hi)
 
 
 @cached(entries=CACHE_VERSIONS)

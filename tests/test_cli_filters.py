@@ -83,3 +83,22 @@ def test_whatif_names_an_unknown_team_in_a_filter_or_in_spot(two_teams: str) -> 
         res = gpuledger("whatif", "--db", two_teams, *args, "--json")
         assert (res.returncode, res.stdout) == (2, ""), res.stderr
         assert res.stderr == "error: no team 'speech' in the ledger (teams: nlp, vision)\n"
+
+
+def test_a_cluster_of_declared_capacity_alone_is_a_known_name(tmp_path) -> None:
+    # the sidebar's cluster list and the unknown-name check are one list (analytics.filters.known_names):
+    # a cluster only declared as capacity was missing from the sidebar, so a link to it was dropped unseen
+    from analytics.filters import known_names
+    from gpuledger.ledger.db import memory_ledger
+
+    con = memory_ledger()
+    try:
+        con.execute(
+            "INSERT INTO capacity (cluster, gpu_model, gpu_count, start_ts, end_ts, ingest_id) "
+            "VALUES ('cold', 'H100-SXM-80GB', 8, TIMESTAMP '2025-01-01', NULL, 0)"
+        )
+        assert known_names(con, "cluster") == ("cold",)
+        assert unknown_names(con, Filters(clusters=("cold",))) == []
+        assert known_names(con, "team") == ()
+    finally:
+        con.close()
