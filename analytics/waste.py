@@ -26,7 +26,6 @@ Jobs whose GPU model has no price have NULL money everywhere (reported as unpric
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 
 import duckdb
 import polars as pl
@@ -38,13 +37,12 @@ from analytics.badput import (
     windows_sql,
 )
 from analytics.cost import (
-    UNATTRIBUTED,
     job_costs_sql,
-    shared_cut_sql,
     shared_segments_sql,
     telemetry_only_gpus_sql,
 )
 from analytics.filters import Filters, horizon
+from analytics.periods import buckets_sql, job_bucket_costs_sql, price_pieces, view_weeks
 from analytics.query import frame
 from analytics.shared import kept, shared
 from analytics.slurm_usage import filled_totals_sql
@@ -128,10 +126,10 @@ def job_waste_sql(
     rate (as the view narrowed to its days would give them), and the pieces are summed. So two disjoint date
     ranges add up to their union in every part, not only in spend (a job across a change at midnight: idle
     over the whole view was rate-averaged, $2.9125 where its two days sum to $2.8283)."""
-    pieces = _price_pieces(con, filters)
+    pieces = price_pieces(con, filters)
     if len(pieces) > 1:
-        buckets = _buckets_sql(pieces)
-        jobs_sql, jobs_params = _job_week_costs_sql(filters, as_of, buckets)
+        buckets = buckets_sql(pieces)
+        jobs_sql, jobs_params = job_bucket_costs_sql(filters, as_of, buckets)
         totals_sql, totals_params = job_bucket_totals_sql(con, filters, settings, as_of, buckets, source)
         bad_sql, bad_params = badput_sums_sql(con, filters, settings, as_of, source, buckets)
         sql = _parts_sql(jobs_sql, totals_sql, bad_sql, "job_id, week", settings)
@@ -162,36 +160,6 @@ _PIECES_TO_JOB = ", ".join(
     + [f"sum({c}) AS {c}" for c in ("waste_usd", "effective_gpu_hours", "util_covered_hours", "energy_kwh")]
     + ["any_value(util_basis) AS util_basis"]
 )  # fmt: skip
-
-
-def _price_pieces(con: duckdb.DuckDBPyConnection, filters: Filters) -> list[tuple[str, Filters]]:
-    """The view cut at every day a price row takes effect inside it (labels p0, p1, ...): one piece, the view
-    itself, when no price changes inside it (the usual case: one query, no cutting)."""
-    first, last = filters.since, filters.until
-    if first is None or last is None:
-        lo, hi = con.execute(
-            """SELECT least((SELECT min(start_ts) FROM jobs), (SELECT min(ts) FROM samples))::DATE,
-                      greatest((SELECT max(coalesce(end_ts, start_ts)) FROM jobs),
-                               (SELECT max(ts) FROM samples))::DATE"""
-        ).fetchall()[0]
-        first, last = first or lo, last or hi
-    if first is None or last is None:
-        return [("p0", filters)]
-    days = [
-        r[0]
-        for r in con.execute(
-            """SELECT DISTINCT effective_from FROM prices WHERE effective_from > ? AND effective_from <= ?
-               ORDER BY 1""",
-            [first, last],
-        ).fetchall()
-    ]
-    if not days:
-        return [("p0", filters)]
-    bounds = [first, *days, last + dt.timedelta(days=1)]
-    return [
-        (f"p{i}", Filters(a, b - dt.timedelta(days=1), filters.teams, filters.clusters, filters.users))
-        for i, (a, b) in enumerate(itertools.pairwise(bounds))
-    ]
 
 
 def _parts_sql(jobs_sql: str, totals_sql: str, bad_sql: str, key: str, settings: Settings) -> str:
@@ -530,7 +498,7 @@ def _unallocated_windows_sql(
     )
     # Held time: every job's (whatever the team filter) inside each window. One window: the jobs of its
     # dates (job_costs); several: each job cut at the windows' bounds and the telemetry-only GPUs' pseudo-jobs
-    # per window, as job_costs gives for each window's dates (_job_week_costs_sql).
+    # per window, as job_costs gives for each window's dates (analytics.periods.job_bucket_costs_sql).
     dates = Filters(since=view.since, until=view.until)
     if len(bounds) == 1:
         label, f, _, _ = bounds[0]
@@ -540,8 +508,8 @@ def _unallocated_windows_sql(
             [label, *jobs_params],
         )
     else:
-        jobs_sql, jobs_params = _job_week_costs_sql(
-            dates, as_of, _buckets_sql([(b[0], b[1]) for b in bounds])
+        jobs_sql, jobs_params = job_bucket_costs_sql(
+            dates, as_of, buckets_sql([(b[0], b[1]) for b in bounds])
         )
         held_jobs_sql, held_jobs_params = f"SELECT week AS w_id, * FROM ({jobs_sql})", jobs_params
     cluster_where, cluster_params = "", []
@@ -788,102 +756,6 @@ def waste_by(
 WEEK_KEYS = ("team", "user_name", "cluster", "gpu_model", "kind")
 
 
-def view_weeks(con: duckdb.DuckDBPyConnection, filters: Filters) -> list[tuple[str, Filters]]:
-    """The ISO weeks of the view, each as (``YYYY-Www``, the view's filters narrowed to that week).
-
-    An open end of the view is the ledger's first (last) UTC day with a job or a sample; the first and last
-    week are cut there, so the weeks together are exactly the view. Empty when the ledger is."""
-    first, last = filters.since, filters.until
-    if first is None or last is None:
-        lo, hi = con.execute(
-            """SELECT least((SELECT min(start_ts) FROM jobs), (SELECT min(ts) FROM samples))::DATE,
-                      greatest((SELECT max(coalesce(end_ts, start_ts)) FROM jobs),
-                               (SELECT max(ts) FROM samples))::DATE"""
-        ).fetchall()[0]
-        first, last = first or lo, last or hi
-    if first is None or last is None:
-        return []
-    out = []
-    monday = first - dt.timedelta(days=first.isoweekday() - 1)
-    while monday <= last:  # one row per week (a handful), not per job
-        y, w, _ = monday.isocalendar()
-        since, until = max(first, monday), min(last, monday + dt.timedelta(days=6))
-        out.append((f"{y}-W{w:02d}", Filters(since, until, filters.teams, filters.clusters, filters.users)))
-        monday += dt.timedelta(days=7)
-    return out
-
-
-def _buckets_sql(weeks: list[tuple[str, Filters]]) -> tuple[str, list[object]]:
-    """The weeks as SQL rows (week, w_lo, w_hi): [midnight of since, midnight after until)."""
-    rows = ", ".join("(?, ?::TIMESTAMP, ?::TIMESTAMP)" for _ in weeks)
-    params: list[object] = [x for week, f in weeks for x in (week, f.lo, f.hi)]
-    return f"SELECT * FROM (VALUES {rows}) v(week, w_lo, w_hi)", params
-
-
-def _job_week_costs_sql(
-    filters: Filters, as_of: dt.datetime | None, buckets: tuple[str, list[object]]
-) -> tuple[str, list[object]]:
-    """job_costs columns (plus ``week``) per (job, week): each job's in-view span cut at the week bounds and
-    priced per piece with the price periods of analytics/cost.py, so a piece costs what ``job_costs`` gives
-    for the view narrowed to that week. Telemetry-only cards get one pseudo-job per week, from their first
-    sample in that week to the end of their last one there (as :func:`analytics.cost.pseudo_jobs_sql` does
-    for a one-week view: one per card, a MIG card's instances with it)."""
-    real_sql, real_params = job_costs_sql(filters, as_of, unattributed=False)
-    where, where_params = filters.job_where("pj")
-    sql = f"""
-    WITH wk AS ({buckets[0]}),
-    shared AS ({shared_segments_sql()}),
-    real AS ({real_sql}),
-    pseudo AS (
-        SELECT wk.week, '{PSEUDO_PREFIX}' || t.card AS job_id, any_value(g.cluster) AS cluster,
-               '{UNATTRIBUTED}' AS user_name, '{UNATTRIBUTED}' AS team, NULL::VARCHAR AS project,
-               '{PSEUDO_PREFIX}' || t.card AS name, 'other' AS kind, any_value(g.model) AS gpu_model,
-               1.0::DOUBLE AS gpu_count, 'on_demand' AS pricing_tier, 'UNKNOWN' AS state,
-               min(s.first_ts) AS start_ts, max(s.max_end_ts) AS end_ts,
-               any_value(wk.w_lo) AS w_lo, any_value(wk.w_hi) AS w_hi
-        FROM samples_day s JOIN ({telemetry_only_gpus_sql()}) t USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
-             JOIN wk ON s.day >= wk.w_lo::DATE AND s.day < wk.w_hi::DATE
-        GROUP BY wk.week, t.card
-    ),
-    pieces AS (
-        SELECT r.job_id, wk.week, r.cluster, r.user_name, r.team, r.project, r.name, r.kind, r.gpu_model,
-               r.gpu_count, r.pricing_tier, r.price_tier, r.state, r.start_ts, r.end_ts,
-               greatest(r.span_start, wk.w_lo) AS span_start, least(r.span_end, wk.w_hi) AS span_end
-        FROM real r JOIN wk ON r.span_start < wk.w_hi AND r.span_end > wk.w_lo
-        UNION ALL BY NAME
-        SELECT pj.* EXCLUDE (w_lo, w_hi), {price_tier_sql("pj", "pj.pricing_tier")} AS price_tier,
-               greatest(pj.start_ts, pj.w_lo) AS span_start,
-               least(coalesce(pj.end_ts, greatest(?::TIMESTAMP, pj.start_ts)), pj.w_hi) AS span_end
-        FROM pseudo pj
-        WHERE pj.start_ts IS NOT NULL AND {where}
-    ),
-    pc AS (
-        SELECT *, {price_cluster_sql("pieces", "pieces.price_tier")} AS price_cluster,
-               {shared_cut_sql("pieces")} AS cut_s, gpu_count * epoch(span_end - span_start) AS declared_s
-        FROM pieces WHERE span_end > span_start
-    ),
-    {PRICE_PERIODS_CTE.strip()},
-    priced AS (
-        SELECT pc.job_id, pc.week,
-               sum(pc.gpu_count * epoch(least(pc.span_end, p.p_to) - greatest(pc.span_start, p.p_from)) / 3600.0
-                   * p.usd_per_gpu_hour) AS cost_usd
-        FROM pc JOIN periods p
-          ON p.gpu_model = pc.gpu_model AND p.tier = pc.price_tier
-         AND p.cluster IS NOT DISTINCT FROM pc.price_cluster
-         AND p.p_from < pc.span_end AND p.p_to > pc.span_start
-        GROUP BY pc.job_id, pc.week
-    )
-    SELECT pc.* EXCLUDE (price_cluster, cut_s, declared_s),
-           epoch(pc.span_end - pc.span_start) / 3600.0 AS hours,
-           (pc.declared_s - pc.cut_s) / 3600.0 AS gpu_hours,
-           pc.cut_s / 3600.0 AS oversubscribed_gpu_hours,
-           priced.cost_usd * CASE WHEN pc.declared_s > 0 THEN 1 - pc.cut_s / pc.declared_s ELSE 1 END AS cost_usd
-    FROM pc LEFT JOIN priced USING (job_id, week)
-    """
-    as_of_param = as_of or dt.datetime(9999, 1, 1)
-    return sql, [*buckets[1], *real_params, as_of_param, *where_params]
-
-
 def job_waste_by_week(
     con: duckdb.DuckDBPyConnection,
     *,
@@ -899,8 +771,8 @@ def job_waste_by_week(
     weeks = view_weeks(con, filters)
     if not weeks:  # an empty ledger
         return job_waste(con, filters=filters, settings=settings, as_of=as_of).clear()
-    buckets = _buckets_sql(weeks)
-    jobs_sql, jobs_params = _job_week_costs_sql(filters, as_of, buckets)
+    buckets = buckets_sql(weeks)
+    jobs_sql, jobs_params = job_bucket_costs_sql(filters, as_of, buckets)
     totals_sql, totals_params = job_bucket_totals_sql(con, filters, settings, as_of, buckets, source)
     bad_sql, bad_params = badput_sums_sql(con, filters, settings, as_of, source, buckets)
     sql = _parts_sql(jobs_sql, totals_sql, bad_sql, "job_id, week", settings)
@@ -971,7 +843,7 @@ def spend_by_week(
     schema = {"week": pl.Utf8, "key": pl.Utf8, "spend_usd": pl.Float64}
     if not weeks:
         return pl.DataFrame(schema=schema)
-    jobs_sql, params = _job_week_costs_sql(filters, as_of, _buckets_sql(weeks))
+    jobs_sql, params = job_bucket_costs_sql(filters, as_of, buckets_sql(weeks))
     jobs = frame(
         con,
         f"SELECT week, coalesce({by}, '(none)') AS key, sum(cost_usd) AS spend_usd FROM ({jobs_sql}) GROUP BY ALL",
