@@ -14,12 +14,13 @@ import datetime as dt
 import duckdb
 import polars as pl
 
-from analytics.cost import job_costs_sql, shared_segments_sql, telemetry_only_gpus_sql
+from analytics.cost import job_costs_sql, shared_segments_sql
 from analytics.filters import Filters, horizon
+from analytics.observed_capacity import observed_from_runs, observed_spans_ctes
 from analytics.periods import buckets_sql, job_bucket_costs_sql, view_weeks
 from analytics.query import frame
 from analytics.shared import kept, shared
-from gpuledger.ledger.observed import observed_runs_ready
+from gpuledger.ledger.cte import Cte, with_ctes
 from gpuledger.ledger.prices import PRICE_PERIODS_CTE, price_cluster_sql, price_tier_sql
 from gpuledger.ledger.settings import Settings
 from gpuledger.ledger.sql import PSEUDO_PREFIX
@@ -104,106 +105,6 @@ def _sees_unallocated(filters: Filters) -> bool:
     )
 
 
-# The physical GPUs whose telemetry counts as observed capacity: every GPU with samples except those of the
-# telemetry-only cards (their capacity is their unattributed:<card> pseudo-job's span, added beside the held
-# time in _unallocated_windows_sql, so such a card is capacity exactly as long as it is held). A MIG instance
-# counts as its parent card, so a card whose instances a job holds only in part is capacity as a whole: its
-# other instances' time is unallocated. The cluster is the GPU's own, else that of a job whose allocation
-# names the GPU or its host (a node's nvidia-smi log ingested without --cluster, its jobs from sacct), else
-# that of another GPU row of its card (a MIG instance no job names, on a card one of whose instances a job
-# holds). {telemetry_only} is filled in when a statement is built (:func:`_observed_spans`), never at import:
-# inside a sharing block it names that block's temp table, which is gone once the block ends.
-OBSERVED_GPUS_SQL = """
-    SELECT gpu_id, phys, gpu_model, coalesce(cluster, min(cluster) OVER (PARTITION BY phys)) AS cluster
-    FROM (
-        SELECT g.gpu_id, coalesce(g.parent_gpu_id, g.gpu_id) AS phys, g.model AS gpu_model,
-               coalesce(g.cluster,
-                        (SELECT min(j.cluster) FROM allocations a JOIN jobs j ON j.job_id = a.job_id
-                         WHERE a.gpu_id = g.gpu_id
-                            OR (a.gpu_id IS NULL
-                                AND lower(split_part(a.host, '.', 1)) = lower(split_part(g.host, '.', 1)))))
-                   AS cluster
-        FROM gpus g
-        WHERE g.gpu_id NOT IN (SELECT gpu_id FROM ({telemetry_only}))
-    )
-"""
-
-# Reporting spans of each physical GPU inside each capacity window [lo, hi) of ``uw`` (w_id, lo, hi): from the
-# per-minute rollup (first sample and max(ts + interval_s) of each GPU-minute); a silence longer than the gap
-# setting starts a new span. Every gap of at least a minute lies between minute rows, so the spans are those
-# of the raw samples. Each window is on its own (a span never reaches across a window's bounds).
-# Parameters: the windows' overall lo and hi (a plain range the scan can skip by), gap seconds.
-OBSERVED_SPANS = f"""
-    og AS ({OBSERVED_GPUS_SQL}),
-    om AS (
-        SELECT w.w_id, og.phys, any_value(og.cluster) AS cluster, any_value(og.gpu_model) AS gpu_model, m.minute,
-               min(m.first_ts) AS f, max(m.max_end_ts) AS e
-        FROM samples_minute m JOIN og ON og.gpu_id = m.gpu_id
-             JOIN uw w ON m.minute >= date_trunc('minute', w.lo) AND m.minute < w.hi
-        WHERE m.minute >= date_trunc('minute', ?::TIMESTAMP) AND m.minute < ?::TIMESTAMP
-        GROUP BY w.w_id, og.phys, m.minute
-    ),
-    oi AS (
-        SELECT *, sum(CASE WHEN epoch(f - prev_e) > ? THEN 1 ELSE 0 END)
-                      OVER (PARTITION BY w_id, phys ORDER BY minute ROWS UNBOUNDED PRECEDING) AS island
-        FROM (SELECT om.*, max(e) OVER (PARTITION BY w_id, phys ORDER BY minute
-                                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_e FROM om)
-    ),
-    obs AS MATERIALIZED (
-        SELECT w_id, phys, any_value(cluster) AS cluster, any_value(gpu_model) AS gpu_model,
-               min(f) AS t_from, max(e) AS t_to
-        FROM oi GROUP BY w_id, phys, island
-    )"""
-
-# The same spans from ``observed_runs`` (gpuledger/ledger/observed.py: runs of consecutive minutes of one GPU,
-# cut at midnight), one row per run start instead of one per minute. Equal to OBSERVED_SPANS when the gap is
-# at least two minutes (a minute whose previous minute has a row is never more than 120 s after it, so only
-# a run's first minute can start a span; every earlier run ends before that minute or covers the one before
-# it) and every run lies wholly inside or outside each window's minutes (lo and hi are midnights, or lie
-# outside the data: :func:`_observed_from_runs`). Same parameters.
-OBSERVED_SPANS_FROM_RUNS = OBSERVED_SPANS.replace(
-    """SELECT w.w_id, og.phys, any_value(og.cluster) AS cluster, any_value(og.gpu_model) AS gpu_model, m.minute,
-               min(m.first_ts) AS f, max(m.max_end_ts) AS e
-        FROM samples_minute m JOIN og ON og.gpu_id = m.gpu_id
-             JOIN uw w ON m.minute >= date_trunc('minute', w.lo) AND m.minute < w.hi
-        WHERE m.minute >= date_trunc('minute', ?::TIMESTAMP) AND m.minute < ?::TIMESTAMP
-        GROUP BY w.w_id, og.phys, m.minute""",
-    """SELECT w.w_id, og.phys, any_value(og.cluster) AS cluster, any_value(og.gpu_model) AS gpu_model,
-               r.first_minute AS minute, min(r.first_ts) AS f, max(r.end_ts) AS e
-        FROM observed_runs r JOIN og ON og.gpu_id = r.gpu_id
-             JOIN uw w ON r.first_minute >= date_trunc('minute', w.lo) AND r.first_minute < w.hi
-        WHERE r.first_minute >= date_trunc('minute', ?::TIMESTAMP) AND r.first_minute < ?::TIMESTAMP
-        GROUP BY w.w_id, og.phys, r.first_minute""",
-)
-assert OBSERVED_SPANS_FROM_RUNS != OBSERVED_SPANS
-
-
-def _observed_spans(from_runs: bool) -> str:
-    """:data:`OBSERVED_SPANS` (or its ``_FROM_RUNS`` form) with the telemetry-only GPUs' sub-query of now."""
-    spans = OBSERVED_SPANS_FROM_RUNS if from_runs else OBSERVED_SPANS
-    return spans.replace("{telemetry_only}", telemetry_only_gpus_sql())
-
-
-def _observed_from_runs(
-    con: duckdb.DuckDBPyConnection,
-    lo: dt.datetime,
-    hi: dt.datetime,
-    start: dt.datetime,
-    end: dt.datetime,
-    gap_s: float,
-) -> bool:
-    """True when :data:`OBSERVED_SPANS_FROM_RUNS` gives the spans of :data:`OBSERVED_SPANS` for [lo, hi):
-    the runs were built whole, the gap is at least two minutes, and no run is cut by the window (lo is a
-    midnight or the data's start; hi a midnight or the data's end, after every sample's end)."""
-    midnight = dt.time()
-    return (
-        gap_s >= 120.0
-        and (lo.time() == midnight or lo == start)
-        and (hi.time() == midnight or hi == end)
-        and observed_runs_ready(con)
-    )
-
-
 def _values_sql(rows: list[tuple[object, ...]], names: str, types: str) -> tuple[str, list[object]]:
     """Bound rows as a VALUES table; an empty list gives an empty table of the given column types."""
     if not rows:
@@ -244,7 +145,11 @@ def _unallocated_windows_sql(
     weeks of :func:`view_weeks`, or the view itself under the label ''), in one statement: the rows of a
     window equal :func:`unallocated` for its filters, each window computed on its own (capacity, held time
     and the cuts inside its own bounds), so windows may overlap (the view beside its weeks:
-    :func:`unallocated_weeks`). None when every window is empty."""
+    :func:`unallocated_weeks`). None when every window is empty.
+
+    Level changes per (window, cluster, model key): +n when GPUs are declared / start reporting / are taken
+    by a job, −n when they stop. mkey '' is an unknown model (capacity of uncatalogued cards; jobs with no
+    model). Every window, partition and cut carries w_id, so the windows never mix."""
     if start is None or as_of is None or end is None:
         return None
     bounds = []
@@ -254,23 +159,53 @@ def _unallocated_windows_sql(
             bounds.append((label, f, lo, hi))
     if not bounds:
         return None
+    gap_s = float(settings.capacity_gap_minutes) * 60.0
+    # from the runs when they give the same spans: a few rows per GPU-day instead of one per minute
+    from_runs = con is not None and all(
+        observed_from_runs(con, lo, hi, start, end, gap_s) for _, _, lo, hi in bounds
+    )
     windows_sql, window_params = _values_sql(
         [(label, lo, hi) for label, _, lo, hi in bounds], "w_id, lo, hi", "VARCHAR, TIMESTAMP, TIMESTAMP"
     )
-    tiers_sql, tier_params = _values_sql(
-        [(name, body.tier or settings.default_tier) for name, body in settings.clusters.items()],
-        "cluster, tier",
-        "VARCHAR, VARCHAR",
+    return with_ctes(
+        [
+            Cte("uw", windows_sql, tuple(window_params)),
+            *observed_spans_ctes(
+                from_runs=from_runs,
+                lo=min(b[2] for b in bounds),
+                hi=max(b[3] for b in bounds),
+                gap_s=gap_s,
+            ),
+            Cte("decl", DECLARED_SQL),
+            *_held_ctes(view, bounds, as_of),
+            *_event_ctes(view.clusters, settings),
+            *_price_ctes(settings),
+            *_level_ctes(),
+        ],
+        UNALLOCATED_SELECT,
     )
-    per_job_sql, per_job_params = _values_sql(
-        [(name,) for name, body in settings.clusters.items() if body.billing == "per_job"],
-        "cluster",
-        "VARCHAR",
-    )
-    # Held time: every job's (whatever the team filter) inside each window. One window: the jobs of its
-    # dates (job_costs); several: each job cut at the windows' bounds and the telemetry-only GPUs' pseudo-jobs
-    # per window, as job_costs gives for each window's dates (analytics.periods.job_bucket_costs_sql).
-    dates = Filters(since=view.since, until=view.until)
+
+
+# declared capacity inside each window: the settings' rows (ingest_id 0) replace a trace's node list for the
+# same cluster and model
+DECLARED_SQL = """
+        SELECT w.w_id, c.cluster, c.gpu_model, c.gpu_count, greatest(c.start_ts, w.lo) AS t_from,
+               least(coalesce(c.end_ts, w.hi), w.hi) AS t_to
+        FROM capacity c CROSS JOIN uw w
+        WHERE c.ingest_id = 0 OR NOT EXISTS (
+                  SELECT 1 FROM capacity d
+                  WHERE d.ingest_id = 0 AND d.cluster = c.cluster AND d.gpu_model = c.gpu_model)"""
+
+
+def _held_ctes(
+    view: Filters, bounds: list[tuple[str, Filters, dt.datetime, dt.datetime]], as_of: dt.datetime | None
+) -> list[Cte]:
+    """CTEs hj (each job's held span in each window), seen_cards, seen_gpus, hj_unseen (held jobs on no card
+    that reports) and held (hj less a shared GPU's oversubscribed stretches).
+
+    Held time is every job's (whatever the team filter) inside each window. One window: the jobs of its dates
+    (job_costs); several: each job cut at the windows' bounds and the telemetry-only GPUs' pseudo-jobs per
+    window, as job_costs gives for each window's dates (analytics.periods.job_bucket_costs_sql)."""
     if len(bounds) == 1:
         label, f, _, _ = bounds[0]
         jobs_sql, jobs_params = job_costs_sql(Filters(since=f.since, until=f.until), as_of)
@@ -279,63 +214,49 @@ def _unallocated_windows_sql(
             [label, *jobs_params],
         )
     else:
+        dates = Filters(since=view.since, until=view.until)
         jobs_sql, jobs_params = job_bucket_costs_sql(
             dates, as_of, buckets_sql([(b[0], b[1]) for b in bounds])
         )
         held_jobs_sql, held_jobs_params = f"SELECT week AS w_id, * FROM ({jobs_sql})", jobs_params
-    cluster_where, cluster_params = "", []
-    if view.clusters:
-        cluster_where = f"AND cluster IN ({', '.join('?' for _ in view.clusters)})"
-        cluster_params = list(view.clusters)
-    gap_s = float(settings.capacity_gap_minutes) * 60.0
-    # from the runs when they give the same spans: a few rows per GPU-day instead of one per minute
-    spans = _observed_spans(
-        con is not None
-        and all(_observed_from_runs(con, lo, hi, start, end, gap_s) for _, _, lo, hi in bounds)
-    )
-    # Level changes per (window, cluster, model key): +n when GPUs are declared / start reporting / are taken
-    # by a job, −n when they stop. mkey '' is an unknown model (capacity of uncatalogued cards; jobs with no
-    # model). Every window, partition and cut below carries w_id, so the windows never mix.
-    sql = f"""
-    WITH uw AS ({windows_sql}),
-    {spans.strip()},
-    decl AS (
-        SELECT w.w_id, c.cluster, c.gpu_model, c.gpu_count, greatest(c.start_ts, w.lo) AS t_from,
-               least(coalesce(c.end_ts, w.hi), w.hi) AS t_to
-        FROM capacity c CROSS JOIN uw w
-        WHERE c.ingest_id = 0 OR NOT EXISTS (
-                  SELECT 1 FROM capacity d
-                  WHERE d.ingest_id = 0 AND d.cluster = c.cluster AND d.gpu_model = c.gpu_model)
-    ),
-    hj AS MATERIALIZED (
+    hj = f"""
         -- a running job holds its GPUs to the window's end (its cost stops at the horizon; the last
         -- sample's interval after it is not unallocated)
         SELECT j.w_id, j.job_id, j.cluster, j.gpu_model, j.gpu_count, greatest(j.span_start, w.lo) AS t_from,
                CASE WHEN j.end_ts IS NULL THEN w.hi ELSE least(j.span_end, w.hi) END AS t_to
-        FROM ({held_jobs_sql}) j JOIN uw w ON w.w_id = j.w_id
-    ),
-    -- the cards that report (a MIG instance or a W&B view reports for its card) and every GPU row of them
-    seen_cards AS (SELECT DISTINCT coalesce(parent_gpu_id, gpu_id) AS card FROM gpus
-                   WHERE gpu_id IN (SELECT gpu_id FROM samples_day)),
-    seen_gpus AS (SELECT gpu_id, lower(split_part(host, '.', 1)) AS hk FROM gpus
+        FROM ({held_jobs_sql}) j JOIN uw w ON w.w_id = j.w_id"""
+    # a shared GPU's oversubscribed stretches hold one GPU, not the sum of what its jobs declared
+    held = f"""
+        SELECT w_id, cluster, gpu_model, gpu_count, t_from, t_to FROM hj
+        UNION ALL
+        SELECT hj.w_id, hj.cluster, hj.gpu_model, -c.cut, greatest(c.s_from, hj.t_from), least(c.s_to, hj.t_to)
+        FROM ({shared_segments_sql()}) c JOIN hj ON hj.job_id = c.job_id"""
+    return [
+        Cte("hj", hj, tuple(held_jobs_params), materialized=True),
+        # the cards that report (a MIG instance or a W&B view reports for its card) and every GPU row of them
+        Cte("seen_cards", SEEN_CARDS_SQL),
+        Cte("seen_gpus", SEEN_GPUS_SQL),
+        Cte("hj_unseen", HELD_UNSEEN_SQL),
+        Cte("held", held),
+    ]
+
+
+SEEN_CARDS_SQL = """SELECT DISTINCT coalesce(parent_gpu_id, gpu_id) AS card FROM gpus
+                   WHERE gpu_id IN (SELECT gpu_id FROM samples_day)"""
+SEEN_GPUS_SQL = """SELECT gpu_id, lower(split_part(host, '.', 1)) AS hk FROM gpus
                   WHERE coalesce(parent_gpu_id, gpu_id) IN (SELECT card FROM seen_cards)
-                  UNION ALL SELECT card, NULL FROM seen_cards),
-    hj_unseen AS (
+                  UNION ALL SELECT card, NULL FROM seen_cards"""
+HELD_UNSEEN_SQL = f"""
         SELECT * FROM hj
         WHERE t_to > t_from AND NOT starts_with(job_id, '{PSEUDO_PREFIX}')
           AND job_id NOT IN (SELECT job_id FROM allocations WHERE gpu_id IN (SELECT gpu_id FROM seen_gpus))
           AND job_id NOT IN (SELECT job_id FROM allocations
                              WHERE gpu_id IS NULL AND lower(split_part(host, '.', 1)) IN (SELECT hk FROM seen_gpus))
-          AND job_id NOT IN (SELECT job_id FROM samples_day WHERE job_id IS NOT NULL)
-    ),
-    -- a shared GPU's oversubscribed stretches hold one GPU, not the sum of what its jobs declared
-    held AS (
-        SELECT w_id, cluster, gpu_model, gpu_count, t_from, t_to FROM hj
-        UNION ALL
-        SELECT hj.w_id, hj.cluster, hj.gpu_model, -c.cut, greatest(c.s_from, hj.t_from), least(c.s_to, hj.t_to)
-        FROM ({shared_segments_sql()}) c JOIN hj ON hj.job_id = c.job_id
-    ),
-    ev0 AS MATERIALIZED (
+          AND job_id NOT IN (SELECT job_id FROM samples_day WHERE job_id IS NOT NULL)"""
+
+# the level changes: 'd' declared, 'o' observed (reporting cards, telemetry-only cards while held), 'u' GPUs
+# only a job on no reporting card proves, 'h' held
+EVENTS_SQL = f"""
         SELECT w_id, cluster, coalesce(gpu_model, '') AS mkey, 'd' AS k, t_from AS ts, gpu_count AS n FROM decl
         WHERE t_to > t_from
         UNION ALL
@@ -366,29 +287,62 @@ def _unallocated_windows_sql(
         UNION ALL
         SELECT w_id, cluster, coalesce(gpu_model, ''), 'h', t_from, gpu_count FROM held WHERE t_to > t_from
         UNION ALL
-        SELECT w_id, cluster, coalesce(gpu_model, ''), 'h', t_to, -gpu_count FROM held WHERE t_to > t_from
-    ),
-    -- a cluster counts (in a window) only where capacity is known there: declared, or GPUs reporting
-    known AS (SELECT DISTINCT w_id, cluster FROM ev0 WHERE k IN ('d', 'o')),
-    declared AS (SELECT DISTINCT w_id, cluster FROM ev0 WHERE k = 'd'),
-    ev AS MATERIALIZED (
+        SELECT w_id, cluster, coalesce(gpu_model, ''), 'h', t_to, -gpu_count FROM held WHERE t_to > t_from"""
+
+
+def _event_ctes(clusters: tuple[str, ...], settings: Settings) -> list[Cte]:
+    """CTEs ev0 (every level change), known, declared and ev: the changes of the clusters that count in each
+    window (capacity known there: declared, or GPUs reporting), inside the view's ``clusters`` (all when
+    empty), without the clusters billed per job, and without the 'u' changes where capacity is declared."""
+    per_job_sql, per_job_params = _values_sql(
+        [(name,) for name, body in settings.clusters.items() if body.billing == "per_job"],
+        "cluster",
+        "VARCHAR",
+    )
+    in_view = f"AND ev0.cluster IN ({', '.join('?' for _ in clusters)})" if clusters else ""
+    ev = f"""
         SELECT ev0.* FROM ev0 JOIN known ON known.w_id = ev0.w_id AND known.cluster = ev0.cluster
         LEFT JOIN declared ON declared.w_id = ev0.w_id AND declared.cluster = ev0.cluster
-        WHERE ev0.cluster IS NOT NULL {cluster_where.replace("cluster IN", "ev0.cluster IN")}
+        WHERE ev0.cluster IS NOT NULL {in_view}
           AND NOT (ev0.k = 'u' AND declared.cluster IS NOT NULL)
-          AND ev0.cluster NOT IN (SELECT cluster FROM ({per_job_sql}))
-    ),
-    -- each (window, cluster, model key) and its price: the cluster's tier (settings, else the default),
-    -- on_demand when the model has no price for it; the cluster's own price rows when it has some
-    cm0 AS (
+          AND ev0.cluster NOT IN (SELECT cluster FROM ({per_job_sql}))"""
+    return [
+        Cte("ev0", EVENTS_SQL, materialized=True),
+        # a cluster counts (in a window) only where capacity is known there: declared, or GPUs reporting
+        Cte("known", "SELECT DISTINCT w_id, cluster FROM ev0 WHERE k IN ('d', 'o')"),
+        Cte("declared", "SELECT DISTINCT w_id, cluster FROM ev0 WHERE k = 'd'"),
+        Cte("ev", ev, (*clusters, *per_job_params), materialized=True),
+    ]
+
+
+def _price_ctes(settings: Settings) -> list[Cte | str]:
+    """CTEs cm0, cm1, cm (each window, cluster and model key with its price's tier and cluster) and periods.
+
+    The tier is the cluster's (settings, else the default), on_demand when the model has no price for it;
+    the cluster's own price rows when it has some."""
+    tiers_sql, tier_params = _values_sql(
+        [(name, body.tier or settings.default_tier) for name, body in settings.clusters.items()],
+        "cluster, tier",
+        "VARCHAR, VARCHAR",
+    )
+    cm0 = f"""
         SELECT DISTINCT e.w_id, e.cluster, e.mkey, nullif(e.mkey, '') AS gpu_model,
                coalesce(t.tier, ?) AS asked_tier
-        FROM ev e LEFT JOIN ({tiers_sql}) t ON t.cluster = e.cluster
-    ),
-    cm1 AS (SELECT cm0.*, {price_tier_sql("cm0", "cm0.asked_tier")} AS tier FROM cm0),
-    cm AS MATERIALIZED (SELECT cm1.*, {price_cluster_sql("cm1", "cm1.tier")} AS price_cluster FROM cm1),
-    {PRICE_PERIODS_CTE.strip()},
-    cut AS (
+        FROM ev e LEFT JOIN ({tiers_sql}) t ON t.cluster = e.cluster"""
+    return [
+        Cte("cm0", cm0, (settings.default_tier, *tier_params)),
+        Cte("cm1", f"SELECT cm0.*, {price_tier_sql('cm0', 'cm0.asked_tier')} AS tier FROM cm0"),
+        Cte(
+            "cm",
+            f"SELECT cm1.*, {price_cluster_sql('cm1', 'cm1.tier')} AS price_cluster FROM cm1",
+            materialized=True,
+        ),
+        PRICE_PERIODS_CTE,
+    ]
+
+
+# the cut points (level changes, window bounds, price changes) and the stretches between them
+CUT_SQL = """
         SELECT w_id, cluster, ts FROM ev
         UNION SELECT DISTINCT ev.w_id, ev.cluster, w.lo FROM ev JOIN uw w ON w.w_id = ev.w_id
         UNION SELECT DISTINCT ev.w_id, ev.cluster, w.hi FROM ev JOIN uw w ON w.w_id = ev.w_id
@@ -396,21 +350,21 @@ def _unallocated_windows_sql(
         SELECT cm.w_id, cm.cluster, p.p_from
         FROM cm JOIN uw w ON w.w_id = cm.w_id JOIN periods p
           ON p.gpu_model = cm.gpu_model AND p.tier = cm.tier AND p.cluster IS NOT DISTINCT FROM cm.price_cluster
-        WHERE p.p_from > w.lo AND p.p_from < w.hi
-    ),
-    seg AS (
+        WHERE p.p_from > w.lo AND p.p_from < w.hi"""
+
+SEG_SQL = """
         SELECT w_id, cluster, ts AS seg_lo, lead(ts) OVER (PARTITION BY w_id, cluster ORDER BY ts) AS seg_hi
-        FROM cut
-    ),
-    sm AS (
+        FROM cut"""
+
+SM_SQL = """
         SELECT s.w_id, s.cluster, cm.mkey, cm.gpu_model, s.seg_lo, epoch(s.seg_hi - s.seg_lo) / 3600.0 AS dur_h
         FROM seg s JOIN cm ON cm.w_id = s.w_id AND cm.cluster = s.cluster
-        WHERE s.seg_hi IS NOT NULL AND s.seg_hi > s.seg_lo
-    ),
-    -- the levels at each stretch's start: running sums of the changes, each stretch a zero change placed
-    -- after the changes at its own start time. The changes are summed per time first (k 'c'), so the
-    -- window sorts one row per time, not one per job start and end (50 M-sample ledger: 0.17 -> 0.05 s)
-    run AS (
+        WHERE s.seg_hi IS NOT NULL AND s.seg_hi > s.seg_lo"""
+
+# the levels at each stretch's start: running sums of the changes, each stretch a zero change placed
+# after the changes at its own start time. The changes are summed per time first (k 'c'), so the
+# window sorts one row per time, not one per job start and end (50 M-sample ledger: 0.17 -> 0.05 s)
+RUN_SQL = """
         SELECT *, sum(dd) OVER w AS d, sum(od) OVER w AS o, sum(hd) OVER w AS h
         FROM (SELECT w_id, cluster, mkey, NULL::VARCHAR AS gpu_model, ts, 'c' AS k,
                      sum(CASE WHEN k = 'd' THEN n ELSE 0 END) AS dd, sum(CASE WHEN k IN ('o', 'u') THEN n ELSE 0 END) AS od,
@@ -418,14 +372,14 @@ def _unallocated_windows_sql(
               FROM ev GROUP BY w_id, cluster, mkey, ts
               UNION ALL
               SELECT w_id, cluster, mkey, gpu_model, seg_lo, 'z', 0.0, 0.0, 0.0, dur_h FROM sm)
-        WINDOW w AS (PARTITION BY w_id, cluster, mkey ORDER BY ts, k ROWS UNBOUNDED PRECEDING)
-    ),
-    lv AS (
+        WINDOW w AS (PARTITION BY w_id, cluster, mkey ORDER BY ts, k ROWS UNBOUNDED PRECEDING)"""
+
+LV_SQL = """
         SELECT w_id, cluster, mkey, gpu_model, ts AS seg_lo, dur_h,
                greatest(d, 0) AS d, greatest(o, 0) AS o, greatest(h, 0) AS h
-        FROM run WHERE k = 'z'
-    ),
-    fr AS (
+        FROM run WHERE k = 'z'"""
+
+FR_SQL = """
         SELECT lv.*, greatest(d, o) AS cap,
                CASE WHEN mkey = '' THEN 0 ELSE least(h, greatest(d, o)) END AS alloc,
                CASE WHEN mkey = '' THEN greatest(d, o) ELSE greatest(0, greatest(d, o) - h) END AS free,
@@ -434,22 +388,24 @@ def _unallocated_windows_sql(
                sum(CASE WHEN mkey = '' THEN h ELSE 0 END) OVER c AS unk,
                sum(CASE WHEN mkey = '' THEN greatest(d, o) ELSE greatest(0, greatest(d, o) - h) END) OVER c
                    AS free_all
-        FROM lv WINDOW c AS (PARTITION BY w_id, cluster, seg_lo)
-    ),
-    sh AS (
+        FROM lv WINDOW c AS (PARTITION BY w_id, cluster, seg_lo)"""
+
+SH_SQL = """
         SELECT fr.*,
                CASE WHEN free_all > 0 THEN free * least(1.0, unk / free_all) ELSE 0 END AS taken,
                -- unknown-model held time beyond all free capacity: oversubscription, on the unknown row
                CASE WHEN mkey = '' AND unk > free_all THEN unk - free_all ELSE 0 END AS over_unknown
-        FROM fr
-    ),
-    priced AS (
+        FROM fr"""
+
+PRICED_SQL = """
         SELECT sh.*, cm.tier, p.usd_per_gpu_hour AS price, (free - taken) * dur_h AS un_h
         FROM sh JOIN cm USING (w_id, cluster, mkey)
         LEFT JOIN periods p
           ON p.gpu_model = cm.gpu_model AND p.tier = cm.tier AND p.cluster IS NOT DISTINCT FROM cm.price_cluster
-         AND p.p_from <= sh.seg_lo AND p.p_to > sh.seg_lo
-    )
+         AND p.p_from <= sh.seg_lo AND p.p_to > sh.seg_lo"""
+
+# one row per (window, cluster, model key): UNALLOCATED_COLUMNS after w_id
+UNALLOCATED_SELECT = """
     SELECT w_id, cluster, any_value(gpu_model) AS gpu_model, any_value(tier) AS tier,
            CASE WHEN fsum(d * dur_h) > 0 AND fsum(o * dur_h) > 0 THEN 'declared+observed'
                 WHEN fsum(d * dur_h) > 0 THEN 'declared' WHEN fsum(o * dur_h) > 0 THEN 'observed' END
@@ -469,19 +425,22 @@ def _unallocated_windows_sql(
     GROUP BY w_id, cluster, mkey
     HAVING fsum(cap * dur_h) > 0 OR fsum((over_known + over_unknown) * dur_h) > 0
     ORDER BY w_id, cluster, mkey
-    """
-    params = [
-        *window_params,  # uw
-        min(b[2] for b in bounds),
-        max(b[3] for b in bounds),
-        gap_s,  # OBSERVED_SPANS
-        *held_jobs_params,  # hj
-        *cluster_params,
-        *per_job_params,  # ev
-        settings.default_tier,
-        *tier_params,  # cm0
+"""
+
+
+def _level_ctes() -> list[Cte]:
+    """CTEs cut, seg, sm (the stretches between level and price changes), run and lv (the levels at each
+    stretch's start), fr and sh (free capacity, the unknown-model held time's share of it) and priced."""
+    return [
+        Cte("cut", CUT_SQL),
+        Cte("seg", SEG_SQL),
+        Cte("sm", SM_SQL),
+        Cte("run", RUN_SQL),
+        Cte("lv", LV_SQL),
+        Cte("fr", FR_SQL),
+        Cte("sh", SH_SQL),
+        Cte("priced", PRICED_SQL),
     ]
-    return sql, params
 
 
 @shared  # the bars by week, and the view's own capacity read from it (unallocated)

@@ -23,6 +23,7 @@ from analytics.cost import (
     telemetry_only_gpus_sql,
 )
 from analytics.filters import Filters
+from gpuledger.ledger.cte import Cte, with_ctes
 from gpuledger.ledger.prices import PRICE_PERIODS_CTE, price_cluster_sql, price_tier_sql
 from gpuledger.ledger.sql import PSEUDO_PREFIX
 
@@ -107,22 +108,8 @@ def job_bucket_costs_sql(
     with it)."""
     real_sql, real_params = job_costs_sql(filters, as_of, unattributed=False)
     where, where_params = filters.job_where("pj")
-    sql = f"""
-    WITH wk AS ({buckets[0]}),
-    shared AS ({shared_segments_sql()}),
-    real AS ({real_sql}),
-    pseudo AS (
-        SELECT wk.week, '{PSEUDO_PREFIX}' || t.card AS job_id, any_value(g.cluster) AS cluster,
-               '{UNATTRIBUTED}' AS user_name, '{UNATTRIBUTED}' AS team, NULL::VARCHAR AS project,
-               '{PSEUDO_PREFIX}' || t.card AS name, 'other' AS kind, any_value(g.model) AS gpu_model,
-               1.0::DOUBLE AS gpu_count, 'on_demand' AS pricing_tier, 'UNKNOWN' AS state,
-               min(s.first_ts) AS start_ts, max(s.max_end_ts) AS end_ts,
-               any_value(wk.w_lo) AS w_lo, any_value(wk.w_hi) AS w_hi
-        FROM samples_day s JOIN ({telemetry_only_gpus_sql()}) t USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
-             JOIN wk ON s.day >= wk.w_lo::DATE AND s.day < wk.w_hi::DATE
-        GROUP BY wk.week, t.card
-    ),
-    pieces AS (
+    as_of_param = as_of or dt.datetime(9999, 1, 1)
+    pieces = f"""
         SELECT r.job_id, wk.week, r.cluster, r.user_name, r.team, r.project, r.name, r.kind, r.gpu_model,
                r.gpu_count, r.pricing_tier, r.price_tier, r.state, r.start_ts, r.end_ts,
                greatest(r.span_start, wk.w_lo) AS span_start, least(r.span_end, wk.w_hi) AS span_end
@@ -132,15 +119,43 @@ def job_bucket_costs_sql(
                greatest(pj.start_ts, pj.w_lo) AS span_start,
                least(coalesce(pj.end_ts, greatest(?::TIMESTAMP, pj.start_ts)), pj.w_hi) AS span_end
         FROM pseudo pj
-        WHERE pj.start_ts IS NOT NULL AND {where}
-    ),
-    pc AS (
+        WHERE pj.start_ts IS NOT NULL AND {where}"""
+    pc = f"""
         SELECT *, {price_cluster_sql("pieces", "pieces.price_tier")} AS price_cluster,
                {shared_cut_sql("pieces")} AS cut_s, gpu_count * epoch(span_end - span_start) AS declared_s
-        FROM pieces WHERE span_end > span_start
-    ),
-    {PRICE_PERIODS_CTE.strip()},
-    priced AS (
+        FROM pieces WHERE span_end > span_start"""
+    return with_ctes(
+        [
+            Cte("wk", buckets[0], tuple(buckets[1])),
+            Cte("shared", shared_segments_sql()),
+            Cte("real", real_sql, tuple(real_params)),
+            Cte("pseudo", _pseudo_sql()),
+            Cte("pieces", pieces, (as_of_param, *where_params)),
+            Cte("pc", pc),
+            PRICE_PERIODS_CTE,
+            Cte("priced", PIECE_COSTS_SQL),
+        ],
+        PIECES_SELECT,
+    )
+
+
+def _pseudo_sql() -> str:
+    """One pseudo-job per telemetry-only card and bucket of ``wk`` (its samples' first to last end there);
+    built per statement: the telemetry-only GPUs may be a sharing block's temp table."""
+    return f"""
+        SELECT wk.week, '{PSEUDO_PREFIX}' || t.card AS job_id, any_value(g.cluster) AS cluster,
+               '{UNATTRIBUTED}' AS user_name, '{UNATTRIBUTED}' AS team, NULL::VARCHAR AS project,
+               '{PSEUDO_PREFIX}' || t.card AS name, 'other' AS kind, any_value(g.model) AS gpu_model,
+               1.0::DOUBLE AS gpu_count, 'on_demand' AS pricing_tier, 'UNKNOWN' AS state,
+               min(s.first_ts) AS start_ts, max(s.max_end_ts) AS end_ts,
+               any_value(wk.w_lo) AS w_lo, any_value(wk.w_hi) AS w_hi
+        FROM samples_day s JOIN ({telemetry_only_gpus_sql()}) t USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
+             JOIN wk ON s.day >= wk.w_lo::DATE AND s.day < wk.w_hi::DATE
+        GROUP BY wk.week, t.card"""
+
+
+# each piece's cost over the price periods it crosses
+PIECE_COSTS_SQL = """
         SELECT pc.job_id, pc.week,
                sum(pc.gpu_count * epoch(least(pc.span_end, p.p_to) - greatest(pc.span_start, p.p_from)) / 3600.0
                    * p.usd_per_gpu_hour) AS cost_usd
@@ -148,8 +163,9 @@ def job_bucket_costs_sql(
           ON p.gpu_model = pc.gpu_model AND p.tier = pc.price_tier
          AND p.cluster IS NOT DISTINCT FROM pc.price_cluster
          AND p.p_from < pc.span_end AND p.p_to > pc.span_start
-        GROUP BY pc.job_id, pc.week
-    )
+        GROUP BY pc.job_id, pc.week"""
+
+PIECES_SELECT = """
     SELECT pc.* EXCLUDE (price_cluster, cut_s, declared_s),
            epoch(pc.span_end - pc.span_start) / 3600.0 AS hours,
            (pc.declared_s - pc.cut_s) / 3600.0 AS gpu_hours,
@@ -157,5 +173,3 @@ def job_bucket_costs_sql(
            priced.cost_usd * CASE WHEN pc.declared_s > 0 THEN 1 - pc.cut_s / pc.declared_s ELSE 1 END AS cost_usd
     FROM pc LEFT JOIN priced USING (job_id, week)
     """
-    as_of_param = as_of or dt.datetime(9999, 1, 1)
-    return sql, [*buckets[1], *real_params, as_of_param, *where_params]

@@ -22,6 +22,7 @@ from analytics.query import frame
 from analytics.shared import shared
 from analytics.slurm_usage import filled_totals_sql
 from analytics.utilization import Source, job_bucket_totals_sql, job_totals_sql
+from gpuledger.ledger.cte import Cte, with_ctes
 from gpuledger.ledger.job_states import CANCELLED_STATES
 from gpuledger.ledger.settings import Settings
 from gpuledger.ledger.sql import sql_list
@@ -101,20 +102,21 @@ def job_waste_sql(
     pieces = price_pieces(con, filters)
     if len(pieces) > 1:
         buckets = buckets_sql(pieces)
-        jobs_sql, jobs_params = job_bucket_costs_sql(filters, as_of, buckets)
-        totals_sql, totals_params = job_bucket_totals_sql(con, filters, settings, as_of, buckets, source)
-        bad_sql, bad_params = badput_sums_sql(con, filters, settings, as_of, source, buckets)
-        sql = parts_sql(jobs_sql, totals_sql, bad_sql, "job_id, week", settings)
-        params = [*jobs_params, *totals_params, *bad_params]
+        sql, params = parts_sql(
+            job_bucket_costs_sql(filters, as_of, buckets),
+            job_bucket_totals_sql(con, filters, settings, as_of, buckets, source),
+            badput_sums_sql(con, filters, settings, as_of, source, buckets),
+            "job_id, week",
+            settings,
+        )
         return f"SELECT {_PIECES_TO_JOB} FROM ({sql}) GROUP BY job_id", params
-    jobs_sql, jobs_params = job_costs_sql(filters, as_of)
-    totals_sql, totals_params = job_totals_sql(con, filters, settings, as_of, source)
-    bad_sql, bad_params = badput_sums_sql(con, filters, settings, as_of, source)
-    return parts_sql(jobs_sql, totals_sql, bad_sql, "job_id", settings), [
-        *jobs_params,
-        *totals_params,
-        *bad_params,
-    ]
+    return parts_sql(
+        job_costs_sql(filters, as_of),
+        job_totals_sql(con, filters, settings, as_of, source),
+        badput_sums_sql(con, filters, settings, as_of, source),
+        "job_id",
+        settings,
+    )
 
 
 # JOB_WASTE_COLUMNS of a job from its pieces' rows (one per price period of the view): sums, and the job's
@@ -134,19 +136,26 @@ _PIECES_TO_JOB = ", ".join(
 )  # fmt: skip
 
 
-def parts_sql(jobs_sql: str, totals_sql: str, bad_sql: str, key: str, settings: Settings) -> str:
-    """The taxonomy over ``jobs_sql`` (job_costs columns: one row per ``key``), ``totals_sql`` (TOTAL_COLUMNS
-    per ``key``) and ``bad_sql`` (analytics.badput.badput_sums_sql per ``key``): JOB_WASTE_COLUMNS, one row
-    per ``key``. Badput is taken first; idle, under-used and productive come from the rest of the time. A job
-    without samples is judged from Slurm's own mean where sacct gave one (analytics/slurm_usage.py)."""
+def parts_sql(
+    jobs: tuple[str, list[object]],
+    totals: tuple[str, list[object]],
+    bad: tuple[str, list[object]],
+    key: str,
+    settings: Settings,
+) -> tuple[str, list[object]]:
+    """The taxonomy over ``jobs`` (job_costs columns: one row per ``key``), ``totals`` (TOTAL_COLUMNS per
+    ``key``) and ``bad`` (analytics.badput.badput_sums_sql per ``key``), each (SQL, parameters):
+    JOB_WASTE_COLUMNS, one row per ``key``. Badput is taken first; idle, under-used and productive come from
+    the rest of the time. A job without samples is judged from Slurm's own mean where sacct gave one
+    (analytics/slurm_usage.py)."""
     slurm = filled_totals_sql(
         settings,
         held_s="jc.gpu_hours * 3600.0",
         # the whole job's span (not the view's or the week's piece of it): one verdict per job
         span_s="epoch(coalesce(lj.end_ts, jc.span_end) - coalesce(lj.start_ts, jc.span_start))",
     )
-    return f"""
-    WITH jc AS ({jobs_sql}), t AS ({totals_sql}), bad AS ({bad_sql}), bw AS ({windows_sql()}),
+    # b .. p: one chain of definitions without parameters of their own
+    chain = f"""
     b AS (
         SELECT jc.*, {slurm}, t.energy_j, lj.last_checkpoint_ts,
                lj.source AS record_source, tr.source AS run_source, bw.lost_from, bw.restart_to,
@@ -194,7 +203,8 @@ def parts_sql(jobs_sql: str, totals_sql: str, bad_sql: str, key: str, settings: 
                         THEN 'lost after the last checkpoint found in the training log'
                     ELSE 'lost after the last checkpoint' END AS failed_basis
         FROM k
-    )
+    )"""
+    select = """
     SELECT job_id, team, user_name, cluster, name, kind, state, gpu_model, gpu_count, start_ts, end_ts,
            strftime(span_start, '%G-W%V') AS week,
            held_s / 3600.0 AS gpu_hours, oversubscribed_gpu_hours,
@@ -212,6 +222,11 @@ def parts_sql(jobs_sql: str, totals_sql: str, bad_sql: str, key: str, settings: 
            util_basis
     FROM p
     """
+    return with_ctes(
+        [Cte("jc", jobs[0], tuple(jobs[1])), Cte("t", totals[0], tuple(totals[1])),
+         Cte("bad", bad[0], tuple(bad[1])), Cte("bw", windows_sql()), chain],
+        select,
+    )  # fmt: skip
 
 
 @shared  # one computation per view inside a read-only batch (analytics/shared.py)

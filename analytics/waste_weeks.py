@@ -37,13 +37,14 @@ def job_waste_by_week(
     if not weeks:  # an empty ledger
         return job_waste(con, filters=filters, settings=settings, as_of=as_of).clear()
     buckets = buckets_sql(weeks)
-    jobs_sql, jobs_params = job_bucket_costs_sql(filters, as_of, buckets)
-    totals_sql, totals_params = job_bucket_totals_sql(con, filters, settings, as_of, buckets, source)
-    bad_sql, bad_params = badput_sums_sql(con, filters, settings, as_of, source, buckets)
-    sql = parts_sql(jobs_sql, totals_sql, bad_sql, "job_id, week", settings)
-    return frame(
-        con, f"SELECT * FROM ({sql}) ORDER BY week, job_id", [*jobs_params, *totals_params, *bad_params]
+    sql, params = parts_sql(
+        job_bucket_costs_sql(filters, as_of, buckets),
+        job_bucket_totals_sql(con, filters, settings, as_of, buckets, source),
+        badput_sums_sql(con, filters, settings, as_of, source, buckets),
+        "job_id, week",
+        settings,
     )
+    return frame(con, f"SELECT * FROM ({sql}) ORDER BY week, job_id", params)
 
 
 def waste_by_week(
