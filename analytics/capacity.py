@@ -71,7 +71,7 @@ def unallocated(
 
     Capacity at each moment is the larger of the declared GPUs (``capacity`` table: the settings' ``[clusters.X]
     capacity``, ingest_id 0, replace a trace's node list for the same cluster and model) and the observed ones:
-    the physical GPUs reporting telemetry then (:data:`OBSERVED_SPANS`). Held time is every job's (and
+    the physical GPUs reporting telemetry then (analytics/observed_capacity.py). Held time is every job's (and
     pseudo-job's) of that cluster and model, whatever the team filter; held time of the cluster's jobs with an
     unknown GPU model is taken from the models' free capacity in proportion to it (reported as
     ``unknown_model_gpu_hours``; those jobs are unpriced, never unallocated). The window is the view's dates,
