@@ -29,7 +29,7 @@ import polars as pl
 
 from analytics.advice_common import AdviceView, Found, Recommendation, family_stem, plural
 from analytics.badput import FAILURE_KINDS
-from analytics.batch_size import bytes_per_param
+from analytics.batch_memory import bytes_per_param
 from analytics.query import frame
 from gpuledger.ledger.job_states import (
     COMPLETED,

@@ -2,7 +2,7 @@
 
 A run is a maximal stretch of consecutive minutes of one GPU with a ``samples_minute`` row, cut at UTC midnight:
 its first minute, the first sample in that minute and the latest sample end (ts + interval_s) of the run. The
-capacity analytics (analytics/waste.py, ``OBSERVED_SPANS``) read these instead of the minute rows: a silence of
+capacity analytics (analytics/observed_capacity.py, ``RUN_STARTS_SQL``) read these instead of the minute rows: a silence of
 at least two minutes always starts a new run, so for a gap setting of two minutes or more the reporting spans
 found from the runs are those found from the minutes.
 

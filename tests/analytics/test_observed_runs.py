@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import duckdb
 import pytest
 
+import analytics.capacity as capacity
 import analytics.waste as waste
 from analytics.filters import Filters
 from gpuledger.ledger.db import memory_ledger
@@ -68,17 +69,17 @@ def fleet() -> Iterator[duckdb.DuckDBPyConnection]:
 
 def _both(con, filters: Filters, settings: Settings, monkeypatch) -> tuple:
     used = []
-    real = waste._observed_from_runs
+    real = capacity.observed_from_runs
 
     def spy(*args):
         used.append(real(*args))
         return used[-1]
 
-    monkeypatch.setattr(waste, "_observed_from_runs", spy)
+    monkeypatch.setattr(capacity, "observed_from_runs", spy)
     fast = waste.unallocated(con, filters=filters, settings=settings)
-    monkeypatch.setattr(waste, "_observed_from_runs", lambda *a: False)
+    monkeypatch.setattr(capacity, "observed_from_runs", lambda *a: False)
     raw = waste.unallocated(con, filters=filters, settings=settings)
-    monkeypatch.setattr(waste, "_observed_from_runs", real)
+    monkeypatch.setattr(capacity, "observed_from_runs", real)
     return fast, raw, used
 
 
@@ -141,11 +142,11 @@ def test_a_later_ingest_that_fills_a_silence_keeps_the_runs_equal_to_a_whole_bui
 def test_a_view_not_cut_at_midnight_reads_the_minute_rows(ledger):
     _fleet(ledger)
     start, end = at(20 * 60), at(26 * 60)
-    assert waste._observed_from_runs(ledger, start, end, start, end, 1800.0)
-    assert waste._observed_from_runs(ledger, T0, at(DAY), start, end, 1800.0)
+    assert capacity.observed_from_runs(ledger, start, end, start, end, 1800.0)
+    assert capacity.observed_from_runs(ledger, T0, at(DAY), start, end, 1800.0)
     # a window boundary inside a day that is neither the data's start nor its end would cut a run
-    assert not waste._observed_from_runs(ledger, at(23 * 60), end, start, end, 1800.0)
-    assert not waste._observed_from_runs(ledger, start, at(25 * 60), start, end, 1800.0)
+    assert not capacity.observed_from_runs(ledger, at(23 * 60), end, start, end, 1800.0)
+    assert not capacity.observed_from_runs(ledger, start, at(25 * 60), start, end, 1800.0)
 
 
 def test_a_ledger_whose_runs_were_never_built_whole_reads_the_minute_rows(ledger):

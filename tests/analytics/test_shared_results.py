@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import analytics.capacity as capacity
 import analytics.waste as waste
 from analytics.filters import Filters
 from analytics.shared import sharing
@@ -30,8 +31,8 @@ def _one_gpu(con, minutes: int) -> None:
 def _count_unallocated(monkeypatch) -> list[int]:
     """A list that grows by one each time the unallocated capacity is really computed."""
     calls: list[int] = []
-    real = waste._unallocated_sql
-    monkeypatch.setattr(waste, "_unallocated_sql", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = capacity._unallocated_sql
+    monkeypatch.setattr(capacity, "_unallocated_sql", lambda *a, **k: calls.append(1) or real(*a, **k))
     return calls
 
 
