@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collectors.base import Parser
+from collectors.contract import Parser
 from collectors.dcgm import DcgmText
 from collectors.jobs_table import JobsJsonl, JobsTable
 from collectors.kubernetes import KubernetesPods

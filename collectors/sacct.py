@@ -17,7 +17,7 @@ Meaning (docs/formats-jobs.md says the same for users):
   every attempt: the last is the job's row, each earlier one ``<job_id>#<n>`` with ``attempt`` n and
   ``attempt_of`` the job, with its own hosts and time, billed to the job (its badput counted per attempt,
   analytics/badput.py); the same record listed twice is kept once. Across dumps,
-  a still-running record never replaces the ledger's finished one (collectors/base.py, ``_land_jobs``).
+  a still-running record never replaces the ledger's finished one (collectors/landing.py, ``_land_jobs``).
 - ``gpu_count`` comes from ``AllocTRES`` (what the job held; ``--exclusive`` jobs get more than they asked
   for), else ``ReqTRES`` (pending jobs), else legacy ``AllocGRES``/``ReqGRES``. ``gres/gpu=N`` is the count;
   typed ``gres/gpu:TYPE=N`` entries name the model. A MIG slice counts as its share of the card's compute

@@ -150,7 +150,7 @@ def _sequence(con: duckdb.DuckDBPyConnection) -> None:
     ``lag(...) OVER (PARTITION BY gpu_id, job_id ORDER BY ts)`` without a second sort of every sample.
 
     When the look window holds only samples one ingest landed as whole polls in order (TEMP
-    ``stage_landed_polls``, from collectors/base.py ``_land_polls``), the neighbours come without the sort:
+    ``stage_landed_polls``, from collectors/landing.py ``_land_polls``), the neighbours come without the sort:
     :func:`_sequence_polls`.
     """
     bounds = _bounds(con, "SELECT min(look_lo), max(look_hi) FROM rollup_m")

@@ -293,16 +293,16 @@ def test_landed_rows_that_are_not_whole_polls_are_sorted_not_streamed(
     the landing lands whole polls and then one of n1:0's samples (minute 20) goes, so from there on the row
     N = 2 further is the other GPU's. Its timestamps still rise every N rows, so only the GPU check sees it;
     the rollup must then sort (answer None) and equal one rebuilt from the samples."""
-    from collectors import base
+    from collectors import landing
 
-    real = base._land_polls
+    real = landing._land_polls
 
     def land_then_lose_a_sample(c: duckdb.DuckDBPyConnection, *args: object) -> dict[str, int]:
         counts = real(c, *args)  # type: ignore[arg-type]
         c.execute("DELETE FROM samples WHERE gpu_id = 'n1:0' AND ts = ?", [T0 + dt.timedelta(minutes=20)])
         return counts
 
-    monkeypatch.setattr(base, "_land_polls", land_then_lose_a_sample)
+    monkeypatch.setattr(landing, "_land_polls", land_then_lose_a_sample)
     polls = three_jobs_on_two_gpus(con)
     taken = spy_on_poll_sequencing(monkeypatch)
     ingest(con, samples=polls)

@@ -428,7 +428,7 @@ def test_a_gpu_name_past_the_head_is_still_each_gpus_name(ledger, tmp_path, deli
     rows += [f"2025/03/01 11:{p:02d}:00.000, 1, GPU-bbb, Tesla T4, 7 %" for p in range(3)]
     rows += ["2025/03/01 11:10:00.000, 2, GPU-ccc, [N/A], 9 %"]
     text = head + "".join(r.replace(", ", delim) + "\n" for r in rows)
-    assert len(text) > 64 * 1024  # past the head the parser reads (collectors.base.HEAD_BYTES)
+    assert len(text) > 64 * 1024  # past the head the parser reads (collectors.contract.HEAD_BYTES)
     ingest_file(ledger, write(tmp_path, "late.csv", text), opts=UTC)
     assert _rows(ledger, "SELECT gpu_id, model_raw, model FROM gpus ORDER BY gpu_id") == [
         ("GPU-aaa", "NVIDIA H100 80GB HBM3", "H100-SXM-80GB"),
