@@ -387,7 +387,7 @@ def test_the_block_scan_for_a_repeated_header_answers_as_a_search_of_the_whole_f
     bytes does (a line starting with the header after its first occurrence)."""
     import io
 
-    from collectors import nvidia_smi_csv as smi
+    from collectors import nvidia_smi_layout as smi
 
     header = b"timestamp, index, utilization.gpu [%]"
     row = b"2025/03/01 00:00:00.000, 0, 50 %\n"
@@ -461,7 +461,7 @@ def test_the_whole_file_is_scanned_for_a_late_header_only_when_it_matters(
     reads cleanly is never scanned whole, and one whose header comes back is scanned once, after the failed
     read, and staged again. Where the reader types nothing (ISO times, ',' between values) a header line
     would read as values, so the scan comes first. Either way every sample lands once."""
-    from collectors import nvidia_smi_csv as smi
+    from collectors import nvidia_smi_layout as smi
 
     calls: list[int] = []
     real = smi._repeats_in
