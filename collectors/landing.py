@@ -346,7 +346,7 @@ def _land_polls(
     con.execute("DROP TABLE temp.stage_landing")
     if not overlap:
         # every staged row landed, in poll order: the rollup can read them back without a sort
-        # (gpuledger/ledger/rollup.py _sequence_polls); dropped with the other stage_* tables
+        # (gpuledger/ledger/rollup_sequence.py _sequence_polls); dropped with the other stage_* tables
         con.execute(
             "CREATE OR REPLACE TEMP TABLE stage_landed_polls AS SELECT ?::BIGINT AS ingest_id, gpu_id FROM stage_cadence",
             [ingest_id],
