@@ -6,7 +6,7 @@
 
 One process builds the demo into a fresh file through the same calls as ``gpuledger demo`` and times the
 phases by wrapping them: the plan and telemetry (gpuledger/demo*.py) and the shared ingest path
-(collectors/base.py ``_land_samples``, ``attribute_samples``; gpuledger/ledger/rollup.py, with its three steps per
+(collectors/landing.py ``_land_samples``, ``attribute_samples``; gpuledger/ledger/rollup.py, with its three steps per
 batch of GPUs indented under ``refresh_rollup``). It prints wall and CPU
 seconds, the process's peak RSS, the machine's load average (the budget is for a quiet 2-core machine) and
 exits 1 over budget.
@@ -34,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import collectors.base as base  # noqa: E402
+import collectors.landing as landing  # noqa: E402
 import gpuledger.demo.build as demo  # noqa: E402
 import gpuledger.ledger.rollup as rollup  # noqa: E402
 from gpuledger.ledger.db import WRITER_MEMORY_LIMIT, writer  # noqa: E402
@@ -44,8 +44,8 @@ BUDGET_RSS_MIB = 1024.0
 PHASES = (
     (demo, "make_plan"),
     (demo, "_stage_telemetry"),
-    (base, "_land_samples"),
-    (base, "attribute_samples"),
+    (landing, "_land_samples"),
+    (landing, "attribute_samples"),
     (rollup, "refresh_rollup"),
     (rollup, "_sequence"),  # inside refresh_rollup: one sort of the batch's samples by (gpu_id, ts)
     (rollup, "_refresh_runs"),

@@ -6,7 +6,7 @@ VARCHAR load of the same file in the same run (docs/scale.md, 2026-12-05 22:05).
 
 The design: no TEMP stage. DuckDB's reader writes the typed rows straight into ``samples`` (a placeholder
 interval); a narrow window over the landed rows checks the polls and gives each GPU its cadence; one
-``UPDATE`` sets the intervals (the same rule as collectors/base.py); range checks read the landed rows;
+``UPDATE`` sets the intervals (the same rule as collectors/landing.py); range checks read the landed rows;
 the GPU table comes from a second narrow read of the file; then gpuledger's own rollup (the poll path), all
 in one transaction under the writer's 300 MB limit. It lacks what the real ingest also does (name codes,
 line-numbered messages, attribution, the hash), so its time is a lower bound for that design. Measured:
@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import duckdb  # noqa: E402
 from ingest import cached_file  # noqa: E402
 
-from collectors.base import _CADENCE  # noqa: E402
+from collectors.landing import _CADENCE  # noqa: E402
 from gpuledger.ledger.db import ensure_schema  # noqa: E402
 from gpuledger.ledger.rollup import refresh_rollup  # noqa: E402
 from gpuledger.ledger.sample_time import GAP_FACTOR, MAX_DERIVED_INTERVAL_S  # noqa: E402

@@ -5,7 +5,7 @@
 
 Generates what ``collect prometheus`` lands (one sample per GPU per step: util, memory used/total, power,
 energy counter, temperature, SM clock, SM/tensor activity, a job id changing every 4 h), lands it day by day
-through ``collectors.base.land`` (so the per-GPU-minute rollup and attribution are maintained as in
+through ``collectors.landing.land`` (so the per-GPU-minute rollup and attribution are maintained as in
 production) into a fresh ledger file, checkpoints, and prints the file size scaled to 1,000 GPU-months
 (30-day months), plus the size of ``gpuledger export --parquet`` of the same ledger.
 """

@@ -9,7 +9,7 @@ whatever order the dumps arrive:
 
 - a staged record with a task name whose job the ledger holds under that name: the ledger's job is renamed
   to the raw id in every table that names it (its samples, allocations, rollups, holders), and the staged
-  record then replaces it as any newer record of a job does (collectors/base.py ``_land_jobs``);
+  record then replaces it as any newer record of a job does (collectors/landing.py ``_land_jobs``);
 - a staged record named by a task name that a ledger job carries as its ``array_task``: the record is
   renamed to that job's raw id (with its staged allocations and training rows) and lands on it.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import duckdb
 
-# Stage tables that carry a job's id beside stage_jobs (collectors/base.py land()).
+# Stage tables that carry a job's id beside stage_jobs (collectors/landing.py land()).
 _STAGED_WITH_JOB = ("stage_allocations", "stage_training_runs", "stage_train_log")
 
 

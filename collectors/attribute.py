@@ -1,6 +1,6 @@
 """Tie telemetry samples to the jobs that held their GPUs: by GPU id, and by host for allocations naming none.
 
-Two paths, both run by :func:`attribute_samples` at the end of every :func:`collectors.base.land`:
+Two paths, both run by :func:`attribute_samples` at the end of every :func:`collectors.landing.land`:
 
 - **by GPU id**: an allocation that names its GPU (the demo, jobs CSVs with GPU ids, NVML processes) stamps
   the samples of that GPU inside its span;

@@ -20,7 +20,7 @@ NULL_TOKENS = ("", "[N/A]", "N/A", "[Not Supported]", "Not Supported", "NaN", "n
 _NULL_SQL = ", ".join("'" + t.replace("'", "''") + "'" for t in NULL_TOKENS)
 
 
-# Sample columns a second series for the same (gpu_id, ts) never changes (collectors/base.py _land_samples).
+# Sample columns a second series for the same (gpu_id, ts) never changes (collectors/landing.py _land_samples).
 MERGE_KEPT = frozenset({"ts", "gpu_id", "interval_s", "ingest_id"})
 
 

@@ -7,7 +7,7 @@ its logged runtime (``training_runs.runtime_s``) ending at the ingest, one with 
 ingest. The log does not say when it ran, so the price in force on the ingest's day applies. Nothing is
 done when no job of the file could be timed (no start and end, no logged runtime).
 
-The rule runs on the staged rows, before validation and landing (collectors/base.py ``ingest_file``), so
+The rule runs on the staged rows, before validation and landing (collectors/ingest.py ``ingest_file``), so
 the CLI and the Upload page (gpuledger/upload/) price a log the same way, through the same option.
 """
 

@@ -1,8 +1,9 @@
 """The ingest driver: one file, parsed by its parser and landed atomically, or nothing lands.
 
-Its own module, above collectors/registry.py (which lists every parser) and collectors/base.py (the parser
-contract and the landing every parser imports): in base.py it had to import the registry inside the function,
-a circle base → registry → each parser → base that tests/test_layering.py now refuses.
+Its own module, above collectors/registry.py (which lists every parser), the parser contract every parser
+imports (collectors/contract.py), the landing (collectors/landing.py) and provenance (collectors/provenance.py):
+in base.py it had to import the registry inside the function, a circle base → registry → each parser → base
+that tests/test_layering.py now refuses.
 """
 
 from __future__ import annotations
@@ -17,24 +18,19 @@ from typing import TextIO
 
 import duckdb
 
-from collectors.base import (
-    IngestOptions,
-    IngestReport,
-    Parser,
-    choose_parser,
-    land,
+from collectors.checkpoints import record_placements
+from collectors.common import Restage, reading
+from collectors.contract import IngestOptions, IngestReport, Parser, choose_parser
+from collectors.gpu_facts import price_staged_jobs
+from collectors.job_option import tie_to_job
+from collectors.landing import land, run_in_transaction, split_sample_notes
+from collectors.provenance import (
     next_ingest_id,
     record_ingest,
     record_source,
-    run_in_transaction,
     sha256_file,
-    split_sample_notes,
     withdraw_source,
 )
-from collectors.checkpoints import record_placements
-from collectors.common import Restage, reading
-from collectors.gpu_facts import price_staged_jobs
-from collectors.job_option import tie_to_job
 from collectors.registry import PARSERS
 from collectors.source_file import check_path, scan_source
 from collectors.validate import record_rejections, validate_merge, validate_stage

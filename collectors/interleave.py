@@ -1,6 +1,6 @@
 """Two series of one GPU that overlap in time count its time once.
 
-Each sample stands for the time to its own series' next sample (collectors/base.py ``_land_samples``). Two
+Each sample stands for the time to its own series' next sample (collectors/landing.py ``_land_samples``). Two
 loggers of the same GPU (dcgm-exporter scraping at :00 and an nvidia-smi loop at :15, or one log cut into its
 odd and even lines and ingested as two files) would then each cover the GPU's whole time: twice its GPU-hours,
 energy and dollars. Samples at the very same time were already merged into one row; this is the rest.

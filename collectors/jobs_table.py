@@ -290,7 +290,7 @@ class JobsTable:
                     CAST({col("gpu_count")} AS DOUBLE) AS gpu_count,
                     {tier} AS pricing_tier,
                     {ts_utc(col("submit")) if "submit" in cols else "NULL::TIMESTAMP"} AS submit_ts,
-                    -- a pending job's times are blanked when it lands (collectors/base.py _land_jobs), after
+                    -- a pending job's times are blanked when it lands (collectors/landing.py _land_jobs), after
                     -- its start has told a requeue from an older record, as for every job source
                     {ts_utc(col("start"))} AS start_ts,
                     {ts_utc(col("end"))} AS end_ts,

@@ -1,7 +1,7 @@
 """Kubernetes pods as jobs: ``kubectl get pods -A -o json`` (``--format kubernetes_pods``).
 
 One job per pod that requests a GPU, in the canonical stage tables every job source writes (``stage_jobs``,
-``stage_allocations``; collectors/base.py lands them). The same reader serves ``gpuledger collect kubernetes``
+``stage_allocations``; collectors/landing.py lands them). The same reader serves ``gpuledger collect kubernetes``
 (collectors/kubernetes_poll.py), which writes the API's pod list in this shape. Meaning (docs/formats-jobs.md
 says the same for users):
 

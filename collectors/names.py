@@ -1,7 +1,7 @@
 """Names land neutral: no control character or bidi override of a file reaches the ledger's name columns.
 
 A team, user or job name is someone else's text, shown later on a terminal, in a report, in a mail. The
-landing (collectors/base.py ``land``) passes every staged name column through
+landing (collectors/landing.py ``land``) passes every staged name column through
 gpuledger.ledger.text.neutral_sql, the one rule (controls, CR/LF and tabs included, become a space; bidi
 controls are dropped), so a name is stored as it will be shown. Identifiers (job_id, gpu_id) are left as
 the source wrote them, since other tables and later files join on them; every output neutralizes them.

@@ -6,7 +6,7 @@ counters and, on Hopper and newer where the driver supports GPM, SM and tensor a
 process its pid, used memory and the job it belongs to (collectors/proc_jobs.py); and any XID events.
 
 Rows wait in bounded in-memory column buffers and are written every ``--flush`` seconds in ONE transaction
-through :func:`collectors.base.land` (samples, gpus, processes, allocations, gpu_events), with provenance
+through :func:`collectors.landing.land` (samples, gpus, processes, allocations, gpu_events), with provenance
 ``nvml://<host>`` and a unique hash per flush, and the collector's cursor in ``collector_state``. Each flush
 opens the ledger, writes and closes it (gpuledger.ledger.db.writer), so the dashboard keeps reading in between.
 SIGTERM/SIGINT stop the loop, flush what is buffered and exit 0; a ``kill -9`` loses at most the rows of

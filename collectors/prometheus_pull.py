@@ -21,7 +21,7 @@ of at most 10,000 steps (``--chunk``, default one day); series per request are b
 
 Incremental and resumable: each chunk is fetched over one keep-alive ``requests`` session (urllib3
 ``Retry`` on connection errors, 5xx and 429, honouring ``Retry-After``; TLS with the system CAs or
-``--ca-file``; a bearer token from ``$GPULEDGER_PROM_TOKEN`` or ``--token-file``), then staged, landed through :func:`collectors.base.land` and recorded (path
+``--ca-file``; a bearer token from ``$GPULEDGER_PROM_TOKEN`` or ``--token-file``), then staged, landed through :func:`collectors.landing.land` and recorded (path
 ``prometheus://host/api/v1/query_range?start=…``; hash over the range and the answers) in ONE transaction
 together with the cursor in ``collector_state`` (open, write, close: the dashboard keeps reading in
 between). A failure keeps every committed chunk and the cursor at the last one; the next run resumes there.

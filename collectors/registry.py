@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collectors.base import Parser
+from collectors.contract import Parser
 from collectors.dcgm import DcgmText
 from collectors.jobs_table import JobsJsonl, JobsTable
 from collectors.kubernetes import KubernetesPods
@@ -11,7 +11,8 @@ from collectors.nvidia_smi_pmon import NvidiaSmiPmon
 from collectors.nvidia_smi_xml import NvidiaSmiXml
 from collectors.prometheus_json import PrometheusJson
 from collectors.rocm_smi import RocmSmiCsv
-from collectors.sacct import SacctJson, SacctParsable
+from collectors.sacct import SacctParsable
+from collectors.sacct_json import SacctJson
 from collectors.traces import GenaiSeries2026, OpenbTrace2023, PaiTrace2020
 from collectors.training_logs import HfTrainerState, LightningMetrics, LlamaFactoryLog
 from collectors.wandb import WandbEvents, WandbMetadata

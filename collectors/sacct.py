@@ -1,11 +1,14 @@
 """Slurm accounting records (``sacct``) → ``jobs`` and one ``allocations`` row per host a job held.
 
-Two readers share one pipeline:
+Two readers share one pipeline (:func:`stage_from_raw`, here):
 
 - :class:`SacctParsable` reads ``sacct -P`` / ``--parsable2`` and ``-p`` (every line ends in ``|``) output, with a
   header in any column order, or header-less (``--noheader``) when ``--columns`` names the fields;
-- :class:`SacctJson` reads ``sacct --json`` (Slurm 21–24 data_parser shapes) and turns each job into the same
-  VARCHAR fields the text reader produces, so validation and conversion are written once.
+- ``SacctJson`` (collectors/sacct_json.py) reads ``sacct --json`` (Slurm 21–24 data_parser shapes) and turns each
+  job into the same VARCHAR fields the text reader produces, so validation and conversion are written once.
+
+TRES strings (GPU count, model, step peaks and means) are read by collectors/sacct_tres.py, host lists and GPU
+indices by collectors/sacct_hosts.py.
 
 Meaning (docs/formats-jobs.md says the same for users):
 
@@ -17,7 +20,7 @@ Meaning (docs/formats-jobs.md says the same for users):
   every attempt: the last is the job's row, each earlier one ``<job_id>#<n>`` with ``attempt`` n and
   ``attempt_of`` the job, with its own hosts and time, billed to the job (its badput counted per attempt,
   analytics/badput.py); the same record listed twice is kept once. Across dumps,
-  a still-running record never replaces the ledger's finished one (collectors/base.py, ``_land_jobs``).
+  a still-running record never replaces the ledger's finished one (collectors/landing.py, ``_land_jobs``).
 - ``gpu_count`` comes from ``AllocTRES`` (what the job held; ``--exclusive`` jobs get more than they asked
   for), else ``ReqTRES`` (pending jobs), else legacy ``AllocGRES``/``ReqGRES``. ``gres/gpu=N`` is the count;
   typed ``gres/gpu:TYPE=N`` entries name the model. A MIG slice counts as its share of the card's compute
@@ -44,9 +47,6 @@ Meaning (docs/formats-jobs.md says the same for users):
 
 from __future__ import annotations
 
-import itertools
-import json
-import math
 import re
 from pathlib import Path
 
@@ -56,12 +56,15 @@ from collectors.base import IngestOptions, Sniff, quote, read_head
 from collectors.common import (
     Check,
     first_violation,
-    json_object_limit,
     local_zone,
     session_zone,
     sql_path,
     ts_utc,
 )
+from collectors.sacct_hosts import _stage_allocations
+from collectors.sacct_hosts import expand_nodelist as expand_nodelist
+from collectors.sacct_hosts import gres_indices as gres_indices
+from collectors.sacct_tres import _gres_as_tres, _model_sql, _parse_tres, _step_means_sql
 from collectors.validate import find_violations, name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.job_states import (
@@ -72,7 +75,6 @@ from gpuledger.ledger.job_states import (
     state_word_sql,
     stored_state_sql,
 )
-from gpuledger.ledger.reference import model_sql_case
 from gpuledger.ledger.sql import sql_list
 
 # Field names sacct --helpformat lists (lower case); used to recognise a header line.
@@ -94,7 +96,6 @@ GPU_FIELDS = ("alloctres", "reqtres", "allocgres", "reqgres")
 _IDX = re.compile(r"gpu[^()]*\(IDX:([^)]*)\)")
 INTERACTIVE_NAME = r"^(bash|sh|zsh|interactive|jupyter.*|sys/dashboard.*|spawner-jupyterhub)$"
 _JOBID_LINE = re.compile(r"^\d+(?:_[\d\[\]\-,%]+)?(?:\+\d+)?(?:\.[\w+-]+)?\|")
-MAX_HOSTS_PER_RANGE = 100_000
 
 
 def _delimiter(line: str) -> str:
@@ -125,51 +126,6 @@ def _is_fixed_width(lines: list[str]) -> bool:
     return bool(names) and all(n in KNOWN_FIELDS for n in names) and set(lines[1].strip()) <= {"-", " "}
 
 
-def expand_nodelist(text: str) -> list[str]:
-    """Slurm's compressed host list → host names, like ``scontrol show hostnames``.
-
-    ``gpu[01-04,07],cpu1`` → gpu01 gpu02 gpu03 gpu04 gpu07 cpu1 (zero padding kept; several bracket groups
-    in one name expand as a product). ``None assigned`` (pending) and ``(null)`` give no hosts.
-    """
-    text = text.strip()
-    if not text or text in ("None assigned", "(null)", "None"):
-        return []
-    parts: list[str] = []
-    depth, cur = 0, ""
-    for ch in text:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    parts.append(cur)
-    hosts: list[str] = []
-    for part in filter(None, (p.strip() for p in parts)):
-        choices: list[list[str]] = []
-        for piece in re.split(r"(\[[^\[\]]*\])", part):
-            if not piece.startswith("["):
-                choices.append([piece])
-                continue
-            options: list[str] = []
-            for rng in piece[1:-1].split(","):
-                lo, sep, hi = rng.partition("-")
-                if not sep:
-                    options.append(lo)
-                    continue
-                if not (lo.isdigit() and hi.isdigit()) or int(hi) - int(lo) > MAX_HOSTS_PER_RANGE:
-                    raise ValueError(f"bad host range [{rng}] in {text!r}")
-                options.extend(str(i).zfill(len(lo)) for i in range(int(lo), int(hi) + 1))
-            choices.append(options)
-        if math.prod(len(c) for c in choices) + len(hosts) > MAX_HOSTS_PER_RANGE:
-            raise ValueError(f"host list {text[:80]!r} names more than {MAX_HOSTS_PER_RANGE:,} hosts")
-        hosts.extend("".join(c) for c in itertools.product(*choices))
-    return hosts
-
-
 def _duration_s(v: str) -> str:
     """``[D-][HH:]MM:SS[.fff]`` → seconds (DOUBLE), NULL when it does not read."""
     pat = r"'^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$'"
@@ -185,16 +141,6 @@ def _duration_s(v: str) -> str:
 
 def _time(v: str) -> str:
     return ts_utc(f"nullif({v}, 'Unknown')")
-
-
-def _mib(v: str) -> str:
-    """A sacct size (``38888M``, ``17703340K``, ``2G``; bare = bytes) → MiB."""
-    num = f"TRY_CAST(regexp_extract({v}, '^([0-9.]+)', 1) AS DOUBLE)"
-    unit = f"upper(regexp_extract({v}, '^[0-9.]+([KMGTP]?)', 1))"
-    return (
-        f"({num} * CASE {unit} WHEN '' THEN 1.0 / 1048576 WHEN 'K' THEN 1.0 / 1024 WHEN 'M' THEN 1 "
-        f"WHEN 'G' THEN 1024 WHEN 'T' THEN 1048576 WHEN 'P' THEN 1073741824 END)"
-    )
 
 
 class SacctParsable:
@@ -581,319 +527,3 @@ def _leave_out_jobs_of_bad_allocations(con: duckdb.DuckDBPyConnection, opts: Ing
                             WHERE rowid IN (SELECT rid FROM sacct_bad WHERE tbl = 'allocations'))"""
     )
     con.execute("DROP TABLE temp.sacct_bad")
-
-
-def _gres_as_tres(v: str) -> str:
-    """Legacy AllocGRES ``gpu:2`` / ``gpu:tesla:2(IDX:0-1)`` → TRES form ``gres/gpu=2`` / ``gres/gpu:tesla=2``."""
-    item = "regexp_replace(x, '\\(.*\\)$', '')"
-    return (
-        f"nullif(array_to_string(list_transform(list_filter(string_split({v}, ','), "
-        f"lambda x: starts_with(x, 'gpu')), lambda x: CASE len(string_split({item}, ':')) "
-        f"WHEN 2 THEN 'gres/gpu=' || string_split({item}, ':')[2] "
-        f"WHEN 3 THEN 'gres/gpu:' || string_split({item}, ':')[2] || '=' || string_split({item}, ':')[3] END), ','), '')"
-    )
-
-
-def _model_sql(v: str) -> str:
-    # An A100 MIG profile whose card memory (slice memory × 7 / g) is over 60 GB is an 80 GB A100.
-    big_a100 = (
-        f"regexp_matches(lower({v}), 'a100') AND "
-        f"TRY_CAST(regexp_extract({v}, '(\\d+)g\\.(\\d+)gb', 2) AS DOUBLE) * 7 "
-        f"/ TRY_CAST(regexp_extract({v}, '(\\d+)g\\.(\\d+)gb', 1) AS DOUBLE) > 60"
-    )
-    return f"(CASE WHEN {big_a100} THEN 'A100-80GB' ELSE ({model_sql_case(v)}) END)"
-
-
-def _parse_tres(con: duckdb.DuckDBPyConnection) -> None:
-    """One row per distinct TRES string: gpu_count (cards; MIG slices as fractions), gpu_type, peaks."""
-    con.execute(
-        """
-        CREATE TEMP TABLE sacct_tres AS
-        WITH s AS (
-            SELECT DISTINCT tres FROM (SELECT tres FROM sacct_norm UNION ALL SELECT usage_max FROM sacct_norm
-                                       UNION ALL SELECT usage_ave FROM sacct_norm)
-            WHERE tres IS NOT NULL
-        ), kv AS (
-            SELECT tres, unnest(string_split(tres, ',')) AS item FROM s
-        ), p AS (
-            SELECT tres, lower(trim(split_part(item, '=', 1))) AS k, trim(split_part(item, '=', 2)) AS v
-            FROM kv
-        ), typed AS (
-            SELECT *, substr(k, 10) AS typ,
-                   TRY_CAST(regexp_extract(k, '(\\d+)g\\.\\d+gb', 1) AS DOUBLE) AS mig_g,
-                   CASE WHEN regexp_matches(k, 'a30') THEN 4 ELSE 7 END AS slices
-            FROM p
-        )
-        SELECT tres,
-            CASE WHEN bool_or(mig_g IS NOT NULL AND starts_with(k, 'gres/gpu:'))
-                 THEN sum(CASE WHEN starts_with(k, 'gres/gpu:')
-                               THEN TRY_CAST(v AS DOUBLE) * coalesce(mig_g / slices, 1) END)
-                 ELSE coalesce(max(CASE WHEN k = 'gres/gpu' THEN TRY_CAST(v AS DOUBLE) END),
-                               sum(CASE WHEN starts_with(k, 'gres/gpu:') THEN TRY_CAST(v AS DOUBLE) END))
-            END AS gpu_count,
-            arg_max(typ, TRY_CAST(v AS DOUBLE)) FILTER (WHERE starts_with(k, 'gres/gpu:')) AS gpu_type,
-            max(CASE WHEN k = 'gres/gpumem' THEN """
-        + _mib("v")
-        + """ END) AS gpu_mem_mib,
-            max(CASE WHEN k = 'gres/gpuutil' THEN TRY_CAST(v AS DOUBLE) END) AS gpu_util_pct
-        FROM typed GROUP BY tres
-        """
-    )
-
-
-def _step_means_sql() -> str:
-    """Per job: Slurm's mean GPU utilisation and memory, from its steps' ``TRESUsageInAve`` (docs/metrics.md).
-
-    A step counts when its processes held GPU memory (``gres/gpumem`` > 0): a batch script's shell that only
-    starts ``srun`` steps, and the ``extern`` step (processes adopted by pam_slurm_adopt, the whole
-    allocation long), read 0 and would pull a busy job's mean toward 0 (a real dump: batch 100 %, extern 0 %).
-    Where no step held GPU memory (an idle job, or gpumem not tracked) every step but ``extern`` counts. Each
-    counted step weighs its own elapsed time (the job's when the step has none): Σ value × t / Σ t.
-    """
-    return """
-            SELECT n.base_id,
-                   sum(u.gpu_util_pct * coalesce(n.elapsed_s, j.job_s, 1.0)) FILTER (WHERE u.gpu_util_pct IS NOT NULL)
-                       / nullif(sum(coalesce(n.elapsed_s, j.job_s, 1.0)) FILTER (WHERE u.gpu_util_pct IS NOT NULL), 0) AS gpu_util_mean_pct,
-                   sum(u.gpu_mem_mib * coalesce(n.elapsed_s, j.job_s, 1.0)) FILTER (WHERE u.gpu_mem_mib IS NOT NULL)
-                       / nullif(sum(coalesce(n.elapsed_s, j.job_s, 1.0)) FILTER (WHERE u.gpu_mem_mib IS NOT NULL), 0) AS gpu_mem_mean_mib
-            FROM sacct_norm n
-            JOIN sacct_tres u ON u.tres = n.usage_ave
-            JOIN (SELECT base_id, max(elapsed_s) FILTER (WHERE NOT is_step) AS job_s,
-                         bool_or(u2.gpu_mem_mib > 0) AS any_mem
-                  FROM sacct_norm n2 LEFT JOIN sacct_tres u2 ON u2.tres = n2.usage_ave
-                  GROUP BY base_id) j ON j.base_id = n.base_id
-            WHERE n.is_step AND (u.gpu_util_pct IS NOT NULL OR u.gpu_mem_mib IS NOT NULL)
-              AND CASE WHEN coalesce(j.any_mem, false) THEN coalesce(u.gpu_mem_mib, 0) > 0
-                       ELSE lower(split_part(n.raw_id, '.', 2)) <> 'extern' END
-            GROUP BY n.base_id"""
-
-
-def gres_indices(detail: str) -> list[int] | None:
-    """GPU indices of one node's ``gres_detail`` entry: ``gpu:a100:4(IDX:0-1,3)`` → [0, 1, 3].
-
-    None when the entry names no index (``gpu:2``, ``IDX:N/A``): the host is then tied by attribution rules.
-    """
-    out: list[int] = []
-    for spec in _idx_specs(detail):
-        for part in spec.split(","):
-            lo, sep, hi = part.strip().partition("-")
-            if not lo.isdigit() or (sep and not hi.isdigit()) or (sep and int(hi) - int(lo) > 1024):
-                return None  # a node has at most a few GPUs: a range of thousands is not an index list
-            out.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
-    return sorted(set(out)) or None
-
-
-def _idx_specs(detail: str) -> list[str]:
-    r"""The ``IDX:`` lists of a gres_detail text, each after a ``gpu`` with no parenthesis between
-    (``gpu[^()]*\(IDX:([^)]*)\)`` as a regex, which would take time growing with the square of a long
-    ``gpugpu…`` text): str.find, each character looked at a bounded number of times."""
-    out: list[str] = []
-    at = 0
-    while (i := detail.find("(IDX:", at)) >= 0:
-        j = detail.find(")", i)
-        if j < 0:
-            break
-        head = detail[max(detail.rfind("(", at, i), detail.rfind(")", at, i), at - 1) + 1 : i]
-        if "gpu" in head:
-            out.append(detail[i + 5 : j])
-        at = j + 1
-    return out
-
-
-def _stage_allocations(con: duckdb.DuckDBPyConnection, path: Path) -> None:
-    """One row per host of each started GPU job (gpu_count on a host = the job's GPUs / its hosts), or,
-    where ``gres_detail`` names a host's GPU indices, one row per index (gpu_count 1, ``gpu_index``).
-
-    A running job's rows end at ``held_until_ts`` (Start + Elapsed); its job record keeps end_ts NULL.
-    """
-    pairs = con.execute(
-        """SELECT DISTINCT nodelist, gres_detail FROM stage_jobs
-           WHERE nodelist IS NOT NULL AND gpu_count > 0"""
-    ).fetchall()
-    lists, hosts_of, indices_of = [], [], []
-    for text, detail in pairs:
-        try:
-            hosts = expand_nodelist(text)
-        except ValueError as exc:
-            raise FormatError(path, None, f'column "NodeList": {exc}') from None
-        entries: list[str] = []
-        if detail:
-            parsed = json.loads(detail)
-            entries = [str(e) for e in parsed] if isinstance(parsed, list) else []
-        idx = [
-            gres_indices(entries[i]) if i < len(entries) and len(entries) == len(hosts) else None
-            for i in range(len(hosts))
-        ]
-        lists.append(text if detail is None else text + "\x00" + detail)
-        hosts_of.append(hosts)
-        indices_of.append([",".join(map(str, x)) if x else None for x in idx])
-    con.execute(
-        """CREATE TEMP TABLE sacct_hosts AS
-           SELECT unnest(?::VARCHAR[]) AS key, unnest(?::VARCHAR[][]) AS hosts, unnest(?::VARCHAR[][]) AS idx""",
-        [lists, hosts_of, indices_of],
-    )
-    con.execute(
-        """
-        CREATE TEMP TABLE stage_allocations AS
-        WITH per_host AS (
-            SELECT j.job_id, j.gpu_count / len(hl.hosts) AS per_host, j.start_ts,
-                   coalesce(j.end_ts, j.held_until_ts) AS end_ts, j.line_no,
-                   unnest(hl.hosts) AS host, unnest(hl.idx) AS idx
-            FROM stage_jobs j
-            JOIN sacct_hosts hl ON hl.key = CASE WHEN j.gres_detail IS NULL THEN j.nodelist
-                                                 ELSE j.nodelist || chr(0) || j.gres_detail END
-                               AND len(hl.hosts) > 0
-            WHERE j.start_ts IS NOT NULL AND j.gpu_count > 0
-        ), split AS (
-            SELECT *, unnest(CASE WHEN idx IS NULL THEN [NULL::VARCHAR] ELSE string_split(idx, ',') END) AS one
-            FROM per_host
-        )
-        SELECT job_id, host, NULL::VARCHAR AS gpu_id,
-               CASE WHEN idx IS NULL THEN per_host ELSE 1 END AS gpu_count,
-               start_ts, end_ts, CAST(one AS INTEGER) AS gpu_index,
-               line_no  -- the job's line: a bad row names it (collectors/validate.py)
-        FROM split
-        """
-    )
-    con.execute("DROP TABLE temp.sacct_hosts")
-
-
-def _num(j: str, p: str) -> str:
-    """A number at JSON path ``p`` that may be a ``{set, infinite, number}`` wrapper; NULL when unset,
-    infinite, or one of Slurm's sentinels (NO_VAL64 and friends, any negative number)."""
-    wrapped = (
-        f"CASE WHEN (json_extract({j}, '{p}.set'))::BOOLEAN AND NOT coalesce((json_extract({j}, '{p}.infinite'))::BOOLEAN, false) "
-        f"THEN TRY_CAST(json_extract_string({j}, '{p}.number') AS DOUBLE) END"
-    )
-    val = f"(CASE json_type({j}, '{p}') WHEN 'OBJECT' THEN {wrapped} ELSE TRY_CAST(json_extract_string({j}, '{p}') AS DOUBLE) END)"
-    return f"(CASE WHEN {val} < 0 OR {val} >= 9.2e18 THEN NULL ELSE {val} END)"
-
-
-def _tres_list(j: str, p: str) -> str:
-    """A JSON TRES list ``[{type, name, count}]`` → sacct's text form ``cpu=4,gres/gpu=2,gres/gpu:a100=2``."""
-    items = f'from_json(json_extract({j}, \'{p}\'), \'[{{"type":"VARCHAR","name":"VARCHAR","count":"VARCHAR"}}]\')'
-    return (
-        f"(CASE WHEN json_type({j}, '{p}') = 'ARRAY' THEN nullif(array_to_string(list_transform({items}, "
-        f"lambda x: x.type || CASE WHEN coalesce(x.name, '') <> '' THEN '/' || x.name ELSE '' END || '=' || x.count), ','), '') "
-        f"WHEN json_type({j}, '{p}') = 'VARCHAR' THEN nullif(json_extract_string({j}, '{p}'), '') END)"
-    )
-
-
-class SacctJson:
-    name = "sacct_json"
-    description = "Slurm sacct --json (data_parser v0.0.37–v0.0.41: Slurm 21.08–24.11)"
-
-    def sniff(self, path: Path, head: str) -> Sniff:
-        text = head.lstrip("\ufeff").lstrip()
-        if not text.startswith("{"):
-            return Sniff(0)
-        if (
-            '"jobs"' in text
-            and ('"job_id"' in text or '"meta"' in text)
-            and ("slurm" in text.lower() or '"association"' in text or '"data_parser"' in text)
-        ):
-            return Sniff(0.95)
-        return Sniff(0)
-
-    def stage(self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
-        src = sql_path(path)[1:-1]
-        try:
-            con.execute(
-                f"""CREATE TEMP TABLE sacct_json AS
-                    SELECT row_number() OVER () AS line_no, j FROM (
-                        SELECT unnest(json_extract(json, '$.jobs[*]')) AS j
-                        FROM read_json_objects('{src}', format='unstructured', maximum_object_size={json_object_limit(path)}))"""
-            )
-        except duckdb.Error as exc:
-            raise FormatError(
-                path, None, "not valid sacct --json: " + str(exc).split("\n")[0][:250]
-            ) from None
-        has_jobs = con.execute(
-            f"SELECT count(*) FROM read_json_objects('{src}', format='unstructured', maximum_object_size={json_object_limit(path)}) "
-            "WHERE json_type(json, '$.jobs') = 'ARRAY'"
-        ).fetchall()[0][0]
-        if not has_jobs:
-            raise FormatError(path, None, 'no "jobs" list: not sacct --json output')
-        j = "j"
-        state = (
-            f"CASE json_type({j}, '$.state') WHEN 'VARCHAR' THEN json_extract_string({j}, '$.state') "
-            f"ELSE CASE json_type({j}, '$.state.current') WHEN 'ARRAY' THEN json_extract_string({j}, '$.state.current[0]') "
-            f"ELSE json_extract_string({j}, '$.state.current') END END"
-        )
-
-        def epoch(p: str) -> str:
-            v = _num(j, p)
-            return f"CAST(nullif({v}, 0) AS BIGINT)::VARCHAR"
-
-        rc = _num(j, "$.exit_code.return_code")
-        sig = _num(j, "$.exit_code.signal.id")
-        names = [
-            "jobidraw",
-            "jobid",
-            "cluster",
-            "user",
-            "account",
-            "partition",
-            "jobname",
-            "state",
-            "exitcode",
-            "submit",
-            "start",
-            "end",
-            "elapsedraw",
-            "alloctres",
-            "reqtres",
-            "nodelist",
-            "gresdetail",
-            "tresusageinave",
-            "tresusageinmax",
-        ]
-        con.execute(
-            f"""
-            CREATE TEMP TABLE sacct_raw AS SELECT line_no,
-                CAST({_num(j, "$.job_id")} AS BIGINT)::VARCHAR AS jobidraw,
-                CASE WHEN {_num(j, "$.array.job_id")} > 0 AND {_num(j, "$.array.task_id")} IS NOT NULL
-                     THEN CAST({_num(j, "$.array.job_id")} AS BIGINT)::VARCHAR || '_'
-                          || CAST({_num(j, "$.array.task_id")} AS BIGINT)::VARCHAR END AS jobid,
-                nullif(json_extract_string({j}, '$.cluster'), '') AS cluster,
-                nullif(json_extract_string({j}, '$.user'), '') AS "user",
-                nullif(coalesce(json_extract_string({j}, '$.account'), json_extract_string({j}, '$.association.account')), '') AS account,
-                nullif(json_extract_string({j}, '$.partition'), '') AS partition,
-                nullif(json_extract_string({j}, '$.name'), '') AS jobname,
-                {state} AS state,
-                CASE WHEN {rc} IS NOT NULL THEN CAST({rc} AS BIGINT)::VARCHAR || ':' || coalesce(CAST({sig} AS BIGINT)::VARCHAR, '0') END AS exitcode,
-                {epoch("$.time.submission")} AS submit,
-                {epoch("$.time.start")} AS start,
-                {epoch("$.time.end")} AS "end",
-                CAST({_num(j, "$.time.elapsed")} AS BIGINT)::VARCHAR AS elapsedraw,
-                {_tres_list(j, "$.tres.allocated")} AS alloctres,
-                {_tres_list(j, "$.tres.requested")} AS reqtres,
-                nullif(json_extract_string({j}, '$.nodes'), '') AS nodelist,
-                CASE WHEN json_type({j}, '$.gres_detail') = 'ARRAY' AND json_array_length({j}, '$.gres_detail') > 0
-                     THEN json_extract({j}, '$.gres_detail')::VARCHAR END AS gresdetail,
-                NULL::VARCHAR AS tresusageinave, NULL::VARCHAR AS tresusageinmax
-            FROM sacct_json
-            """
-        )
-        # Each step (jobs[].steps[]) as the step line sacct -P writes: its id, elapsed time and the TRES
-        # usage sacct prints as TRESUsageInAve / TRESUsageInMax (tres.requested.average / .max).
-        sid = (
-            "CASE json_type(s, '$.step.id') WHEN 'OBJECT' THEN json_extract_string(s, '$.step.id.step_id') "
-            "ELSE json_extract_string(s, '$.step.id') END"
-        )
-        con.execute(
-            f"""
-            INSERT INTO sacct_raw BY NAME
-            SELECT line_no,
-                   CASE WHEN contains({sid}, '.') THEN {sid}
-                        ELSE CAST({_num(j, "$.job_id")} AS BIGINT)::VARCHAR || '.' || {sid} END AS jobidraw,
-                   CAST({_num("s", "$.time.elapsed")} AS BIGINT)::VARCHAR AS elapsedraw,
-                   {_tres_list("s", "$.tres.requested.average")} AS tresusageinave,
-                   {_tres_list("s", "$.tres.requested.max")} AS tresusageinmax
-            FROM (SELECT line_no, j, unnest(json_extract(j, '$.steps[*]')) AS s FROM sacct_json
-                  WHERE json_type(j, '$.steps') = 'ARRAY')
-            WHERE {_num(j, "$.job_id")} IS NOT NULL AND {sid} IS NOT NULL
-            """
-        )
-        con.execute("DROP TABLE temp.sacct_json")
-        return stage_from_raw(con, path, opts, names, line_label="jobs[] entry")

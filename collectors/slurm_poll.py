@@ -4,7 +4,7 @@ Each poll runs ``sacct --parsable2 --allusers`` with a fixed field list (:data:`
 ``-S <cursor - overlap>``. Without ``--state``, sacct's ``-S`` selects every job that was pending, running or
 ended at or after that time: new jobs, jobs still running (their elapsed time grows) and jobs that finished
 since the last poll; jobs that ended before it are not read again. The output goes through the sacct parser
-(collectors/sacct.py) and :func:`collectors.base.land`, which upserts jobs by id, so a job recorded as RUNNING
+(collectors/sacct.py) and :func:`collectors.landing.land`, which upserts jobs by id, so a job recorded as RUNNING
 is replaced by its finished record. The cursor (the UTC time the poll began) is stored in ``collector_state``
 under ``slurm:<cluster>`` in the same transaction as the jobs, so a failed poll leaves both untouched and the
 next one reads the same window again. The overlap (default 60 s) covers clock skew between this machine and

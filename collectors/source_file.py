@@ -31,7 +31,7 @@ BLOCK_BYTES = 1 << 22
 # Error"): a line-oriented file's longer line is refused here with its number, not by the reader's raw text
 # (or not at all: a last line past its 32 MB buffer was dropped without a word)
 MAX_LINE_BYTES = 2**20
-# the head parsers sniff and read a header from (collectors/base.py HEAD_BYTES)
+# the head parsers sniff and read a header from (collectors/contract.py HEAD_BYTES)
 HEAD_BYTES = 64 * 1024
 # a gzip file is judged by its ratio once it has given this much: a small file may compress very well
 RATIO_AFTER_BYTES = 16 * 2**20

@@ -1,6 +1,6 @@
 """Plausibility: the physical range of every canonical column, checked on the staged rows before they land.
 
-Every parser stages canonical columns (collectors/base.py); :func:`validate_stage` then holds each staged row
+Every parser stages canonical columns (collectors/contract.py); :func:`validate_stage` then holds each staged row
 against the ranges below, the same way for every source, so a value no GPU, scheduler or trainer can produce
 (a sample dated 2099 by a node with a wrong clock, ``250 %`` utilization, ``1e30 W``, ``gpu_count = inf``, a
 job ending on 9999-12-31) never becomes GPU-hours or money:
@@ -648,7 +648,7 @@ def validate_merge(
     """Hold the rows a merge would make against :data:`RULES` before anything lands.
 
     A staged sample whose GPU and time the ledger has already fills that row's empty columns
-    (collectors/base.py ``_land_samples``): each file's values passed on their own, but together they can
+    (collectors/landing.py ``_land_samples``): each file's values passed on their own, but together they can
     break a rule between columns (one log's memory total, the other's memory used above it). Same answers
     as :func:`validate_stage`: the first such row as ``FormatError(path, line, reason)``, or with
     ``skip_bad_rows`` the staged rows left out and returned. Costs one probe of the ledger over the

@@ -4,7 +4,7 @@
 planted scenarios of the waste-and-demo contract) and demo_workload.py (thousands of ordinary jobs) into
 ``stage_*`` tables — jobs, allocations with ``gpu_id`` (so samples are attributed by the same rule as real
 data), training runs, GPUs, capacity, and 60 s telemetry computed with numpy in time order (telemetry.py) — and lands them with
-:func:`collectors.base.land` inside one transaction, recorded in ``ingests`` with format ``demo`` and a
+:func:`collectors.landing.land` inside one transaction, recorded in ``ingests`` with format ``demo`` and a
 content hash of (seed, days, end): building the same demo twice is a no-op, and a different demo replaces
 the earlier one. The same seed, days and end date give an identical ledger. docs/demo.md lists what is in it.
 """

@@ -1,7 +1,7 @@
 """Job states: the scheduler's words, the sets every layer asks about, and the SQL that normalises a state.
 
 Here, in the ledger layer, because every layer needs the same answer: the parsers (collectors/sacct.py,
-jobs_table.py, slurm_poll.py) to read a record, the landing (collectors/base.py) and attribution
+jobs_table.py, slurm_poll.py) to read a record, the landing (collectors/landing.py) and attribution
 (collectors/attribute.py) to tell a finished job from one still running, the analytics (waste.py,
 advice_failures.py, batch_size.py) to tell a failed run from a good one, and the demo to write valid rows.
 Before, 12 lists in 8 modules each said it their own way, and four meanings of "open" drifted apart.

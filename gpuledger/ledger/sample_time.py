@@ -2,7 +2,7 @@
 how far back a sample can reach a later time.
 
 Here, in the ledger layer, because the parsers (collectors/: the interval a sample lands with), the rollups
-(gpuledger/ledger/rollup.py), the landing's checks (collectors/base.py, ``gpuledger check``) and the analytics
+(gpuledger/ledger/rollup.py), the landing's checks (collectors/landing.py, ``gpuledger check``) and the analytics
 (cost, utilization, job signals, attribution) must all read the same rule. Before, the gap tolerance was written
 three times, the 1.5 twice more as a literal, the NVML sampler had its own interval rule and a sample's end was
 written three ways.

@@ -440,7 +440,7 @@ SCHEMA_V4: list[str] = [
 ]
 
 # Version 5: who else holds a row, so that removing an ingest (--replace) never removes what another ingest
-# still holds (collectors/base.py delete_ingests). A row's own ingest_id names one ingest; these name the
+# still holds (collectors/provenance.py delete_ingests). A row's own ingest_id names one ingest; these name the
 # others. A ledger at an earlier version starts with them empty: which ingests held its older rows was never
 # recorded, so for those rows --replace removes what the replaced ingest owns, as before.
 SCHEMA_V5: list[str] = [
@@ -547,7 +547,7 @@ TABLES = (
     "checkpoint_placements",
 )
 
-# Tables whose rows belong to one ingest (deleted with it on --replace; collectors/base.py delete_ingests first
+# Tables whose rows belong to one ingest (deleted with it on --replace; collectors/provenance.py delete_ingests first
 # hands a row another ingest also holds to that one), and the version-5 records of what else an ingest holds.
 INGESTED_TABLES = (
     "prices",

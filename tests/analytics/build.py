@@ -1,4 +1,4 @@
-"""Hand-built ledgers for the analytics tests, landed through the real write path (collectors.base.land).
+"""Hand-built ledgers for the analytics tests, landed through the real write path (collectors.landing.land).
 
 Prices are replaced by round test prices so every expected figure can be worked out by hand:
 H100-SXM-80GB on_demand $4.00/GPU-h, spot $1.00/GPU-h, T4 on_demand $0.50/GPU-h.

@@ -21,7 +21,7 @@ from analytics.summary import summary
 from analytics.utilization import fast_path, utilization_by
 from analytics.waste import waste_totals
 from collectors.base import delete_ingests
-from gpuledger.ledger import rollup
+from gpuledger.ledger import rollup, rollup_sequence
 from gpuledger.ledger.db import memory_ledger, writer
 from gpuledger.ledger.rollup import ensure_rollup, stored_thresholds, thresholds
 from gpuledger.ledger.settings import Settings
@@ -212,15 +212,15 @@ def _two_day_demo_views(con: duckdb.DuckDBPyConnection, views: list[Filters]) ->
 
 
 def spy_on_poll_sequencing(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
-    """What each call of rollup._sequence_polls answers ("view", "table", or None: sorted), in order."""
+    """What each call of rollup_sequence._sequence_polls answers ("view", "table", or None: sorted), in order."""
     taken: list[str | None] = []
-    real = rollup._sequence_polls
+    real = rollup_sequence._sequence_polls
 
     def spy(*args: object) -> str | None:
         taken.append(real(*args))  # type: ignore[arg-type]
         return taken[-1]
 
-    monkeypatch.setattr(rollup, "_sequence_polls", spy)
+    monkeypatch.setattr(rollup_sequence, "_sequence_polls", spy)
     return taken
 
 
@@ -248,7 +248,7 @@ def test_polls_of_two_gpus_roll_up_without_a_sort_and_equal_the_raw_path(
     con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two GPUs polled together every 60 s, in one ingest, rows in poll order: the rollup reads their
-    neighbours N = 2 rows away (rollup._sequence_polls) instead of sorting, while jobs change on one GPU.
+    neighbours N = 2 rows away (rollup_sequence._sequence_polls) instead of sorting, while jobs change on one GPU.
     n1:0: j1 (0-70 min) busy 30 min then idle 40 min (a stretch), j2 (70-160, telemetry until 150) swinging
     90/3 %; n1:1: j3 (0-150) busy 100 min, then idle 50 min (a stretch). Idle = (40 + 50) min = 1.5 h. (The
     teams' spends differ, 160 vs 150 GPU-minutes, so tables ordered by spend have one order.)"""
@@ -264,7 +264,7 @@ def test_polls_with_one_job_per_gpu_roll_up_from_a_streaming_view_and_equal_the_
     con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same polls, but each GPU held by one job for all its telemetry: no sample's previous sample is
-    another job's, so rollup._sequence_polls answers "view" (idle runs and minutes read the streaming
+    another job's, so rollup_sequence._sequence_polls answers "view" (idle runs and minutes read the streaming
     windows; no sample is copied into a temporary table). n1:0: j1 busy 30 min, idle 40 min (a stretch),
     then 80 min swinging 90/3 % (1-min idle runs, no stretch); n1:1: j3 busy 100 min, idle 50 min (a
     stretch). Idle = (40 + 50) min = 1.5 h."""
@@ -289,20 +289,20 @@ def test_polls_with_one_job_per_gpu_roll_up_from_a_streaming_view_and_equal_the_
 def test_landed_rows_that_are_not_whole_polls_are_sorted_not_streamed(
     con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """rollup._sequence_polls checks the poll layout it relies on rather than trusting the landing: here
+    """rollup_sequence._sequence_polls checks the poll layout it relies on rather than trusting the landing: here
     the landing lands whole polls and then one of n1:0's samples (minute 20) goes, so from there on the row
     N = 2 further is the other GPU's. Its timestamps still rise every N rows, so only the GPU check sees it;
     the rollup must then sort (answer None) and equal one rebuilt from the samples."""
-    from collectors import base
+    from collectors import landing
 
-    real = base._land_polls
+    real = landing._land_polls
 
     def land_then_lose_a_sample(c: duckdb.DuckDBPyConnection, *args: object) -> dict[str, int]:
         counts = real(c, *args)  # type: ignore[arg-type]
         c.execute("DELETE FROM samples WHERE gpu_id = 'n1:0' AND ts = ?", [T0 + dt.timedelta(minutes=20)])
         return counts
 
-    monkeypatch.setattr(base, "_land_polls", land_then_lose_a_sample)
+    monkeypatch.setattr(landing, "_land_polls", land_then_lose_a_sample)
     polls = three_jobs_on_two_gpus(con)
     taken = spy_on_poll_sequencing(monkeypatch)
     ingest(con, samples=polls)
@@ -321,7 +321,7 @@ def test_polls_onto_the_polls_before_roll_up_without_a_sort_and_equal_a_rebuild(
 ) -> None:
     """The same two GPUs' polls in two ingests, the second starting where the first ended (one more day
     onto a ledger). The second's window reaches back into the first's last polls: those few are
-    sequenced by the sort (rollup._sequence_prior) and the rest streams, so _sequence_polls still answers.
+    sequenced by the sort (rollup_sequence._sequence_prior) and the rest streams, so _sequence_polls still answers.
     At 70 min n1:0 changes job right at the boundary (j1 → j2); at 85 min its last sample before the
     boundary is busy (no idle run widens the window back to it) and its energy counter, whose steps are
     not power × 60 s, now reads the first new sample; at 100 min n1:1's idle stretch (100-150 min) starts

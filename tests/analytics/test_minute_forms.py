@@ -1,4 +1,4 @@
-"""The minute rollup's two forms give the same rows (gpuledger/ledger/rollup.py ``_minute_sql``).
+"""The minute rollup's two forms give the same rows (gpuledger/ledger/rollup_columns.py ``_minute_sql``).
 
 Where most GPU-minutes hold one sample (a cadence of a minute or more), a sample alone in its minute is
 written as its own row with no GROUP BY, and the rest are grouped; otherwise everything is grouped. The

@@ -1,6 +1,6 @@
 """Fleet views over the per-GPU-minute rollup: heatmap cells, idle GPUs, one job's timeline.
 
-A tiny ledger landed through the real write path (stage tables + collectors.base.land), with every
+A tiny ledger landed through the real write path (stage tables + collectors.landing.land), with every
 expected value worked out by hand below.
 """
 

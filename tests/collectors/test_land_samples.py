@@ -1,6 +1,6 @@
 """Landing samples: a second series for the same GPU and times merges into the rows already there.
 
-The rule (collectors/base.py ``_land_samples``): a sample whose (gpu_id, ts) is in the ledger is never a
+The rule (collectors/landing.py ``_land_samples``): a sample whose (gpu_id, ts) is in the ledger is never a
 second row — its interval is not counted twice — but it fills that row's NULL columns; a sample with
 nothing to add is "already in the ledger". The per-minute rollup follows the merged values.
 """
@@ -12,7 +12,7 @@ import datetime as dt
 import duckdb
 import pytest
 
-from collectors import base, ingest
+from collectors import ingest, landing
 from collectors.base import IngestOptions
 from collectors.ingest import ingest_file
 from gpuledger.ledger.errors import FormatError
@@ -174,21 +174,21 @@ def _poll_csv(rows: list[tuple[int, str, int]]) -> str:
 
 
 def test_whole_polls_in_order_get_the_same_intervals_as_the_sorting_path(ledger, tmp_path):
-    """A file of whole polls in time order lands by the streaming path (base._polls_in_order); the same
+    """A file of whole polls in time order lands by the streaming path (landing._polls_in_order); the same
     rows shuffled take the sorting path. Both give the hand-worked intervals: cadence = median gap 10 s;
     the 80-s gap is over 2.5 × 10 s, so the sample before it stands for 10 s, as does each GPU's last."""
-    from collectors import base
+    from collectors import landing
 
     shuffled = [POLL_ROWS[i] for i in (3, 0, 9, 1, 6, 2, 8, 4, 7, 5)]
     paths = {}
     seen = []
-    real = base._land_polls
+    real = landing._land_polls
 
     def spy(*args, **kwargs):
         seen.append(True)
         return real(*args, **kwargs)
 
-    base._land_polls = spy
+    landing._land_polls = spy
     try:
         for name, rows in (("ordered", POLL_ROWS), ("shuffled", shuffled)):
             paths[name] = write(tmp_path, f"{name}.csv", _poll_csv(rows))
@@ -206,7 +206,7 @@ def test_whole_polls_in_order_get_the_same_intervals_as_the_sorting_path(ledger,
             assert _rollup_disagrees(con) == 0, name
             seen.append(name)
     finally:
-        base._land_polls = real
+        landing._land_polls = real
     # the ordered file took the streaming path, the shuffled one did not
     assert seen == [True, "ordered", "shuffled"]
 
@@ -223,7 +223,7 @@ def test_whole_polls_overlapping_the_ledger_merge_like_the_sorting_path(ledger, 
 
 
 # Files whose rows come in whole multiples of the GPUs, as whole polls do, but are not whole polls in order:
-# the streaming landing must see it (base._polls_in_order) and leave them to the general path. GPU-aaaa reads
+# the streaming landing must see it (landing._polls_in_order) and leave them to the general path. GPU-aaaa reads
 # 90 % and GPU-bbbb 10 % in every poll, so a sample given the other GPU's id shows.
 _BA = [(s, g, 90 if g == "GPU-aaaa" else 10) for s in (0, 10, 20, 30) for g in ("GPU-bbbb", "GPU-aaaa")]
 NOT_WHOLE_POLLS = {
@@ -241,13 +241,13 @@ def test_rows_that_only_look_like_whole_polls_land_by_the_general_path(tmp_path,
     from gpuledger.ledger.db import ensure_schema
 
     streamed = []
-    real = base._land_polls
+    real = landing._land_polls
 
     def spy(*args):
         streamed.append(True)
         return real(*args)
 
-    monkeypatch.setattr(base, "_land_polls", spy)
+    monkeypatch.setattr(landing, "_land_polls", spy)
     con = duckdb.connect()
     ensure_schema(con)
     report = ingest_file(con, write(tmp_path, "polls.csv", _poll_csv(NOT_WHOLE_POLLS[name])), opts=UTC)
@@ -268,16 +268,16 @@ def test_polls_in_time_order_with_a_gpu_missing_land_unsorted_with_the_hand_work
     tmp_path, monkeypatch, chunk
 ):
     """GPU-bbbb misses the 20-s poll, so the polls are not whole and the general path runs; the rows are in
-    time order, so they land as read (base._in_time_order) rather than sorted. By hand: cadence = median gap
+    time order, so they land as read (landing._in_time_order) rather than sorted. By hand: cadence = median gap
     10 s for both; bbbb's 10 → 30 s gap of 20 s is under 2.5 × 10 s, so its 10-s sample stands for 20 s;
     every GPU's last sample stands for the cadence. The same rows shuffled take the sorting INSERT.
-    With chunks of 3 rows the 11 intervals are written by four UPDATEs (base.LAND_CHUNK), the 20-s one
+    With chunks of 3 rows the 11 intervals are written by four UPDATEs (landing.LAND_CHUNK), the 20-s one
     first in its chunk: the same answer, every row given its interval once."""
-    from collectors import base
+    from collectors import landing
     from gpuledger.ledger.db import ensure_schema
 
     if chunk:
-        monkeypatch.setattr(base, "LAND_CHUNK", chunk)
+        monkeypatch.setattr(landing, "LAND_CHUNK", chunk)
 
     rows = [
         (s, g, 50) for s in range(0, 60, 10) for g in ("GPU-aaaa", "GPU-bbbb") if (s, g) != (20, "GPU-bbbb")
@@ -286,13 +286,13 @@ def test_polls_in_time_order_with_a_gpu_missing_land_unsorted_with_the_hand_work
         ("GPU-bbbb", s, iv) for s, iv in ((0, 10.0), (10, 20.0), (30, 10.0), (40, 10.0), (50, 10.0))
     ]
     answers = []
-    real = base._in_time_order
+    real = landing._in_time_order
 
     def spy(*args):
         answers.append(real(*args))
         return answers[-1]
 
-    base._in_time_order = spy
+    landing._in_time_order = spy
     try:
         for name, order in (("ordered", rows), ("shuffled", rows[::-1])):
             con = duckdb.connect()
@@ -305,7 +305,7 @@ def test_polls_in_time_order_with_a_gpu_missing_land_unsorted_with_the_hand_work
             assert stored == sorted(stored), f"{name}: samples are stored in time order"
             assert _rollup_disagrees(con) == 0, name
     finally:
-        base._in_time_order = real
+        landing._in_time_order = real
     assert answers == [True, False]
 
 

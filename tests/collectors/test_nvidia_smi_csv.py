@@ -387,7 +387,7 @@ def test_the_block_scan_for_a_repeated_header_answers_as_a_search_of_the_whole_f
     bytes does (a line starting with the header after its first occurrence)."""
     import io
 
-    from collectors import nvidia_smi_csv as smi
+    from collectors import nvidia_smi_layout as smi
 
     header = b"timestamp, index, utilization.gpu [%]"
     row = b"2025/03/01 00:00:00.000, 0, 50 %\n"
@@ -428,7 +428,7 @@ def test_a_gpu_name_past_the_head_is_still_each_gpus_name(ledger, tmp_path, deli
     rows += [f"2025/03/01 11:{p:02d}:00.000, 1, GPU-bbb, Tesla T4, 7 %" for p in range(3)]
     rows += ["2025/03/01 11:10:00.000, 2, GPU-ccc, [N/A], 9 %"]
     text = head + "".join(r.replace(", ", delim) + "\n" for r in rows)
-    assert len(text) > 64 * 1024  # past the head the parser reads (collectors.base.HEAD_BYTES)
+    assert len(text) > 64 * 1024  # past the head the parser reads (collectors.contract.HEAD_BYTES)
     ingest_file(ledger, write(tmp_path, "late.csv", text), opts=UTC)
     assert _rows(ledger, "SELECT gpu_id, model_raw, model FROM gpus ORDER BY gpu_id") == [
         ("GPU-aaa", "NVIDIA H100 80GB HBM3", "H100-SXM-80GB"),
@@ -461,7 +461,7 @@ def test_the_whole_file_is_scanned_for_a_late_header_only_when_it_matters(
     reads cleanly is never scanned whole, and one whose header comes back is scanned once, after the failed
     read, and staged again. Where the reader types nothing (ISO times, ',' between values) a header line
     would read as values, so the scan comes first. Either way every sample lands once."""
-    from collectors import nvidia_smi_csv as smi
+    from collectors import nvidia_smi_layout as smi
 
     calls: list[int] = []
     real = smi._repeats_in

@@ -1,5 +1,5 @@
 """Removing a training log's ingest takes back the checkpoint it placed on a job (collectors/checkpoints.py
-``withdraw``, called by collectors/base.py ``delete_ingests``).
+``withdraw``, called by collectors/provenance.py ``delete_ingests``).
 
 Jobs from real sacct dumps and jobs tables, logs as Hugging Face writes ``trainer_state.json``, through
 ``ingest_file`` as the CLI calls it. Each job is 1 H100 for 10 h that FAILED: $29.90 at the price sheet's

@@ -1,4 +1,4 @@
-"""``--replace`` of a job dump never removes a job another dump still holds (collectors/base.py ``delete_ingests``).
+"""``--replace`` of a job dump never removes a job another dump still holds (collectors/provenance.py ``delete_ingests``).
 
 Through the real CLI on tiny sacct dumps, as tests/collectors/test_job_records.py; GPU-hours are GPUs × hours
 worked by hand, money GPU-hours × $2.99 (the price sheet's H100 on-demand rate).

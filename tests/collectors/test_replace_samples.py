@@ -1,4 +1,4 @@
-"""``--replace`` never removes a sample another ingest still holds (collectors/base.py ``delete_ingests``).
+"""``--replace`` never removes a sample another ingest still holds (collectors/provenance.py ``delete_ingests``).
 
 On cuts of a real nvidia-smi log (2,619 samples, one RTX 4090 at 1 s; ../shared/datasets), through
 ``ingest_file`` as the CLI calls it. Counts are worked by hand from the line numbers of the cuts: data line N
