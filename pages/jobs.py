@@ -303,7 +303,7 @@ def job_view(job_id: str) -> None:
         )
         return
     r = data.row
-    st.subheader(f"Job {md(job_id)}")
+    st.subheader(f"Job {md(job_id)}", anchor=False)  # no anchor link built from a user-supplied name
     st.caption(
         " · ".join(
             md(x)

@@ -83,7 +83,7 @@ for reason, n in (ingest.get("skipped") or {}).items():
 run = result.run
 is_training_log = result.training_runs is not None and not result.training_runs.is_empty()
 if run is not None and is_training_log:
-    st.subheader(f"Run {_ui.md(run.run)}")
+    st.subheader(f"Run {_ui.md(run.run)}", anchor=False)  # no anchor link built from a user-supplied name
     job_ids = result.jobs["job_id"].to_list() if result.jobs is not None else []
     st.caption(
         f"Named after {_ui.md(run.run_basis)} · model: "

@@ -610,7 +610,8 @@ def test_the_example_team_map_parses(tmp_path):
 
     lines = (ROOT / "data" / "settings.example.toml").read_text(encoding="utf-8").splitlines()
     start = lines.index("# [reports.team_mail]")
-    block = [line.removeprefix("# ") for line in lines[start:] if line.startswith("# ")]
+    end = lines.index("", start)  # the block runs to the next blank line
+    block = [line.removeprefix("# ") for line in lines[start:end]]
     settings = load_settings(_settings(tmp_path, "\n".join(block) + "\n"))
     assert settings.team_mail == {
         "vision": ("vision-lead@example.org",),

@@ -290,6 +290,7 @@ def _team_mail(path: Path, raw: Any) -> dict[str, tuple[str, ...]]:
             if problem := address_problem(a):
                 raise SettingsError(path, key, f"{a!r} {problem}")
         out[neutral(team)] = addresses  # as the ledger stores and the report shows a team's name
+    return out
 
 
 def _kubernetes(path: Path, raw: Any) -> dict[str, Any]:

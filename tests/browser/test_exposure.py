@@ -251,7 +251,9 @@ def test_the_jobs_csv_neutralizes_formulas(exposed: Server, page: Page) -> None:
     assert by_id["evil-2"]["user_name"] == "'@SUM(A1)"
     assert by_id["evil-2"]["name"] == "'+cmd|' /C calc'!A0"
     assert by_id["evil-3"]["user_name"] == "'-2+3"
-    assert by_id["evil-3"]["name"] == "'\tpadded"
+    assert (
+        by_id["evil-3"]["name"] == " padded"
+    )  # a tab lands as a space (collectors/names.py): nothing to neutralize
     risky = ("=", "+", "-", "@", "\t", "\r")
     unsafe = [
         (r["job_id"], k, v) for r in rows for k, v in r.items() if v.startswith(risky) and not number(v)

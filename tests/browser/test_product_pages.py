@@ -187,7 +187,9 @@ def test_job_url_opens_the_job_with_its_timeline(page: Page, server: Server) -> 
     expect(chart.locator(".shapelayer path").first).to_be_attached(timeout=30_000)
     # the stretches' $ add up to the job's idle $
     assert f"{money(row['idle_allocated_usd'])} in all" in text
-    for heading in ("Training metrics", "Diagnoses", "Recommendations"):
+    # the section is headed by the job's kind (a fine-tune is not "Training metrics")
+    kind_heading = {"training": "Training metrics", "fine-tune": "Fine-tuning metrics"}[row["kind"]]
+    for heading in (kind_heading, "Diagnoses", "Recommendations"):
         assert heading in text
 
 
@@ -237,7 +239,8 @@ def test_fleet_grouped_with_drill_down_and_idle_dollars(view: Page, server: Serv
     wait_for_app(page)
     expect(page.get_by_test_id("stPlotlyChart")).to_have_count(2, timeout=30_000)
     shots(page, "fleet")
-    assert "Idle $: idle hours at the price in force" in main_text(page)
+    # one definition per label: the idle table's caption says what "idle" means there (pages/fleet.py)
+    assert "Idle: at or under 5 % utilization, of any length" in main_text(page)  # the default idle_util_pct
 
 
 def test_recommendations_grouped_with_coverage(view: Page, server: Server) -> None:

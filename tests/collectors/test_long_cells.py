@@ -20,7 +20,7 @@ from collectors.ingest import ingest_file
 from collectors.registry import PARSERS
 from gpuledger.ledger.db import memory_ledger
 from gpuledger.ledger.errors import FormatError
-from tests.conftest import DATASETS
+from tests.conftest import DATASETS, ROOT
 
 HEAD_LINES = 40
 # a parser's real file (../shared/datasets) or, for formats with none there, a small one written here
@@ -40,6 +40,8 @@ REAL: dict[str, str] = {
     "dcgm": "dcgm-exporter/datadog_dcgm_fixture_metrics.txt",
 }
 WRITTEN: dict[str, tuple[str, str]] = {
+    # a kubectl get pods -A -o json list, in the shape kubectl writes (tests/collectors/test_kubernetes.py)
+    "kubernetes_pods": ("pods.json", (ROOT / "tests" / "fixtures" / "kubernetes" / "pods.json").read_text()),
     "rocm_smi": (
         "rocm.csv",
         "epoch,device,Average Graphics Package Power (W),GPU use (%),GPU memory use (%)\n"
