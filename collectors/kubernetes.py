@@ -42,13 +42,13 @@ import duckdb
 from collectors.base import IngestOptions, Sniff
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
-from gpuledger.ledger.job_states import OPEN_STATES
+from gpuledger.ledger.job_states import OPEN_STATES, POD_PHASES
 from gpuledger.ledger.reference import model_sql_case
 
 WHOLE_GPU = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "amd.com/gpu")
 _MIG = re.compile(r"^nvidia\.com/mig-(\d+)g\.(\d+)gb(?:\.shared)?$")
 PRODUCT_LABEL = "nvidia.com/gpu.product"
-PHASES = {"Pending": "PENDING", "Running": "RUNNING", "Succeeded": "COMPLETED", "Failed": "FAILED"}
+PHASES = POD_PHASES  # gpuledger/ledger/job_states.py: the one table of pod phases
 # the states a listed pod can hold its GPUs in (phase Unknown: its node stopped answering, so it may still)
 LIVE_STATES = ("RUNNING", "UNKNOWN")
 MAX_GPUS_PER_POD = 1024  # a request past this is not a real pod (validate.py caps job counts too)

@@ -34,6 +34,7 @@ from collectors.base import IngestOptions, Sniff, quote
 from collectors.common import Check, epoch_ts, first_violation, sql_path
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
+from gpuledger.ledger.job_states import PAI_STATUSES, POD_PHASES, mapped_state_sql
 from gpuledger.ledger.reference import model_sql_case
 
 PAI2020_EPOCH = dt.datetime(2020, 7, 1)  # the trace covers Jul–Aug 2020; its own origin is not published
@@ -47,7 +48,7 @@ PAI_TABLES = {
     "pai_sensor_table": "job_name,task_name,worker_name,inst_id,machine,gpu_name,cpu_usage,gpu_wrk_util,avg_mem,"
     "max_mem,avg_gpu_wrk_mem,max_gpu_wrk_mem,read,write,read_count,write_count",
 }
-PAI_STATUS = "CASE status WHEN 'Terminated' THEN 'COMPLETED' WHEN 'Failed' THEN 'FAILED' WHEN 'Running' THEN 'RUNNING' WHEN 'Waiting' THEN 'PENDING' WHEN 'Interrupted' THEN 'CANCELLED' END"
+PAI_STATUS = mapped_state_sql("status", PAI_STATUSES)
 _MACHINE_LINE = re.compile(r"^[0-9a-f]{16,32},[A-Za-z0-9]+,\d+(\.\d+)?,\d+(\.\d+)?,\d+(\.\d+)?\s*$")
 _TASK_LINE = re.compile(r"^[0-9a-f]{16,32},[^,]*,[\d.]*,(Terminated|Failed|Running|Waiting|Interrupted),")
 _JOB_LINE = re.compile(
@@ -227,8 +228,7 @@ class OpenbTrace2023:
                        {at("creation_time")} AS submit_ts,
                        CASE WHEN pod_phase <> 'Pending' THEN {at("scheduled_time")} END AS start_ts,
                        CASE WHEN pod_phase <> 'Pending' THEN {at("deletion_time")} END AS end_ts,
-                       CASE pod_phase WHEN 'Succeeded' THEN 'COMPLETED' WHEN 'Failed' THEN 'FAILED'
-                            WHEN 'Pending' THEN 'PENDING' WHEN 'Running' THEN 'RUNNING' ELSE upper(pod_phase) END
+                       {mapped_state_sql("pod_phase", POD_PHASES, "upper(pod_phase)")}
                            AS state,
                        line_no
                 FROM ob_raw ORDER BY line_no"""

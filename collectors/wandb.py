@@ -31,6 +31,7 @@ from collectors.lines import file_lines
 from collectors.training_logs import _duckdb_failure
 from collectors.validate import MAX_GPU_COUNT, name_columns
 from gpuledger.ledger.errors import FormatError
+from gpuledger.ledger.job_states import WANDB_STATES, mapped_state_sql
 from gpuledger.ledger.reference import normalize_model
 
 METRICS = {
@@ -135,8 +136,7 @@ def _stage_job(
             SELECT ? AS job_id, 'wandb' AS source, 'training' AS kind, ? AS user_name, ? AS project, ? AS name,
                    coalesce(?, ?) AS gpu_model, ?::DOUBLE AS gpu_count,
                    coalesce(?::TIMESTAMP, lo) AS start_ts, coalesce(?::TIMESTAMP, hi) AS end_ts,
-                   CASE ? WHEN 'running' THEN 'RUNNING' WHEN 'finished' THEN 'COMPLETED'
-                          WHEN 'failed' THEN 'FAILED' WHEN 'crashed' THEN 'FAILED' ELSE 'UNKNOWN' END AS state
+                   {mapped_state_sql("?", WANDB_STATES, "'UNKNOWN'")} AS state
             FROM ({span_sql})""",
         [
             job_id,

@@ -28,6 +28,7 @@ from gpuledger.demo.fleet import (
     tick,
     user_of,
 )
+from gpuledger.ledger.job_states import CANCELLED, COMPLETED, FAILED, OOM, TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -101,22 +102,22 @@ MIX: dict[str, tuple[JobType, ...]] = {
 
 OUTCOMES = {
     # kind: (states, probabilities)
-    "training": (("COMPLETED", "FAILED", "CANCELLED", "OOM", "TIMEOUT"), (0.82, 0.08, 0.05, 0.03, 0.02)),
-    "fine-tune": (("COMPLETED", "FAILED", "CANCELLED", "OOM", "TIMEOUT"), (0.84, 0.06, 0.05, 0.03, 0.02)),
-    "other": (("COMPLETED", "FAILED", "CANCELLED", "OOM"), (0.9, 0.05, 0.04, 0.01)),
-    "interactive": (("CANCELLED", "TIMEOUT", "COMPLETED"), (0.5, 0.2, 0.3)),
-    "inference": (("COMPLETED", "CANCELLED"), (0.6, 0.4)),
+    "training": ((COMPLETED, FAILED, CANCELLED, OOM, TIMEOUT), (0.82, 0.08, 0.05, 0.03, 0.02)),
+    "fine-tune": ((COMPLETED, FAILED, CANCELLED, OOM, TIMEOUT), (0.84, 0.06, 0.05, 0.03, 0.02)),
+    "other": ((COMPLETED, FAILED, CANCELLED, OOM), (0.9, 0.05, 0.04, 0.01)),
+    "interactive": ((CANCELLED, TIMEOUT, COMPLETED), (0.5, 0.2, 0.3)),
+    "inference": ((COMPLETED, CANCELLED), (0.6, 0.4)),
 }
 REASONS = {
-    "FAILED": (
+    FAILED: (
         "NCCL watchdog timeout",
         "CUDA error: an illegal memory access was encountered",
         "loss became NaN",
         "exit code 1",
     ),
-    "OOM": ("CUDA out of memory",),
-    "CANCELLED": ("cancelled by user",),
-    "TIMEOUT": ("wall-clock limit reached",),
+    OOM: ("CUDA out of memory",),
+    CANCELLED: ("cancelled by user",),
+    TIMEOUT: ("wall-clock limit reached",),
 }
 TRY_STEP_S = 1800
 
@@ -174,9 +175,9 @@ def background(fleet: Fleet, grid: Grid, rng: np.random.Generator, window_s: int
         util = float(rng.uniform(*jt.util))
         mem_frac = float(rng.uniform(*jt.mem_frac))
         dur = planned
-        if state in ("FAILED", "CANCELLED") and jt.kind != "interactive":
+        if state in (FAILED, CANCELLED) and jt.kind != "interactive":
             dur = max(tick(planned * rng.uniform(0.05, 0.8)), 300)
-        elif state == "OOM":
+        elif state == OOM:
             dur = tick(rng.uniform(2, 12) * 60)
         start = tick(arrive)
         held = None
@@ -218,7 +219,7 @@ def background(fleet: Fleet, grid: Grid, rng: np.random.Generator, window_s: int
                 batch_size=int(rng.choice((4, 8, 16, 32))),
                 peak_mem_mib=mem,
             )
-            if jt.kind == "training" and state == "FAILED":
+            if jt.kind == "training" and state == FAILED:
                 job.checkpoint_s = start + tick(dur * rng.uniform(0.5, 0.95))
         elif jt.model and jt.kind == "inference":
             job.run = serve_run(

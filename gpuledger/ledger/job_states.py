@@ -13,6 +13,8 @@ final (the job ended: its End is known or derived from Start + Elapsed) or not. 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 # Every base state Slurm's sacct prints (a ``CANCELLED by 1234`` is CANCELLED; flags after ``+`` dropped).
 SLURM_STATES = (
     "BOOT_FAIL",
@@ -110,6 +112,22 @@ CRASHED_STATES = (*FAULT_STATES, "OOM")
 OOM = "OOM"
 COMPLETED = "COMPLETED"
 RUNNING = "RUNNING"
+FAILED = "FAILED"
+CANCELLED = "CANCELLED"
+TIMEOUT = "TIMEOUT"
+
+# Other sources' words for a run's state, as the Slurm word the ledger stores: one table per vocabulary, read
+# by every parser of that vocabulary (a Kubernetes pod's status.phase is read by collectors/kubernetes.py and
+# by the Alibaba pod traces in collectors/traces.py).
+POD_PHASES = {"Pending": PENDING, "Running": RUNNING, "Succeeded": COMPLETED, "Failed": FAILED}
+PAI_STATUSES = {
+    "Terminated": COMPLETED,
+    "Failed": FAILED,
+    "Running": RUNNING,
+    "Waiting": PENDING,
+    "Interrupted": CANCELLED,
+}
+WANDB_STATES = {"running": RUNNING, "finished": COMPLETED, "failed": FAILED, "crashed": FAILED}
 
 
 def state_word_sql(col: str) -> str:
@@ -121,3 +139,10 @@ def stored_state_sql(word: str) -> str:
     """SQL: a state word (:func:`state_word_sql`) as the ledger stores it (``OUT_OF_MEMORY`` → ``OOM``)."""
     arms = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in ALIASES.items())
     return f"(CASE {word} {arms} ELSE {word} END)"
+
+
+def mapped_state_sql(word: str, words: Mapping[str, str], otherwise: str = "NULL") -> str:
+    """SQL: a source's state ``word`` (an expression, or ``?``) as the ledger's state by one of the tables
+    above; ``otherwise`` (SQL) for a word the table does not hold."""
+    arms = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in words.items())
+    return f"(CASE {word} {arms} ELSE {otherwise} END)"
