@@ -30,14 +30,12 @@ import duckdb
 
 from collectors.base import (
     IngestOptions,
-    land,
     next_ingest_id,
     quote,
-    record_ingest,
     run_in_transaction,
-    split_sample_notes,
 )
 from collectors.kubernetes import LIVE_STATES, KubernetesPods
+from collectors.landing import land_and_record
 from gpuledger.ledger.db import writer
 from gpuledger.ledger.errors import CollectorError
 
@@ -180,16 +178,14 @@ def poll(
                     report.skipped[
                         f"running pods no longer listed, closed at their last sighting ({GONE})"
                     ] = gone
-                report.rows, notes = split_sample_notes(land(con, ingest_id, opts))
-                report.skipped.update(notes)
-                record_ingest(
+                report.rows = land_and_record(
                     con,
                     ingest_id,
-                    path=source,
+                    opts,
+                    source=source,
                     source_key=source,
                     sha256=digest,
                     fmt="kubernetes_pods",
-                    rows=report.rows,
                     skipped=report.skipped,
                 )
                 report.ingest_id = ingest_id

@@ -28,6 +28,7 @@ from collectors.array_tasks import unify_array_tasks
 from collectors.common import MERGE_KEPT
 from collectors.interleave import extend_merged, settle_interleaved
 from collectors.names import neutralize_names
+from collectors.provenance import record_ingest
 from gpuledger.ledger.job_states import OPEN_STATES, PENDING
 from gpuledger.ledger.sample_time import cadence_sql, interval_sql
 from gpuledger.ledger.sql import quote, sql_list
@@ -559,3 +560,25 @@ def run_in_transaction(con: duckdb.DuckDBPyConnection, work: Callable[[], Ingest
         raise
     finally:
         drop_stage(con)
+
+
+def land_and_record(
+    con: duckdb.DuckDBPyConnection,
+    ingest_id: int,
+    opts: IngestOptions,
+    *,
+    source: str,
+    source_key: str,
+    sha256: str,
+    fmt: str,
+    skipped: dict[str, int],
+) -> dict[str, int]:
+    """A live collector's poll, staged already: land it as ingest ``ingest_id``, add the landing's sample notes
+    to ``skipped`` (in place) and record its provenance (``source``: the service polled, not a file). Returns
+    the rows landed per table. The one sequence every poller (Slurm, Kubernetes, Prometheus) runs."""
+    rows, notes = split_sample_notes(land(con, ingest_id, opts))
+    skipped.update(notes)
+    record_ingest(
+        con, ingest_id, path=source, source_key=source_key, sha256=sha256, fmt=fmt, rows=rows, skipped=skipped
+    )
+    return rows

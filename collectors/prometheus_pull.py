@@ -54,14 +54,12 @@ from urllib3.util.retry import Retry
 from collectors.base import (
     IngestOptions,
     IngestReport,
-    land,
     next_ingest_id,
     quote,
-    record_ingest,
     run_in_transaction,
-    split_sample_notes,
 )
 from collectors.dcgm import stage_long
+from collectors.landing import land_and_record
 from collectors.validate import screen_live
 from gpuledger.ledger.db import writer
 from gpuledger.ledger.errors import CollectorError
@@ -725,17 +723,14 @@ def commit_chunk(
                 if staged:
                     chunk.ingest_id = next_ingest_id(con)
                     chunk.skipped.update(screen_live(con, chunk.ingest_id, path))
-                    rows, notes = split_sample_notes(land(con, chunk.ingest_id, ingest_opts))
-                    chunk.skipped.update(notes)
-                    chunk.rows = rows
-                    record_ingest(
+                    chunk.rows = land_and_record(
                         con,
                         chunk.ingest_id,
-                        path=path,
+                        ingest_opts,
+                        source=path,
                         source_key=key,
                         sha256=sha,
                         fmt=FORMAT,
-                        rows=rows,
                         skipped=chunk.skipped,
                     )
             con.execute(

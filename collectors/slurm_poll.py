@@ -42,12 +42,10 @@ import duckdb
 
 from collectors.base import (
     IngestOptions,
-    land,
     next_ingest_id,
-    record_ingest,
     run_in_transaction,
-    split_sample_notes,
 )
+from collectors.landing import land_and_record
 from collectors.validate import MAX_JOB_DAYS, screen_live
 from gpuledger.ledger.db import writer
 from gpuledger.ledger.errors import CollectorError
@@ -301,16 +299,15 @@ def poll(
                     if indices is None:
                         report.skipped["running jobs whose GPU indices scontrol did not give"] = len(running)
                     report.skipped.update(screen_live(con, ingest_id, source))
-                    report.rows, notes = split_sample_notes(land(con, ingest_id, opts))
-                    report.skipped.update(notes)  # e.g. older records of jobs that have finished since
-                    record_ingest(
+                    # its notes: e.g. older records of jobs that have finished since
+                    report.rows = land_and_record(
                         con,
                         ingest_id,
-                        path=source,
+                        opts,
+                        source=source,
                         source_key=source,
                         sha256=digest,
                         fmt="sacct",
-                        rows=report.rows,
                         skipped=report.skipped,
                     )
                     report.ingest_id = ingest_id
