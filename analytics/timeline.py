@@ -44,23 +44,35 @@ def _where(filters: Filters, time_col: str = "m.minute") -> tuple[str, list[obje
 
 
 ALL = Filters()  # the whole ledger
-_FROM = "samples_minute m LEFT JOIN gpus g USING (gpu_id) LEFT JOIN jobs j ON j.job_id = m.job_id"
+
+# The rollup tables a view reads (gpuledger/ledger/rollup.py), by grain: the same sums per (GPU, job) and
+# minute, whole hour or day. The table name is inlined into the SQL, so only these are accepted.
+ROLLUPS = {"minute": "samples_minute", "hour": "samples_hour", "day": "samples_day"}
 
 
-def _from_for(filters: Filters) -> str:
-    """_FROM, without the joins this view's filters do not need (the heatmap's 4.5 M minute rows of a
-    28-day, 112-GPU fleet aggregate a third faster without them)."""
+def _rollup(grain: str) -> str:
+    """The rollup table of ``grain`` (ROLLUPS); a ValueError for any other grain."""
+    if grain not in ROLLUPS:
+        raise ValueError(f"unknown grain {grain!r}; use one of {', '.join(ROLLUPS)}")
+    return ROLLUPS[grain]
+
+
+def _from(grain: str = "minute") -> str:
+    """The rollup of ``grain`` as ``m``, with its GPU (``g``) and its job (``j``): what every filter of
+    :func:`_where` can read."""
+    return f"{_rollup(grain)} m LEFT JOIN gpus g USING (gpu_id) LEFT JOIN jobs j ON j.job_id = m.job_id"
+
+
+def _from_for(filters: Filters, grain: str = "minute") -> str:
+    """:func:`_from` without the joins this view's filters do not need (the heatmap's 4.5 M minute rows of
+    a 28-day, 112-GPU fleet aggregate a third faster without them). Over the hour rollup (a cell is the same
+    re-aggregation) or the day rollup, a view's bounds are midnights, so its hours and days hold exactly its
+    minutes."""
     if filters.clusters:
-        return _FROM
+        return _from(grain)
     if filters.teams or filters.users:
-        return "samples_minute m LEFT JOIN jobs j ON j.job_id = m.job_id"
-    return "samples_minute m"
-
-
-def _hours_for(filters: Filters) -> str:
-    """:func:`_from_for` over the per-GPU-hour rollup (``samples_hour``: the minutes' sums per whole hour, so
-    a cell is the same re-aggregation; a view's bounds are midnights, so its hours hold exactly its minutes)."""
-    return _from_for(filters).replace("samples_minute m", "samples_hour m")
+        return f"{_rollup(grain)} m LEFT JOIN jobs j ON j.job_id = m.job_id"
+    return f"{_rollup(grain)} m"
 
 
 HEATMAP_COLUMNS = {
@@ -154,7 +166,7 @@ def gpu_hour_heatmap(
     WITH cells AS MATERIALIZED (
         SELECT m.gpu_id AS key, m.hour, sum(m.util_s) AS util_s, sum(m.util_cov_s) AS util_cov_s,
                sum(m.covered_s) AS covered_s, {_STATE_SUMS}
-        FROM {_hours_for(filters)}
+        FROM {_from_for(filters, "hour")}
         WHERE {where}
         GROUP BY ALL
     ),
@@ -216,7 +228,7 @@ def group_hour_heatmap(
     WITH cells AS (
         SELECT m.gpu_id, m.hour, sum(m.util_s) AS util_s,
                sum(m.util_cov_s) AS util_cov_s, sum(m.covered_s) AS covered_s, {_STATE_SUMS}
-        FROM {_hours_for(filters)}
+        FROM {_from_for(filters, "hour")}
         WHERE {where}
         GROUP BY ALL
     ),
@@ -247,7 +259,7 @@ def view_groups(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL) -> di
     where, params = _where(filters, "m.day")
     sql = f"""
     SELECT count(*), count(DISTINCT coalesce(g.host, chr(0))), count(DISTINCT coalesce(g.cluster, chr(0)))
-    FROM (SELECT DISTINCT m.gpu_id FROM {_from_for(filters).replace("samples_minute", "samples_day")} WHERE {where}) v
+    FROM (SELECT DISTINCT m.gpu_id FROM {_from_for(filters, "day")} WHERE {where}) v
     LEFT JOIN gpus g USING (gpu_id)
     """
     n, hosts, clusters = con.execute(sql, params).fetchall()[0]
@@ -267,7 +279,7 @@ def group_sizes(
     inside, inside_params = _within(within)
     sql = f"""
     SELECT {GROUPS[by]} AS key, count(*) AS gpus
-    FROM (SELECT DISTINCT m.gpu_id FROM {_from_for(filters).replace("samples_minute", "samples_day")}
+    FROM (SELECT DISTINCT m.gpu_id FROM {_from_for(filters, "day")}
           WHERE {where} AND {inside}) v
     LEFT JOIN gpus g USING (gpu_id)
     GROUP BY ALL ORDER BY key NULLS LAST
@@ -324,7 +336,7 @@ def idle_gpus(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL, limit: 
            coalesce(sum(m.idle_s) FILTER (WHERE m.job_id IS NOT NULL), 0) / 3600.0 AS allocated_idle_h,
            coalesce(sum(m.idle_s) FILTER (WHERE m.job_id IS NULL), 0) / 3600.0 AS unallocated_idle_h,
            coalesce(sum(m.covered_s) FILTER (WHERE m.job_id IS NULL), 0) / 3600.0 AS unallocated_h
-    FROM {_FROM.replace("samples_minute", "samples_day")}
+    FROM {_from("day")}
     WHERE {where}
     GROUP BY m.gpu_id
     HAVING sum(m.idle_s) > 0
@@ -423,7 +435,7 @@ def gpu_timeline(
     sql = f"""
     WITH cells AS MATERIALIZED (
         SELECT m.gpu_id AS key, date_trunc('{unit}', m.minute) AS ts, {_LINE_SUMS}
-        FROM {_FROM}
+        FROM {_from()}
         WHERE {where} AND {inside}
         GROUP BY ALL
     ),
@@ -434,7 +446,7 @@ def gpu_timeline(
 
 def _timeline_unit(con: duckdb.DuckDBPyConnection, where: str, params: list[object], max_points: int) -> str:
     """``minute``, or ``hour`` when the view's per-GPU minutes would be more than ``max_points`` rows."""
-    n = con.execute(f"SELECT count(*) FROM {_FROM} WHERE {where}", params).fetchall()[0][0]
+    n = con.execute(f"SELECT count(*) FROM {_from()} WHERE {where}", params).fetchall()[0][0]
     return "minute" if n <= max_points else "hour"
 
 
@@ -473,7 +485,7 @@ def group_timeline(
     WITH cells AS MATERIALIZED (
         SELECT {GROUPS[by]} AS key, m.gpu_id, date_trunc('{unit}', m.minute) AS ts, sum(m.util_s) AS util_s,
                sum(m.util_cov_s) AS util_cov_s, max(m.mem_used_max_mib) AS mem_used_mib
-        FROM {_FROM}
+        FROM {_from()}
         WHERE {where}
         GROUP BY ALL
     ),
