@@ -15,11 +15,16 @@ attributed to a job of that team/user (a team filter therefore hides unallocated
 
 from __future__ import annotations
 
+import datetime as dt
+
 import duckdb
 import polars as pl
 
 from analytics.filters import Filters
 from analytics.query import frame
+from analytics.whatif import cluster_tier
+from gpuledger.ledger.prices import price_book
+from gpuledger.ledger.settings import Settings
 
 
 def _where(filters: Filters, time_col: str = "m.minute") -> tuple[str, list[object]]:
@@ -305,6 +310,8 @@ IDLE_GPU_COLUMNS = {
     "allocated_idle_h": "idle hours while a job held the GPU",
     "unallocated_idle_h": "idle hours while no job held the GPU (allocated_idle_h + this = idle_h)",
     "unallocated_h": "hours of telemetry attributed to no job (any utilization)",
+    "idle_usd": "Σ over the view's days of the day's idle hours × the price in force that day for the GPU "
+    "model on its cluster at the cluster's tier (NULL when the model has no price)",
 }
 
 
@@ -319,11 +326,18 @@ def gpu_label_sql(gpus: str, gpu_id: str) -> str:
     )
 
 
-def idle_gpus(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL, limit: int = 50) -> pl.DataFrame:
+def idle_gpus(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters = ALL,
+    limit: int = 50,
+    settings: Settings | None = None,
+) -> pl.DataFrame:
     """GPUs ranked by idle hours in the view (IDLE_GPU_COLUMNS); GPUs with no idle sample are left out.
 
     Reads the per-day rollup (``samples_day``, the same sums per GPU-day): views start and end at midnight,
-    so the days inside hold exactly the minutes inside."""
+    so the days inside hold exactly the minutes inside. ``idle_usd`` prices them with :func:`_idle_usd`
+    (``settings``: the clusters' tiers; default settings when None)."""
     where, params = _where(filters, "m.day")
     sql = f"""
     SELECT m.gpu_id, any_value({gpu_label_sql("g", "m.gpu_id")}) AS gpu_label, any_value(g.host) AS host,
@@ -343,7 +357,44 @@ def idle_gpus(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL, limit: 
     ORDER BY idle_h DESC, m.gpu_id
     LIMIT ?
     """
-    return frame(con, sql, [*params, limit])
+    ranked = frame(con, sql, [*params, limit])
+    usd = _idle_usd(con, ranked, filters, settings or Settings())
+    return ranked.with_columns(pl.Series("idle_usd", usd, dtype=pl.Float64))
+
+
+def _idle_usd(
+    con: duckdb.DuckDBPyConnection, ranked: pl.DataFrame, filters: Filters, settings: Settings
+) -> list[float | None]:
+    """Each ranked GPU's idle hours in dollars, in ``ranked``'s order: per day of the view, the day's idle
+    hours × the price in force that day (gpuledger.ledger.prices.PriceBook.rate, rules 2-4: the GPU's
+    model, on its cluster, own price rows first, at the cluster's tier, analytics.whatif.cluster_tier, else
+    on_demand), summed. Held or not, an idle hour is priced as capacity, at the rate unallocated hours are
+    (analytics/capacity.py), not at the holding job's tier. None when the model has no price."""
+    if ranked.is_empty():
+        return []
+    where, params = _where(filters, "m.day")
+    ids = ranked["gpu_id"].to_list()
+    days: dict[str, list[tuple[dt.date, float]]] = {gpu: [] for gpu in ids}
+    for gpu, day, idle_s in con.execute(
+        f"""SELECT m.gpu_id, m.day, sum(m.idle_s) FROM {_from_for(filters, "day")}
+            WHERE {where} AND m.gpu_id IN (SELECT unnest(?::VARCHAR[]))
+            GROUP BY ALL HAVING sum(m.idle_s) > 0 ORDER BY ALL""",
+        [*params, ids],
+    ).fetchall():
+        days[gpu].append((day, float(idle_s)))
+    book = price_book(con)
+    out: list[float | None] = []
+    for gpu, model, cluster in ranked.select("gpu_id", "gpu_model", "cluster").iter_rows():
+        tier = cluster_tier(settings, cluster)
+        usd: float | None = 0.0
+        for day, idle_s in days[gpu]:
+            rate = book.rate(model, tier, cluster, on=day)
+            if rate is None:  # no price for the model (one it has prices it every day: rule 4)
+                usd = None
+                break
+            usd = (usd or 0.0) + rate * idle_s / 3600.0
+        out.append(usd)
+    return out
 
 
 TIMELINE_COLUMNS = {
