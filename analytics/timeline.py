@@ -383,12 +383,16 @@ def _idle_usd(
     ).fetchall():
         days[gpu].append((day, float(idle_s)))
     book = price_book(con)
+    rates: dict[tuple[str | None, str | None, dt.date], float | None] = {}  # GPUs share models and days
     out: list[float | None] = []
     for gpu, model, cluster in ranked.select("gpu_id", "gpu_model", "cluster").iter_rows():
         tier = cluster_tier(settings, cluster)
         usd: float | None = 0.0
         for day, idle_s in days[gpu]:
-            rate = book.rate(model, tier, cluster, on=day)
+            key = (model, cluster, day)
+            if key not in rates:
+                rates[key] = book.rate(model, tier, cluster, on=day)
+            rate = rates[key]
             if rate is None:  # no price for the model (one it has prices it every day: rule 4)
                 usd = None
                 break
