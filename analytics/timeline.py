@@ -15,11 +15,16 @@ attributed to a job of that team/user (a team filter therefore hides unallocated
 
 from __future__ import annotations
 
+import datetime as dt
+
 import duckdb
 import polars as pl
 
 from analytics.filters import Filters
 from analytics.query import frame
+from analytics.whatif import cluster_tier
+from gpuledger.ledger.prices import price_book
+from gpuledger.ledger.settings import Settings
 
 
 def _where(filters: Filters, time_col: str = "m.minute") -> tuple[str, list[object]]:
@@ -44,23 +49,35 @@ def _where(filters: Filters, time_col: str = "m.minute") -> tuple[str, list[obje
 
 
 ALL = Filters()  # the whole ledger
-_FROM = "samples_minute m LEFT JOIN gpus g USING (gpu_id) LEFT JOIN jobs j ON j.job_id = m.job_id"
+
+# The rollup tables a view reads (gpuledger/ledger/rollup.py), by grain: the same sums per (GPU, job) and
+# minute, whole hour or day. The table name is inlined into the SQL, so only these are accepted.
+ROLLUPS = {"minute": "samples_minute", "hour": "samples_hour", "day": "samples_day"}
 
 
-def _from_for(filters: Filters) -> str:
-    """_FROM, without the joins this view's filters do not need (the heatmap's 4.5 M minute rows of a
-    28-day, 112-GPU fleet aggregate a third faster without them)."""
+def _rollup(grain: str) -> str:
+    """The rollup table of ``grain`` (ROLLUPS); a ValueError for any other grain."""
+    if grain not in ROLLUPS:
+        raise ValueError(f"unknown grain {grain!r}; use one of {', '.join(ROLLUPS)}")
+    return ROLLUPS[grain]
+
+
+def _from(grain: str = "minute") -> str:
+    """The rollup of ``grain`` as ``m``, with its GPU (``g``) and its job (``j``): what every filter of
+    :func:`_where` can read."""
+    return f"{_rollup(grain)} m LEFT JOIN gpus g USING (gpu_id) LEFT JOIN jobs j ON j.job_id = m.job_id"
+
+
+def _from_for(filters: Filters, grain: str = "minute") -> str:
+    """:func:`_from` without the joins this view's filters do not need (the heatmap's 4.5 M minute rows of
+    a 28-day, 112-GPU fleet aggregate a third faster without them). Over the hour rollup (a cell is the same
+    re-aggregation) or the day rollup, a view's bounds are midnights, so its hours and days hold exactly its
+    minutes."""
     if filters.clusters:
-        return _FROM
+        return _from(grain)
     if filters.teams or filters.users:
-        return "samples_minute m LEFT JOIN jobs j ON j.job_id = m.job_id"
-    return "samples_minute m"
-
-
-def _hours_for(filters: Filters) -> str:
-    """:func:`_from_for` over the per-GPU-hour rollup (``samples_hour``: the minutes' sums per whole hour, so
-    a cell is the same re-aggregation; a view's bounds are midnights, so its hours hold exactly its minutes)."""
-    return _from_for(filters).replace("samples_minute m", "samples_hour m")
+        return f"{_rollup(grain)} m LEFT JOIN jobs j ON j.job_id = m.job_id"
+    return f"{_rollup(grain)} m"
 
 
 HEATMAP_COLUMNS = {
@@ -154,7 +171,7 @@ def gpu_hour_heatmap(
     WITH cells AS MATERIALIZED (
         SELECT m.gpu_id AS key, m.hour, sum(m.util_s) AS util_s, sum(m.util_cov_s) AS util_cov_s,
                sum(m.covered_s) AS covered_s, {_STATE_SUMS}
-        FROM {_hours_for(filters)}
+        FROM {_from_for(filters, "hour")}
         WHERE {where}
         GROUP BY ALL
     ),
@@ -216,7 +233,7 @@ def group_hour_heatmap(
     WITH cells AS (
         SELECT m.gpu_id, m.hour, sum(m.util_s) AS util_s,
                sum(m.util_cov_s) AS util_cov_s, sum(m.covered_s) AS covered_s, {_STATE_SUMS}
-        FROM {_hours_for(filters)}
+        FROM {_from_for(filters, "hour")}
         WHERE {where}
         GROUP BY ALL
     ),
@@ -247,7 +264,7 @@ def view_groups(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL) -> di
     where, params = _where(filters, "m.day")
     sql = f"""
     SELECT count(*), count(DISTINCT coalesce(g.host, chr(0))), count(DISTINCT coalesce(g.cluster, chr(0)))
-    FROM (SELECT DISTINCT m.gpu_id FROM {_from_for(filters).replace("samples_minute", "samples_day")} WHERE {where}) v
+    FROM (SELECT DISTINCT m.gpu_id FROM {_from_for(filters, "day")} WHERE {where}) v
     LEFT JOIN gpus g USING (gpu_id)
     """
     n, hosts, clusters = con.execute(sql, params).fetchall()[0]
@@ -267,7 +284,7 @@ def group_sizes(
     inside, inside_params = _within(within)
     sql = f"""
     SELECT {GROUPS[by]} AS key, count(*) AS gpus
-    FROM (SELECT DISTINCT m.gpu_id FROM {_from_for(filters).replace("samples_minute", "samples_day")}
+    FROM (SELECT DISTINCT m.gpu_id FROM {_from_for(filters, "day")}
           WHERE {where} AND {inside}) v
     LEFT JOIN gpus g USING (gpu_id)
     GROUP BY ALL ORDER BY key NULLS LAST
@@ -293,6 +310,8 @@ IDLE_GPU_COLUMNS = {
     "allocated_idle_h": "idle hours while a job held the GPU",
     "unallocated_idle_h": "idle hours while no job held the GPU (allocated_idle_h + this = idle_h)",
     "unallocated_h": "hours of telemetry attributed to no job (any utilization)",
+    "idle_usd": "Σ over the view's days of the day's idle hours × the price in force that day for the GPU "
+    "model on its cluster at the cluster's tier (NULL when the model has no price)",
 }
 
 
@@ -307,11 +326,18 @@ def gpu_label_sql(gpus: str, gpu_id: str) -> str:
     )
 
 
-def idle_gpus(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL, limit: int = 50) -> pl.DataFrame:
+def idle_gpus(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters = ALL,
+    limit: int = 50,
+    settings: Settings | None = None,
+) -> pl.DataFrame:
     """GPUs ranked by idle hours in the view (IDLE_GPU_COLUMNS); GPUs with no idle sample are left out.
 
     Reads the per-day rollup (``samples_day``, the same sums per GPU-day): views start and end at midnight,
-    so the days inside hold exactly the minutes inside."""
+    so the days inside hold exactly the minutes inside. ``idle_usd`` prices them with :func:`_idle_usd`
+    (``settings``: the clusters' tiers; default settings when None)."""
     where, params = _where(filters, "m.day")
     sql = f"""
     SELECT m.gpu_id, any_value({gpu_label_sql("g", "m.gpu_id")}) AS gpu_label, any_value(g.host) AS host,
@@ -324,14 +350,55 @@ def idle_gpus(con: duckdb.DuckDBPyConnection, *, filters: Filters = ALL, limit: 
            coalesce(sum(m.idle_s) FILTER (WHERE m.job_id IS NOT NULL), 0) / 3600.0 AS allocated_idle_h,
            coalesce(sum(m.idle_s) FILTER (WHERE m.job_id IS NULL), 0) / 3600.0 AS unallocated_idle_h,
            coalesce(sum(m.covered_s) FILTER (WHERE m.job_id IS NULL), 0) / 3600.0 AS unallocated_h
-    FROM {_FROM.replace("samples_minute", "samples_day")}
+    FROM {_from("day")}
     WHERE {where}
     GROUP BY m.gpu_id
     HAVING sum(m.idle_s) > 0
     ORDER BY idle_h DESC, m.gpu_id
     LIMIT ?
     """
-    return frame(con, sql, [*params, limit])
+    ranked = frame(con, sql, [*params, limit])
+    usd = _idle_usd(con, ranked, filters, settings or Settings())
+    return ranked.with_columns(pl.Series("idle_usd", usd, dtype=pl.Float64))
+
+
+def _idle_usd(
+    con: duckdb.DuckDBPyConnection, ranked: pl.DataFrame, filters: Filters, settings: Settings
+) -> list[float | None]:
+    """Each ranked GPU's idle hours in dollars, in ``ranked``'s order: per day of the view, the day's idle
+    hours × the price in force that day (gpuledger.ledger.prices.PriceBook.rate, rules 2-4: the GPU's
+    model, on its cluster, own price rows first, at the cluster's tier, analytics.whatif.cluster_tier, else
+    on_demand), summed. Held or not, an idle hour is priced as capacity, at the rate unallocated hours are
+    (analytics/capacity.py), not at the holding job's tier. None when the model has no price."""
+    if ranked.is_empty():
+        return []
+    where, params = _where(filters, "m.day")
+    ids = ranked["gpu_id"].to_list()
+    days: dict[str, list[tuple[dt.date, float]]] = {gpu: [] for gpu in ids}
+    for gpu, day, idle_s in con.execute(
+        f"""SELECT m.gpu_id, m.day, sum(m.idle_s) FROM {_from_for(filters, "day")}
+            WHERE {where} AND m.gpu_id IN (SELECT unnest(?::VARCHAR[]))
+            GROUP BY ALL HAVING sum(m.idle_s) > 0 ORDER BY ALL""",
+        [*params, ids],
+    ).fetchall():
+        days[gpu].append((day, float(idle_s)))
+    book = price_book(con)
+    rates: dict[tuple[str | None, str | None, dt.date], float | None] = {}  # GPUs share models and days
+    out: list[float | None] = []
+    for gpu, model, cluster in ranked.select("gpu_id", "gpu_model", "cluster").iter_rows():
+        tier = cluster_tier(settings, cluster)
+        usd: float | None = 0.0
+        for day, idle_s in days[gpu]:
+            key = (model, cluster, day)
+            if key not in rates:
+                rates[key] = book.rate(model, tier, cluster, on=day)
+            rate = rates[key]
+            if rate is None:  # no price for the model (one it has prices it every day: rule 4)
+                usd = None
+                break
+            usd = (usd or 0.0) + rate * idle_s / 3600.0
+        out.append(usd)
+    return out
 
 
 TIMELINE_COLUMNS = {
@@ -423,7 +490,7 @@ def gpu_timeline(
     sql = f"""
     WITH cells AS MATERIALIZED (
         SELECT m.gpu_id AS key, date_trunc('{unit}', m.minute) AS ts, {_LINE_SUMS}
-        FROM {_FROM}
+        FROM {_from()}
         WHERE {where} AND {inside}
         GROUP BY ALL
     ),
@@ -434,7 +501,7 @@ def gpu_timeline(
 
 def _timeline_unit(con: duckdb.DuckDBPyConnection, where: str, params: list[object], max_points: int) -> str:
     """``minute``, or ``hour`` when the view's per-GPU minutes would be more than ``max_points`` rows."""
-    n = con.execute(f"SELECT count(*) FROM {_FROM} WHERE {where}", params).fetchall()[0][0]
+    n = con.execute(f"SELECT count(*) FROM {_from()} WHERE {where}", params).fetchall()[0][0]
     return "minute" if n <= max_points else "hour"
 
 
@@ -473,7 +540,7 @@ def group_timeline(
     WITH cells AS MATERIALIZED (
         SELECT {GROUPS[by]} AS key, m.gpu_id, date_trunc('{unit}', m.minute) AS ts, sum(m.util_s) AS util_s,
                sum(m.util_cov_s) AS util_cov_s, max(m.mem_used_max_mib) AS mem_used_mib
-        FROM {_FROM}
+        FROM {_from()}
         WHERE {where}
         GROUP BY ALL
     ),

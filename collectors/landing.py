@@ -575,7 +575,9 @@ def land_and_record(
 ) -> dict[str, int]:
     """A live collector's poll, staged already: land it as ingest ``ingest_id``, add the landing's sample notes
     to ``skipped`` (in place) and record its provenance (``source``: the service polled, not a file). Returns
-    the rows landed per table. The one sequence every poller (Slurm, Kubernetes, Prometheus) runs."""
+    the rows landed per table. The one sequence every live collector (the Slurm, Kubernetes and Prometheus
+    pollers, the NVML sampler's flush) runs; what a collector notes before landing (rows screened out, the
+    NVML sampler's lost GPU reads) comes in ``skipped`` (stored sorted, so the order is no matter)."""
     rows, notes = split_sample_notes(land(con, ingest_id, opts))
     skipped.update(notes)
     record_ingest(

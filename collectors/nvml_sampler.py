@@ -6,7 +6,7 @@ counters and, on Hopper and newer where the driver supports GPM, SM and tensor a
 process its pid, used memory and the job it belongs to (collectors/proc_jobs.py); and any XID events.
 
 Rows wait in bounded in-memory column buffers and are written every ``--flush`` seconds in ONE transaction
-through :func:`collectors.landing.land` (samples, gpus, processes, allocations, gpu_events), with provenance
+through :func:`collectors.landing.land_and_record` (samples, gpus, processes, allocations, gpu_events), with provenance
 ``nvml://<host>`` and a unique hash per flush, and the collector's cursor in ``collector_state``. Each flush
 opens the ledger, writes and closes it (gpuledger.ledger.db.writer), so the dashboard keeps reading in between.
 SIGTERM/SIGINT stop the loop, flush what is buffered and exit 0; a ``kill -9`` loses at most the rows of
@@ -35,14 +35,8 @@ from typing import Any, Protocol
 import duckdb
 import pyarrow as pa
 
-from collectors.base import (
-    IngestOptions,
-    land,
-    next_ingest_id,
-    record_ingest,
-    run_in_transaction,
-    split_sample_notes,
-)
+from collectors.base import IngestOptions, next_ingest_id, run_in_transaction
+from collectors.landing import land_and_record
 from collectors.nvml_api import DeviceInfo, DeviceLost, NvmlApi
 from collectors.proc_jobs import ProcJobs, jobs_from_mapping_dir
 from collectors.validate import screen_live
@@ -345,23 +339,21 @@ class NvmlSampler:
 
         ingest_id = next_ingest_id(con)
         self._stage(con)
-        rejected = screen_live(con, ingest_id, f"nvml://{self.host}")
-        rows, notes = split_sample_notes(land(con, ingest_id, self.opts))
-        notes.update(rejected)
+        source = f"nvml://{self.host}"
+        skipped = screen_live(con, ingest_id, source)
+        if self.summary.lost_reads:
+            skipped["lost GPU reads"] = self.summary.lost_reads
         span = self.samples.data["ts"]
         marker = f"{self.host}|{span[0] if span else ''}|{span[-1] if span else ''}|{uuid.uuid4()}"
-        record_ingest(
+        rows = land_and_record(
             con,
             ingest_id,
-            path=f"nvml://{self.host}",
-            source_key=f"nvml://{self.host}",
+            self.opts,
+            source=source,
+            source_key=source,
             sha256=hashlib.sha256(marker.encode()).hexdigest(),
             fmt=FORMAT,
-            rows=rows,
-            skipped={
-                **notes,
-                **({"lost GPU reads": self.summary.lost_reads} if self.summary.lost_reads else {}),
-            },
+            skipped=skipped,
         )
         if span:
             con.execute(
@@ -373,7 +365,7 @@ class NvmlSampler:
                     json.dumps({"gpus": len(self.devices), "interval_s": self.interval_s}),
                 ],
             )
-        return IngestReport(f"nvml://{self.host}", FORMAT, ingest_id, rows)
+        return IngestReport(source, FORMAT, ingest_id, rows)
 
     def _stage(self, con: duckdb.DuckDBPyConnection) -> None:
         """Create the stage_* tables from the buffers, converting NVML units to the ledger's in SQL."""

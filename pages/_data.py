@@ -268,7 +268,7 @@ def fleet(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> Flee
         n_gpus=n_gpus,
         n_hosts=groups["hosts"],
         heatmap=timeline.gpu_hour_heatmap(con, filters=filters) if n_gpus <= FLEET_GROUP_PAST else None,
-        idle=timeline.idle_gpus(con, filters=filters),
+        idle=timeline.idle_gpus(con, filters=filters, settings=s),
         by_model=utilization.utilization_by(con, by="gpu_model", filters=filters, settings=s),
         by_cluster=utilization.utilization_by(con, by="cluster", filters=filters, settings=s),
     )

@@ -220,26 +220,7 @@ idle = f.idle
 if idle.is_empty():
     no_rows("No GPU sat idle in this view.")
 else:
-    s = _scope.settings()
-    prices = _data.prices_in_force()
-
-    def price(model: str | None, cluster: str | None) -> float | None:
-        if model is None:
-            return None
-        c = s.clusters.get(cluster or "")
-        # the rate unallocated hours are priced at (analytics/waste.py): the cluster's tier, else on_demand
-        return prices.rate(model, (c.tier if c and c.tier else s.default_tier), cluster)
-
-    idle = idle.with_columns(
-        pl.Series(
-            "price",
-            [price(m, c) for m, c in zip(idle["gpu_model"], idle["cluster"], strict=True)],
-            dtype=pl.Float64,
-        )
-    ).with_columns(
-        (pl.col("idle_h") * pl.col("price")).alias("idle_usd"),
-        (100.0 * pl.col("idle_share")).alias("idle_pct"),
-    )
+    idle = idle.with_columns((100.0 * pl.col("idle_share")).alias("idle_pct"))
     table = idle.select(
         "gpu_label",
         "cluster",
@@ -260,8 +241,8 @@ else:
             "idle_usd": NC(
                 "idle ($)",
                 format="dollar",
-                help="Idle hours at the price in force for the GPU model and its cluster's tier (empty: no "
-                "price for the model).",
+                help="Idle hours at the price in force on each day for the GPU model on its cluster, at the "
+                "cluster's tier (empty: no price for the model).",
             ),
             "idle_h": NC(
                 "idle (h)",

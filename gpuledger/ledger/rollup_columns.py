@@ -1,6 +1,7 @@
 """What a ``samples_minute`` row holds, as SQL: each column's aggregate over the samples of one
 (minute, GPU, job) (:func:`_minute_sql`, grouped or, where most minutes hold one sample, row by row), and how
-``samples_day`` and ``samples_hour`` re-aggregate minute rows (``DAY_AGGREGATES``, ``HOUR_AGGREGATES``).
+``samples_day`` and ``samples_hour`` re-aggregate minute rows (:func:`aggregates`: ``DAY_AGGREGATES``,
+``HOUR_AGGREGATES``).
 The refresh that runs this SQL is gpuledger/ledger/rollup.py.
 """
 
@@ -197,21 +198,30 @@ _MAXES = [
     "memu_max_mib",
     "temp_max_c",
 ]
-DAY_AGGREGATES = ", ".join(
-    [f"sum(m.{c}) AS {c}" for c in _SUMS]
-    + [f"sum(m.{c})::INTEGER AS {c}" for c in _COUNTS]
-    + [f"max(m.{c}) AS {c}" for c in _MAXES]
-    + [
-        "min(m.first_ts) AS first_ts",
-        "arg_min(m.first_pair, m.minute) AS first_pair",
-        "arg_min(m.first_swing, m.minute) AS first_swing",
-    ]
-)
 
 
-# The hours' sums are compensated (DuckDB's fsum, Kahan-Babuska): an hour re-aggregated by an incremental
-# refresh reads its minute rows in another order than a rebuild does, and a plain sum then differed in the
-# last bits (1457.9999999999973 against 1458.0 for one GPU-hour of util_s).
-HOUR_AGGREGATES = DAY_AGGREGATES.replace(
-    ", ".join(f"sum(m.{c}) AS {c}" for c in _SUMS), ", ".join(f"fsum(m.{c}) AS {c}" for c in _SUMS), 1
-)
+def aggregates(grain: str) -> str:
+    """The select list re-aggregating minute rows (``m``) into the rollup of ``grain`` (``"day"``:
+    ``samples_day``, ``"hour"``: ``samples_hour``): sums of the sums, counts and maxima, and each group's
+    first sample's values.
+
+    The hours' sums are compensated (DuckDB's fsum, Kahan-Babuska): an hour re-aggregated by an incremental
+    refresh reads its minute rows in another order than a rebuild does, and a plain sum then differed in the
+    last bits (1457.9999999999973 against 1458.0 for one GPU-hour of util_s). The days keep plain sums."""
+    sums = {"day": "sum", "hour": "fsum"}
+    if grain not in sums:
+        raise ValueError(f"unknown grain {grain!r}; use one of {', '.join(sums)}")
+    return ", ".join(
+        [f"{sums[grain]}(m.{c}) AS {c}" for c in _SUMS]
+        + [f"sum(m.{c})::INTEGER AS {c}" for c in _COUNTS]
+        + [f"max(m.{c}) AS {c}" for c in _MAXES]
+        + [
+            "min(m.first_ts) AS first_ts",
+            "arg_min(m.first_pair, m.minute) AS first_pair",
+            "arg_min(m.first_swing, m.minute) AS first_swing",
+        ]
+    )
+
+
+DAY_AGGREGATES = aggregates("day")
+HOUR_AGGREGATES = aggregates("hour")

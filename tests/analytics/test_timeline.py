@@ -332,3 +332,60 @@ def test_idle_gpus_split_idle_hours_into_held_and_unallocated(fleet, ledger) -> 
     for r in rows.values():
         assert r["idle_h"] == pytest.approx(r["allocated_idle_h"] + r["unallocated_idle_h"])
     assert rows["g0"]["gpu_label"] == "g0"  # no index in the ledger: the id itself
+
+
+@pytest.fixture
+def priced_idle(ledger):
+    """Three GPUs idle at 0 %, one sample a minute standing for 60 s, no job:
+    gA: A100-80GB on borealis, 60 samples on 16 Nov (1 h) and 30 on 17 Nov (0.5 h);
+    gB: A100-80GB on lab, 60 samples on 16 Nov (1 h); gC: no model, 60 samples on 16 Nov.
+    borealis has its own A100-80GB on_demand rows: $1.10 from 2025-01-01, $1.50 from 17 Nov."""
+    minutes = [(T0 + dt.timedelta(hours=10, minutes=i), "gA") for i in range(60)]
+    minutes += [(T0 + dt.timedelta(days=1, hours=10, minutes=i), "gA") for i in range(30)]
+    minutes += [(T0 + dt.timedelta(hours=10, minutes=i), g) for g in ("gB", "gC") for i in range(60)]
+    ledger.execute("BEGIN TRANSACTION")
+    ledger.execute(
+        "CREATE TEMP TABLE stage_samples (ts TIMESTAMP, gpu_id VARCHAR, interval_s FLOAT, util_pct FLOAT)"
+    )
+    ledger.executemany("INSERT INTO stage_samples VALUES (?, ?, 60.0, 0.0)", minutes)
+    ledger.execute(
+        """CREATE TEMP TABLE stage_gpus AS SELECT * FROM (VALUES
+             ('gA', 'n1', 'A100-80GB', 'borealis'), ('gB', 'n2', 'A100-80GB', 'lab'),
+             ('gC', 'n3', NULL, 'lab')) t(gpu_id, host, model, cluster)"""
+    )
+    land(ledger, next_ingest_id(ledger), IngestOptions())
+    drop_stage(ledger)
+    ledger.execute("COMMIT")
+    ledger.execute(
+        """INSERT INTO prices VALUES
+             ('A100-80GB', 'on_demand', 'borealis', DATE '2025-01-01', 1.10, 'ours', DATE '2025-01-01', 'settings', NULL),
+             ('A100-80GB', 'on_demand', 'borealis', DATE '2026-11-17', 1.50, 'ours', DATE '2026-11-17', 'settings', NULL)"""
+    )
+    return ledger
+
+
+def test_idle_gpus_price_each_days_idle_hours_at_the_clusters_price_in_force(priced_idle) -> None:
+    """idle_usd (the Fleet page's "idle ($)"): each day's idle hours × the price in force that day for the
+    model on the GPU's cluster (its own rows before the generic sheet's $1.79) at the cluster's tier. Before,
+    the page multiplied all idle hours by the latest price (gA: 1.5 h × $1.50 = $2.25)."""
+    from gpuledger.ledger.settings import ClusterSettings, Settings
+
+    settings = Settings(clusters={"lab": ClusterSettings(tier="spot")})
+    rows = {r["gpu_id"]: r for r in idle_gpus(priced_idle, settings=settings).iter_rows(named=True)}
+    assert rows["gA"]["idle_h"] == pytest.approx(1.5)
+    # gA: 1 h on 16 Nov at borealis's $1.10 + 0.5 h on 17 Nov at its $1.50
+    assert rows["gA"]["idle_usd"] == pytest.approx(1 * 1.10 + 0.5 * 1.50)
+    # gB: lab has no rows of its own, its tier is spot: 1 h at the sheet's generic A100-80GB spot $1.07
+    assert rows["gB"]["idle_usd"] == pytest.approx(1 * 1.07)
+    # gC: no model, no price
+    assert rows["gC"]["idle_h"] == pytest.approx(1.0)
+    assert rows["gC"]["idle_usd"] is None
+    # default settings: lab at on_demand, the sheet's $1.79
+    default = {r["gpu_id"]: r["idle_usd"] for r in idle_gpus(priced_idle).iter_rows(named=True)}
+    assert default["gB"] == pytest.approx(1 * 1.79)
+    # a view of 17 Nov alone holds gA's half hour, at that day's $1.50
+    day2 = idle_gpus(priced_idle, filters=Filters(since=dt.date(2026, 11, 17), until=dt.date(2026, 11, 17)))
+    assert day2.select("gpu_id", "idle_usd").rows() == [("gA", pytest.approx(0.5 * 1.50))]
+    # and a cluster view prices its GPUs the same way
+    borealis = idle_gpus(priced_idle, filters=Filters(clusters=("borealis",)))
+    assert borealis.select("gpu_id", "idle_usd").rows() == [("gA", pytest.approx(1.85))]

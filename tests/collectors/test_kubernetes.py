@@ -13,7 +13,9 @@ from __future__ import annotations
 import datetime as dt
 import http.server
 import json
+import os
 import shutil
+import signal
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -243,6 +245,36 @@ def test_collect_kubernetes_command(api, tmp_path):
     out = gpuledger("collect", "kubernetes", "--server", url, "--cluster", "k1", "--json", "--db", db)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["rows"] == {"jobs": 4, "allocations": 3}
+
+
+def test_collect_kubernetes_every_polls_until_sigterm(api, tmp_path):
+    """``--every``: a poll each period (gpuledger/cli/live/repeat.py) until SIGTERM, which lets the poll in
+    flight finish and be reported, then exits 0. The replay sends SIGTERM while serving the second poll's
+    node list: two reports of the same five pods."""
+    url, handler = api
+    serve = handler.do_GET
+
+    def do_get(self: _Replay) -> None:
+        if sum(s.startswith("/api/v1/nodes") for s in type(self).seen) == 1 and self.path.startswith(
+            "/api/v1/nodes"
+        ):
+            os.kill(os.getpid(), signal.SIGTERM)
+        serve(self)
+
+    handler.do_GET = do_get
+    before = signal.getsignal(signal.SIGTERM)
+    db = str(tmp_path / "l.duckdb")
+    out = gpuledger("collect", "kubernetes", "--server", url, "--every", "0.05s", "--json", "--db", db)
+    assert out.returncode == 0, out.stderr
+    reports = [json.loads(r) for r in out.stdout.replace("}\n{", "}\0{").split("\0")]
+    assert [r["pods_read"] for r in reports] == [5, 5]
+    assert reports[0]["rows"] == {"jobs": 4, "allocations": 3}
+    from gpuledger.ledger.db import reader
+
+    with reader(db) as con:  # the second poll re-read the same pods: updated in place, never counted twice
+        assert con.execute("SELECT count(*) FROM jobs").fetchone() == (4,)
+    assert sum(s.startswith("/api/v1/nodes") for s in handler.seen) == 2
+    assert signal.getsignal(signal.SIGTERM) == before
 
 
 def test_collect_kubernetes_without_a_config_is_one_sentence(tmp_path, monkeypatch):

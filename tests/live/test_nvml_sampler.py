@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import itertools
+import json
 import os
 import select
 import signal
@@ -104,6 +105,10 @@ def test_eight_gpu_replay_with_mislabelled_header(db_path: str) -> None:
     # GPUs 0-2 have 6 rows, 3-7 only 5: the sixth round reads five exhausted GPUs as lost
     assert sampler.summary.samples == 43
     assert sampler.summary.lost_reads == 5
+    # the flush records them in its ingest's skipped counts, beside the landing's notes
+    assert rows(db_path, "SELECT path, skipped_json FROM ingests") == [
+        ("nvml://ws1", '{"lost GPU reads": 5}')
+    ]
     mismatches = rows(
         db_path,
         f"""
@@ -417,3 +422,7 @@ def test_a_bad_reading_is_left_out_and_recorded_without_stopping_the_collector(
     assert rows(db_path, "SELECT count(*), max(util_pct), min(power_w) FROM samples") == [(3, 97.0, 304.0)]
     rejected = rows(db_path, "SELECT path, table_name, count(*) FROM rejected_rows GROUP BY ALL")
     assert rejected == [("nvml://ws1", "samples", 1)]
+    ((ingest_id, skipped),) = rows(db_path, "SELECT ingest_id, skipped_json FROM ingests")
+    assert json.loads(skipped) == {
+        f"rows outside their physical range (rejected_rows of ingest #{ingest_id})": 1
+    }

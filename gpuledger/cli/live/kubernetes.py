@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import signal
-import sys
-import threading
 
 from collectors.base import IngestOptions
 from collectors.kubernetes_poll import KubePollReport, poll
 from gpuledger.cli import times
 from gpuledger.cli.commands._common import add_db_options, print_json
-from gpuledger.ledger.errors import CollectorError, DatabaseBusyError, LedgerError
+from gpuledger.cli.live.repeat import period, poll_until_stopped
 
 
 def add_collect_parser(sub: argparse._SubParsersAction) -> None:
@@ -49,32 +46,22 @@ def describe(r: KubePollReport) -> str:
 def run(args: argparse.Namespace) -> int:
     from gpuledger.ledger.settings import load_settings
 
-    if args.once and args.every:
-        raise LedgerError("--once and --every exclude each other")
+    every = period(once=args.once, every=args.every)
     opts = IngestOptions.from_settings(load_settings(args.settings), cluster=args.cluster, tz="UTC")
-    stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        while True:
-            try:
-                report = poll(
-                    args.db,
-                    cluster=args.cluster,
-                    opts=opts,
-                    kubeconfig=args.kubeconfig,
-                    context=args.context,
-                    server=args.server,
-                    timeout_s=args.timeout,
-                )
-            except (CollectorError, DatabaseBusyError) as exc:
-                if not args.every:
-                    raise
-                print(f"warning: {exc}; retrying in {args.every}", file=sys.stderr, flush=True)
-            else:
-                print_json(report.as_dict()) if args.json else print(describe(report), flush=True)
-            if not args.every or stop.wait(args.every.total_seconds()):
-                break
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+
+    def poll_once() -> KubePollReport:
+        return poll(
+            args.db,
+            cluster=args.cluster,
+            opts=opts,
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            server=args.server,
+            timeout_s=args.timeout,
+        )
+
+    def show(report: KubePollReport) -> None:
+        print_json(report.as_dict()) if args.json else print(describe(report), flush=True)
+
+    poll_until_stopped(poll_once, show, every=every)
     return 0

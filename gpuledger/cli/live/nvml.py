@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 
 from collectors.base import IngestOptions
 from collectors.nvml_api import NvmlApi, PynvmlApi
 from collectors.nvml_sampler import NvmlSampler
 from gpuledger.cli.commands._common import add_db_options, print_json
+from gpuledger.cli.live.repeat import stop_on_signals
 from gpuledger.ledger.errors import LedgerError
 
 
@@ -63,13 +62,7 @@ def run(args: argparse.Namespace) -> int:
         api = ReplayNvml(args.replay, columns=columns, loop=True)
     else:
         api = PynvmlApi()
-    stop = threading.Event()
-
-    def on_signal(_signum: int, _frame: object) -> None:
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with stop_on_signals() as stop:
         sampler = NvmlSampler(
             api,
             db=args.db,
@@ -84,9 +77,6 @@ def run(args: argparse.Namespace) -> int:
             log=(lambda _m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True)),
         )
         summary = sampler.run(duration_s=args.duration)
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
     if args.json:
         print_json(summary.as_dict())
     elif not args.quiet:

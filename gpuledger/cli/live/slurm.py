@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import signal
-import sys
-import threading
 
 from collectors.base import IngestOptions
 from collectors.slurm_poll import PollReport, poll
 from gpuledger.cli import times
 from gpuledger.cli.commands._common import add_db_options, print_json
-from gpuledger.ledger.errors import CollectorError, DatabaseBusyError, LedgerError
+from gpuledger.cli.live.repeat import period, poll_until_stopped
 
 parse_duration = times.duration  # the one grammar (gpuledger/cli/times.py)
 parse_since = times.moment
@@ -60,42 +57,29 @@ def describe(r: PollReport) -> str:
 def run(args: argparse.Namespace) -> int:
     from gpuledger.ledger.settings import load_settings
 
-    if args.once and args.every:
-        raise LedgerError("--once and --every exclude each other")
+    every = period(once=args.once, every=args.every)
     settings = load_settings(args.settings)
     opts = IngestOptions.from_settings(settings, cluster=args.cluster, tz="UTC")
-    stop = threading.Event()
+    since = args.since
 
-    def on_signal(_signum: int, _frame: object) -> None:
-        stop.set()
+    def poll_once() -> PollReport:
+        nonlocal since
+        report = poll(
+            args.db,
+            cluster=args.cluster,
+            since=since,
+            overlap=args.overlap,
+            timeout_s=args.sacct_timeout,
+            opts=opts,
+        )
+        since = None  # --since applies to the first successful poll only
+        return report
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        since = args.since
-        while True:
-            try:
-                report = poll(
-                    args.db,
-                    cluster=args.cluster,
-                    since=since,
-                    overlap=args.overlap,
-                    timeout_s=args.sacct_timeout,
-                    opts=opts,
-                )
-            except (CollectorError, DatabaseBusyError) as exc:
-                if not args.every:
-                    raise
-                # a repeating poller outlives a slurmdbd restart: the cursor did not move, retry next period
-                print(f"warning: {exc}; retrying in {args.every}", file=sys.stderr, flush=True)
-            else:
-                since = None  # --since applies to the first successful poll only
-                if args.json:
-                    print_json(report.as_dict())
-                else:
-                    print(describe(report), flush=True)
-            if not args.every or stop.wait(args.every.total_seconds()):
-                break
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    def show(report: PollReport) -> None:
+        if args.json:
+            print_json(report.as_dict())
+        else:
+            print(describe(report), flush=True)
+
+    poll_until_stopped(poll_once, show, every=every)
     return 0
