@@ -1,0 +1,238 @@
+"""The attempts of a requeued job across separate dumps (collectors/attempts.py): every attempt billed to its job.
+
+Job 42 holds 8 × H100. Attempt 1 runs on n1 from 00:00 for 15 min (8 × 0.25 h = 2 GPU-h), then is requeued
+(or preempted, or its node fails; or a poll saw it RUNNING with Elapsed 00:15); attempt 2 runs on n2 from
+01:00 to 02:00 (8 × 1 h = 8 GPU-h). Dump 1 lists attempt 1, dump 2 (plain sacct, no -D) attempt 2. Money is
+GPU-hours × $2.99, the price sheet's H100 on-demand rate.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from analytics.summary import summary
+from analytics.waste import job_waste
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
+from gpuledger.ledger.settings import Settings
+from tests.conftest import write
+
+T = dt.datetime
+T0 = T(2026, 3, 1)
+H100_USD = 2.99
+UTC = IngestOptions(tz="UTC")
+HEADER = "JobIDRaw|Cluster|JobName|User|Account|State|Start|End|Elapsed|AllocTRES|NodeList"
+TRES = "gres/gpu:h100=8,gres/gpu=8"
+FIRST = {
+    "REQUEUED": f"42|ci|train|bob|cv|REQUEUED|2026-03-01T00:00:00|2026-03-01T00:15:00|00:15:00|{TRES}|n1",
+    "PREEMPTED": f"42|ci|train|bob|cv|PREEMPTED|2026-03-01T00:00:00|2026-03-01T00:15:00|00:15:00|{TRES}|n1",
+    "NODE_FAIL": f"42|ci|train|bob|cv|NODE_FAIL|2026-03-01T00:00:00|2026-03-01T00:15:00|00:15:00|{TRES}|n1",
+    "RUNNING": f"42|ci|train|bob|cv|RUNNING|2026-03-01T00:00:00|Unknown|00:15:00|{TRES}|n1",
+}
+SECOND = f"42|ci|train|bob|cv|COMPLETED|2026-03-01T01:00:00|2026-03-01T02:00:00|01:00:00|{TRES}|n2"
+ATTEMPT_1_USD = 8 * 0.25 * H100_USD  # $5.98
+ATTEMPT_2_USD = 8 * 1 * H100_USD  # $23.92
+
+
+def dump(tmp_path: Path, name: str, *rows: str) -> Path:
+    return write(tmp_path, name, "\n".join([HEADER, *rows]) + "\n")
+
+
+def smi_csv(tmp_path: Path, host: str, minutes: int = 120) -> Path:
+    """nvidia-smi --query-gpu=timestamp,index,name,utilization.gpu --format=csv -l 60: 8 cards, n1's at 50 %,
+    n2's at 60 % (two files of the same bytes would be one source)."""
+    lines = ["timestamp, index, name, utilization.gpu [%]"]
+    for m in range(minutes):
+        ts = (T0 + dt.timedelta(minutes=m)).strftime("%Y/%m/%d %H:%M:%S.000")
+        lines += [f"{ts}, {i}, NVIDIA H100 80GB HBM3, {40 + 10 * int(host[-1])} %" for i in range(8)]
+    return write(tmp_path, f"{host}.csv", "\n".join(lines) + "\n")
+
+
+def snapshot(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple]]:
+    """What the ledger says of the job, whichever ingest brought it."""
+    return {
+        "jobs": con.execute(
+            """SELECT job_id, attempt, attempt_of, state, start_ts, end_ts, gpu_count, attribution
+               FROM jobs ORDER BY job_id"""
+        ).fetchall(),
+        "allocations": con.execute(
+            "SELECT job_id, host, gpu_count, start_ts, end_ts FROM allocations ORDER BY job_id, host"
+        ).fetchall(),
+        "samples": con.execute(
+            """SELECT job_id, g.host, count(*), min(ts), max(ts) FROM samples JOIN gpus g USING (gpu_id)
+               GROUP BY ALL ORDER BY ALL"""
+        ).fetchall(),
+        "minutes": con.execute(
+            "SELECT job_id, count(*), sum(n), sum(covered_s), sum(idle_run_s) FROM samples_minute GROUP BY ALL ORDER BY ALL"
+        ).fetchall(),
+    }
+
+
+def costs(con: duckdb.DuckDBPyConnection) -> dict[str, dict]:
+    return {r["job_id"]: r for r in job_waste(con).iter_rows(named=True)}
+
+
+@pytest.mark.parametrize("state", list(FIRST))
+@pytest.mark.parametrize("order", ["in-order", "out-of-order"])
+def test_each_attempt_from_its_own_dump_is_billed_to_the_job(ledger, tmp_path, state, order):
+    one = dump(tmp_path, "monday.txt", FIRST[state])
+    two = dump(tmp_path, "tuesday.txt", SECOND)
+    for path in [one, two] if order == "in-order" else [two, one]:
+        ingest_file(ledger, path, opts=UTC)
+    # a running record followed by a later attempt was requeued: it ended at Start + Elapsed
+    first_state = "REQUEUED" if state == "RUNNING" else state
+    assert snapshot(ledger)["jobs"] == [
+        ("ci/42", 2, "ci/42", "COMPLETED", T(2026, 3, 1, 1), T(2026, 3, 1, 2), 8.0, "none"),
+        ("ci/42#1", 1, "ci/42", first_state, T0, T(2026, 3, 1, 0, 15), 8.0, "none"),
+    ]
+    c = costs(ledger)
+    assert c["ci/42#1"]["cost_usd"] == pytest.approx(ATTEMPT_1_USD)
+    assert c["ci/42"]["cost_usd"] == pytest.approx(ATTEMPT_2_USD)
+    # disrupted with no checkpoint: the whole first attempt is lost; the completed one has no telemetry
+    assert c["ci/42#1"]["failed_usd"] == pytest.approx(ATTEMPT_1_USD)
+    s = summary(ledger, settings=Settings())
+    assert s["spend_usd"] == pytest.approx(ATTEMPT_1_USD + ATTEMPT_2_USD)  # $29.90: both attempts
+    assert s["gpu_hours"] == pytest.approx(2 + 8)
+    assert s["jobs"] == 1  # one job, two attempts
+
+
+@pytest.mark.parametrize("state", ["PREEMPTED", "RUNNING"])
+def test_with_telemetry_each_attempt_holds_its_own_cards(ledger, tmp_path, state):
+    """n1 and n2 report 8 cards each, every minute 00:00-02:00 (32 card-hours, $95.68). Attempt 1 holds n1's
+    cards 00:00-00:15 (2 GPU-h), attempt 2 n2's 01:00-02:00 (8 GPU-h); the rest is unallocated. Before, the
+    second dump replaced the first: attempt 1's 2 GPU-h became unallocated capacity (and a running record's
+    open span kept n1's cards to the horizon)."""
+    for host in ("n1", "n2"):
+        ingest_file(ledger, smi_csv(tmp_path, host), opts=IngestOptions(tz="UTC", host=host))
+    ingest_file(ledger, dump(tmp_path, "monday.txt", FIRST[state]), opts=UTC)
+    ingest_file(ledger, dump(tmp_path, "tuesday.txt", SECOND), opts=UTC)
+    # plain SQL: the samples each attempt holds (one a minute per card)
+    assert snapshot(ledger)["samples"] == [
+        ("ci/42", "n2", 8 * 60, T(2026, 3, 1, 1), T(2026, 3, 1, 1, 59)),
+        ("ci/42#1", "n1", 8 * 15, T0, T(2026, 3, 1, 0, 14)),
+        (None, "n1", 8 * 105, T(2026, 3, 1, 0, 15), T(2026, 3, 1, 1, 59)),
+        (None, "n2", 8 * 60, T0, T(2026, 3, 1, 0, 59)),
+    ]
+    c = costs(ledger)
+    assert c["ci/42#1"]["cost_usd"] == pytest.approx(ATTEMPT_1_USD)
+    assert c["ci/42"]["cost_usd"] == pytest.approx(ATTEMPT_2_USD)
+    s = summary(ledger, settings=Settings())
+    assert s["spend_usd"] == pytest.approx(2 * 8 * 2 * H100_USD)  # every card-hour once: $95.68
+    # unallocated: 32 card-hours less the attempts' 2 + 8
+    assert s["waste"]["unallocated_usd"] == pytest.approx((32 - 2 - 8) * H100_USD)
+    assert s["jobs"] == 1
+
+
+@pytest.mark.parametrize("state", ["NODE_FAIL", "RUNNING"])
+def test_either_order_replace_and_reingest_give_the_same_ledger(ledger, tmp_path, state):
+    for host in ("n1", "n2"):
+        ingest_file(ledger, smi_csv(tmp_path, host), opts=IngestOptions(tz="UTC", host=host))
+    telemetry = snapshot(ledger)["samples"]
+    one = dump(tmp_path, "monday.txt", FIRST[state])
+    two = dump(tmp_path, "tuesday.txt", SECOND)
+    ingest_file(ledger, one, opts=UTC)
+    ingest_file(ledger, two, opts=UTC)
+    expected = snapshot(ledger)
+    replace = IngestOptions(tz="UTC", replace=True)
+    for path in (one, two):
+        ingest_file(ledger, path, opts=replace)  # --replace of the same file
+        assert snapshot(ledger) == expected, path.name
+    for path in (one, two):
+        copy = tmp_path / f"again-{path.name}"
+        shutil.copy(path, copy)
+        copy.write_text(copy.read_text() + "\n")  # other bytes, the same records
+        ingest_file(ledger, copy, opts=UTC)
+        assert snapshot(ledger) == expected, copy.name
+    # the other order, on a ledger with the same telemetry
+    other = duckdb.connect()
+    from gpuledger.ledger.db import memory_ledger
+
+    other = memory_ledger()
+    for host in ("n1", "n2"):
+        ingest_file(other, smi_csv(tmp_path, host), opts=IngestOptions(tz="UTC", host=host))
+    assert snapshot(other)["samples"] == telemetry
+    ingest_file(other, two, opts=UTC)
+    ingest_file(other, one, opts=UTC)
+    assert snapshot(other) == expected
+    other.close()
+
+
+def test_a_third_attempt_between_two_landed_ones_is_numbered_by_start(ledger, tmp_path):
+    """Attempts arrive 3, 1, 2 (three plain dumps): they are numbered by start whatever the order, and the
+    latest is the job's row."""
+    third = f"42|ci|train|bob|cv|COMPLETED|2026-03-01T03:00:00|2026-03-01T03:30:00|00:30:00|{TRES}|n1"
+    second = f"42|ci|train|bob|cv|PREEMPTED|2026-03-01T01:00:00|2026-03-01T01:30:00|00:30:00|{TRES}|n2"
+    for name, row in (("c.txt", third), ("a.txt", FIRST["REQUEUED"]), ("b.txt", second)):
+        ingest_file(ledger, dump(tmp_path, name, row), opts=UTC)
+    assert ledger.execute(
+        "SELECT job_id, attempt, attempt_of, state FROM jobs ORDER BY start_ts"
+    ).fetchall() == [
+        ("ci/42#1", 1, "ci/42", "REQUEUED"),
+        ("ci/42#2", 2, "ci/42", "PREEMPTED"),
+        ("ci/42", 3, "ci/42", "COMPLETED"),
+    ]
+    assert ledger.execute("SELECT job_id, host FROM allocations ORDER BY start_ts").fetchall() == [
+        ("ci/42#1", "n1"),
+        ("ci/42#2", "n2"),
+        ("ci/42", "n1"),
+    ]
+
+
+def test_a_sacct_d_dump_after_a_plain_one_is_the_same_ledger(ledger, tmp_path):
+    """A plain dump landed attempt 1 as the job; a later ``sacct -D`` lists both attempts: the same two rows as
+    the -D dump alone gives."""
+    ingest_file(ledger, dump(tmp_path, "plain.txt", FIRST["REQUEUED"]), opts=UTC)
+    ingest_file(ledger, dump(tmp_path, "all.txt", FIRST["REQUEUED"], SECOND), opts=UTC)
+    from gpuledger.ledger.db import memory_ledger
+
+    alone = memory_ledger()
+    ingest_file(alone, dump(tmp_path, "all.txt", FIRST["REQUEUED"], SECOND), opts=UTC)
+    assert snapshot(ledger) == snapshot(alone)
+    assert [r[0] for r in snapshot(ledger)["jobs"]] == ["ci/42", "ci/42#1"]
+    alone.close()
+
+
+JOBS_HEADER = "job_id,user,team,cluster,gpu_model,gpu_count,start,end,state,last_checkpoint\n"
+
+
+def test_a_jobs_table_keeps_each_attempt_and_its_badput_since_its_checkpoint(ledger, tmp_path):
+    """The rule is the landing's, not sacct's: a jobs table's two exports of job 42. Attempt 1 was preempted
+    at 00:15 with a checkpoint at 00:10: it loses 8 GPUs × 5 min = 0.667 GPU-h, $1.99; attempt 2 completed."""
+    one = write(
+        tmp_path,
+        "a.csv",
+        JOBS_HEADER
+        + "42,bob,cv,ci,H100,8,2026-03-01T00:00:00,2026-03-01T00:15:00,PREEMPTED,2026-03-01T00:10:00\n",
+    )
+    two = write(
+        tmp_path,
+        "b.csv",
+        JOBS_HEADER + "42,bob,cv,ci,H100,8,2026-03-01T01:00:00,2026-03-01T02:00:00,COMPLETED,\n",
+    )
+    ingest_file(ledger, two, opts=UTC)
+    ingest_file(ledger, one, opts=UTC)
+    assert ledger.execute(
+        "SELECT job_id, attempt, last_checkpoint_ts FROM jobs ORDER BY start_ts"
+    ).fetchall() == [
+        ("42#1", 1, T(2026, 3, 1, 0, 10)),
+        ("42", 2, None),  # the retry's own checkpoint is not known
+    ]
+    c = costs(ledger)
+    assert c["42#1"]["failed_usd"] == pytest.approx(8 * 5 / 60 * H100_USD)  # $1.99
+    assert c["42#1"]["cost_usd"] + c["42"]["cost_usd"] == pytest.approx(ATTEMPT_1_USD + ATTEMPT_2_USD)
+
+
+def test_a_pending_record_after_a_running_one_is_the_same_attempt(ledger, tmp_path):
+    """A pending record's start is the scheduler's guess: after a record that has not ended it is the same
+    attempt, updated in place (it holds no GPU), as before."""
+    ingest_file(ledger, dump(tmp_path, "a.txt", FIRST["RUNNING"]), opts=UTC)
+    pending = f"42|ci|train|bob|cv|PENDING|2026-03-01T05:00:00|Unknown|00:00:00|{TRES}|None assigned"
+    ingest_file(ledger, dump(tmp_path, "b.txt", pending), opts=UTC)
+    assert ledger.execute("SELECT job_id, state, start_ts, attempt FROM jobs").fetchall() == [
+        ("ci/42", "PENDING", None, None)
+    ]
