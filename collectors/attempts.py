@@ -31,18 +31,17 @@ from __future__ import annotations
 
 import duckdb
 
-from collectors.jobs_table import JobsJsonl, JobsTable
+from collectors.array_tasks import STAGED_WITH_JOB
 from gpuledger.ledger.job_states import HELD_STATES, PENDING, WAITING_STATES
 from gpuledger.ledger.sql import sql_list
 
 # Sources whose records are a scheduler's view of a job that can be requeued: sacct in every form (-P, -p,
 # --json, the Slurm poller: collectors/sacct.py stages them all as 'sacct') and generic jobs tables. Not
 # W&B, training logs or Kubernetes pods, whose later records of a run refine its times rather than start it
-# again.
-REQUEUING_SOURCES = ("sacct", JobsTable.name, JobsJsonl.name)
+# again. The names are the formats' (jobs.source); collectors/jobs_table.py is not imported, which would close an
+# import circle through the landing.
+REQUEUING_SOURCES = ("sacct", "jobs_csv", "jobs_jsonl")
 
-# Stage tables that carry a job's id beside stage_jobs (as collectors/array_tasks.py renames them).
-_STAGED_WITH_JOB = ("stage_allocations", "stage_training_runs", "stage_train_log")
 # A provisional id for a new attempt until it is numbered (never left in the ledger).
 _NEW = "#new:"
 
@@ -116,7 +115,7 @@ def match_attempts(con: duckdb.DuckDBPyConnection) -> int:
            FROM attempt_match m WHERE stage_jobs.rowid = m.rid"""
     )
     staged = _staged_tables(con)
-    for table in _STAGED_WITH_JOB:
+    for table in STAGED_WITH_JOB:
         if table in staged:
             con.execute(
                 f"""UPDATE {table} SET job_id = m.job_id

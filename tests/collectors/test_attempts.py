@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import duckdb
+import polars as pl
 import pytest
 
 from analytics.summary import summary
@@ -236,3 +237,40 @@ def test_a_pending_record_after_a_running_one_is_the_same_attempt(ledger, tmp_pa
     assert ledger.execute("SELECT job_id, state, start_ts, attempt FROM jobs").fetchall() == [
         ("ci/42", "PENDING", None, None)
     ]
+
+
+def test_job_counts_count_a_requeued_job_once(tmp_path):
+    """Through the CLI: two attempts of ci/42 and job ci/7 (1 × H100, 1 h) are 2 jobs in ``summary --json``,
+    ``cost --by team`` and the overview's team row; ``jobs --json`` lists one row per attempt (its own cost:
+    the rows sum to spend) with ``attempt`` and ``attempt_of`` naming the job it is billed to."""
+    import json
+
+    from analytics.cost import cost_by
+    from analytics.filters import Filters
+    from analytics.overview import team_rows
+    from tests.conftest import gpuledger
+
+    other = "7|ci|eval|bob|cv|COMPLETED|2026-03-01T05:00:00|2026-03-01T06:00:00|01:00:00|gres/gpu:h100=1,gres/gpu=1|n3"
+    db = str(tmp_path / "ledger.duckdb")
+    settings = write(tmp_path, "settings.toml", "")
+    files = [dump(tmp_path, "monday.txt", FIRST["PREEMPTED"], other), dump(tmp_path, "tuesday.txt", SECOND)]
+    common = ["--db", db, "--settings", str(settings)]
+    assert gpuledger("ingest", *common, "--tz", "UTC", *map(str, files)).returncode == 0
+    done = gpuledger("summary", *common, "--json")
+    assert done.returncode == 0, done.stderr
+    s = json.loads(done.stdout)
+    assert s["jobs"] == 2  # ci/42 (two attempts) and ci/7; 3 rows before
+    assert s["spend_usd"] == pytest.approx(ATTEMPT_1_USD + ATTEMPT_2_USD + 1 * H100_USD)
+    rows = json.loads(gpuledger("jobs", *common, "--json").stdout)
+    got = {r["job_id"]: (r["attempt"], r["attempt_of"], r["cost_usd"]) for r in rows}
+    assert got == {
+        "ci/42": (2, "ci/42", pytest.approx(ATTEMPT_2_USD)),
+        "ci/42#1": (1, "ci/42", pytest.approx(ATTEMPT_1_USD)),
+        "ci/7": (None, None, pytest.approx(H100_USD)),
+    }
+    info = json.loads(gpuledger("info", *common, "--json").stdout)
+    assert info["ledger"]["jobs"] == 2
+    with duckdb.connect(db, read_only=True) as con:
+        assert cost_by(con, by="team")["jobs"].to_list() == [2]
+        teams = team_rows(con, filters=Filters(), settings=Settings())
+        assert teams.filter(pl.col("team") == "cv")["jobs"].to_list() == [2]
