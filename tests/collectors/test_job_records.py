@@ -194,9 +194,10 @@ JOBS_HEADER = "job_id,user,team,cluster,gpu_model,gpu_count,start,end,state\n"
 @pytest.mark.parametrize("source", ["sacct", "jobs_csv"])
 def test_a_requeued_job_pending_again_is_read_alike_from_every_source(tmp_path, source):
     """Job 77 failed with its node (08:00-10:00), then a record says it is pending again with an expected
-    start of 11:00: a new attempt after the end, so it replaces the failed record (and, pending, holds no
-    GPU), from sacct and from a jobs table alike. The jobs table blanked the pending start before the
-    landing compared it, and kept the failed record as newer."""
+    start of 11:00: a new attempt after the end, so it becomes the job's row (pending, it holds no GPU) and the
+    failed run stays as attempt 1, billed to the job (1 GPU × 2 h = $5.98; before, it was replaced and its
+    money left the job), from sacct and from a jobs table alike. The jobs table blanked the pending start
+    before the landing compared it, and kept the failed record as newer."""
     if source == "sacct":
         first = dump(
             tmp_path,
@@ -220,4 +221,10 @@ def test_a_requeued_job_pending_again_is_read_alike_from_every_source(tmp_path, 
     cli(tmp_path, "ingest", "--tz", "UTC", str(first), str(again))
     assert ledger_rows(tmp_path, f"SELECT state, start_ts, end_ts FROM jobs WHERE job_id = '{job}'") == [
         ("PENDING", None, None)
+    ]
+    assert ledger_rows(
+        tmp_path, f"SELECT state, start_ts, end_ts, attempt, attempt_of FROM jobs WHERE job_id = '{job}#1'"
+    ) == [("NODE_FAIL", T(2025, 3, 1, 8), T(2025, 3, 1, 10), 1, job)]
+    assert [(j["job_id"], j["cost_usd"]) for j in cli(tmp_path, "jobs")] == [
+        (f"{job}#1", pytest.approx(1 * 2 * H100_USD))
     ]
