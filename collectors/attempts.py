@@ -44,6 +44,8 @@ REQUEUING_SOURCES = ("sacct", "jobs_csv", "jobs_jsonl")
 
 # A provisional id for a new attempt until it is numbered (never left in the ledger).
 _NEW = "#new:"
+# SQL: the prefix of a job id parked during a rename (:func:`_rename`)
+_PARKED = "chr(1)"
 
 
 def _columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
@@ -182,9 +184,13 @@ def renumber_attempts(con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
 
 
 def _rename(con: duckdb.DuckDBPyConnection) -> None:
-    """Rename the jobs of TEMP ``attempt_renames`` (old_id, new_id; a permutation of a job's attempts is
-    fine: each statement reads the table as it was) in ``jobs``, every table with a ``job_id`` column and the
-    holders of job rows."""
+    """Rename the jobs of TEMP ``attempt_renames`` (old_id, new_id) in ``jobs``, every table with a ``job_id``
+    column and the holders of job rows.
+
+    In two steps, through a name no stored id can have (stored names carry no control character,
+    collectors/names.py): a job's attempts are a permutation of its ids (``42`` → ``42#1`` while a new row
+    becomes ``42``), and DuckDB checks a key per chunk of an UPDATE, so renaming in one step can meet a key
+    that is only moved away by a later chunk (it did, for 2,000 jobs)."""
     tables = [
         r[0]
         for r in con.execute(
@@ -195,8 +201,10 @@ def _rename(con: duckdb.DuckDBPyConnection) -> None:
     ]
     for table in tables:
         con.execute(
-            f"""UPDATE {table} SET job_id = r.new_id FROM attempt_renames r WHERE {table}.job_id = r.old_id"""
+            f"""UPDATE {table} SET job_id = {_PARKED} || r.new_id FROM attempt_renames r
+                WHERE {table}.job_id = r.old_id"""
         )
+        con.execute(f"UPDATE {table} SET job_id = substr(job_id, 2) WHERE starts_with(job_id, {_PARKED})")
     con.execute(
         """UPDATE held_rows SET row_key = r.new_id FROM attempt_renames r
            WHERE held_rows.table_name = 'jobs' AND held_rows.row_key = r.old_id"""

@@ -274,3 +274,32 @@ def test_job_counts_count_a_requeued_job_once(tmp_path):
         assert cost_by(con, by="team")["jobs"].to_list() == [2]
         teams = team_rows(con, filters=Filters(), settings=Settings())
         assert teams.filter(pl.col("team") == "cv")["jobs"].to_list() == [2]
+
+
+def test_thousands_of_jobs_requeued_at_once_are_renamed_whole(ledger, tmp_path):
+    """20,000 jobs (1 × H100, 1 h each), landed twice, every tenth requeued in the next dump: 2,000 rows become
+    ``<id>#1`` while the new records take ``<id>``. Renamed in one UPDATE, DuckDB checked the key chunk by
+    chunk and met a job id a later chunk had not moved away yet (a constraint error, found by a 20,000-job
+    benchmark)."""
+    n, every = 20_000, 10
+
+    def row(i: int, hour: int) -> str:
+        return (
+            f"{i}|ci|j|bob|cv|COMPLETED|2026-03-0{1 + hour // 24}T{hour % 24:02d}:00:00"
+            f"|2026-03-0{1 + (hour + 1) // 24}T{(hour + 1) % 24:02d}:00:00|01:00:00|gres/gpu:h100=1,gres/gpu=1"
+            f"|n{i % 50}"
+        )
+
+    first = [row(i, i % 24) for i in range(n)]
+    ingest_file(ledger, dump(tmp_path, "a.txt", *first), opts=UTC)
+    ingest_file(ledger, dump(tmp_path, "a-again.txt", *first, ""), opts=UTC)  # the same records re-landed
+    again = dump(tmp_path, "b.txt", *(row(i, 24 + i % 24) for i in range(0, n, every)))
+    ingest_file(ledger, again, opts=UTC)
+    requeued = n // every
+    assert ledger.execute(
+        """SELECT count(*), count(DISTINCT coalesce(attempt_of, job_id)),
+                  count(*) FILTER (WHERE job_id = attempt_of AND attempt = 2 AND day(start_ts) = 2),
+                  count(*) FILTER (WHERE job_id = attempt_of || '#1' AND attempt = 1 AND day(start_ts) = 1)
+           FROM jobs"""
+    ).fetchall() == [(n + requeued, n, requeued, requeued)]
+    assert summary(ledger, settings=Settings())["spend_usd"] == pytest.approx((n + requeued) * H100_USD)
