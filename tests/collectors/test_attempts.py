@@ -303,3 +303,64 @@ def test_thousands_of_jobs_requeued_at_once_are_renamed_whole(ledger, tmp_path):
            FROM jobs"""
     ).fetchall() == [(n + requeued, n, requeued, requeued)]
     assert summary(ledger, settings=Settings())["spend_usd"] == pytest.approx((n + requeued) * H100_USD)
+
+
+def test_a_sacct_json_dump_and_a_text_dump_are_attempts_of_one_job(ledger, tmp_path):
+    """The rule is the landing's for every shape sacct comes in: attempt 1 from ``sacct --json`` (Monday),
+    attempt 2 from ``sacct -P`` (Tuesday) give the ledger two text dumps give."""
+    import json
+
+    start = int(T0.replace(tzinfo=dt.UTC).timestamp())
+    job = {
+        "job_id": 42,
+        "cluster": "ci",
+        "user": "bob",
+        "account": "cv",
+        "name": "train",
+        "nodes": "n1",
+        "state": {"current": ["PREEMPTED"]},
+        "time": {"submission": start, "start": start, "end": start + 15 * 60, "elapsed": 15 * 60},
+        "tres": {
+            "allocated": [
+                {"type": "gres", "name": "gpu", "count": 8},
+                {"type": "gres", "name": "gpu:h100", "count": 8},
+            ]
+        },
+    }
+    monday = write(tmp_path, "monday.json", json.dumps({"meta": {"Slurm": {}}, "jobs": [job]}))
+    ingest_file(ledger, monday, opts=UTC)
+    ingest_file(ledger, dump(tmp_path, "tuesday.txt", SECOND), opts=UTC)
+    from gpuledger.ledger.db import memory_ledger
+
+    text = memory_ledger()
+    ingest_file(text, dump(tmp_path, "monday.txt", FIRST["PREEMPTED"]), opts=UTC)
+    ingest_file(text, dump(tmp_path, "tuesday.txt", SECOND), opts=UTC)
+    assert snapshot(ledger) == snapshot(text)
+    assert [r[:3] for r in snapshot(ledger)["jobs"]] == [("ci/42", 2, "ci/42"), ("ci/42#1", 1, "ci/42")]
+    text.close()
+
+
+def test_a_slurm_poll_after_a_dump_lands_the_retry_beside_the_first_attempt(tmp_path):
+    """The Slurm poller shares the landing: Monday's dump has attempt 1 (preempted); the poll (a fake sacct
+    answering in the poller's fields) sees the retry completed on n2. Both attempts are the job's."""
+    from collectors.slurm_poll import FIELDS, poll
+    from gpuledger.ledger.db import writer
+
+    db = str(tmp_path / "ledger.duckdb")
+    with writer(db) as con:
+        ingest_file(con, dump(tmp_path, "monday.txt", FIRST["PREEMPTED"]), opts=UTC)
+    retry = (
+        "42|42|train|bob|cv|gpu|COMPLETED|2026-03-01T00:20:00|2026-03-01T01:00:00|2026-03-01T02:00:00|01:00:00"
+        f"|{TRES}||n2|1|0:0|ci||"
+    )
+    answer = write(tmp_path, "answer.txt", "\n".join(["|".join(FIELDS), retry]) + "\n")
+    sacct = write(tmp_path, "sacct", f"#!/bin/sh\ncat {answer}\n")
+    sacct.chmod(0o755)
+    report = poll(db, cluster="ci", since=T0, sacct=str(sacct), scontrol=str(tmp_path / "none"))
+    assert report.rows["jobs"] == 1
+    with duckdb.connect(db, read_only=True) as con:
+        assert [r[:4] for r in snapshot(con)["jobs"]] == [
+            ("ci/42", 2, "ci/42", "COMPLETED"),
+            ("ci/42#1", 1, "ci/42", "PREEMPTED"),
+        ]
+        assert summary(con, settings=Settings())["spend_usd"] == pytest.approx(ATTEMPT_1_USD + ATTEMPT_2_USD)
