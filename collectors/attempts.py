@@ -46,6 +46,7 @@ REQUEUING_SOURCES = ("sacct", "jobs_csv", "jobs_jsonl")
 _NEW = "#new:"
 # SQL: the prefix of a job id parked during a rename (:func:`_rename`)
 _PARKED = "chr(1)"
+_FAMILY = "fam VARCHAR"  # TEMP attempt_families: the jobs whose attempts are numbered again
 
 
 def _columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
@@ -62,9 +63,8 @@ def _staged_tables(con: duckdb.DuckDBPyConnection) -> set[str]:
 def match_attempts(con: duckdb.DuckDBPyConnection) -> int:
     """Give each staged record of a job the ledger holds the id of the attempt it is (module docstring), or a
     provisional id when it is a new attempt. Runs in the landing's transaction before the jobs are upserted;
-    leaves TEMP ``attempt_families`` (the jobs :func:`renumber_attempts` renumbers after the upsert). Returns
+    adds to TEMP ``attempt_families`` (the jobs :func:`renumber_attempts` renumbers after the upsert). Returns
     the number of new attempts; 0 and no table when no staged record names a job the ledger holds."""
-    con.execute("DROP TABLE IF EXISTS temp.attempt_families")
     cols = _columns(con, "temp.stage_jobs")
     if "source" not in cols or "start_ts" not in cols:
         return 0
@@ -124,7 +124,8 @@ def match_attempts(con: duckdb.DuckDBPyConnection) -> int:
                     FROM (SELECT staged_id, arg_max(job_id, rid) AS job_id FROM attempt_match GROUP BY staged_id) m
                     WHERE {table}.job_id = m.staged_id"""
             )
-    con.execute("CREATE TEMP TABLE attempt_families AS SELECT DISTINCT fam FROM attempt_match")
+    con.execute(f"CREATE TEMP TABLE IF NOT EXISTS attempt_families ({_FAMILY})")
+    con.execute("INSERT INTO attempt_families SELECT DISTINCT fam FROM attempt_match")
     (new,) = con.execute(
         "SELECT count(*) FROM attempt_match WHERE starts_with(job_id, ?)", [_NEW]
     ).fetchall()[0]
@@ -133,7 +134,19 @@ def match_attempts(con: duckdb.DuckDBPyConnection) -> int:
     return int(new)
 
 
-def renumber_attempts(con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
+def note_removed(con: duckdb.DuckDBPyConnection, ingest_ids: list[int]) -> None:
+    """Before these ingests' rows are removed (``--replace``, collectors/provenance.py): the requeued jobs they
+    hold an attempt of, for :func:`renumber_attempts` to number again once the rows are gone (a job left
+    with one attempt is ``<job_id>`` again)."""
+    con.execute(f"CREATE TEMP TABLE IF NOT EXISTS attempt_families ({_FAMILY})")
+    con.execute(
+        """INSERT INTO attempt_families SELECT DISTINCT attempt_of FROM jobs
+           WHERE attempt_of IS NOT NULL AND ingest_id IN (SELECT unnest(?::BIGINT[]))""",
+        [ingest_ids],
+    )
+
+
+def renumber_attempts(con: duckdb.DuckDBPyConnection, ingest_id: int | None) -> None:
     """Number the attempts of the jobs :func:`match_attempts` touched by start, after the landing upserted
     them: the latest is ``<job_id>``, each earlier one ``<job_id>#<n>``; an earlier attempt left open ends
     (module docstring). Renamed rows are renamed in every table that names the job; samples of an attempt
@@ -149,7 +162,7 @@ def renumber_attempts(con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
                   row_number() OVER w AS k, count(*) OVER (PARTITION BY f.fam) AS n,
                   lead(j.start_ts) OVER w AS next_start,
                   (SELECT max(a.end_ts) FROM allocations a WHERE a.job_id = j.job_id) AS held_until
-           FROM jobs j JOIN attempt_families f ON f.fam = coalesce(j.attempt_of, j.job_id)
+           FROM jobs j JOIN (SELECT DISTINCT fam FROM attempt_families) f ON f.fam = coalesce(j.attempt_of, j.job_id)
            WINDOW w AS (PARTITION BY f.fam ORDER BY j.start_ts NULLS LAST, j.end_ts NULLS LAST)"""
     )
     open_states = sql_list((*HELD_STATES, *WAITING_STATES))
@@ -211,7 +224,7 @@ def _rename(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-def _close(con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
+def _close(con: duckdb.DuckDBPyConnection, ingest_id: int | None) -> None:
     """Attempts that now end (an open record followed by a later attempt): their allocations end there too,
     their samples past it lose the job (re-rolled), and their hosts' ties are made again."""
     con.execute(

@@ -364,3 +364,23 @@ def test_a_slurm_poll_after_a_dump_lands_the_retry_beside_the_first_attempt(tmp_
             ("ci/42#1", 1, "ci/42", "PREEMPTED"),
         ]
         assert summary(con, settings=Settings())["spend_usd"] == pytest.approx(ATTEMPT_1_USD + ATTEMPT_2_USD)
+
+
+def test_a_replaced_dump_that_no_longer_lists_the_retry_leaves_one_attempt(ledger, tmp_path):
+    """Tuesday's dump is exported again without job 42 (``--replace``): the job is its Monday attempt alone,
+    ``ci/42`` again with no attempt number, $5.98; nothing of the retry is left."""
+    ingest_file(ledger, dump(tmp_path, "monday.txt", FIRST["PREEMPTED"]), opts=UTC)
+    tuesday = dump(tmp_path, "tuesday.txt", SECOND)
+    ingest_file(ledger, tuesday, opts=UTC)
+    other = f"7|ci|eval|bob|cv|COMPLETED|2026-03-01T05:00:00|2026-03-01T06:00:00|01:00:00|{TRES}|n3"
+    dump(tmp_path, "tuesday.txt", other)
+    ingest_file(ledger, tuesday, opts=IngestOptions(tz="UTC", replace=True))
+    assert snapshot(ledger)["jobs"] == [
+        ("ci/42", None, None, "PREEMPTED", T0, T(2026, 3, 1, 0, 15), 8.0, "none"),
+        ("ci/7", None, None, "COMPLETED", T(2026, 3, 1, 5), T(2026, 3, 1, 6), 8.0, "none"),
+    ]
+    assert snapshot(ledger)["allocations"] == [
+        ("ci/42", "n1", 8.0, T0, T(2026, 3, 1, 0, 15)),
+        ("ci/7", "n3", 8.0, T(2026, 3, 1, 5), T(2026, 3, 1, 6)),
+    ]
+    assert costs(ledger)["ci/42"]["cost_usd"] == pytest.approx(ATTEMPT_1_USD)
