@@ -4,7 +4,7 @@ A scheduler job that is requeued (preempted, its node failed, ``scontrol requeue
 id. Each run is an **attempt**: its own hosts, GPUs and time, billed to the job. The ledger keeps every
 attempt as a row of ``jobs``: the latest (by start) is the job's own row, ``<job_id>``; each earlier one is
 ``<job_id>#<n>``, n = 1, 2, ... in start order; all of them carry ``attempt`` (their n) and ``attempt_of``
-(the job's id), so a job counts once (analytics/jobs_count.py) and every attempt's GPU-time is the job's.
+(the job's id), so a job counts once (analytics/job_count.py) and every attempt's GPU-time is the job's.
 
 ``sacct -D`` lists every attempt in one dump (collectors/sacct.py numbers them). Plain ``sacct``, a Slurm
 poll or a jobs table lists only the attempt current when it ran, so the attempts of one job also arrive in
@@ -64,7 +64,7 @@ def match_attempts(con: duckdb.DuckDBPyConnection) -> int:
     """Give each staged record of a job the ledger holds the id of the attempt it is (module docstring), or a
     provisional id when it is a new attempt. Runs in the landing's transaction before the jobs are upserted;
     adds to TEMP ``attempt_families`` (the jobs :func:`renumber_attempts` renumbers after the upsert). Returns
-    the number of new attempts; 0 and no table when no staged record names a job the ledger holds."""
+    the number of new attempts (0, adding nothing, when no staged record names a job the ledger holds)."""
     cols = _columns(con, "temp.stage_jobs")
     if "source" not in cols or "start_ts" not in cols:
         return 0
@@ -163,7 +163,7 @@ def renumber_attempts(con: duckdb.DuckDBPyConnection, ingest_id: int | None) -> 
                   lead(j.start_ts) OVER w AS next_start,
                   (SELECT max(a.end_ts) FROM allocations a WHERE a.job_id = j.job_id) AS held_until
            FROM jobs j JOIN (SELECT DISTINCT fam FROM attempt_families) f ON f.fam = coalesce(j.attempt_of, j.job_id)
-           WINDOW w AS (PARTITION BY f.fam ORDER BY j.start_ts NULLS LAST, j.end_ts NULLS LAST)"""
+           WINDOW w AS (PARTITION BY f.fam ORDER BY j.start_ts NULLS LAST, j.end_ts NULLS LAST, j.job_id)"""
     )
     open_states = sql_list((*HELD_STATES, *WAITING_STATES))
     con.execute(
@@ -183,7 +183,9 @@ def renumber_attempts(con: duckdb.DuckDBPyConnection, ingest_id: int | None) -> 
     )
     con.execute(
         """UPDATE jobs SET attempt = p.attempt, attempt_of = p.attempt_of, end_ts = p.end_ts, state = p.state
-           FROM attempt_plan p WHERE jobs.job_id = p.old_id"""
+           FROM attempt_plan p WHERE jobs.job_id = p.old_id
+             AND (jobs.attempt IS DISTINCT FROM p.attempt OR jobs.attempt_of IS DISTINCT FROM p.attempt_of
+                  OR jobs.end_ts IS DISTINCT FROM p.end_ts OR jobs.state IS DISTINCT FROM p.state)"""
     )
     con.execute(
         """CREATE OR REPLACE TEMP TABLE attempt_renames AS
