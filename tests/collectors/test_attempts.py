@@ -122,6 +122,18 @@ def test_with_telemetry_each_attempt_holds_its_own_cards(ledger, tmp_path, state
     c = costs(ledger)
     assert c["ci/42#1"]["cost_usd"] == pytest.approx(ATTEMPT_1_USD)
     assert c["ci/42"]["cost_usd"] == pytest.approx(ATTEMPT_2_USD)
+    # the minute rollup the renamed rows were re-rolled into gives what the raw samples give, part by part
+    parts = [
+        "cost_usd",
+        "productive_usd",
+        "idle_allocated_usd",
+        "underused_usd",
+        "failed_usd",
+        "unmeasured_usd",
+    ]
+    raw = {r["job_id"]: r for r in job_waste(ledger, source="raw").iter_rows(named=True)}
+    for job in ("ci/42", "ci/42#1"):
+        assert {p: c[job][p] for p in parts} == {p: pytest.approx(raw[job][p]) for p in parts}, job
     s = summary(ledger, settings=Settings())
     assert s["spend_usd"] == pytest.approx(2 * 8 * 2 * H100_USD)  # every card-hour once: $95.68
     # unallocated: 32 card-hours less the attempts' 2 + 8
