@@ -29,6 +29,7 @@ from analytics.shared import sharing
 from gpuledger.ledger.db import data_version, one_reader, reader, sync_reference
 from gpuledger.ledger.prices import PriceBook, price_book
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.sql import job_count_sql
 from gpuledger.reports.weekly import FORMATS, collect, render
 from gpuledger.upload import GpuFacts, UploadResult, analyse_isolated, gpu_facts
 from gpuledger.upload.analysis import LINES_PAST
@@ -143,7 +144,8 @@ def _filter_choices(con: duckdb.DuckDBPyConnection, s: Settings) -> Choices:
 def ledger_counts(con: duckdb.DuckDBPyConnection, s: Settings) -> tuple[int, int, int]:
     """The ledger's jobs, samples and ingests: the fleet's totals (pages/_view.ledger_caption, an admin's)."""
     return con.execute(
-        "SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM samples), (SELECT count(*) FROM ingests)"
+        f"SELECT (SELECT {job_count_sql('j')} FROM jobs j), (SELECT count(*) FROM samples), "
+        "(SELECT count(*) FROM ingests)"
     ).fetchall()[0]
 
 

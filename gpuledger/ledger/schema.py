@@ -486,7 +486,7 @@ SCHEMA_V6: list[str] = [
 # earlier version kept only each job's last record: its rows get NULL (not requeued, as far as it knows).
 SCHEMA_V7: list[str] = [
     """
-    ALTER TABLE jobs ADD COLUMN IF NOT EXISTS attempt INTEGER -- 1, 2, ... for the attempts of a requeued job (sacct -D lists each); NULL: one attempt
+    ALTER TABLE jobs ADD COLUMN IF NOT EXISTS attempt INTEGER -- 1, 2, ... for the attempts of a requeued job by start (one sacct -D dump, or separate dumps: collectors/attempts.py); NULL: one attempt
     """,
     """
     ALTER TABLE jobs ADD COLUMN IF NOT EXISTS attempt_of VARCHAR -- the scheduler job every attempt row is billed to (its last attempt's job_id); NULL: not requeued
