@@ -119,7 +119,7 @@ def _minute_sql(th: Thresholds, alone: bool | None = None) -> str:
     return f"""
     WITH kept AS (
         SELECT q.*,
-               -- = analytics.utilization.sample_energy_sql
+               -- a sample's energy (analytics/energy.py; the oracle: tests/analytics/oracle.py)
                (CASE WHEN q.energy_j IS NOT NULL AND q.next_energy_j >= q.energy_j
                           AND {contiguous_sql("epoch(q.next_ts - q.ts)", "q.iv")}
                      THEN q.next_energy_j - q.energy_j
