@@ -8,7 +8,7 @@ is not telemetry-only: its other instances' time is unallocated capacity (analyt
 
 Before the fix each GPU row was its own pseudo-job of 1 GPU: a card with two instances cost two cards (plus a
 third when nvidia-smi -q -x lists the card too). Every figure below is worked out by hand, and each ledger is
-also read from raw samples and from the rollups (``source="raw"`` / ``"auto"``), which must agree.
+also read by the raw-sample oracle (``source=ORACLE``) and from the rollups, which must agree.
 """
 
 from __future__ import annotations
