@@ -27,6 +27,7 @@ import duckdb
 from analytics.filters import Filters
 from analytics.telemetry_source import ROLLUPS, Buckets, TelemetrySource
 from gpuledger.ledger.job_states import DISRUPTED_STATES
+from gpuledger.ledger.sample_use import covered_s_sql, underused_s_sql
 from gpuledger.ledger.settings import Settings
 from gpuledger.ledger.sql import sql_list
 
@@ -98,10 +99,9 @@ def badput_sums_sql(
     WITH w AS ({windows_sql()}){bcte},
     x AS ({x_sql})
     SELECT x.job_id{week},
-           coalesce(sum(x.interval_s) FILTER (WHERE x.util_pct IS NOT NULL), 0) AS bad_cov_s,
+           coalesce(sum({covered_s_sql("x.util_pct", "x.interval_s")}), 0) AS bad_cov_s,
            coalesce(sum(x.interval_s) FILTER (WHERE x.in_idle), 0) AS bad_idle_s,
-           coalesce(sum(x.interval_s * ({target} - x.util_pct) / {target})
-                    FILTER (WHERE x.util_pct < {target} AND NOT x.in_idle), 0) AS bad_under_s
+           coalesce(sum({underused_s_sql("x.util_pct", "x.interval_s", "x.in_idle", target)}), 0) AS bad_under_s
     FROM x{bjoin} GROUP BY ALL
     """
     return sql, [*bparams, *x_params]

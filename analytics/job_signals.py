@@ -13,7 +13,7 @@ single GPU's own figures (``unused_gpus``) are its plain time-weighted mean. Sam
 left out of that metric's mean (NULL means "not reported", never 0).
 
 Idle stretches are analytics.utilization's (the shared waste contract, docs/metrics.md): maximal runs of
-consecutive samples of one GPU within one job, each at ``util_pct <= idle_util_pct``, with no sample gap in
+consecutive samples of one GPU with the same own job id, each at ``util_pct <= idle_util_pct``, with no sample gap in
 between, lasting at least ``idle_min_minutes`` in total. Reading the same rollup rows (``idle_runs``) keeps
 reclaim_idle's dollars and the summary's idle_allocated_usd on the same seconds.
 

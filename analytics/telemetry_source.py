@@ -326,7 +326,8 @@ class Rollups:
         in_window: Callable[[str], str],
     ) -> SqlParams:
         """The samples themselves (a window cuts a day anywhere), each flagged by the ``idle_runs`` row that
-        holds it. A telemetry-only card's samples are its pseudo-job's, which has no badput window."""
+        holds it. (A telemetry-only card's samples carry no job id of the ledger's: one that did would claim
+        the card, analytics.cost; so none of them meets a window.)"""
         require_rollup(con, settings)
         lo, hi = view_bounds(filters)
         idle = float(settings.idle_util_pct)
@@ -340,7 +341,6 @@ class Rollups:
             SELECT s.ts, s.gpu_id, s.job_id, s.interval_s::DOUBLE AS interval_s, s.util_pct::DOUBLE AS util_pct
             FROM samples s JOIN w USING (job_id)
             WHERE s.ts >= ?::TIMESTAMP AND s.ts < ?::TIMESTAMP AND {in_window("s")}
-              AND s.gpu_id NOT IN (SELECT gpu_id FROM ({telemetry_only_gpus_sql()}))
         ) s
         """
         return sql, [lo, hi]

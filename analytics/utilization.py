@@ -6,12 +6,13 @@ Definitions (docs/metrics.md, "Utilization"):
   ``unattributed:<card>`` pseudo-job (analytics/cost.py), each sample weighted by the share of the card its
   GPU row stands for (1 for a whole card, 3/7 for a 3g MIG instance of an A100), so the instances of one card
   add up to at most that card. The weight is kept as whole slices (``card_u``: 3 of ``card_per`` 7) and
-  each job's sums are divided by the slices once, so raw samples and rollups sum the same exact numbers
+  each job's sums are divided by the slices once, so the rollups and the raw-sample oracle sum the same exact numbers
   (time-weighted percentiles and means need no division at all);
 - a sample stands for ``interval_s`` seconds; means are time-weighted: ``Σ util_pct × interval_s / Σ
   interval_s`` over samples with a reading;
 - held time with no reading is *unknown*, neither idle nor busy: ``unknown_share`` reports it;
-- an *idle stretch* is a maximal run of consecutive samples of one GPU within one job, each at
+- an *idle stretch* is a maximal run of consecutive samples of one GPU with the same own job id
+  (``samples.job_id``, also where a telemetry-only card's pseudo-job owns them), each at
   ``util_pct ≤ idle_util_pct`` with no sample gap in between (the next sample comes within 1.5 ×
   ``interval_s``), lasting ``≥ idle_min_minutes`` in total. Membership is decided on the job's whole run
   of samples, then the part inside the view is counted, so a stretch does not vanish at a day boundary.
