@@ -66,7 +66,8 @@ def build(path: Path, gpus: int, days: int) -> tuple[int, float]:
         [START, START],
     )
     con.execute(
-        """INSERT INTO allocations SELECT j.job_id, g.host, g.gpu_id, 1, j.start_ts, j.end_ts, 1
+        """INSERT INTO allocations (job_id, host, gpu_id, gpu_count, start_ts, end_ts, ingest_id)
+           SELECT j.job_id, g.host, g.gpu_id, 1, j.start_ts, j.end_ts, 1
            FROM jobs j JOIN gpus g ON j.job_id LIKE 'bench/' || (g.gpu_index + 8 * CAST(substr(g.host, 2) AS INT)) || '-%'"""
     )
     per_gpu = days * 86400 // CADENCE_S
