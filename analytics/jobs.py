@@ -16,7 +16,7 @@ from analytics.job_summaries import fill_from_summaries
 from analytics.query import frame
 from analytics.slurm_usage import SLURM_BASIS
 from analytics.unit_costs import job_unit_costs
-from analytics.utilization import Source, job_utilization
+from analytics.utilization import ROLLUPS, Source, job_utilization
 from analytics.waste import job_waste
 from gpuledger.ledger.settings import Settings
 
@@ -74,7 +74,7 @@ def jobs_table(
     sort: str = "cost",
     limit: int | None = None,
     percentiles: bool = True,
-    source: Source = "auto",
+    source: Source = ROLLUPS,
 ) -> pl.DataFrame:
     """One row per job of the view (JOBS_COLUMNS), most expensive (``sort="cost"``) or most wasteful
     (``sort="waste"``) first. Each attempt of a requeued job is its own row (its own hosts, time and parts, so

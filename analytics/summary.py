@@ -14,7 +14,7 @@ import duckdb
 
 from analytics.filters import Filters, horizon
 from analytics.unit_costs import view_usd_per_mtok
-from analytics.utilization import Source
+from analytics.utilization import ROLLUPS, Source
 from analytics.waste import PARTS, WASTE_PARTS, job_waste, unallocated
 from gpuledger.ledger.settings import Settings
 from gpuledger.ledger.sql import job_count_sql
@@ -89,7 +89,7 @@ def summary(
     filters: Filters = ALL_FILTERS,
     settings: Settings = DEFAULT_SETTINGS,
     as_of: dt.datetime | None = None,
-    source: Source = "auto",
+    source: Source = ROLLUPS,
 ) -> dict[str, Any]:
     """The view's headline figures as a JSON-ready dict (keys: SUMMARY_KEYS).
 

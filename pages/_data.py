@@ -109,14 +109,17 @@ def _job_team(con: duckdb.DuckDBPyConnection, s: Settings, job_id: str) -> str |
 
 
 @st.cache_resource(show_spinner=False, max_entries=CACHE_VERSIONS, ttl=CACHE_TTL_S)
-def _sync_reference(db_path: str, fingerprint: str, _settings: Settings) -> bool:
-    """Mirror the price sheet and catalog of these settings into the ledger, once per settings version."""
+def _sync_reference(db_path: str, fingerprint: str, version: tuple[int, int], _settings: Settings) -> bool:
+    """Mirror the price sheet, catalog and rollup thresholds of these settings into the ledger, once per
+    settings and ledger version: a write by another process (an ingest under other settings rebuilds the
+    rollups for its thresholds) is followed by a check, so the analytics never read rollups built for other
+    thresholds (they raise RollupMismatch)."""
     return sync_reference(db_path, _settings)
 
 
 def _ctx() -> tuple[str, tuple[int, int], str, Settings]:
     path, s = db(), settings()
-    _sync_reference(path, s.fingerprint(), s)
+    _sync_reference(path, s.fingerprint(), data_version(path), s)
     return path, data_version(path), s.fingerprint(), s
 
 

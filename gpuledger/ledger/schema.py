@@ -253,7 +253,7 @@ SCHEMA_V1: list[str] = [
         memu_s       DOUBLE,                   --   from gpus/catalog is applied at query time)
         memu_cov_s   DOUBLE,                   -- Σ interval_s of those samples
         n_no_total   INTEGER,                  -- samples without mem_total
-        energy_j     DOUBLE,                   -- Σ per-sample energy (analytics.utilization.sample_energy_sql)
+        energy_j     DOUBLE,                   -- Σ per-sample energy (rollup_columns.py e_j)
         energy_cov_s DOUBLE,                   -- Σ interval_s of samples with an energy figure
         util_n       INTEGER,                  -- samples with a utilization reading
         dip_n        INTEGER,                  -- ... below 10 % (thresholds.dip_util_pct)
