@@ -21,6 +21,7 @@ from analytics.waste import job_waste
 from collectors.base import IngestOptions
 from collectors.ingest import ingest_file
 from gpuledger.ledger.settings import Settings
+from tests.analytics.oracle import ORACLE
 from tests.conftest import write
 
 T = dt.datetime
@@ -131,7 +132,7 @@ def test_with_telemetry_each_attempt_holds_its_own_cards(ledger, tmp_path, state
         "failed_usd",
         "unmeasured_usd",
     ]
-    raw = {r["job_id"]: r for r in job_waste(ledger, source="raw").iter_rows(named=True)}
+    raw = {r["job_id"]: r for r in job_waste(ledger, source=ORACLE).iter_rows(named=True)}
     for job in ("ci/42", "ci/42#1"):
         assert {p: c[job][p] for p in parts} == {p: pytest.approx(raw[job][p]) for p in parts}, job
     s = summary(ledger, settings=Settings())
