@@ -189,6 +189,9 @@ class NvmlSampler:
         self._alloc: dict[tuple[str, str], list[dt.datetime]] = {}  # (job, gpu) -> [first, last] seen
         self._ecc: dict[str, tuple[int | None, int | None]] = {}
         self.summary = RunSummary()
+        # lost reads since the last flush that landed: each flush records its own (summary.lost_reads is the
+        # run's total), and a failed flush leaves them for the next one with the rows it kept
+        self._lost_unflushed = 0
 
     # ---- the loop -------------------------------------------------------------------------------------
     def run(self, *, duration_s: float | None = None, max_ticks: int | None = None) -> RunSummary:
@@ -232,6 +235,7 @@ class NvmlSampler:
                 procs = self.api.processes(dev.index)
             except DeviceLost:
                 self.summary.lost_reads += 1
+                self._lost_unflushed += 1
                 continue
             best_job, best_mem = gpu_jobs.get(dev.index), -1
             jobs_here = {best_job} if best_job else set()
@@ -324,6 +328,7 @@ class NvmlSampler:
         self.summary.events += len(self.events)
         self.summary.flushes += 1
         self.summary.ingest_ids.append(int(ingest_id or 0))
+        self._lost_unflushed = 0
         last = self.samples.data["ts"][-1] if n else None
         self.samples.clear()
         self.procs.clear()
@@ -341,8 +346,8 @@ class NvmlSampler:
         self._stage(con)
         source = f"nvml://{self.host}"
         skipped = screen_live(con, ingest_id, source)
-        if self.summary.lost_reads:
-            skipped["lost GPU reads"] = self.summary.lost_reads
+        if self._lost_unflushed:
+            skipped["lost GPU reads"] = self._lost_unflushed
         span = self.samples.data["ts"]
         marker = f"{self.host}|{span[0] if span else ''}|{span[-1] if span else ''}|{uuid.uuid4()}"
         rows = land_and_record(

@@ -5,28 +5,36 @@ exit 2 and names what exists (analytics.filters.unknown_names)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import duckdb
 import pytest
 
 from analytics.filters import Filters, unknown_names
-from gpuledger.ledger.db import writer
 from tests.analytics.build import alloc, gpu, ingest, job, series, set_test_prices
-from tests.conftest import gpuledger
+from tests.conftest import filled_once, gpuledger
+
+
+def _fill(con: duckdb.DuckDBPyConnection) -> None:
+    set_test_prices(con)
+    ingest(
+        con,
+        jobs=[job("j1", 0, 60), job("j2", 0, 60, team="vision", user_name="bob")],
+        allocations=[alloc("j1", "h1:0", 0, 60), alloc("j2", "h1:1", 0, 60)],
+        gpus=[gpu("h1:0"), gpu("h1:1"), gpu("h2:0", cluster="c2")],
+        samples=series("h1:0", 0, [50.0] * 60) + series("h1:1", 0, [50.0] * 60),
+    )
+
+
+@pytest.fixture(scope="module")
+def _filled(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
+    return filled_once(tmp_path_factory, _fill)
 
 
 @pytest.fixture
-def two_teams(db_path: str) -> str:
+def two_teams(db_path: str, _filled: Callable[[str], str]) -> str:
     """Jobs of teams nlp (alice) and vision (bob) on cluster c1; a GPU of cluster c2 with no job."""
-    with writer(db_path) as con:
-        set_test_prices(con)
-        ingest(
-            con,
-            jobs=[job("j1", 0, 60), job("j2", 0, 60, team="vision", user_name="bob")],
-            allocations=[alloc("j1", "h1:0", 0, 60), alloc("j2", "h1:1", 0, 60)],
-            gpus=[gpu("h1:0"), gpu("h1:1"), gpu("h2:0", cluster="c2")],
-            samples=series("h1:0", 0, [50.0] * 60) + series("h1:1", 0, [50.0] * 60),
-        )
-    return db_path
+    return _filled(db_path)
 
 
 def test_unknown_names_lists_what_exists(two_teams: str) -> None:

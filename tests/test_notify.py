@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -13,7 +14,7 @@ import pytest
 from gpuledger.ledger.db import writer
 from tests.analytics.build import ingest, job
 from tests.analytics.recommend_ledgers import recommend_ledger
-from tests.conftest import ROOT, gpuledger
+from tests.conftest import ROOT, filled_once, gpuledger
 from tests.test_report_mail import smtp_server
 
 # tests/analytics/recommend_ledgers.py on 2025-03-03 (a Monday: ISO week 2025-W10), H100 $3/GPU-h,
@@ -28,27 +29,35 @@ BOB_FAIL1 = 2 * 2 * 3.0  # fail1: 2 × 2 h on H100, FAILED, no checkpoint → $1
 BOB_NB2 = 16 * (1 - 2 / 7)
 
 
+def _fill(con: duckdb.DuckDBPyConnection) -> None:
+    recommend_ledger(con)
+    ingest(
+        con,
+        jobs=[
+            job(
+                "fail1",
+                0,
+                120,
+                state="FAILED",
+                kind="training",
+                gpu_count=2.0,
+                name="crash-1",
+                user_name="bob",
+                team="vision",
+            )
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def _filled(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
+    return filled_once(tmp_path_factory, _fill)
+
+
 @pytest.fixture
-def ledger_file(db_path: str) -> str:
-    with writer(db_path) as con:
-        recommend_ledger(con)
-        ingest(
-            con,
-            jobs=[
-                job(
-                    "fail1",
-                    0,
-                    120,
-                    state="FAILED",
-                    kind="training",
-                    gpu_count=2.0,
-                    name="crash-1",
-                    user_name="bob",
-                    team="vision",
-                )
-            ],
-        )
-    return db_path
+def ledger_file(db_path: str, _filled: Callable[[str], str]) -> str:
+    """A ledger of this test's own (a copy: notify writes what it sent)."""
+    return _filled(db_path)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

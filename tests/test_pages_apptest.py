@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from collectors.ingest import ingest_file
 from gpuledger.ledger.db import writer
+from gpuledger.upload.analysis import UploadResult
 from tests.conftest import ROOT
 
 JOBS = ROOT / "tests" / "fixtures" / "dashboard" / "jobs.csv"
@@ -76,6 +77,36 @@ def fleet_page(
     at = run_page("pages/fleet.py")
     assert not at.exception, at.exception
     return at
+
+
+def upload_lines(tmp_path: Path, text: str) -> UploadResult:
+    """The Upload page's lines of a nvidia-smi log: the file ingested into an in-memory ledger as the page's
+    worker ingests it (gpuledger/upload/analysis.analyse_file: the reference data and the ingest options of
+    the settings, here the defaults, in UTC), then the same ``timelines`` that analyse_file hands the page.
+
+    The page's other analyses (summary, jobs, advice: ~2.5 s) and its worker process (~1-2 s, at nice +10)
+    are left out: these tests are about the lines; tests/browser/test_product_pages.py uploads the same
+    three shapes through the real page."""
+    from analytics.filters import Filters
+    from collectors.base import IngestOptions
+    from gpuledger.ledger.db import memory_ledger
+    from gpuledger.ledger.reference import load_reference
+    from gpuledger.ledger.settings import Settings
+    from gpuledger.upload.analysis import timelines
+
+    path = tmp_path / "upload" / "gpus.csv"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    s = Settings()
+    con = memory_ledger()
+    try:
+        con.execute("BEGIN TRANSACTION")
+        load_reference(con, s)
+        con.execute("COMMIT")
+        ingest_file(con, path, opts=IngestOptions.from_settings(s, tz="UTC"))
+        return UploadResult(path.name, **timelines(con, Filters()))  # type: ignore[arg-type]
+    finally:
+        con.close()
 
 
 @pytest.mark.parametrize("page", list(PAGES))
@@ -285,23 +316,15 @@ def test_a_host_of_more_gpus_than_rows_opens_onto_60_rows(
     assert len(labels) == 60 and labels[-1] == "11 other GPUs", labels
 
 
-def test_an_upload_of_many_gpus_draws_a_line_per_host_and_opens_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_upload_of_many_gpus_draws_a_line_per_host_and_opens_one(tmp_path: Path) -> None:
     """A file with more GPUs than lines a reader can tell apart (70 GPUs on 10 hosts) is drawn one line per
     host, the time-weighted mean over its GPUs, and a host opens onto its own GPUs' lines."""
-    from pages import _data
-
-    monkeypatch.setenv("GPULEDGER_SETTINGS", str(tmp_path / "none.toml"))
-    (tmp_path / "none.toml").write_text("")
     rows = "".join(
         f"2026-11-16 10:{m:02d}:00.000, n{g // 7}, {g % 7}, {(g * 3 + m * 11) % 100} %\n"
         for m in range(4)
         for g in range(70)
     )
-    data = ("timestamp, hostname, index, utilization.gpu [%]\n" + rows).encode()
-    result = _data.analyse_upload("fleet.csv", data, None, "UTC")
-    assert result.error is None, result.error
+    result = upload_lines(tmp_path, "timestamp, hostname, index, utilization.gpu [%]\n" + rows)
     assert result.gpu_groups is not None and result.gpu_groups.height == 70
     groups = result.timeline_groups
     assert groups is not None and groups["key"].n_unique() == 10
@@ -312,20 +335,12 @@ def test_an_upload_of_many_gpus_draws_a_line_per_host_and_opens_one(
     assert point["gpus"].item() == 7
 
 
-def test_an_upload_of_more_hosts_than_lines_pools_the_busiest_into_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_upload_of_more_hosts_than_lines_pools_the_busiest_into_one_line(tmp_path: Path) -> None:
     """80 single-GPU hosts: 60 lines, the 59 hosts with the most unused GPU-seconds and one for the other 21
     (their pooled sums), and every host, pooled or not, still opens onto its GPU."""
-    from pages import _data
-
-    monkeypatch.setenv("GPULEDGER_SETTINGS", str(tmp_path / "none.toml"))
-    (tmp_path / "none.toml").write_text("")
     # host h{i} runs at i % for two minutes: the 21 busiest (h59..h79) are pooled
     rows = "".join(f"2026-11-16 10:{m:02d}:00.000, h{h:02d}, 0, {h} %\n" for m in range(2) for h in range(80))
-    data = ("timestamp, hostname, index, utilization.gpu [%]\n" + rows).encode()
-    result = _data.analyse_upload("fleet.csv", data, None, "UTC")
-    assert result.error is None, result.error
+    result = upload_lines(tmp_path, "timestamp, hostname, index, utilization.gpu [%]\n" + rows)
     groups = result.timeline_groups
     assert groups is not None and result.gpu_groups is not None
     assert groups["key"].n_unique() == 60 and set(groups["others"]) == {0, 21}
@@ -338,22 +353,14 @@ def test_an_upload_of_more_hosts_than_lines_pools_the_busiest_into_one_line(
     assert result.gpu_groups["key"].n_unique() == 80  # the drill-down offers every host
 
 
-def test_an_upload_of_more_gpus_on_a_host_than_lines_pools_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_upload_of_more_gpus_on_a_host_than_lines_pools_them(tmp_path: Path) -> None:
     """A host of 70 GPUs opens onto 60 lines: the 59 GPUs with the most unused GPU-seconds and one for the
     other 11; a file whose GPUs are all on one host shows those lines at once (one host line says nothing)."""
-    from pages import _data
-
-    monkeypatch.setenv("GPULEDGER_SETTINGS", str(tmp_path / "none.toml"))
-    (tmp_path / "none.toml").write_text("")
     uuid = "GPU-{:08d}-1111-2222-3333-444455556666"
 
-    def upload(header: str, line: str, gpus: int) -> _data.UploadResult:
+    def upload(header: str, line: str, gpus: int) -> UploadResult:
         rows = "".join(line.format(m=m, g=g, uuid=uuid.format(g)) for m in range(2) for g in range(gpus))
-        result = _data.analyse_upload("gpus.csv", (header + rows).encode(), None, "UTC")
-        assert result.error is None, result.error
-        return result
+        return upload_lines(tmp_path, header + rows)
 
     def check(lines: pl.DataFrame) -> None:
         assert lines["gpu_id"].n_unique() == 60 and set(lines["others"]) == {0, 11}
@@ -370,10 +377,7 @@ def test_an_upload_of_more_gpus_on_a_host_than_lines_pools_them(
     ) + "".join(
         f"2026-11-16 10:{m:02d}:00.000, small, {g}, GPU-s{g}, 50 %\n" for m in range(2) for g in range(2)
     )
-    two = _data.analyse_upload(
-        "gpus.csv", ("timestamp, hostname, index, uuid, utilization.gpu [%]\n" + rows).encode(), None, "UTC"
-    )
-    assert two.error is None, two.error
+    two = upload_lines(tmp_path, "timestamp, hostname, index, uuid, utilization.gpu [%]\n" + rows)
     assert two.timeline_groups is not None and set(two.timeline_groups["key"]) == {"big", "small"}
     assert two.group_gpus is not None and set(two.group_gpus) == {"big"}  # small opens onto its 2 GPUs
     check(two.group_gpus["big"])

@@ -10,7 +10,7 @@ import socket
 import subprocess
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from email.message import EmailMessage
@@ -176,17 +176,21 @@ import sys  # noqa: E402
 
 from collectors.ingest import ingest_file  # noqa: E402
 from gpuledger.ledger.db import writer  # noqa: E402
-from tests.conftest import ROOT, gpuledger  # noqa: E402
+from tests.conftest import ROOT, filled_once, gpuledger  # noqa: E402
 
 JOBS = ROOT / "tests" / "fixtures" / "dashboard" / "jobs.csv"
 WEEK = ("--week", "2026-W47")
 
 
+@pytest.fixture(scope="module")
+def _jobs_ledger(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
+    return filled_once(tmp_path_factory, lambda con: ingest_file(con, JOBS))
+
+
 @pytest.fixture
-def ledger_file(db_path: str) -> str:
-    with writer(db_path) as con:
-        ingest_file(con, JOBS)
-    return db_path
+def ledger_file(db_path: str, _jobs_ledger: Callable[[str], str]) -> str:
+    """A ledger of this test's own holding tests/fixtures/dashboard/jobs.csv."""
+    return _jobs_ledger(db_path)
 
 
 cli = gpuledger  # the command's main() in this process (tests/conftest.py)

@@ -21,7 +21,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from collectors.nvml_api import DeviceReading, ProcessReading
+from collectors.nvml_api import DeviceLost, DeviceReading, ProcessReading
 from collectors.nvml_replay import ReplayNvml
 from collectors.nvml_sampler import NvmlSampler
 from collectors.proc_jobs import job_from_cgroup, job_from_environ
@@ -426,3 +426,38 @@ def test_a_bad_reading_is_left_out_and_recorded_without_stopping_the_collector(
     assert json.loads(skipped) == {
         f"rows outside their physical range (rejected_rows of ingest #{ingest_id})": 1
     }
+
+
+# ---- lost reads are counted once, in the flush that follows them ---------------------------------------
+class LossyReplay(ReplayNvml):
+    """The replay, but the GPU read fails (DeviceLost, as a GPU fallen off the bus) in the given rounds; the
+    row it would have read is replayed in the next round instead."""
+
+    def __init__(self, path: Path, lost_rounds: set[int]) -> None:
+        super().__init__(path)
+        self.lost_rounds = lost_rounds
+
+    def read(self, index: int) -> DeviceReading:
+        if self._round in self.lost_rounds:
+            raise DeviceLost(f"GPU {index} lost in round {self._round}")
+        return super().read(index)
+
+
+def test_each_flush_records_only_its_own_lost_reads(db_path: str) -> None:
+    # one GPU at ~1 s; a lost round reads no row, so the recorded clock stands still. Rounds 0-3 read
+    # 15:36:53.5, lost, 54.5, 55.5; the clock then says 56.5, 3 s after the first: flush 1 (3 samples, 1 lost).
+    # Rounds 4-6 read 56.5-58.5, clock 59.5: flush 2 (3 samples, none lost). Round 7 lost, 8-9 read 59.5 and
+    # 00.5, then max_ticks: the final flush (2 samples, 1 lost). 1 + 0 + 1 = the run's 2 lost reads.
+    sampler = replay_run(db_path, LossyReplay(dataset(EOBO), {1, 7}), 10, interval_s=1.0, flush_s=3.0)
+    assert sampler.summary.lost_reads == 2 and sampler.summary.samples == 8
+    flushes = rows(
+        db_path,
+        """SELECT CAST(json_extract(rows_json, '$.samples') AS BIGINT), skipped_json FROM ingests
+           ORDER BY ingest_id""",
+    )
+    # was 1, 1, 2: each flush recorded the run's running total, counting the first lost read three times
+    assert [(n, json.loads(skipped).get("lost GPU reads", 0)) for n, skipped in flushes] == [
+        (3, 1),
+        (3, 0),
+        (2, 1),
+    ]
