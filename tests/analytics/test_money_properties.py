@@ -25,6 +25,7 @@ pytest.importorskip("hypothesis")  # the test extra (pyproject.toml) installs it
 from hypothesis import HealthCheck, given, settings
 
 from analytics.filters import Filters
+from analytics.shared import sharing
 from analytics.summary import summary
 from analytics.waste import PARTS, job_waste, unallocated, waste_totals
 from gpuledger.ledger.db import memory_ledger
@@ -35,6 +36,7 @@ from tests.analytics.money_shapes import TEAMS, Shape, oracle, set_prices, shape
 EXAMPLES = int(os.environ.get("MONEY_EXAMPLES", "4"))  # 10-25 s an example on the shared 2-core machine
 DAYS = [Filters(since=T0.date(), until=T0.date()), Filters(since=(T0 + dt.timedelta(days=1)).date(),
                                                            until=(T0 + dt.timedelta(days=1)).date())]  # fmt: skip
+VIEWS = [Filters(), *DAYS, *(Filters(teams=(t,)) for t in (*TEAMS, "unallocated", "unattributed"))]
 CENT = 1e-6  # float sums of the same dollars in another order
 
 
@@ -57,37 +59,45 @@ def parts(t: dict[str, float]) -> dict[str, float]:
 def check(shape: Shape) -> None:
     con = land(shape)
     try:
-        whole = waste_totals(con)
-        # spend = Σ parts, whole / each day / each team
-        views = [Filters(), *DAYS, *(Filters(teams=(t,)) for t in (*TEAMS, "unallocated", "unattributed"))]
-        got = {f: waste_totals(con, filters=f) for f in views}
-        for f, t in got.items():
-            assert t["spend_usd"] == pytest.approx(sum(t[p] for p in PARTS), abs=CENT), f
-        # additivity, part by part: two days, and the teams with "unallocated"
-        for group in (DAYS, [f for f in views if f.teams]):
-            for p, v in parts(whole).items():
-                assert sum(got[f][p] for f in group) == pytest.approx(v, abs=CENT), (p, group)
-        # the oracle: every card-second billed once at the price in force; nothing beyond what exists
-        usd, hours = oracle(con, shape.price_change)
-        assert whole["spend_usd"] == pytest.approx(usd, abs=CENT)
-        jobs = job_waste(con)
-        un = unallocated(con)
-        billed = float(jobs["gpu_hours"].sum()) + (
-            float(un["unallocated_gpu_hours"].sum()) if un.height else 0.0
-        )
-        assert billed <= hours + 1e-9
+        # Each state of the ledger is read inside a sharing block, as the CLI and the pages read it
+        # (analytics/shared.py): a view's per-job costs are computed once and its unallocated capacity once,
+        # whichever function asks. Outside a block every call recomputed them: 8 waste_totals and 4 summaries
+        # planned the same 50 kB statements again (measured in the module docstring).
+        with sharing(con):
+            # spend = Σ parts, whole / each day / each team
+            got = {f: waste_totals(con, filters=f) for f in VIEWS}
+            whole = got[Filters()]
+            for f, t in got.items():
+                assert t["spend_usd"] == pytest.approx(sum(t[p] for p in PARTS), abs=CENT), f
+            # additivity, part by part: two days, and the teams with "unallocated"
+            for group in (DAYS, [f for f in VIEWS if f.teams]):
+                for p, v in parts(whole).items():
+                    assert sum(got[f][p] for f in group) == pytest.approx(v, abs=CENT), (p, group)
+            # the oracle: every card-second billed once at the price in force; nothing beyond what exists
+            usd, hours = oracle(con, shape.price_change)
+            assert whole["spend_usd"] == pytest.approx(usd, abs=CENT)
+            jobs = job_waste(con)
+            un = unallocated(con)
+            billed = float(jobs["gpu_hours"].sum()) + (
+                float(un["unallocated_gpu_hours"].sum()) if un.height else 0.0
+            )
+            assert billed <= hours + 1e-9
         # the rollup (two ingests meeting at split_at) equals the raw samples, and so does a rebuild
         for state in ("incremental", "rebuilt"):
             if state == "rebuilt":
                 con.execute("BEGIN TRANSACTION")
                 rebuild_rollup(con, idle_util_pct=5.0)
                 con.execute("COMMIT")
-            fast, raw = summary(con, source="auto"), summary(con, source="raw")
+            with sharing(con):  # a new block: the ledger changed
+                fast, raw = summary(con, source="auto"), summary(con, source="raw")
+            # the headline the CLI shows is the waste_totals the pages show
+            assert fast["spend_usd"] == pytest.approx(whole["spend_usd"], abs=CENT), state
             for k in ("spend_usd", "idle_gpu_hours", "mean_util_pct"):
                 assert fast[k] == pytest.approx(raw[k], abs=CENT), (state, k)
             for p in PARTS:
                 assert fast["waste"][p] == pytest.approx(raw["waste"][p], abs=CENT), (state, p)
-        # landing the same samples again changes nothing
+                assert fast["waste"][p] == pytest.approx(whole[p], abs=CENT), (state, p)
+        # landing the same samples again changes nothing (read outside a sharing block: the unshared path)
         if shape.samples:
             ingest(con, samples=shape.samples)
         assert parts(waste_totals(con)) == pytest.approx(parts(whole), abs=CENT)
