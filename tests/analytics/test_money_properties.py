@@ -31,7 +31,7 @@ from analytics.waste import PARTS, job_waste, unallocated, waste_totals
 from gpuledger.ledger.db import memory_ledger
 from gpuledger.ledger.rollup import rebuild_rollup
 from tests.analytics.build import T0, ingest
-from tests.analytics.money_shapes import TEAMS, Shape, oracle, set_prices, shapes
+from tests.analytics.money_shapes import TEAMS, Shape, land_file, oracle, set_prices, shapes
 
 EXAMPLES = int(os.environ.get("MONEY_EXAMPLES", "4"))  # 10-25 s an example on the shared 2-core machine
 DAYS = [Filters(since=T0.date(), until=T0.date()), Filters(since=(T0 + dt.timedelta(days=1)).date(),
@@ -41,15 +41,26 @@ CENT = 1e-6  # float sums of the same dollars in another order
 
 
 def land(shape: Shape):
+    """The shape's ledger: the job records, then the samples as two telemetry files meeting at split_at (b.csv
+    landing first as its draft, then --replace'd by the whole file, when the shape has one)."""
     con = memory_ledger()
     set_prices(con, shape.price_change)
     ingest(con, jobs=shape.jobs, allocations=shape.allocations, gpus=shape.gpus)
-    first = [s for s in shape.samples if s["ts"] < shape.split_at]
-    second = [s for s in shape.samples if s["ts"] >= shape.split_at]
-    for part in (first, second):
-        if part:
-            ingest(con, samples=part)
+    for key, rows in files(shape):
+        if key == "b.csv" and shape.draft:
+            land_file(con, key, shape.draft)
+            land_file(con, key, rows, replace=True)
+        elif rows:
+            land_file(con, key, rows)
     return con
+
+
+def files(shape: Shape) -> list[tuple[str, list[dict]]]:
+    """The samples as the two files they land from: a.csv before split_at, b.csv from it on."""
+    return [
+        ("a.csv", [s for s in shape.samples if s["ts"] < shape.split_at]),
+        ("b.csv", [s for s in shape.samples if s["ts"] >= shape.split_at]),
+    ]
 
 
 def parts(t: dict[str, float]) -> dict[str, float]:
@@ -97,9 +108,13 @@ def check(shape: Shape) -> None:
             for p in PARTS:
                 assert fast["waste"][p] == pytest.approx(raw["waste"][p], abs=CENT), (state, p)
                 assert fast["waste"][p] == pytest.approx(whole[p], abs=CENT), (state, p)
-        # landing the same samples again changes nothing (read outside a sharing block: the unshared path)
+        # landing the same samples again changes nothing, nor does --replace of a file by the same rows (read
+        # outside a sharing block: the unshared path)
         if shape.samples:
             ingest(con, samples=shape.samples)
+        for key, rows in files(shape)[:1]:
+            if rows:
+                land_file(con, key, rows, replace=True)
         assert parts(waste_totals(con)) == pytest.approx(parts(whole), abs=CENT)
     finally:
         con.close()
