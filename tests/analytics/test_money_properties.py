@@ -31,7 +31,7 @@ from analytics.waste import PARTS, job_waste, unallocated, waste_totals
 from gpuledger.ledger.db import memory_ledger
 from gpuledger.ledger.rollup import rebuild_rollup
 from tests.analytics.build import T0, ingest
-from tests.analytics.money_shapes import TEAMS, Shape, land_file, oracle, set_prices, shapes
+from tests.analytics.money_shapes import TEAMS, Shape, known_limit, land_file, oracle, set_prices, shapes
 
 EXAMPLES = int(os.environ.get("MONEY_EXAMPLES", "4"))  # 10-25 s an example on the shared 2-core machine
 DAYS = [Filters(since=T0.date(), until=T0.date()), Filters(since=(T0 + dt.timedelta(days=1)).date(),
@@ -133,3 +133,17 @@ def check(shape: Shape) -> None:
 @given(shapes())
 def test_money_invariants_over_generated_clusters(shape: Shape) -> None:
     check(shape)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="docs/metrics.md: Known limits of additivity")
+def test_the_known_limit_still_breaks_additivity_over_days() -> None:
+    """The shape :func:`money_shapes.shapes` leaves out (two jobs sharing a card across midnight): its days'
+    idle, under-used and productive do not add up to the whole. When the fix lands this passes, strict xfail
+    fails the suite, and the filter in money_shapes.shapes goes with this test. Any other failure is an error,
+    not the expected one."""
+    try:
+        check(known_limit())
+    except AssertionError as e:
+        if str(DAYS) not in str(e):  # a part over the two days
+            raise RuntimeError(f"not the known limit: {e}") from e
+        raise
