@@ -78,6 +78,7 @@ class Shape:
     price_change: bool = False
     split_at: dt.datetime = T0  # the samples land in two files meeting here: a.csv before, b.csv from here
     draft: list[dict[str, Any]] = field(default_factory=list)  # b.csv as it first landed, before --replace
+    b_first: bool = False  # b.csv lands before a.csv (a folder ingested in name order is not time order)
 
 
 def at(slot: int) -> dt.datetime:
@@ -229,6 +230,7 @@ def _shapes(draw: st.DrawFn) -> Shape:
         )
         cut = draw(st.integers(1, max(1, len(b))))
         shape.draft = [{**s, "util_pct": 100.0 - s["util_pct"]} for s in b[:cut]]
+    shape.b_first = draw(st.booleans())
     return shape
 
 

@@ -1,24 +1,34 @@
 """Money invariants over generated cluster shapes (Hypothesis; shapes: tests/analytics/money_shapes.py).
 
-For every shape — 1-3 clusters, GPU- and host-level allocations, time-slicing with declared fractions,
-running jobs, a price change at midnight, gaps in telemetry, cards no job claims, hosts without telemetry:
+For every shape — 1-3 clusters, GPU- and host-level allocations, time-slicing with declared fractions, MIG
+instances, running, failed (with and without a checkpoint) and requeued jobs, a price change at midnight, gaps
+in telemetry, cards no job claims, hosts without telemetry, telemetry in two files landing in either order,
+one of them first as a draft that --replace withdraws:
 
-- spend equals the sum of its parts, for the whole ledger, each day and each team;
-- spend and every part add up over the two days and over the teams (with "unallocated" and "unattributed");
+- spend equals the sum of its parts, for the whole ledger, each day and each team (``summary``: the CLI's,
+  the Overview's and the reports' headline);
+- spend, every part, and the GPU-hours held and idle add up over the two days and over the teams (with
+  "unallocated" and "unattributed");
 - spend equals the plain-SQL oracle (money_shapes.oracle), and the card-hours billed never exceed the
   card-hours that exist plus the unmeasured allocations;
-- samples landed in two ingests meeting at a random time give the figures of the raw samples, and so does the
-  rollup rebuilt; landing the same samples again changes nothing.
+- the rollup the two files left gives the figures of the raw samples, and so does the rollup rebuilt;
+- landing the same samples again, or --replace of a file by the same rows, changes nothing.
 
-A few examples here (each lands a ledger and asks about ten views: 10-25 s on the shared 2-core machine;
-``MONEY_EXAMPLES`` overrides); bench/money_properties.py runs 200.
+Speed (measured 2026-12-06 on the shared 2-core machine, load 6-8 from other engineers): an example took
+9.8 s before (6 shapes paired; each view recomputed its per-job costs and capacity, 8 waste_totals and 4
+summaries planning the same 50 kB statements) and 3.6 s after, with each ledger state read in one sharing
+block as the CLI and pages read it (cpu 4.3 -> 2.1 s). The suite's 20 derandomized examples took 74 s wall
+(3.7 s each) and 41 s of CPU, so ``EXAMPLES`` = 16 fits about 60 s of one xdist worker (``MONEY_EXAMPLES``
+overrides; ``MONEY_RANDOM=1`` explores new shapes); bench/money_properties.py runs 200.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+from typing import Any
 
+import duckdb
 import pytest
 
 pytest.importorskip("hypothesis")  # the test extra (pyproject.toml) installs it
@@ -33,7 +43,7 @@ from gpuledger.ledger.rollup import rebuild_rollup
 from tests.analytics.build import T0, ingest
 from tests.analytics.money_shapes import TEAMS, Shape, known_limit, land_file, oracle, set_prices, shapes
 
-EXAMPLES = int(os.environ.get("MONEY_EXAMPLES", "4"))  # 10-25 s an example on the shared 2-core machine
+EXAMPLES = int(os.environ.get("MONEY_EXAMPLES", "16"))  # about 60 s (module docstring)
 DAYS = [Filters(since=T0.date(), until=T0.date()), Filters(since=(T0 + dt.timedelta(days=1)).date(),
                                                            until=(T0 + dt.timedelta(days=1)).date())]  # fmt: skip
 VIEWS = [Filters(), *DAYS, *(Filters(teams=(t,)) for t in (*TEAMS, "unallocated", "unattributed"))]
@@ -46,7 +56,7 @@ def land(shape: Shape):
     con = memory_ledger()
     set_prices(con, shape.price_change)
     ingest(con, jobs=shape.jobs, allocations=shape.allocations, gpus=shape.gpus)
-    for key, rows in files(shape):
+    for key, rows in files(shape)[:: -1 if shape.b_first else 1]:
         if key == "b.csv" and shape.draft:
             land_file(con, key, shape.draft)
             land_file(con, key, rows, replace=True)
@@ -63,51 +73,30 @@ def files(shape: Shape) -> list[tuple[str, list[dict]]]:
     ]
 
 
-def parts(t: dict[str, float]) -> dict[str, float]:
-    return {p: t[p] for p in (*PARTS, "spend_usd")}
+def totals(s: dict[str, Any]) -> dict[str, float]:
+    """A summary's money and time: spend, each part, and the GPU-hours held and idle."""
+    return {
+        **s["waste"],
+        "spend_usd": s["spend_usd"],
+        "gpu_hours": s["gpu_hours"],
+        "idle_gpu_hours": s["idle_gpu_hours"],
+    }
 
 
 def check(shape: Shape) -> None:
     con = land(shape)
     try:
-        # Each state of the ledger is read inside a sharing block, as the CLI and the pages read it
-        # (analytics/shared.py): a view's per-job costs are computed once and its unallocated capacity once,
-        # whichever function asks. Outside a block every call recomputed them: 8 waste_totals and 4 summaries
-        # planned the same 50 kB statements again (measured in the module docstring).
+        # Each state of the ledger is read inside a sharing block, as the CLI, the pages and the reports read
+        # it (analytics/shared.py): a view's per-job costs and its unallocated capacity are computed once,
+        # whichever function asks (measured in the module docstring).
         with sharing(con):
-            # spend = Σ parts, whole / each day / each team
-            got = {f: waste_totals(con, filters=f) for f in VIEWS}
-            whole = got[Filters()]
-            for f, t in got.items():
-                assert t["spend_usd"] == pytest.approx(sum(t[p] for p in PARTS), abs=CENT), f
-            # additivity, part by part: two days, and the teams with "unallocated"
-            for group in (DAYS, [f for f in VIEWS if f.teams]):
-                for p, v in parts(whole).items():
-                    assert sum(got[f][p] for f in group) == pytest.approx(v, abs=CENT), (p, group)
-            # the oracle: every card-second billed once at the price in force; nothing beyond what exists
-            usd, hours = oracle(con, shape.price_change)
-            assert whole["spend_usd"] == pytest.approx(usd, abs=CENT)
-            jobs = job_waste(con)
-            un = unallocated(con)
-            billed = float(jobs["gpu_hours"].sum()) + (
-                float(un["unallocated_gpu_hours"].sum()) if un.height else 0.0
-            )
-            assert billed <= hours + 1e-9
-        # the rollup (two ingests meeting at split_at) equals the raw samples, and so does a rebuild
-        for state in ("incremental", "rebuilt"):
-            if state == "rebuilt":
-                con.execute("BEGIN TRANSACTION")
-                rebuild_rollup(con, idle_util_pct=5.0)
-                con.execute("COMMIT")
-            with sharing(con):  # a new block: the ledger changed
-                fast, raw = summary(con, source="auto"), summary(con, source="raw")
-            # the headline the CLI shows is the waste_totals the pages show
-            assert fast["spend_usd"] == pytest.approx(whole["spend_usd"], abs=CENT), state
-            for k in ("spend_usd", "idle_gpu_hours", "mean_util_pct"):
-                assert fast[k] == pytest.approx(raw[k], abs=CENT), (state, k)
-            for p in PARTS:
-                assert fast["waste"][p] == pytest.approx(raw["waste"][p], abs=CENT), (state, p)
-                assert fast["waste"][p] == pytest.approx(whole[p], abs=CENT), (state, p)
+            whole = views(con, shape)
+            same_as_raw(con, "incremental", whole)
+        con.execute("BEGIN TRANSACTION")
+        rebuild_rollup(con, idle_util_pct=5.0)
+        con.execute("COMMIT")
+        with sharing(con):  # a new block: the ledger changed
+            same_as_raw(con, "rebuilt", whole)
         # landing the same samples again changes nothing, nor does --replace of a file by the same rows (read
         # outside a sharing block: the unshared path)
         if shape.samples:
@@ -115,14 +104,53 @@ def check(shape: Shape) -> None:
         for key, rows in files(shape)[:1]:
             if rows:
                 land_file(con, key, rows, replace=True)
-        assert parts(waste_totals(con)) == pytest.approx(parts(whole), abs=CENT)
+        assert totals(summary(con)) == pytest.approx(whole, abs=CENT)
     finally:
         con.close()
 
 
+def views(con: duckdb.DuckDBPyConnection, shape: Shape) -> dict[str, float]:
+    """The invariants over the views of the headline (analytics/summary.py: the CLI's ``summary``, the
+    Overview, the reports); returns the whole ledger's :func:`totals`."""
+    got = {f: totals(summary(con, filters=f)) for f in VIEWS}
+    whole = got[Filters()]
+    # spend = Σ parts, whole / each day / each team
+    for f, t in got.items():
+        assert t["spend_usd"] == pytest.approx(sum(t[p] for p in PARTS), abs=CENT), f
+    # additivity, part by part (and the held and idle GPU-hours): two days, and the teams with "unallocated"
+    for group in (DAYS, [f for f in VIEWS if f.teams]):
+        for p, v in whole.items():
+            assert sum(got[f][p] for f in group) == pytest.approx(v, abs=CENT), (p, group)
+    # waste_totals (the parts in one statement) says what the headline says
+    for p, v in waste_totals(con).items():
+        if p in whole:
+            assert v == pytest.approx(whole[p], abs=CENT), p
+    # the oracle: every card-second billed once at the price in force; nothing beyond what exists
+    usd, hours = oracle(con, shape.price_change)
+    assert whole["spend_usd"] == pytest.approx(usd, abs=CENT)
+    un = unallocated(con)
+    billed = float(job_waste(con)["gpu_hours"].sum()) + (
+        float(un["unallocated_gpu_hours"].sum()) if un.height else 0.0
+    )
+    assert billed <= hours + 1e-9
+    return whole
+
+
+def same_as_raw(con: duckdb.DuckDBPyConnection, state: str, whole: dict[str, float]) -> None:
+    """The rollup (two files meeting at split_at, or rebuilt) gives the figures of the raw samples."""
+    fast, raw = summary(con, source="auto"), summary(con, source="raw")
+    for k in ("spend_usd", "idle_gpu_hours", "mean_util_pct"):
+        assert fast[k] == pytest.approx(raw[k], abs=CENT), (state, k)
+    for p in PARTS:
+        assert fast["waste"][p] == pytest.approx(raw["waste"][p], abs=CENT), (state, p)
+    assert totals(fast) == pytest.approx(whole, abs=CENT), state
+
+
 # The suite runs a fixed set of examples (derandomize), so CI is repeatable; MONEY_RANDOM=1 (and
-# bench/money_properties.py) explores new ones. A random run of 40 found one shape that breaks additivity over
-# days (see docs/metrics.md, "Known limits": idle on a card two jobs share across midnight).
+# bench/money_properties.py) explores new ones. Random runs found shapes that break additivity over days: the
+# known limit (docs/metrics.md, "Known limits": a card two jobs share across midnight), which money_shapes
+# leaves out and the test below pins, and a silence of a card ending at midnight, which the generator now
+# leaves out as it meant to (money_shapes, module docstring).
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
