@@ -16,6 +16,7 @@ from __future__ import annotations
 import pickle
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
@@ -46,7 +47,8 @@ def main(examples: int = 200, rng: int = 0, failures_dir: str = "/tmp/money-fail
             n = len(took) + 1
             out.mkdir(parents=True, exist_ok=True)
             (out / f"shape-{rng}-{n}.pkl").write_bytes(pickle.dumps(shape))
-            failed.append((n, str(e).splitlines()[0][:300]))
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            failed.append((n, f"{where.name}: {where.line} {str(e)[:300]}"))
         finally:
             took.append(time.perf_counter() - start)
 

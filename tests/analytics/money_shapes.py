@@ -42,11 +42,21 @@ Left out on purpose:
   (:func:`known_limit`, which test_money_properties pins as an expected failure, so the filter goes when the
   fix lands) and with a job across midnight on a MIG instance that other jobs held only the evening before
   (productive $16.47 over the whole ledger, $16.21 over the two days).
+- two jobs holding one MIG instance at once (:func:`instance_held_twice`): each is billed the instance's
+  share, so a card's jobs can be billed more than the card (issue 35 item 1: the shares of every card-second
+  sum to 1). bench/money_properties.py found it; :func:`instance_held_twice_example` is the hand-built case
+  test_money_properties pins as an expected failure.
+- a file holding a single sample of a GPU (:func:`lone_sample`): such a sample stands for 1 s (its file gives
+  no cadence) and keeps that when the rest of its series lands from another file, while landing the same
+  samples again gives it the series' cadence, so a re-ingest changes the figures. The suite's derandomized
+  examples found it (b.csv holding only the 23:55 samples, landed first: +598 GPU-s, $0.66);
+  :func:`lone_sample_example` is the hand-built case test_money_properties pins as an expected failure.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,7 +147,34 @@ def _series(draw: st.DrawFn, gid: str, lo: int, hi: int) -> list[dict[str, Any]]
 def shapes() -> st.SearchStrategy[Shape]:
     """The generated shapes, less the known limit (module docstring): two jobs time-slicing a card across
     midnight."""
-    return _shapes().filter(lambda shape: not shared_across_midnight(shape))
+    return _shapes().filter(
+        lambda shape: not (shared_across_midnight(shape) or instance_held_twice(shape) or lone_sample(shape))
+    )
+
+
+def lone_sample(shape: Shape) -> bool:
+    """Does a file (a.csv, b.csv or b.csv's draft) hold a single sample of some GPU?"""
+    files = [
+        [s for s in shape.samples if s["ts"] < shape.split_at],
+        [s for s in shape.samples if s["ts"] >= shape.split_at],
+        shape.draft,
+    ]
+    return any(1 in Counter(s["gpu_id"] for s in rows).values() for rows in files)
+
+
+def instance_held_twice(shape: Shape) -> bool:
+    """Do two allocations hold the same MIG instance at once (each with the instance's share)?"""
+    end = at(2 * DAY_SLOTS)
+    spans: dict[str, list[tuple[dt.datetime, dt.datetime]]] = {}
+    for a in shape.allocations:
+        if a["gpu_id"] and "/" in a["gpu_id"]:
+            spans.setdefault(a["gpu_id"], []).append((a["start_ts"], a["end_ts"] or end))
+    return any(
+        lo < hi2 and lo2 < hi
+        for s in spans.values()
+        for i, (lo, hi) in enumerate(s)
+        for (lo2, hi2) in s[i + 1 :]
+    )
 
 
 def shared_across_midnight(shape: Shape) -> bool:
@@ -314,6 +351,52 @@ def known_limit() -> Shape:
         shape.jobs.append(_job(jid, place, a, b, 1.0, TEAMS[0], "COMPLETED", None, None, None))
         shape.allocations.append(_alloc(jid, place, gid, a, b, 1.0))
     return shape
+
+
+def instance_held_twice_example() -> Shape:
+    """A MIG card (3g and 4g instances) reporting from 10:00 to 11:00 at 50 %: j0 and j1 each hold the 3g
+    instance (3/7 of the card) and j2 the 4g one (4/7), all for the hour. The card costs one card-hour, $4;
+    the jobs are billed 10/7 of it, $5.71, and the card's 3/7 GPU-h beyond it is reported oversubscribed, not
+    cut from the jobs (a shared GPU's shares are cut only where one GPU id's declared shares pass 1, and
+    3/7 + 3/7 does not)."""
+    gpus = [
+        {"gpu_id": f"c0h0:0/{gi}", "host": "c0h0", "model": H100, "cluster": "c0", "parent_gpu_id": "c0h0:0",
+         "mig_profile": f"{k}g.{k * 10}gb"}
+        for gi, k in ((1, 3), (2, 4))
+    ]  # fmt: skip
+    lo, hi = 20, 22
+    n = (hi - lo) * SLOT_MIN // CADENCE_MIN
+    shape = Shape(
+        gpus=gpus,
+        samples=[
+            {"ts": at(lo) + dt.timedelta(minutes=CADENCE_MIN * i), "gpu_id": g["gpu_id"], "util_pct": 50.0}
+            for g in gpus
+            for i in range(n)
+        ],
+        split_at=at(21),
+    )
+    for jid, gid, share in (("j0", "c0h0:0/1", 3 / 7), ("j1", "c0h0:0/1", 3 / 7), ("j2", "c0h0:0/2", 4 / 7)):
+        place = Place("c0", "c0h0", gid, lo, hi, share)
+        shape.jobs.append(_job(jid, place, lo, hi, share, TEAMS[0], "COMPLETED", None, None, None))
+        shape.allocations.append(_alloc(jid, place, gid, lo, hi, share))
+    return shape
+
+
+def lone_sample_example() -> Shape:
+    """One card no job claims, reporting every 5 minutes from 10:00 to 12:00; b.csv holds only its 11:55
+    sample and lands first. That sample stands for 1 s, so the card's pseudo-job ends at 11:55:01 ($7.6678);
+    landing all the samples again makes it stand for 300 s, to 12:00 ($8.00)."""
+    gid, lo, hi = "c0h0:0", 20, 24
+    n = (hi - lo) * SLOT_MIN // CADENCE_MIN
+    return Shape(
+        gpus=[{"gpu_id": gid, "host": "c0h0", "model": H100, "cluster": "c0"}],
+        samples=[
+            {"ts": at(lo) + dt.timedelta(minutes=CADENCE_MIN * i), "gpu_id": gid, "util_pct": 50.0}
+            for i in range(n)
+        ],
+        split_at=at(hi) - dt.timedelta(minutes=CADENCE_MIN),
+        b_first=True,
+    )
 
 
 def land_file(
