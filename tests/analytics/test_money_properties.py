@@ -18,8 +18,13 @@ Speed (measured 2026-12-06 on the shared 2-core machine, load 6-8 from other eng
 9.8 s before (6 shapes paired; each view recomputed its per-job costs and capacity, 8 waste_totals and 4
 summaries planning the same 50 kB statements) and 3.6 s after, with each ledger state read in one sharing
 block as the CLI and pages read it (cpu 4.3 -> 2.1 s). The suite's 20 derandomized examples took 74 s wall
-(3.7 s each) and 41 s of CPU, so ``EXAMPLES`` = 16 fits about 60 s of one xdist worker (``MONEY_EXAMPLES``
-overrides; ``MONEY_RANDOM=1`` explores new shapes); bench/money_properties.py runs 200.
+(3.7 s each) and 41 s of CPU, so ``EXAMPLES`` = 16 fits about 60 s of one xdist worker; the final 16 took
+41 s (2.6 s each, load 8). ``MONEY_EXAMPLES`` overrides; ``MONEY_RANDOM=1`` explores new shapes;
+bench/money_properties.py runs 200.
+
+Three shapes fail for faults in the product, not in the tests: each is built by hand in money_shapes, pinned
+below as a strict expected failure, and left out of the generated shapes until its fix lands (money_shapes,
+"Left out on purpose").
 """
 
 from __future__ import annotations
@@ -157,10 +162,10 @@ def same_as_raw(con: duckdb.DuckDBPyConnection, state: str, whole: dict[str, flo
 
 
 # The suite runs a fixed set of examples (derandomize), so CI is repeatable; MONEY_RANDOM=1 (and
-# bench/money_properties.py) explores new ones. Random runs found shapes that break additivity over days: the
-# known limit (docs/metrics.md, "Known limits": a card two jobs share across midnight), which money_shapes
-# leaves out and the test below pins, and a silence of a card ending at midnight, which the generator now
-# leaves out as it meant to (money_shapes, module docstring).
+# bench/money_properties.py) explores new ones. What they found: the known limit (docs/metrics.md, "Known
+# limits": a card two jobs share across midnight), a MIG instance held twice, a file with one sample of a GPU
+# (all three pinned below), and a silence of a card ending at midnight, which the generator now leaves out
+# as it meant to (money_shapes, module docstring).
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
