@@ -2,34 +2,71 @@
 
 A shape is 1–3 clusters of hosts with one or two H100 cards each, over two UTC days. A card reports one
 sample every CADENCE_MIN minutes over one or two stretches separated by at least GAP_MIN minutes (longer than
-the capacity gap, so its observed capacity is exactly its samples' time), or not at all. Jobs hold:
+the capacity gap, so its observed capacity is exactly its samples' time), or not at all. About one card in
+four is in MIG mode: two GPU rows ``<card>/1`` (3g.40gb) and ``<card>/2`` (4g.40gb) with ``parent_gpu_id`` the
+card, reporting at every scrape together, and no row of the card itself. Jobs hold:
 
 - a card by id (GPU-level), inside one of its stretches, whole or with a declared fraction;
+- a MIG instance by id, with its share of the card (3/7 or 4/7, as sacct counts ``gres/gpu:3g.40gb=1``);
 - a one-card host by name (host-level, as sacct), inside its card's stretch: two such jobs overlapping
   time-slice the card;
 - a host with no telemetry (unmeasured: billed by allocation);
 - the last stretch of a card reporting to the data's end, still RUNNING.
 
-Jobs lie inside their card's stretches, so every dollar has an independent answer: a claimed card costs its
-samples' time, an unclaimed one (no job names it or its host) its first sample to its last sample's end, a
-host without telemetry its jobs' held time, each minute at the price in force (an optional price change at
-the second day's midnight). :func:`oracle` computes that from the raw tables.
+A job is COMPLETED or FAILED (with or without a checkpoint inside its run), or RUNNING. About one in four is
+requeued, as collectors/sacct.py lands ``sacct -D``: an earlier attempt ``<id>#1`` (attempt 1, attempt_of
+``<id>``, ended REQUEUED, PREEMPTED or NODE_FAIL, with or without a checkpoint), then the job's own row
+(attempt 2) on a place of the same cluster that reports after the first attempt ends.
 
-Left out on purpose: a silence of a card that spans midnight. An unclaimed card's pseudo-job runs from its
-first sample in the view to its last one's end, so the whole ledger bills such a silence and the two days'
-views do not (spend is then not additive over days): the pseudo-job's span is a definition issue 35 leaves
-open (capacity as the card's observed spans would settle it), not a regression these tests should hide.
+The samples land as two telemetry files meeting at a drawn moment (``split_at``); in about half the shapes
+the second first lands as a draft (its earliest samples, with other readings) that ``--replace`` of the whole
+file then withdraws (collectors/provenance.py), as a cron job re-ingesting a growing log does.
+
+Jobs lie inside their card's stretches, so every dollar has an independent answer: a claimed card costs its
+samples' time (a MIG card's instances report together, so each scrape's time once), an unclaimed one (no job
+names it, one of its instances or its host) its first sample to its last sample's end, a host without
+telemetry its jobs' held time, each minute at the price in force (an optional price change at the second
+day's midnight). :func:`oracle` computes that from the raw tables.
+
+Left out on purpose:
+
+- a silence of a card that spans midnight. An unclaimed card's pseudo-job runs from its first sample in the
+  view to its last one's end, so the whole ledger bills such a silence and the two days' views do not
+  (spend is then not additive over days): the pseudo-job's span is a definition issue 35 leaves open
+  (capacity as the card's observed spans would settle it), not a regression these tests should hide;
+- a job across the second day's midnight on a card (or MIG instance) that another job holds at some time
+  (:func:`shared_across_midnight`, filtered out of :func:`shapes`): the known limit of docs/metrics.md ("Known
+  limits of additivity"), where the card's samples go to one of the sharing jobs and the cap that keeps them
+  from standing for more than its held time, computed per view, makes idle, under-used and productive of
+  the two days differ from the whole's. Random runs found it with two jobs sharing a card at midnight
+  (:func:`known_limit`, which test_money_properties pins as an expected failure, so the filter goes when the
+  fix lands) and with a job across midnight on a MIG instance that other jobs held only the evening before
+  (productive $16.47 over the whole ledger, $16.21 over the two days).
+- two jobs holding one MIG instance at once (:func:`instance_held_twice`): each is billed the instance's
+  share, so a card's jobs can be billed more than the card (issue 35 item 1: the shares of every card-second
+  sum to 1). bench/money_properties.py found it; :func:`instance_held_twice_example` is the hand-built case
+  test_money_properties pins as an expected failure.
+- a file holding a single sample of a GPU (:func:`lone_sample`): such a sample stands for 1 s (its file gives
+  no cadence) and keeps that when the rest of its series lands from another file, while landing the same
+  samples again gives it the series' cadence, so a re-ingest changes the figures. The suite's derandomized
+  examples found it (b.csv holding only the 23:55 samples, landed first: +598 GPU-s, $0.66);
+  :func:`lone_sample_example` is the hand-built case test_money_properties pins as an expected failure.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
+import polars as pl
 from hypothesis import strategies as st
 
+from collectors.contract import IngestOptions, IngestReport
+from collectors.landing import land_and_record, run_in_transaction
+from collectors.provenance import next_ingest_id, withdraw_source
 from tests.analytics.build import H100, T0
 
 CADENCE_MIN = 5  # one sample every 5 minutes
@@ -49,101 +86,234 @@ class Shape:
     samples: list[dict[str, Any]] = field(default_factory=list)
     gpus: list[dict[str, Any]] = field(default_factory=list)
     price_change: bool = False
-    split_at: dt.datetime = T0  # the samples land in two ingests meeting here
+    split_at: dt.datetime = T0  # the samples land in two files meeting here: a.csv before, b.csv from here
+    draft: list[dict[str, Any]] = field(default_factory=list)  # b.csv as it first landed, before --replace
+    b_first: bool = False  # b.csv lands before a.csv (a folder ingested in name order is not time order)
 
 
 def at(slot: int) -> dt.datetime:
     return T0 + dt.timedelta(minutes=SLOT_MIN * slot)
 
 
-@st.composite
-def shapes(draw: st.DrawFn) -> Shape:
-    shape = Shape(price_change=draw(st.booleans()))
-    n_jobs = 0
+@dataclass
+class Place:
+    """Where a job can run: a card (or one MIG instance, or a one-card host by name) over one stretch of its
+    telemetry [lo, hi) in slots, or a host with no telemetry over the whole two days."""
+
+    cluster: str
+    host: str
+    gpu_id: str | None  # None: a host without telemetry, named by its jobs
+    lo: int
+    hi: int
+    share: float = 1.0  # the card's share an allocation declares: an instance's slices of 7, or 1
+    one_card: bool = (
+        False  # the host's only card: a job may name the host instead (sacct without gres detail)
+    )
+
+
+def _stretches(draw: st.DrawFn, to_end: bool) -> list[tuple[int, int]]:
+    """One or two stretches [a, b) of whole slots, GAP_MIN apart; the last may run to the data's end."""
+    a = draw(st.integers(0, 2 * DAY_SLOTS - 4))
+    b = draw(st.integers(a + 1, min(a + 30, 2 * DAY_SLOTS)))
+    out = [(a, b)]
+    if b + 3 < 2 * DAY_SLOTS and draw(st.booleans()):
+        second = min(b + 2 + draw(st.integers(0, 4)), 2 * DAY_SLOTS - 1)
+        # no silence that touches midnight (module docstring): one ending or starting there leaves a day's
+        # view without the silence that the whole ledger's pseudo-job spans (a random run of 20 found one
+        # ending at midnight, which the old test `b < DAY_SLOTS < second` let through)
+        if not b <= DAY_SLOTS <= second:
+            out.append((second, 2 * DAY_SLOTS))
+    if to_end:
+        out[-1] = (out[-1][0], 2 * DAY_SLOTS)  # the data's end is a sample's end
+    return out
+
+
+def _series(draw: st.DrawFn, gid: str, lo: int, hi: int) -> list[dict[str, Any]]:
+    """A sample every CADENCE_MIN minutes over [lo, hi): one reading, then from a drawn sample on another."""
     utils = st.sampled_from([0.0, 2.0, 30.0, 90.0])
-    running_done = False
-    end_slot = 2 * DAY_SLOTS  # the data's end: every card that reports to the end reports to here
+    u, u2 = draw(utils), draw(utils)
+    n = (hi - lo) * SLOT_MIN // CADENCE_MIN
+    flip = draw(st.integers(0, n))
+    return [
+        {
+            "ts": at(lo) + dt.timedelta(minutes=CADENCE_MIN * i),
+            "gpu_id": gid,
+            "util_pct": u if i < flip else u2,
+        }
+        for i in range(n)
+    ]
+
+
+def shapes() -> st.SearchStrategy[Shape]:
+    """The generated shapes, less the known limit (module docstring): two jobs time-slicing a card across
+    midnight."""
+    return _shapes().filter(
+        lambda shape: not (shared_across_midnight(shape) or instance_held_twice(shape) or lone_sample(shape))
+    )
+
+
+def lone_sample(shape: Shape) -> bool:
+    """Does a file (a.csv, b.csv or b.csv's draft) hold a single sample of some GPU?"""
+    files = [
+        [s for s in shape.samples if s["ts"] < shape.split_at],
+        [s for s in shape.samples if s["ts"] >= shape.split_at],
+        shape.draft,
+    ]
+    return any(1 in Counter(s["gpu_id"] for s in rows).values() for rows in files)
+
+
+def instance_held_twice(shape: Shape) -> bool:
+    """Do two allocations hold the same MIG instance at once (each with the instance's share)?"""
+    end = at(2 * DAY_SLOTS)
+    spans: dict[str, list[tuple[dt.datetime, dt.datetime]]] = {}
+    for a in shape.allocations:
+        if a["gpu_id"] and "/" in a["gpu_id"]:
+            spans.setdefault(a["gpu_id"], []).append((a["start_ts"], a["end_ts"] or end))
+    return any(
+        lo < hi2 and lo2 < hi
+        for s in spans.values()
+        for i, (lo, hi) in enumerate(s)
+        for (lo2, hi2) in s[i + 1 :]
+    )
+
+
+def shared_across_midnight(shape: Shape) -> bool:
+    """Does a job that holds a card (by id, by its one-card host, or a MIG instance) at the second day's
+    midnight share it with another job at any time?"""
+    midnight, end = at(DAY_SLOTS), at(2 * DAY_SLOTS)
+    cards = {g["gpu_id"] for g in shape.gpus}
+    held: dict[str, list[tuple[dt.datetime, dt.datetime]]] = {}
+    for a in shape.allocations:
+        card = a["gpu_id"] or f"{a['host']}:0"
+        if card in cards:
+            held.setdefault(card, []).append((a["start_ts"], a["end_ts"] or end))
+    return any(
+        lo < midnight < hi and any(i != j and lo2 < hi and hi2 > lo for j, (lo2, hi2) in enumerate(spans))
+        for spans in held.values()
+        for i, (lo, hi) in enumerate(spans)
+    )
+
+
+@st.composite
+def _shapes(draw: st.DrawFn) -> Shape:
+    shape = Shape(price_change=draw(st.booleans()))
+    places: list[Place] = []
     for c in range(draw(st.integers(1, 3))):
         cluster = f"c{c}"
         for h in range(draw(st.integers(1, 2))):
             host = f"{cluster}h{h}"
+            first = c == 0 and h == 0  # at least one card reports, to the data's end
             cards = draw(st.integers(1, 2))
-            telemetry = draw(st.booleans()) or (c == 0 and h == 0)  # at least one card reports
+            if not (draw(st.booleans()) or first):  # no GPU row either: a host known only from job records
+                places.append(Place(cluster, host, None, 0, 2 * DAY_SLOTS))
+                continue
             for k in range(cards):
                 gid = f"{host}:{k}"
-                if not telemetry:  # no GPU row either: a host the ledger knows only from job records
+                stretches = _stretches(draw, to_end=first and k == 0)
+                if draw(st.integers(0, 3)) == 0:  # a card in MIG mode: two instances, 3 and 4 of its 7 slices
+                    for gi, slices in ((1, 3), (2, 4)):
+                        iid = f"{gid}/{gi}"
+                        shape.gpus.append(
+                            {"gpu_id": iid, "host": host, "model": H100, "cluster": cluster,
+                             "parent_gpu_id": gid, "mig_profile": f"{slices}g.{slices * 10}gb"}
+                        )  # fmt: skip
+                        for lo, hi in stretches:  # every scrape reports both instances
+                            shape.samples += _series(draw, iid, lo, hi)
+                            places.append(Place(cluster, host, iid, lo, hi, slices / 7))
                     continue
                 shape.gpus.append({"gpu_id": gid, "host": host, "model": H100, "cluster": cluster})
-                # one or two stretches [a, b) of whole slots, GAP_MIN apart; the last may run to the end
-                a = draw(st.integers(0, 2 * DAY_SLOTS - 4))
-                b = draw(st.integers(a + 1, min(a + 30, 2 * DAY_SLOTS)))
-                stretches = [(a, b)]
-                if b + 3 < 2 * DAY_SLOTS and draw(st.booleans()):
-                    second = b + 2 + draw(st.integers(0, 4))
-                    if b < DAY_SLOTS < second:  # no silence across midnight (module docstring)
-                        second = max(b + 2, DAY_SLOTS)
-                    stretches.append((min(second, 2 * DAY_SLOTS - 1), 2 * DAY_SLOTS))
-                if c == 0 and h == 0 and k == 0:
-                    stretches[-1] = (stretches[-1][0], end_slot)  # the data's end is a sample's end
                 for lo, hi in stretches:
-                    u = draw(utils)
-                    n = (hi - lo) * SLOT_MIN // CADENCE_MIN
-                    flip = draw(st.integers(0, n))  # a second reading from here on: idle stretches end
-                    u2 = draw(utils)
-                    shape.samples += [
-                        {
-                            "ts": at(lo) + dt.timedelta(minutes=CADENCE_MIN * i),
-                            "gpu_id": gid,
-                            "util_pct": u if i < flip else u2,
-                        }
-                        for i in range(n)
-                    ]
-                # jobs inside the stretches: by id, or by host on a one-card host (may time-slice)
-                for lo, hi in stretches:
-                    for _ in range(draw(st.integers(0, 2))):
-                        ja = draw(st.integers(lo, hi - 1))
-                        jb = draw(st.integers(ja + 1, hi))
-                        jid = f"j{n_jobs}"
-                        n_jobs += 1
-                        running = not running_done and hi == end_slot and jb == hi and draw(st.booleans())
-                        running_done = running_done or running
-                        by_host = cards == 1 and draw(st.booleans())
-                        frac = 1.0 if by_host else draw(st.sampled_from([1.0, 1.0, 0.5]))
-                        shape.jobs.append(_job(jid, cluster, ja, None if running else jb, frac, draw))
-                        shape.allocations.append(
-                            {
-                                "job_id": jid,
-                                "host": host,
-                                "gpu_id": None if by_host else gid,
-                                "gpu_count": frac,
-                                "start_ts": at(ja),
-                                "end_ts": None if running else at(jb),
-                            }
-                        )
-            if not telemetry:  # a host without telemetry: its jobs are unmeasured, billed by allocation
-                for _ in range(draw(st.integers(0, 2))):
-                    ja = draw(st.integers(0, 2 * DAY_SLOTS - 1))
-                    jb = draw(st.integers(ja + 1, 2 * DAY_SLOTS))
-                    jid = f"j{n_jobs}"
-                    n_jobs += 1
-                    shape.jobs.append(_job(jid, cluster, ja, jb, 1.0, draw))
-                    shape.allocations.append(
-                        {"job_id": jid, "host": host, "gpu_id": None, "gpu_count": 1.0, "start_ts": at(ja),
-                         "end_ts": at(jb)}
-                    )  # fmt: skip
+                    shape.samples += _series(draw, gid, lo, hi)
+                    places.append(Place(cluster, host, gid, lo, hi, one_card=cards == 1))
+    jobs = 0
+    running_done = False
+    for place in places:
+        for _ in range(draw(st.integers(0, 2))):
+            ja = draw(st.integers(place.lo, place.hi - 1))
+            jb = draw(st.integers(ja + 1, place.hi))
+            jid, jobs = f"j{jobs}", jobs + 1
+            team = draw(st.sampled_from(TEAMS))
+            # a requeued job (sacct -D): an earlier attempt <id>#1, disrupted, then the job's own row on a
+            # place of its cluster that reports after that attempt ends
+            later = [p for p in places if p.cluster == place.cluster and p.hi > jb]
+            if later and draw(st.integers(0, 3)) == 0:
+                frac, gid = _holds(draw, place)
+                cp = draw(st.one_of(st.none(), st.integers(ja, jb)))
+                shape.jobs.append(
+                    _job(f"{jid}#1", place, ja, jb, frac, team, draw(st.sampled_from(REQUEUED)), cp, 1, jid)
+                )
+                shape.allocations.append(_alloc(f"{jid}#1", place, gid, ja, jb, frac))
+                place, attempt = draw(st.sampled_from(later)), 2
+                ja = draw(st.integers(max(place.lo, jb), place.hi - 1))
+                jb = draw(st.integers(ja + 1, place.hi))
+            else:
+                attempt = None
+            running = not running_done and jb == place.hi == 2 * DAY_SLOTS and draw(st.booleans())
+            running_done = running_done or running
+            state = "RUNNING" if running else draw(st.sampled_from(["COMPLETED", "COMPLETED", "FAILED"]))
+            cp = draw(st.one_of(st.none(), st.integers(ja, jb))) if state == "FAILED" else None
+            frac, gid = _holds(draw, place)
+            end = None if running else jb
+            shape.jobs.append(
+                _job(jid, place, ja, end, frac, team, state, cp, attempt, jid if attempt else None)
+            )
+            shape.allocations.append(_alloc(jid, place, gid, ja, end, frac))
     shape.split_at = at(draw(st.integers(1, 2 * DAY_SLOTS - 1))) + dt.timedelta(
         minutes=draw(st.integers(0, 29))
     )
+    if draw(st.booleans()):  # b.csv first lands as a draft: its first samples in time, other readings
+        b = sorted(
+            (s for s in shape.samples if s["ts"] >= shape.split_at), key=lambda s: (s["ts"], s["gpu_id"])
+        )
+        cut = draw(st.integers(1, max(1, len(b))))
+        shape.draft = [{**s, "util_pct": 100.0 - s["util_pct"]} for s in b[:cut]]
+    shape.b_first = draw(st.booleans())
     return shape
 
 
-def _job(jid: str, cluster: str, a: int, b: int | None, frac: float, draw: st.DrawFn) -> dict[str, Any]:
+REQUEUED = ("REQUEUED", "PREEMPTED", "NODE_FAIL")  # how sacct -D ends an attempt that was requeued
+
+
+def _holds(draw: st.DrawFn, place: Place) -> tuple[float, str | None]:
+    """What an allocation at ``place`` declares: (share of a card, GPU id or None for the host). An instance:
+    its slices; a card: whole or half (time-slicing); a host by name: one card (two such jobs overlapping
+    time-slice it)."""
+    if place.gpu_id is None or (place.one_card and draw(st.booleans())):
+        return 1.0, None
+    if place.share < 1.0:
+        return place.share, place.gpu_id
+    return draw(st.sampled_from([1.0, 1.0, 0.5])), place.gpu_id
+
+
+def _alloc(jid: str, place: Place, gpu_id: str | None, a: int, b: int | None, frac: float) -> dict[str, Any]:
+    return {
+        "job_id": jid,
+        "host": place.host,
+        "gpu_id": gpu_id,
+        "gpu_count": frac,
+        "start_ts": at(a),
+        "end_ts": at(b) if b is not None else None,
+    }
+
+
+def _job(
+    jid: str,
+    place: Place,
+    a: int,
+    b: int | None,
+    frac: float,
+    team: str,
+    state: str,
+    checkpoint: int | None,
+    attempt: int | None,
+    attempt_of: str | None,
+) -> dict[str, Any]:
     return {
         "job_id": jid,
         "source": "test",
-        "cluster": cluster,
+        "cluster": place.cluster,
         "user_name": "u",
-        "team": draw(st.sampled_from(TEAMS)),
+        "team": team,
         "name": jid,
         "kind": "training",
         "gpu_model": H100,
@@ -151,9 +321,105 @@ def _job(jid: str, cluster: str, a: int, b: int | None, frac: float, draw: st.Dr
         "pricing_tier": "on_demand",
         "start_ts": at(a),
         "end_ts": at(b) if b is not None else None,
-        "state": "RUNNING" if b is None else "COMPLETED",
-        "last_checkpoint_ts": None,
+        "state": state,
+        "last_checkpoint_ts": at(checkpoint) if checkpoint is not None else None,
+        "attempt": attempt,
+        "attempt_of": attempt_of,
     }
+
+
+def known_limit() -> Shape:
+    """The known limit of docs/metrics.md ("Known limits of additivity"), built by hand: one card reporting
+    from 20:00 to the second day's end (at 90 %, then 2 %, then 30 %), held whole by j0 from 22:00 to 09:30
+    the next day and by j1 from 23:00 to 06:00, both by id."""
+    gid, (lo, hi) = "c0h0:0", (40, 2 * DAY_SLOTS)
+    place = Place("c0", "c0h0", gid, lo, hi)
+    n = (hi - lo) * SLOT_MIN // CADENCE_MIN
+    shape = Shape(
+        gpus=[{"gpu_id": gid, "host": "c0h0", "model": H100, "cluster": "c0"}],
+        samples=[
+            {
+                "ts": at(lo) + dt.timedelta(minutes=CADENCE_MIN * i),
+                "gpu_id": gid,
+                "util_pct": (90.0, 2.0, 30.0)[3 * i // n],
+            }
+            for i in range(n)
+        ],
+        split_at=at(70),
+    )
+    for jid, a, b in (("j0", 44, 67), ("j1", 46, 60)):
+        shape.jobs.append(_job(jid, place, a, b, 1.0, TEAMS[0], "COMPLETED", None, None, None))
+        shape.allocations.append(_alloc(jid, place, gid, a, b, 1.0))
+    return shape
+
+
+def instance_held_twice_example() -> Shape:
+    """A MIG card (3g and 4g instances) reporting from 10:00 to 11:00 at 50 %: j0 and j1 each hold the 3g
+    instance (3/7 of the card) and j2 the 4g one (4/7), all for the hour. The card costs one card-hour, $4;
+    the jobs are billed 10/7 of it, $5.71, and the card's 3/7 GPU-h beyond it is reported oversubscribed, not
+    cut from the jobs (a shared GPU's shares are cut only where one GPU id's declared shares pass 1, and
+    3/7 + 3/7 does not)."""
+    gpus = [
+        {"gpu_id": f"c0h0:0/{gi}", "host": "c0h0", "model": H100, "cluster": "c0", "parent_gpu_id": "c0h0:0",
+         "mig_profile": f"{k}g.{k * 10}gb"}
+        for gi, k in ((1, 3), (2, 4))
+    ]  # fmt: skip
+    lo, hi = 20, 22
+    n = (hi - lo) * SLOT_MIN // CADENCE_MIN
+    shape = Shape(
+        gpus=gpus,
+        samples=[
+            {"ts": at(lo) + dt.timedelta(minutes=CADENCE_MIN * i), "gpu_id": g["gpu_id"], "util_pct": 50.0}
+            for g in gpus
+            for i in range(n)
+        ],
+        split_at=at(21),
+    )
+    for jid, gid, share in (("j0", "c0h0:0/1", 3 / 7), ("j1", "c0h0:0/1", 3 / 7), ("j2", "c0h0:0/2", 4 / 7)):
+        place = Place("c0", "c0h0", gid, lo, hi, share)
+        shape.jobs.append(_job(jid, place, lo, hi, share, TEAMS[0], "COMPLETED", None, None, None))
+        shape.allocations.append(_alloc(jid, place, gid, lo, hi, share))
+    return shape
+
+
+def lone_sample_example() -> Shape:
+    """One card no job claims, reporting every 5 minutes from 10:00 to 12:00; b.csv holds only its 11:55
+    sample and lands first. That sample stands for 1 s, so the card's pseudo-job ends at 11:55:01 ($7.6678);
+    landing all the samples again makes it stand for 300 s, to 12:00 ($8.00)."""
+    gid, lo, hi = "c0h0:0", 20, 24
+    n = (hi - lo) * SLOT_MIN // CADENCE_MIN
+    return Shape(
+        gpus=[{"gpu_id": gid, "host": "c0h0", "model": H100, "cluster": "c0"}],
+        samples=[
+            {"ts": at(lo) + dt.timedelta(minutes=CADENCE_MIN * i), "gpu_id": gid, "util_pct": 50.0}
+            for i in range(n)
+        ],
+        split_at=at(hi) - dt.timedelta(minutes=CADENCE_MIN),
+        b_first=True,
+    )
+
+
+def land_file(
+    con: duckdb.DuckDBPyConnection, key: str, samples: list[dict[str, Any]], *, replace: bool = False
+) -> None:
+    """Land ``samples`` as ``gpuledger ingest [--replace]`` lands a telemetry file of source ``key``
+    (collectors/ingest.py): in one transaction, withdraw what the source brought in before (--replace), stage,
+    land and record the provenance (collectors/landing.land_and_record)."""
+    opts = IngestOptions(replace=replace, source_key=key)
+
+    def work() -> IngestReport:
+        if replace:
+            withdraw_source(con, key, opts)
+        iid = next_ingest_id(con)
+        con.register("stage_df", pl.DataFrame(samples, infer_schema_length=None))
+        con.execute("CREATE TEMP TABLE stage_samples AS SELECT * FROM stage_df")
+        con.unregister("stage_df")
+        rows = land_and_record(
+            con, iid, opts, source=key, source_key=key, sha256=f"{key}#{iid}", fmt="test", skipped={}
+        )
+        return IngestReport(key, "test", iid, rows)
+
+    run_in_transaction(con, work)
 
 
 def set_prices(con: duckdb.DuckDBPyConnection, change: bool) -> None:
@@ -180,32 +446,33 @@ def _priced_hours(lo: dt.datetime, hi: dt.datetime, change: bool) -> float:
 
 def oracle(con: duckdb.DuckDBPyConnection, change: bool) -> tuple[float, float]:
     """(spend, card-hours billed) from the raw tables in plain SQL, by the rules of the module docstring:
-    a claimed card costs its samples' time; an unclaimed card its first sample to its last sample's end; a
-    host with no telemetry its jobs' held time (running jobs to the data's end)."""
+    a claimed card costs its samples' time (a MIG card's instances report together: each scrape once); an
+    unclaimed card its first sample to its last sample's end; a host with no telemetry its jobs' held time
+    (running jobs to the data's end)."""
     horizon = con.execute(
         "SELECT max(ts + to_microseconds(CAST(interval_s * 1e6 AS BIGINT))) FROM samples"
     ).fetchall()[0][0]
+    card = "coalesce(g.parent_gpu_id, g.gpu_id)"
     claimed = {
         r[0]
         for r in con.execute(
-            """SELECT g.gpu_id FROM gpus g
-               WHERE g.gpu_id IN (SELECT gpu_id FROM allocations WHERE gpu_id IS NOT NULL)
-                  OR g.host IN (SELECT host FROM allocations WHERE gpu_id IS NULL)"""
+            f"""SELECT {card} FROM gpus g
+                WHERE g.gpu_id IN (SELECT gpu_id FROM allocations WHERE gpu_id IS NOT NULL)
+                   OR g.host IN (SELECT host FROM allocations WHERE gpu_id IS NULL)"""
         ).fetchall()
     }
     usd = hours = 0.0
-    for gid, ts, iv in con.execute(
-        "SELECT gpu_id, ts, interval_s FROM samples WHERE gpu_id IS NOT NULL"
+    for c, ts, iv in con.execute(
+        f"SELECT DISTINCT {card}, s.ts, s.interval_s FROM samples s JOIN gpus g USING (gpu_id)"
     ).fetchall():
-        if gid in claimed:
-            end = ts + dt.timedelta(seconds=iv)
-            usd += _priced_hours(ts, end, change)
+        if c in claimed:
+            usd += _priced_hours(ts, ts + dt.timedelta(seconds=iv), change)
             hours += iv / 3600
-    for gid, lo, hi in con.execute(
-        """SELECT gpu_id, min(ts), max(ts + to_microseconds(CAST(interval_s * 1e6 AS BIGINT)))
-           FROM samples GROUP BY gpu_id"""
+    for c, lo, hi in con.execute(
+        f"""SELECT {card}, min(s.ts), max(s.ts + to_microseconds(CAST(s.interval_s * 1e6 AS BIGINT)))
+            FROM samples s JOIN gpus g USING (gpu_id) GROUP BY 1"""
     ).fetchall():
-        if gid not in claimed:
+        if c not in claimed:
             usd += _priced_hours(lo, hi, change)
             hours += (hi - lo).total_seconds() / 3600
     for lo, hi, n in con.execute(

@@ -1,104 +1,172 @@
 """Money invariants over generated cluster shapes (Hypothesis; shapes: tests/analytics/money_shapes.py).
 
-For every shape — 1-3 clusters, GPU- and host-level allocations, time-slicing with declared fractions,
-running jobs, a price change at midnight, gaps in telemetry, cards no job claims, hosts without telemetry:
+For every shape — 1-3 clusters, GPU- and host-level allocations, time-slicing with declared fractions, MIG
+instances, running, failed (with and without a checkpoint) and requeued jobs, a price change at midnight, gaps
+in telemetry, cards no job claims, hosts without telemetry, telemetry in two files landing in either order,
+one of them first as a draft that --replace withdraws:
 
-- spend equals the sum of its parts, for the whole ledger, each day and each team;
-- spend and every part add up over the two days and over the teams (with "unallocated" and "unattributed");
+- spend equals the sum of its parts, for the whole ledger, each day and each team (``summary``: the CLI's,
+  the Overview's and the reports' headline);
+- spend, every part, and the GPU-hours held and idle add up over the two days and over the teams (with
+  "unallocated" and "unattributed");
 - spend equals the plain-SQL oracle (money_shapes.oracle), and the card-hours billed never exceed the
   card-hours that exist plus the unmeasured allocations;
-- samples landed in two ingests meeting at a random time give the figures of the raw samples, and so does the
-  rollup rebuilt; landing the same samples again changes nothing.
+- the rollup the two files left gives the figures of the raw samples, and so does the rollup rebuilt;
+- landing the same samples again, or --replace of a file by the same rows, changes nothing.
 
-A few examples here (each lands a ledger and asks about ten views: 10-25 s on the shared 2-core machine;
-``MONEY_EXAMPLES`` overrides); bench/money_properties.py runs 200.
+Speed (measured 2026-12-06 on the shared 2-core machine, load 6-8 from other engineers): an example took
+9.8 s before (6 shapes paired; each view recomputed its per-job costs and capacity, 8 waste_totals and 4
+summaries planning the same 50 kB statements) and 3.6 s after, with each ledger state read in one sharing
+block as the CLI and pages read it (cpu 4.3 -> 2.1 s). The suite's 20 derandomized examples took 74 s wall
+(3.7 s each) and 41 s of CPU, so ``EXAMPLES`` = 16 fits about 60 s of one xdist worker; the final 16 took
+41 s (2.6 s each, load 8). ``MONEY_EXAMPLES`` overrides; ``MONEY_RANDOM=1`` explores new shapes;
+bench/money_properties.py runs 200.
+
+Three shapes fail for faults in the product, not in the tests: each is built by hand in money_shapes, pinned
+below as a strict expected failure, and left out of the generated shapes until its fix lands (money_shapes,
+"Left out on purpose").
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+from typing import Any
 
+import duckdb
 import pytest
 
 pytest.importorskip("hypothesis")  # the test extra (pyproject.toml) installs it
 from hypothesis import HealthCheck, given, settings
 
 from analytics.filters import Filters
+from analytics.shared import sharing
 from analytics.summary import summary
 from analytics.waste import PARTS, job_waste, unallocated, waste_totals
 from gpuledger.ledger.db import memory_ledger
 from gpuledger.ledger.rollup import rebuild_rollup
 from tests.analytics.build import T0, ingest
-from tests.analytics.money_shapes import TEAMS, Shape, oracle, set_prices, shapes
+from tests.analytics.money_shapes import (
+    TEAMS,
+    Shape,
+    instance_held_twice_example,
+    known_limit,
+    land_file,
+    lone_sample_example,
+    oracle,
+    set_prices,
+    shapes,
+)
 from tests.analytics.oracle import ORACLE
 
-EXAMPLES = int(os.environ.get("MONEY_EXAMPLES", "4"))  # 10-25 s an example on the shared 2-core machine
+EXAMPLES = int(os.environ.get("MONEY_EXAMPLES", "16"))  # about 60 s (module docstring)
 DAYS = [Filters(since=T0.date(), until=T0.date()), Filters(since=(T0 + dt.timedelta(days=1)).date(),
                                                            until=(T0 + dt.timedelta(days=1)).date())]  # fmt: skip
+VIEWS = [Filters(), *DAYS, *(Filters(teams=(t,)) for t in (*TEAMS, "unallocated", "unattributed"))]
 CENT = 1e-6  # float sums of the same dollars in another order
 
 
 def land(shape: Shape):
+    """The shape's ledger: the job records, then the samples as two telemetry files meeting at split_at (b.csv
+    landing first as its draft, then --replace'd by the whole file, when the shape has one)."""
     con = memory_ledger()
     set_prices(con, shape.price_change)
     ingest(con, jobs=shape.jobs, allocations=shape.allocations, gpus=shape.gpus)
-    first = [s for s in shape.samples if s["ts"] < shape.split_at]
-    second = [s for s in shape.samples if s["ts"] >= shape.split_at]
-    for part in (first, second):
-        if part:
-            ingest(con, samples=part)
+    for key, rows in files(shape)[:: -1 if shape.b_first else 1]:
+        if key == "b.csv" and shape.draft:
+            land_file(con, key, shape.draft)
+            land_file(con, key, rows, replace=True)
+        elif rows:
+            land_file(con, key, rows)
     return con
 
 
-def parts(t: dict[str, float]) -> dict[str, float]:
-    return {p: t[p] for p in (*PARTS, "spend_usd")}
+def files(shape: Shape) -> list[tuple[str, list[dict]]]:
+    """The samples as the two files they land from: a.csv before split_at, b.csv from it on."""
+    return [
+        ("a.csv", [s for s in shape.samples if s["ts"] < shape.split_at]),
+        ("b.csv", [s for s in shape.samples if s["ts"] >= shape.split_at]),
+    ]
+
+
+def totals(s: dict[str, Any]) -> dict[str, float]:
+    """A summary's money and time: spend, each part, and the GPU-hours held and idle."""
+    return {
+        **s["waste"],
+        "spend_usd": s["spend_usd"],
+        "gpu_hours": s["gpu_hours"],
+        "idle_gpu_hours": s["idle_gpu_hours"],
+    }
 
 
 def check(shape: Shape) -> None:
     con = land(shape)
     try:
-        whole = waste_totals(con)
-        # spend = Σ parts, whole / each day / each team
-        views = [Filters(), *DAYS, *(Filters(teams=(t,)) for t in (*TEAMS, "unallocated", "unattributed"))]
-        got = {f: waste_totals(con, filters=f) for f in views}
-        for f, t in got.items():
-            assert t["spend_usd"] == pytest.approx(sum(t[p] for p in PARTS), abs=CENT), f
-        # additivity, part by part: two days, and the teams with "unallocated"
-        for group in (DAYS, [f for f in views if f.teams]):
-            for p, v in parts(whole).items():
-                assert sum(got[f][p] for f in group) == pytest.approx(v, abs=CENT), (p, group)
-        # the oracle: every card-second billed once at the price in force; nothing beyond what exists
-        usd, hours = oracle(con, shape.price_change)
-        assert whole["spend_usd"] == pytest.approx(usd, abs=CENT)
-        jobs = job_waste(con)
-        un = unallocated(con)
-        billed = float(jobs["gpu_hours"].sum()) + (
-            float(un["unallocated_gpu_hours"].sum()) if un.height else 0.0
-        )
-        assert billed <= hours + 1e-9
-        # the rollup (two ingests meeting at split_at) equals the raw samples, and so does a rebuild
-        for state in ("incremental", "rebuilt"):
-            if state == "rebuilt":
-                con.execute("BEGIN TRANSACTION")
-                rebuild_rollup(con, idle_util_pct=5.0)
-                con.execute("COMMIT")
-            fast, raw = summary(con), summary(con, source=ORACLE)
-            for k in ("spend_usd", "idle_gpu_hours", "mean_util_pct"):
-                assert fast[k] == pytest.approx(raw[k], abs=CENT), (state, k)
-            for p in PARTS:
-                assert fast["waste"][p] == pytest.approx(raw["waste"][p], abs=CENT), (state, p)
-        # landing the same samples again changes nothing
+        # Each state of the ledger is read inside a sharing block, as the CLI, the pages and the reports read
+        # it (analytics/shared.py): a view's per-job costs and its unallocated capacity are computed once,
+        # whichever function asks (measured in the module docstring).
+        with sharing(con):
+            whole = views(con, shape)
+            same_as_raw(con, "incremental", whole)
+        con.execute("BEGIN TRANSACTION")
+        rebuild_rollup(con, idle_util_pct=5.0)
+        con.execute("COMMIT")
+        with sharing(con):  # a new block: the ledger changed
+            same_as_raw(con, "rebuilt", whole)
+        # landing the same samples again changes nothing, nor does --replace of a file by the same rows (read
+        # outside a sharing block: the unshared path)
         if shape.samples:
             ingest(con, samples=shape.samples)
-        assert parts(waste_totals(con)) == pytest.approx(parts(whole), abs=CENT)
+        for key, rows in files(shape)[:1]:
+            if rows:
+                land_file(con, key, rows, replace=True)
+        assert totals(summary(con)) == pytest.approx(whole, abs=CENT), "landed again"
     finally:
         con.close()
 
 
+def views(con: duckdb.DuckDBPyConnection, shape: Shape) -> dict[str, float]:
+    """The invariants over the views of the headline (analytics/summary.py: the CLI's ``summary``, the
+    Overview, the reports); returns the whole ledger's :func:`totals`."""
+    got = {f: totals(summary(con, filters=f)) for f in VIEWS}
+    whole = got[Filters()]
+    # spend = Σ parts, whole / each day / each team
+    for f, t in got.items():
+        assert t["spend_usd"] == pytest.approx(sum(t[p] for p in PARTS), abs=CENT), f
+    # additivity, part by part (and the held and idle GPU-hours): two days, and the teams with "unallocated"
+    for group in (DAYS, [f for f in VIEWS if f.teams]):
+        for p, v in whole.items():
+            assert sum(got[f][p] for f in group) == pytest.approx(v, abs=CENT), (p, group)
+    # waste_totals (the parts in one statement) says what the headline says
+    for p, v in waste_totals(con).items():
+        if p in whole:
+            assert v == pytest.approx(whole[p], abs=CENT), p
+    # the oracle: every card-second billed once at the price in force; nothing beyond what exists
+    usd, hours = oracle(con, shape.price_change)
+    assert whole["spend_usd"] == pytest.approx(usd, abs=CENT), ("oracle", whole["spend_usd"], usd)
+    un = unallocated(con)
+    billed = float(job_waste(con)["gpu_hours"].sum()) + (
+        float(un["unallocated_gpu_hours"].sum()) if un.height else 0.0
+    )
+    assert billed <= hours + 1e-9, ("billed beyond what exists", billed, hours)
+    return whole
+
+
+def same_as_raw(con: duckdb.DuckDBPyConnection, state: str, whole: dict[str, float]) -> None:
+    """The rollup (two files meeting at split_at, or rebuilt) gives the figures of the raw samples."""
+    fast, raw = summary(con), summary(con, source=ORACLE)
+    for k in ("spend_usd", "idle_gpu_hours", "mean_util_pct"):
+        assert fast[k] == pytest.approx(raw[k], abs=CENT), (state, k)
+    for p in PARTS:
+        assert fast["waste"][p] == pytest.approx(raw["waste"][p], abs=CENT), (state, p)
+    assert totals(fast) == pytest.approx(whole, abs=CENT), state
+
+
 # The suite runs a fixed set of examples (derandomize), so CI is repeatable; MONEY_RANDOM=1 (and
-# bench/money_properties.py) explores new ones. A random run of 40 found one shape that breaks additivity over
-# days (see docs/metrics.md, "Known limits": idle on a card two jobs share across midnight).
+# bench/money_properties.py) explores new ones. What they found: the known limit (docs/metrics.md, "Known
+# limits": a card two jobs share across midnight), a MIG instance held twice, a file with one sample of a GPU
+# (all three pinned below), and a silence of a card ending at midnight, which the generator now leaves out
+# as it meant to (money_shapes, module docstring).
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -109,3 +177,47 @@ def check(shape: Shape) -> None:
 @given(shapes())
 def test_money_invariants_over_generated_clusters(shape: Shape) -> None:
     check(shape)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="docs/metrics.md: Known limits of additivity")
+def test_the_known_limit_still_breaks_additivity_over_days() -> None:
+    """The shape :func:`money_shapes.shapes` leaves out (two jobs sharing a card across midnight): its days'
+    idle, under-used and productive do not add up to the whole. When the fix lands this passes, strict xfail
+    fails the suite, and the filter in money_shapes.shapes goes with this test. Any other failure is an error,
+    not the expected one."""
+    try:
+        check(known_limit())
+    except AssertionError as e:
+        if str(DAYS) not in str(e):  # a part over the two days
+            raise RuntimeError(f"not the known limit: {e}") from e
+        raise
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 35 item 1: a MIG instance held twice")
+def test_a_mig_instance_held_twice_bills_more_than_its_card() -> None:
+    """Found by bench/money_properties.py (seed 0, example 46): two jobs holding one MIG instance at once are
+    each billed the instance's share, and the card's jobs are billed more than the card
+    (money_shapes.instance_held_twice_example: $5.71 for a $4 card-hour). money_shapes.shapes leaves such
+    shapes out (instance_held_twice) until issue 35's one assignment of card time lands; then this passes,
+    strict xfail fails the suite, and the filter goes with this test."""
+    try:
+        check(instance_held_twice_example())
+    except AssertionError as e:
+        if "oracle" not in str(e):
+            raise RuntimeError(f"not the oracle's failure: {e}") from e
+        raise
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="a lone sample keeps 1 s until landed again")
+def test_a_lone_sample_in_its_file_changes_when_landed_again() -> None:
+    """Found by the suite's derandomized examples: a file holding one sample of a GPU gives it 1 s, and the
+    rest of its series landing from another file does not revise it, while landing all the samples again
+    does (money_shapes.lone_sample_example: $7.67, then $8.00). money_shapes.shapes leaves such files out
+    (lone_sample) until the landing gives a sample the same interval whatever file brought it; then this
+    passes, strict xfail fails the suite, and the filter goes with this test."""
+    try:
+        check(lone_sample_example())
+    except AssertionError as e:
+        if "landed again" not in str(e):
+            raise RuntimeError(f"not the re-ingest's failure: {e}") from e
+        raise
