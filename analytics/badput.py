@@ -28,6 +28,7 @@ from analytics.filters import Filters
 from analytics.utilization import Buckets, Source, flagged_samples_sql, use_rollup, view_bounds
 from gpuledger.ledger.job_states import DISRUPTED_STATES
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.shares import fan_out_sql
 from gpuledger.ledger.sql import sql_list
 
 FAILURE_KINDS = ("training", "fine-tune", "other")  # kinds whose progress a disruption loses
@@ -94,28 +95,31 @@ def badput_sums_sql(
     bjoin = " JOIN wk ON x.ts >= wk.w_lo AND x.ts < wk.w_hi" if buckets else ""
     bcte = f", wk AS ({buckets[0]})" if buckets else ""
     bparams = list(buckets[1]) if buckets else []
+    # a shared card's sample counts for each holder by its share (gpuledger/ledger/shares.py ``share_w``)
     sums = f"""
-           coalesce(sum(x.interval_s) FILTER (WHERE x.util_pct IS NOT NULL), 0) AS bad_cov_s,
-           coalesce(sum(x.interval_s) FILTER (WHERE x.in_idle), 0) AS bad_idle_s,
-           coalesce(sum(x.interval_s * ({target} - x.util_pct) / {target})
+           coalesce(sum(x.interval_s * x.share_w) FILTER (WHERE x.util_pct IS NOT NULL), 0) AS bad_cov_s,
+           coalesce(sum(x.interval_s * x.share_w) FILTER (WHERE x.in_idle), 0) AS bad_idle_s,
+           coalesce(sum(x.interval_s * x.share_w * ({target} - x.util_pct) / {target})
                     FILTER (WHERE x.util_pct < {target} AND NOT x.in_idle), 0) AS bad_under_s"""
     if use_rollup(con, settings, source):
         idle = float(settings.idle_util_pct)
         min_s = float(settings.idle_min_minutes) * 60.0
         sql = f"""
         WITH w AS ({windows_sql()}){bcte},
-        s AS (
+        s AS (  -- the samples of the jobs with badput, and those of shared cards (counted for each holder)
             SELECT s.ts, s.gpu_id, s.job_id, s.interval_s::DOUBLE AS interval_s, s.util_pct::DOUBLE AS util_pct
-            FROM samples s JOIN w USING (job_id)
-            WHERE s.ts >= ?::TIMESTAMP AND s.ts < ?::TIMESTAMP AND {_in_window("s")}
+            FROM samples s LEFT JOIN w ON w.job_id = s.job_id
+            WHERE s.ts >= ?::TIMESTAMP AND s.ts < ?::TIMESTAMP
+              AND ((w.job_id IS NOT NULL AND {_in_window("s")}) OR s.gpu_id IN (SELECT gpu_id FROM gpu_shares))
         ),
-        x AS (
+        si AS (  -- idle-stretch membership on the card's own sequence (the sample's stamped job)
             SELECT s.*, coalesce(s.util_pct <= {idle} AND EXISTS (
                        SELECT 1 FROM idle_runs r
                        WHERE r.gpu_id = s.gpu_id AND r.job_id = s.job_id AND r.day = s.ts::DATE
                          AND s.ts >= r.first_ts AND s.ts <= r.last_ts AND r.run_s >= {min_s}), false) AS in_idle
             FROM s
-        )
+        ),
+        x AS (SELECT f.* FROM ({fan_out_sql("si")}) f JOIN w USING (job_id) WHERE {_in_window("f")})
         SELECT x.job_id{week}, {sums} FROM x{bjoin} GROUP BY ALL
         """
         return sql, [*bparams, lo, hi]

@@ -37,6 +37,7 @@ from analytics.shared import memo
 from gpuledger.ledger.rollup import rollup_matches, thresholds
 from gpuledger.ledger.sample_time import contiguous_sql
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.shares import fan_out_sql
 from gpuledger.ledger.sql import pseudo_job_sql
 
 ALL_FILTERS = Filters()  # the whole ledger
@@ -90,7 +91,11 @@ def flagged_samples_sql(
     ``card_u`` / ``card_per``: the slices of its card the sample stands for, and the card's slices (a
     telemetry-only MIG card's GPU rows: analytics.cost's ``card_units`` / ``card_slices``; every other sample
     1 / 1), so a job's sum of x is Σ x × card_u / card_per. Idle stretches and gaps are read in the samples'
-    own time (``interval_s``); only the sums are weighted."""
+    own time (``interval_s``); only the sums are weighted.
+
+    A shared card's sample counts for each job holding it (gpuledger/ledger/shares.py ``fan_out_sql``):
+    ``share_w`` is the job's share (1 elsewhere), already folded into ``card_u``; its idle-stretch flag is
+    the card's own sequence's (the sample's stamped job)."""
     jobs_sql, jobs_params = job_costs_sql(filters, as_of)
     lo, hi = view_bounds(filters)
     idle = float(settings.idle_util_pct)
@@ -111,8 +116,9 @@ def flagged_samples_sql(
              LEFT JOIN gpu_catalog c ON c.model = g.model
         WINDOW w AS (PARTITION BY s.gpu_id ORDER BY s.ts)
     ),
-    mine AS (
-        SELECT *, {sample_energy_sql()} AS energy_sample_j FROM seq WHERE job_id IN (SELECT job_id FROM vj)
+    mine AS (  -- the view's jobs' samples, and every sample of a shared card (counted for its holders below)
+        SELECT *, {sample_energy_sql()} AS energy_sample_j FROM seq
+        WHERE job_id IN (SELECT job_id FROM vj) OR gpu_id IN (SELECT gpu_id FROM gpu_shares)
     ),
     marked AS (
         SELECT *, coalesce(util_pct <= {idle}, false) AS is_idle,
@@ -130,7 +136,8 @@ def flagged_samples_sql(
                is_idle AND sum(interval_s) OVER (PARTITION BY gpu_id, job_id, run_no) >= {min_s} AS in_idle
         FROM runs
     )
-    SELECT * FROM flagged WHERE ts >= ?::TIMESTAMP AND ts < ?::TIMESTAMP
+    SELECT * REPLACE (card_u * share_w AS card_u) FROM ({fan_out_sql("flagged")})
+    WHERE ts >= ?::TIMESTAMP AND ts < ?::TIMESTAMP AND job_id IN (SELECT job_id FROM vj)
     """
     return sql, [*jobs_params, lo, hi]
 
