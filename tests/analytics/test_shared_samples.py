@@ -16,6 +16,7 @@ from analytics.utilization import job_utilization
 from analytics.waste import PARTS, job_waste, waste_totals
 from gpuledger.ledger.rollup import rebuild_rollup
 from tests.analytics.build import T0, alloc, at, gpu, ingest, job, series, set_test_prices
+from tests.analytics.test_fast_path import assert_fast_equals_raw
 from tests.analytics.test_process_shares import _two_jobs_on_one_card
 
 RATE = 4.0  # $/GPU-h
@@ -35,6 +36,8 @@ def _both_sources(con, filters: Filters | None = None) -> dict[str, dict]:
     rebuild_rollup(con, idle_util_pct=5.0, idle_min_minutes=30.0, target_util_pct=60.0)
     rebuilt = _waste(con, "auto", filters)
     assert raw.keys() == fast.keys() == rebuilt.keys()
+    if filters is None:  # every figure of both sources, over the whole ledger and its views
+        assert_fast_equals_raw(con)
     for j, r in raw.items():
         for c in FIGURES:
             assert fast[j][c] == pytest.approx(r[c], abs=1e-9), (j, c)
