@@ -28,7 +28,7 @@ from analytics.filters import Filters
 from analytics.utilization import Buckets, Source, flagged_samples_sql, use_rollup, view_bounds
 from gpuledger.ledger.job_states import DISRUPTED_STATES
 from gpuledger.ledger.settings import Settings
-from gpuledger.ledger.shares import fan_out_sql
+from gpuledger.ledger.shares import fan_out_sql, has_shares
 from gpuledger.ledger.sql import sql_list
 
 FAILURE_KINDS = ("training", "fine-tune", "other")  # kinds whose progress a disruption loses
@@ -104,21 +104,33 @@ def badput_sums_sql(
     if use_rollup(con, settings, source):
         idle = float(settings.idle_util_pct)
         min_s = float(settings.idle_min_minutes) * 60.0
+        in_idle = f"""coalesce(s.util_pct <= {idle} AND EXISTS (
+                       SELECT 1 FROM idle_runs r
+                       WHERE r.gpu_id = s.gpu_id AND r.job_id = s.job_id AND r.day = s.ts::DATE
+                         AND s.ts >= r.first_ts AND s.ts <= r.last_ts AND r.run_s >= {min_s}), false)"""
+        if not has_shares(con):
+            sql = f"""
+            WITH w AS ({windows_sql()}){bcte},
+            s AS (
+                SELECT s.ts, s.gpu_id, s.job_id, s.interval_s::DOUBLE AS interval_s, s.util_pct::DOUBLE AS util_pct
+                FROM samples s JOIN w USING (job_id)
+                WHERE s.ts >= ?::TIMESTAMP AND s.ts < ?::TIMESTAMP AND {_in_window("s")}
+            ),
+            x AS (SELECT s.*, {in_idle} AS in_idle, 1.0 AS share_w FROM s)
+            SELECT x.job_id{week}, {sums} FROM x{bjoin} GROUP BY ALL
+            """
+            return sql, [*bparams, lo, hi]
+        # a shared card's samples count for each holder (gpuledger/ledger/shares.py): idle-stretch membership
+        # on the card's own sequence (the sample's stamped job) first, then fanned out to the holders
         sql = f"""
         WITH w AS ({windows_sql()}){bcte},
-        s AS (  -- the samples of the jobs with badput, and those of shared cards (counted for each holder)
+        s AS (
             SELECT s.ts, s.gpu_id, s.job_id, s.interval_s::DOUBLE AS interval_s, s.util_pct::DOUBLE AS util_pct
             FROM samples s LEFT JOIN w ON w.job_id = s.job_id
             WHERE s.ts >= ?::TIMESTAMP AND s.ts < ?::TIMESTAMP
               AND ((w.job_id IS NOT NULL AND {_in_window("s")}) OR s.gpu_id IN (SELECT gpu_id FROM gpu_shares))
         ),
-        si AS (  -- idle-stretch membership on the card's own sequence (the sample's stamped job)
-            SELECT s.*, coalesce(s.util_pct <= {idle} AND EXISTS (
-                       SELECT 1 FROM idle_runs r
-                       WHERE r.gpu_id = s.gpu_id AND r.job_id = s.job_id AND r.day = s.ts::DATE
-                         AND s.ts >= r.first_ts AND s.ts <= r.last_ts AND r.run_s >= {min_s}), false) AS in_idle
-            FROM s
-        ),
+        si AS (SELECT s.*, {in_idle} AS in_idle FROM s),
         x AS (SELECT f.* FROM ({fan_out_sql("si")}) f JOIN w USING (job_id) WHERE {_in_window("f")})
         SELECT x.job_id{week}, {sums} FROM x{bjoin} GROUP BY ALL
         """

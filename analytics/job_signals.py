@@ -38,7 +38,7 @@ from analytics.utilization import (
 )
 from gpuledger.ledger.sample_time import contiguous_sql, sample_end_sql
 from gpuledger.ledger.settings import Settings
-from gpuledger.ledger.shares import fan_out_sql
+from gpuledger.ledger.shares import fan_out_sql, has_shares
 from gpuledger.ledger.sql import pseudo_job_sql
 from gpuledger.ledger.thresholds import DEFAULT
 
@@ -115,13 +115,15 @@ def _fast_stretches(
     jobs_sql, jobs_params = view_jobs_sql(filters, as_of)
     lo, hi = view_bounds(filters)
     min_s = float(settings.idle_min_minutes) * 60.0
-    idle = float(settings.idle_util_pct)
-    shared_runs = f"""(
-        SELECT r.gpu_id, r.job_id, r.run_start, s.ts, s.interval_s::DOUBLE AS interval_s
-        FROM idle_runs r JOIN samples s
-          ON s.gpu_id = r.gpu_id AND s.job_id = r.job_id AND s.ts >= r.first_ts AND s.ts <= r.last_ts
-        WHERE r.gpu_id IN (SELECT gpu_id FROM gpu_shares) AND r.run_s >= {min_s}
-          AND r.day >= ?::DATE AND r.day < ?::DATE AND s.ts::DATE = r.day AND s.util_pct <= {idle})"""
+    # a shared card's runs (found on its own sequence) count for each holder by its share: their samples,
+    # fanned out (gpuledger/ledger/shares.py), as the raw path's flagged samples are
+    shared_part, shared_params = "", []
+    if has_shares(con):
+        shared_part = f"""AND r.gpu_id NOT IN (SELECT gpu_id FROM gpu_shares)
+        UNION ALL
+        SELECT job_id, gpu_id, run_start, ts, {sample_end_sql("ts", "interval_s")}, interval_s * share_w, 1.0, 1.0
+        FROM ({fan_out_sql(_shared_runs_sql(settings))})"""
+        shared_params = [lo, hi]
     sql = f"""
     WITH vj AS (SELECT job_id FROM ({jobs_sql})), tele AS ({telemetry_only_gpus_sql()}),
     p AS (
@@ -130,19 +132,26 @@ def _fast_stretches(
                coalesce(t.card_units, 1.0) AS card_u, coalesce(t.card_slices, 1.0) AS card_per
         FROM idle_runs r LEFT JOIN tele t ON t.gpu_id = r.gpu_id
         WHERE r.run_s >= {min_s} AND r.day >= ?::DATE AND r.day < ?::DATE
-          AND r.gpu_id NOT IN (SELECT gpu_id FROM gpu_shares)
-        UNION ALL
-        -- a shared card's runs (found on its own sequence) count for each holder by its share: their
-        -- samples, fanned out (gpuledger/ledger/shares.py), as the raw path's flagged samples are
-        SELECT job_id, gpu_id, run_start, ts, {sample_end_sql("ts", "interval_s")}, interval_s * share_w, 1.0, 1.0
-        FROM ({fan_out_sql(shared_runs)})
+          {shared_part}
     )
     SELECT job_id, gpu_id, min(first_ts) AS start_ts, max(end_ts) AS end_ts,
            sum(idle_s * card_u) / max(card_per) AS idle_s
     FROM p WHERE job_id IN (SELECT job_id FROM vj)
     GROUP BY job_id, gpu_id, run_start
     """
-    return frame(con, sql, [*jobs_params, lo, hi, lo, hi])
+    return frame(con, sql, [*jobs_params, lo, hi, *shared_params])
+
+
+def _shared_runs_sql(settings: Settings) -> str:
+    """The samples of the idle runs (of at least idle_min_minutes) on shared cards whose day piece lies in
+    [?, ?): gpu_id, job_id (the stamped job: the card's own sequence), run_start, ts, interval_s."""
+    return f"""(
+        SELECT r.gpu_id, r.job_id, r.run_start, s.ts, s.interval_s::DOUBLE AS interval_s
+        FROM idle_runs r JOIN samples s
+          ON s.gpu_id = r.gpu_id AND s.job_id = r.job_id AND s.ts >= r.first_ts AND s.ts <= r.last_ts
+        WHERE r.gpu_id IN (SELECT gpu_id FROM gpu_shares) AND r.run_s >= {float(settings.idle_min_minutes) * 60.0}
+          AND r.day >= ?::DATE AND r.day < ?::DATE AND s.ts::DATE = r.day
+          AND s.util_pct <= {float(settings.idle_util_pct)})"""
 
 
 def idle_stretches(
