@@ -14,10 +14,12 @@ import pytest
 from analytics.filters import Filters
 from analytics.utilization import job_utilization
 from analytics.waste import PARTS, job_waste, waste_totals
+from collectors.base import IngestOptions
+from collectors.ingest import ingest_file
 from gpuledger.ledger.rollup import rebuild_rollup
 from tests.analytics.build import T0, alloc, at, gpu, ingest, job, series, set_test_prices
 from tests.analytics.test_fast_path import assert_fast_equals_raw
-from tests.analytics.test_process_shares import _two_jobs_on_one_card
+from tests.analytics.test_process_shares import _two_jobs_on_one_card, pmon
 
 RATE = 4.0  # $/GPU-h
 JOB_PARTS = tuple(p for p in PARTS if p != "unallocated_usd")
@@ -181,3 +183,17 @@ def test_a_shared_card_across_midnight_adds_up_day_by_day_in_every_part(ledger):
         for c in FIGURES:
             assert whole[j][c] == pytest.approx(d1[j][c] + d2[j][c], abs=1e-9), (j, c)
         assert whole[j]["unmeasured_usd"] == pytest.approx(0.0)
+
+
+def test_replacing_a_pmon_log_re_weights_the_samples(ledger, tmp_path):
+    """b's pmon log replaced (--replace) by one where b's process ran at 60 % like a's: the shares become
+    ½ / ½ and the samples already rolled up are re-weighted with them."""
+    _two_jobs_on_one_card(ledger, tmp_path, a={"sm": {1001: 60}}, b={"sm": {2002: 20}})
+    assert _both_sources(ledger)["b"]["covered_gpu_hours"] == pytest.approx(0.25)
+    log = pmon(tmp_path / "b.log", T0, 60, {2002: 60})
+    ingest_file(ledger, log, opts=IngestOptions(tz="UTC", host="h1", job_id="b", replace=True))
+    rows = _both_sources(ledger)
+    for j in ("a", "b"):
+        assert rows[j]["cost_usd"] == pytest.approx(RATE / 2)  # 60 / (60 + 60) of the $4.00 card-hour
+        assert rows[j]["covered_gpu_hours"] == pytest.approx(0.5)
+        assert rows[j]["underused_usd"] == pytest.approx(RATE / 2 / 6)  # 50 % against 60 %: 1/6
