@@ -516,12 +516,12 @@ SCHEMA_V8: list[str] = [
 SCHEMA_V9: list[str] = [
     """
     CREATE TABLE IF NOT EXISTS gpu_shares (
-        job_id      VARCHAR NOT NULL,          -- jobs.job_id holding a share of the card
+        job_id      VARCHAR,                   -- jobs.job_id holding a share of the card; NULL: the rest of the card where the jobs' declared fractions fit in it (unallocated)
         gpu_id      VARCHAR NOT NULL,          -- gpus.gpu_id of the shared card (as the allocations name it)
         s_from      TIMESTAMP NOT NULL,        -- the piece of the shared stretch starts (UTC)
         s_to        TIMESTAMP NOT NULL,        -- and ends (UTC, exclusive); 9999-12-31 while the jobs run
-        share       DOUBLE NOT NULL,           -- the job's share of each card-second of the piece (the shares of a piece sum to 1)
-        cut         DOUBLE NOT NULL            -- what the job declared beyond its share (GPUs; negative where its processes used more of the SMs than it declared)
+        share       DOUBLE NOT NULL,           -- the job's share of each card-second of the piece: its declared fraction where the fractions fit, else split by SM use or declared fraction (the shares of a piece sum to 1)
+        cut         DOUBLE NOT NULL            -- what the job declared beyond its share (GPUs; 0 where the fractions fit; negative where its processes used more of the SMs than it declared)
     )
     """,
     f"INSERT INTO gpu_shares SELECT {SHARES_COLUMNS} FROM ({SHARED_SEGMENTS_SQL})",

@@ -26,18 +26,19 @@ import duckdb
 from gpuledger.ledger.sample_time import sample_end_sql
 
 # Shared GPUs: every stretch of a physical GPU during which the allocations (or the host-level card ties of
-# collectors/attribute.py, a whole card each) of several jobs name it and their declared fractions
-# (allocations.gpu_count) sum to more than one GPU. Each GPU-second of such a stretch is split among its jobs
-# so that the shares sum to one:
+# collectors/attribute.py, a whole card each) of several jobs name it. Where their declared fractions
+# (allocations.gpu_count) fit in the card (sum to at most one GPU), each job's share is its fraction and the
+# rest of the card is a row with no job (NULL job_id: unallocated). Where they sum to more than one GPU, each
+# GPU-second of the stretch is split among the jobs so that the shares sum to one:
 #   1. by per-process utilization where it is known: each job's reading (Σ SM % of its processes, table
 #      process_shares, from nvidia-smi pmon) holds over its own poll; where every job of the stretch has a
 #      reading — or a node-level log's poll runs, whose absent jobs had no process (0) — and the readings sum
 #      to more than 0, a job's share is its reading over the sum;
 #   2. else (a job without a reading, or no SM activity at all) by declared fraction: fraction over the sum
 #      (whole cards: 1/k each).
-# Rows are pieces of stretches (cut at every poll's bounds) with a constant share; ``cut`` is what the job
-# declared beyond its share (negative where its processes used more of the SMs than it declared). No
-# parameters.
+# Rows are pieces of stretches (cut at every poll's bounds) with a constant share; the shares of a piece sum
+# to one; ``cut`` is what the job declared beyond its share (0 where the fractions fit; negative where its
+# processes used more of the SMs than it declared). No parameters.
 _POLL_END = sample_end_sql("p.ts", "p.interval_s")  # the end of a process poll p
 SHARED_SEGMENTS_SQL = f"""
     WITH ga AS (
@@ -73,7 +74,7 @@ SHARED_SEGMENTS_SQL = f"""
                count(*) OVER (PARTITION BY gpu_id, s_from) AS k
         FROM inseg
     ),
-    sh AS MATERIALIZED (SELECT gpu_id, s_from, s_to, job_id, d, sum_d FROM tot WHERE k > 1 AND sum_d > 1),
+    sh AS MATERIALIZED (SELECT gpu_id, s_from, s_to, job_id, d, sum_d FROM tot WHERE k > 1),
     -- each job's SM % in each of its polls overlapping its stretch, the poll clipped to the stretch
     pj AS MATERIALIZED (
         SELECT sh.gpu_id, sh.s_from, sh.job_id, greatest(p.ts, sh.s_from) AS p_from,
@@ -137,10 +138,14 @@ SHARED_SEGMENTS_SQL = f"""
     ),
     shares AS (
         SELECT job_id, gpu_id, q_from AS s_from, q_to AS s_to, d,
-               CASE WHEN known AND sm_sum > 0 THEN coalesce(own, 0) / sm_sum ELSE d / sum_d END AS share
+               CASE WHEN sum_d <= 1 THEN d  -- fractions that fit: each job's own, as declared
+                    WHEN known AND sm_sum > 0 THEN coalesce(own, 0) / sm_sum ELSE d / sum_d END AS share,
+               sum_d
         FROM pk
     )
     SELECT job_id, gpu_id, s_from, s_to, share, d - share AS cut FROM shares
+    UNION ALL  -- where the fractions fit, the rest of the card is no job's
+    SELECT DISTINCT NULL, gpu_id, s_from, s_to, 1 - sum_d, 0.0 FROM shares WHERE sum_d < 1
 """
 
 
@@ -151,8 +156,8 @@ SHARES_COLUMNS = "job_id, gpu_id, s_from, s_to, share, cut"
 def refresh_shares(con: duckdb.DuckDBPyConnection) -> int:
     """Bring ``gpu_shares`` up to date with the allocations, host ties and process shares now in the ledger.
 
-    The whole split is recomputed (it reads only the cards two jobs' holds overlap on: 0.03 s on the
-    50 M-sample ledger) and compared with the stored one; only the rows that changed are replaced. TEMP
+    The whole split is recomputed (it reads only the cards two jobs' holds overlap on: 0.03-0.09 s on the
+    28-day demo, which has none) and compared with the stored one; only the rows that changed are replaced. TEMP
     ``share_windows`` (gpu_id, lo, hi) then holds, per card whose split changed, the span of sample times
     (inclusive) that changed, for the rollup to re-roll. Returns the number of changed rows."""
     con.execute(
@@ -229,9 +234,12 @@ def fan_out_sql(rows: str, weight: str = "share_w") -> str:
     the stretch, ``job_id`` that job; column ``weight`` is the job's share there (1.0 for every other sample).
 
     A piece of a stretch is one ``gpu_shares`` (gpu_id, s_from, s_to): every job of the piece has a row with
-    those bounds, and the shares of one piece sum to one, so the weighted rows of a sample add up to it."""
+    those bounds (and, where the jobs' fractions fit in the card, a row with no job for the rest: its sample
+    row has a NULL job_id), and the shares of one piece sum to one, so the weighted rows of a sample add up
+    to it."""
     return f"""
-        SELECT x.* REPLACE (coalesce(o.job_id, x.job_id) AS job_id), coalesce(o.share, 1.0) AS {weight}
+        SELECT x.* REPLACE (CASE WHEN m.gpu_id IS NULL THEN x.job_id ELSE o.job_id END AS job_id),
+               coalesce(o.share, 1.0) AS {weight}
         FROM {rows} x
         LEFT JOIN gpu_shares m ON m.gpu_id = x.gpu_id AND m.job_id = x.job_id
          AND x.ts >= m.s_from AND x.ts < m.s_to

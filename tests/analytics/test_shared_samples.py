@@ -197,3 +197,34 @@ def test_replacing_a_pmon_log_re_weights_the_samples(ledger, tmp_path):
         assert rows[j]["cost_usd"] == pytest.approx(RATE / 2)  # 60 / (60 + 60) of the $4.00 card-hour
         assert rows[j]["covered_gpu_hours"] == pytest.approx(0.5)
         assert rows[j]["underused_usd"] == pytest.approx(RATE / 2 / 6)  # 50 % against 60 %: 1/6
+
+
+def test_declared_fractions_that_fit_weight_the_samples_by_fraction(ledger):
+    """Two pods on one card declaring 0.5 and 0.25 of it (gpu_milli 500 and 250) for an hour, the card at
+    50 %: they fit, so each is billed its fraction ($2.00, $1.00) and the card's samples count for each by
+    it: covered 0.5 and 0.25 GPU-h (= held), both at the card's 50 %; the free quarter is no job's. Before:
+    the samples counted for one pod (covered 1.0 GPU-h, capped) and the other read unmeasured."""
+    set_test_prices(ledger)
+    ingest(
+        ledger,
+        jobs=[job("a", 0, 60, gpu_count=0.5), job("b", 0, 60, gpu_count=0.25)],
+        allocations=[
+            {**alloc("a", "h1:0", 0, 60), "gpu_count": 0.5},
+            {**alloc("b", "h1:0", 0, 60), "gpu_count": 0.25},
+        ],
+        samples=series("h1:0", 0, [50.0] * 60),
+        gpus=[gpu("h1:0")],
+    )
+    rows = _both_sources(ledger)
+    for j, d in (("a", 0.5), ("b", 0.25)):
+        assert rows[j]["cost_usd"] == pytest.approx(RATE * d)
+        assert rows[j]["covered_gpu_hours"] == pytest.approx(d)
+        assert rows[j]["underused_usd"] == pytest.approx(RATE * d / 6)  # (60 − 50) / 60 of it
+        assert rows[j]["unmeasured_usd"] == pytest.approx(0.0)
+    util = {r["job_id"]: r for r in job_utilization(ledger).iter_rows(named=True)}
+    assert util["a"]["mean_util_pct"] == util["b"]["mean_util_pct"] == pytest.approx(50.0)
+    # the card's 60 samples × 60 s: ½ + ¼ to the pods, ¼ to no job, in the minute rollup
+    by_job = dict(
+        ledger.execute("SELECT job_id, sum(covered_s) FROM samples_minute GROUP BY job_id").fetchall()
+    )
+    assert by_job == {"a": pytest.approx(1800.0), "b": pytest.approx(900.0), None: pytest.approx(900.0)}
