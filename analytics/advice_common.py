@@ -24,7 +24,7 @@ import duckdb
 import polars as pl
 
 from analytics.filters import Filters
-from analytics.utilization import Source, use_rollup
+from analytics.telemetry_source import TelemetrySource
 from analytics.waste import job_waste
 from gpuledger.ledger.settings import Settings
 
@@ -251,7 +251,7 @@ class AdviceView:
     filters: Filters
     settings: Settings
     as_of: dt.datetime | None
-    source: Source
+    source: TelemetrySource
     view: pl.DataFrame
     jobs: pl.DataFrame
     sig: pl.DataFrame
@@ -260,14 +260,9 @@ class AdviceView:
 
     @cached_property
     def waste(self) -> pl.DataFrame:
-        """analytics.waste.job_waste of the view (from the rollup when it stands in for the samples)."""
-        fast = use_rollup(self.con, self.settings, self.source)
+        """analytics.waste.job_waste of the view."""
         return job_waste(
-            self.con,
-            filters=self.filters,
-            settings=self.settings,
-            as_of=self.as_of,
-            source=self.source if fast else "raw",
+            self.con, filters=self.filters, settings=self.settings, as_of=self.as_of, source=self.source
         )
 
     def positive(self, column: str) -> dict[str, float]:

@@ -34,6 +34,7 @@ from analytics.diagnoses import THRESHOLDS, right_size, scaling_table, view_righ
 from analytics.job_signals import with_active
 from analytics.query import frame
 from analytics.shared import active
+from analytics.telemetry_source import ROLLUPS
 from gpuledger.ledger.settings import Settings
 
 KINDS = ("right_size_gpu", "fewer_gpus", "mig_slice")
@@ -70,7 +71,7 @@ def right_size_items(v: AdviceView) -> JobItems:
     kw: dict[str, Any] = {"filters": v.filters, "settings": v.settings, "as_of": v.as_of}
     sized = (
         view_right_size(v.con, **kw)
-        if v.source == "auto" and active(v.con)
+        if v.source is ROLLUPS and active(v.con)
         else right_size(v.con, **kw, signals=v.sig, view=v.view)
     )
     rows = sized.select(

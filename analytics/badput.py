@@ -25,10 +25,10 @@ import datetime as dt
 import duckdb
 
 from analytics.filters import Filters
-from analytics.utilization import Buckets, Source, flagged_samples_sql, use_rollup, view_bounds
+from analytics.telemetry_source import ROLLUPS, Buckets, TelemetrySource
 from gpuledger.ledger.job_states import DISRUPTED_STATES
+from gpuledger.ledger.sample_use import covered_s_sql, underused_s_sql
 from gpuledger.ledger.settings import Settings
-from gpuledger.ledger.shares import fan_out_sql, has_shares
 from gpuledger.ledger.sql import sql_list
 
 FAILURE_KINDS = ("training", "fine-tune", "other")  # kinds whose progress a disruption loses
@@ -82,63 +82,28 @@ def badput_sums_sql(
     filters: Filters,
     settings: Settings,
     as_of: dt.datetime | None,
-    source: Source = "auto",
+    source: TelemetrySource = ROLLUPS,
     buckets: Buckets | None = None,
 ) -> tuple[str, list[object]]:
     """Per job (and ``week`` with ``buckets``): ``bad_cov_s``, ``bad_idle_s``, ``bad_under_s``, the covered,
     idle-stretch and under-used seconds of the job's samples inside the view that fall in its badput windows:
     the same sums as analytics/utilization.py's, over those samples only. Idle-stretch membership is the
-    whole run's, as there (rollups: the ``idle_runs`` table; raw: the window functions)."""
+    whole run's, as there (``source``'s :meth:`window_samples_sql`); a shared card's sample counts for each
+    holder by its share (``share_w``, gpuledger/ledger/shares.py)."""
     target = float(settings.target_util_pct)
-    lo, hi = view_bounds(filters)
     week = ", wk.week" if buckets else ""
     bjoin = " JOIN wk ON x.ts >= wk.w_lo AND x.ts < wk.w_hi" if buckets else ""
     bcte = f", wk AS ({buckets[0]})" if buckets else ""
     bparams = list(buckets[1]) if buckets else []
-    # a shared card's sample counts for each holder by its share (gpuledger/ledger/shares.py ``share_w``)
-    sums = f"""
-           coalesce(sum(x.interval_s * x.share_w) FILTER (WHERE x.util_pct IS NOT NULL), 0) AS bad_cov_s,
-           coalesce(sum(x.interval_s * x.share_w) FILTER (WHERE x.in_idle), 0) AS bad_idle_s,
-           coalesce(sum(x.interval_s * x.share_w * ({target} - x.util_pct) / {target})
-                    FILTER (WHERE x.util_pct < {target} AND NOT x.in_idle), 0) AS bad_under_s"""
-    if use_rollup(con, settings, source):
-        idle = float(settings.idle_util_pct)
-        min_s = float(settings.idle_min_minutes) * 60.0
-        in_idle = f"""coalesce(s.util_pct <= {idle} AND EXISTS (
-                       SELECT 1 FROM idle_runs r
-                       WHERE r.gpu_id = s.gpu_id AND r.job_id = s.job_id AND r.day = s.ts::DATE
-                         AND s.ts >= r.first_ts AND s.ts <= r.last_ts AND r.run_s >= {min_s}), false)"""
-        if not has_shares(con):
-            sql = f"""
-            WITH w AS ({windows_sql()}){bcte},
-            s AS (
-                SELECT s.ts, s.gpu_id, s.job_id, s.interval_s::DOUBLE AS interval_s, s.util_pct::DOUBLE AS util_pct
-                FROM samples s JOIN w USING (job_id)
-                WHERE s.ts >= ?::TIMESTAMP AND s.ts < ?::TIMESTAMP AND {_in_window("s")}
-            ),
-            x AS (SELECT s.*, {in_idle} AS in_idle, 1.0 AS share_w FROM s)
-            SELECT x.job_id{week}, {sums} FROM x{bjoin} GROUP BY ALL
-            """
-            return sql, [*bparams, lo, hi]
-        # a shared card's samples count for each holder (gpuledger/ledger/shares.py): idle-stretch membership
-        # on the card's own sequence (the sample's stamped job) first, then fanned out to the holders
-        sql = f"""
-        WITH w AS ({windows_sql()}){bcte},
-        s AS (
-            SELECT s.ts, s.gpu_id, s.job_id, s.interval_s::DOUBLE AS interval_s, s.util_pct::DOUBLE AS util_pct
-            FROM samples s LEFT JOIN w ON w.job_id = s.job_id
-            WHERE s.ts >= ?::TIMESTAMP AND s.ts < ?::TIMESTAMP
-              AND ((w.job_id IS NOT NULL AND {_in_window("s")}) OR s.gpu_id IN (SELECT gpu_id FROM gpu_shares))
-        ),
-        si AS (SELECT s.*, {in_idle} AS in_idle FROM s),
-        x AS (SELECT f.* FROM ({fan_out_sql("si")}) f JOIN w USING (job_id) WHERE {_in_window("f")})
-        SELECT x.job_id{week}, {sums} FROM x{bjoin} GROUP BY ALL
-        """
-        return sql, [*bparams, lo, hi]
-    flagged, params = flagged_samples_sql(filters, settings, as_of)
+    x_sql, x_params = source.window_samples_sql(con, filters, settings, as_of, _in_window)
     sql = f"""
     WITH w AS ({windows_sql()}){bcte},
-    x AS (SELECT f.* FROM ({flagged}) f JOIN w USING (job_id) WHERE {_in_window("f")})
-    SELECT x.job_id{week}, {sums} FROM x{bjoin} GROUP BY ALL
+    x AS ({x_sql})
+    SELECT x.job_id{week},
+           coalesce(sum({covered_s_sql("x.util_pct", "x.interval_s * x.share_w")}), 0) AS bad_cov_s,
+           coalesce(sum(x.interval_s * x.share_w) FILTER (WHERE x.in_idle), 0) AS bad_idle_s,
+           coalesce(sum({underused_s_sql("x.util_pct", "x.interval_s * x.share_w", "x.in_idle", target)}), 0)
+               AS bad_under_s
+    FROM x{bjoin} GROUP BY ALL
     """
-    return sql, [*bparams, *params]
+    return sql, [*bparams, *x_params]

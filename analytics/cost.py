@@ -41,6 +41,7 @@ import duckdb
 import polars as pl
 
 from analytics.filters import Filters, horizon
+from analytics.job_count import job_count, with_job_of
 from analytics.query import frame
 from analytics.shared import materialized
 from gpuledger.ledger.prices import PRICE_PERIODS_CTE, price_cluster_sql, price_tier_sql
@@ -267,14 +268,14 @@ def cost_by(
     job's in-view start). Columns: key, jobs, gpu_hours, cost_usd (priced jobs), unpriced_gpu_hours."""
     if by not in COST_BY:
         raise ValueError(f"unknown grouping {by!r}; use one of {', '.join(COST_BY)}")
-    jobs = job_costs(con, filters=filters, as_of=as_of).with_columns(
+    jobs = with_job_of(con, job_costs(con, filters=filters, as_of=as_of)).with_columns(
         pl.col("span_start").dt.strftime("%G-W%V").alias("week")
     )
     return (
         jobs.with_columns(pl.col(COST_BY[by]).fill_null("(none)").alias("key"))
         .group_by("key")
         .agg(
-            pl.len().alias("jobs"),
+            job_count().alias("jobs"),
             pl.col("gpu_hours").sum(),
             pl.col("cost_usd").sum(),
             pl.col("gpu_hours").filter(pl.col("cost_usd").is_null()).sum().alias("unpriced_gpu_hours"),

@@ -1,6 +1,6 @@
 """Energy per job: kWh from the GPU energy counter, else from power × time; its dollars and CO2e.
 
-Per sample (analytics/utilization.py ``sample_energy_sql``): the rise of ``energy_j`` (NVML total energy
+Per sample (the rollup's ``e_j``, gpuledger/ledger/rollup_columns.py): the rise of ``energy_j`` (NVML total energy
 consumption / DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, a counter since driver load) to the next sample of the
 same GPU, when both read it, the next sample comes without a gap and the counter did not go down (a reset);
 otherwise ``power_w × interval_s`` (nvidia-smi power.draw); otherwise unknown. A job's energy is the sum over
@@ -15,7 +15,7 @@ import duckdb
 import polars as pl
 
 from analytics.filters import Filters, horizon
-from analytics.utilization import Source, job_totals
+from analytics.utilization import ROLLUPS, Source, job_totals
 from gpuledger.ledger.settings import Settings
 
 ALL_FILTERS = Filters()  # the whole ledger
@@ -36,7 +36,7 @@ def job_energy(
     filters: Filters = ALL_FILTERS,
     settings: Settings = DEFAULT_SETTINGS,
     as_of: dt.datetime | None = None,
-    source: Source = "auto",
+    source: Source = ROLLUPS,
 ) -> pl.DataFrame:
     """One row per job with samples in the view (ENERGY_COLUMNS)."""
     as_of = as_of or horizon(con)

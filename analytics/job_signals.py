@@ -13,9 +13,12 @@ single GPU's own figures (``unused_gpus``) are its plain time-weighted mean. Sam
 left out of that metric's mean (NULL means "not reported", never 0).
 
 Idle stretches are analytics.utilization's (the shared waste contract, docs/metrics.md): maximal runs of
-consecutive samples of one GPU within one job, each at ``util_pct <= idle_util_pct``, with no sample gap in
-between, lasting at least ``idle_min_minutes`` in total. Reading its flagged samples keeps reclaim_idle's
-dollars and the summary's idle_allocated_usd on the same seconds.
+consecutive samples of one GPU with the same own job id, each at ``util_pct <= idle_util_pct``, with no sample gap in
+between, lasting at least ``idle_min_minutes`` in total. Reading the same rollup rows (``idle_runs``) keeps
+reclaim_idle's dollars and the summary's idle_allocated_usd on the same seconds.
+
+Every figure is read through ``source`` (analytics.telemetry_source: the rollups in production, the raw-sample
+oracle in tests).
 """
 
 from __future__ import annotations
@@ -25,25 +28,12 @@ import datetime as dt
 import duckdb
 import polars as pl
 
-from analytics.cost import job_costs_sql, telemetry_only_gpus_sql
+from analytics.cost import job_costs_sql
 from analytics.filters import Filters, horizon
 from analytics.query import frame
 from analytics.shared import shared
-from analytics.utilization import (
-    Source,
-    flagged_samples_sql,
-    minute_view_sql,
-    use_rollup,
-    view_bounds,
-)
-from gpuledger.ledger.sample_time import contiguous_sql, sample_end_sql
+from analytics.telemetry_source import ROLLUPS, TelemetrySource
 from gpuledger.ledger.settings import Settings
-from gpuledger.ledger.shares import fan_out_sql, has_shares
-from gpuledger.ledger.sql import pseudo_job_sql
-from gpuledger.ledger.thresholds import DEFAULT
-
-# the signal thresholds (gpuledger/ledger/thresholds.py), the same the rollup counts with
-TH = DEFAULT
 
 SIGNAL_COLUMNS = {
     "job_id": "",
@@ -78,126 +68,25 @@ def view_jobs_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str, lis
     )
 
 
-def _samples_cte(filters: Filters, settings: Settings, as_of: dt.datetime | None) -> tuple[str, list[object]]:
-    """CTEs ``vj`` (jobs of the view), ``s`` (their samples in the view, with analytics.utilization's
-    idle-stretch flag ``in_idle``) and ``linked`` (each sample with its predecessor on the same GPU and job)."""
-    vj, vparams = view_jobs_sql(filters, as_of)
-    flagged, fparams = flagged_samples_sql(filters, settings, as_of)
-    sql = f"""
-    vj AS ({vj}),
-    s AS (
-        SELECT f.job_id, f.gpu_id, f.ts, f.interval_s, f.card_u, f.card_per, f.util_pct, f.mem_used_mib,
-               f.mem_total_mib,
-               f.sm_active_pct, f.tensor_active_pct, f.temp_c, f.throttle_reasons, f.in_idle
-        FROM ({flagged}) f JOIN vj ON f.job_id = vj.job_id
-    ),
-    seq AS (
-        SELECT *,
-               lag(ts) OVER w AS prev_ts, lag(interval_s) OVER w AS prev_iv, lag(util_pct) OVER w AS prev_util,
-               lag(in_idle) OVER w AS prev_in_idle
-        FROM s WINDOW w AS (PARTITION BY job_id, gpu_id ORDER BY ts)
-    ),
-    linked AS (
-        SELECT *, prev_ts IS NOT NULL AND {contiguous_sql("epoch(ts - prev_ts)", "prev_iv")} AS contiguous
-        FROM seq
-    )"""
-    return sql, [*vparams, *fparams]
-
-
-def _fast_stretches(
-    con: duckdb.DuckDBPyConnection,
-    filters: Filters,
-    settings: Settings,
-    as_of: dt.datetime | None,
-) -> pl.DataFrame:
-    """idle_stretches from the ``idle_runs`` rollup: runs of at least idle_min_minutes, their day pieces
-    inside the view summed (the view's days hold exactly the samples the raw path reads)."""
-    jobs_sql, jobs_params = view_jobs_sql(filters, as_of)
-    lo, hi = view_bounds(filters)
-    min_s = float(settings.idle_min_minutes) * 60.0
-    # a shared card's runs (found on its own sequence) count for each holder by its share: their samples,
-    # fanned out (gpuledger/ledger/shares.py), as the raw path's flagged samples are
-    shared_part, shared_params = "", []
-    if has_shares(con):
-        shared_part = f"""AND r.gpu_id NOT IN (SELECT gpu_id FROM gpu_shares)
-        UNION ALL
-        SELECT job_id, gpu_id, run_start, ts, {sample_end_sql("ts", "interval_s")}, interval_s * share_w, 1.0, 1.0
-        FROM ({fan_out_sql(_shared_runs_sql(settings))})"""
-        shared_params = [lo, hi]
-    sql = f"""
-    WITH vj AS (SELECT job_id FROM ({jobs_sql})), tele AS ({telemetry_only_gpus_sql()}),
-    p AS (
-        SELECT {pseudo_job_sql("t", "r.job_id")} AS job_id,
-               r.gpu_id, r.run_start, r.first_ts, r.end_ts, r.idle_s,
-               coalesce(t.card_units, 1.0) AS card_u, coalesce(t.card_slices, 1.0) AS card_per
-        FROM idle_runs r LEFT JOIN tele t ON t.gpu_id = r.gpu_id
-        WHERE r.run_s >= {min_s} AND r.day >= ?::DATE AND r.day < ?::DATE
-          {shared_part}
-    )
-    SELECT job_id, gpu_id, min(first_ts) AS start_ts, max(end_ts) AS end_ts,
-           sum(idle_s * card_u) / max(card_per) AS idle_s
-    FROM p WHERE job_id IN (SELECT job_id FROM vj)
-    GROUP BY job_id, gpu_id, run_start
-    """
-    return frame(con, sql, [*jobs_params, lo, hi, *shared_params])
-
-
-def _shared_runs_sql(settings: Settings) -> str:
-    """The samples of the idle runs (of at least idle_min_minutes) on shared cards whose day piece lies in
-    [?, ?): gpu_id, job_id (the stamped job: the card's own sequence), run_start, ts, interval_s."""
-    return f"""(
-        SELECT r.gpu_id, r.job_id, r.run_start, s.ts, s.interval_s::DOUBLE AS interval_s
-        FROM idle_runs r JOIN samples s
-          ON s.gpu_id = r.gpu_id AND s.job_id = r.job_id AND s.ts >= r.first_ts AND s.ts <= r.last_ts
-        WHERE r.gpu_id IN (SELECT gpu_id FROM gpu_shares) AND r.run_s >= {float(settings.idle_min_minutes) * 60.0}
-          AND r.day >= ?::DATE AND r.day < ?::DATE AND s.ts::DATE = r.day
-          AND s.util_pct <= {float(settings.idle_util_pct)})"""
-
-
 def idle_stretches(
     con: duckdb.DuckDBPyConnection,
     *,
     filters: Filters | None = None,
     settings: Settings | None = None,
     as_of: dt.datetime | None = None,
-    source: Source = "auto",
+    source: TelemetrySource = ROLLUPS,
 ) -> pl.DataFrame:
     """One row per idle stretch: job_id, gpu_id, start_ts, end_ts (UTC), idle_s (Σ interval_s, seconds; of a
     pseudo-job's MIG instance, × its card share).
 
     Stretch membership is analytics.utilization's (the waste taxonomy's), so these seconds are the ones
-    idle_allocated_usd prices. ``source``: as in analytics.utilization (same rows either way).
+    idle_allocated_usd prices.
     """
     filters = filters or Filters()
     settings = settings or Settings()
     as_of = as_of or horizon(con)
-    if use_rollup(con, settings, source):
-        return _fast_stretches(con, filters, settings, as_of).sort("job_id", "gpu_id", "start_ts")
-    return _raw_stretches(con, filters, settings, as_of)
-
-
-def _raw_stretches(
-    con: duckdb.DuckDBPyConnection,
-    filters: Filters,
-    settings: Settings,
-    as_of: dt.datetime | None,
-) -> pl.DataFrame:
-    ctes, params = _samples_cte(filters, settings, as_of)
-    sql = f"""
-    WITH {ctes},
-    grouped AS (
-        SELECT *, sum(CASE WHEN contiguous AND prev_in_idle THEN 0 ELSE 1 END)
-                      OVER (PARTITION BY job_id, gpu_id ORDER BY ts ROWS UNBOUNDED PRECEDING) AS run
-        FROM linked
-    )
-    SELECT job_id, gpu_id, min(ts) AS start_ts,
-           max({sample_end_sql()}) AS end_ts,
-           sum(interval_s * card_u) / max(card_per) AS idle_s
-    FROM grouped WHERE in_idle
-    GROUP BY job_id, gpu_id, run
-    ORDER BY job_id, gpu_id, start_ts
-    """
-    return frame(con, sql, params)
+    sql, params = source.stretches_sql(con, filters, settings, as_of)
+    return frame(con, f"SELECT * FROM ({sql}) ORDER BY job_id, gpu_id, start_ts", params)
 
 
 def job_signals(
@@ -207,64 +96,23 @@ def job_signals(
     settings: Settings | None = None,
     as_of: dt.datetime | None = None,
     stretches: pl.DataFrame | None = None,
-    source: Source = "auto",
+    source: TelemetrySource = ROLLUPS,
 ) -> pl.DataFrame:
     """One row per job in the view with at least one attributed sample (SIGNAL_COLUMNS).
 
-    ``stretches``: this view's :func:`idle_stretches`, when the caller already has them. ``source``: as in
-    analytics.utilization; the fast path reads the day rollup, whose rows of the view's days hold exactly
-    the samples the raw path reads (pair counts lose the first sample's pair per GPU, as a view-cut lag
-    would).
+    ``stretches``: this view's :func:`idle_stretches`, when the caller already has them. The sums come from
+    the day rollup, whose rows of the view's days hold exactly the view's samples (pair counts lose the
+    first sample's pair per GPU and job, as a view-cut lag would).
     """
     filters = filters or Filters()
     settings = settings or Settings()
     as_of = as_of or horizon(con)
     idle = float(settings.idle_util_pct)
-    fast = use_rollup(con, settings, source)
     if stretches is None:
-        stretches = idle_stretches(
-            con, filters=filters, settings=settings, as_of=as_of, source="auto" if fast else "raw"
-        )
-    if fast:
-        vj, params = view_jobs_sql(filters, as_of)
-        mctes, mparams = minute_view_sql(filters, as_of)
-        ctes = f"""
-        vj AS ({vj}),
-        {mctes},
-        per_gpu AS (
-            SELECT job_id, gpu_id, sum(util_s) * 100.0 / sum(util_cov_s) AS gpu_util FROM mm GROUP BY ALL
-        ),
-        pairs AS (
-            SELECT job_id, sum(np)::BIGINT AS n_pairs, sum(ns)::BIGINT AS n_swings
-            FROM (SELECT job_id, gpu_id, sum(pairs_n) - arg_min(first_pair, day) AS np,
-                         sum(swings_n) - arg_min(first_swing, day) AS ns
-                  FROM mm GROUP BY ALL)
-            GROUP BY job_id
-        ),
-        agg AS (
-            SELECT job_id,
-                   sum(covered_s * card_u) / max(card_per) AS covered_gpu_s,
-                   sum(n)::BIGINT AS n_samples,
-                   count(DISTINCT gpu_id) AS gpus_seen,
-                   sum(util_s * card_u) * 100.0 / sum(util_cov_s * card_u) AS mean_util_pct,
-                   max(mem_used_max_mib)::DOUBLE AS peak_mem_mib,
-                   greatest(max(mem_total_mib), max(card_mib) FILTER (WHERE n_no_total > 0)) AS mem_total_mib,
-                   sum(sm_active_s * card_u) * 100.0 / sum(sm_cov_s * card_u) AS sm_active_pct,
-                   sum(tensor_active_s * card_u) * 100.0 / sum(tensor_cov_s * card_u) AS tensor_active_pct,
-                   sum(throttled_n) / nullif(sum(throttle_n), 0) AS throttled_share,
-                   sum(hot_n) / nullif(sum(temp_n), 0) AS hot_share,
-                   max(temp_max_c)::FLOAT AS max_temp_c,
-                   sum(dip_n) / nullif(sum(util_n), 0) AS dip_share,
-                   sum(burst_n) / nullif(sum(util_n), 0) AS burst_share
-            FROM mm GROUP BY job_id
-        )"""
-        params = [*params, *mparams]
-    else:
-        ctes, params = _samples_cte(filters, settings, as_of)
-        ctes += f""",
-        per_gpu AS ({_PER_GPU_RAW}),
-        pairs AS ({_PAIRS_RAW}),
-        agg AS ({_AGG_RAW})"""
+        stretches = idle_stretches(con, filters=filters, settings=settings, as_of=as_of, source=source)
+    vj, params = view_jobs_sql(filters, as_of)
+    sctes, sparams = source.signal_ctes(con, filters, settings, as_of)
+    ctes, params = f"vj AS ({vj}),\n{sctes}", [*params, *sparams]
     sql = f"""
     WITH {ctes},
     unused AS (
@@ -285,40 +133,6 @@ def job_signals(
     ORDER BY vj.job_id
     """
     return _with_idle(frame(con, sql, params), stretches)
-
-
-# Signal sums over raw samples (CTEs ``s`` and ``linked`` of _samples_cte).
-_PER_GPU_RAW = """
-        SELECT job_id, gpu_id,
-               sum(util_pct * interval_s) / sum(CASE WHEN util_pct IS NOT NULL THEN interval_s END) AS gpu_util
-        FROM s GROUP BY job_id, gpu_id"""
-_PAIRS_RAW = f"""
-        SELECT job_id,
-               count(*) FILTER (WHERE contiguous AND util_pct IS NOT NULL AND prev_util IS NOT NULL) AS n_pairs,
-               count(*) FILTER (WHERE contiguous AND (
-                   (util_pct < {TH.dip_util_pct} AND prev_util > {TH.burst_util_pct})
-                   OR (util_pct > {TH.burst_util_pct} AND prev_util < {TH.dip_util_pct}))) AS n_swings
-        FROM linked GROUP BY job_id"""
-_AGG_RAW = f"""
-        SELECT job_id,
-               sum(interval_s * card_u) / max(card_per) AS covered_gpu_s,
-               count(*) AS n_samples,
-               count(DISTINCT gpu_id) AS gpus_seen,
-               sum(util_pct * interval_s * card_u) / sum(CASE WHEN util_pct IS NOT NULL THEN interval_s * card_u END)
-                   AS mean_util_pct,
-               max(mem_used_mib) AS peak_mem_mib,
-               max(mem_total_mib) AS mem_total_mib,
-               sum(sm_active_pct * interval_s * card_u)
-                   / sum(CASE WHEN sm_active_pct IS NOT NULL THEN interval_s * card_u END) AS sm_active_pct,
-               sum(tensor_active_pct * interval_s * card_u)
-                   / sum(CASE WHEN tensor_active_pct IS NOT NULL THEN interval_s * card_u END) AS tensor_active_pct,
-               avg(CASE WHEN throttle_reasons IS NOT NULL
-                        THEN (throttle_reasons & {TH.power_thermal_mask}::UBIGINT <> 0)::INT END) AS throttled_share,
-               avg(CASE WHEN temp_c IS NOT NULL THEN (temp_c >= {TH.hot_temp_c})::INT END) AS hot_share,
-               max(temp_c) AS max_temp_c,
-               avg(CASE WHEN util_pct IS NOT NULL THEN (util_pct < {TH.dip_util_pct})::INT END) AS dip_share,
-               avg(CASE WHEN util_pct IS NOT NULL THEN (util_pct > {TH.burst_util_pct})::INT END) AS burst_share
-        FROM s GROUP BY job_id"""
 
 
 def _with_idle(sig: pl.DataFrame, stretches: pl.DataFrame) -> pl.DataFrame:
@@ -380,7 +194,7 @@ def view_signals(
     filters: Filters | None = None,
     settings: Settings | None = None,
     as_of: dt.datetime | None = None,
-    source: Source = "auto",
+    source: TelemetrySource = ROLLUPS,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The view's :func:`idle_stretches` and :func:`job_signals`, the second computed from the first.
 

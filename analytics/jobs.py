@@ -16,7 +16,7 @@ from analytics.job_summaries import fill_from_summaries
 from analytics.query import frame
 from analytics.slurm_usage import SLURM_BASIS
 from analytics.unit_costs import job_unit_costs
-from analytics.utilization import Source, job_utilization
+from analytics.utilization import ROLLUPS, Source, job_utilization
 from analytics.waste import job_waste
 from gpuledger.ledger.settings import Settings
 
@@ -25,6 +25,8 @@ DEFAULT_SETTINGS = Settings()
 
 JOBS_COLUMNS = {
     "job_id": "",
+    "attempt": "1, 2, ... for the attempts of a requeued job (each its own row); NULL: run once",
+    "attempt_of": "the job a requeued attempt is billed to (count jobs by it: analytics/job_count.py); NULL: run once",
     "name": "",
     "user_name": "",
     "team": "",
@@ -72,10 +74,12 @@ def jobs_table(
     sort: str = "cost",
     limit: int | None = None,
     percentiles: bool = True,
-    source: Source = "auto",
+    source: Source = ROLLUPS,
 ) -> pl.DataFrame:
     """One row per job of the view (JOBS_COLUMNS), most expensive (``sort="cost"``) or most wasteful
-    (``sort="waste"``) first."""
+    (``sort="waste"``) first. Each attempt of a requeued job is its own row (its own hosts, time and parts, so
+    the rows' costs sum to spend), with ``attempt`` and ``attempt_of`` naming the job it is billed to: a
+    count of jobs counts ``attempt_of`` once (:func:`analytics.job_count.jobs_in`)."""
     as_of = as_of or horizon(con)
     w = job_waste(con, filters=filters, settings=settings, as_of=as_of, source=source)
     u = job_utilization(
@@ -93,7 +97,9 @@ def jobs_table(
         how="left",
     )
     out = out.join(
-        frame(con, "SELECT job_id, attribution, gpu_util_mean_pct AS _slurm_util FROM jobs"),
+        frame(
+            con, "SELECT job_id, attempt, attempt_of, attribution, gpu_util_mean_pct AS _slurm_util FROM jobs"
+        ),
         on="job_id",
         how="left",
     )

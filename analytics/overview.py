@@ -21,6 +21,7 @@ import duckdb
 import polars as pl
 
 from analytics.filters import Filters
+from analytics.job_count import job_count, with_job_of
 from analytics.summary import summary
 from analytics.waste import UNALLOCATED, job_waste, unallocated
 from analytics.whatif import capacity_utilization_pct
@@ -139,13 +140,13 @@ def team_rows(
     """One row per team of the period (TEAM_COLUMNS up to util_pct), largest spend first, then the capacity
     no job held as the row ``unallocated`` (last; no waste % or utilization of a team). The rows' spend sums
     to the headline's. Jobs without a team are the row "(none)"; telemetry no job claims, "unattributed"."""
-    jobs = job_waste(con, filters=filters, settings=settings, as_of=as_of)
+    jobs = with_job_of(con, job_waste(con, filters=filters, settings=settings, as_of=as_of))
     parts = [pl.col(p).fill_null(0).sum() for p in TEAM_WASTE_PARTS]
     teams = (
         jobs.with_columns(pl.col("team").fill_null("(none)"))
         .group_by("team")
         .agg(
-            pl.len().alias("jobs"),
+            job_count().alias("jobs"),
             pl.col("gpu_hours").sum().alias("gpu_hours"),
             pl.col("cost_usd").fill_null(0).sum().alias("spend_usd"),
             pl.sum_horizontal(*parts).alias("team_waste_usd"),

@@ -57,7 +57,7 @@ from analytics.problems import CAPACITY_KINDS, one_per_problem, owner_of, where_
 from analytics.query import frame
 from analytics.recurrence import mark
 from analytics.savings import coverage, savings_total, with_counted
-from analytics.utilization import Source
+from analytics.utilization import ROLLUPS, Source
 from analytics.waste import job_waste, unallocated
 from gpuledger.ledger.settings import Settings
 
@@ -185,7 +185,7 @@ def recommendations(
     settings: Settings | None = None,
     as_of: dt.datetime | None = None,
     min_usd_per_week: float = 1.0,
-    source: Source = "auto",
+    source: Source = ROLLUPS,
     kinds: Collection[str] | None = None,
     problems: bool = True,
 ) -> pl.DataFrame:

@@ -14,9 +14,10 @@ import duckdb
 
 from analytics.filters import Filters, horizon
 from analytics.unit_costs import view_usd_per_mtok
-from analytics.utilization import Source
+from analytics.utilization import ROLLUPS, Source
 from analytics.waste import PARTS, WASTE_PARTS, job_waste, unallocated
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.sql import job_count_sql
 
 ALL_FILTERS = Filters()  # the whole ledger
 DEFAULT_SETTINGS = Settings()
@@ -57,8 +58,8 @@ def attribution_quality(con: duckdb.DuckDBPyConnection, sql: str, params: list[o
     GPU-hours per method (jobs that held no GPU-time in the view, and pseudo-jobs, are left out), and a
     data-quality note (None when every job is tied exactly)."""
     rows = con.execute(
-        f"""SELECT coalesce(j.attribution, 'none'), count(*), coalesce(sum(w.gpu_hours), 0)
-            FROM ({sql}) w JOIN jobs j USING (job_id) WHERE w.gpu_hours > 0 GROUP BY 1""",
+        f"""SELECT coalesce(j.attribution, 'none'), {job_count_sql("j")}, coalesce(sum(w.gpu_hours), 0)
+            FROM ({sql}) w JOIN jobs j ON j.job_id = w.job_id WHERE w.gpu_hours > 0 GROUP BY 1""",
         params,
     ).fetchall()
     got = {m: (int(n), float(h)) for m, n, h in rows}
@@ -88,7 +89,7 @@ def summary(
     filters: Filters = ALL_FILTERS,
     settings: Settings = DEFAULT_SETTINGS,
     as_of: dt.datetime | None = None,
-    source: Source = "auto",
+    source: Source = ROLLUPS,
 ) -> dict[str, Any]:
     """The view's headline figures as a JSON-ready dict (keys: SUMMARY_KEYS).
 
@@ -119,7 +120,8 @@ def summary(
                        coalesce(sum(gpu_hours), 0),
                        sum(effective_gpu_hours) / nullif(sum(util_covered_hours), 0) * 100.0,
                        coalesce(sum(idle_gpu_hours), 0),
-                       count(*),
+                       (SELECT {job_count_sql("j", "w.job_id")} FROM {name} w
+                        LEFT JOIN jobs j ON j.job_id = w.job_id),
                        coalesce(sum(gpu_hours) FILTER (WHERE cost_usd IS NULL), 0),
                        sum(energy_kwh),
                        coalesce(sum(cancelled_usd), 0)

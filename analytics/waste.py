@@ -33,7 +33,7 @@ import polars as pl
 from analytics.capacity import UNALLOCATED, UNALLOCATED_COLUMNS, unallocated, unallocated_weeks
 from analytics.filters import Filters, horizon
 from analytics.periods import view_weeks
-from analytics.utilization import Source
+from analytics.utilization import ROLLUPS, Source
 from analytics.waste_jobs import (
     ALL_FILTERS,
     CHECKPOINT_LOG_SOURCES,
@@ -78,7 +78,7 @@ def waste_by(
     filters: Filters = ALL_FILTERS,
     settings: Settings = DEFAULT_SETTINGS,
     as_of: dt.datetime | None = None,
-    source: Source = "auto",
+    source: Source = ROLLUPS,
 ) -> pl.DataFrame:
     """The parts (PARTS, plus spend_usd and waste_usd) summed by ``team``, ``user_name``, ``cluster``,
     ``gpu_model``, ``kind`` or ``week``. Unallocated capacity appears under the key "unallocated" (team,
@@ -117,7 +117,7 @@ def waste_totals(
     filters: Filters = ALL_FILTERS,
     settings: Settings = DEFAULT_SETTINGS,
     as_of: dt.datetime | None = None,
-    source: Source = "auto",
+    source: Source = ROLLUPS,
 ) -> dict[str, float]:
     """The view's parts as plain floats (0 where not applicable), plus spend_usd, waste_usd, failed_lost_usd
     (= failed_usd), failed_checkpointed_usd (failed jobs' cost up to their checkpoint, inside the other

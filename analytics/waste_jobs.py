@@ -21,7 +21,7 @@ from analytics.periods import buckets_sql, job_bucket_costs_sql, price_pieces
 from analytics.query import frame
 from analytics.shared import shared
 from analytics.slurm_usage import filled_totals_sql
-from analytics.utilization import Source, job_bucket_totals_sql, job_totals_sql
+from analytics.utilization import ROLLUPS, Source, job_bucket_totals_sql, job_totals_sql
 from gpuledger.ledger.cte import Cte, with_ctes
 from gpuledger.ledger.job_states import CANCELLED_STATES
 from gpuledger.ledger.settings import Settings
@@ -90,7 +90,7 @@ def job_waste_sql(
     filters: Filters,
     settings: Settings,
     as_of: dt.datetime | None,
-    source: Source = "auto",
+    source: Source = ROLLUPS,
 ) -> tuple[str, list[object]]:
     """SQL of :func:`job_waste` (JOB_WASTE_COLUMNS), reusable as a sub-query.
 
@@ -236,7 +236,7 @@ def job_waste(
     filters: Filters = ALL_FILTERS,
     settings: Settings = DEFAULT_SETTINGS,
     as_of: dt.datetime | None = None,
-    source: Source = "auto",
+    source: Source = ROLLUPS,
 ) -> pl.DataFrame:
     """One row per job of the view with its cost split into the taxonomy's parts (JOB_WASTE_COLUMNS)."""
     as_of = as_of or horizon(con)

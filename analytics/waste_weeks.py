@@ -14,7 +14,7 @@ from analytics.capacity import UNALLOCATED, unallocated_weeks
 from analytics.filters import Filters, horizon
 from analytics.periods import buckets_sql, job_bucket_costs_sql, view_weeks
 from analytics.query import frame
-from analytics.utilization import Source, job_bucket_totals_sql
+from analytics.utilization import ROLLUPS, Source, job_bucket_totals_sql
 from analytics.waste_jobs import ALL_FILTERS, DEFAULT_SETTINGS, PARTS, WASTE_PARTS, job_waste, parts_sql
 from gpuledger.ledger.settings import Settings
 
@@ -27,7 +27,7 @@ def job_waste_by_week(
     filters: Filters = ALL_FILTERS,
     settings: Settings = DEFAULT_SETTINGS,
     as_of: dt.datetime | None = None,
-    source: Source = "auto",
+    source: Source = ROLLUPS,
 ) -> pl.DataFrame:
     """JOB_WASTE_COLUMNS per (job, ISO week of the view), each job cut at week boundaries: a row equals the
     job's :func:`job_waste` row for the view narrowed to that week (:func:`view_weeks`), computed in one
@@ -54,7 +54,7 @@ def waste_by_week(
     filters: Filters = ALL_FILTERS,
     settings: Settings = DEFAULT_SETTINGS,
     as_of: dt.datetime | None = None,
-    source: Source = "auto",
+    source: Source = ROLLUPS,
 ) -> pl.DataFrame:
     """Columns week, key (``by``: team, user_name, cluster, gpu_model or kind), spend_usd, PARTS, waste_usd:
     each week's rows equal ``waste_by(by=by)`` for the view narrowed to that week (:func:`view_weeks`), so

@@ -8,7 +8,7 @@ jobs back to back; a job is busy (40-95 %), idle (0-3 %, like a forgotten notebo
 hash, so idle stretches, under-used time and swings all occur. Samples are written with their job already
 stamped (as ``attribute_samples`` would), then the rollups are built once (``rebuild_rollup``, timed: the
 cost a threshold change pays). Printed: samples, rollup rows, build time, then each query's median wall time
-over ``--repeat`` runs: ``summary`` via rollups and via raw samples (and their ratio; the two results are
+over ``--repeat`` runs: ``summary`` via rollups and via raw samples (the test oracle, tests/analytics/oracle.py; their ratio; the two results are
 checked equal), ``jobs_table`` and ``recommendations`` via the fast path.
 """
 
@@ -32,6 +32,7 @@ from gpuledger.ledger.db import ensure_schema
 from gpuledger.ledger.reference import load_reference
 from gpuledger.ledger.rollup import ROLLUP_TABLES, rebuild_rollup
 from gpuledger.ledger.settings import Settings
+from tests.analytics.oracle import ORACLE
 
 START = dt.datetime(2026, 1, 5)
 CADENCE_S = 30
@@ -65,7 +66,8 @@ def build(path: Path, gpus: int, days: int) -> tuple[int, float]:
         [START, START],
     )
     con.execute(
-        """INSERT INTO allocations SELECT j.job_id, g.host, g.gpu_id, 1, j.start_ts, j.end_ts, 1
+        """INSERT INTO allocations (job_id, host, gpu_id, gpu_count, start_ts, end_ts, ingest_id)
+           SELECT j.job_id, g.host, g.gpu_id, 1, j.start_ts, j.end_ts, 1
            FROM jobs j JOIN gpus g ON j.job_id LIKE 'bench/' || (g.gpu_index + 8 * CAST(substr(g.host, 2) AS INT)) || '-%'"""
     )
     per_gpu = days * 86400 // CADENCE_S
@@ -125,8 +127,8 @@ def main() -> None:
         con = duckdb.connect(str(path), read_only=True)
         rows = {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in ROLLUP_TABLES}
         print("rollup rows: " + ", ".join(f"{t} {n:,}" for t, n in rows.items()))
-        fast_s, fast = timed(lambda: summary(con, source="auto"), args.repeat)
-        raw_s, raw = timed(lambda: summary(con, source="raw"), max(1, args.repeat - 2))
+        fast_s, fast = timed(lambda: summary(con), args.repeat)
+        raw_s, raw = timed(lambda: summary(con, source=ORACLE), max(1, args.repeat - 2))
         for key, value in raw.items():  # type: ignore[union-attr]
             other = fast[key]  # type: ignore[index]
             same = (

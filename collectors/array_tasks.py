@@ -21,7 +21,7 @@ from __future__ import annotations
 import duckdb
 
 # Stage tables that carry a job's id beside stage_jobs (collectors/landing.py land()).
-_STAGED_WITH_JOB = ("stage_allocations", "stage_training_runs", "stage_train_log")
+STAGED_WITH_JOB = ("stage_allocations", "stage_training_runs", "stage_train_log")
 
 
 def _ledger_tables_with_job_id(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -69,7 +69,7 @@ def unify_array_tasks(con: duckdb.DuckDBPyConnection) -> int:
             "UPDATE stage_jobs SET job_id = ?, array_task = ? WHERE job_id = ?",
             [raw_id, task_name, task_name],
         )
-        for table in _STAGED_WITH_JOB:
+        for table in STAGED_WITH_JOB:
             if table in staged:
                 con.execute(f"UPDATE {table} SET job_id = ? WHERE job_id = ?", [raw_id, task_name])
     return len(pairs) + len(renamed)

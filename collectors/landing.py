@@ -8,6 +8,8 @@ rules for every source:
   times adds its columns); ``interval_s`` is derived when the parser leaves it NULL;
 - gpus: upserted, keeping known fields and widening first/last seen; every GPU a sample names exists;
 - jobs and training runs: upserted by ``job_id`` (a newer record of the same job replaces the older one);
+  a record of a requeued job's other attempt (another start) lands beside it, each attempt billed to the
+  job (collectors/attempts.py);
   a job's allocations and train log are replaced with the job's newer ones;
 - samples are attributed to the job that held their GPU at that time, once, here;
 - the per-GPU-minute rollup is refreshed for the span the ingest touched.
@@ -25,11 +27,12 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from collectors.array_tasks import unify_array_tasks
+from collectors.attempts import match_attempts, renumber_attempts
 from collectors.common import MERGE_KEPT
 from collectors.interleave import extend_merged, settle_interleaved
 from collectors.names import neutralize_names
 from collectors.provenance import record_ingest
-from gpuledger.ledger.job_states import OPEN_STATES, PENDING
+from gpuledger.ledger.job_states import OPEN_STATES, PENDING, REQUEUE_STATES
 from gpuledger.ledger.sample_time import cadence_sql, interval_sql
 from gpuledger.ledger.sql import quote, sql_list
 
@@ -143,6 +146,7 @@ def land(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptions) ->
             exprs = _insert_from_stage(con, table, ingest_id)
             con.execute(f"INSERT INTO {table} SELECT {', '.join(exprs)} FROM stage_{table} s")
             rows[table] = _count(con, f"SELECT count(*) FROM stage_{table}")
+    renumber_attempts(con, ingest_id)  # a requeued job's attempts, by start (collectors/attempts.py)
     attribute_samples(con, ingest_id)
     from gpuledger.ledger.rollup import refresh_rollup
 
@@ -457,12 +461,16 @@ def _land_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptio
         if opts.cluster:
             con.execute("UPDATE stage_jobs SET cluster = ?", [opts.cluster])
     unify_array_tasks(con)  # 301 and 300_1 are one array task (collectors/array_tasks.py)
+    # a record of a job the ledger holds is one of its attempts, or a new one (collectors/attempts.py)
+    match_attempts(con)
     # An older scheduler record never undoes a newer one, whatever order the dumps are ingested in: a record
     # of a job still pending or running (an open state) that started no later than the ledger's record of the
     # same job ended (end_ts and a final state) is what the scheduler said before the job finished. It stays
     # out, and land() keeps the job's stored allocations with it (temp.older_job_records, counted in the
-    # report). A record that starts after that end is a new attempt (a requeue) and replaces it as before.
+    # report). Records are compared attempt by attempt (match_attempts gave each the id of the attempt it
+    # is); a requeued attempt with an end has ended. A record that starts after that end is a new attempt.
     open_states = sql_list(OPEN_STATES)
+    unfinished = sql_list(tuple(s for s in OPEN_STATES if s not in REQUEUE_STATES))
     staged_cols = set(_columns(con, "stage_jobs", temp=True))
 
     def staged(col: str) -> str:
@@ -471,7 +479,7 @@ def _land_jobs(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptio
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE older_job_records AS
             SELECT s.rowid AS rid, s.job_id FROM stage_jobs s JOIN jobs j ON j.job_id = s.job_id
-            WHERE j.end_ts IS NOT NULL AND j.state NOT IN ({open_states}, 'UNKNOWN')
+            WHERE j.end_ts IS NOT NULL AND j.state NOT IN ({unfinished}, 'UNKNOWN')
               AND coalesce({staged("state")}, {defaults["state"]}) IN ({open_states})
               AND coalesce({staged("start_ts")}, {staged("submit_ts")}, j.end_ts) <= j.end_ts"""
     )

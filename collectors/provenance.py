@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
+from collectors.attempts import note_removed, renumber_attempts
 from collectors.checkpoints import withdraw
 from gpuledger.ledger.sample_time import reach_sql
 from gpuledger.ledger.schema import INGESTED_TABLES
@@ -61,6 +62,7 @@ def delete_ingests(
     placeholders = ", ".join("?" for _ in ingest_ids)
     withdraw(con, ingest_ids)
     _hand_over(con, ingest_ids)
+    note_removed(con, ingest_ids)  # a requeued job that loses an attempt is numbered again
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE replaced_windows AS
             SELECT gpu_id, min(ts) AS lo,
@@ -71,6 +73,7 @@ def delete_ingests(
     for table in INGESTED_TABLES:
         con.execute(f"DELETE FROM {table} WHERE ingest_id IN ({placeholders})", ingest_ids)
     con.execute(f"DELETE FROM ingests WHERE ingest_id IN ({placeholders})", ingest_ids)
+    renumber_attempts(con, None)
     # hi reaches past the last removed sample: the sample after it lost its predecessor (pairs, idle runs)
     refresh_windows(
         con,

@@ -11,7 +11,7 @@ job ending on 9999-12-31) never becomes GPU-hours or money:
   model is known, else ≤ 1 TiB;
 - power 0 … 2 × the catalog's TDP where the model is known, else ≤ 3,000 W;
 - an energy counter is ≥ 0; a decrease between samples is a counter reset (driver reload), which the energy
-  figures already treat as such (analytics.utilization.sample_energy_sql), never negative energy;
+  figures already treat as such (the rollup's per-sample energy), never negative energy;
 - temperature −20…130 °C; SM clock 0…5 GHz;
 - GPU counts 0…100,000 (a CPU-only job, count 0, lands as before);
 - every time between 2000-01-01 and now + 1 day; a job or allocation ends no earlier than it starts and lasts

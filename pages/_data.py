@@ -29,6 +29,7 @@ from analytics.shared import sharing
 from gpuledger.ledger.db import data_version, one_reader, reader, sync_reference
 from gpuledger.ledger.prices import PriceBook, price_book
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.sql import job_count_sql
 from gpuledger.reports.weekly import FORMATS, collect, render
 from gpuledger.upload import GpuFacts, UploadResult, analyse_isolated, gpu_facts
 from gpuledger.upload.analysis import LINES_PAST
@@ -108,14 +109,17 @@ def _job_team(con: duckdb.DuckDBPyConnection, s: Settings, job_id: str) -> str |
 
 
 @st.cache_resource(show_spinner=False, max_entries=CACHE_VERSIONS, ttl=CACHE_TTL_S)
-def _sync_reference(db_path: str, fingerprint: str, _settings: Settings) -> bool:
-    """Mirror the price sheet and catalog of these settings into the ledger, once per settings version."""
+def _sync_reference(db_path: str, fingerprint: str, version: tuple[int, int], _settings: Settings) -> bool:
+    """Mirror the price sheet, catalog and rollup thresholds of these settings into the ledger, once per
+    settings and ledger version: a write by another process (an ingest under other settings rebuilds the
+    rollups for its thresholds) is followed by a check, so the analytics never read rollups built for other
+    thresholds (they raise RollupMismatch)."""
     return sync_reference(db_path, _settings)
 
 
 def _ctx() -> tuple[str, tuple[int, int], str, Settings]:
     path, s = db(), settings()
-    _sync_reference(path, s.fingerprint(), s)
+    _sync_reference(path, s.fingerprint(), data_version(path), s)
     return path, data_version(path), s.fingerprint(), s
 
 
@@ -143,7 +147,8 @@ def _filter_choices(con: duckdb.DuckDBPyConnection, s: Settings) -> Choices:
 def ledger_counts(con: duckdb.DuckDBPyConnection, s: Settings) -> tuple[int, int, int]:
     """The ledger's jobs, samples and ingests: the fleet's totals (pages/_view.ledger_caption, an admin's)."""
     return con.execute(
-        "SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM samples), (SELECT count(*) FROM ingests)"
+        f"SELECT (SELECT {job_count_sql('j')} FROM jobs j), (SELECT count(*) FROM samples), "
+        "(SELECT count(*) FROM ingests)"
     ).fetchall()[0]
 
 

@@ -10,6 +10,7 @@ import polars as pl
 import streamlit as st
 from plotly.subplots import make_subplots
 
+from analytics.job_count import jobs_in
 from analytics.slurm_usage import SLURM_BASIS
 from gpuledger.ledger.job_states import FAILED_STATES
 from gpuledger.ledger.palette import PART_COLOURS, UTIL_SCALE
@@ -512,9 +513,15 @@ if search:
         table = table.filter(mask)
 order = [c for c in FIRST if c in table.columns]
 shown = table.select(order)
+# a requeued job has a row per attempt (analytics/jobs.py): the count is of jobs, the rows are said apart
+rows_note = (
+    f" in {table.height:,} rows (a requeued job has one per attempt)"
+    if table.height != jobs_in(table)
+    else ""
+)
 st.caption(
-    f"{table.height:,} of {jobs.height:,} jobs. Click a row to open the job (its page has its own link); click "
-    "a column header to sort the table itself. Empty cells: unknown (no telemetry or no price)."
+    f"{jobs_in(table):,} of {jobs_in(jobs):,} jobs{rows_note}. Click a row to open the job (its page has its own "
+    "link); click a column header to sort the table itself. Empty cells: unknown (no telemetry or no price)."
 )
 TEXT = st.column_config.TextColumn
 event = _ui.dataframe(

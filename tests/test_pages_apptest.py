@@ -869,3 +869,34 @@ def test_a_job_judged_from_slurm_accounting_says_so(tmp_path: Path, monkeypatch:
     assert not at.exception, at.exception
     [util] = [m for m in at.metric if m.label.startswith("Mean utilization")]
     assert util.label == "Mean utilization (from Slurm accounting)" and util.value == "42.0 %"
+
+
+def test_after_another_process_rebuilds_the_rollups_a_page_syncs_them_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The analytics read only the rollups and refuse ones built for other thresholds (RollupMismatch), so the
+    dashboard syncs the ledger to its settings once per settings and ledger version: an ingest by another
+    process under other settings (here: the rollups rebuilt for the defaults) is followed by a sync, not an
+    error. Before 2026-12-06 the sync ran once per settings version and the figures fell back to raw samples."""
+    from gpuledger.ledger.rollup import ensure_rollup
+    from gpuledger.ledger.rollup_thresholds import DEFAULT_THRESHOLDS, stored_thresholds
+
+    db = str(tmp_path / "resync.duckdb")
+    with writer(db) as con:
+        ingest_file(con, ROOT / "tests" / "fixtures" / "nvidia_smi" / "full_fields_h200.csv")
+    settings = tmp_path / "custom.toml"
+    settings.write_text("[thresholds]\nidle_util_pct = 2\nidle_min_minutes = 10\ntarget_util_pct = 70\n")
+    monkeypatch.setenv("GPULEDGER_DB", db)
+    monkeypatch.setenv("GPULEDGER_SETTINGS", str(settings))
+    custom = (2.0, 10.0, 70.0)
+    at = run_page("pages/overview.py")
+    assert not at.exception, at.exception
+    with writer(db) as con:
+        assert stored_thresholds(con) == custom
+        con.execute("BEGIN TRANSACTION")
+        assert ensure_rollup(con, DEFAULT_THRESHOLDS)  # what an ingest under the default settings does
+        con.execute("COMMIT")
+    at.run()
+    assert not at.exception, at.exception
+    with writer(db) as con:
+        assert stored_thresholds(con) == custom

@@ -136,3 +136,47 @@ def test_cli_bad_settings_is_one_line_exit_1_db_untouched(tmp_path):
 )
 def test_reported_gpu_names_map_to_catalog_models(reported, model):
     assert normalize_model(reported) == model
+
+
+READING_COMMANDS = [
+    ["summary", "--json"],
+    ["jobs", "--json"],
+    ["recommend", "--json"],
+    ["whatif", "--json"],
+    ["report", "--week", "2026-W07", "--format", "md"],
+    ["notify", "--week", "2026-W07", "--dry-run"],
+]
+
+
+@pytest.mark.parametrize("command", READING_COMMANDS, ids=[c[0] for c in READING_COMMANDS])
+def test_every_reading_command_syncs_the_rollups_to_its_settings_thresholds(tmp_path, command):
+    """The analytics read only the rollups and raise RollupMismatch when they were built for other thresholds
+    (analytics/telemetry_source.py), so each command that reads syncs the ledger to its settings first: a
+    ledger ingested with the defaults (5 %, 30 min, 60 %) is rebuilt for the settings' 2 %, 10 min, 70 %."""
+    import shutil
+
+    import duckdb
+
+    from gpuledger.ledger.rollup_thresholds import stored_thresholds
+
+    db = tmp_path / "l.duckdb"
+    smi = ROOT / "tests" / "fixtures" / "nvidia_smi" / "full_fields_h200.csv"
+    run = [sys.executable, "-m", "gpuledger"]
+    ingest = subprocess.run([*run, "ingest", "--db", str(db), str(smi)], capture_output=True, check=False)
+    assert ingest.returncode == 0, ingest.stderr
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert stored_thresholds(con) == (5.0, 30.0, 60.0)
+    copy = tmp_path / "c.duckdb"
+    shutil.copy(db, copy)
+    custom = write(
+        tmp_path, "s.toml", "[thresholds]\nidle_util_pct = 2\nidle_min_minutes = 10\ntarget_util_pct = 70\n"
+    )
+    result = subprocess.run(
+        [*run, *command, "--db", str(copy), "--settings", str(custom)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    with duckdb.connect(str(copy), read_only=True) as con:
+        assert stored_thresholds(con) == (2.0, 10.0, 70.0)

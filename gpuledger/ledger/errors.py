@@ -51,3 +51,10 @@ class DatabaseBusyError(LedgerError):
 
 class CollectorError(LedgerError):
     """A live source (NVML, Prometheus, Slurm) could not be read."""
+
+
+class RollupMismatch(LedgerError):
+    """The rollups were built for other thresholds than the settings a figure is asked for.
+
+    Every entry point syncs the ledger first (gpuledger.ledger.db.sync_reference rebuilds the rollups for the
+    settings), so this is a caller that skipped the sync: a programming error, never a second path."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from gpuledger.ledger.rollup_thresholds import Thresholds
 from gpuledger.ledger.sample_time import contiguous_sql, sample_end_sql
+from gpuledger.ledger.sample_use import covered_s_sql, underused_s_sql
 from gpuledger.ledger.shares import fan_out_sql
 from gpuledger.ledger.thresholds import DEFAULT
 
@@ -24,7 +25,7 @@ def _minute_columns(th: Thresholds) -> list[tuple[str, str, str, str]]:
         ("count", "*", "n", "INTEGER"),
         ("sum", "interval_s", "covered_s", ""),
         ("sum", "util / 100.0 * interval_s", "util_s", ""),
-        ("sum", "CASE WHEN util IS NOT NULL THEN interval_s END", "util_cov_s", ""),
+        ("sum", covered_s_sql("util", "interval_s"), "util_cov_s", ""),
         ("sum", f"CASE WHEN util <= {idle} THEN interval_s END", "idle_s", ""),
         ("max", "util", "util_max", ""),
         ("max", "mem_used", "mem_used_max_mib", ""),
@@ -38,12 +39,7 @@ def _minute_columns(th: Thresholds) -> list[tuple[str, str, str, str]]:
         ("max", "ts", "last_ts", ""),
         ("max", sample_end_sql(), "max_end_ts", ""),
         ("sum", "CASE WHEN in_idle THEN interval_s END", "idle_run_s", ""),
-        (
-            "sum",
-            f"CASE WHEN util < {target} AND NOT in_idle THEN interval_s * ({target} - util) / {target} END",
-            "underused_s",
-            "",
-        ),
+        ("sum", underused_s_sql("util", "interval_s", "in_idle", target), "underused_s", ""),
         ("sum", "CASE WHEN sm IS NOT NULL THEN interval_s END", "sm_cov_s", ""),
         ("sum", "CASE WHEN tensor IS NOT NULL THEN interval_s END", "tensor_cov_s", ""),
         ("max", "mem_used / mem_total_mib", "memk_frac_max", ""),
@@ -133,7 +129,7 @@ def _minute_sql(th: Thresholds, alone: bool | None = None, *, shared: bool = Fal
     return f"""
     WITH kept AS (
         SELECT q.*,
-               -- = analytics.utilization.sample_energy_sql
+               -- a sample's energy (analytics/energy.py; the oracle: tests/analytics/oracle.py)
                (CASE WHEN q.energy_j IS NOT NULL AND q.next_energy_j >= q.energy_j
                           AND {contiguous_sql("epoch(q.next_ts - q.ts)", "q.iv")}
                      THEN q.next_energy_j - q.energy_j

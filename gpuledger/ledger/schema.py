@@ -254,7 +254,7 @@ SCHEMA_V1: list[str] = [
         memu_s       DOUBLE,                   --   from gpus/catalog is applied at query time)
         memu_cov_s   DOUBLE,                   -- Σ interval_s of those samples
         n_no_total   INTEGER,                  -- samples without mem_total
-        energy_j     DOUBLE,                   -- Σ per-sample energy (analytics.utilization.sample_energy_sql)
+        energy_j     DOUBLE,                   -- Σ per-sample energy (rollup_columns.py e_j)
         energy_cov_s DOUBLE,                   -- Σ interval_s of samples with an energy figure
         util_n       INTEGER,                  -- samples with a utilization reading
         dip_n        INTEGER,                  -- ... below 10 % (thresholds.dip_util_pct)
@@ -487,7 +487,7 @@ SCHEMA_V6: list[str] = [
 # earlier version kept only each job's last record: its rows get NULL (not requeued, as far as it knows).
 SCHEMA_V7: list[str] = [
     """
-    ALTER TABLE jobs ADD COLUMN IF NOT EXISTS attempt INTEGER -- 1, 2, ... for the attempts of a requeued job (sacct -D lists each); NULL: one attempt
+    ALTER TABLE jobs ADD COLUMN IF NOT EXISTS attempt INTEGER -- 1, 2, ... for the attempts of a requeued job by start (one sacct -D dump, or separate dumps: collectors/attempts.py); NULL: one attempt
     """,
     """
     ALTER TABLE jobs ADD COLUMN IF NOT EXISTS attempt_of VARCHAR -- the scheduler job every attempt row is billed to (its last attempt's job_id); NULL: not requeued
@@ -511,8 +511,8 @@ SCHEMA_V8: list[str] = [
 # Version 9: the split of every shared card, stored (gpuledger/ledger/shares.py): cost reads it, and the
 # rollups count a shared card's samples for each holding job weighted by its share. A ledger at an earlier
 # version gets it filled on its next open; where it holds a shared card its rollups were built with each
-# sample counted for one job only, so they are marked stale (the analytics read raw samples, which fan out,
-# until the next ingest or settings sync rebuilds them).
+# sample counted for one job only, so they are marked stale: the next settings sync (sync_reference) or ingest
+# rebuilds them, as after a change of thresholds.
 SCHEMA_V9: list[str] = [
     """
     CREATE TABLE IF NOT EXISTS gpu_shares (

@@ -21,8 +21,10 @@ import duckdb
 import polars as pl
 
 from analytics.filters import Filters
+from analytics.job_count import job_count, with_job_of
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.sql import job_count_sql
 from gpuledger.ledger.text import neutral_frame
 from gpuledger.reports import fmt
 
@@ -250,6 +252,7 @@ def _trends(con: duckdb.DuckDBPyConnection, filters: Filters, as_of: dt.datetime
             .filter(pl.col("kind").fill_null("") != "inference")  # a generated token is other work
             .join(families, on="job_id")
         )
+        u = with_job_of(con, u)
         if u.is_empty():
             continue
         rows.append(
@@ -265,7 +268,7 @@ def _trends(con: duckdb.DuckDBPyConnection, filters: Filters, as_of: dt.datetime
             .agg(
                 (pl.col("tok_cost").sum() / pl.col("tok").sum() * 1e6).alias("usd_per_mtok"),
                 (pl.col("ep_cost").sum() / pl.col("ep").sum()).alias("usd_per_epoch"),
-                pl.len().alias("jobs"),
+                job_count().alias("jobs"),
             )
         )
     if not rows:
@@ -323,7 +326,7 @@ def _with_notes(con: duckdb.DuckDBPyConnection, data: ReportData) -> ReportData:
         notes.append("No power or energy reading in this period: energy and CO2e are n/a.")
     where, params = data.filters.job_where("j")
     running = con.execute(
-        f"SELECT count(*) FROM jobs j WHERE j.end_ts IS NULL AND j.start_ts < ? AND {where}",
+        f"SELECT {job_count_sql('j')} FROM jobs j WHERE j.end_ts IS NULL AND j.start_ts < ? AND {where}",
         [data.filters.hi or dt.datetime(9999, 1, 1), *params],
     ).fetchall()[0][0]
     if running:

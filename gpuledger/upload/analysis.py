@@ -25,7 +25,7 @@ from collectors.gpu_facts import GpuFacts
 from collectors.ingest import ingest_file
 from gpuledger.ledger.db import memory_ledger
 from gpuledger.ledger.errors import FormatError, LedgerError
-from gpuledger.ledger.reference import load_reference
+from gpuledger.ledger.reference import sync_reference_in
 from gpuledger.ledger.settings import Settings
 from gpuledger.upload.naming import RunIdentity, run_identity
 
@@ -92,9 +92,7 @@ def analyse_file(
     con = memory_ledger()
     try:
         limit_upload_memory(con, s, str(Path(path).parent))
-        con.execute("BEGIN TRANSACTION")
-        load_reference(con, s)
-        con.execute("COMMIT")
+        sync_reference_in(con, s)  # the settings' prices, catalog and rollup thresholds
         try:
             report = ingest_file(con, path, opts=opts)
         except LedgerError as exc:

@@ -13,6 +13,9 @@ import duckdb
 import polars as pl
 
 from collectors.base import IngestOptions, drop_stage, land, next_ingest_id
+from gpuledger.ledger.reference import rollup_thresholds
+from gpuledger.ledger.rollup import ensure_rollup
+from gpuledger.ledger.settings import Settings
 
 H100 = "H100-SXM-80GB"
 T0 = dt.datetime(2025, 3, 3)  # a Monday, ISO week 2025-W10
@@ -31,6 +34,16 @@ def set_test_prices(con: duckdb.DuckDBPyConnection) -> None:
             "INSERT INTO prices VALUES (?, ?, ?, ?, ?, 'test price', ?, 'sheet', NULL)",
             [model, tier, cluster, day, usd, day],
         )
+
+
+def sync_thresholds(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
+    """Rebuild the rollups for ``settings``' thresholds, as every entry point's sync does
+    (gpuledger.ledger.reference.sync_reference_in) before it reads; the test's prices stay. Call it after the
+    last ingest: :func:`ingest` lands with the default thresholds, so a later one rebuilds for those (the
+    analytics then raise RollupMismatch for ``settings``)."""
+    con.execute("BEGIN TRANSACTION")
+    ensure_rollup(con, rollup_thresholds(settings))
+    con.execute("COMMIT")
 
 
 def at(minutes: float) -> dt.datetime:

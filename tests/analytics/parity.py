@@ -1,5 +1,5 @@
-"""Every figure the pages show, computed from raw samples and from the rollups, must agree (used by the fast
-path's tests and the MIG billing tests)."""
+"""Every figure the pages show, computed by the raw-sample oracle (tests/analytics/oracle.py) and from the
+rollups (the production path), must agree (used by the fast path's tests and the MIG billing tests)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from analytics.summary import summary
 from analytics.utilization import job_totals, job_utilization, utilization_by
 from analytics.waste import waste_by, waste_totals
 from gpuledger.ledger.settings import Settings
+from tests.analytics.oracle import ORACLE
 
 
 def close(a: object, b: object) -> bool:
@@ -32,20 +33,20 @@ def same(raw: pl.DataFrame, fast: pl.DataFrame) -> None:
 
 
 def raw_equals_fast(con: duckdb.DuckDBPyConnection, f: Filters, settings: Settings) -> None:
-    """``source="raw"`` (window functions over samples) against ``source="auto"`` (the rollups), one view."""
+    """The oracle (window functions over samples) against the rollups (the default source), one view."""
     kw = {"filters": f, "settings": settings}
-    raw, fast = summary(con, source="raw", **kw), summary(con, source="auto", **kw)
+    raw, fast = summary(con, source=ORACLE, **kw), summary(con, **kw)
     assert close(raw, fast), (f, raw, fast)
-    assert close(waste_totals(con, source="raw", **kw), waste_totals(con, source="auto", **kw))
-    same(job_totals(con, source="raw", **kw), job_totals(con, source="auto", **kw))
-    same(jobs_table(con, source="raw", **kw), jobs_table(con, source="auto", **kw))
-    same(job_utilization(con, source="raw", **kw), job_utilization(con, source="auto", **kw))
-    same(waste_by(con, by="team", source="raw", **kw), waste_by(con, by="team", source="auto", **kw))
+    assert close(waste_totals(con, source=ORACLE, **kw), waste_totals(con, **kw))
+    same(job_totals(con, source=ORACLE, **kw), job_totals(con, **kw))
+    same(jobs_table(con, source=ORACLE, **kw), jobs_table(con, **kw))
+    same(job_utilization(con, source=ORACLE, **kw), job_utilization(con, **kw))
+    same(waste_by(con, by="team", source=ORACLE, **kw), waste_by(con, by="team", **kw))
     for by in ("team", "user", "job", "gpu", "day", "week"):
-        same(utilization_by(con, by=by, source="raw", **kw), utilization_by(con, by=by, source="auto", **kw))
-    same(idle_stretches(con, source="raw", **kw), idle_stretches(con, source="auto", **kw))
-    same(job_signals(con, source="raw", **kw), job_signals(con, source="auto", **kw))
+        same(utilization_by(con, by=by, source=ORACLE, **kw), utilization_by(con, by=by, **kw))
+    same(idle_stretches(con, source=ORACLE, **kw), idle_stretches(con, **kw))
+    same(job_signals(con, source=ORACLE, **kw), job_signals(con, **kw))
     same(
-        recommendations(con, source="raw", min_usd_per_week=0.0, **kw),
-        recommendations(con, source="auto", min_usd_per_week=0.0, **kw),
+        recommendations(con, source=ORACLE, min_usd_per_week=0.0, **kw),
+        recommendations(con, min_usd_per_week=0.0, **kw),
     )

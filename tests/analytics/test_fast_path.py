@@ -1,8 +1,9 @@
 """The fast path (rollups maintained at ingest, gpuledger/ledger/rollup.py) gives exactly the raw-sample figures.
 
-Each ledger is built through the real write path; every figure is computed twice, ``source="raw"`` (window
-functions over samples) and ``source="auto"`` (the rollups), and must agree to 1e-6. The idle seconds are
-also worked out by hand, so a fast path that agreed with a broken raw path would still fail.
+Each ledger is built through the real write path; every figure is computed twice, by the oracle
+(``source=ORACLE``, window functions over samples: tests/analytics/oracle.py) and from the rollups (the
+production path), and must agree to 1e-6. The idle seconds are also worked out by hand, so a rollup that
+agreed with a broken oracle would still fail.
 """
 
 from __future__ import annotations
@@ -18,14 +19,17 @@ from analytics.jobs import jobs_table
 from analytics.recommend import recommendations
 from analytics.shared import sharing
 from analytics.summary import summary
-from analytics.utilization import fast_path, utilization_by
+from analytics.telemetry_source import ROLLUPS, TelemetrySource, require_rollup
+from analytics.utilization import utilization_by
 from analytics.waste import waste_totals
 from collectors.base import delete_ingests
 from gpuledger.ledger import rollup, rollup_sequence
 from gpuledger.ledger.db import memory_ledger, writer
+from gpuledger.ledger.errors import RollupMismatch
 from gpuledger.ledger.rollup import ensure_rollup, stored_thresholds, thresholds
 from gpuledger.ledger.settings import Settings
 from tests.analytics.build import T0, alloc, gpu, ingest, job, series, set_test_prices
+from tests.analytics.oracle import ORACLE
 from tests.analytics.parity import close, raw_equals_fast, same
 
 DAY1 = Filters(since=T0.date() + dt.timedelta(days=1), until=T0.date() + dt.timedelta(days=1))
@@ -34,7 +38,7 @@ VIEWS = [Filters(), Filters(since=T0.date(), until=T0.date()), DAY1, Filters(tea
 
 
 def assert_fast_equals_raw(con: duckdb.DuckDBPyConnection, settings: Settings = DEFAULT) -> None:
-    assert fast_path(con, settings), "the rollup should stand in for raw samples here"
+    require_rollup(con, settings)  # built for these thresholds, else RollupMismatch
     # one sharing block, as a page load is: the per-job costs both paths read are computed once per view
     with sharing(con):
         for f in VIEWS:
@@ -42,7 +46,7 @@ def assert_fast_equals_raw(con: duckdb.DuckDBPyConnection, settings: Settings = 
 
 
 def idle_hours(con: duckdb.DuckDBPyConnection, settings: Settings = DEFAULT) -> float:
-    return summary(con, settings=settings, source="auto")["idle_gpu_hours"]
+    return summary(con, settings=settings)["idle_gpu_hours"]
 
 
 @pytest.fixture
@@ -103,7 +107,8 @@ def test_a_threshold_change_rebuilds_the_rollup(con: duckdb.DuckDBPyConnection) 
     ingest(con, samples=A)
     ingest(con, samples=B)
     shorter = Settings(idle_min_minutes=10.0, target_util_pct=80.0)
-    assert not fast_path(con, shorter)  # built with 30 min / 60 %: the figures would be wrong
+    with pytest.raises(RollupMismatch, match=r"\(5.0, 30.0, 60.0\).*\(5.0, 10.0, 80.0\)"):
+        summary(con, settings=shorter)  # built with 30 min / 60 %: the figures would be wrong
     th = thresholds(5.0, 10.0, 80.0)
     assert ensure_rollup(con, th)
     assert stored_thresholds(con) == th
@@ -112,7 +117,8 @@ def test_a_threshold_change_rebuilds_the_rollup(con: duckdb.DuckDBPyConnection) 
     # an ingest built with other thresholds than the stored ones rebuilds rather than mixing
     ingest(con, samples=series("n1:0", 200, [0.0] * 5))
     assert stored_thresholds(con) == thresholds(5.0, 30.0, 60.0)
-    assert not fast_path(con, shorter)
+    with pytest.raises(RollupMismatch):
+        idle_hours(con, shorter)
 
 
 ROLLUP_TABLES = (*rollup.ROLLUP_TABLES, "observed_runs")
@@ -180,16 +186,14 @@ def test_midnight_running_jobs_and_telemetry_only_gpus(con: duckdb.DuckDBPyConne
     j3_idle_min = 90
     assert idle_hours(con) == pytest.approx((40 + j3_idle_min + 45) / 60)
     # day 1 alone: j2's run counts (it lasts 40 min in all) but only its 20 minutes after midnight
-    assert summary(con, filters=DAY1, source="auto")["idle_gpu_hours"] == pytest.approx(
-        (20 + j3_idle_min + 45) / 60
-    )
+    assert summary(con, filters=DAY1)["idle_gpu_hours"] == pytest.approx((20 + j3_idle_min + 45) / 60)
     assert_fast_equals_raw(con)
 
 
 def test_two_day_demo(demo_db: str) -> None:
     with writer(demo_db) as con:
         views = [Filters(), Filters(since=dt.date(2026, 11, 22), until=dt.date(2026, 11, 22))]
-        assert fast_path(con, Settings())
+        require_rollup(con, Settings())
         with sharing(con):
             _two_day_demo_views(con, views)
 
@@ -197,16 +201,16 @@ def test_two_day_demo(demo_db: str) -> None:
 def _two_day_demo_views(con: duckdb.DuckDBPyConnection, views: list[Filters]) -> None:
     for f in views:
         kw = {"filters": f}
-        assert close(summary(con, source="raw", **kw), summary(con, source="auto", **kw))
-        same(jobs_table(con, source="raw", **kw), jobs_table(con, source="auto", **kw))
+        assert close(summary(con, source=ORACLE, **kw), summary(con, **kw))
+        same(jobs_table(con, source=ORACLE, **kw), jobs_table(con, **kw))
         for by in ("team", "day"):
             same(
-                utilization_by(con, by=by, source="raw", **kw),
-                utilization_by(con, by=by, source="auto", **kw),
+                utilization_by(con, by=by, source=ORACLE, **kw),
+                utilization_by(con, by=by, **kw),
             )
-        same(recommendations(con, source="raw", **kw), recommendations(con, source="auto", **kw))
-    raw_parts = waste_totals(con, source="raw")
-    fast_parts = waste_totals(con, source="auto")
+        same(recommendations(con, source=ORACLE, **kw), recommendations(con, **kw))
+    raw_parts = waste_totals(con, source=ORACLE)
+    fast_parts = waste_totals(con)
     assert close(raw_parts, fast_parts)
     assert fast_parts["idle_allocated_usd"] > 0  # the planted idle notebooks are there
 
@@ -340,9 +344,9 @@ def test_polls_onto_the_polls_before_roll_up_without_a_sort_and_equal_a_rebuild(
     assert_fast_equals_raw(con)
 
 
-@pytest.mark.parametrize("source", ["raw", "auto"])
+@pytest.mark.parametrize("source", [ORACLE, ROLLUPS], ids=["oracle", "rollups"])
 def test_a_running_job_s_sample_at_the_horizon_counts_in_its_signals_as_in_its_utilization(
-    source: str,
+    source: TelemetrySource,
 ) -> None:
     """A running job's span ends at the data horizon, its own last sample. That sample counts in the job's
     signals as it does in its utilization and waste (one set of samples per job), from the rollup as from

@@ -8,7 +8,7 @@ is not telemetry-only: its other instances' time is unallocated capacity (analyt
 
 Before the fix each GPU row was its own pseudo-job of 1 GPU: a card with two instances cost two cards (plus a
 third when nvidia-smi -q -x lists the card too). Every figure below is worked out by hand, and each ledger is
-also read from raw samples and from the rollups (``source="raw"`` / ``"auto"``), which must agree.
+also read by the raw-sample oracle (``source=ORACLE``) and from the rollups, which must agree.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from analytics.filters import Filters
 from analytics.job_signals import job_signals
 from analytics.shared import sharing
 from analytics.summary import summary
-from analytics.utilization import fast_path, job_utilization
+from analytics.telemetry_source import ROLLUPS, require_rollup
+from analytics.utilization import job_utilization
 from analytics.waste import (
     PARTS,
     job_waste,
@@ -40,6 +41,7 @@ from collectors.ingest import ingest_file
 from gpuledger.ledger.db import memory_ledger
 from gpuledger.ledger.settings import Settings
 from tests.analytics.build import T0, at, ingest, job, series, set_test_prices
+from tests.analytics.oracle import ORACLE
 from tests.analytics.parity import raw_equals_fast
 from tests.conftest import dataset, write
 
@@ -82,12 +84,12 @@ def card_row(card: str, model: str = A100, cluster: str = "c1") -> dict[str, obj
 def assert_invariants(con: duckdb.DuckDBPyConnection, views: list[Filters]) -> None:
     """Raw equals fast, spend is the sum of its parts (and of its jobs plus unallocated), and no job's idle
     time or dollars exceed what it held, at every view."""
-    assert fast_path(con, SETTINGS)
+    require_rollup(con, SETTINGS)
     with sharing(con):
         for f in views:
             kw = {"filters": f, "settings": SETTINGS}
             raw_equals_fast(con, f, SETTINGS)
-            fast = summary(con, source="auto", **kw)
+            fast = summary(con, **kw)
             # spend = the sum of its parts = Σ job cost + unallocated, by week as in total
             jobs = job_costs(con, filters=f)
             un = unallocated(con, filters=f, settings=SETTINGS)
@@ -364,12 +366,12 @@ def test_exact_ties_read_the_same_from_samples_and_rollups(con: duckdb.DuckDBPyC
         gpus=[instance(card, gi, "1g.10gb") for gi in (1, 2)],
         samples=series(f"{card}/1", 0, [0.0] * 90) + series(f"{card}/2", 0, [100.0] * 90),
     )
-    for source in ("raw", "auto"):
+    for source in (ORACLE, ROLLUPS):
         u = job_utilization(con, source=source).row(0, named=True)
         assert (u["p50_util_pct"], u["p95_util_pct"]) == (0.0, 100.0), source
         assert u["unknown_share"] == pytest.approx(5 / 7)  # 2 of 7 slices report
     ingest(con, gpus=[instance(card, 3, "1g.10gb")], samples=series(f"{card}/3", 0, [5.0] * 90))
-    for source in ("raw", "auto"):
+    for source in (ORACLE, ROLLUPS):
         (sig,) = job_signals(con, source=source).to_dicts()
         assert sig["unused_gpus"] == 2, source  # the idle instance and the one at 5 %
         assert sig["covered_gpu_s"] == pytest.approx(3 / 7 * 90 * 60)

@@ -31,6 +31,7 @@ from gpuledger.ledger.db import memory_ledger
 from gpuledger.ledger.rollup import rebuild_rollup
 from tests.analytics.build import T0, ingest
 from tests.analytics.money_shapes import TEAMS, Shape, oracle, set_prices, shapes
+from tests.analytics.oracle import ORACLE
 
 EXAMPLES = int(os.environ.get("MONEY_EXAMPLES", "4"))  # 10-25 s an example on the shared 2-core machine
 DAYS = [Filters(since=T0.date(), until=T0.date()), Filters(since=(T0 + dt.timedelta(days=1)).date(),
@@ -82,7 +83,7 @@ def check(shape: Shape) -> None:
                 con.execute("BEGIN TRANSACTION")
                 rebuild_rollup(con, idle_util_pct=5.0)
                 con.execute("COMMIT")
-            fast, raw = summary(con, source="auto"), summary(con, source="raw")
+            fast, raw = summary(con), summary(con, source=ORACLE)
             for k in ("spend_usd", "idle_gpu_hours", "mean_util_pct"):
                 assert fast[k] == pytest.approx(raw[k], abs=CENT), (state, k)
             for p in PARTS:

@@ -16,6 +16,7 @@ from analytics.summary import summary
 from gpuledger.ledger.db import memory_ledger
 from gpuledger.ledger.rollup import rebuild_rollup
 from tests.analytics.build import alloc, gpu, ingest, job, series, set_test_prices
+from tests.analytics.oracle import ORACLE
 
 
 @pytest.fixture
@@ -48,8 +49,8 @@ def test_idle_runs_of_two_ingests_meeting_across_a_gap_of_two_cadences_stay_apar
     for state in ("incremental", "rebuilt"):
         if state == "rebuilt":
             _rebuild(con)
-        assert summary(con, source="raw")["idle_gpu_hours"] == pytest.approx(0.0)
-        assert summary(con, source="auto")["idle_gpu_hours"] == pytest.approx(0.0), state
+        assert summary(con, source=ORACLE)["idle_gpu_hours"] == pytest.approx(0.0)
+        assert summary(con)["idle_gpu_hours"] == pytest.approx(0.0), state
         assert con.execute("SELECT count(*) FROM idle_runs WHERE run_s >= 1800").fetchall() == [(0,)], state
 
 
@@ -62,8 +63,8 @@ def test_idle_runs_within_the_tolerance_do_link_across_ingests(con) -> None:
     for state in ("incremental", "rebuilt"):
         if state == "rebuilt":
             _rebuild(con)
-        assert summary(con, source="raw")["idle_gpu_hours"] == pytest.approx(50 / 60)
-        assert summary(con, source="auto")["idle_gpu_hours"] == pytest.approx(50 / 60), state
+        assert summary(con, source=ORACLE)["idle_gpu_hours"] == pytest.approx(50 / 60)
+        assert summary(con)["idle_gpu_hours"] == pytest.approx(50 / 60), state
 
 
 # (first minute, samples) per GPU of each ingest, in landing order
@@ -103,5 +104,5 @@ def test_a_multi_gpu_incremental_ingest_writes_each_gpu_minute_once(con, splits)
         ).fetchall()
         assert dupes == [(0,)], state
         assert con.execute("SELECT count(*) FROM samples_minute").fetchall() == [(120,)], state
-        assert summary(con, source="auto")["mean_util_pct"] == pytest.approx(plain), state
-        assert summary(con, source="raw")["mean_util_pct"] == pytest.approx(plain)
+        assert summary(con)["mean_util_pct"] == pytest.approx(plain), state
+        assert summary(con, source=ORACLE)["mean_util_pct"] == pytest.approx(plain)

@@ -82,20 +82,20 @@ def test_an_omitted_as_of_or_default_keyword_shares_the_result_of_the_explicit_c
     assert a["unallocated_usd"].sum() == b["unallocated_usd"].sum() == c["unallocated_usd"].sum() == 2 * 4.0
 
 
-def test_the_fast_path_check_is_made_once_per_block_and_again_after_it(ledger, monkeypatch):
-    import analytics.utilization as utilization
+def test_the_rollup_check_is_made_once_per_block_and_again_after_it(ledger, monkeypatch):
+    import analytics.telemetry_source as telemetry_source
 
     set_test_prices(ledger)
     _one_gpu(ledger, 180)
     calls = []
-    real = utilization._fast_path
-    monkeypatch.setattr(utilization, "_fast_path", lambda *a: calls.append(1) or real(*a))
+    real = telemetry_source.rollup_matches
+    monkeypatch.setattr(telemetry_source, "rollup_matches", lambda *a: calls.append(1) or real(*a))
     with sharing(ledger, ("test", 4)):
-        answers = {utilization.fast_path(ledger, Settings()) for _ in range(3)}
+        for _ in range(3):
+            telemetry_source.require_rollup(ledger, Settings())
         waste.job_waste(ledger)  # asks for it too
     assert len(calls) == 1
-    assert answers == {real(ledger, Settings())}
-    utilization.fast_path(ledger, Settings())  # outside any block: asked again
+    telemetry_source.require_rollup(ledger, Settings())  # outside any block: asked again
     assert len(calls) == 2
 
 

@@ -12,12 +12,14 @@ import datetime as dt
 import pytest
 
 from analytics.filters import Filters
+from analytics.telemetry_source import ROLLUPS, TelemetrySource
 from analytics.utilization import job_utilization
 from analytics.waste import PARTS, job_waste, waste_totals
 from collectors.base import IngestOptions
 from collectors.ingest import ingest_file
 from gpuledger.ledger.rollup import rebuild_rollup
 from tests.analytics.build import T0, alloc, at, gpu, ingest, job, series, set_test_prices
+from tests.analytics.oracle import ORACLE
 from tests.analytics.test_fast_path import assert_fast_equals_raw
 from tests.analytics.test_process_shares import _two_jobs_on_one_card, pmon
 
@@ -26,17 +28,18 @@ JOB_PARTS = tuple(p for p in PARTS if p != "unallocated_usd")
 FIGURES = ("gpu_hours", "covered_gpu_hours", "idle_gpu_hours", "cost_usd", *JOB_PARTS)
 
 
-def _waste(con, source: str, filters: Filters | None = None) -> dict[str, dict]:
-    rows = job_waste(con, filters=filters or Filters(), source=source)  # type: ignore[arg-type]
+def _waste(con, source: TelemetrySource, filters: Filters | None = None) -> dict[str, dict]:
+    rows = job_waste(con, filters=filters or Filters(), source=source)
     return {r["job_id"]: r for r in rows.iter_rows(named=True)}
 
 
 def _both_sources(con, filters: Filters | None = None) -> dict[str, dict]:
-    """The per-job figures, checked equal from raw samples, the rollups, and the rollups rebuilt whole."""
-    raw = _waste(con, "raw", filters)
-    fast = _waste(con, "auto", filters)
+    """The per-job figures, checked equal from raw samples (the plain-SQL oracle), the rollups, and the
+    rollups rebuilt whole."""
+    raw = _waste(con, ORACLE, filters)
+    fast = _waste(con, ROLLUPS, filters)
     rebuild_rollup(con, idle_util_pct=5.0, idle_min_minutes=30.0, target_util_pct=60.0)
-    rebuilt = _waste(con, "auto", filters)
+    rebuilt = _waste(con, ROLLUPS, filters)
     assert raw.keys() == fast.keys() == rebuilt.keys()
     if filters is None:  # every figure of both sources, over the whole ledger and its views
         assert_fast_equals_raw(con)
@@ -110,7 +113,7 @@ def test_a_second_job_landing_later_re_weights_the_rolled_up_samples(ledger):
     set_test_prices(ledger)
     jobs = _b1_jobs()
     ingest(ledger, jobs=jobs["jobs"][:1], allocations=jobs["allocations"][:1], **_b1_telemetry())
-    alone = _waste(ledger, "auto")["a"]
+    alone = _waste(ledger, ROLLUPS)["a"]
     assert alone["covered_gpu_hours"] == pytest.approx(1.0) and alone["cost_usd"] == pytest.approx(RATE)
     ingest(ledger, jobs=jobs["jobs"][1:], allocations=jobs["allocations"][1:])
     _check_b1(ledger)

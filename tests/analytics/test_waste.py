@@ -6,9 +6,10 @@ import pytest
 
 from analytics.filters import Filters
 from analytics.waste import PARTS, job_waste, unallocated, waste_by, waste_totals
+from gpuledger.ledger.errors import RollupMismatch
 from gpuledger.ledger.reference import load_reference
 from gpuledger.ledger.settings import Capacity, ClusterSettings, Settings
-from tests.analytics.build import alloc, at, gpu, ingest, job, series, set_test_prices
+from tests.analytics.build import alloc, at, gpu, ingest, job, series, set_test_prices, sync_thresholds
 
 RATE = 4.0  # $/GPU-hour for H100 on_demand in the test price sheet
 
@@ -145,7 +146,11 @@ def test_settings_thresholds_change_the_split(con):
         gpus=[gpu("h1:0")],
     )
     default = job_waste(con).row(0, named=True)
-    loose = job_waste(con, settings=Settings(idle_util_pct=10, idle_min_minutes=15)).row(0, named=True)
+    loose_settings = Settings(idle_util_pct=10, idle_min_minutes=15)
+    with pytest.raises(RollupMismatch):  # the rollups hold the default thresholds until the ledger is synced
+        job_waste(con, settings=loose_settings)
+    sync_thresholds(con, loose_settings)
+    loose = job_waste(con, settings=loose_settings).row(0, named=True)
     assert default["idle_allocated_usd"] == pytest.approx(0.0)  # 8 % > 5 %
     assert loose["idle_allocated_usd"] == pytest.approx(20 / 60 * RATE)  # 20 min ≥ 15 min at ≤ 10 %
 

@@ -11,8 +11,10 @@ import datetime as dt
 import pytest
 
 from analytics.filters import Filters
+from analytics.telemetry_source import ROLLUPS
 from analytics.waste import job_waste, job_waste_by_week, waste_totals
 from tests.analytics.build import H100, T0, alloc, at, gpu, ingest, job, series
+from tests.analytics.oracle import ORACLE
 
 RATE = 2.99  # $/H100-hour in these tests
 
@@ -39,7 +41,7 @@ def hung_run(con, *, state: str = "FAILED", start: float = 0.0) -> None:
     )
 
 
-@pytest.mark.parametrize("source", ["auto", "raw"])
+@pytest.mark.parametrize("source", [ROLLUPS, ORACLE], ids=["rollups", "oracle"])
 def test_a_hung_run_after_its_checkpoint_is_failed_only_never_idle_too(con, source):
     hung_run(con)
     row = job_waste(con, source=source).row(0, named=True)
@@ -88,7 +90,7 @@ def test_a_preempted_and_a_node_fail_run_lose_95_68_together(con):
     assert waste_totals(con)["failed_usd"] == pytest.approx(2 * 8 * 2 * RATE)  # $95.68
 
 
-@pytest.mark.parametrize("source", ["auto", "raw"])
+@pytest.mark.parametrize("source", [ROLLUPS, ORACLE], ids=["rollups", "oracle"])
 def test_a_cancelled_run_is_classified_by_telemetry_and_shown_as_cancelled_spend(con, source):
     # cancelled by its user after 2 h: 1 h at 90 % then 1 h at 0 % (an idle stretch), no checkpoint
     ingest(
@@ -109,7 +111,7 @@ def test_a_cancelled_run_is_classified_by_telemetry_and_shown_as_cancelled_spend
     assert totals["waste_usd"] == pytest.approx(RATE)  # the idle hour only
 
 
-@pytest.mark.parametrize("source", ["auto", "raw"])
+@pytest.mark.parametrize("source", [ROLLUPS, ORACLE], ids=["rollups", "oracle"])
 def test_a_retry_loses_its_restart_overhead_up_to_its_first_logged_step(con, source):
     # attempt 2 of job q runs 10:00–12:00 at 90 %; its training log's first step is at 10:30: the half hour
     # of restart (loading, warm-up) is badput, $1.495; the 1.5 h after it are productive, $4.485

@@ -15,6 +15,7 @@ from polars.testing import assert_frame_equal
 
 from analytics.filters import Filters
 from analytics.shared import sharing
+from analytics.telemetry_source import ROLLUPS, TelemetrySource
 from analytics.waste import (
     PARTS,
     spend_by_week,
@@ -27,6 +28,7 @@ from analytics.waste import (
 from gpuledger.ledger.reference import load_reference
 from gpuledger.ledger.settings import Capacity, ClusterSettings, Settings
 from tests.analytics.build import H100, alloc, gpu, ingest, job, series, set_test_prices
+from tests.analytics.oracle import ORACLE
 
 SUN_20H = (6 * 24 + 20) * 60  # minutes from T0 (Monday 2025-03-03 00:00) to Sunday 9 March 20:00
 SETTINGS = Settings(clusters={"c1": ClusterSettings(capacity=(Capacity(H100, 2),))})
@@ -56,7 +58,7 @@ def con(ledger):
     return ledger
 
 
-def per_week_loop(con, filters: Filters, source: str) -> pl.DataFrame:
+def per_week_loop(con, filters: Filters, source: TelemetrySource) -> pl.DataFrame:
     """The independent reference: waste_by once per week of the view, stacked."""
     frames = [
         waste_by(con, by="team", filters=f, settings=SETTINGS, source=source).with_columns(
@@ -105,7 +107,7 @@ def test_jobs_and_capacity_sum_to_the_whole_view_spend(con):
     assert out.filter(pl.col("key") != "unattributed")["spend_usd"].sum() == pytest.approx(80.0)
 
 
-@pytest.mark.parametrize("source", ["auto", "raw"])
+@pytest.mark.parametrize("source", [ROLLUPS, ORACLE], ids=["rollups", "oracle"])
 @pytest.mark.parametrize(
     "filters",
     [

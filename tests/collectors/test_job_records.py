@@ -72,7 +72,10 @@ def test_an_older_running_record_never_undoes_the_finished_one(tmp_path, order):
     assert jobs["ci/104"]["gpu_hours"] == pytest.approx(1 * 1)
 
 
-def test_a_requeued_attempt_that_starts_after_the_end_replaces_the_record(ledger, tmp_path):
+def test_a_requeued_attempt_that_starts_after_the_end_lands_beside_the_record(ledger, tmp_path):
+    """A record that starts after the landed one ended is the job's next attempt: it becomes the job's row and
+    the finished record stays as attempt 1, billed to the job (before, it replaced the record and the first
+    run's 2 GPUs × 10 h left the job)."""
     ingest_file(ledger, dump(tmp_path, "a.txt", FINISHED), opts=UTC)
     # requeued: runs again from 21:00, 1 h so far
     again = (
@@ -80,11 +83,17 @@ def test_a_requeued_attempt_that_starts_after_the_end_replaces_the_record(ledger
     )
     report = ingest_file(ledger, dump(tmp_path, "b.txt", again), opts=UTC)
     assert report.skipped == {} and report.rows["jobs"] == 1
-    assert ledger.execute("SELECT state, start_ts, end_ts FROM jobs").fetchall() == [
-        ("RUNNING", T(2025, 3, 1, 21), None)
+    assert ledger.execute(
+        "SELECT job_id, state, start_ts, end_ts, attempt, attempt_of FROM jobs ORDER BY start_ts"
+    ).fetchall() == [
+        ("ci/101#1", "COMPLETED", T(2025, 3, 1, 10), T(2025, 3, 1, 20), 1, "ci/101"),
+        ("ci/101", "RUNNING", T(2025, 3, 1, 21), None, 2, "ci/101"),
     ]
-    assert ledger.execute("SELECT host, start_ts, end_ts FROM allocations").fetchall() == [
-        ("gpu04", T(2025, 3, 1, 21), T(2025, 3, 1, 22))  # held at least until Start + Elapsed
+    assert ledger.execute(
+        "SELECT job_id, host, start_ts, end_ts FROM allocations ORDER BY start_ts"
+    ).fetchall() == [
+        ("ci/101#1", "gpu03", T(2025, 3, 1, 10), T(2025, 3, 1, 20)),
+        ("ci/101", "gpu04", T(2025, 3, 1, 21), T(2025, 3, 1, 22)),  # held at least until Start + Elapsed
     ]
 
 
@@ -185,9 +194,10 @@ JOBS_HEADER = "job_id,user,team,cluster,gpu_model,gpu_count,start,end,state\n"
 @pytest.mark.parametrize("source", ["sacct", "jobs_csv"])
 def test_a_requeued_job_pending_again_is_read_alike_from_every_source(tmp_path, source):
     """Job 77 failed with its node (08:00-10:00), then a record says it is pending again with an expected
-    start of 11:00: a new attempt after the end, so it replaces the failed record (and, pending, holds no
-    GPU), from sacct and from a jobs table alike. The jobs table blanked the pending start before the
-    landing compared it, and kept the failed record as newer."""
+    start of 11:00: a new attempt after the end, so it becomes the job's row (pending, it holds no GPU) and the
+    failed run stays as attempt 1, billed to the job (1 GPU × 2 h = $5.98; before, it was replaced and its
+    money left the job), from sacct and from a jobs table alike. The jobs table blanked the pending start
+    before the landing compared it, and kept the failed record as newer."""
     if source == "sacct":
         first = dump(
             tmp_path,
@@ -211,4 +221,10 @@ def test_a_requeued_job_pending_again_is_read_alike_from_every_source(tmp_path, 
     cli(tmp_path, "ingest", "--tz", "UTC", str(first), str(again))
     assert ledger_rows(tmp_path, f"SELECT state, start_ts, end_ts FROM jobs WHERE job_id = '{job}'") == [
         ("PENDING", None, None)
+    ]
+    assert ledger_rows(
+        tmp_path, f"SELECT state, start_ts, end_ts, attempt, attempt_of FROM jobs WHERE job_id = '{job}#1'"
+    ) == [("NODE_FAIL", T(2025, 3, 1, 8), T(2025, 3, 1, 10), 1, job)]
+    assert [(j["job_id"], j["cost_usd"]) for j in cli(tmp_path, "jobs")] == [
+        (f"{job}#1", pytest.approx(1 * 2 * H100_USD))
     ]

@@ -1,12 +1,13 @@
 """Schema version 9 stores the split of shared cards (``gpu_shares``): a version-8 ledger gets it filled on
 open, and where it holds a shared card its rollups (built with each sample counted for one job) are marked
-stale, so the figures come from raw samples until they are rebuilt."""
+stale, and rebuilt at the next sync (sync_reference, as after a change of thresholds)."""
 
 from __future__ import annotations
 
 import duckdb
 
 from gpuledger.ledger.db import writer
+from gpuledger.ledger.rollup import ensure_rollup, thresholds
 from gpuledger.ledger.rollup_thresholds import stored_thresholds
 from gpuledger.ledger.schema import SCHEMA_VERSION, current_version
 from tests.analytics.build import at, gpu, ingest, job, series, set_test_prices
@@ -32,7 +33,8 @@ def test_a_version_8_ledger_with_a_shared_card_gets_its_shares_and_a_stale_rollu
             ("a", "b1:0", at(0), at(60), 0.5, 0.5),
             ("b", "b1:0", at(0), at(60), 0.5, 0.5),
         ]
-        assert stored_thresholds(con) is None  # rebuilt before the fast path is read again
+        assert stored_thresholds(con) is None  # stale: the next sync (sync_reference) rebuilds them
+        ensure_rollup(con, thresholds(5.0, 30.0, 60.0))
         set_test_prices(con)  # opening synced the shipped price sheet
         _check_b1(con)  # raw samples, then the rebuilt rollups: the hand-worked figures
 

@@ -16,6 +16,7 @@ from gpuledger import __version__
 from gpuledger.cli.commands._common import add_db_options, print_json
 from gpuledger.ledger.paths import choose_db, choose_settings, in_checkout, settings_candidates, shipped
 from gpuledger.ledger.schema import current_version
+from gpuledger.ledger.sql import job_count_sql
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,7 +41,7 @@ def _ledger_state(path: str) -> dict[str, object]:
         return {"exists": True, "readable": False, "reason": str(exc).splitlines()[0]}
     try:
         version = current_version(con)
-        jobs = con.execute("SELECT count(*) FROM jobs").fetchall()[0][0] if version else 0
+        jobs = con.execute(f"SELECT {job_count_sql('j')} FROM jobs j").fetchall()[0][0] if version else 0
     finally:
         con.close()
     return {"exists": True, "readable": True, "schema_version": version, "jobs": jobs}
