@@ -231,3 +231,25 @@ def test_declared_fractions_that_fit_weight_the_samples_by_fraction(ledger):
         ledger.execute("SELECT job_id, sum(covered_s) FROM samples_minute GROUP BY job_id").fetchall()
     )
     assert by_job == {"a": pytest.approx(1800.0), "b": pytest.approx(900.0), None: pytest.approx(900.0)}
+
+
+def test_a_job_joining_a_card_midway_is_measured_from_then(ledger):
+    """a holds h1:0 for 2 h, b joins for the second hour; the card reads 0 % for the first 40 min, then 90 %.
+    a: 1 h alone + ½ of the second; b: ½ of the second hour. a's idle stretch (40 min, all in its own hour)
+    is its alone; b's hour is all at 90 %."""
+    set_test_prices(ledger)
+    ingest(
+        ledger,
+        jobs=[job("a", 0, 120), job("b", 60, 120)],
+        allocations=[alloc("a", "h1:0", 0, 120), alloc("b", "h1:0", 60, 120)],
+        samples=series("h1:0", 0, [0.0] * 40 + [90.0] * 80),
+        gpus=[gpu("h1:0")],
+    )
+    rows = _both_sources(ledger)
+    assert rows["a"]["cost_usd"] == pytest.approx(RATE * 1.5)  # $6.00
+    assert rows["b"]["cost_usd"] == pytest.approx(RATE * 0.5)  # $2.00
+    assert rows["a"]["covered_gpu_hours"] == pytest.approx(1.5)
+    assert rows["b"]["covered_gpu_hours"] == pytest.approx(0.5)
+    assert rows["a"]["idle_allocated_usd"] == pytest.approx(RATE * 40 / 60)  # 40 min alone at $4/h
+    assert rows["b"]["idle_allocated_usd"] == pytest.approx(0.0)
+    assert rows["b"]["productive_usd"] == pytest.approx(RATE * 0.5)
