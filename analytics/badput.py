@@ -88,7 +88,8 @@ def badput_sums_sql(
     """Per job (and ``week`` with ``buckets``): ``bad_cov_s``, ``bad_idle_s``, ``bad_under_s``, the covered,
     idle-stretch and under-used seconds of the job's samples inside the view that fall in its badput windows:
     the same sums as analytics/utilization.py's, over those samples only. Idle-stretch membership is the
-    whole run's, as there (``source``'s :meth:`window_samples_sql`)."""
+    whole run's, as there (``source``'s :meth:`window_samples_sql`); a shared card's sample counts for each
+    holder by its share (``share_w``, gpuledger/ledger/shares.py)."""
     target = float(settings.target_util_pct)
     week = ", wk.week" if buckets else ""
     bjoin = " JOIN wk ON x.ts >= wk.w_lo AND x.ts < wk.w_hi" if buckets else ""
@@ -99,9 +100,10 @@ def badput_sums_sql(
     WITH w AS ({windows_sql()}){bcte},
     x AS ({x_sql})
     SELECT x.job_id{week},
-           coalesce(sum({covered_s_sql("x.util_pct", "x.interval_s")}), 0) AS bad_cov_s,
-           coalesce(sum(x.interval_s) FILTER (WHERE x.in_idle), 0) AS bad_idle_s,
-           coalesce(sum({underused_s_sql("x.util_pct", "x.interval_s", "x.in_idle", target)}), 0) AS bad_under_s
+           coalesce(sum({covered_s_sql("x.util_pct", "x.interval_s * x.share_w")}), 0) AS bad_cov_s,
+           coalesce(sum(x.interval_s * x.share_w) FILTER (WHERE x.in_idle), 0) AS bad_idle_s,
+           coalesce(sum({underused_s_sql("x.util_pct", "x.interval_s * x.share_w", "x.in_idle", target)}), 0)
+               AS bad_under_s
     FROM x{bjoin} GROUP BY ALL
     """
     return sql, [*bparams, *x_params]

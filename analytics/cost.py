@@ -45,7 +45,8 @@ from analytics.job_count import job_count, with_job_of
 from analytics.query import frame
 from analytics.shared import materialized
 from gpuledger.ledger.prices import PRICE_PERIODS_CTE, price_cluster_sql, price_tier_sql
-from gpuledger.ledger.sample_time import sample_end_sql
+from gpuledger.ledger.shares import SHARED_SEGMENTS_SQL as SHARED_SEGMENTS_SQL
+from gpuledger.ledger.shares import SHARES_COLUMNS
 from gpuledger.ledger.sql import PSEUDO_PREFIX
 
 ALL_FILTERS = Filters()  # the whole ledger
@@ -156,128 +157,10 @@ def pseudo_jobs_sql(lo: dt.datetime, hi: dt.datetime) -> tuple[str, list[object]
     return sql, [lo, hi]
 
 
-# Shared GPUs: every stretch of a physical GPU during which the allocations (or the host-level card ties of
-# collectors/attribute.py, a whole card each) of several jobs name it and their declared fractions
-# (allocations.gpu_count) sum to more than one GPU. Each GPU-second of such a stretch is split among its jobs
-# so that the shares sum to one:
-#   1. by per-process utilization where it is known: each job's reading (Σ SM % of its processes, table
-#      process_shares, from nvidia-smi pmon) holds over its own poll; where every job of the stretch has a
-#      reading — or a node-level log's poll runs, whose absent jobs had no process (0) — and the readings sum
-#      to more than 0, a job's share is its reading over the sum;
-#   2. else (a job without a reading, or no SM activity at all) by declared fraction: fraction over the sum
-#      (whole cards: 1/k each).
-# Rows are pieces of stretches (cut at every poll's bounds) with a constant share; ``cut`` is what the job
-# declared beyond its share (negative where its processes used more of the SMs than it declared). No
-# parameters.
-_POLL_END = sample_end_sql("p.ts", "p.interval_s")  # the end of a process poll p
-SHARED_SEGMENTS_SQL = f"""
-    WITH ga AS (
-        SELECT job_id, gpu_id, gpu_count AS d, start_ts AS a_from,
-               coalesce(end_ts, TIMESTAMP '9999-12-31') AS a_to
-        FROM allocations WHERE gpu_id IS NOT NULL AND gpu_count > 0
-        UNION ALL  -- a host-level allocation's card ties (collectors/attribute.py): one whole card each
-        SELECT job_id, gpu_id, 1.0, start_ts, coalesce(end_ts, TIMESTAMP '9999-12-31') FROM host_attribution
-    ),
-    -- GPUs where two jobs' extents (first to last of a job's rows on the GPU) overlap: every GPU that two
-    -- jobs' allocations name at overlapping times, and a few more (a job's two rows around another job's),
-    -- which the stretches below, of more than one job only, leave out again. One sort per GPU instead of
-    -- joining each GPU's rows pairwise (50 M-sample ledger, 66 k rows: 0.05 -> 0.03 s).
-    ext AS (SELECT gpu_id, job_id, min(a_from) AS a_from, max(a_to) AS a_to FROM ga GROUP BY gpu_id, job_id),
-    multi AS (
-        SELECT DISTINCT gpu_id FROM (
-            SELECT gpu_id, a_from < max(a_to) OVER (PARTITION BY gpu_id ORDER BY a_from, a_to
-                                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS hit
-            FROM ext)
-        WHERE hit
-    ),
-    pts AS (SELECT gpu_id, a_from AS t FROM ga WHERE gpu_id IN (SELECT gpu_id FROM multi)
-            UNION SELECT gpu_id, a_to FROM ga WHERE gpu_id IN (SELECT gpu_id FROM multi)),
-    seg AS (SELECT gpu_id, t AS s_from, lead(t) OVER (PARTITION BY gpu_id ORDER BY t) AS s_to FROM pts),
-    inseg AS (
-        SELECT seg.gpu_id, seg.s_from, seg.s_to, ga.job_id, max(ga.d) AS d  -- a job's own rows: once
-        FROM seg JOIN ga ON ga.gpu_id = seg.gpu_id AND ga.a_from <= seg.s_from AND ga.a_to >= seg.s_to
-        WHERE seg.s_to IS NOT NULL
-        GROUP BY ALL
-    ),
-    tot AS (
-        SELECT *, sum(d) OVER (PARTITION BY gpu_id, s_from) AS sum_d,
-               count(*) OVER (PARTITION BY gpu_id, s_from) AS k
-        FROM inseg
-    ),
-    sh AS MATERIALIZED (SELECT gpu_id, s_from, s_to, job_id, d, sum_d FROM tot WHERE k > 1 AND sum_d > 1),
-    -- each job's SM % in each of its polls overlapping its stretch, the poll clipped to the stretch
-    pj AS MATERIALIZED (
-        SELECT sh.gpu_id, sh.s_from, sh.job_id, greatest(p.ts, sh.s_from) AS p_from,
-               max(least({_POLL_END}, sh.s_to)) AS p_to,
-               -- no SM sample for its processes: no activity; the same poll from two logs: counted once
-               max(coalesce(p.sm_pct, 0)) AS sm
-        FROM sh JOIN process_shares p ON p.gpu_id = sh.gpu_id AND p.job_id = sh.job_id
-         AND p.ts < sh.s_to AND {_POLL_END} > sh.s_from
-        GROUP BY ALL
-    ),
-    st AS MATERIALIZED (SELECT DISTINCT gpu_id, s_from, s_to FROM sh),
-    -- the polls of node-level logs (every process on the GPU listed) overlapping a stretch, clipped
-    np AS MATERIALIZED (
-        SELECT st.gpu_id, st.s_from, greatest(p.ts, st.s_from) AS p_from,
-               max(least({_POLL_END}, st.s_to)) AS p_to
-        FROM st JOIN process_shares p ON p.gpu_id = st.gpu_id AND p.job_id IS NULL
-         AND p.ts < st.s_to AND {_POLL_END} > st.s_from
-        GROUP BY ALL
-    ),
-    -- the stretch cut at its bounds and at every poll's; a job's reading holds over its own poll
-    cuts AS (
-        SELECT DISTINCT gpu_id, s_from, t FROM (
-            SELECT gpu_id, s_from, s_from AS t FROM st UNION ALL SELECT gpu_id, s_from, s_to FROM st
-            UNION ALL SELECT gpu_id, s_from, p_from FROM pj UNION ALL SELECT gpu_id, s_from, p_to FROM pj
-            UNION ALL SELECT gpu_id, s_from, p_from FROM np UNION ALL SELECT gpu_id, s_from, p_to FROM np)
-    ),
-    pieces AS MATERIALIZED (
-        SELECT * FROM (SELECT gpu_id, s_from, t AS q_from,
-                              lead(t) OVER (PARTITION BY gpu_id, s_from ORDER BY t) AS q_to FROM cuts)
-        WHERE q_to > q_from
-    ),
-    -- at each piece: is a node-level poll running (then a job with no reading had no process: 0)?
-    nc AS (
-        SELECT gpu_id, s_from, q_from, q_to, coalesce(last_value(r_to IGNORE NULLS) OVER w >= q_to, false) AS node
-        FROM (SELECT gpu_id, s_from, q_from AS t, q_from, q_to, NULL::TIMESTAMP AS r_to, 1 AS piece FROM pieces
-              UNION ALL SELECT gpu_id, s_from, p_from, NULL, NULL, p_to, 0 FROM np)
-        WINDOW w AS (PARTITION BY gpu_id, s_from ORDER BY t, piece ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-        QUALIFY piece = 1
-    ),
-    -- at each piece, each job's reading: its latest poll started at or before it, if not ended
-    jr AS (
-        SELECT gpu_id, s_from, job_id, q_from, q_to,
-               CASE WHEN last_value(r_to IGNORE NULLS) OVER w >= q_to THEN last_value(r_sm IGNORE NULLS) OVER w END
-                   AS own
-        FROM (SELECT pc.gpu_id, pc.s_from, sh.job_id, pc.q_from AS t, pc.q_from, pc.q_to, NULL::TIMESTAMP AS r_to,
-                     NULL::DOUBLE AS r_sm, 1 AS piece
-              FROM pieces pc JOIN sh ON sh.gpu_id = pc.gpu_id AND sh.s_from = pc.s_from
-              UNION ALL SELECT gpu_id, s_from, job_id, p_from, NULL, NULL, p_to, sm, 0 FROM pj)
-        WINDOW w AS (PARTITION BY gpu_id, s_from, job_id ORDER BY t, piece
-                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-        QUALIFY piece = 1
-    ),
-    -- known when every job of the stretch has a reading there (or a node-level poll says it had no process)
-    pk AS (
-        SELECT jr.*, sh.d, sh.sum_d,
-               bool_and(jr.own IS NOT NULL OR nc.node) OVER pw AS known,
-               sum(coalesce(jr.own, 0)) OVER pw AS sm_sum
-        FROM jr JOIN sh ON sh.gpu_id = jr.gpu_id AND sh.s_from = jr.s_from AND sh.job_id = jr.job_id
-        JOIN nc ON nc.gpu_id = jr.gpu_id AND nc.s_from = jr.s_from AND nc.q_from = jr.q_from
-        WINDOW pw AS (PARTITION BY jr.gpu_id, jr.s_from, jr.q_from)
-    ),
-    shares AS (
-        SELECT job_id, gpu_id, q_from AS s_from, q_to AS s_to, d,
-               CASE WHEN known AND sm_sum > 0 THEN coalesce(own, 0) / sm_sum ELSE d / sum_d END AS share
-        FROM pk
-    )
-    SELECT job_id, gpu_id, s_from, s_to, share, d - share AS cut FROM shares
-"""
-
-
 def shared_segments_sql() -> str:
-    """:data:`SHARED_SEGMENTS_SQL` as a sub-query (computed once per sharing block, analytics.shared)."""
-    return materialized(("shared_segments",), SHARED_SEGMENTS_SQL, [])[0]
+    """The stored split of every shared card (``gpu_shares``, gpuledger/ledger/shares.py: kept up to date at
+    every landing) as a sub-query: job_id, gpu_id, s_from, s_to, share, cut."""
+    return f"SELECT {SHARES_COLUMNS} FROM gpu_shares"
 
 
 def telemetry_only_gpus_sql() -> str:

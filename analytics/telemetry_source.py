@@ -29,7 +29,9 @@ from analytics.filters import Filters
 from analytics.shared import memo
 from gpuledger.ledger.errors import RollupMismatch
 from gpuledger.ledger.rollup_thresholds import rollup_matches, stored_thresholds, thresholds
+from gpuledger.ledger.sample_time import sample_end_sql
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.shares import fan_out_sql, has_shares
 from gpuledger.ledger.sql import pseudo_job_sql
 
 SqlParams = tuple[str, list[object]]
@@ -262,6 +264,16 @@ class Rollups:
         jobs_sql, jobs_params = job_costs_sql(filters, as_of)
         lo, hi = view_bounds(filters)
         min_s = float(settings.idle_min_minutes) * 60.0
+        # a shared card's runs (found on its own sequence) count for each holder by its share: their samples,
+        # fanned out (gpuledger/ledger/shares.py), as the oracle's flagged samples are
+        shared_part, shared_params = "", []
+        if has_shares(con):
+            shared_part = f"""AND r.gpu_id NOT IN (SELECT gpu_id FROM gpu_shares)
+            UNION ALL
+            SELECT job_id, own_job_id, gpu_id, run_start, ts, {sample_end_sql("ts", "interval_s")},
+                   interval_s * share_w, 1.0, 1.0
+            FROM ({fan_out_sql(_shared_runs_sql(settings))})"""
+            shared_params = [lo, hi]
         sql = f"""
         WITH vj AS (SELECT job_id FROM ({jobs_sql})), tele AS ({telemetry_only_gpus_sql()}),
         p AS (
@@ -270,13 +282,14 @@ class Rollups:
                    coalesce(t.card_units, 1.0) AS card_u, coalesce(t.card_slices, 1.0) AS card_per
             FROM idle_runs r LEFT JOIN tele t ON t.gpu_id = r.gpu_id
             WHERE r.run_s >= {min_s} AND r.day >= ?::DATE AND r.day < ?::DATE
+            {shared_part}
         )
         SELECT job_id, gpu_id, min(first_ts) AS start_ts, max(end_ts) AS end_ts,
                sum(idle_s * card_u) / max(card_per) AS idle_s
         FROM p WHERE job_id IN (SELECT job_id FROM vj)
         GROUP BY job_id, gpu_id, own_job_id, run_start
         """
-        return sql, [*jobs_params, lo, hi]
+        return sql, [*jobs_params, lo, hi, *shared_params]
 
     def signal_ctes(
         self, con: duckdb.DuckDBPyConnection, filters: Filters, settings: Settings, as_of: dt.datetime | None
@@ -332,18 +345,48 @@ class Rollups:
         lo, hi = view_bounds(filters)
         idle = float(settings.idle_util_pct)
         min_s = float(settings.idle_min_minutes) * 60.0
-        sql = f"""
-        SELECT s.job_id, s.ts, s.interval_s, s.util_pct, coalesce(s.util_pct <= {idle} AND EXISTS (
+        in_idle = f"""coalesce(s.util_pct <= {idle} AND EXISTS (
                    SELECT 1 FROM idle_runs r
                    WHERE r.gpu_id = s.gpu_id AND r.job_id = s.job_id AND r.day = s.ts::DATE
-                     AND s.ts >= r.first_ts AND s.ts <= r.last_ts AND r.run_s >= {min_s}), false) AS in_idle
-        FROM (
-            SELECT s.ts, s.gpu_id, s.job_id, s.interval_s::DOUBLE AS interval_s, s.util_pct::DOUBLE AS util_pct
-            FROM samples s JOIN w USING (job_id)
-            WHERE s.ts >= ?::TIMESTAMP AND s.ts < ?::TIMESTAMP AND {in_window("s")}
-        ) s
+                     AND s.ts >= r.first_ts AND s.ts <= r.last_ts AND r.run_s >= {min_s}), false)"""
+        if not has_shares(con):
+            sql = f"""
+            SELECT s.job_id, s.ts, s.interval_s, s.util_pct, {in_idle} AS in_idle, 1.0 AS share_w
+            FROM (
+                SELECT s.ts, s.gpu_id, s.job_id, s.interval_s::DOUBLE AS interval_s, s.util_pct::DOUBLE AS util_pct
+                FROM samples s JOIN w USING (job_id)
+                WHERE s.ts >= ?::TIMESTAMP AND s.ts < ?::TIMESTAMP AND {in_window("s")}
+            ) s
+            """
+            return sql, [lo, hi]
+        # a shared card's samples count for each holder (gpuledger/ledger/shares.py): idle-stretch membership
+        # on the card's own sequence (the sample's own job) first, then fanned out to the holders' windows
+        rows = f"""(
+            SELECT s.*, {in_idle} AS in_idle
+            FROM (
+                SELECT s.ts, s.gpu_id, s.job_id, s.interval_s::DOUBLE AS interval_s, s.util_pct::DOUBLE AS util_pct
+                FROM samples s LEFT JOIN w ON w.job_id = s.job_id
+                WHERE s.ts >= ?::TIMESTAMP AND s.ts < ?::TIMESTAMP
+                  AND ((w.job_id IS NOT NULL AND {in_window("s")}) OR s.gpu_id IN (SELECT gpu_id FROM gpu_shares))
+            ) s)"""
+        sql = f"""
+        SELECT f.job_id, f.ts, f.interval_s, f.util_pct, f.in_idle, f.share_w
+        FROM ({fan_out_sql(rows)}) f JOIN w USING (job_id) WHERE {in_window("f")}
         """
         return sql, [lo, hi]
+
+
+def _shared_runs_sql(settings: Settings) -> str:
+    """The samples of the idle runs (of at least idle_min_minutes) on shared cards whose day piece lies in
+    [?, ?): gpu_id, job_id and own_job_id (the run's own job: the card's own sequence), run_start, ts,
+    interval_s."""
+    return f"""(
+        SELECT r.gpu_id, r.job_id, r.job_id AS own_job_id, r.run_start, s.ts, s.interval_s::DOUBLE AS interval_s
+        FROM idle_runs r JOIN samples s
+          ON s.gpu_id = r.gpu_id AND s.job_id = r.job_id AND s.ts >= r.first_ts AND s.ts <= r.last_ts
+        WHERE r.gpu_id IN (SELECT gpu_id FROM gpu_shares) AND r.run_s >= {float(settings.idle_min_minutes) * 60.0}
+          AND r.day >= ?::DATE AND r.day < ?::DATE AND s.ts::DATE = r.day
+          AND s.util_pct <= {float(settings.idle_util_pct)})"""
 
 
 ROLLUPS = Rollups()  # the production source: every analytics function's default

@@ -33,7 +33,8 @@ an overlapping job, is not dealt again.
      ½ card-hour each). What a job holds beyond the host's reported cards stays unmeasured (the other cards
      may exist without telemetry). Only evidence (rules 1–3) can put two jobs on one card at once — time-slicing, MPS — and then
 both ties are kept (the shared-GPU rule splits that card's cost) while each sample goes to one job, the
-smallest job id, so the stamping is the same on every run. Fractional GPU counts are dealt as whole cards (rounded, at least 1); splitting one card among
+smallest job id, so the stamping is the same on every run (gpuledger/ledger/shares.py stamps the samples of
+any shared stretch so, allocations that name the card too, and counts each for every holder by its share). Fractional GPU counts are dealt as whole cards (rounded, at least 1); splitting one card among
 several jobs is the shared-GPU rule's business, not this one's.
 
 Each job then gets ``jobs.attribution``: ``none`` when no sample is tied to it, ``by_share`` when any of its

@@ -59,6 +59,7 @@ from gpuledger.ledger.sample_time import (
     reach_us_sql,
     sample_end_sql,
 )
+from gpuledger.ledger.shares import fan_out_sql, has_shares, refresh_shares
 
 # No sample stands for more than this (collectors/validate.py rejects interval_s above a day), so none
 # further back than twice its reach can touch a window (_minute_windows reads no further).
@@ -239,7 +240,12 @@ def _refresh_minutes(con: duckdb.DuckDBPyConnection, th: Thresholds) -> None:
              AND samples_minute.minute >= ? AND samples_minute.minute < ?""",
         [m_lo, m_hi],
     )
-    if _mostly_alone(con, [m_lo, m_hi]):
+    # a shared card's samples count for each holder (gpuledger/ledger/shares.py): one sample then gives
+    # rows of several jobs in its minute, so the batch takes the grouped form
+    shared = has_shares(con, "SELECT gpu_id FROM rollup_m")
+    if shared:
+        con.execute(f"INSERT INTO samples_minute BY NAME ({_minute_sql(th, shared=True)})", [m_lo, m_hi])
+    elif _mostly_alone(con, [m_lo, m_hi]):
         con.execute(f"INSERT INTO samples_minute BY NAME ({_minute_sql(th, True)})", [m_lo, m_hi])
         con.execute(f"INSERT INTO samples_minute BY NAME ({_minute_sql(th, False)})", [m_lo, m_hi])
     else:
@@ -270,18 +276,24 @@ def _refresh_minutes(con: duckdb.DuckDBPyConnection, th: Thresholds) -> None:
         [d_lo, d_hi],
     )
     _refresh_hours(con)
-    con.execute(
-        """
-        INSERT INTO samples_util_hist
+    if shared:
+        # a shared card's reading counts for each holder, its seconds weighted by the holder's share
+        rows = """(SELECT s.ts, s.gpu_id, s.job_id, s.util_pct, s.interval_s::DOUBLE AS iv
+                   FROM samples s JOIN rollup_d w
+                     ON s.gpu_id = w.gpu_id AND s.ts >= w.d_lo AND s.ts < w.d_hi + INTERVAL 1 DAY
+                   WHERE s.util_pct IS NOT NULL AND s.ts >= ? AND s.ts < ?::DATE + INTERVAL 1 DAY)"""
+        hist = f"""SELECT ts::DATE AS day, gpu_id, job_id, util_pct, sum(iv * share_w)
+                   FROM ({fan_out_sql(rows)}) GROUP BY ALL ORDER BY day, gpu_id"""
+    else:
+        hist = """
         SELECT s.ts::DATE AS day, s.gpu_id, s.job_id, s.util_pct, sum(s.interval_s::DOUBLE)
         FROM samples s JOIN rollup_d w
           ON s.gpu_id = w.gpu_id AND s.ts >= w.d_lo AND s.ts < w.d_hi + INTERVAL 1 DAY
         WHERE s.util_pct IS NOT NULL AND s.ts >= ? AND s.ts < ?::DATE + INTERVAL 1 DAY
         GROUP BY ALL
         ORDER BY day, s.gpu_id
-        """,
-        [d_lo, d_hi],
-    )
+        """
+    con.execute(f"INSERT INTO samples_util_hist {hist}", [d_lo, d_hi])
     con.execute("DROP TABLE temp.rollup_d")
 
 
@@ -322,21 +334,25 @@ def refresh_windows(
     """Bring the rollups up to date after the samples of some GPUs changed between two times.
 
     ``windows_sql`` gives (gpu_id, lo, hi): sample times (inclusive) where samples were added, removed or
-    re-attributed, already in the ledger's new state. When the rollup was built with other thresholds it
-    is rebuilt whole instead.
+    re-attributed, already in the ledger's new state. The split of shared cards is brought up to date first
+    (gpuledger/ledger/shares.py) and the card-times whose split changed are re-rolled too. When the rollup
+    was built with other thresholds it is rebuilt whole instead.
     """
     if stored_thresholds(con) != th:
         # never built (a fresh ledger: the rebuild reads the same samples the windows would) or built
         # with other thresholds
         rebuild_rollup(con, idle_util_pct=th[0], idle_min_minutes=th[1], target_util_pct=th[2])
         return
+    refresh_shares(con)
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE rw AS
             SELECT gpu_id, min(lo) AS lo, max(hi) AS hi, max(hi) AS reach_hi
-            FROM ({windows_sql}) WHERE gpu_id IS NOT NULL AND lo IS NOT NULL AND hi IS NOT NULL
+            FROM ({windows_sql} UNION ALL SELECT gpu_id, lo, hi FROM temp.share_windows)
+            WHERE gpu_id IS NOT NULL AND lo IS NOT NULL AND hi IS NOT NULL
             GROUP BY gpu_id""",
         params,
     )
+    con.execute("DROP TABLE temp.share_windows")
     _run_refresh(con, th)
 
 
@@ -447,6 +463,8 @@ def rebuild_rollup(
 ) -> None:
     """Recompute all rollups from the samples (a threshold change); the caller owns the transaction."""
     th = thresholds(idle_util_pct, idle_min_minutes, target_util_pct)
+    refresh_shares(con)
+    con.execute("DROP TABLE temp.share_windows")  # every GPU is re-rolled
     for table in ROLLUP_TABLES:
         con.execute(f"DELETE FROM {table}")
     con.execute(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from gpuledger.ledger.rollup_thresholds import Thresholds
 from gpuledger.ledger.sample_time import contiguous_sql, sample_end_sql
 from gpuledger.ledger.sample_use import covered_s_sql, underused_s_sql
+from gpuledger.ledger.shares import fan_out_sql
 from gpuledger.ledger.thresholds import DEFAULT
 
 # the signal thresholds counted into the rollup's minutes (dips, bursts, throttling, heat)
@@ -82,7 +83,14 @@ def _of_one(aggregate: str, expr: str) -> str:
     return "1" if expr == "*" else f"(({expr}) IS NOT NULL)"
 
 
-def _minute_sql(th: Thresholds, alone: bool | None = None) -> str:
+def _weighted(aggregate: str, expr: str, cast: str) -> str:
+    """A column's expression over a fanned-out sample of a shared card (:func:`_minute_sql` ``shared``):
+    sums of seconds and quantities (no cast) weighted by the holder's share; counts, maxima, firsts and
+    the integer pair/swing sums are the card's own, for every holder."""
+    return f"({expr}) * share_w" if aggregate == "sum" and not cast else expr
+
+
+def _minute_sql(th: Thresholds, alone: bool | None = None, *, shared: bool = False) -> str:
     """The minute rows of the samples in ``rollup_seq`` inside each GPU's [m_lo, m_hi_end); parameters:
     the overall [min m_lo, max m_hi_end). A sample is inside an idle stretch when it is idle and lies in a
     run (``idle_runs``, already refreshed) of at least idle_min_minutes: an equi-join on (GPU, job, day)
@@ -92,7 +100,11 @@ def _minute_sql(th: Thresholds, alone: bool | None = None) -> str:
     minute (no earlier sample of the same job and no later sample of the GPU in it: a cadence of a minute
     or more), whose minute row is the sample's own values, with no hash table; False rolls up the rest.
     True and False together give the same rows as None: ``alone`` says of a sample that its (minute,
-    gpu_id, job_id) holds no other, so the two never split a group. ``pj_ts`` is the previous sample of
+    gpu_id, job_id) holds no other, so the two never split a group.
+
+    ``shared`` (grouped form only): the batch holds shared cards (gpuledger/ledger/shares.py): after its
+    idle-stretch flag is set on the card's own sequence, each sample of a shared stretch becomes one row per
+    holding job, its sums weighted by that job's share (:func:`_weighted`). ``pj_ts`` is the previous sample of
     the same job (:func:`_sequence`) and ``next_ts`` the GPU's next one, of any job, so a sample of
     another job in the minute can only make ``alone`` false, never true wrongly.
 
@@ -108,9 +120,10 @@ def _minute_sql(th: Thresholds, alone: bool | None = None) -> str:
         )
         tail = "WHERE alone"
     else:
+        cols = [(a, _weighted(a, e, c) if shared else e, col, c) for a, e, col, c in _minute_columns(th)]
         select = ", ".join(
             f"{'arg_min' if a == 'first' else a}({e}{', ts' if a == 'first' else ''}){f'::{c}' if c else ''} AS {col}"
-            for a, e, col, c in _minute_columns(th)
+            for a, e, col, c in cols
         )
         tail = f"{'WHERE NOT alone' if alone is False else ''} GROUP BY minute, gpu_id, job_id"
     return f"""
@@ -144,7 +157,7 @@ def _minute_sql(th: Thresholds, alone: bool | None = None) -> str:
          AND k.ts >= r.first_ts AND k.ts <= r.last_ts
     )
     SELECT date_trunc('minute', ts) AS minute, gpu_id, job_id, {select}
-    FROM f
+    FROM {f"({fan_out_sql('f')})" if shared else "f"}
     {tail}
     {"" if alone else "ORDER BY minute, gpu_id"}
     """

@@ -16,6 +16,7 @@ from __future__ import annotations
 import duckdb
 
 from gpuledger.ledger.rollup import HOUR_AGGREGATES
+from gpuledger.ledger.shares import SHARED_SEGMENTS_SQL, SHARES_COLUMNS
 
 SCHEMA_V1: list[str] = [
     """
@@ -507,6 +508,28 @@ SCHEMA_V8: list[str] = [
     """,
 ]
 
+# Version 9: the split of every shared card, stored (gpuledger/ledger/shares.py): cost reads it, and the
+# rollups count a shared card's samples for each holding job weighted by its share. A ledger at an earlier
+# version gets it filled on its next open; where it holds a shared card its rollups were built with each
+# sample counted for one job only, so they are marked stale: the next settings sync (sync_reference) or ingest
+# rebuilds them, as after a change of thresholds.
+SCHEMA_V9: list[str] = [
+    """
+    CREATE TABLE IF NOT EXISTS gpu_shares (
+        job_id      VARCHAR,                   -- jobs.job_id holding a share of the card; NULL: the rest of the card where the jobs' declared fractions fit in it (unallocated)
+        gpu_id      VARCHAR NOT NULL,          -- gpus.gpu_id of the shared card (as the allocations name it)
+        s_from      TIMESTAMP NOT NULL,        -- the piece of the shared stretch starts (UTC)
+        s_to        TIMESTAMP NOT NULL,        -- and ends (UTC, exclusive); 9999-12-31 while the jobs run
+        share       DOUBLE NOT NULL,           -- the job's share of each card-second of the piece: its declared fraction where the fractions fit, else split by SM use or declared fraction (the shares of a piece sum to 1)
+        cut         DOUBLE NOT NULL            -- what the job declared beyond its share (GPUs; 0 where the fractions fit; negative where its processes used more of the SMs than it declared)
+    )
+    """,
+    f"INSERT INTO gpu_shares SELECT {SHARES_COLUMNS} FROM ({SHARED_SEGMENTS_SQL})",
+    """
+    DELETE FROM schema_meta WHERE key = 'rollup_thresholds' AND (SELECT count(*) FROM gpu_shares) > 0
+    """,
+]
+
 MIGRATIONS: list[list[str]] = [
     SCHEMA_V1,
     SCHEMA_V2,
@@ -516,6 +539,7 @@ MIGRATIONS: list[list[str]] = [
     SCHEMA_V6,
     SCHEMA_V7,
     SCHEMA_V8,
+    SCHEMA_V9,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -545,6 +569,7 @@ TABLES = (
     "held_rows",
     "ingest_sources",
     "checkpoint_placements",
+    "gpu_shares",
 )
 
 # Tables whose rows belong to one ingest (deleted with it on --replace; collectors/provenance.py delete_ingests first

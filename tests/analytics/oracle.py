@@ -7,7 +7,8 @@ definitions in docs/metrics.md, not from the rollup's SQL:
 
 - a sample counts for the job it is attributed to (``samples.job_id``); a telemetry-only card's samples for
   its ``unattributed:<card>`` pseudo-job, weighted by the slices of the card its GPU row stands for
-  (``card_u`` / ``card_per``);
+  (``card_u`` / ``card_per``); a shared card's samples for each job holding the card, weighted by its share
+  (``gpu_shares``: docs/metrics.md "Cost", shared GPUs);
 - an idle stretch is a maximal run of consecutive samples of one GPU with the same own job id
   (``samples.job_id``, even where the pseudo-job owns them), each at ``util_pct ≤ idle_util_pct``, the next
   within the gap tolerance of the previous one's interval, lasting ``≥ idle_min_minutes``; membership is
@@ -31,6 +32,7 @@ from analytics.filters import Filters
 from analytics.telemetry_source import CALENDAR_FORMATS, Buckets, SqlParams, view_bounds
 from gpuledger.ledger.sample_time import contiguous_sql, sample_end_sql
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.shares import fan_out_sql
 from gpuledger.ledger.sql import pseudo_job_sql
 from gpuledger.ledger.thresholds import DEFAULT as TH
 
@@ -46,7 +48,11 @@ def sample_energy_sql() -> str:
 def flagged_samples_sql(filters: Filters, settings: Settings, as_of: dt.datetime | None) -> SqlParams:
     """Raw samples of the view's jobs inside the view, one row each, with ``own_job_id`` (samples.job_id),
     ``job_id`` (the pseudo-job on a telemetry-only card), ``in_idle``, ``energy_sample_j``, ``mem_total_mib``
-    (sample, else GPU, else catalog) and the card weights ``card_u`` / ``card_per``."""
+    (sample, else GPU, else catalog) and the card weights ``card_u`` / ``card_per``.
+
+    A shared card's sample counts for each job holding it (gpuledger/ledger/shares.py ``fan_out_sql``): one
+    row per holder, ``share_w`` its share (1 elsewhere), already folded into ``card_u``; its idle-stretch
+    flag is found on the card's own sequence (``own_job_id``) before it is weighted."""
     jobs_sql, jobs_params = job_costs_sql(filters, as_of)
     lo, hi = view_bounds(filters)
     idle = float(settings.idle_util_pct)
@@ -67,8 +73,9 @@ def flagged_samples_sql(filters: Filters, settings: Settings, as_of: dt.datetime
              LEFT JOIN gpu_catalog c ON c.model = g.model
         WINDOW w AS (PARTITION BY s.gpu_id ORDER BY s.ts)
     ),
-    mine AS (
-        SELECT *, {sample_energy_sql()} AS energy_sample_j FROM seq WHERE job_id IN (SELECT job_id FROM vj)
+    mine AS (  -- the view's jobs' samples, and every sample of a shared card (counted for its holders below)
+        SELECT *, {sample_energy_sql()} AS energy_sample_j FROM seq
+        WHERE job_id IN (SELECT job_id FROM vj) OR gpu_id IN (SELECT gpu_id FROM gpu_shares)
     ),
     marked AS (
         SELECT *, coalesce(util_pct <= {idle}, false) AS is_idle,
@@ -87,7 +94,8 @@ def flagged_samples_sql(filters: Filters, settings: Settings, as_of: dt.datetime
                is_idle AND sum(interval_s) OVER (PARTITION BY gpu_id, own_job_id, run_no) >= {min_s} AS in_idle
         FROM runs
     )
-    SELECT * FROM flagged WHERE ts >= ?::TIMESTAMP AND ts < ?::TIMESTAMP
+    SELECT * REPLACE (card_u * share_w AS card_u) FROM ({fan_out_sql("flagged")})
+    WHERE ts >= ?::TIMESTAMP AND ts < ?::TIMESTAMP AND job_id IN (SELECT job_id FROM vj)
     """
     return sql, [*jobs_params, lo, hi]
 
@@ -278,7 +286,7 @@ class RawSamples:
     ) -> SqlParams:
         flagged, params = flagged_samples_sql(filters, settings, as_of)
         sql = f"""
-        SELECT f.job_id, f.ts, f.interval_s, f.util_pct, f.in_idle
+        SELECT f.job_id, f.ts, f.interval_s, f.util_pct, f.in_idle, f.share_w
         FROM ({flagged}) f JOIN w USING (job_id) WHERE {in_window("f")}
         """
         return sql, params

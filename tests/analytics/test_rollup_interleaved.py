@@ -48,6 +48,19 @@ def interleaved() -> list[dict[str, object]]:
 
 @pytest.fixture
 def con() -> duckdb.DuckDBPyConnection:
+    """The two jobs' records name no GPU: the labels alone say whose each sample is (no shared card)."""
+    c = memory_ledger()
+    set_test_prices(c)
+    ingest(c, jobs=[job("j1", 0, 60), job("j2", 0, 60)], gpus=[gpu("n1:0")])
+    ingest(c, samples=interleaved())
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def shared_con() -> duckdb.DuckDBPyConnection:
+    """The same samples, but both jobs' allocations name n1:0 for the hour: a shared card, whose samples
+    count for each holder by its share (gpuledger/ledger/shares.py), the labels notwithstanding."""
     c = memory_ledger()
     set_test_prices(c)
     ingest(
@@ -70,10 +83,9 @@ def test_idle_run_of_one_job_spans_the_other_jobs_samples(con: duckdb.DuckDBPyCo
     j1 = [r for r in runs if r[0] == "j1"]
     assert [(r[1], r[2], r[3]) for r in j1] == [(3600.0, T0, T0 + dt.timedelta(seconds=20 * (N - 1)))]
     assert [r[1] for r in runs if r[0] == "j2"] == [30.0] * 60
-    # 3,600 s ≥ 30 minutes: every j1 second is in an idle stretch; j2's are not. Both jobs hold the one card
-    # for the same hour, so each is billed half of it (the shared-GPU rule): j1 holds 1,800 GPU-s and its
-    # 3,600 s of samples are clamped to that (f = 1,800 / 3,600), 0.5 idle GPU-hours
-    assert idle_hours(con) == pytest.approx(3600 * (1800 / 3600) / 3600)
+    # 3,600 s ≥ 30 minutes: every j1 second is in an idle stretch; j2's are not. j1 holds its 1 GPU-h
+    # alone (its record names no card), so its 3,600 s of samples are 1.0 idle GPU-hour
+    assert idle_hours(con) == pytest.approx(3600 / 3600)
 
 
 def test_pairs_and_swings_follow_the_job_not_the_gpu(con: duckdb.DuckDBPyConnection) -> None:
@@ -103,4 +115,30 @@ def test_pairs_and_swings_follow_the_job_not_the_gpu(con: duckdb.DuckDBPyConnect
 
 
 def test_fast_path_equals_raw_samples(con: duckdb.DuckDBPyConnection) -> None:
+    assert_fast_equals_raw(con)
+
+
+def test_on_a_shared_card_the_card_s_own_sequence_decides(shared_con: duckdb.DuckDBPyConnection) -> None:
+    """Where the jobs share the card, a sample is the card's reading, counted for both holders (½ each):
+    the labels no longer cut the card's sequence in two. The card alternates 1 %, 90 %, 1 %, 5 %, ...: no
+    idle stretch (every fourth sample is at 90 %), every sample after the first is a contiguous pair, and the
+    swings are the card's (1 → 90 and 90 → 1)."""
+    con = shared_con
+    assert idle_hours(con) == 0.0
+    card = con.execute(
+        """SELECT count(*) FILTER (WHERE contiguous),
+                  count(*) FILTER (WHERE contiguous AND ((util_pct < 10 AND prev > 70) OR (util_pct > 70 AND prev < 10)))
+           FROM (SELECT util_pct, lag(util_pct) OVER w AS prev,
+                        epoch(ts - lag(ts) OVER w) <= 1.5 * lag(interval_s) OVER w AS contiguous
+                 FROM samples WINDOW w AS (PARTITION BY gpu_id ORDER BY ts))"""
+    ).fetchall()[0]
+    assert card == (2 * N - 1, 120)  # 239 pairs; 60 swings 1 → 90 and 60 swings 90 → 1
+    got = dict(
+        (r[0], (r[1], r[2], r[3]))
+        for r in con.execute(
+            "SELECT job_id, sum(pairs_n), sum(swings_n), sum(covered_s) FROM samples_minute GROUP BY job_id"
+        ).fetchall()
+    )
+    # counts are the card's, for each holder; seconds are weighted: 240 samples × 30 s × ½
+    assert got == {"j1": (*card, 240 * IV_S / 2), "j2": (*card, 240 * IV_S / 2)}
     assert_fast_equals_raw(con)

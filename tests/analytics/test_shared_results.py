@@ -117,10 +117,11 @@ def test_a_block_runs_the_per_job_costs_once_into_a_temp_table_and_drops_it_afte
         inside = (cost.job_costs(ledger), utilization_by(ledger, by="team"), waste.job_waste(ledger))
         kept = _temp_tables(ledger)
     assert all(a.equals(b) for a, b in zip(plain, inside, strict=True))
-    # asked for by every statement, computed once each: the view's job costs, the shared stretches, the
-    # telemetry-only GPUs
-    assert {"job_costs", "shared_segments", "telemetry_only_gpus"} <= set(made)
-    assert len(kept) == 3, kept
+    # asked for by every statement, computed once each: the view's job costs, the telemetry-only GPUs (the
+    # shared stretches are a ledger table, gpu_shares: nothing to compute)
+    assert {"job_costs", "telemetry_only_gpus"} <= set(made)
+    assert "shared_segments" not in made
+    assert len(kept) == 2, kept
     assert _temp_tables(ledger) == []  # dropped with the block
     # outside a block the sub-query is inlined: a write is seen at once
     assert cost.job_costs_sql(Filters(), None)[0].lstrip().startswith("WITH shared AS")
@@ -139,7 +140,7 @@ def test_keyed_blocks_on_one_connection_make_the_per_job_costs_once_and_give_the
     with sharing(ledger, ("page", 7)):
         first = summary(ledger)
         made = _temp_tables(ledger)
-    assert len(made) == 3, made  # job costs, shared stretches, telemetry-only GPUs: kept for the next block
+    assert len(made) == 2, made  # job costs, telemetry-only GPUs: kept for the next block
     with sharing(ledger, ("page", 7)):
         again = (recommendations(ledger), waste.waste_by_week(ledger), cost.job_costs(ledger))
         assert set(made) <= set(_temp_tables(ledger))  # read, not made again

@@ -1,0 +1,247 @@
+"""Who holds which share of a shared card, kept in the ledger (table ``gpu_shares``), and how a shared
+card's samples count for each of its holders.
+
+On a card whose allocations (or host-level card ties) name several jobs at once, with declared fractions
+summing to more than one card, every card-second is split among the jobs (:data:`SHARED_SEGMENTS_SQL`: the
+processes' SM shares where nvidia-smi pmon measured them, else the declared fractions). That split is stored
+once, in ``gpu_shares``, and everything reads it from there:
+
+- cost (analytics/cost.py): each job is billed its share of every card-second;
+- telemetry (:func:`fan_out_sql`): a sample inside a shared stretch counts for *each* holding job, its sums
+  (seconds, busy seconds, idle seconds, energy, ...) weighted by the job's share, so a job's covered time
+  never exceeds its share of the card and the jobs' sums add up to the card's own. Counts (samples, dips)
+  and maxima are the card's, for every holder. Whether a sample is inside an idle stretch is decided on the
+  card's own sequence of samples (the sample's stamped job, collectors/attribute.py) before it is weighted.
+
+:func:`refresh_shares` recomputes the split after every change to allocations, host ties or process shares
+(gpuledger/ledger/rollup.py ``refresh_windows`` calls it at every landing and ``--replace``) and leaves
+the card-times whose split changed in TEMP ``share_windows`` (gpu_id, lo, hi), which the rollup re-rolls:
+a job landing after the telemetry, or a pmon log landing later, re-weights the samples already rolled up.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from gpuledger.ledger.sample_time import sample_end_sql
+
+# Shared GPUs: every stretch of a physical GPU during which the allocations (or the host-level card ties of
+# collectors/attribute.py, a whole card each) of several jobs name it. Where their declared fractions
+# (allocations.gpu_count) fit in the card (sum to at most one GPU), each job's share is its fraction and the
+# rest of the card is a row with no job (NULL job_id: unallocated). Where they sum to more than one GPU, each
+# GPU-second of the stretch is split among the jobs so that the shares sum to one:
+#   1. by per-process utilization where it is known: each job's reading (Σ SM % of its processes, table
+#      process_shares, from nvidia-smi pmon) holds over its own poll; where every job of the stretch has a
+#      reading — or a node-level log's poll runs, whose absent jobs had no process (0) — and the readings sum
+#      to more than 0, a job's share is its reading over the sum;
+#   2. else (a job without a reading, or no SM activity at all) by declared fraction: fraction over the sum
+#      (whole cards: 1/k each).
+# Rows are pieces of stretches (cut at every poll's bounds) with a constant share; the shares of a piece sum
+# to one; ``cut`` is what the job declared beyond its share (0 where the fractions fit; negative where its
+# processes used more of the SMs than it declared). No parameters.
+_POLL_END = sample_end_sql("p.ts", "p.interval_s")  # the end of a process poll p
+SHARED_SEGMENTS_SQL = f"""
+    WITH ga AS (
+        SELECT job_id, gpu_id, gpu_count AS d, start_ts AS a_from,
+               coalesce(end_ts, TIMESTAMP '9999-12-31') AS a_to
+        FROM allocations WHERE gpu_id IS NOT NULL AND gpu_count > 0
+        UNION ALL  -- a host-level allocation's card ties (collectors/attribute.py): one whole card each
+        SELECT job_id, gpu_id, 1.0, start_ts, coalesce(end_ts, TIMESTAMP '9999-12-31') FROM host_attribution
+    ),
+    -- GPUs where two jobs' extents (first to last of a job's rows on the GPU) overlap: every GPU that two
+    -- jobs' allocations name at overlapping times, and a few more (a job's two rows around another job's),
+    -- which the stretches below, of more than one job only, leave out again. One sort per GPU instead of
+    -- joining each GPU's rows pairwise (50 M-sample ledger, 66 k rows: 0.05 -> 0.03 s).
+    ext AS (SELECT gpu_id, job_id, min(a_from) AS a_from, max(a_to) AS a_to FROM ga GROUP BY gpu_id, job_id),
+    multi AS (
+        SELECT DISTINCT gpu_id FROM (
+            SELECT gpu_id, a_from < max(a_to) OVER (PARTITION BY gpu_id ORDER BY a_from, a_to
+                                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS hit
+            FROM ext)
+        WHERE hit
+    ),
+    pts AS (SELECT gpu_id, a_from AS t FROM ga WHERE gpu_id IN (SELECT gpu_id FROM multi)
+            UNION SELECT gpu_id, a_to FROM ga WHERE gpu_id IN (SELECT gpu_id FROM multi)),
+    seg AS (SELECT gpu_id, t AS s_from, lead(t) OVER (PARTITION BY gpu_id ORDER BY t) AS s_to FROM pts),
+    inseg AS (
+        SELECT seg.gpu_id, seg.s_from, seg.s_to, ga.job_id, max(ga.d) AS d  -- a job's own rows: once
+        FROM seg JOIN ga ON ga.gpu_id = seg.gpu_id AND ga.a_from <= seg.s_from AND ga.a_to >= seg.s_to
+        WHERE seg.s_to IS NOT NULL
+        GROUP BY ALL
+    ),
+    tot AS (
+        SELECT *, sum(d) OVER (PARTITION BY gpu_id, s_from) AS sum_d,
+               count(*) OVER (PARTITION BY gpu_id, s_from) AS k
+        FROM inseg
+    ),
+    sh AS MATERIALIZED (SELECT gpu_id, s_from, s_to, job_id, d, sum_d FROM tot WHERE k > 1),
+    -- each job's SM % in each of its polls overlapping its stretch, the poll clipped to the stretch
+    pj AS MATERIALIZED (
+        SELECT sh.gpu_id, sh.s_from, sh.job_id, greatest(p.ts, sh.s_from) AS p_from,
+               max(least({_POLL_END}, sh.s_to)) AS p_to,
+               -- no SM sample for its processes: no activity; the same poll from two logs: counted once
+               max(coalesce(p.sm_pct, 0)) AS sm
+        FROM sh JOIN process_shares p ON p.gpu_id = sh.gpu_id AND p.job_id = sh.job_id
+         AND p.ts < sh.s_to AND {_POLL_END} > sh.s_from
+        GROUP BY ALL
+    ),
+    st AS MATERIALIZED (SELECT DISTINCT gpu_id, s_from, s_to FROM sh),
+    -- the polls of node-level logs (every process on the GPU listed) overlapping a stretch, clipped
+    np AS MATERIALIZED (
+        SELECT st.gpu_id, st.s_from, greatest(p.ts, st.s_from) AS p_from,
+               max(least({_POLL_END}, st.s_to)) AS p_to
+        FROM st JOIN process_shares p ON p.gpu_id = st.gpu_id AND p.job_id IS NULL
+         AND p.ts < st.s_to AND {_POLL_END} > st.s_from
+        GROUP BY ALL
+    ),
+    -- the stretch cut at its bounds and at every poll's; a job's reading holds over its own poll
+    cuts AS (
+        SELECT DISTINCT gpu_id, s_from, t FROM (
+            SELECT gpu_id, s_from, s_from AS t FROM st UNION ALL SELECT gpu_id, s_from, s_to FROM st
+            UNION ALL SELECT gpu_id, s_from, p_from FROM pj UNION ALL SELECT gpu_id, s_from, p_to FROM pj
+            UNION ALL SELECT gpu_id, s_from, p_from FROM np UNION ALL SELECT gpu_id, s_from, p_to FROM np)
+    ),
+    pieces AS MATERIALIZED (
+        SELECT * FROM (SELECT gpu_id, s_from, t AS q_from,
+                              lead(t) OVER (PARTITION BY gpu_id, s_from ORDER BY t) AS q_to FROM cuts)
+        WHERE q_to > q_from
+    ),
+    -- at each piece: is a node-level poll running (then a job with no reading had no process: 0)?
+    nc AS (
+        SELECT gpu_id, s_from, q_from, q_to, coalesce(last_value(r_to IGNORE NULLS) OVER w >= q_to, false) AS node
+        FROM (SELECT gpu_id, s_from, q_from AS t, q_from, q_to, NULL::TIMESTAMP AS r_to, 1 AS piece FROM pieces
+              UNION ALL SELECT gpu_id, s_from, p_from, NULL, NULL, p_to, 0 FROM np)
+        WINDOW w AS (PARTITION BY gpu_id, s_from ORDER BY t, piece ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+        QUALIFY piece = 1
+    ),
+    -- at each piece, each job's reading: its latest poll started at or before it, if not ended
+    jr AS (
+        SELECT gpu_id, s_from, job_id, q_from, q_to,
+               CASE WHEN last_value(r_to IGNORE NULLS) OVER w >= q_to THEN last_value(r_sm IGNORE NULLS) OVER w END
+                   AS own
+        FROM (SELECT pc.gpu_id, pc.s_from, sh.job_id, pc.q_from AS t, pc.q_from, pc.q_to, NULL::TIMESTAMP AS r_to,
+                     NULL::DOUBLE AS r_sm, 1 AS piece
+              FROM pieces pc JOIN sh ON sh.gpu_id = pc.gpu_id AND sh.s_from = pc.s_from
+              UNION ALL SELECT gpu_id, s_from, job_id, p_from, NULL, NULL, p_to, sm, 0 FROM pj)
+        WINDOW w AS (PARTITION BY gpu_id, s_from, job_id ORDER BY t, piece
+                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+        QUALIFY piece = 1
+    ),
+    -- known when every job of the stretch has a reading there (or a node-level poll says it had no process)
+    pk AS (
+        SELECT jr.*, sh.d, sh.sum_d,
+               bool_and(jr.own IS NOT NULL OR nc.node) OVER pw AS known,
+               sum(coalesce(jr.own, 0)) OVER pw AS sm_sum
+        FROM jr JOIN sh ON sh.gpu_id = jr.gpu_id AND sh.s_from = jr.s_from AND sh.job_id = jr.job_id
+        JOIN nc ON nc.gpu_id = jr.gpu_id AND nc.s_from = jr.s_from AND nc.q_from = jr.q_from
+        WINDOW pw AS (PARTITION BY jr.gpu_id, jr.s_from, jr.q_from)
+    ),
+    shares AS (
+        SELECT job_id, gpu_id, q_from AS s_from, q_to AS s_to, d,
+               CASE WHEN sum_d <= 1 THEN d  -- fractions that fit: each job's own, as declared
+                    WHEN known AND sm_sum > 0 THEN coalesce(own, 0) / sm_sum ELSE d / sum_d END AS share,
+               sum_d
+        FROM pk
+    )
+    SELECT job_id, gpu_id, s_from, s_to, share, d - share AS cut FROM shares
+    UNION ALL  -- where the fractions fit, the rest of the card is no job's
+    SELECT DISTINCT NULL, gpu_id, s_from, s_to, 1 - sum_d, 0.0 FROM shares WHERE sum_d < 1
+"""
+
+
+# The columns of ``gpu_shares`` (one row per job and piece of a shared stretch with a constant share).
+SHARES_COLUMNS = "job_id, gpu_id, s_from, s_to, share, cut"
+
+
+def refresh_shares(con: duckdb.DuckDBPyConnection) -> int:
+    """Bring ``gpu_shares`` up to date with the allocations, host ties and process shares now in the ledger.
+
+    The whole split is recomputed (it reads only the cards two jobs' holds overlap on: 0.03-0.09 s on the
+    28-day demo, which has none) and compared with the stored one; only the rows that changed are replaced. TEMP
+    ``share_windows`` (gpu_id, lo, hi) then holds, per card whose split changed, the span of sample times
+    (inclusive) that changed, for the rollup to re-roll. Returns the number of changed rows."""
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE shares_new AS SELECT {SHARES_COLUMNS} FROM ({SHARED_SEGMENTS_SQL})"
+    )
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE shares_changed AS
+            (SELECT * FROM gpu_shares EXCEPT SELECT * FROM temp.shares_new)
+            UNION ALL (SELECT * FROM temp.shares_new EXCEPT SELECT {SHARES_COLUMNS} FROM gpu_shares)"""
+    )
+    changed = int(con.execute("SELECT count(*) FROM temp.shares_changed").fetchall()[0][0])
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE share_windows AS
+           SELECT c.gpu_id, greatest(c.lo, s.lo) AS lo, least(c.hi, s.hi) AS hi
+           FROM (SELECT gpu_id, min(s_from) AS lo, max(s_to) AS hi FROM temp.shares_changed GROUP BY gpu_id) c
+           JOIN (SELECT gpu_id, min(ts) AS lo, max(ts) AS hi FROM samples
+                 WHERE gpu_id IN (SELECT gpu_id FROM temp.shares_changed) GROUP BY gpu_id) s USING (gpu_id)
+           WHERE greatest(c.lo, s.lo) <= least(c.hi, s.hi)"""
+    )
+    if changed:
+        con.execute("""DELETE FROM gpu_shares WHERE gpu_id IN (SELECT gpu_id FROM temp.shares_changed)""")
+        con.execute(
+            """INSERT INTO gpu_shares SELECT * FROM temp.shares_new
+               WHERE gpu_id IN (SELECT gpu_id FROM temp.shares_changed) ORDER BY gpu_id, s_from, job_id"""
+        )
+    con.execute("DROP TABLE temp.shares_new")
+    con.execute("DROP TABLE temp.shares_changed")
+    _stamp_first_holder(con)
+    return changed
+
+
+def _stamp_first_holder(con: duckdb.DuckDBPyConnection) -> None:
+    """Stamp every sample inside a piece of a shared stretch, stamped with one of the piece's jobs, with the
+    smallest job id of the piece (collectors/attribute.py's rule for host ties; allocations that name the
+    card stamp any one of theirs). The stamped job is the card's own sequence there, on which idle stretches
+    are found, so it must not alternate between the holders sample by sample. Re-stamped sample times are
+    added to ``share_windows``."""
+    if not has_shares(con):
+        return
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE shares_restamp AS
+           SELECT s.rowid AS rid, s.gpu_id, s.ts, p.first_job
+           FROM samples s
+           JOIN (SELECT gpu_id, s_from, s_to, min(job_id) AS first_job FROM gpu_shares GROUP BY ALL) p
+             ON s.gpu_id = p.gpu_id AND s.ts >= p.s_from AND s.ts < p.s_to
+           WHERE s.gpu_id IN (SELECT gpu_id FROM gpu_shares) AND s.job_id <> p.first_job
+             AND EXISTS (SELECT 1 FROM gpu_shares o
+                         WHERE o.gpu_id = p.gpu_id AND o.s_from = p.s_from AND o.job_id = s.job_id)"""
+    )
+    if con.execute("SELECT count(*) FROM temp.shares_restamp").fetchall()[0][0]:
+        con.execute(
+            "UPDATE samples SET job_id = r.first_job FROM temp.shares_restamp r WHERE samples.rowid = r.rid"
+        )
+        con.execute(
+            """INSERT INTO share_windows
+               SELECT gpu_id, min(ts), max(ts) FROM temp.shares_restamp GROUP BY gpu_id"""
+        )
+    con.execute("DROP TABLE temp.shares_restamp")
+
+
+def has_shares(con: duckdb.DuckDBPyConnection, gpus_sql: str | None = None) -> bool:
+    """Does ``gpu_shares`` hold a row (of a GPU ``gpus_sql`` selects, when given)? Where it holds none, the
+    readers leave the fan-out out of their SQL altogether, so unshared ledgers run the statements they ran
+    before."""
+    where = f"WHERE gpu_id IN ({gpus_sql})" if gpus_sql else ""
+    return bool(
+        con.execute(f"SELECT count(*) FROM (SELECT 1 FROM gpu_shares {where} LIMIT 1)").fetchall()[0][0]
+    )
+
+
+def fan_out_sql(rows: str, weight: str = "share_w") -> str:
+    """``rows`` (a relation with gpu_id, ts and job_id: one row per sample, ``job_id`` its stamped job) with
+    each sample inside a shared stretch of its stamped job replaced by one row per job holding that piece of
+    the stretch, ``job_id`` that job; column ``weight`` is the job's share there (1.0 for every other sample).
+
+    A piece of a stretch is one ``gpu_shares`` (gpu_id, s_from, s_to): every job of the piece has a row with
+    those bounds (and, where the jobs' fractions fit in the card, a row with no job for the rest: its sample
+    row has a NULL job_id), and the shares of one piece sum to one, so the weighted rows of a sample add up
+    to it."""
+    return f"""
+        SELECT x.* REPLACE (CASE WHEN m.gpu_id IS NULL THEN x.job_id ELSE o.job_id END AS job_id),
+               coalesce(o.share, 1.0) AS {weight}
+        FROM {rows} x
+        LEFT JOIN gpu_shares m ON m.gpu_id = x.gpu_id AND m.job_id = x.job_id
+         AND x.ts >= m.s_from AND x.ts < m.s_to
+        LEFT JOIN gpu_shares o ON o.gpu_id = m.gpu_id AND o.s_from = m.s_from AND o.s_to = m.s_to
+    """
