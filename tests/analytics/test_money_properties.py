@@ -163,8 +163,8 @@ def same_as_raw(con: duckdb.DuckDBPyConnection, state: str, whole: dict[str, flo
 
 
 # The suite runs a fixed set of examples (derandomize), so CI is repeatable; MONEY_RANDOM=1 (and
-# bench/money_properties.py) explores new ones. What they found: the known limit (docs/metrics.md, "Known
-# limits": a card two jobs share across midnight), a MIG instance held twice, a file with one sample of a GPU
+# bench/money_properties.py) explores new ones. What they found: a card two jobs share across midnight (fixed:
+# docs/metrics.md, "Additivity on shared cards"), a MIG instance held twice, a file with one sample of a GPU
 # (all three pinned below), and a silence of a card ending at midnight, which the generator now leaves out
 # as it meant to (money_shapes, module docstring).
 @settings(
@@ -179,18 +179,11 @@ def test_money_invariants_over_generated_clusters(shape: Shape) -> None:
     check(shape)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="docs/metrics.md: Known limits of additivity")
-def test_the_known_limit_still_breaks_additivity_over_days() -> None:
-    """The shape :func:`money_shapes.shapes` leaves out (two jobs sharing a card across midnight): its days'
-    idle, under-used and productive do not add up to the whole. When the fix lands this passes, strict xfail
-    fails the suite, and the filter in money_shapes.shapes goes with this test. Any other failure is an error,
-    not the expected one."""
-    try:
-        check(known_limit())
-    except AssertionError as e:
-        if str(DAYS) not in str(e):  # a part over the two days
-            raise RuntimeError(f"not the known limit: {e}") from e
-        raise
+def test_two_jobs_sharing_a_card_across_midnight_add_up_over_days() -> None:
+    """The shape a random run once found breaking additivity over days (docs/metrics.md, "Additivity on shared
+    cards"): two jobs sharing a card across midnight beside host-level jobs. Since a shared card's samples
+    count for each holder by its share, its days add up to the whole in every part."""
+    check(known_limit())
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 35 item 1: a MIG instance held twice")
