@@ -44,6 +44,7 @@ from analytics.filters import Filters, horizon
 from analytics.job_count import job_count, with_job_of
 from analytics.query import frame
 from analytics.shared import materialized
+from gpuledger.ledger.mig import GPU_SLICES_SQL
 from gpuledger.ledger.prices import PRICE_PERIODS_CTE, price_cluster_sql, price_tier_sql
 from gpuledger.ledger.shares import SHARED_SEGMENTS_SQL as SHARED_SEGMENTS_SQL
 from gpuledger.ledger.shares import SHARES_COLUMNS
@@ -88,13 +89,11 @@ UNATTRIBUTED = "unattributed"
 #
 # One row per such GPU with samples: gpu_id, card, and the share of its card the GPU's samples stand for,
 # card_share = card_units / card_slices: 1 for the card itself (and for a second view of the whole card, a
-# W&B series of it); for a MIG instance its compute slices over the card's — 7 (A100, H100, H200, B200), 4
-# on an A30, the rule collectors/sacct.py counts ``gres/gpu:a100_3g.20gb`` by — so 3g.40gb is 3/7 and the
-# compute instance 1c.3g.40gb 1/7; a profile nvidia-smi could not size (``?g.20gb``): its memory over the
-# catalog card's; else one slice. Whole slices are kept apart (3 of 7) so that sums weighted by them are
-# exact where the samples' are (analytics/utilization.py divides a job's sums by the card's slices once);
-# a card without MIG instances is 1 of 1.
-TELEMETRY_ONLY_GPUS_SQL = r"""
+# W&B series of it); for a MIG instance its slices over the card's (gpuledger/ledger/mig.py sizes them). Whole
+# slices are kept apart (3 of 7) so that sums weighted by them are exact where the samples' are
+# (analytics/utilization.py divides a job's sums by the card's slices once); a card without MIG instances is
+# 1 of 1.
+TELEMETRY_ONLY_GPUS_SQL = rf"""
     WITH gc AS (SELECT gpu_id, coalesce(parent_gpu_id, gpu_id) AS card, host FROM gpus),
     -- apart, not one EXISTS with OR: each is then a hash semi-join, not a nested loop over every
     -- (GPU, allocation) pair (1,232 GPUs × 66 k allocations: 0.2 s a page)
@@ -106,28 +105,12 @@ TELEMETRY_ONLY_GPUS_SQL = r"""
               WHERE gpu_id IN (SELECT m.gpu_id FROM samples_day m JOIN jobs jj ON jj.job_id = m.job_id)
     ),
     sized AS (
-        SELECT g.gpu_id, gc.card,
-               -- a MIG instance (a profile, or the <card>/<instance> id); another row with a parent (a W&B
-               -- series, a second view of the whole card: collectors/attribute.py) stands for all of it
-               g.parent_gpu_id IS NOT NULL
-                   AND (g.mig_profile IS NOT NULL OR starts_with(g.gpu_id, g.parent_gpu_id || '/')) AS instance,
-               CASE WHEN regexp_matches(lower(concat_ws(' ', g.model, g.model_raw)), 'a30\b') THEN 4.0
-                    ELSE 7.0 END AS slices,
-               coalesce(TRY_CAST(nullif(regexp_extract(g.mig_profile, '^(\d+)c\.', 1), '') AS DOUBLE),
-                        TRY_CAST(nullif(regexp_extract(g.mig_profile, '^(?:\d+c\.)?(\d+)g\.', 1), '') AS DOUBLE))
-                   AS used,
-               g.memory_total_mib / nullif(c.memory_mib, 0) AS mem_share
-        FROM gpus g JOIN gc USING (gpu_id) LEFT JOIN gpu_catalog c ON c.model = g.model
+        SELECT z.gpu_id, gc.card, z.instance, z.slices, z.slice_units
+        FROM ({GPU_SLICES_SQL}) z JOIN gc USING (gpu_id)
         WHERE gc.card NOT IN (SELECT card FROM claimed)
-          AND g.gpu_id IN (SELECT gpu_id FROM samples_day)
+          AND z.gpu_id IN (SELECT gpu_id FROM samples_day)
     ),
-    units AS (
-        SELECT gpu_id, card, bool_or(instance) OVER (PARTITION BY card) AS mig,
-               CASE WHEN instance THEN least(slices, coalesce(used, mem_share * slices, 1.0)) ELSE slices END
-                   AS slice_units,
-               slices
-        FROM sized
-    )
+    units AS (SELECT gpu_id, card, bool_or(instance) OVER (PARTITION BY card) AS mig, slice_units, slices FROM sized)
     SELECT gpu_id, card,
            CASE WHEN mig THEN slice_units ELSE 1.0 END AS card_units,
            CASE WHEN mig THEN slices ELSE 1.0 END AS card_slices,

@@ -23,21 +23,25 @@ from __future__ import annotations
 
 import duckdb
 
+from gpuledger.ledger.mig import GPU_SLICES_SQL
 from gpuledger.ledger.sample_time import sample_end_sql
 
 # Shared GPUs: every stretch of a physical GPU during which the allocations (or the host-level card ties of
-# collectors/attribute.py, a whole card each) of several jobs name it. Where their declared fractions
-# (allocations.gpu_count) fit in the card (sum to at most one GPU), each job's share is its fraction and the
-# rest of the card is a row with no job (NULL job_id: unallocated). Where they sum to more than one GPU, each
-# GPU-second of the stretch is split among the jobs so that the shares sum to one:
+# collectors/attribute.py, a whole card each) of several jobs name it, and every stretch a job holds a MIG
+# instance (one holder: its samples stand for the instance's share of the card, in card units like its cost,
+# so its covered time never exceeds its held time). Where their declared fractions
+# (allocations.gpu_count, in cards) fit in the GPU row (sum to at most its capacity ``cap``: one card, or a MIG
+# instance's share of its card, gpuledger/ledger/mig.py), each job's share is its fraction and the rest is a
+# row with no job (NULL job_id: unallocated). Where they sum to more, each GPU-second of the stretch is split
+# among the jobs so that the shares sum to the capacity (two jobs on a 3g instance of an H100: 3/14 each):
 #   1. by per-process utilization where it is known: each job's reading (Σ SM % of its processes, table
 #      process_shares, from nvidia-smi pmon) holds over its own poll; where every job of the stretch has a
 #      reading — or a node-level log's poll runs, whose absent jobs had no process (0) — and the readings sum
-#      to more than 0, a job's share is its reading over the sum;
-#   2. else (a job without a reading, or no SM activity at all) by declared fraction: fraction over the sum
-#      (whole cards: 1/k each).
+#      to more than 0, a job's share is the capacity × its reading over the sum;
+#   2. else (a job without a reading, or no SM activity at all) by declared fraction: the capacity ×
+#      fraction over the sum (whole cards: 1/k each).
 # Rows are pieces of stretches (cut at every poll's bounds) with a constant share; the shares of a piece sum
-# to one; ``cut`` is what the job declared beyond its share (0 where the fractions fit; negative where its
+# to the capacity; ``cut`` is what the job declared beyond its share (0 where the fractions fit; negative where its
 # processes used more of the SMs than it declared). No parameters.
 _POLL_END = sample_end_sql("p.ts", "p.interval_s")  # the end of a process poll p
 SHARED_SEGMENTS_SQL = f"""
@@ -59,6 +63,8 @@ SHARED_SEGMENTS_SQL = f"""
                                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS hit
             FROM ext)
         WHERE hit
+        -- and every MIG instance a job holds: one holder's samples stand for the instance's share of the card
+        UNION SELECT gpu_id FROM ({GPU_SLICES_SQL}) WHERE instance AND gpu_id IN (SELECT gpu_id FROM ga)
     ),
     pts AS (SELECT gpu_id, a_from AS t FROM ga WHERE gpu_id IN (SELECT gpu_id FROM multi)
             UNION SELECT gpu_id, a_to FROM ga WHERE gpu_id IN (SELECT gpu_id FROM multi)),
@@ -69,12 +75,14 @@ SHARED_SEGMENTS_SQL = f"""
         WHERE seg.s_to IS NOT NULL
         GROUP BY ALL
     ),
+    -- what the GPU row is of its card: 1, or a MIG instance's slices over the card's (gpuledger/ledger/mig.py)
+    cap AS (SELECT gpu_id, slice_units / slices AS cap FROM ({GPU_SLICES_SQL}) WHERE gpu_id IN (SELECT gpu_id FROM multi)),
     tot AS (
-        SELECT *, sum(d) OVER (PARTITION BY gpu_id, s_from) AS sum_d,
-               count(*) OVER (PARTITION BY gpu_id, s_from) AS k
-        FROM inseg
+        SELECT inseg.*, coalesce(cap.cap, 1.0) AS cap, sum(d) OVER (PARTITION BY inseg.gpu_id, s_from) AS sum_d,
+               count(*) OVER (PARTITION BY inseg.gpu_id, s_from) AS k
+        FROM inseg LEFT JOIN cap USING (gpu_id)
     ),
-    sh AS MATERIALIZED (SELECT gpu_id, s_from, s_to, job_id, d, sum_d FROM tot WHERE k > 1),
+    sh AS MATERIALIZED (SELECT gpu_id, s_from, s_to, job_id, d, sum_d, cap FROM tot WHERE k > 1 OR cap < 1),
     -- each job's SM % in each of its polls overlapping its stretch, the poll clipped to the stretch
     pj AS MATERIALIZED (
         SELECT sh.gpu_id, sh.s_from, sh.job_id, greatest(p.ts, sh.s_from) AS p_from,
@@ -129,7 +137,7 @@ SHARED_SEGMENTS_SQL = f"""
     ),
     -- known when every job of the stretch has a reading there (or a node-level poll says it had no process)
     pk AS (
-        SELECT jr.*, sh.d, sh.sum_d,
+        SELECT jr.*, sh.d, sh.sum_d, sh.cap,
                bool_and(jr.own IS NOT NULL OR nc.node) OVER pw AS known,
                sum(coalesce(jr.own, 0)) OVER pw AS sm_sum
         FROM jr JOIN sh ON sh.gpu_id = jr.gpu_id AND sh.s_from = jr.s_from AND sh.job_id = jr.job_id
@@ -138,14 +146,15 @@ SHARED_SEGMENTS_SQL = f"""
     ),
     shares AS (
         SELECT job_id, gpu_id, q_from AS s_from, q_to AS s_to, d,
-               CASE WHEN sum_d <= 1 THEN d  -- fractions that fit: each job's own, as declared
-                    WHEN known AND sm_sum > 0 THEN coalesce(own, 0) / sm_sum ELSE d / sum_d END AS share,
-               sum_d
+               CASE WHEN sum_d <= cap THEN d  -- fractions that fit: each job's own, as declared
+                    WHEN known AND sm_sum > 0 THEN cap * coalesce(own, 0) / sm_sum ELSE cap * d / sum_d END
+                   AS share,
+               sum_d, cap
         FROM pk
     )
     SELECT job_id, gpu_id, s_from, s_to, share, d - share AS cut FROM shares
-    UNION ALL  -- where the fractions fit, the rest of the card is no job's
-    SELECT DISTINCT NULL, gpu_id, s_from, s_to, 1 - sum_d, 0.0 FROM shares WHERE sum_d < 1
+    UNION ALL  -- where the fractions fit, the rest of the GPU row is no job's
+    SELECT DISTINCT NULL, gpu_id, s_from, s_to, cap - sum_d, 0.0 FROM shares WHERE sum_d < cap
 """
 
 

@@ -34,10 +34,6 @@ Left out on purpose:
   view to its last one's end, so the whole ledger bills such a silence and the two days' views do not
   (spend is then not additive over days): the pseudo-job's span is a definition issue 35 leaves open
   (capacity as the card's observed spans would settle it), not a regression these tests should hide;
-- two jobs holding one MIG instance at once (:func:`instance_held_twice`): each is billed the instance's
-  share, so a card's jobs can be billed more than the card (issue 35 item 1: the shares of every card-second
-  sum to 1). bench/money_properties.py found it; :func:`instance_held_twice_example` is the hand-built case
-  test_money_properties pins as an expected failure.
 - a file holding a single sample of a GPU (:func:`lone_sample`): such a sample stands for 1 s (its file gives
   no cadence) and keeps that when the rest of its series lands from another file, while landing the same
   samples again gives it the series' cadence, so a re-ingest changes the figures. The suite's derandomized
@@ -137,10 +133,10 @@ def _series(draw: st.DrawFn, gid: str, lo: int, hi: int) -> list[dict[str, Any]]
 
 
 def shapes() -> st.SearchStrategy[Shape]:
-    """The generated shapes, less the two faults still open (module docstring): a MIG instance held by two jobs
-    at once, and a file holding a single sample of a GPU. Two jobs sharing a card across midnight, left out
-    until shared cards' samples were weighted by share, are generated again."""
-    return _shapes().filter(lambda shape: not (instance_held_twice(shape) or lone_sample(shape)))
+    """The generated shapes, less the fault still open (module docstring): a file holding a single sample of
+    a GPU. Two jobs sharing a card across midnight and a MIG instance two jobs hold at once, left out until
+    they were fixed, are generated again."""
+    return _shapes().filter(lambda shape: not lone_sample(shape))
 
 
 def lone_sample(shape: Shape) -> bool:
@@ -151,21 +147,6 @@ def lone_sample(shape: Shape) -> bool:
         shape.draft,
     ]
     return any(1 in Counter(s["gpu_id"] for s in rows).values() for rows in files)
-
-
-def instance_held_twice(shape: Shape) -> bool:
-    """Do two allocations hold the same MIG instance at once (each with the instance's share)?"""
-    end = at(2 * DAY_SLOTS)
-    spans: dict[str, list[tuple[dt.datetime, dt.datetime]]] = {}
-    for a in shape.allocations:
-        if a["gpu_id"] and "/" in a["gpu_id"]:
-            spans.setdefault(a["gpu_id"], []).append((a["start_ts"], a["end_ts"] or end))
-    return any(
-        lo < hi2 and lo2 < hi
-        for s in spans.values()
-        for i, (lo, hi) in enumerate(s)
-        for (lo2, hi2) in s[i + 1 :]
-    )
 
 
 @st.composite

@@ -39,6 +39,7 @@ import pytest
 pytest.importorskip("hypothesis")  # the test extra (pyproject.toml) installs it
 from hypothesis import HealthCheck, given, settings
 
+from analytics.cost import job_costs_sql
 from analytics.filters import Filters
 from analytics.shared import sharing
 from analytics.summary import summary
@@ -186,19 +187,25 @@ def test_two_jobs_sharing_a_card_across_midnight_add_up_over_days() -> None:
     check(known_limit())
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 35 item 1: a MIG instance held twice")
-def test_a_mig_instance_held_twice_bills_more_than_its_card() -> None:
-    """Found by bench/money_properties.py (seed 0, example 46): two jobs holding one MIG instance at once are
-    each billed the instance's share, and the card's jobs are billed more than the card
-    (money_shapes.instance_held_twice_example: $5.71 for a $4 card-hour). money_shapes.shapes leaves such
-    shapes out (instance_held_twice) until issue 35's one assignment of card time lands; then this passes,
-    strict xfail fails the suite, and the filter goes with this test."""
+def test_a_mig_instance_held_twice_bills_its_share_of_the_card_once() -> None:
+    """Found by bench/money_properties.py (seed 0, example 46): j0 and j1 each hold the 3g instance of an H100
+    (3/7 of the card) and j2 the 4g one (4/7) for one hour at $4 a card-hour. Each job was billed its declared
+    share, $5.71 for a $4 card-hour. The 3g instance holds 3/7 of the card whoever holds it, so its two jobs
+    split that: 3/14 each (gpuledger/ledger/shares.py, capacity of a MIG instance)."""
+    check(instance_held_twice_example())
+    con = land(instance_held_twice_example())
     try:
-        check(instance_held_twice_example())
-    except AssertionError as e:
-        if "oracle" not in str(e):
-            raise RuntimeError(f"not the oracle's failure: {e}") from e
-        raise
+        cost = dict(
+            con.execute(
+                f"SELECT job_id, cost_usd FROM ({job_costs_sql(Filters(), None)[0]})",
+                job_costs_sql(Filters(), None)[1],
+            ).fetchall()
+        )
+    finally:
+        con.close()
+    assert cost["j0"] == pytest.approx(4.0 * 3 / 14) and cost["j1"] == pytest.approx(4.0 * 3 / 14)  # $0.857
+    assert cost["j2"] == pytest.approx(4.0 * 4 / 7)  # $2.286
+    assert sum(cost.values()) == pytest.approx(4.0)
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="a lone sample keeps 1 s until landed again")
