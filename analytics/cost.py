@@ -27,7 +27,8 @@ Price rules (docs/metrics.md, "Cost"):
 - telemetry-only cards (samples, but no allocation names the card, one of its MIG instances or its host, and
   no sample of any of them carries a known job) are costed as pseudo-jobs ``unattributed:<card>`` (user and
   team "unattributed", kind "other", 1 GPU, on_demand for the card's model) held from the first sample of
-  the card or any of its instances in the view to the end of the last one (its ts + interval_s), so a lone
+  the card or any of its instances in the ledger to the end of the last one (its ts + interval_s), a view
+  taking the part inside it as for any job (:func:`pseudo_cards_sql`), so a lone
   nvidia-smi log still shows what its idle time cost, and a MIG card is billed once, not once per instance
   (and once more for the card when nvidia-smi -q -x lists it too). A card is ``coalesce(parent_gpu_id,
   gpu_id)``: a MIG instance counts as its card (:data:`TELEMETRY_ONLY_GPUS_SQL`).
@@ -119,25 +120,33 @@ TELEMETRY_ONLY_GPUS_SQL = rf"""
 """
 
 
-def pseudo_jobs_sql(lo: dt.datetime, hi: dt.datetime) -> tuple[str, list[object]]:
-    """Rows shaped like ``jobs`` for the telemetry-only cards with samples in [lo, hi): one per card, however
-    many of its GPU rows (the card, its MIG instances) report.
+def pseudo_cards_sql() -> str:
+    """Rows shaped like ``jobs`` for every telemetry-only card: one per card, however many of its GPU rows (the
+    card, its MIG instances) report. No parameters.
 
-    Read from the per-day rollup (first sample, and max(ts + interval_s), of each GPU-day): ``lo`` and
-    ``hi`` are midnights, so the days inside hold exactly the samples inside."""
-    sql = f"""
-    SELECT '{PSEUDO_PREFIX}' || t.card AS job_id, 'telemetry' AS source, any_value(g.cluster) AS cluster,
-           '{UNATTRIBUTED}' AS user_name, '{UNATTRIBUTED}' AS team, NULL::VARCHAR AS project,
-           '{PSEUDO_PREFIX}' || t.card AS name, 'other' AS kind, any_value(g.model) AS gpu_model,
-           1.0::DOUBLE AS gpu_count, 'on_demand' AS pricing_tier, NULL::TIMESTAMP AS submit_ts,
-           min(s.first_ts) AS start_ts, max(s.max_end_ts) AS end_ts,
-           'UNKNOWN' AS state, NULL::VARCHAR AS exit_reason, NULL::TIMESTAMP AS last_checkpoint_ts,
-           NULL::BIGINT AS ingest_id
-    FROM samples_day s JOIN ({telemetry_only_gpus_sql()}) t USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
-    WHERE s.day >= ?::DATE AND s.day < ?::DATE
-    GROUP BY t.card
-    """
-    return sql, [lo, hi]
+    A card's pseudo-job is held from its first sample in the ledger to its last sample's end (read from the
+    per-day rollup: first sample, and max(ts + interval_s), of each GPU-day), whatever the view; a view takes
+    the part inside it as it does any job's, so disjoint views add up to their union also where the card fell
+    silent across their boundary (the view's own first-to-last samples would leave such a silence out of both
+    days and bill it in the whole)."""
+    return f"""
+        SELECT '{PSEUDO_PREFIX}' || t.card AS job_id, 'telemetry' AS source, any_value(g.cluster) AS cluster,
+               '{UNATTRIBUTED}' AS user_name, '{UNATTRIBUTED}' AS team, NULL::VARCHAR AS project,
+               '{PSEUDO_PREFIX}' || t.card AS name, 'other' AS kind, any_value(g.model) AS gpu_model,
+               1.0::DOUBLE AS gpu_count, 'on_demand' AS pricing_tier, NULL::TIMESTAMP AS submit_ts,
+               min(s.first_ts) AS start_ts, max(s.max_end_ts) AS end_ts,
+               'UNKNOWN' AS state, NULL::VARCHAR AS exit_reason, NULL::TIMESTAMP AS last_checkpoint_ts,
+               NULL::BIGINT AS ingest_id
+        FROM samples_day s JOIN ({telemetry_only_gpus_sql()}) t USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
+        GROUP BY t.card"""
+
+
+def pseudo_jobs_sql(lo: dt.datetime, hi: dt.datetime) -> tuple[str, list[object]]:
+    """:func:`pseudo_cards_sql`'s pseudo-jobs whose span overlaps [lo, hi)."""
+    return f"SELECT * FROM ({pseudo_cards_sql()}) WHERE start_ts < ?::TIMESTAMP AND end_ts > ?::TIMESTAMP", [
+        hi,
+        lo,
+    ]
 
 
 def shared_segments_sql() -> str:

@@ -15,17 +15,10 @@ import itertools
 
 import duckdb
 
-from analytics.cost import (
-    UNATTRIBUTED,
-    job_costs_sql,
-    shared_cut_sql,
-    shared_segments_sql,
-    telemetry_only_gpus_sql,
-)
+from analytics.cost import job_costs_sql, pseudo_cards_sql, shared_cut_sql, shared_segments_sql
 from analytics.filters import Filters
 from gpuledger.ledger.cte import Cte, with_ctes
 from gpuledger.ledger.prices import PRICE_PERIODS_CTE, price_cluster_sql, price_tier_sql
-from gpuledger.ledger.sql import PSEUDO_PREFIX
 
 Period = tuple[str, Filters]  # a label (YYYY-Www, p0, ...) and the view narrowed to the period's days
 
@@ -102,10 +95,8 @@ def job_bucket_costs_sql(
 ) -> tuple[str, list[object]]:
     """job_costs columns (plus ``week``) per (job, bucket of :func:`buckets_sql`): each job's in-view span cut
     at the bucket bounds and priced per piece with the price periods of analytics/cost.py, so a piece costs
-    what ``job_costs`` gives for the view narrowed to that bucket. Telemetry-only cards get one pseudo-job per
-    bucket, from their first sample in it to the end of their last one there (as
-    :func:`analytics.cost.pseudo_jobs_sql` does for a one-bucket view: one per card, a MIG card's instances
-    with it)."""
+    what ``job_costs`` gives for the view narrowed to that bucket. Telemetry-only cards' pseudo-jobs
+    (:func:`analytics.cost.pseudo_cards_sql`) are cut at the bucket bounds like any job."""
     real_sql, real_params = job_costs_sql(filters, as_of, unattributed=False)
     where, where_params = filters.job_where("pj")
     as_of_param = as_of or dt.datetime(9999, 1, 1)
@@ -140,18 +131,13 @@ def job_bucket_costs_sql(
 
 
 def _pseudo_sql() -> str:
-    """One pseudo-job per telemetry-only card and bucket of ``wk`` (its samples' first to last end there);
-    built per statement: the telemetry-only GPUs may be a sharing block's temp table."""
+    """The telemetry-only cards' pseudo-jobs (analytics.cost.pseudo_cards_sql: each held from its first sample
+    in the ledger to its last one's end) with every bucket of ``wk`` they overlap; built per statement: the
+    telemetry-only GPUs may be a sharing block's temp table."""
     return f"""
-        SELECT wk.week, '{PSEUDO_PREFIX}' || t.card AS job_id, any_value(g.cluster) AS cluster,
-               '{UNATTRIBUTED}' AS user_name, '{UNATTRIBUTED}' AS team, NULL::VARCHAR AS project,
-               '{PSEUDO_PREFIX}' || t.card AS name, 'other' AS kind, any_value(g.model) AS gpu_model,
-               1.0::DOUBLE AS gpu_count, 'on_demand' AS pricing_tier, 'UNKNOWN' AS state,
-               min(s.first_ts) AS start_ts, max(s.max_end_ts) AS end_ts,
-               any_value(wk.w_lo) AS w_lo, any_value(wk.w_hi) AS w_hi
-        FROM samples_day s JOIN ({telemetry_only_gpus_sql()}) t USING (gpu_id) LEFT JOIN gpus g USING (gpu_id)
-             JOIN wk ON s.day >= wk.w_lo::DATE AND s.day < wk.w_hi::DATE
-        GROUP BY wk.week, t.card"""
+        SELECT wk.week, pc.job_id, pc.cluster, pc.user_name, pc.team, pc.project, pc.name, pc.kind, pc.gpu_model,
+               pc.gpu_count, pc.pricing_tier, pc.state, pc.start_ts, pc.end_ts, wk.w_lo, wk.w_hi
+        FROM ({pseudo_cards_sql()}) pc JOIN wk ON pc.start_ts < wk.w_hi AND pc.end_ts > wk.w_lo"""
 
 
 # each piece's cost over the price periods it crosses

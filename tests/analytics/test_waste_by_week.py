@@ -89,9 +89,13 @@ def test_each_week_is_priced_and_split_on_its_own_side_of_the_boundary(con):
     # Capacity 2 H100 × 4 h per side, 1 × 4 h held: 4 GPU-h unallocated at $4, then at $6.
     assert rows[("2025-W10", "unallocated")]["unallocated_usd"] == pytest.approx(4 * 4.0)
     assert rows[("2025-W11", "unallocated")]["unallocated_usd"] == pytest.approx(4 * 6.0)
-    # The T4 pseudo-job of each week runs from its first sample there to the end of its last: 0.5 h × $0.50.
-    assert rows[("2025-W10", "unattributed")]["spend_usd"] == pytest.approx(0.5 * 0.5)
-    assert rows[("2025-W11", "unattributed")]["spend_usd"] == pytest.approx(0.5 * 0.5)
+    # The T4's pseudo-job runs from its first sample in the ledger (Sunday 20:00) to the end of its last
+    # (Monday 03:30), its silence included, and each week takes its part: 4 h × $0.50 and 3.5 h × $0.50, which
+    # add up to the whole view's 7.5 h ($3.75; before, the weeks gave 0.5 h each and $3.25 of it vanished).
+    assert rows[("2025-W10", "unattributed")]["spend_usd"] == pytest.approx(4.0 * 0.5)
+    assert rows[("2025-W11", "unattributed")]["spend_usd"] == pytest.approx(3.5 * 0.5)
+    whole = waste_by(con, by="team", settings=SETTINGS).filter(pl.col("key") == "unattributed")
+    assert whole["spend_usd"][0] == pytest.approx(7.5 * 0.5)
     # Parts sum to spend in every row.
     for r in out.iter_rows(named=True):
         assert sum(r[p] for p in PARTS) == pytest.approx(r["spend_usd"], abs=1e-9)
@@ -148,15 +152,16 @@ def test_spend_alone_by_hand(con):
         (r["week"], r["key"]): r["spend_usd"]
         for r in spend_by_week(con, settings=SETTINGS).iter_rows(named=True)
     }
-    # the job: 4 h × $4 in W10, 4 h × $6 in W11; the capacity nobody held: the same GPU-hours; the T4: 0.5 h × $0.50
+    # the job: 4 h × $4 in W10, 4 h × $6 in W11; the capacity nobody held: the same GPU-hours; the T4's
+    # pseudo-job (Sunday 20:00 to Monday 03:30): 4 h and 3.5 h × $0.50
     assert rows == pytest.approx(
         {
             ("2025-W10", "nlp"): 16.0,
             ("2025-W11", "nlp"): 24.0,
             ("2025-W10", "unallocated"): 16.0,
             ("2025-W11", "unallocated"): 24.0,
-            ("2025-W10", "unattributed"): 0.25,
-            ("2025-W11", "unattributed"): 0.25,
+            ("2025-W10", "unattributed"): 2.0,
+            ("2025-W11", "unattributed"): 1.75,
         }
     )
     with pytest.raises(ValueError, match="unknown grouping 'week'"):
