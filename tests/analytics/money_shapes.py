@@ -46,17 +46,17 @@ Left out on purpose:
   share, so a card's jobs can be billed more than the card (issue 35 item 1: the shares of every card-second
   sum to 1). bench/money_properties.py found it; :func:`instance_held_twice_example` is the hand-built case
   test_money_properties pins as an expected failure.
-- a file holding a single sample of a GPU (:func:`lone_sample`): such a sample stands for 1 s (its file gives
-  no cadence) and keeps that when the rest of its series lands from another file, while landing the same
-  samples again gives it the series' cadence, so a re-ingest changes the figures. The suite's derandomized
-  examples found it (b.csv holding only the 23:55 samples, landed first: +598 GPU-s, $0.66);
-  :func:`lone_sample_example` is the hand-built case test_money_properties pins as an expected failure.
+
+Generated again since its fix: a file holding a single sample of a GPU. Such a sample stood for 1 s (its file
+gives no cadence) and kept that when the rest of its series landed from another file, while landing the same
+samples again gave it the series' cadence (b.csv holding only the 23:55 samples, landed first: +598 GPU-s,
+$0.66). collectors/lone_samples.py now times it from the ledger's series; :func:`lone_sample_example` is the
+hand-built case test_money_properties keeps.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,19 +147,7 @@ def _series(draw: st.DrawFn, gid: str, lo: int, hi: int) -> list[dict[str, Any]]
 def shapes() -> st.SearchStrategy[Shape]:
     """The generated shapes, less the known limit (module docstring): two jobs time-slicing a card across
     midnight."""
-    return _shapes().filter(
-        lambda shape: not (shared_across_midnight(shape) or instance_held_twice(shape) or lone_sample(shape))
-    )
-
-
-def lone_sample(shape: Shape) -> bool:
-    """Does a file (a.csv, b.csv or b.csv's draft) hold a single sample of some GPU?"""
-    files = [
-        [s for s in shape.samples if s["ts"] < shape.split_at],
-        [s for s in shape.samples if s["ts"] >= shape.split_at],
-        shape.draft,
-    ]
-    return any(1 in Counter(s["gpu_id"] for s in rows).values() for rows in files)
+    return _shapes().filter(lambda shape: not (shared_across_midnight(shape) or instance_held_twice(shape)))
 
 
 def instance_held_twice(shape: Shape) -> bool:
