@@ -27,21 +27,19 @@ def settle_lone_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> int:
     """Derive again the interval of each lone, cadence-less sample near ``ingest_id``'s samples (module
     docstring); its GPU-time is re-rolled through TEMP ``merged_windows`` (land() ``_refresh_merged``).
     Returns how many samples changed."""
+    # lone among the cadence-less samples near the ingest first (one hash aggregate, no sort: 2 M samples of a
+    # 1 s series, every one a candidate, in 0.2 s), then in the whole ledger (its ingest's other samples of
+    # the GPU may stand for other intervals)
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE lone_near AS
             WITH span AS (SELECT gpu_id, min(ts) AS lo, max(ts) AS hi FROM samples
                           WHERE ingest_id = $ingest GROUP BY gpu_id)
-            SELECT s.rowid AS rid, s.gpu_id, s.ts, s.ingest_id
+            SELECT s.gpu_id, s.ingest_id, min(s.ts) AS ts
             FROM samples s JOIN span n ON n.gpu_id = s.gpu_id
             WHERE s.interval_s = {NO_CADENCE_S}
-              AND s.ts >= n.lo - {MAX_REACH} AND s.ts <= n.hi + {MAX_REACH}""",
+              AND s.ts >= n.lo - {MAX_REACH} AND s.ts <= n.hi + {MAX_REACH}
+            GROUP BY s.gpu_id, s.ingest_id HAVING count(*) = 1""",
         {"ingest": ingest_id},
-    )
-    # lone among the candidates first (cheap), then in the whole ledger (its ingest's other samples of the GPU
-    # may have other intervals)
-    con.execute(
-        """CREATE OR REPLACE TEMP TABLE lone_near AS
-           SELECT * FROM lone_near QUALIFY count(*) OVER (PARTITION BY gpu_id, ingest_id) = 1"""
     )
     if con.execute("SELECT count(*) FROM lone_near").fetchall()[0][0]:
         con.execute(
@@ -55,16 +53,17 @@ def settle_lone_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> int:
         changed = con.execute(
             f"""UPDATE samples SET interval_s = d.iv FROM (
                     WITH series AS (
-                        SELECT l.rid AS lone, s.ts,
-                               epoch(lead(s.ts) OVER (PARTITION BY l.rid ORDER BY s.ts) - s.ts) AS gap_s
+                        SELECT l.gpu_id, l.ts AS lone, s.ts,
+                               epoch(lead(s.ts) OVER (PARTITION BY l.gpu_id, l.ts ORDER BY s.ts) - s.ts) AS gap_s
                         FROM lone_near l JOIN samples s
                           ON s.gpu_id = l.gpu_id AND s.ts >= l.ts - {MAX_REACH} AND s.ts <= l.ts + {MAX_REACH}
                     ),
-                    cad AS (SELECT lone, {cadence_sql()} AS cad_s FROM series GROUP BY lone)
-                    SELECT l.rid, {interval_sql("g.gap_s", "c.cad_s")} AS iv
-                    FROM lone_near l JOIN cad c ON c.lone = l.rid JOIN series g ON g.lone = l.rid AND g.ts = l.ts
+                    cad AS (SELECT gpu_id, lone, {cadence_sql()} AS cad_s FROM series GROUP BY gpu_id, lone)
+                    SELECT l.gpu_id, l.ts, {interval_sql("g.gap_s", "c.cad_s")} AS iv
+                    FROM lone_near l JOIN cad c ON c.gpu_id = l.gpu_id AND c.lone = l.ts
+                    JOIN series g ON g.gpu_id = l.gpu_id AND g.lone = l.ts AND g.ts = l.ts
                 ) d
-                WHERE samples.rowid = d.rid AND samples.interval_s <> d.iv"""
+                WHERE samples.gpu_id = d.gpu_id AND samples.ts = d.ts AND samples.interval_s <> d.iv"""
         ).fetchall()[0][0]
     if changed:
         con.execute(
