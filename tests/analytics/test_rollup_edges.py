@@ -243,25 +243,37 @@ def test_a_merging_reingest_re_rolls_the_idle_runs_at_both_ends_of_its_window_on
 
 
 def test_an_ingest_ending_before_a_silence_to_midnight_re_rolls_only_its_own_day_and_hour(con) -> None:
-    """Job j holds n1:0 23:00-01:00, a sample a minute at 50 %. Ingest 1: 00:00-00:59 (60 samples). Ingest 2:
-    23:00-23:49 (50 samples; the silence to 00:00, 11 min, is a gap: 23:49 stands for 60 s). Ingest 2's window
-    ends in the first day's 23:00 hour, and the second day's 00:00 minute lies just past the day and hour it
-    re-rolls: re-aggregating it too (``<=`` at ``+ 1 DAY`` / ``+ 1 HOUR``) wrote the second day's and the
-    00:00 hour's rows twice. By hand: 3,000 s on the first day and in its 23:00 hour, 3,600 s on the second
-    and in its 00:00 hour, 6,600 s in all, once per (bucket, GPU, job)."""
-    ingest(con, jobs=[job("j", 1380, 1500)], allocations=[alloc("j", "n1:0", 1380, 1500)], gpus=[gpu("n1:0")])
+    """Job j holds n1:0 and n1:1 23:00-01:00, a sample a minute at 50 %. Ingest 1: n1:0 00:00-00:59 (60
+    samples). Ingest 2: n1:0 23:00-23:49 (50 samples; the silence to 00:00, 11 min, is a gap: 23:49 stands for
+    60 s) and n1:1 00:00-00:29 (30 samples). Ingest 2's window of n1:0 ends in the first day's 23:00 hour while
+    n1:1's runs into the second day, so only n1:0's own bound keeps its second-day 00:00 minute out of the day,
+    hour and histogram it re-rolls: re-aggregating it too (``<=`` at ``+ 1 DAY`` / ``+ 1 HOUR``) wrote n1:0's
+    second-day rows twice. By hand, once per (bucket, GPU, job): n1:0 3,000 s on the first day and in its 23:00
+    hour, 3,600 s on the second and in its 00:00 hour; n1:1 1,800 s on the second day and in its 00:00 hour."""
+    cards = ("n1:0", "n1:1")
+    ingest(
+        con,
+        jobs=[job("j", 1380, 1500, gpu_count=2.0)],
+        allocations=[alloc("j", g, 1380, 1500) for g in cards],
+        gpus=[gpu(g) for g in cards],
+    )
     ingest(con, samples=series("n1:0", 1440, [50.0] * 60))
-    ingest(con, samples=series("n1:0", 1380, [50.0] * 50))
+    ingest(con, samples=series("n1:0", 1380, [50.0] * 50) + series("n1:1", 1440, [50.0] * 30))
     first, second = dt.date(2025, 3, 3), dt.date(2025, 3, 4)
+    h23, h0 = T0 + dt.timedelta(hours=23), T0 + dt.timedelta(hours=24)
     for state in ("incremental", "rebuilt"):
         if state == "rebuilt":
             _rebuild(con)
-        days = con.execute("SELECT day, covered_s FROM samples_day ORDER BY ALL").fetchall()
-        assert days == [(first, 3_000.0), (second, 3_600.0)], state
-        hours = con.execute("SELECT hour, covered_s FROM samples_hour ORDER BY ALL").fetchall()
-        assert hours == [(T0 + dt.timedelta(hours=23), 3_000.0), (T0 + dt.timedelta(hours=24), 3_600.0)], (
-            state
-        )
-        hist = con.execute("SELECT day, util_pct, seconds FROM samples_util_hist ORDER BY ALL").fetchall()
-        assert hist == [(first, 50.0, 3_000.0), (second, 50.0, 3_600.0)], state
+        days = con.execute("SELECT gpu_id, day, covered_s FROM samples_day ORDER BY ALL").fetchall()
+        assert days == [("n1:0", first, 3_000.0), ("n1:0", second, 3_600.0), ("n1:1", second, 1_800.0)], state
+        hours = con.execute("SELECT gpu_id, hour, covered_s FROM samples_hour ORDER BY ALL").fetchall()
+        assert hours == [("n1:0", h23, 3_000.0), ("n1:0", h0, 3_600.0), ("n1:1", h0, 1_800.0)], state
+        hist = con.execute(
+            "SELECT gpu_id, day, util_pct, seconds FROM samples_util_hist ORDER BY ALL"
+        ).fetchall()
+        assert hist == [
+            ("n1:0", first, 50.0, 3_000.0),
+            ("n1:0", second, 50.0, 3_600.0),
+            ("n1:1", second, 50.0, 1_800.0),
+        ], state
         assert summary(con)["mean_util_pct"] == pytest.approx(50.0), state
