@@ -1,10 +1,26 @@
-"""Two edges of the rollup (gpuledger/ledger/rollup.py) that an incremental ingest and a rebuild must agree on
-with the raw samples: the idle-run link (a sample joins the run before it only within 1.5 × the previous
-sample's interval) and the minute window's upper edge (a refresh writes each GPU-minute once).
+"""The edges of the rollup's incremental refresh (gpuledger/ledger/rollup.py, rollup_columns.py,
+rollup_sequence.py) that an incremental ingest and a rebuild must agree on with the raw samples: the idle-run
+link (a sample joins the run before it only within 1.5 × the previous sample's interval), and each window's
+ends (a refresh deletes and writes again exactly the minutes, hours, days, histogram rows and idle runs of its
+window: each once).
 
-Both were one-line mutations the suite let through (issue 35: ``1.5 ×`` → ``2.5 ×`` in the idle-run link,
-``<`` → ``<=`` at the minute window's end); each test below fails under its mutation. Expected figures are
-worked by hand and by plain SQL over ``samples``.
+Two were one-line mutations the suite let through (issue 35: ``1.5 ×`` → ``2.5 ×`` in the idle-run link,
+``<`` → ``<=`` at the minute window's end). A survey of 33 one-character edges of the refresh (``<``/``<=``,
+``>=``/``>``, ``BETWEEN`` against a half-open range, a window end's ``± 1 MINUTE``: bench/rollup_mutants.py) found
+21 this module's first three tests let through; the cut, merge and silence tests below fail under each
+of the 10 that change a figure. The 11 left change none, by construction:
+
+- a bound ANDed with a tighter one: the literal global bounds (``minute < ?``) beside each GPU's own;
+- ``least(lo, x)`` / ``greatest(hi, x)`` where ``x`` may equal ``lo`` / ``hi`` (the window widening's
+  ``run_start < lo``, ``last_ts > hi``; the sample before a window, ``ts < lo``);
+- a reach or look edge: sample_time.reach_us_sql is 1 s past the link tolerance, so a sample exactly at a
+  reach (``run_reach_ts >= lo``, ``run_start <= reach_hi``, the sample before's reach, rollup_sequence's
+  ``look_lo`` / ``look_hi``) links to nothing either way;
+- a whole day or hour re-aggregated one bucket further (``(m_hi_end - 1 MINUTE)`` dropped): its minute rows
+  are whole, so the rows are the same.
+
+Expected figures are worked by hand and by plain SQL over ``samples``; the oracle shares GAP_TOLERANCE, so
+each link test reads the product against the hand figures first.
 """
 
 from __future__ import annotations
