@@ -30,6 +30,7 @@ from collectors.array_tasks import unify_array_tasks
 from collectors.attempts import match_attempts, renumber_attempts
 from collectors.common import MERGE_KEPT
 from collectors.interleave import extend_merged, settle_interleaved
+from collectors.lone_samples import settle_lone_samples
 from collectors.names import neutralize_names
 from collectors.provenance import record_ingest
 from gpuledger.ledger.job_states import OPEN_STATES, PENDING, REQUEUE_STATES
@@ -104,6 +105,7 @@ def land(con: duckdb.DuckDBPyConnection, ingest_id: int, opts: IngestOptions) ->
             rows["samples"] -= inside
             rows["samples_interleaved"] = inside
         rows["samples"] += extend_merged(con, ingest_id)
+        settle_lone_samples(con, ingest_id)  # a file's only sample of a GPU: timed by the ledger's series
     if "stage_gpus" in staged or "stage_samples" in staged:
         rows["gpus"] = _land_gpus(con, staged)
     if "stage_samples" in staged:

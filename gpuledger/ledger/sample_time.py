@@ -26,11 +26,14 @@ GAP_FACTOR = 2.5
 MAX_DERIVED_INTERVAL_S = 86_400.0
 # No sample stands for more than a day (collectors/validate.py): none further back reaches a later time.
 MAX_REACH = "INTERVAL 1 DAY"
+# The interval of a sample with no cadence to read (its file's only sample of its GPU, or a median gap over a
+# day): collectors/lone_samples.py derives such a lone sample again once its GPU's neighbours are in the ledger.
+NO_CADENCE_S = 1.0
 # A next sample later than GAP_TOLERANCE × the earlier sample's interval_s means a gap between them.
 GAP_TOLERANCE = 1.5
 
 
-def cadence_sql(gap: str = "gap_s", default_s: float = 1.0) -> str:
+def cadence_sql(gap: str = "gap_s", default_s: float = NO_CADENCE_S) -> str:
     """SQL aggregate: a series' cadence, the median of its gaps ``gap``; ``default_s`` when there is none or it
     is over a day (no cadence)."""
     return (

@@ -22,9 +22,10 @@ block as the CLI and pages read it (cpu 4.3 -> 2.1 s). The suite's 20 derandomiz
 41 s (2.6 s each, load 8). ``MONEY_EXAMPLES`` overrides; ``MONEY_RANDOM=1`` explores new shapes;
 bench/money_properties.py runs 200.
 
-Three shapes fail for faults in the product, not in the tests: each is built by hand in money_shapes, pinned
+Two shapes fail for faults in the product, not in the tests: each is built by hand in money_shapes, pinned
 below as a strict expected failure, and left out of the generated shapes until its fix lands (money_shapes,
-"Left out on purpose").
+"Left out on purpose"). A third, a file holding one sample of a GPU, was fixed (collectors/lone_samples.py) and
+is generated again.
 """
 
 from __future__ import annotations
@@ -208,16 +209,39 @@ def test_a_mig_instance_held_twice_bills_its_share_of_the_card_once() -> None:
     assert sum(cost.values()) == pytest.approx(4.0)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="a lone sample keeps 1 s until landed again")
-def test_a_lone_sample_in_its_file_changes_when_landed_again() -> None:
-    """Found by the suite's derandomized examples: a file holding one sample of a GPU gives it 1 s, and the
-    rest of its series landing from another file does not revise it, while landing all the samples again
-    does (money_shapes.lone_sample_example: $7.67, then $8.00). money_shapes.shapes leaves such files out
-    (lone_sample) until the landing gives a sample the same interval whatever file brought it; then this
-    passes, strict xfail fails the suite, and the filter goes with this test."""
+def test_a_lone_sample_in_its_file_changes_nothing_when_landed_again() -> None:
+    """Found by the suite's derandomized examples: a file holding one sample of a GPU gave it 1 s, which the rest
+    of its series landing from another file did not revise while landing all the samples again did
+    (money_shapes.lone_sample_example: $7.67, then $8.00). Fixed by collectors/lone_samples.py; the invariants
+    now hold for it, and money_shapes.shapes generates such files again."""
+    check(lone_sample_example())
+
+
+@pytest.mark.parametrize("order", ["one file", "b.csv first", "a.csv first"])
+def test_a_lone_sample_stands_for_the_cadence_whatever_the_order(order: str) -> None:
+    """money_shapes.lone_sample_example: one card no job claims, a sample every 5 minutes from 10:00 to 11:55
+    (24 samples), b.csv holding only the 11:55 one. By hand, whatever files bring them and in which order:
+    24 samples × 300 s = 7,200 s = 2 GPU-h at $4.00/h = $8.00; the 11:55 sample stands for 300 s (to 12:00),
+    not 1 s (23 × 300 + 1 = 6,901 s: $7.6678, what b.csv then a.csv, or a.csv then b.csv, gave before). Landing
+    every sample again, then b.csv again with --replace, changes none of it."""
+    shape = lone_sample_example()
+    con = memory_ledger()
     try:
-        check(lone_sample_example())
-    except AssertionError as e:
-        if "landed again" not in str(e):
-            raise RuntimeError(f"not the re-ingest's failure: {e}") from e
-        raise
+        set_prices(con, False)
+        ingest(con, gpus=shape.gpus)
+        a, b = (rows for _, rows in files(shape))
+        assert len(a) == 23 and len(b) == 1
+        batches = {"one file": [("all.csv", a + b)], "b.csv first": [("b.csv", b), ("a.csv", a)]}
+        batches["a.csv first"] = batches["b.csv first"][::-1]
+        for key, rows in batches[order]:
+            land_file(con, key, rows)
+        for again in (False, True):
+            lone = con.execute("SELECT interval_s FROM samples WHERE ts = ?", [b[0]["ts"]]).fetchall()
+            assert lone == [(300.0,)], (order, again)
+            got = summary(con)
+            assert got["gpu_hours"] == pytest.approx(24 * 300 / 3600, abs=1e-9), (order, again)
+            assert got["spend_usd"] == pytest.approx(24 * 300 / 3600 * 4.00, abs=CENT), (order, again)
+            ingest(con, samples=shape.samples)
+            land_file(con, "b.csv", b, replace=True)
+    finally:
+        con.close()
