@@ -191,16 +191,24 @@ def test_processes_jobs_and_allocations_from_proc_and_job_map(db_path: str, tmp_
         ("ws1:1", 103, "triton", 3000.0, "pod/1c2d3e4f-0000-4a4a-9b9b-123456789abc", 3),
         ("ws1:2", 104, "jupyter", 50.0, None, 3),
     ]
-    # a sample belongs to the job holding the most memory on its GPU, else the job map's job, else none
+    # a sample belongs to the job holding the most memory on its GPU, else the job map's job, else none; a card
+    # two jobs' processes share (ws1:1) is split between them (gpuledger/ledger/shares.py): its samples carry
+    # the smallest job id and count for each holder by its share
     assert rows(db_path, "SELECT gpu_id, job_id, count(*) FROM samples GROUP BY ALL ORDER BY 1") == [
         ("ws1:0", "ci/4242", 3),
-        ("ws1:1", "pod/1c2d3e4f-0000-4a4a-9b9b-123456789abc", 3),
+        ("ws1:1", "ci/77", 3),
         ("ws1:2", None, 3),
         ("ws1:3", None, 3),
         ("ws1:4", None, 3),
         ("ws1:5", "ci/5150", 3),
         ("ws1:6", None, 3),
         ("ws1:7", None, 3),
+    ]
+    assert rows(
+        db_path, "SELECT job_id, sum(share) FROM gpu_shares WHERE gpu_id = 'ws1:1' GROUP BY 1 ORDER BY 1"
+    ) == [
+        ("ci/77", pytest.approx(0.5)),
+        ("pod/1c2d3e4f-0000-4a4a-9b9b-123456789abc", pytest.approx(0.5)),
     ]
     # every job seen on a GPU holds it from first sighting (09:26:50) to last (09:26:53) + one interval
     first, end = dt.datetime(2025, 9, 8, 9, 26, 50), dt.datetime(2025, 9, 8, 9, 26, 54)
