@@ -34,18 +34,12 @@ import duckdb
 import polars as pl
 
 from analytics.filters import Filters
+from analytics.waste_jobs import PARTS, WASTE_PARTS
 from gpuledger.ledger.prices import PriceBook, price_book
 from gpuledger.ledger.settings import Settings
 
-WASTE_KEYS = ("idle_allocated_usd", "underused_usd", "failed_usd", "unallocated_usd")
-PART_KEYS = (
-    "productive_usd",
-    "idle_allocated_usd",
-    "underused_usd",
-    "failed_usd",
-    "unallocated_usd",
-    "unmeasured_usd",
-)
+WASTE_KEYS = WASTE_PARTS
+PART_KEYS = PARTS
 JOB_PARTS = tuple(k for k in PART_KEYS if k != "unallocated_usd")  # a job's own parts
 ELASTIC_TIERS = ("on_demand", "spot")  # capacity bought by the hour: a job that does not run is not paid for
 

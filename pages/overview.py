@@ -13,6 +13,7 @@ import streamlit as st
 
 from analytics.filters import Filters
 from analytics.overview import Overview
+from analytics.waste import PARTS
 from gpuledger.ledger.palette import NOT_A_TEAM_LABELS, PART_COLOURS, PART_LABELS, is_team, team_colours
 from gpuledger.reports.content import previous_period
 from pages import _data, _ui, _view
@@ -323,14 +324,7 @@ else:
 # ---------------------------------------------------------------- where the money went
 st.subheader("Where the money went")
 spend = s["spend_usd"]
-keys = [
-    "productive_usd",
-    "idle_allocated_usd",
-    "underused_usd",
-    "failed_usd",
-    "unallocated_usd",
-    "unmeasured_usd",
-]
+keys = list(PARTS)  # the taxonomy's parts, in its order (analytics/waste_jobs.py)
 parts = pl.DataFrame(
     {"part": [PART_LABELS[k] for k in keys], "cost_usd": [float(w[k]) for k in keys]}
 ).with_columns(
