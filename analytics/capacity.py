@@ -321,7 +321,7 @@ def _price_ctes(settings: Settings) -> list[Cte | str]:
     The tier is the cluster's (settings, else the default), on_demand when the model has no price for it;
     the cluster's own price rows when it has some."""
     tiers_sql, tier_params = _values_sql(
-        [(name, body.tier or settings.default_tier) for name, body in settings.clusters.items()],
+        [(name, settings.cluster_tier(name)) for name in settings.clusters],
         "cluster, tier",
         "VARCHAR, VARCHAR",
     )

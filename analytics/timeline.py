@@ -22,7 +22,6 @@ import polars as pl
 
 from analytics.filters import Filters
 from analytics.query import frame
-from analytics.whatif import cluster_tier
 from gpuledger.ledger.prices import price_book
 from gpuledger.ledger.settings import Settings
 
@@ -367,7 +366,7 @@ def _idle_usd(
 ) -> list[float | None]:
     """Each ranked GPU's idle hours in dollars, in ``ranked``'s order: per day of the view, the day's idle
     hours × the price in force that day (gpuledger.ledger.prices.PriceBook.rate, rules 2-4: the GPU's
-    model, on its cluster, own price rows first, at the cluster's tier, analytics.whatif.cluster_tier, else
+    model, on its cluster, own price rows first, at the cluster's tier, Settings.cluster_tier, else
     on_demand), summed. Held or not, an idle hour is priced as capacity, at the rate unallocated hours are
     (analytics/capacity.py), not at the holding job's tier. None when the model has no price."""
     if ranked.is_empty():
@@ -386,7 +385,7 @@ def _idle_usd(
     rates: dict[tuple[str | None, str | None, dt.date], float | None] = {}  # GPUs share models and days
     out: list[float | None] = []
     for gpu, model, cluster in ranked.select("gpu_id", "gpu_model", "cluster").iter_rows():
-        tier = cluster_tier(settings, cluster)
+        tier = settings.cluster_tier(cluster)
         usd: float | None = 0.0
         for day, idle_s in days[gpu]:
             key = (model, cluster, day)

@@ -84,12 +84,6 @@ class WhatIf:
     notes: list[str] = field(default_factory=list)
 
 
-def cluster_tier(settings: Settings, cluster: str | None) -> str:
-    """The tier a cluster's capacity is bought at: its own ``[clusters.X] tier``, else the default tier."""
-    own = settings.clusters.get(cluster) if cluster is not None else None
-    return (own.tier if own is not None and own.tier else None) or settings.default_tier
-
-
 def _job_rows(jobs: pl.DataFrame) -> list[dict[str, Any]]:
     cols = [
         c
@@ -131,7 +125,7 @@ def reprice_team_on_spot(
         new = hours * spot
         if new >= cost - 0.005:
             continue
-        tier = cluster_tier(settings, j.get("cluster"))
+        tier = settings.cluster_tier(j.get("cluster"))
         if tier not in ELASTIC_TIERS:
             key = f"{j.get('cluster') or '(no cluster)'} ({tier})"
             owned[key] = owned.get(key, 0.0) + cost - new

@@ -96,6 +96,12 @@ class Settings:
     kubernetes_namespace_teams: dict[str, str] = field(default_factory=dict)
     source: str = "defaults"
 
+    def cluster_tier(self, cluster: str | None) -> str:
+        """The tier a cluster's capacity is bought at: its own ``[clusters.X] tier``, else
+        ``pricing.default_tier`` (capacity nobody held, idle GPUs and what-if spot moves are priced at it)."""
+        own = self.clusters.get(cluster) if cluster is not None else None
+        return (own.tier if own is not None and own.tier else None) or self.default_tier
+
     def fingerprint(self) -> str:
         """Stable hash of everything that changes a number; stored with synced reference data."""
         payload = asdict(self)
