@@ -43,6 +43,7 @@ from collectors.base import IngestOptions, Sniff
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.job_states import OPEN_STATES, POD_PHASES
+from gpuledger.ledger.mig import A30_SLICES, CARD_SLICES
 from gpuledger.ledger.reference import model_sql_case
 
 WHOLE_GPU = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "amd.com/gpu")
@@ -58,7 +59,7 @@ _QUANTITY = re.compile(r"^\d+(?:\.\d+)?$")
 def mig_share(g: int, mem_gb: int) -> float:
     """A MIG instance's share of its card: its compute slices over the card's (A30 profiles carry 6 GB a
     slice and the card has 4; A100, H100, H200 and B200 cards have 7)."""
-    slices = 4 if mem_gb == 6 * g else 7
+    slices = A30_SLICES if mem_gb == 6 * g else CARD_SLICES
     return min(1.0, g / slices)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import duckdb
 
+from gpuledger.ledger.mig import card_slices_sql
 from gpuledger.ledger.reference import model_sql_case
 
 
@@ -59,7 +60,9 @@ def _parse_tres(con: duckdb.DuckDBPyConnection) -> None:
         ), typed AS (
             SELECT *, substr(k, 10) AS typ,
                    TRY_CAST(regexp_extract(k, '(\\d+)g\\.\\d+gb', 1) AS DOUBLE) AS mig_g,
-                   CASE WHEN regexp_matches(k, 'a30') THEN 4 ELSE 7 END AS slices
+                   """
+        + card_slices_sql("k")
+        + """ AS slices
             FROM p
         )
         SELECT tres,

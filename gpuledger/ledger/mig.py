@@ -13,9 +13,18 @@ Read by the telemetry-only cards' weights (analytics/cost.py) and by the split o
 
 from __future__ import annotations
 
+CARD_SLICES = 7  # compute slices of an A100, H100, H200 or B200
+A30_SLICES = 4  # an A30's (its profiles carry 6 GB a slice)
+
+
+def card_slices_sql(text: str) -> str:
+    """The compute slices of the card a model name, a Slurm GRES type (``a30_1g.6gb``) or a profile names."""
+    return f"(CASE WHEN regexp_matches(lower({text}), 'a30(\\b|_)') THEN {A30_SLICES}.0 ELSE {CARD_SLICES}.0 END)"
+
+
 # One row per GPU row: gpu_id, instance (bool), slices (the card's), slice_units (the slices this row stands
 # for: all of them for a card or a view of one). No parameters.
-GPU_SLICES_SQL = r"""
+GPU_SLICES_SQL = rf"""
     SELECT gpu_id, instance, slices,
            CASE WHEN instance THEN least(slices, coalesce(used, mem_share * slices, 1.0)) ELSE slices END
                AS slice_units
@@ -23,8 +32,7 @@ GPU_SLICES_SQL = r"""
         SELECT g.gpu_id,
                g.parent_gpu_id IS NOT NULL
                    AND (g.mig_profile IS NOT NULL OR starts_with(g.gpu_id, g.parent_gpu_id || '/')) AS instance,
-               CASE WHEN regexp_matches(lower(concat_ws(' ', g.model, g.model_raw)), 'a30\b') THEN 4.0
-                    ELSE 7.0 END AS slices,
+               {card_slices_sql("concat_ws(' ', g.model, g.model_raw)")} AS slices,
                coalesce(TRY_CAST(nullif(regexp_extract(g.mig_profile, '^(\d+)c\.', 1), '') AS DOUBLE),
                         TRY_CAST(nullif(regexp_extract(g.mig_profile, '^(?:\d+c\.)?(\d+)g\.', 1), '') AS DOUBLE))
                    AS used,
