@@ -91,8 +91,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     "gpuledger.reports": {"analytics", "gpuledger.ledger"},
     "gpuledger.upload": {"analytics", "collectors", "gpuledger.ledger"},
     "gpuledger.demo": {"collectors", "gpuledger.ledger"},
+    "gpuledger.guard": {"analytics", "gpuledger.reports", "gpuledger.ledger"},
     "gpuledger.cli": {
         "gpuledger",
+        "gpuledger.guard",
         "gpuledger.reports",
         "gpuledger.demo",
         "analytics",
@@ -101,6 +103,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     },
     "pages": {
         "gpuledger",
+        "gpuledger.guard",
         "gpuledger.reports",
         "gpuledger.upload",
         "analytics",
@@ -120,7 +123,7 @@ def layer_of(module: str) -> str | None:
     if (
         parts[0] == "gpuledger"
         and len(parts) > 1
-        and parts[1] in ("ledger", "reports", "demo", "cli", "upload")
+        and parts[1] in ("ledger", "reports", "demo", "cli", "upload", "guard")
     ):
         return ".".join(parts[:2])
     return parts[0]

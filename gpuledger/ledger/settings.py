@@ -18,6 +18,7 @@ from typing import Any
 
 from gpuledger.ledger.access import AccessSettings, AuthSettings, parse_access, parse_auth
 from gpuledger.ledger.errors import SettingsError
+from gpuledger.ledger.guard_policy import GuardSettings, parse_guard
 from gpuledger.ledger.text import neutral
 
 TIERS = ("on_demand", "spot", "reserved", "on_prem")
@@ -94,6 +95,9 @@ class Settings:
     # else the namespace itself
     kubernetes_team_label: str | None = None
     kubernetes_namespace_teams: dict[str, str] = field(default_factory=dict)
+    guard: GuardSettings = field(
+        default_factory=GuardSettings
+    )  # [guard]: idle-job policies (guard_policy.py)
     source: str = "defaults"
 
     def cluster_tier(self, cluster: str | None) -> str:
@@ -115,6 +119,7 @@ class Settings:
             "auth",
             "access",
             "team_mail",
+            "guard",
         ):
             payload.pop(who_sees_what)  # no figure depends on these
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
@@ -161,6 +166,7 @@ _SECTIONS = {
     "access",
     "reports",
     "kubernetes",
+    "guard",
 }
 
 
@@ -358,6 +364,8 @@ def from_dict(data: dict[str, Any], path: Path) -> Settings:
     values["access"] = parse_access(path, data.get("access"))
     if "reports" in data:
         values["team_mail"] = _team_mail(path, data["reports"])
+    if "guard" in data:
+        values["guard"] = parse_guard(path, data["guard"], address_problem)
     settings = Settings(**values, source=str(path))
     if settings.idle_util_pct >= settings.target_util_pct:
         raise SettingsError(path, "thresholds.idle_util_pct", "must be below thresholds.target_util_pct")
