@@ -123,6 +123,7 @@ class Evaluated:
     outcome: Outcome
     end: dt.datetime | None  # the job's real end, else its last telemetry
     exempt: str | None
+    segments: tuple[Segment, ...]  # the job's idle timeline under the policy (merged)
 
 
 def evaluate(
@@ -137,7 +138,9 @@ def evaluate(
             runs.get(job.job_id, {}), job.gpu_count, policy.gpu_fraction, interactive_until(job, policy)
         )
         end = job.end or (segments[-1].end if segments else None)
-        out.append(Evaluated(job, policy, simulate(segments, policy), end, exemption(job, policy)))
+        out.append(
+            Evaluated(job, policy, simulate(segments, policy), end, exemption(job, policy), tuple(segments))
+        )
     return out
 
 

@@ -17,6 +17,7 @@ unknown, so under ``gpu_fraction = 1`` a job with a GPU that never reported is n
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
 from collections import defaultdict
 
@@ -95,7 +96,7 @@ def job_segments(
     # per GPU, a cursor over its runs (sorted, not overlapping)
     cursors = {g: 0 for g in runs}
     segments: list[Segment] = []
-    for lo, hi in zip(times, times[1:], strict=False):
+    for lo, hi in itertools.pairwise(times):
         idle = busy = 0
         for g, gruns in runs.items():
             i = cursors[g]

@@ -530,6 +530,32 @@ SCHEMA_V9: list[str] = [
     """,
 ]
 
+# Version 10: what the guard did (gpuledger/guard/live.py, `gpuledger guard run --enforce`), one row per step it
+# took on a job, never updated or deleted: warnings mailed, checkpoint signals, cancels, and the scheduler's answer.
+SCHEMA_V10_GUARD: list[str] = [
+    """
+    CREATE SEQUENCE IF NOT EXISTS guard_action_seq START 1
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS guard_actions (
+        action_id      BIGINT PRIMARY KEY,     -- from guard_action_seq, in the order the actions were taken
+        job_id         VARCHAR NOT NULL,       -- jobs.job_id the step was taken on
+        policy         VARCHAR NOT NULL,       -- [[guard.policy]] name
+        step           VARCHAR NOT NULL,       -- warn | warn_again | signal | cancel
+        run_start      TIMESTAMP NOT NULL,     -- start of the idle run the step belongs to (UTC); with job_id, policy and step the step's key
+        due_ts         TIMESTAMP NOT NULL,     -- when the policy made the step due (UTC)
+        acted_ts       TIMESTAMP NOT NULL,     -- when the guard took it (UTC)
+        gpu_count      DOUBLE NOT NULL,        -- jobs.gpu_count at the time
+        idle_gpu_hours DOUBLE NOT NULL,        -- gpu_count × the idle run's length at due_ts (GPU-hours)
+        idle_usd       DOUBLE,                 -- idle_gpu_hours at the price in force that day (USD; NULL: no price for the model)
+        mail_id        VARCHAR,                -- Message-ID of the owner's warning (NULL: not mailed: cooldown, quiet, no address, or not a warning)
+        answer         VARCHAR,                -- the scheduler's answer to a signal or cancel (scancel's exit and output, the API's status); NULL for a warning
+        accepted       BOOLEAN,                -- the scheduler accepted the signal or cancel; NULL for a warning
+        planned_end_ts TIMESTAMP               -- a cancelled job's end as its scheduler planned it (Slurm: start + time limit, squeue %e; UTC); NULL: none known (a pod, no limit)
+    )
+    """,
+]
+
 MIGRATIONS: list[list[str]] = [
     SCHEMA_V1,
     SCHEMA_V2,
@@ -540,6 +566,7 @@ MIGRATIONS: list[list[str]] = [
     SCHEMA_V7,
     SCHEMA_V8,
     SCHEMA_V9,
+    SCHEMA_V10_GUARD,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -570,6 +597,7 @@ TABLES = (
     "ingest_sources",
     "checkpoint_placements",
     "gpu_shares",
+    "guard_actions",
 )
 
 # Tables whose rows belong to one ingest (deleted with it on --replace; collectors/provenance.py delete_ingests first

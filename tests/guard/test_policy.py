@@ -122,7 +122,18 @@ def test_the_guard_leaves_the_fingerprint_alone():
 def test_a_bad_policy_file_is_one_error_line_from_any_command(tmp_path: Path):
     settings = tmp_path / "s.toml"
     settings.write_text('[[guard.policy]]\nname = "p"\ncancel_minutes = -5\n', encoding="utf-8")
-    done = gpuledger("guard", "replay", "--settings", str(settings), "--db", str(tmp_path / "l.duckdb"))
+    done = gpuledger(
+        "guard",
+        "replay",
+        "--since",
+        "7d",
+        "--until",
+        "1d",
+        "--settings",
+        str(settings),
+        "--db",
+        str(tmp_path / "l.duckdb"),
+    )
     assert done.returncode == 1
     assert done.stderr.strip() == (
         f"error: {settings}: setting 'guard.policy[0].cancel_minutes': must be above 0 and at most 525600, got -5"
