@@ -16,6 +16,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from analytics.query import frame
 from gpuledger.ledger.prices import price_book
 
 ACTION_COLUMNS = {
@@ -43,11 +44,12 @@ def guard_actions(
 ) -> pl.DataFrame:
     """The steps taken in ``[since, until + 1 day)``, in order (columns: :data:`ACTION_COLUMNS`)."""
     lo, hi = _window(since, until)
-    return con.execute(
+    return frame(
+        con,
         f"""SELECT {", ".join(ACTION_COLUMNS)} FROM guard_actions
             WHERE acted_ts >= ? AND acted_ts < ? ORDER BY action_id""",
         [lo, hi],
-    ).pl()
+    )
 
 
 def guard_saved(

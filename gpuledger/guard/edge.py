@@ -64,14 +64,14 @@ def scancel(job_id: str, *, signal: str | None = None, command: str = "scancel")
         args = [command, *([f"--signal={signal}", "--full"] if signal else []), slurm_id(job_id)]
     except ValueError as exc:
         return Answer(False, str(exc))
+    planned = None if signal else slurm_planned_end(job_id)
     try:
         done = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Answer(False, f"{' '.join(args)}: {exc}")
     said = " ".join((done.stdout + done.stderr).split())
-    return Answer(
-        done.returncode == 0, f"{' '.join(args)}: exit {done.returncode}" + (f": {said}" if said else "")
-    )
+    text = f"{' '.join(args)}: exit {done.returncode}" + (f": {said}" if said else "")
+    return Answer(done.returncode == 0, text, planned)
 
 
 def slurm_planned_end(job_id: str, *, command: str = "squeue") -> dt.datetime | None:
