@@ -16,7 +16,6 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from analytics.query import frame
 from gpuledger.ledger.prices import price_book
 
 ACTION_COLUMNS = {
@@ -39,38 +38,59 @@ def _window(since: dt.date | None, until: dt.date | None) -> tuple[dt.datetime, 
     return lo, hi
 
 
+# the jobs a view may see: every job when teams / clusters are empty
+_JOB_SCOPE = """(cardinality($teams::VARCHAR[]) = 0 OR j.team IN (SELECT unnest($teams::VARCHAR[])))
+    AND (cardinality($clusters::VARCHAR[]) = 0 OR j.cluster IN (SELECT unnest($clusters::VARCHAR[])))"""
+
+
 def guard_actions(
-    con: duckdb.DuckDBPyConnection, *, since: dt.date | None = None, until: dt.date | None = None
+    con: duckdb.DuckDBPyConnection,
+    *,
+    since: dt.date | None = None,
+    until: dt.date | None = None,
+    teams: tuple[str, ...] = (),
+    clusters: tuple[str, ...] = (),
 ) -> pl.DataFrame:
-    """The steps taken in ``[since, until + 1 day)``, in order (columns: :data:`ACTION_COLUMNS`)."""
+    """The steps taken in ``[since, until + 1 day)`` on jobs of ``teams`` and ``clusters`` (all when empty), in
+    order (columns: :data:`ACTION_COLUMNS`)."""
     lo, hi = _window(since, until)
-    return frame(
-        con,
-        f"""SELECT {", ".join(ACTION_COLUMNS)} FROM guard_actions
-            WHERE acted_ts >= ? AND acted_ts < ? ORDER BY action_id""",
-        [lo, hi],
+    cols = ", ".join(f"a.{c}" for c in ACTION_COLUMNS)
+    rel = con.execute(
+        f"""SELECT {cols} FROM guard_actions a LEFT JOIN jobs j USING (job_id)
+            WHERE a.acted_ts >= $lo AND a.acted_ts < $hi AND {_JOB_SCOPE} ORDER BY a.action_id""",
+        {"lo": lo, "hi": hi, "teams": list(teams), "clusters": list(clusters)},
     )
+    return pl.from_arrow(rel.to_arrow_table())  # type: ignore[return-value]
 
 
 def guard_saved(
-    con: duckdb.DuckDBPyConnection, *, since: dt.date | None = None, until: dt.date | None = None
+    con: duckdb.DuckDBPyConnection,
+    *,
+    since: dt.date | None = None,
+    until: dt.date | None = None,
+    teams: tuple[str, ...] = (),
+    clusters: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """``{"jobs_cancelled", "saved_gpu_hours", "saved_usd", "jobs_warned"}`` for cancels (and warnings) taken
     in the window. A job is counted once (its first cancel); ``saved_usd`` None when a model has no price."""
     lo, hi = _window(since, until)
+    params = {"lo": lo, "hi": hi, "teams": list(teams), "clusters": list(clusters)}
     rows = con.execute(
         """SELECT a.job_id, arg_min(a.acted_ts, a.action_id) AS at, arg_min(a.gpu_count, a.action_id),
                   arg_min(a.planned_end_ts, a.action_id), any_value(j.gpu_model), any_value(j.pricing_tier),
                   any_value(j.cluster)
            FROM guard_actions a LEFT JOIN jobs j USING (job_id)
-           WHERE a.step = 'cancel' AND a.accepted AND a.acted_ts >= ? AND a.acted_ts < ?
+           WHERE a.step = 'cancel' AND a.accepted AND a.acted_ts >= $lo AND a.acted_ts < $hi AND """
+        + _JOB_SCOPE
+        + """
            GROUP BY a.job_id ORDER BY a.job_id""",
-        [lo, hi],
+        params,
     ).fetchall()
     warned = con.execute(
-        """SELECT count(DISTINCT job_id) FROM guard_actions
-           WHERE step LIKE 'warn%' AND acted_ts >= ? AND acted_ts < ?""",
-        [lo, hi],
+        """SELECT count(DISTINCT a.job_id) FROM guard_actions a LEFT JOIN jobs j USING (job_id)
+           WHERE a.step LIKE 'warn%' AND a.acted_ts >= $lo AND a.acted_ts < $hi AND """
+        + _JOB_SCOPE,
+        params,
     ).fetchall()[0][0]
     book = price_book(con)
     hours = 0.0

@@ -19,6 +19,7 @@ import polars as pl
 import streamlit as st
 
 from analytics import diagnoses as diagnoses_
+from analytics import guard_actions as guard_actions_
 from analytics import jobs, recommend, timeline, unit_costs, utilization, waste
 from analytics import overview as overview_
 from analytics import summary as summary_
@@ -26,7 +27,9 @@ from analytics.filters import Filters, UnknownName, horizon, known_names
 from analytics.filters import unknown_names as unknown_names_
 from analytics.job_detail import JobDetail, job_detail
 from analytics.shared import sharing
+from gpuledger.guard.replay import replay as guard_replay_
 from gpuledger.ledger.db import data_version, one_reader, reader, sync_reference
+from gpuledger.ledger.guard_policy import Policy
 from gpuledger.ledger.prices import PriceBook, price_book
 from gpuledger.ledger.settings import Settings
 from gpuledger.ledger.sql import job_count_sql
@@ -342,6 +345,39 @@ def savings(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> di
     total = recommend.savings_total(recs, whole=True)
     total["coverage"] = recommend.view_coverage(con, recs, filters=filters, settings=s)
     return total
+
+
+# ---------------------------------------------------------------- guard
+
+
+@cached("Replaying the policy…", entries=16)
+def guard_replay(
+    con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, policy: Policy, since: Any, until: Any
+) -> dict[str, Any]:
+    """``gpuledger guard replay --json --policy NAME`` for the view's days, its jobs kept to the view's teams
+    and clusters. The policy travels as an argument: it is not part of the settings' fingerprint."""
+    out = guard_replay_(con, since=since, until=until, settings=s, policies=(policy,))["policies"][0]
+    keep = [
+        j
+        for j in out["jobs"]
+        if (not filters.teams or j["team"] in filters.teams)
+        and (not filters.clusters or j["cluster"] in filters.clusters)
+    ]
+    return dict(out, jobs=keep)
+
+
+@cached()
+def guard_actions(
+    con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters
+) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """``gpuledger guard actions --json`` for the view: the steps taken and what the cancels saved."""
+    kw = {
+        "since": filters.since,
+        "until": filters.until,
+        "teams": filters.teams,
+        "clusters": filters.clusters,
+    }
+    return guard_actions_.guard_actions(con, **kw), guard_actions_.guard_saved(con, **kw)
 
 
 # ---------------------------------------------------------------- upload

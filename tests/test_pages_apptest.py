@@ -30,6 +30,7 @@ PAGES = {
     "pages/reports.py": "Weekly report",
     "pages/whatif.py": "What if",
     "pages/settings.py": "Settings",
+    "pages/guard.py": "Guard",
 }
 
 

@@ -134,6 +134,9 @@ class ReportData:
     notes: tuple[str, ...]  # data-quality notes, plain sentences
     settings: Settings
     generated_at: dt.datetime
+    guard: dict[str, Any] | None = (
+        None  # analytics.guard_actions.guard_saved for the view; None: no guard step
+    )
 
     @property
     def coverage(self) -> dict[str, Any] | None:
@@ -202,8 +205,19 @@ def _collect(
         notes=(),
         settings=settings,
         generated_at=dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0),
+        guard=_guard(con, filters),
     )
     return _with_notes(con, data)
+
+
+def _guard(con: duckdb.DuckDBPyConnection, filters: Filters) -> dict[str, Any] | None:
+    """What the guard did in the view (its own small section of the report), None when it took no step."""
+    from analytics.guard_actions import guard_saved
+
+    found = guard_saved(
+        con, since=filters.since, until=filters.until, teams=filters.teams, clusters=filters.clusters
+    )
+    return found if found["jobs_cancelled"] or found["jobs_warned"] else None
 
 
 def _savings(con: duckdb.DuckDBPyConnection, recs: pl.DataFrame, kw: dict[str, Any]) -> dict[str, Any]:

@@ -293,6 +293,21 @@ def _energy(data: ReportData) -> Section:
     )
 
 
+def _guard(data: ReportData) -> Section:
+    """The guard's line (gpuledger guard run --enforce; analytics/guard_actions.py): its own section, shown only
+    in a period where the guard took a step."""
+    g = data.guard or {}
+    usd = g.get("saved_usd")
+    money = "n/a (a model without a price)" if usd is None else fmt.usd(usd)
+    return Section(
+        "Idle jobs the guard acted on",
+        paragraphs=[
+            f"{g.get('jobs_cancelled', 0)} jobs cancelled, {g.get('saved_gpu_hours', 0.0):,.1f} GPU-hours, "
+            f"{money} saved (to each job's planned end); {g.get('jobs_warned', 0)} jobs warned."
+        ],
+    )
+
+
 def _notes(data: ReportData) -> Section:
     return Section(
         "Data-quality notes", bullets=list(data.notes), empty="Nothing to note: every figure is complete."
@@ -323,6 +338,7 @@ def sections(data: ReportData) -> list[Section]:
         _jobs(data),
         _trends(data),
         _energy(data),
+        *([_guard(data)] if data.guard else []),
         _notes(data),
         _definitions(data),
     ]

@@ -139,6 +139,8 @@ def report_dict(data: ReportData) -> dict[str, Any]:
         "notes": list(data.notes),
         "definitions": dict(definitions(data.settings)),
     }
+    if data.guard:  # the guard's line, only in a period where it took a step (analytics/guard_actions.py)
+        out["guard"] = dict(data.guard)
     return _clean(out)
 
 
