@@ -111,7 +111,7 @@ def due(
                     if step.step == "cancel" and policy.checkpoint_signal and "signal" not in done:
                         blocked = blocked or "the checkpoint signal was not sent yet"
                 hours = ev.job.gpu_count * step.idle_minutes / 60.0
-                plans.append(Plan(ev.job, policy, step, hours, usd(book, ev.job, hours, step.at), blocked))
+                plans.append(Plan(ev.job, policy, step, hours, usd(book, ev.job, run, step.at), blocked))
                 if blocked:
                     break
     return plans

@@ -7,9 +7,9 @@ listed when it falls inside the window. An exempt job (user, account, name, QOS,
 the policy would have taken, marked ``exempt``, and counts in no total.
 
 Saved by a cancel (docs/metrics.md, "Guard"): the GPUs the job held (``gpu_count``) × the time from the cancel
-to the job's real end (``end_ts``; a job still running: its last telemetry, so a lower bound), priced at the
-price in force for the job's GPU model, tier and cluster on the cancel's UTC date (gpuledger/ledger/prices.py
-``PriceBook.rate``; None when the model has no price). The idle GPU-hours of a step: ``gpu_count`` × the idle
+to the job's real end (``end_ts``; a job still running: its last telemetry, so a lower bound), each UTC day's
+part priced at the price in force that day for the job's GPU model, tier and cluster
+(gpuledger/ledger/prices.py ``PriceBook.rate``; None when the model has no price). The idle GPU-hours of a step: ``gpu_count`` × the idle
 run's length at that step.
 """
 
@@ -144,9 +144,9 @@ def evaluate(
     return out
 
 
-def usd(book: PriceBook, job: Job, gpu_hours: float, on: dt.datetime) -> float | None:
-    rate = book.rate(job.gpu_model, job.tier, job.cluster, on.date())
-    return None if rate is None else gpu_hours * rate
+def usd(book: PriceBook, job: Job, t0: dt.datetime, t1: dt.datetime) -> float | None:
+    """$ of the job's GPUs held from ``t0`` to ``t1`` at the prices in force (``PriceBook.held_usd``)."""
+    return book.held_usd(job.gpu_model, job.tier, job.cluster, job.gpu_count, t0, t1)
 
 
 def step_dict(book: PriceBook, job: Job, step: Step) -> dict[str, Any]:
@@ -156,7 +156,7 @@ def step_dict(book: PriceBook, job: Job, step: Step) -> dict[str, Any]:
         "at": step.at.isoformat(sep=" "),
         "idle_minutes": round(step.idle_minutes, 3),
         "idle_gpu_hours": idle_h,
-        "idle_usd": usd(book, job, idle_h, step.at),
+        "idle_usd": usd(book, job, step.run_start, step.at),
         "mailed": step.mailed if step.step.startswith("warn") else None,
     }
 
@@ -167,7 +167,7 @@ def saved(book: PriceBook, ev: Evaluated) -> tuple[float, float | None]:
     if at is None or ev.end is None:
         return 0.0, 0.0
     hours = ev.job.gpu_count * max((ev.end - at).total_seconds(), 0.0) / 3600.0
-    return hours, usd(book, ev.job, hours, at)
+    return hours, usd(book, ev.job, at, ev.end)
 
 
 def replay(

@@ -364,3 +364,25 @@ def test_the_command_without_policies_or_with_an_unknown_one(tmp_path: Path):
     assert (
         bad.returncode == 2 and bad.stderr.strip() == "error: --policy 'nope': no such policy (known: idle)"
     )
+
+
+def test_a_saving_across_a_price_change_is_priced_day_by_day(ledger):
+    """The H100 price falls from $4 to $2 on 2025-03-04. A job 20:00 (Mar 3) to 04:00 (Mar 4), busy until 21:00
+    then 0 %: warn 22:00, cancel 23:00; saved 23:00-04:00 = 5 GPU-h: 1 h at $4 + 4 h at $2 = $12 (the cancel
+    day's price alone would say $20)."""
+    ingest(
+        ledger,
+        jobs=[job("p/night", 20 * 60, 28 * 60)],
+        gpus=[gpu("q1:0")],
+        allocations=[alloc("p/night", "q1:0", 20 * 60, 28 * 60)],
+        samples=five_min("q1:0", 20 * 60, [90.0] * 12 + [0.0] * 84),
+    )
+    set_test_prices(ledger)
+    ledger.execute(
+        "INSERT INTO prices VALUES ('H100-SXM-80GB', 'on_demand', NULL, DATE '2025-03-04', 2.0, 't', DATE '2025-03-04', 'sheet', NULL)"
+    )
+    p = {"name": "p", "warn_minutes": 60, "cancel_minutes": 120}
+    row = by_job(replay(ledger, since=DAY, until=dt.date(2025, 3, 4), settings=settings(p)))["p/night"]
+    assert steps(row) == [("warn", at(22 * 60)), ("cancel", at(23 * 60))]
+    assert row["saved_gpu_hours"] == pytest.approx(5.0)
+    assert row["saved_usd"] == pytest.approx(1 * 4.0 + 4 * 2.0)
