@@ -92,6 +92,49 @@ def slurm_planned_end(job_id: str, *, command: str = "squeue") -> dt.datetime | 
         return None
 
 
+def slurm_qos(job_id: str, *, command: str = "squeue") -> str | None:
+    """A running job's QOS (``squeue -o %q``); None when squeue does not say."""
+    try:
+        args = [command, "-h", "-j", slurm_id(job_id), "-o", "%q"]
+        done = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    except (ValueError, OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def _client(target: KubeTarget):  # type: ignore[no-untyped-def]
+    import httpx2
+    from lightkube import Client, KubeConfig
+
+    if target.server:
+        from lightkube.config.models import Cluster, User
+
+        config = KubeConfig.from_one(cluster=Cluster(server=target.server), user=User())
+    elif target.kubeconfig:
+        config = KubeConfig.from_file(target.kubeconfig)
+    else:
+        config = KubeConfig.from_env()
+    return Client(
+        config=config.get(target.context) if target.context else config, timeout=httpx2.Timeout(TIMEOUT_S)
+    )
+
+
+def pod_labels(job_id: str, target: KubeTarget) -> dict[str, str] | None:
+    """A pod's labels as the API has them now; None when it cannot say (no client, no pod, no answer)."""
+    try:
+        import httpx2
+        from lightkube import ApiError, ConfigError
+        from lightkube.resources.core_v1 import Pod
+    except ImportError:
+        return None
+    try:
+        namespace, name = pod_of(job_id)
+        pod = _client(target).get(Pod, name, namespace=namespace)
+    except (ValueError, ApiError, ConfigError, httpx2.HTTPError, OSError):
+        return None  # unknown: the job is then not spared by a label
+    return dict(pod.metadata.labels or {}) if pod.metadata is not None else None
+
+
 def delete_pod(job_id: str, target: KubeTarget, *, grace_seconds: int | None = None) -> Answer:
     """Delete the pod (its controller may start another: the guard stops this one). ``grace_seconds`` is the
     pod's termination grace period (SIGTERM, then SIGKILL after it): the checkpoint signal of a pod."""
@@ -101,24 +144,12 @@ def delete_pod(job_id: str, target: KubeTarget, *, grace_seconds: int | None = N
         return Answer(False, str(exc))
     try:
         import httpx2
-        from lightkube import ApiError, Client, ConfigError, KubeConfig
+        from lightkube import ApiError, ConfigError
         from lightkube.resources.core_v1 import Pod
     except ImportError:
         return Answer(False, "pod deletion needs the lightkube client: pip install 'gpuledger[kubernetes]'")
     try:
-        if target.server:
-            from lightkube.config.models import Cluster, User
-
-            config = KubeConfig.from_one(cluster=Cluster(server=target.server), user=User())
-        elif target.kubeconfig:
-            config = KubeConfig.from_file(target.kubeconfig)
-        else:
-            config = KubeConfig.from_env()
-        client = Client(
-            config=config.get(target.context) if target.context else config,
-            timeout=httpx2.Timeout(TIMEOUT_S),
-        )
-        client.delete(Pod, name, namespace=namespace, grace_period=grace_seconds)
+        _client(target).delete(Pod, name, namespace=namespace, grace_period=grace_seconds)
     except ConfigError as exc:
         return Answer(False, f"no Kubernetes configuration: {exc}")
     except ApiError as exc:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from gpuledger.guard.edge import Answer, KubeTarget, delete_pod, scancel, scheduler
+from gpuledger.guard.edge import Answer, KubeTarget, delete_pod, pod_labels, scancel, scheduler, slurm_qos
 from gpuledger.guard.replay import Job, evaluate, usd
 from gpuledger.guard.steps import IDLE, Step
 from gpuledger.ledger.guard_policy import Policy
@@ -174,6 +174,21 @@ def record(
             None if answer is None else answer.planned_end,
         ],
     )
+
+
+def scheduler_exemption(job: Job, policy: Policy, kube: KubeTarget) -> str | None:
+    """Why ``policy`` spares ``job`` by what only the scheduler knows (the ledger holds neither): its Slurm QOS
+    (``exemptions.qos``) or its pod's labels (``exemptions.labels``), asked at the edge before any step. None:
+    not spared (also when the scheduler cannot say)."""
+    e = policy.exemptions
+    if scheduler(job.source) == "kubernetes":
+        if e.labels and (labels := pod_labels(job.job_id, kube)) is not None:
+            hit = next((x for x in e.labels if labels.get(x.split("=", 1)[0]) == x.split("=", 1)[1]), None)
+            return f"label {hit}" if hit else None
+        return None
+    if e.qos and (qos := slurm_qos(job.job_id)) in e.qos:
+        return f"qos {qos}"
+    return None
 
 
 def take(

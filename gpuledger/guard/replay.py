@@ -3,8 +3,9 @@ when, and what a cancel would have saved. Pure: a connection in, dicts out; it r
 
 Which jobs: those that held GPUs (``start_ts`` known) during ``[since, until + 1 day)``, in the policy's scope.
 A job is evaluated over its whole telemetry (a run that began before ``since`` counts from its start); a step is
-listed when it falls inside the window. An exempt job (user, account, name, QOS, label) is listed with the steps
-the policy would have taken, marked ``exempt``, and counts in no total.
+listed when it falls inside the window. An exempt job (user, account, name) is listed with the steps the policy
+would have taken, marked ``exempt``, and counts in no total. QOS and label exemptions need the scheduler
+(``guard run`` asks it); the ledger holds neither, so the replay cannot apply them.
 
 Saved by a cancel (docs/metrics.md, "Guard"): the GPUs the job held (``gpu_count``) × the time from the cancel
 to the job's real end (``end_ts``; a job still running: its last telemetry, so a lower bound), each UTC day's

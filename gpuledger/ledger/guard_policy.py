@@ -40,8 +40,8 @@ class Scope:
 
 @dataclass(frozen=True)
 class Exemptions:
-    """Jobs a policy spares. ``qos`` and ``labels`` match only where the ledger holds a job's QOS or labels
-    (it holds neither today: such a job is then not spared by them, and the replay says so)."""
+    """Jobs a policy spares. The ledger holds no QOS and no pod labels: ``guard run`` asks the scheduler for them
+    before any step (gpuledger/guard/live.py ``scheduler_exemption``); ``guard replay`` cannot apply them."""
 
     users: tuple[str, ...] = ()
     accounts: tuple[str, ...] = ()  # jobs.team (Slurm Account)

@@ -31,6 +31,19 @@ POD = json.loads((FIXTURES / "api_pods_page1.json").read_text(encoding="utf-8"))
 class _Deletes(_Replay):
     deleted: ClassVar[list[tuple[str, dict]]] = []
 
+    def do_GET(self) -> None:
+        if self.path.startswith(
+            "/api/v1/namespaces/ml-train/pods/llama-ft-0"
+        ):  # a GET of the pod: its labels
+            raw = json.dumps(dict(POD, kind="Pod", apiVersion="v1")).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+            return
+        super().do_GET()
+
     def do_DELETE(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
@@ -123,6 +136,15 @@ def test_an_idle_pod_is_warned_then_deleted_with_enforce(api, tmp_path: Path):
             samples=samples,
         )
     with smtp_server() as inbox:
+        spared = tmp_path / "spared.toml"
+        spared.write_text(SETTINGS + '[guard.policy.exemptions]\nlabels = ["team=nlp"]\n', encoding="utf-8")
+        exempt = gpuledger("guard", "run", "--json", "--enforce", "--db", db, "--settings", str(spared),
+                           "--kube-server", url, "--smtp", f"smtp://127.0.0.1:{inbox.port}")  # fmt: skip
+        assert exempt.returncode == 0, exempt.stderr
+        assert {p["done"] for p in json.loads(exempt.stdout)} == {
+            "exempt: label team=nlp"
+        }  # the pod's own label
+        assert handler.deleted == [] and inbox.messages == []
         args = ("guard", "run", "--json", "--db", db, "--settings", str(toml), "--kube-server", url,
                 "--smtp", f"smtp://127.0.0.1:{inbox.port}")  # fmt: skip
         dry = gpuledger(*args)

@@ -104,6 +104,13 @@ def test_an_idle_job_is_warned_then_cancelled_only_with_enforce(tmp_path: Path) 
         assert squeue_state(raw) == "RUNNING"  # left running
         assert rows(db) == [] and inbox.messages == []  # nothing recorded, nothing sent
 
+        qos = tmp_path / "qos.toml"  # sbatch gave the job Slurm's default QOS, normal: squeue says so
+        qos.write_text(SETTINGS + '[guard.policy.exemptions]\nqos = ["normal"]\n', encoding="utf-8")
+        spared = gpuledger("guard", "run", "--enforce", "--json", "--db", db, "--settings", str(qos), *smtp)
+        assert spared.returncode == 0, spared.stderr
+        assert {p["done"] for p in json.loads(spared.stdout)} == {"exempt: qos normal"}
+        assert rows(db) == [] and inbox.messages == []
+
         first = gpuledger("guard", "run", "--enforce", "--json", "--db", db, "--settings", str(toml), *smtp)
         assert first.returncode == 0, first.stderr
         assert [(p["step"], p["done"]) for p in json.loads(first.stdout)] == [

@@ -185,9 +185,19 @@ def run_live(args: argparse.Namespace) -> int:
         now = times.utcnow().replace(microsecond=0)
         with reader(args.db) as con:
             plans = live.due(con, settings, now, fresh_minutes=args.fresh_minutes, policies=policies)
+        spared: dict[tuple[str, str], str | None] = {}
+        for p in plans:  # QOS and pod labels: only the scheduler knows them (asking changes nothing)
+            key = (p.job.job_id, p.policy.name)
+            if key not in spared:
+                spared[key] = live.scheduler_exemption(p.job, p.policy, kube)
+        exempt = [dict(_plan_dict(p), done=f"exempt: {spared[(p.job.job_id, p.policy.name)]}") for p in plans
+                  if spared[(p.job.job_id, p.policy.name)]]  # fmt: skip
+        plans = [p for p in plans if not spared[(p.job.job_id, p.policy.name)]]
         if not args.enforce:
-            return [dict(_plan_dict(p), done="dry run: nothing sent, cancelled or recorded") for p in plans]
-        return _enforce(args, settings, target, domain, kube, plans, now)
+            return exempt + [
+                dict(_plan_dict(p), done="dry run: nothing sent, cancelled or recorded") for p in plans
+            ]
+        return exempt + _enforce(args, settings, target, domain, kube, plans, now)
 
     def show(report: list[dict[str, object]]) -> None:
         if args.json:
