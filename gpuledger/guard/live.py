@@ -9,7 +9,8 @@ Which steps are due now: those of each job's **current** idle run (its telemetry
 reaches within ``fresh_minutes`` of now; a job whose telemetry went stale is left alone), due at or before now
 (gpuledger/guard/steps.py decides when), and not yet in ``guard_actions``. A signal or cancel also needs a
 warning of the same run taken at least ``cancel_minutes − warn_minutes`` ago: a guard started late warns first
-and cancels later, never at once.
+and cancels later, never at once. After a checkpoint signal, the cancel waits ``grace_minutes`` from the
+signal actually sent.
 """
 
 from __future__ import annotations
@@ -108,8 +109,15 @@ def due(
                         blocked = "no warning of this idle run was sent yet"
                     elif now - warned < need:
                         blocked = f"its warning went out at {warned:%H:%M}; the owner has until {warned + need:%H:%M}"
-                    if step.step == "cancel" and policy.checkpoint_signal and "signal" not in done:
-                        blocked = blocked or "the checkpoint signal was not sent yet"
+                    if step.step == "cancel" and policy.checkpoint_signal:
+                        grace = dt.timedelta(minutes=policy.grace_minutes)
+                        if "signal" not in done:
+                            blocked = blocked or "the checkpoint signal was not sent yet"
+                        elif now - done["signal"] < grace:
+                            blocked = (
+                                blocked
+                                or f"its checkpoint grace runs until {done['signal'] + grace:%H:%M:%S}"
+                            )
                 hours = ev.job.gpu_count * step.idle_minutes / 60.0
                 plans.append(Plan(ev.job, policy, step, hours, usd(book, ev.job, run, step.at), blocked))
                 if blocked:

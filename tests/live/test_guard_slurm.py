@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import socket
 import subprocess
 import time
@@ -146,3 +147,44 @@ def test_an_idle_job_is_warned_then_cancelled_only_with_enforce(tmp_path: Path) 
     assert totals["jobs_cancelled"] == 1 and totals["saved_gpu_hours"] == pytest.approx(
         4 * 0.5, abs=4 * 1 / 60
     )
+
+
+CHECKPOINT = SETTINGS.replace(
+    "cancel_minutes = 0.1\n", 'cancel_minutes = 0.1\ncheckpoint_signal = "USR1"\ngrace_minutes = 1\n'
+)
+
+
+@pytest.mark.usefixtures("slurm")
+def test_a_checkpointing_job_gets_its_signal_first_and_exits_by_itself(tmp_path: Path) -> None:
+    """With ``checkpoint_signal = "USR1"`` the guard's cancel step is first ``scancel --signal=USR1 --full``: the
+    job's own trap writes its checkpoint and exits 0, so Slurm records it COMPLETED, not CANCELLED. The cancel
+    itself would come 1 minute (the grace) later, had the job stayed."""
+    work = Path(os.environ["SLURM_CONF"]).parent  # the slurm user can write there (pytest's tmp_path: no)
+    mark = work / f"checkpoint-{time.monotonic_ns()}"
+    db = str(tmp_path / "l.duckdb")
+    toml = tmp_path / "s.toml"
+    toml.write_text(CHECKPOINT, encoding="utf-8")
+    script = f"trap 'echo saved > {mark}; exit 0' USR1; sleep 300 & wait"
+    raw = sbatch("--gres=gpu:4", "--time=30", "--wrap", script)
+    start = wait_until([raw], {raw: {"RUNNING"}})[raw]["start"]
+    time.sleep(8)
+    poll(db, overlap=NO_OVERLAP)
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0)
+    zero_telemetry(db, start, now)
+    with smtp_server() as inbox:
+        args = ("guard", "run", "--enforce", "--json", "--db", db, "--settings", str(toml),
+                "--smtp", f"smtp://127.0.0.1:{inbox.port}")  # fmt: skip
+        first = json.loads(gpuledger(*args).stdout)
+        assert [p["step"] for p in first] == ["warn", "signal"] and first[1]["done"] == "waits"
+        time.sleep(4)
+        later = dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0)
+        zero_telemetry(db, now + dt.timedelta(seconds=1), later)
+        second = json.loads(gpuledger(*args).stdout)
+        # the cancel is not even due: 1 minute of grace after the signal has not passed
+        assert [(p["step"], p["done"]) for p in second] == [
+            ("signal", f"scancel --signal=USR1 --full {raw}: exit 0")
+        ]
+    done = wait_until([raw], {raw: {"COMPLETED"}})
+    assert done[raw]["state"] == "COMPLETED"
+    assert mark.read_text().strip() == "saved"
+    assert [r[2] for r in rows(db)] == ["warn", "signal"]
