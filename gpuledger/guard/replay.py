@@ -140,7 +140,14 @@ def evaluate(
         )
         end = job.end or (segments[-1].end if segments else None)
         out.append(
-            Evaluated(job, policy, simulate(segments, policy), end, exemption(job, policy), tuple(segments))
+            Evaluated(
+                job,
+                policy,
+                simulate(segments, policy, open_end=job.end is None),
+                end,
+                exemption(job, policy),
+                tuple(segments),
+            )
         )
     return out
 

@@ -89,8 +89,10 @@ def merge(segments: list[Segment]) -> list[Segment]:
     return out
 
 
-def simulate(segments: list[Segment], policy: Policy) -> Outcome:
-    """The steps ``policy`` takes on a job whose telemetry reads ``segments`` (in time order)."""
+def simulate(segments: list[Segment], policy: Policy, *, open_end: bool = False) -> Outcome:
+    """The steps ``policy`` takes on a job whose telemetry reads ``segments`` (in time order). ``open_end``: the
+    job still runs, so its last run has lasted *up to* its last telemetry and goes on: a step due exactly then
+    happens (a finished run ends where the job ended or turned busy: a step must fall before that)."""
     segs = merge(segments)
     steps: list[Step] = []
     busy_again: list[dt.datetime] = []
@@ -105,10 +107,15 @@ def simulate(segments: list[Segment], policy: Policy) -> Outcome:
         if policy.window == "from_start" and i > 0:
             break
         a, b = seg.start, seg.end
+        last = open_end and i == len(segs) - 1
+
+        def lasts(t: dt.datetime, b: dt.datetime = b, last: bool = last) -> bool:
+            return t <= b if last else t < b
+
         first_warning: dt.datetime | None = None
         for name, minutes in due:
             t = open_at(a + dt.timedelta(minutes=minutes), policy)
-            if t >= b:
+            if not lasts(t):
                 break
             mailed = last_mail is None or t - last_mail >= cooldown
             if mailed:
@@ -118,10 +125,10 @@ def simulate(segments: list[Segment], policy: Policy) -> Outcome:
         if first_warning is not None and policy.cancel_minutes is not None:
             gap = dt.timedelta(minutes=policy.cancel_minutes - policy.warn_minutes)
             t = open_at(max(a + dt.timedelta(minutes=policy.cancel_minutes), first_warning + gap), policy)
-            if t < b and policy.checkpoint_signal is not None:
+            if lasts(t) and policy.checkpoint_signal is not None:
                 steps.append(Step("signal", t, a, False))
                 t = open_at(t + dt.timedelta(minutes=policy.grace_minutes), policy)
-            if t < b:
+            if lasts(t):
                 steps.append(Step("cancel", t, a, False))
                 return Outcome(tuple(steps), t, tuple(busy_again))
         if first_warning is not None and i + 1 < len(segs) and segs[i + 1].state == BUSY:
