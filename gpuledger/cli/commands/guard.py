@@ -238,6 +238,8 @@ def _enforce(
     now: dt.datetime,
 ) -> list[dict[str, object]]:
     assert target is not None
+    if not plans:
+        return []  # nothing due: no SMTP session this tick
     sender = args.mail_from or mail.default_sender()
     report: list[dict[str, object]] = []
     digest: list[str] = []
