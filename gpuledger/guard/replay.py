@@ -194,7 +194,7 @@ def replay(
     (``step, at, idle_minutes, idle_gpu_hours, idle_usd, mailed``), ``cancelled_at``, ``saved_gpu_hours``,
     ``saved_usd`` (None: no price), ``busy_again`` (false alarms: when a warned job turned busy). Totals
     (exempt jobs left out): ``jobs_warned, jobs_cancelled, saved_gpu_hours, saved_usd, false_alarms,
-    jobs_exempt``.
+    jobs_exempt``, and ``jobs_without_telemetry`` (jobs in scope with no sample tied to them: not judged).
     """
     lo = dt.datetime.combine(since, dt.time())
     hi = dt.datetime.combine(until + dt.timedelta(days=1), dt.time())
@@ -210,8 +210,11 @@ def replay(
             "saved_usd": 0.0,
             "false_alarms": 0,
             "jobs_exempt": 0,
+            "jobs_without_telemetry": 0,
         }
         for ev in evaluate(con, jobs, policy, settings):
+            if not ev.segments:  # no sample tied to the job: it cannot be judged (not counted as not idle)
+                totals["jobs_without_telemetry"] += 1
             steps = [s for s in ev.outcome.steps if lo <= s.at < hi]
             if not steps:
                 continue

@@ -87,6 +87,7 @@ def test_the_five_jobs_by_hand(five):
         "saved_usd": pytest.approx(22.0),  # 8 + 14
         "false_alarms": 1,
         "jobs_exempt": 1,
+        "jobs_without_telemetry": 0,
     }
 
 
@@ -299,6 +300,7 @@ def test_the_command_gives_the_hand_worked_figures_and_changes_nothing(tmp_path:
     out = json.loads(done.stdout)
     assert out["policies"][0]["totals"] == {
         "jobs_warned": 3, "jobs_cancelled": 2, "saved_gpu_hours": 5.5, "saved_usd": 22.0, "false_alarms": 1, "jobs_exempt": 1,
+        "jobs_without_telemetry": 0,
     }  # fmt: skip
     assert by_job(out)["a/idle2"]["cancelled_at"] == at(180)
     text = gpuledger(
@@ -386,3 +388,11 @@ def test_a_saving_across_a_price_change_is_priced_day_by_day(ledger):
     assert steps(row) == [("warn", at(22 * 60)), ("cancel", at(23 * 60))]
     assert row["saved_gpu_hours"] == pytest.approx(5.0)
     assert row["saved_usd"] == pytest.approx(1 * 4.0 + 4 * 2.0)
+
+
+def test_a_job_without_telemetry_is_not_judged_and_counted_so(ledger):
+    """A scheduler record with no sample tied to it (a node without an exporter): no step, counted apart."""
+    ingest(ledger, jobs=[job("n/blind", 0, 600, gpu_count=8.0)])
+    out = replay(ledger, since=DAY, until=DAY, settings=settings({"name": "p", "warn_minutes": 60}))
+    assert out["policies"][0]["jobs"] == []
+    assert out["policies"][0]["totals"]["jobs_without_telemetry"] == 1

@@ -134,6 +134,11 @@ def run_replay(args: argparse.Namespace) -> int:
             f"policy {p['policy']} ({'cancels' if p['cancels'] else 'notifies only'}), {out['since']} – {out['until']}: "
             f"{t['jobs_warned']} job(s) warned, {t['jobs_cancelled']} cancelled, {t['saved_gpu_hours']:.2f} GPU-hours "
             f"and {_money(t['saved_usd'])} saved, {t['false_alarms']} false alarm(s), {t['jobs_exempt']} exempt"
+            + (
+                f", {t['jobs_without_telemetry']} without telemetry (not judged)"
+                if t["jobs_without_telemetry"]
+                else ""
+            )
         )
         for j in p["jobs"]:
             steps = ", ".join(f"{s['step']} {s['at'][:16]}" for s in j["steps"])
