@@ -1,0 +1,133 @@
+"""Each ISO week's listed problems and each problem's targeted waste, read from analytics.recommend.
+
+Two lists per week (Monday 00:00 to the next Monday, UTC), both from
+:func:`analytics.recommend.recommendations` over the whole fleet for that week, so a key means one thing
+whichever team or page asks:
+
+- **listed**: the list a lead sees (one item per problem, its best action, at least the default
+  ``min_usd_per_week``): which problems exist that week, their predicted $/week and their team;
+- **targeted waste**: every rule's own item (``problems=False``, no floor): for each key, the dollars its
+  rule says the change would have saved on that week's jobs (``saving_usd``, at each job's own rate, so
+  at the price in force). This is the waste the item targets, by the same definition every week; the
+  measured saving (gpuledger/items/measure.py) compares it before and after a change.
+
+Weeks: the complete ISO weeks from the first job's week to the data horizon's (a week is complete when the
+horizon reaches its Sunday, as the weekly report's last full week), at most ``SCAN_WEEKS`` of them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+import duckdb
+
+from analytics.filters import Filters, horizon
+from analytics.recommend import KIND_LABELS, recommendations
+from analytics.shared import sharing
+from gpuledger.items.key import ItemKey, job_names, key_of
+from gpuledger.ledger.settings import Settings
+
+SCAN_WEEKS = 26  # two quarters: the quarter's measured savings and the weeks before its first change
+WEEK = dt.timedelta(days=7)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A problem as one week's list shows it."""
+
+    key: ItemKey
+    team: str | None
+    user_name: str | None
+    owner: str | None
+    label: str
+    action: str
+    evidence: str
+    usd_per_week: float | None  # None: a one-off
+    saving_usd: float
+
+
+@dataclass(frozen=True)
+class WeekScan:
+    """The scanned weeks (Mondays, oldest first), what each listed, and each key's targeted waste ($)."""
+
+    weeks: tuple[dt.date, ...]
+    horizon: dt.datetime | None
+    listed: dict[dt.date, dict[str, Listed]] = field(default_factory=dict)
+    waste: dict[dt.date, dict[str, float]] = field(default_factory=dict)
+
+    def waste_of(self, key: str, week: dt.date) -> float:
+        """The key's targeted waste in ``week`` ($; 0 when its rule found nothing there)."""
+        return self.waste.get(week, {}).get(key, 0.0)
+
+
+def monday(day: dt.date) -> dt.date:
+    return day - dt.timedelta(days=day.weekday())
+
+
+def complete_weeks(first: dt.date, as_of: dt.datetime) -> list[dt.date]:
+    """Mondays of the complete ISO weeks from ``first``'s week up to ``as_of`` (its own week when ``as_of``
+    falls on its Sunday), the last SCAN_WEEKS of them."""
+    day = as_of.date()
+    last = monday(day) if day.isoweekday() == 7 else monday(day) - WEEK
+    weeks = []
+    w = monday(first)
+    while w <= last:
+        weeks.append(w)
+        w += WEEK
+    return weeks[-SCAN_WEEKS:]
+
+
+def scan(con: duckdb.DuckDBPyConnection, *, settings: Settings | None = None) -> WeekScan:
+    """The ledger's complete weeks, each with its listed problems and targeted waste (module docstring)."""
+    with sharing(con):  # the weeks' two lists share their reads (the horizon, the rollups' checks)
+        return _scan(con, settings or Settings())
+
+
+def _scan(con: duckdb.DuckDBPyConnection, settings: Settings) -> WeekScan:
+    as_of = horizon(con)
+    first = con.execute(
+        "SELECT min(start_ts) FROM jobs WHERE isfinite(start_ts) AND isfinite(coalesce(end_ts, start_ts))"
+    ).fetchone()
+    if as_of is None or first is None or first[0] is None:
+        return WeekScan((), as_of)
+    weeks = complete_weeks(first[0].date(), as_of)
+    listed: dict[dt.date, dict[str, Listed]] = {}
+    waste: dict[dt.date, dict[str, float]] = {}
+    for w in weeks:
+        view = Filters(since=w, until=w + dt.timedelta(days=6))
+        shown = recommendations(con, filters=view, settings=settings, as_of=as_of)
+        every = recommendations(
+            con, filters=view, settings=settings, as_of=as_of, problems=False, min_usd_per_week=0.0
+        )
+        names = job_names(
+            con, [r for f in (shown, every) for r in f.filter(f["target_type"] == "job")["target"].to_list()]
+        )
+        week_listed: dict[str, Listed] = {}
+        for r in shown.iter_rows(named=True):
+            k = key_of(r, names)
+            prior = week_listed.get(k.text)
+            week_listed[k.text] = Listed(
+                key=k,
+                team=r["team"],
+                user_name=r["user_name"],
+                owner=r["owner"],
+                label=KIND_LABELS.get(k.kind, k.kind),
+                action=r["action"],
+                evidence=r["evidence"],
+                usd_per_week=_add(prior.usd_per_week if prior else None, r["usd_per_week"]),
+                saving_usd=(prior.saving_usd if prior else 0.0) + float(r["saving_usd"] or 0.0),
+            )
+        week_waste: dict[str, float] = {}
+        for r in every.iter_rows(named=True):
+            k = key_of(r, names).text
+            week_waste[k] = week_waste.get(k, 0.0) + float(r["saving_usd"] or 0.0)
+        listed[w], waste[w] = week_listed, week_waste
+    return WeekScan(tuple(weeks), as_of, listed, waste)
+
+
+def _add(a: float | None, b: float | None) -> float | None:
+    """Two rows of one key in one week (one family's runs under two actions) add up; None stays a one-off."""
+    if a is None and b is None:
+        return None
+    return (a or 0.0) + (b or 0.0)

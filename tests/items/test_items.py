@@ -1,0 +1,188 @@
+"""Items across weeks on a generated six-week ledger (tests/items/weeks_ledger.py): each planted habit is one
+item whose id holds from week to week, its history is what was recorded, and the saving measured after a fix
+is the planted weekly waste, worked out here from card-hours × price."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable
+
+import pytest
+
+from gpuledger.items import store, tracker
+from gpuledger.items.key import item_id
+from gpuledger.items.measure import measure
+from gpuledger.items.scan import scan
+from gpuledger.ledger.access import Scope
+from gpuledger.ledger.db import memory_ledger, writer
+from tests.conftest import filled_once, gpuledger
+from tests.items.weeks_ledger import PRICE_H100, build
+
+ALICE = "reclaim_idle:family:alice/notebook-idle"
+CAROL = "larger_batch:family:carol/small-batch"
+BOB = "reclaim_idle:family:bob/nb"
+WEEK3, WEEK4 = "2025-03-17", "2025-03-24"  # Mondays of weeks 3 and 4
+# planted: alice's notebook sat 8 h idle on an H100 each week before her fix
+ALICE_WASTE = 8 * PRICE_H100  # $24.00 a week
+# carol's batch-8 run took 8 h for work batch 32 does in 8 × 12,000 / 19,200 = 5 h: 3 card-hours a week
+CAROL_WASTE = (8 - 8 * 12000 / 19200) * PRICE_H100  # $9.00 a week
+
+
+@pytest.fixture(scope="module")
+def _planted(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
+    return filled_once(tmp_path_factory, build)
+
+
+def _actions(db: str, *args: str) -> list[dict[str, object]]:
+    r = gpuledger("actions", "--json", "--db", db, *args)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def _set(db: str, iid: str, *args: str) -> None:
+    r = gpuledger("actions", "set", iid, "--db", db, *args)
+    assert r.returncode == 0, r.stderr
+
+
+def test_planted_fixes_give_each_item_its_history_and_the_planted_saving(db_path: str, _planted) -> None:
+    db = _planted(db_path)
+    before = {it["key"]: it for it in _actions(db)}
+    assert {ALICE, CAROL, BOB} <= set(before)
+    assert before[ALICE]["id"] == item_id(ALICE) and before[ALICE]["status"] == "open"
+    assert before[ALICE]["first_seen"] == "2025-03-03" and before[ALICE]["team"] == "nlp"
+    assert before[ALICE]["measured_usd_per_week"] is None and before[ALICE]["measured_weeks"] == 0
+    _set(
+        db, item_id(ALICE), "--status", "done", "--at", WEEK3, "--note", "idle culler on", "--owner", "alice"
+    )
+    _set(db, item_id(CAROL), "--status", "ack", "--at", "2025-03-20")
+    _set(db, item_id(CAROL), "--status", "done", "--at", WEEK4)
+    after = {it["key"]: it for it in _actions(db)}
+    alice, carol = after[ALICE], after[CAROL]
+    assert [(h["at"], h["status"], h["note"]) for h in alice["history"]] == [
+        ("2025-03-17 00:00:00", "done", "idle culler on")
+    ]
+    assert alice["owner"] == "alice" and alice["history"][0]["by"]
+    assert [h["status"] for h in carol["history"]] == ["acknowledged", "done"]
+    # weeks 1–2 before (the fix took effect on week 3's Monday), weeks 3–6 after
+    assert abs(alice["measured_usd_per_week"] - ALICE_WASTE) <= 0.05 * ALICE_WASTE
+    assert (alice["baseline_weeks"], alice["measured_weeks"]) == (2, 4)
+    assert abs(carol["measured_usd_per_week"] - CAROL_WASTE) <= 0.05 * CAROL_WASTE
+    assert (carol["baseline_weeks"], carol["measured_weeks"]) == (3, 3)
+    assert alice["held"] is True and carol["held"] is True and not alice["did_not_hold"]
+    assert alice["predicted_usd_per_week"] is not None
+    done = _actions(db, "--status", "done")
+    assert {it["key"] for it in done} == {ALICE, CAROL}
+    assert {it["key"] for it in _actions(db, "--team", "vision")} == {BOB}
+
+
+def test_a_dismissed_item_stays_dismissed_and_is_never_new_again(db_path: str, _planted) -> None:
+    db = _planted(db_path)
+    r = gpuledger("actions", "set", item_id(BOB), "--status", "dismissed", "--db", db)
+    assert r.returncode == 1 and "reason" in r.stderr  # a dismissal needs --note
+    _set(db, item_id(BOB), "--status", "dismissed", "--at", "2025-03-12", "--note", "shared demo box")
+    with writer(db) as con:
+        sc = scan(con)
+        for week in sc.weeks[2:]:
+            assert BOB in sc.listed[week]  # the habit is still there every week
+            its = tracker.items(
+                con, week_scan=sc, as_of=dt.datetime.combine(week, dt.time()) + dt.timedelta(days=7)
+            )
+            g = tracker.groups(its, week, sc)
+            assert BOB not in {it["key"] for it in g["new"] + g["still_open"]}
+            assert next(it for it in its if it["key"] == BOB)["status"] == "dismissed"
+
+
+def test_a_problem_that_returns_after_done_reopens_and_says_so(tmp_path) -> None:
+    db = str(tmp_path / "relapse.duckdb")
+    with writer(db) as con:
+        build(con, relapse=5)  # alice's idle hours come back in week 5
+    _set(db, item_id(ALICE), "--status", "done", "--at", WEEK3)
+    alice = next(it for it in _actions(db) if it["key"] == ALICE)
+    assert alice["status"] == "open" and alice["reopened"] and alice["did_not_hold"]
+    reopen = alice["history"][-1]
+    # reopened at the end of week 5 (Monday of week 6), by the ledger, saying which week and how much
+    assert (reopen["at"], reopen["status"], reopen["by"]) == ("2025-04-07 00:00:00", "open", "gpuledger")
+    assert "2025-W14" in reopen["note"] and "$24.00" in reopen["note"]
+    # measured over the weeks it was done: weeks 3, 4, 5 → 24 − (0 + 0 + 24) / 3
+    assert alice["measured_weeks"] == 3
+    assert alice["measured_usd_per_week"] == pytest.approx(ALICE_WASTE - ALICE_WASTE / 3, abs=0.05)
+    # the reopen is stored once: a second reading finds it and adds none
+    again = next(it for it in _actions(db) if it["key"] == ALICE)
+    assert len(again["history"]) == 2
+    with writer(db) as con:
+        n = con.execute("SELECT count(*) FROM action_history WHERE changed_by = 'gpuledger'").fetchone()[0]
+    assert n == 1
+
+
+def test_roles_a_lead_changes_only_their_teams_items() -> None:
+    con = memory_ledger()
+    nlp = {
+        "id": item_id(ALICE),
+        "key": ALICE,
+        "kind": "reclaim_idle",
+        "target_type": "family",
+        "target": "alice/notebook-idle",
+        "team": "nlp",
+        "first_seen": dt.date(2025, 3, 3),
+    }
+    ops = {**nlp, "id": "ops", "key": "release_capacity:cluster:c1/H100", "team": None}
+    lead = Scope(who="lead@example.com", teams=("vision",))
+    viewer = Scope(who="someone@example.com")
+    for who, item in (
+        (lead, nlp),
+        (viewer, nlp),
+        (lead, ops),
+        (Scope("nlp@example.com", teams=("nlp",)), ops),
+    ):
+        with pytest.raises(store.NotAllowed):
+            store.change(con, item, status="done", by=who.who, scope=who)
+    store.change(
+        con, nlp, status="done", by="nlp@example.com", scope=Scope("nlp@example.com", teams=("nlp",))
+    )
+    store.change(con, ops, status="ack", by="admin@example.com", scope=Scope("admin@example.com", admin=True))
+    assert con.execute("SELECT count(*) FROM action_history").fetchone()[0] == 2
+
+
+def test_a_snooze_ends_after_its_last_day() -> None:
+    weeks = []
+    assert (
+        measure(
+            weeks,
+            lambda w: 0.0,
+            first_seen=dt.date(2025, 3, 3),
+            done_at=dt.datetime(2025, 3, 3),
+            until=None,
+            predicted_usd_per_week=None,
+        ).usd_per_week
+        is None
+    )
+    snooze = store.Change("x", dt.datetime(2025, 3, 10), "snoozed", "a", until=dt.date(2025, 3, 20))
+    assert tracker._status((snooze,), dt.datetime(2025, 3, 20, 12))[0] == "snoozed"
+    assert tracker._status((snooze,), dt.datetime(2025, 3, 21))[0] == "open"
+
+
+def test_measure_is_the_difference_of_weekly_means_around_the_change() -> None:
+    weeks = [dt.date(2025, 3, 3) + dt.timedelta(days=7 * i) for i in range(6)]
+    waste = dict(zip(weeks, [10.0, 12.0, 11.0, 2.0, 0.0, 1.0], strict=True))
+    # done on Wednesday of week 3: week 3 is in neither side; before = weeks 1–2, after = weeks 4–6
+    m = measure(
+        weeks,
+        waste.__getitem__,
+        first_seen=weeks[0],
+        done_at=dt.datetime(2025, 3, 19),
+        until=None,
+        predicted_usd_per_week=None,
+    )
+    assert m.before == tuple(weeks[:2]) and m.after == tuple(weeks[3:])
+    assert m.usd_per_week == pytest.approx((10 + 12) / 2 - (2 + 0 + 1) / 3)
+    assert m.held is True
+    back = measure(
+        weeks,
+        dict(zip(weeks, [10, 10, 0, 0, 6, 0], strict=True)).__getitem__,
+        first_seen=weeks[0],
+        done_at=dt.datetime(2025, 3, 17),
+        until=None,
+        predicted_usd_per_week=None,
+    )
+    assert back.returned_week == weeks[4] and back.held is False  # 6 ≥ half of 10
