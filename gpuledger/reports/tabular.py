@@ -137,6 +137,7 @@ def report_dict(data: ReportData) -> dict[str, Any]:
             "previous_co2e_kg": (data.previous or {}).get("co2e_kg"),
         },
         "notes": list(data.notes),
+        "items": data.items,
         "definitions": dict(definitions(data.settings)),
     }
     return _clean(out)

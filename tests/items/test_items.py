@@ -186,3 +186,45 @@ def test_measure_is_the_difference_of_weekly_means_around_the_change() -> None:
         predicted_usd_per_week=None,
     )
     assert back.returned_week == weeks[4] and back.held is False  # 6 ≥ half of 10
+
+
+def _done(db: str, marks: dict[str, str]) -> None:
+    """Record done changes through the store (what `actions set` calls), as an admin."""
+    with writer(db) as con:
+        its = {it["key"]: it for it in tracker.items(con)}
+        for key, day in marks.items():
+            store.change(
+                con, its[key], status="done", by="admin", scope=None, at=dt.datetime.fromisoformat(day)
+            )
+
+
+def test_the_weekly_report_shows_new_still_open_done_and_the_quarters_measured_savings(
+    db_path, _planted
+) -> None:
+    db = _planted(db_path)
+    _done(db, {ALICE: WEEK3, CAROL: WEEK4})
+    first = json.loads(gpuledger("report", "--week", "2025-W10", "--format", "json", "--db", db).stdout)[
+        "items"
+    ]
+    assert {it["key"] for it in first["new"]} == {ALICE, BOB, CAROL} and first["still_open"] == []
+    r = gpuledger("report", "--week", "2025-W13", "--format", "json", "--db", db)
+    assert r.returncode == 0, r.stderr
+    g = json.loads(r.stdout)["items"]
+    assert g["week"] == "2025-W13" and g["new"] == []
+    assert [(it["key"], it["weeks_open"]) for it in g["still_open"]] == [(BOB, 4)]
+    assert g["still_open"][0]["cost_since_first_seen_usd"] == pytest.approx(4 * 24.0)  # 4 weeks × 8 h × $3
+    assert [it["key"] for it in g["done"]] == [CAROL]
+    # the quarter so far: alice's weeks 3 and 4 at $24 each, carol's week 4 at $9
+    assert g["quarter"] == "2025-Q1"
+    assert g["quarter_measured_usd"] == pytest.approx(2 * ALICE_WASTE + CAROL_WASTE, abs=0.05)
+    html = gpuledger("report", "--week", "2025-W13", "--format", "html", "--db", db).stdout
+    assert "Actions: new, still open, done (2025-W13)" in html
+    assert (
+        "Still open: Release idle GPUs · bob/nb" in html
+        and "Done: Raise the batch size · carol/small-batch" in html
+    )
+    assert "$57.00" in html
+    team = json.loads(
+        gpuledger("report", "--week", "2025-W13", "--team", "vision", "--format", "json", "--db", db).stdout
+    )["items"]
+    assert [it["key"] for it in team["still_open"]] == [BOB] and team["done"] == []
