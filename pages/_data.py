@@ -312,6 +312,20 @@ def recommendations(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filter
     return recommend.recommendations(con, filters=filters, settings=s)
 
 
+@cached("Following the actions across weeks…", entries=CACHE_VERSIONS)
+def action_items(
+    con: duckdb.DuckDBPyConnection, s: Settings
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The items ``gpuledger actions --json`` lists (the whole fleet; pages/_items.py keeps the viewer's teams)
+    and the last complete week's groups (gpuledger/items/tracker.py)."""
+    from gpuledger.items import scan, tracker
+
+    sc = scan.scan(con, settings=s)
+    its = tracker.items(con, week_scan=sc)
+    week = tracker.groups(its, sc.weeks[-1], sc) if sc.weeks else None
+    return [tracker.public(it) for it in its], week
+
+
 @cached("Diagnosing jobs…")
 def diagnoses(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> pl.DataFrame:
     """``analytics.diagnoses.diagnoses`` for the view: one row per (job, diagnosis) with its evidence."""
