@@ -314,14 +314,16 @@ def recommendations(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filter
 
 @cached("Following the actions across weeks…", entries=CACHE_VERSIONS)
 def action_items(
-    con: duckdb.DuckDBPyConnection, s: Settings
+    con: duckdb.DuckDBPyConnection, s: Settings, teams: tuple[str, ...] | None
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """The items ``gpuledger actions --json`` lists (the whole fleet; pages/_items.py keeps the viewer's teams)
-    and the last complete week's groups (gpuledger/items/tracker.py)."""
+    """The items ``gpuledger actions --json`` lists, of ``teams`` (None: all), and their last complete week's
+    groups: new, still open, done, the quarter's measured savings (gpuledger/items/tracker.py)."""
     from gpuledger.items import scan, tracker
 
     sc = scan.scan(con, settings=s)
     its = tracker.items(con, week_scan=sc)
+    if teams is not None:
+        its = [it for it in its if it["team"] in teams]
     week = tracker.groups(its, sc.weeks[-1], sc) if sc.weeks else None
     return [tracker.public(it) for it in its], week
 

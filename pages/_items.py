@@ -26,10 +26,23 @@ STATUS_CHOICES = {
 }
 
 
-def visible(its: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The items of the teams the viewer sees (an admin, or anyone without sign-in: all)."""
-    teams = _scope.visible_teams()
-    return its if teams is None else [it for it in its if it["team"] in teams]
+def teams_seen() -> tuple[str, ...] | None:
+    """The teams whose items the viewer sees (None: all; an admin, or anyone without sign-in)."""
+    return _scope.visible_teams()
+
+
+def overview_line() -> None:
+    """The Overview's actions across weeks: the week's groups and the quarter's measured savings."""
+    its, week = _data.action_items(teams_seen())
+    if week is None or not its:
+        return
+    still = week["still_open"]
+    st.caption(
+        f"Actions in {week['week']}: {len(week['new'])} new, {len(still)} still open "
+        f"({usd(sum(it['cost_since_first_seen_usd'] for it in still))} of waste since first seen), "
+        f"{len(week['done'])} done. Measured savings in {week['quarter']}: {usd(week['quarter_measured_usd'])} "
+        f"(done items save {usd(week['measured_usd_per_week'])}/week, measured before and after)."
+    )
 
 
 def changeable(its: list[dict[str, Any]], scope: Scope | None) -> list[dict[str, Any]]:
@@ -73,17 +86,15 @@ def _measured(it: dict[str, Any]) -> str:
 def section() -> None:
     """The items, the week's groups and the change form."""
     st.subheader("Actions across weeks")
-    everything, week = _data.action_items()
-    its = visible(everything)
+    its, week = _data.action_items(teams_seen())
     if not its:
         no_rows("No action listed in a complete week yet: items start with the first complete week of data.")
         return
     if week is not None:
-        mine = {it["id"] for it in its}
-        n = {k: sum(1 for it in week[k] if it["id"] in mine) for k in ("new", "still_open", "done")}
         st.caption(
-            f"Week {week['week']}: {n['new']} new, {n['still_open']} still open, {n['done']} done. "
-            f"Measured savings in {week['quarter']} so far (whole fleet): {usd(week['quarter_measured_usd'])}."
+            f"Week {week['week']}: {len(week['new'])} new, {len(week['still_open'])} still open, "
+            f"{len(week['done'])} done. Measured savings in {week['quarter']} so far: "
+            f"{usd(week['quarter_measured_usd'])}."
         )
     table = pl.DataFrame(
         {

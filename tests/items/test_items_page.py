@@ -80,9 +80,21 @@ def test_a_lead_changes_their_own_teams_item_and_sees_no_other(signed: str) -> N
 def test_a_forged_form_for_another_teams_item_records_nothing(signed: str, monkeypatch) -> None:
     import pages._items as items_page
 
-    monkeypatch.setattr(items_page, "visible", lambda its: its)  # the form is drawn with every item
+    monkeypatch.setattr(items_page, "teams_seen", lambda: None)  # the form is drawn with every item
     monkeypatch.setattr(items_page, "changeable", lambda its, scope: its)
     at = _page(VICTOR)
     _submit(at, ALICE, "done")
     assert any("may not change item" in e.value for e in at.error), [e.value for e in at.error]
     assert _history(signed) == []
+
+
+def test_the_overview_shows_the_leads_actions_of_the_week(signed: str) -> None:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.user = VICTOR
+    at.run()
+    assert not at.exception, at.exception
+    captions = [c.value for c in at.caption if "Actions in" in c.value]
+    # the last complete week is 2025-W15; victor's team (vision) has bob's notebook item, open since W10:
+    # 6 weeks of 8 idle H100-hours each at the price in force
+    assert captions and captions[0].startswith("Actions in 2025-W15: 0 new, 1 still open"), captions
+    assert "Measured savings in 2025-Q2: $0.00" in captions[0]
