@@ -9,7 +9,11 @@ whichever team or page asks:
 - **targeted waste**: every rule's own item (``problems=False``, no floor): for each key, the dollars its
   rule says the change would have saved on that week's jobs (``saving_usd``, at each job's own rate, so
   at the price in force). This is the waste the item targets, by the same definition every week; the
-  measured saving (gpuledger/items/measure.py) compares it before and after a change.
+  measured saving (gpuledger/items/measure.py) compares it before and after a change. One kind's waste is
+  not its rule's saving: ``stop_idle_notebooks`` saves only the idle time past the auto-stop's minutes,
+  while the habit it targets is all of the user's notebooks' idle time; its waste is the idle dollars of
+  that user's interactive jobs by ``reclaim_idle``'s rule (:func:`notebook_idle`), so a habit fixed by any
+  means (an auto-stop, stopping the notebook by hand) measures what it removed.
 
 Weeks: the complete ISO weeks from the first job's week to the data horizon's (a week is complete when the
 horizon reaches its Sunday, as the weekly report's last full week), at most ``SCAN_WEEKS`` of them.
@@ -21,8 +25,10 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 import duckdb
+import polars as pl
 
 from analytics.filters import Filters, horizon
+from analytics.problems import OPERATORS
 from analytics.recommend import KIND_LABELS, recommendations
 from analytics.shared import sharing
 from gpuledger.items.key import ItemKey, job_names, key_of
@@ -37,7 +43,7 @@ class Listed:
     """A problem as one week's list shows it."""
 
     key: ItemKey
-    team: str | None
+    team: str | None  # None: an operators' item (analytics/problems.py owner_type "operators")
     user_name: str | None
     owner: str | None
     label: str
@@ -109,7 +115,7 @@ def _scan(con: duckdb.DuckDBPyConnection, settings: Settings) -> WeekScan:
             prior = week_listed.get(k.text)
             week_listed[k.text] = Listed(
                 key=k,
-                team=r["team"],
+                team=None if r["owner_type"] == OPERATORS else r["team"],
                 user_name=r["user_name"],
                 owner=r["owner"],
                 label=KIND_LABELS.get(k.kind, k.kind),
@@ -122,8 +128,36 @@ def _scan(con: duckdb.DuckDBPyConnection, settings: Settings) -> WeekScan:
         for r in every.iter_rows(named=True):
             k = key_of(r, names).text
             week_waste[k] = week_waste.get(k, 0.0) + float(r["saving_usd"] or 0.0)
+        for k in [k for k in week_waste if k.startswith(f"{NOTEBOOKS}:")]:
+            del week_waste[k]
+        for user, usd in notebook_idle(con, every).items():
+            week_waste[ItemKey(NOTEBOOKS, "user", user).text] = usd
         listed[w], waste[w] = week_listed, week_waste
     return WeekScan(tuple(weeks), as_of, listed, waste)
+
+
+NOTEBOOKS = "stop_idle_notebooks"
+
+
+def notebook_idle(con: duckdb.DuckDBPyConnection, every: pl.DataFrame) -> dict[str, float]:
+    """User → the idle dollars of their interactive jobs in a week's every-rule list: ``reclaim_idle``'s
+    saving on each such job (the user as analytics/advice_idle.py names it, ``(unknown)`` for none)."""
+    idle = every.filter(pl.col("kind") == "reclaim_idle")
+    per_job: dict[str, tuple[str, float]] = {}
+    for user, ids, savings in idle.select("user_name", "job_ids", "job_saving_usd").iter_rows():
+        for j, usd in zip(ids or (), savings or (), strict=False):
+            per_job[str(j)] = (str(user) if user is not None else "(unknown)", float(usd or 0.0))
+    if not per_job:
+        return {}
+    rows = con.execute(
+        "SELECT job_id FROM jobs WHERE kind = 'interactive' AND job_id IN (SELECT unnest(?::VARCHAR[]))",
+        [sorted(per_job)],
+    ).fetchall()
+    out: dict[str, float] = {}
+    for (j,) in rows:
+        user, usd = per_job[str(j)]
+        out[user] = out.get(user, 0.0) + usd
+    return out
 
 
 def _add(a: float | None, b: float | None) -> float | None:

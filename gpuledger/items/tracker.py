@@ -60,11 +60,13 @@ def timeline(
     first_seen: dt.date,
     as_of: dt.datetime,
     predicted: float | None,
+    changes_by: dt.datetime | None = None,
 ) -> Timeline:
-    """Walk ``stored`` (in effect order) up to ``as_of``; each done period ends at the next change, or at a
-    reopen at the end of the first week its waste came back."""
+    """Walk ``stored`` (in effect order) up to ``changes_by`` (default ``as_of``) over the weeks ending by
+    ``as_of``; each done period ends at the next change, or at a reopen at the end of the first week its
+    waste came back."""
     weeks = [w for w in sc.weeks if _start(w) + WEEK <= as_of]
-    changes = [c for c in stored if c.at <= as_of]
+    changes = [c for c in stored if c.at <= (changes_by or as_of)]
     derived: list[Change] = []
     last: Measurement | None = None
     done_at: dt.datetime | None = None
@@ -124,11 +126,17 @@ def items(
     as_of: dt.datetime | None = None,
     week_scan: WeekScan | None = None,
 ) -> list[dict[str, Any]]:
-    """Every item as of ``as_of`` (default: the end of the last complete week scanned), as the
-    ``actions --json`` list: the largest predicted $/week first."""
+    """Every item as of ``as_of``, as the ``actions --json`` list: the largest predicted $/week first.
+
+    ``as_of`` None: now. The weeks are the complete weeks scanned, and every change recorded up to now is in
+    effect (a change made today on a ledger whose data end last month counts). A past ``as_of`` (a report's
+    week end) takes the weeks and the changes up to then."""
     sc = week_scan or scan(con, settings=settings)
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    changes_by = as_of or now
     if as_of is None:
-        as_of = _start(sc.weeks[-1]) + WEEK if sc.weeks else dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        as_of = _start(sc.weeks[-1]) + WEEK if sc.weeks else now
+    changes_by = max(changes_by, as_of)
     known = store.recorded(con)
     hist = store.history(con)
     seen: dict[str, list[tuple[dt.date, Listed]]] = {}
@@ -149,13 +157,13 @@ def items(
         first_seen = min(firsts)
         latest = weeks_listed[-1][1] if weeks_listed else None
         stored = hist.get(iid, [])
-        done_changes = [c for c in stored if c.status == "done" and c.at <= as_of]
+        done_changes = [c for c in stored if c.status == "done" and c.at <= changes_by]
         # the prediction the change was made on: the last week listed before the latest done, else the latest
-        cut = done_changes[-1].at if done_changes else as_of
+        cut = done_changes[-1].at if done_changes else changes_by
         before_cut = [row for w, row in weeks_listed if _start(w) < cut] or [row for _, row in weeks_listed]
         predicted = before_cut[-1].usd_per_week if before_cut else None
-        tl = timeline(sc, k, stored, first_seen, as_of, predicted)
-        status, until, owner = _status(tl.changes, as_of)
+        tl = timeline(sc, k, stored, first_seen, as_of, predicted, changes_by)
+        status, until, owner = _status(tl.changes, changes_by)
         m = tl.measurement
         team = latest.team if latest else (rec["team"] if rec else None)
         open_weeks = [w for w in sc.weeks if first_seen <= w and _start(w) + WEEK <= as_of]

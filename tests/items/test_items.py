@@ -83,6 +83,9 @@ def test_a_dismissed_item_stays_dismissed_and_is_never_new_again(db_path: str, _
     _set(db, item_id(BOB), "--status", "dismissed", "--at", "2025-03-12", "--note", "shared demo box")
     with writer(db) as con:
         sc = scan(con)
+        # the auto-stop item's waste is all the user's notebook idle (8 h × $3), not the stop's share (7 h)
+        assert sc.waste_of("stop_idle_notebooks:user:alice", sc.weeks[0]) == pytest.approx(ALICE_WASTE)
+        assert sc.waste_of("stop_idle_notebooks:user:alice", sc.weeks[2]) == 0.0  # fixed from week 3
         for week in sc.weeks[2:]:
             assert BOB in sc.listed[week]  # the habit is still there every week
             its = tracker.items(
@@ -199,7 +202,7 @@ def _done(db: str, marks: dict[str, str]) -> None:
 
 
 def test_the_weekly_report_shows_new_still_open_done_and_the_quarters_measured_savings(
-    db_path, _planted
+    db_path, _planted, tmp_path
 ) -> None:
     db = _planted(db_path)
     _done(db, {ALICE: WEEK3, CAROL: WEEK4})
@@ -228,3 +231,10 @@ def test_the_weekly_report_shows_new_still_open_done_and_the_quarters_measured_s
         gpuledger("report", "--week", "2025-W13", "--team", "vision", "--format", "json", "--db", db).stdout
     )["items"]
     assert [it["key"] for it in team["still_open"]] == [BOB] and team["done"] == []
+    # each team's report (the per-team mail's body) holds its own items
+    out = tmp_path / "teams"
+    r = gpuledger("report", "--week", "2025-W13", "--per-team", str(out), "--format", "json", "--db", db)
+    assert r.returncode == 0, r.stderr
+    nlp = json.loads((out / "nlp.json").read_text())["items"]
+    assert nlp["still_open"] == [] and [it["key"] for it in nlp["done"]] == [CAROL]
+    assert nlp["quarter_measured_usd"] == pytest.approx(2 * ALICE_WASTE + CAROL_WASTE, abs=0.05)
