@@ -15,8 +15,9 @@ whichever team or page asks:
   that user's interactive jobs by ``reclaim_idle``'s rule (:func:`notebook_idle`), so a habit fixed by any
   means (an auto-stop, stopping the notebook by hand) measures what it removed.
 
-Weeks: the complete ISO weeks from the first job's week to the data horizon's (a week is complete when the
-horizon reaches its Sunday, as the weekly report's last full week), at most ``SCAN_WEEKS`` of them.
+Weeks: the complete ISO weeks from the first job's to the data horizon's (the first counts when the first
+job starts on its Monday, the last when the horizon reaches its Sunday, as the weekly report's last full
+week), at most ``SCAN_WEEKS`` of them.
 """
 
 from __future__ import annotations
@@ -72,12 +73,14 @@ def monday(day: dt.date) -> dt.date:
 
 
 def complete_weeks(first: dt.date, as_of: dt.datetime) -> list[dt.date]:
-    """Mondays of the complete ISO weeks from ``first``'s week up to ``as_of`` (its own week when ``as_of``
-    falls on its Sunday), the last SCAN_WEEKS of them."""
+    """Mondays of the complete ISO weeks the data cover: from ``first``'s week when the data start on its
+    Monday (else the next week: a week the data enter on Thursday would hold half a week of waste and lower
+    a before mean), up to ``as_of``'s week when ``as_of`` falls on its Sunday (else the week before); the
+    last SCAN_WEEKS of them."""
     day = as_of.date()
     last = monday(day) if day.isoweekday() == 7 else monday(day) - WEEK
     weeks = []
-    w = monday(first)
+    w = first if first.isoweekday() == 1 else monday(first) + WEEK
     while w <= last:
         weeks.append(w)
         w += WEEK

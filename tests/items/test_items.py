@@ -238,3 +238,13 @@ def test_the_weekly_report_shows_new_still_open_done_and_the_quarters_measured_s
     nlp = json.loads((out / "nlp.json").read_text())["items"]
     assert nlp["still_open"] == [] and [it["key"] for it in nlp["done"]] == [CAROL]
     assert nlp["quarter_measured_usd"] == pytest.approx(2 * ALICE_WASTE + CAROL_WASTE, abs=0.05)
+
+
+def test_only_the_weeks_the_data_cover_whole_are_scanned() -> None:
+    from gpuledger.items.scan import complete_weeks
+
+    mon, thu, sun = dt.date(2025, 3, 3), dt.date(2025, 3, 6), dt.datetime(2025, 3, 23, 12)
+    # data from Monday 2025-03-03 to Sunday 2025-03-23: weeks 10, 11, 12
+    assert complete_weeks(mon, sun) == [mon, dt.date(2025, 3, 10), dt.date(2025, 3, 17)]
+    # from a Thursday: its week is partial, the next Monday starts; to a Saturday: that week is partial
+    assert complete_weeks(thu, dt.datetime(2025, 3, 22, 23)) == [dt.date(2025, 3, 10)]
