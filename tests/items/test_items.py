@@ -231,6 +231,9 @@ def test_the_weekly_report_shows_new_still_open_done_and_the_quarters_measured_s
         gpuledger("report", "--week", "2025-W13", "--team", "vision", "--format", "json", "--db", db).stdout
     )["items"]
     assert [it["key"] for it in team["still_open"]] == [BOB] and team["done"] == []
+    csv_text = gpuledger("report", "--week", "2025-W13", "--format", "csv", "--db", db).stdout
+    assert f"item_still_open,{item_id(BOB)},weeks_open,4," in csv_text
+    assert f"item_done,{item_id(CAROL)},status,done," in csv_text
     # each team's report (the per-team mail's body) holds its own items
     out = tmp_path / "teams"
     r = gpuledger("report", "--week", "2025-W13", "--per-team", str(out), "--format", "json", "--db", db)
