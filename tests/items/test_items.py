@@ -251,3 +251,21 @@ def test_only_the_weeks_the_data_cover_whole_are_scanned() -> None:
     assert complete_weeks(mon, sun) == [mon, dt.date(2025, 3, 10), dt.date(2025, 3, 17)]
     # from a Thursday: its week is partial, the next Monday starts; to a Saturday: that week is partial
     assert complete_weeks(thu, dt.datetime(2025, 3, 22, 23)) == [dt.date(2025, 3, 10)]
+
+
+def test_an_auto_stop_item_measures_all_the_notebook_idle_it_removed() -> None:
+    """Two idle notebook families of one user are one problem whose best action is the per-user auto-stop
+    (2 × (8 − 1) h × $3 = $42 beats each family's $24 of idle); fixed from week 3, it measures the whole
+    idle it removed: 2 notebooks × 8 idle card-hours × $3.00 = $48.00 a week."""
+    con = memory_ledger()
+    build(con, second_notebook=True)
+    sc = scan(con)
+    key = "stop_idle_notebooks:user:alice"
+    assert key in sc.listed[sc.weeks[0]] and ALICE not in sc.listed[sc.weeks[0]]
+    item = next(it for it in tracker.items(con, week_scan=sc) if it["key"] == key)
+    store.change(con, item, status="done", by="admin", scope=None, at=dt.datetime.fromisoformat(WEEK3))
+    done = next(it for it in tracker.items(con, week_scan=sc) if it["key"] == key)
+    planted = 2 * 8 * PRICE_H100
+    assert abs(done["measured_usd_per_week"] - planted) <= 0.05 * planted
+    assert (done["baseline_weeks"], done["measured_weeks"]) == (2, 4)
+    assert done["predicted_usd_per_week"] < planted  # the auto-stop's own estimate leaves the first hour

@@ -34,8 +34,16 @@ def week_start(week: int) -> float:
 
 
 def build(
-    con: duckdb.DuckDBPyConnection, *, notebook_fix: int = 3, batch_fix: int = 4, relapse: int | None = None
+    con: duckdb.DuckDBPyConnection,
+    *,
+    notebook_fix: int = 3,
+    batch_fix: int = 4,
+    relapse: int | None = None,
+    second_notebook: bool = False,
 ) -> None:
+    """The ledger of the module docstring; ``second_notebook``: alice also leaves a ``lab-`` notebook idle
+    the same way on a second card, so her two notebook families are one problem whose best action is the
+    per-user auto-stop (stop_idle_notebooks), fixed with the first."""
     set_prices(con)
     jobs: list[dict[str, Any]] = []
     allocs: list[dict[str, Any]] = []
@@ -51,6 +59,10 @@ def build(
         jobs.append(job(f"nb-a{w}", nb0, nb0 + minutes, kind="interactive", name=f"notebook-idle-w{w}"))
         allocs.append(alloc(f"nb-a{w}", "hA:0", nb0, nb0 + minutes))
         samples += series("hA:0", nb0, [50.0] * 120 + [1.0] * (minutes - 120), mem_used_mib=1000.0)
+        if second_notebook:
+            jobs.append(job(f"lab-a{w}", nb0, nb0 + minutes, kind="interactive", name=f"lab-notebook-w{w}"))
+            allocs.append(alloc(f"lab-a{w}", "hA:1", nb0, nb0 + minutes))
+            samples += series("hA:1", nb0, [50.0] * 120 + [1.0] * (minutes - 120), mem_used_mib=1000.0)
         # bob's notebook, Monday 09:00 on his own card, never fixed
         jobs.append(
             job(
