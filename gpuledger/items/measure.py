@@ -1,7 +1,8 @@
 """What a done item saved, measured: the targeted waste's weekly mean before the change minus its weekly mean
 after it (docs/metrics.md, "Measured saving"). Pure functions over a key's weekly waste.
 
-- **before**: the complete weeks from the week the problem was first listed up to the change, the last
+- **before**: the complete weeks from the week the problem was first listed (after an earlier done period
+  ended, from the Monday after its end: gpuledger/items/tracker.py) up to the change, the last
   ``BASELINE_WEEKS`` of them (the habit as it was just before the fix; older weeks may predate a change in
   the work itself);
 - **after**: the complete weeks that start at or after the change (``--at``) and end before the item left

@@ -70,40 +70,44 @@ def timeline(
     derived: list[Change] = []
     last: Measurement | None = None
     done_at: dt.datetime | None = None
+    status, since = "open", first_seen  # the baseline starts where the problem was last not done
+
+    def waste(w: dt.date) -> float:
+        return sc.waste_of(key, w)
+
     i = 0
     while i < len(changes):
         c = changes[i]
-        if c.status == "done":
-            nxt = changes[i + 1].at if i + 1 < len(changes) else None
-            m = measure(
-                weeks,
-                lambda w: sc.waste_of(key, w),
-                first_seen=first_seen,
-                done_at=c.at,
-                until=nxt,
-                predicted_usd_per_week=predicted,
-            )
+        if c.status == "done" and status != "done":  # a done period starts (a second "done" continues it)
+            j = i + 1
+            while j < len(changes) and changes[j].status == "done":
+                j += 1
+            nxt = changes[j].at if j < len(changes) else None
+            kw = {"first_seen": since, "done_at": c.at, "predicted_usd_per_week": predicted}
+            m = measure(weeks, waste, until=nxt, **kw)
             back = m.returned_week
             if back is not None and (nxt is None or _start(back) + WEEK < nxt):
-                waste = sc.waste_of(key, back)
                 base = m.before_usd_per_week if m.before_usd_per_week is not None else predicted
                 note = (
-                    f"reopened: the waste came back in {iso_week(back)} (${waste:,.2f}"
+                    f"reopened: the waste came back in {iso_week(back)} (${waste(back):,.2f}"
                     + (f" against ${base:,.2f}/week before the change" if base is not None else "")
                     + ")"
                 )
                 reopen = Change(c.item_id, _start(back) + WEEK, "open", SYSTEM, note)
                 derived.append(reopen)
-                changes.insert(i + 1, reopen)
-                m = measure(
-                    weeks,
-                    lambda w: sc.waste_of(key, w),
-                    first_seen=first_seen,
-                    done_at=c.at,
-                    until=reopen.at,
-                    predicted_usd_per_week=predicted,
-                )
+                # in effect order: after the changes up to it (a second "done" before it continues the period)
+                at = next((k for k in range(i + 1, len(changes)) if changes[k].at > reopen.at), len(changes))
+                changes.insert(at, reopen)
+                m = measure(weeks, waste, until=reopen.at, **kw)
             last, done_at = m, c.at
+        elif c.status != "done" and status == "done":  # the period ended: a later baseline starts after it
+            day = c.at.date()
+            since = (
+                day
+                if c.at == _start(day) and day.isoweekday() == 1
+                else day - dt.timedelta(days=day.weekday()) + WEEK
+            )
+        status = c.status
         i += 1
     return Timeline(tuple(changes), tuple(derived), last, done_at)
 

@@ -269,3 +269,27 @@ def test_an_auto_stop_item_measures_all_the_notebook_idle_it_removed() -> None:
     assert abs(done["measured_usd_per_week"] - planted) <= 0.05 * planted
     assert (done["baseline_weeks"], done["measured_weeks"]) == (2, 4)
     assert done["predicted_usd_per_week"] < planted  # the auto-stop's own estimate leaves the first hour
+
+
+def test_done_again_after_a_reopen_measures_against_the_weeks_since_the_reopen() -> None:
+    from gpuledger.items.scan import WeekScan
+
+    weeks = tuple(dt.date(2025, 3, 3) + dt.timedelta(days=7 * i) for i in range(8))
+    waste = [10.0, 10.0, 0.0, 0.0, 10.0, 10.0, 0.0, 0.0]
+    sc = WeekScan(weeks, None, {}, {w: {"k": x} for w, x in zip(weeks, waste, strict=True)})
+    monday = {n: dt.datetime.combine(weeks[n - 1], dt.time()) for n in range(1, 9)}
+    stored = [
+        store.Change("i", monday[3], "done", "a", change_id=1),
+        store.Change("i", monday[7], "done", "a", change_id=2),
+    ]
+    tl = tracker.timeline(sc, "k", stored, weeks[0], monday[8] + dt.timedelta(days=7), 10.0)
+    # done in week 3; week 5's $10 is back (≥ half of the $10 before): reopened at the end of week 5
+    assert [(c.at, c.status, c.by) for c in tl.changes] == [
+        (monday[3], "done", "a"),
+        (monday[6], "open", "gpuledger"),
+        (monday[7], "done", "a"),
+    ]
+    # done again in week 7: the baseline is week 6 (since the reopen), not weeks 3–6 with the fixed weeks in it
+    m = tl.measurement
+    assert m is not None and m.before == (weeks[5],) and m.after == (weeks[6], weeks[7])
+    assert m.usd_per_week == 10.0 and m.held is True
