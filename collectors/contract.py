@@ -107,7 +107,9 @@ class IngestReport:
     unpriced_hosts: list[str] = field(
         default_factory=list
     )  # of those, priced once their hosts' telemetry lands
-    never_started: list[str] = field(default_factory=list)  # of those, never started: they held no GPU
+    held_no_gpu: list[str] = field(
+        default_factory=list
+    )  # of those, never started or asked for no GPU: held none
     bytes_read: int = 0  # of the file, every one (collectors/source_file.py): its size
 
     def as_dict(self) -> dict[str, object]:
@@ -124,7 +126,7 @@ class IngestReport:
             "priced_as": self.priced,
             "jobs_without_gpu": self.unpriced,
             "jobs_priced_by_host_telemetry": self.unpriced_hosts,
-            "jobs_never_started": self.never_started,
+            "jobs_held_no_gpu": self.held_no_gpu,
             "bytes_read": self.bytes_read,
         }
 

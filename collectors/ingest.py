@@ -42,16 +42,18 @@ PROGRESS_MIN_BYTES = 4 * 2**20
 
 # The jobs of one ingest that name no GPU model or count, and what will price them: ``hosts`` when the job
 # held hosts (allocations): the GPU samples those hosts' telemetry lands are tied to it and carry the model
-# (collectors/attribute.py); ``never_started`` when it has no start, no host and no logged runtime (a
-# pending job, or one cancelled before it started: it held no GPU, so nothing is owed); else ``gpu_option``
+# (collectors/attribute.py); ``held_no_gpu`` when a scheduler's record (sacct, Kubernetes: they say what was
+# asked for and when it ran) has no host and either no start (a pending job, or one cancelled before it
+# started) or no GPU asked for (a CPU job): nothing is owed; else ``gpu_option``
 # (a training log: ``--gpu-model MODEL --gpu-count N``, collectors/gpu_facts.py).
 UNPRICED_SQL = """
     SELECT j.job_id,
            CASE WHEN EXISTS (SELECT 1 FROM allocations a WHERE a.job_id = j.job_id AND a.host IS NOT NULL)
                 THEN 'hosts'
-                WHEN j.start_ts IS NULL
+                WHEN (j.start_ts IS NULL OR coalesce(j.gpu_count, 0) = 0)
+                     AND (j.source = 'sacct' OR j.source LIKE 'kubernetes%')
                      AND NOT EXISTS (SELECT 1 FROM training_runs t WHERE t.job_id = j.job_id)
-                THEN 'never_started'
+                THEN 'held_no_gpu'
                 ELSE 'gpu_option' END AS priced_by
     FROM jobs j WHERE j.ingest_id = ? AND (j.gpu_model IS NULL OR coalesce(j.gpu_count, 0) = 0)
     ORDER BY 1"""
@@ -148,7 +150,7 @@ def ingest_file(
             priced=priced,
             unpriced=[r[0] for r in unpriced],
             unpriced_hosts=[r[0] for r in unpriced if r[1] == "hosts"],
-            never_started=[r[0] for r in unpriced if r[1] == "never_started"],
+            held_no_gpu=[r[0] for r in unpriced if r[1] == "held_no_gpu"],
         )
 
     progress = wants_progress(opts, p.stat().st_size)

@@ -116,7 +116,7 @@ def analyse_file(
             recommendations=recommendations(con, filters=filters, settings=s),
             needs_gpu=()
             if report.priced
-            else tuple(j for j in report.unpriced if j not in report.never_started),
+            else tuple(j for j in report.unpriced if j not in report.held_no_gpu),
             gpu_assumed=report.priced,
             **timelines(con, filters),
         )

@@ -51,9 +51,9 @@ def test_slurm_24_11_dump_with_never_started_jobs_lands_whole(ledger):
         ("kestrel/1001", "gpu01", 2.0, T(2026, 2, 14, 3, 33, 20), T(2026, 2, 14, 4, 33, 20)),
         ("kestrel/1005", "gpu02", 2.0, T(2026, 2, 14, 4, 33, 20), T(2026, 2, 14, 5, 33, 20)),
     ]
-    assert report.never_started == ["kestrel/1002", "kestrel/1003", "kestrel/1004"]
+    assert report.held_no_gpu == ["kestrel/1002", "kestrel/1003", "kestrel/1004"]
     text = describe(report)
-    assert "3 job(s) never started and held no GPU (kestrel/1002, kestrel/1003, kestrel/1004)" in text
+    assert "3 job(s) held no GPU (kestrel/1002, kestrel/1003, kestrel/1004): they never started" in text
     assert "--gpu-model" not in text
 
 
@@ -92,7 +92,7 @@ def test_every_marker_of_a_start_means_never_started(ledger, tmp_path, marker):
         ("CANCELLED", None, T(2026, 2, 13, 17, 26, 40))  # 1771003600
     ]
     assert ledger.execute("SELECT count(*) FROM allocations").fetchall() == [(0,)]
-    assert report.never_started == ["c/9"]
+    assert report.held_no_gpu == ["c/9"]
 
 
 def test_a_set_object_and_a_number_just_below_the_markers_are_real(ledger, tmp_path):
@@ -134,3 +134,13 @@ def test_a_job_without_a_gpu_model_on_hosts_is_priced_by_their_telemetry_says_th
     assert "1 job(s) name no GPU model (c/9): they cost nothing until telemetry from their hosts lands" in (
         describe(report)
     )
+
+
+def test_a_cpu_job_is_said_to_hold_no_gpu_not_to_want_a_gpu_model(ledger):
+    """The real Alpine dump (Slurm 23.02): one CPU array job (TRES cpu/mem/node, no gres/gpu) — it asked for
+    no GPU, so the report says nothing is owed instead of asking for --gpu-model."""
+    from tests.conftest import dataset
+
+    report = ingest_file(ledger, dataset("slurm-sacct/slurmdog_alpine_sacct.json"), opts=UTC)
+    assert report.held_no_gpu == ["alpine/12079670"]
+    assert "--gpu-model" not in describe(report)

@@ -201,8 +201,8 @@ MAX_REJECTED_SHOWN = 20
 
 def unpriced_lines(report: IngestReport) -> str:
     """The jobs that name no GPU model or count, grouped by what will price them (collectors/ingest.py
-    ``UNPRICED_SQL``): their hosts' telemetry, nothing (never started), or ``--gpu-model``."""
-    by_hosts, never = set(report.unpriced_hosts), set(report.never_started)
+    ``UNPRICED_SQL``): their hosts' telemetry, nothing (never started, or no GPU asked for), or ``--gpu-model``."""
+    by_hosts, never = set(report.unpriced_hosts), set(report.held_no_gpu)
     rest = [j for j in report.unpriced if j not in by_hosts and j not in never]
     hosts = [j for j in report.unpriced if j in by_hosts]
     idle = [j for j in report.unpriced if j in never]
@@ -218,7 +218,10 @@ def unpriced_lines(report: IngestReport) -> str:
             "again with --replace --gpu-model MODEL"
         )
     if idle:
-        text += f"\n  {len(idle):,} job(s) never started and held no GPU ({some(idle)}): nothing to price"
+        text += (
+            f"\n  {len(idle):,} job(s) held no GPU ({some(idle)}): they never started or asked for none, "
+            "so nothing is owed"
+        )
     if rest:
         text += (
             f"\n  {len(rest):,} job(s) name no GPU model or count and cost nothing "
