@@ -340,7 +340,7 @@ class RocmSmiCsv:
         # (the position of the first bad field of a row, what is wrong with it)
         checks = [
             (
-                "CASE WHEN regexp_extract(v[p_card[1]], '^(?:card)?([0-9]+)$', 1) = '' THEN p_card[1] END",
+                "CASE WHEN regexp_extract(v[p_card[1]], '^(?:card)?([0-9]{1,5})$', 1) = '' THEN p_card[1] END",
                 "the card is {value!r}, not cardN or a GPU index",
             )
         ]
@@ -393,7 +393,7 @@ class RocmSmiCsv:
 
         host = f"coalesce(nullif({self._v('host', kinds)}, ''), {quote(opts.host or 'localhost')})"
         bus = f"CASE WHEN NOT {_is_null(self._v('bus', kinds))} THEN {self._v('bus', kinds)} END"
-        index = "CAST(regexp_extract(v[p_card[1]], '^(?:card)?([0-9]+)$', 1) AS INTEGER)"
+        index = "CAST(regexp_extract(v[p_card[1]], '^(?:card)?([0-9]{1,5})$', 1) AS INTEGER)"
         con.execute(
             f"""CREATE TEMP TABLE rs_read AS
                 SELECT line_no, {ts} AS ts, {host} AS host, {index} AS gpu_index, {bus} AS bus,

@@ -68,3 +68,14 @@ def test_an_unreadable_value_under_the_second_alias_names_it(ledger, tmp_path):
     with pytest.raises(FormatError, match="average_socket_power is 'lots', not a number") as err:
         ingest_file(ledger, write(tmp_path, "p.csv", text), opts=NODE)
     assert err.value.line == 2
+
+
+def test_a_card_index_too_large_for_a_node_names_its_line(ledger, tmp_path):
+    """Found by bench/fuzz.py (readers_round3, seed 4, input 10): a gpu of 9223372036854775807 was a DuckDB
+    conversion error ("could not be read"); an index of more than 5 digits is no card a node holds."""
+    text = "gpu,gfx_usage,fb_total,fb_used\n9223372036854775807,98,14928,363\n"
+    with pytest.raises(
+        FormatError, match="the card is '9223372036854775807', not cardN or a GPU index"
+    ) as err:
+        ingest_file(ledger, write(tmp_path, "a.csv", text), opts=NODE)
+    assert err.value.line == 2
