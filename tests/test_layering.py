@@ -88,7 +88,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "gpuledger.ledger": set(),
     "collectors": {"gpuledger.ledger"},
     "analytics": {"gpuledger.ledger"},
-    "gpuledger.reports": {"analytics", "gpuledger.ledger"},
+    "gpuledger.reports": {"analytics", "gpuledger.items", "gpuledger.ledger"},
+    "gpuledger.items": {"analytics", "gpuledger.ledger"},
     "gpuledger.upload": {"analytics", "collectors", "gpuledger.ledger"},
     "gpuledger.demo": {"collectors", "gpuledger.ledger"},
     "gpuledger.guard": {"analytics", "gpuledger.reports", "gpuledger.ledger"},
@@ -97,6 +98,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "gpuledger.guard",
         "gpuledger.reports",
         "gpuledger.demo",
+        "gpuledger.items",
         "analytics",
         "collectors",
         "gpuledger.ledger",
@@ -106,6 +108,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "gpuledger.guard",
         "gpuledger.reports",
         "gpuledger.upload",
+        "gpuledger.items",
         "analytics",
         "collectors",
         "gpuledger.ledger",
@@ -123,7 +126,7 @@ def layer_of(module: str) -> str | None:
     if (
         parts[0] == "gpuledger"
         and len(parts) > 1
-        and parts[1] in ("ledger", "reports", "demo", "cli", "upload", "guard")
+        and parts[1] in ("ledger", "reports", "demo", "cli", "upload", "items", "guard")
     ):
         return ".".join(parts[:2])
     return parts[0]

@@ -137,6 +137,7 @@ class ReportData:
     guard: dict[str, Any] | None = (
         None  # analytics.guard_actions.guard_saved for the view; None: no guard step
     )
+    items: dict[str, Any] | None = None  # the week's items: new, still open, done (reports/items_section.py)
 
     @property
     def coverage(self) -> dict[str, Any] | None:
@@ -207,6 +208,7 @@ def _collect(
         generated_at=dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0),
         guard=_guard(con, filters),
     )
+    data = replace(data, items=_items(con, filters, settings))
     return _with_notes(con, data)
 
 
@@ -218,6 +220,13 @@ def _guard(con: duckdb.DuckDBPyConnection, filters: Filters) -> dict[str, Any] |
         con, since=filters.since, until=filters.until, teams=filters.teams, clusters=filters.clusters
     )
     return found if found["jobs_cancelled"] or found["jobs_warned"] else None
+
+
+def _items(con: duckdb.DuckDBPyConnection, filters: Filters, settings: Settings) -> dict[str, Any] | None:
+    """The view's last week of items (gpuledger/reports/items_section.py)."""
+    from gpuledger.reports.items_section import items_week
+
+    return items_week(con, filters=filters, settings=settings)
 
 
 def _savings(con: duckdb.DuckDBPyConnection, recs: pl.DataFrame, kw: dict[str, Any]) -> dict[str, Any]:
