@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuledger.ledger.access import AccessSettings, AuthSettings, parse_access, parse_auth
+from gpuledger.ledger.budget_settings import AlertSettings, Budget, parse_alerts, parse_budgets
 from gpuledger.ledger.errors import SettingsError
 from gpuledger.ledger.text import neutral
 
@@ -94,6 +95,8 @@ class Settings:
     # else the namespace itself
     kubernetes_team_label: str | None = None
     kubernetes_namespace_teams: dict[str, str] = field(default_factory=dict)
+    budgets: tuple[Budget, ...] = ()  # [[budget]] (gpuledger/ledger/budget_settings.py)
+    alerts: AlertSettings = field(default_factory=AlertSettings)  # [alerts]
     source: str = "defaults"
 
     def cluster_tier(self, cluster: str | None) -> str:
@@ -115,6 +118,8 @@ class Settings:
             "auth",
             "access",
             "team_mail",
+            "budgets",
+            "alerts",
         ):
             payload.pop(who_sees_what)  # no figure depends on these
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
@@ -161,6 +166,8 @@ _SECTIONS = {
     "access",
     "reports",
     "kubernetes",
+    "budget",
+    "alerts",
 }
 
 
@@ -358,6 +365,9 @@ def from_dict(data: dict[str, Any], path: Path) -> Settings:
     values["access"] = parse_access(path, data.get("access"))
     if "reports" in data:
         values["team_mail"] = _team_mail(path, data["reports"])
+    if "budget" in data:
+        values["budgets"] = parse_budgets(path, data["budget"])
+    values["alerts"] = parse_alerts(path, data.get("alerts"))
     settings = Settings(**values, source=str(path))
     if settings.idle_util_pct >= settings.target_util_pct:
         raise SettingsError(path, "thresholds.idle_util_pct", "must be below thresholds.target_util_pct")
