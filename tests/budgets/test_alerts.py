@@ -19,6 +19,7 @@ import http.server
 import json
 import threading
 from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
 
@@ -51,7 +52,7 @@ EXPECTED = {
 
 
 class Hook(http.server.BaseHTTPRequestHandler):
-    posts: list[dict] = []
+    posts: ClassVar[list[dict]] = []
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
