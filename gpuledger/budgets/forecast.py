@@ -4,7 +4,11 @@ Three methods, compared by bench/forecast.py's rolling-origin back-test:
 - ``last_period``: the period will cost what the one before it cost (scaled by its length in days);
 - ``linear``: the burn rate so far, spent ÷ days elapsed × days in the period (cloud budgets' forecast);
 - ``weekday``: spent so far plus, for each day left, the mean of the same weekday over the last
-  ``WEEKS`` weeks (GPU fleets run a weekly rhythm: jobs start on workdays, notebooks idle on weekends).
+  ``WEEKS`` weeks (GPU fleets run a weekly rhythm: jobs start on workdays, notebooks idle on weekends);
+- ``weekday_level``: the same weekly rhythm (each weekday's share of the last ``WEEKS`` weeks) times the
+  current level: an exponentially weighted mean (``ALPHA``) of the days with the rhythm taken out, so a team
+  that doubled its work last week is forecast at its new level, not at its four-week mean (Holt-Winters'
+  level and seasonal terms without the trend).
 
 Its interval is empirical: the same method's own errors over the same number of days left, from every
 origin of the last ``HISTORY_DAYS`` days that has them, at the ``COVERAGE`` central quantiles (75 %, as
@@ -19,9 +23,10 @@ from dataclasses import dataclass
 
 from gpuledger.budgets.periods import previous_period
 
-METHODS = ("last_period", "linear", "weekday")
-CHOSEN = "weekday"  # by bench/forecast.py (docs/metrics.md gives its figures)
+METHODS = ("last_period", "linear", "weekday", "weekday_level")
+CHOSEN = "weekday_level"  # by bench/forecast.py (docs/metrics.md gives its figures)
 WEEKS = 4
+ALPHA = 0.2
 HISTORY_DAYS = 56
 COVERAGE = 0.75
 MIN_ORIGINS = 5
@@ -59,6 +64,32 @@ def _weekday_rate(series: Series, day: dt.date, as_of: dt.date, start: dt.date) 
     return sum(series.get(d, 0.0) for d in have) / len(have) if have else 0.0
 
 
+def _rhythm(series: Series, as_of: dt.date, start: dt.date) -> dict[int, float]:
+    """ISO weekday → its mean over the last WEEKS weeks up to ``as_of`` over the mean of all those days (1.0
+    for every weekday when they spent nothing or no such weekday is in the data)."""
+    days = [as_of - dt.timedelta(days=i) for i in range(7 * WEEKS) if as_of - dt.timedelta(days=i) >= start]
+    mean = sum(series.get(d, 0.0) for d in days) / len(days) if days else 0.0
+    out = {}
+    for wd in range(1, 8):
+        same = [series.get(d, 0.0) for d in days if d.isoweekday() == wd]
+        out[wd] = sum(same) / len(same) / mean if same and mean > 0 else 1.0
+    return out
+
+
+def _level(series: Series, as_of: dt.date, start: dt.date, rhythm: dict[int, float]) -> float:
+    """The exponentially weighted mean (ALPHA) of the last HISTORY_DAYS days up to ``as_of``, each divided by
+    its weekday's rhythm (a weekday that never spends tells nothing of the level and is passed over)."""
+    level = None
+    day = max(start, as_of - dt.timedelta(days=HISTORY_DAYS - 1))
+    while day <= as_of:
+        factor = rhythm[day.isoweekday()]
+        if factor > 0:
+            value = series.get(day, 0.0) / factor
+            level = value if level is None else ALPHA * value + (1 - ALPHA) * level
+        day += ONE
+    return level or 0.0
+
+
 def point(
     series: Series, first: dt.date, last: dt.date, as_of: dt.date, method: str, start: dt.date
 ) -> float:
@@ -77,9 +108,13 @@ def point(
         if elapsed <= 0:  # the period has not begun: the last day's rate
             return _sum(series, as_of, as_of) * ((last - first).days + 1)
         return spent / elapsed * ((last - first).days + 1)
+    left = _days(max(first, as_of + ONE), last)
     if method == "weekday":
-        left = _days(max(first, as_of + ONE), last)
         return spent + sum(_weekday_rate(series, d, as_of, start) for d in left)
+    if method == "weekday_level":
+        rhythm = _rhythm(series, as_of, start)
+        level = _level(series, as_of, start, rhythm)
+        return spent + sum(level * rhythm[d.isoweekday()] for d in left)
     raise ValueError(f"unknown method {method!r}")
 
 

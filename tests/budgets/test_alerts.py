@@ -2,11 +2,11 @@
 127.0.0.1: each crossing once, and a re-run sends nothing new.
 
 The ledger (tests/budgets/ledgers.py daily_jobs): team nlp spends $20 a day for four weeks (2025-W10..W13),
-then $40 a day in W14. Its budget: $200 a week, thresholds 50/80/100 %. Judged at the end of each day of W14:
-- Monday: spent $40; forecast $40 + 6 days × $20 (each weekday's mean over the last 4 weeks) = $160 = 80 %
-  → budget_forecast 80 (standing for 50 too);
-- Tuesday: $80, forecast $180: nothing new;
-- Wednesday: $120 ≥ $100 → budget 50; forecast $120 + 4 × $20 = $200 = 100 % → budget_forecast 100;
+then $40 a day in W14. Its budget: $200 a week, thresholds 50/80/100 %. Judged at the end of each day of W14
+(forecasts by :func:`expected_forecast`, the documented method written out again here):
+- Monday: spent $40; forecast $173.09 = 86.5 % → budget_forecast 80 (standing for 50 too);
+- Tuesday: $80, forecast $199.67 (99.8 %): nothing new;
+- Wednesday: $120 ≥ $100 → budget 50; forecast $221.34 ≥ $200 → budget_forecast 100;
 - Thursday: $160 → budget 80; Friday: $200 → budget 100; Saturday: nothing new;
 - Sunday: W14 is complete: $280 against the baseline $140/week (the 28 days before) = +100 % ≥ 20 %
   → spend_change for team:nlp and for the fleet (which is nlp's spend here).
@@ -86,6 +86,32 @@ def planted(tmp_path):
     settings = tmp_path / "s.toml"
     settings.write_text(SETTINGS)
     return db, str(settings)
+
+
+def expected_forecast(spend: list[float], as_of: int, first: int, last: int) -> float:
+    """docs/metrics.md's weekday_level forecast, written out: spent so far + each day left × the level × its
+    weekday's rhythm. Rhythm: a weekday's mean over the last 28 days over their mean; level: the mean weighted
+    0.2 / 0.8 (newest first) of the days since the data began (at most 56) divided by their rhythm. Day 0 is a
+    Monday."""
+    window = range(max(0, as_of - 27), as_of + 1)
+    mean = sum(spend[d] for d in window) / len(window)
+    rhythm = {}
+    for wd in range(7):
+        same = [spend[d] for d in window if d % 7 == wd]
+        rhythm[wd] = sum(same) / len(same) / mean
+    level = None
+    for d in range(max(0, as_of - 55), as_of + 1):
+        v = spend[d] / rhythm[d % 7]
+        level = v if level is None else 0.2 * v + 0.8 * level
+    return sum(spend[first : as_of + 1]) + sum(level * rhythm[d % 7] for d in range(as_of + 1, last + 1))
+
+
+SPEND = [20.0] * 28 + [40.0] * 7
+
+
+def test_the_hand_written_forecasts_cross_where_the_docstring_says():
+    got = [round(expected_forecast(SPEND, W14 + d, W14, W14 + 6), 2) for d in range(3)]
+    assert got == [173.09, 199.67, 221.34]
 
 
 def _keys(payload: dict, group: str) -> set[str]:
@@ -209,8 +235,9 @@ def test_budgets_as_of_gives_the_hand_worked_figures(planted):
     (row,) = json.loads(out.stdout)
     assert row["scope"] == "team" and row["name"] == "team:nlp"
     assert (row["period_start"], row["period_end"]) == (day(W14).isoformat(), day(W14 + 6).isoformat())
-    assert (row["budget_usd"], row["spent_usd"], row["forecast_usd"]) == (200.0, 120.0, 200.0)
-    assert row["forecast_low_usd"] <= 200.0 <= row["forecast_high_usd"]
+    want = round(expected_forecast(SPEND, W14 + 2, W14, W14 + 6), 2)
+    assert (row["budget_usd"], row["spent_usd"], row["forecast_usd"]) == (200.0, 120.0, want)
+    assert row["forecast_low_usd"] <= want <= row["forecast_high_usd"]
     assert row["forecast_low_usd"] >= 120.0
     assert row["status"] == "at_risk"
     fleet = gpuledger(

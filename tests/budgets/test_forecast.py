@@ -83,3 +83,16 @@ def test_a_period_that_has_ended_is_what_it_cost():
     s = days(D(2026, 11, 1), [1.0] * 40)
     f = forecast(s, D(2026, 11, 1), D(2026, 11, 30), D(2026, 12, 5))
     assert (f.total, f.low, f.high, f.spent) == (30.0, 30.0, 30.0, 30.0)
+
+
+def test_weekday_level_is_exact_on_a_steady_rhythm_and_follows_a_new_level():
+    week = [10.0] * 5 + [2.0] * 2
+    steady = days(D(2026, 11, 2), week * 4 + [10.0] * 3)
+    f = forecast(steady, D(2026, 11, 30), D(2026, 12, 6), D(2026, 12, 2), method="weekday_level")
+    assert f.total == pytest.approx(54.0)
+    # the fifth week runs at twice the rhythm: the level moves toward it, the four-week weekday mean lags
+    doubled = days(D(2026, 11, 2), week * 4 + [20.0] * 3)
+    level = forecast(doubled, D(2026, 11, 30), D(2026, 12, 6), D(2026, 12, 2), method="weekday_level").total
+    mean = forecast(doubled, D(2026, 11, 30), D(2026, 12, 6), D(2026, 12, 2), method="weekday").total
+    assert mean == pytest.approx(60.0 + 24.0)
+    assert 84.0 < level < 60.0 + 48.0
