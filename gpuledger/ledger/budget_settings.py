@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuledger.ledger.addresses import address_problem
 from gpuledger.ledger.errors import SettingsError
 
 PERIODS = ("week", "month", "quarter")
@@ -51,8 +52,6 @@ def _num(path: Path, key: str, value: Any, lo: float, hi: float) -> float:
 
 
 def _addresses(path: Path, key: str, value: Any) -> tuple[str, ...]:
-    from gpuledger.ledger.settings import address_problem
-
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(a, str) for a in items):
         raise SettingsError(path, key, 'must be an address or a list of addresses, e.g. "lead@example.org"')
