@@ -111,26 +111,25 @@ def chargeback(
     fleet = sum(used.values()) + sum(pool.values())
     fleet_cents = round(fleet * 100)
     names = sorted(used)
-    lines = names + ([] if share_idle != "none" or not pool else [p for p in POOL if p in pool])
-    exact_used = [used[n] for n in names] + [pool[p] for p in lines[len(names) :]]
-    used_cents = split_cents(fleet_cents, exact_used) if any(exact_used) else [0] * len(lines)
-    if share_idle == "none" or not pool:
-        # no sharing: the pool's own lines carry it (the split above already adds up to the fleet)
+    weights = (
+        [used[n] for n in names]
+        if share_idle == "proportional"
+        else [1.0 if used[n] > 0 else 0.0 for n in names]
+    )
+    shares = share_idle != "none" and bool(pool) and any(weights)
+    note = None
+    if share_idle != "none" and pool and not shares:
+        note = "no team used GPUs in the month: what no team used stays its own lines"
+    lines = names + ([] if shares else [p for p in POOL if p in pool])
+    if not shares:
+        # no sharing: the pool's own lines carry it, every line to the cent, adding up to the fleet
+        exact = [used[n] for n in names] + [pool[p] for p in lines[len(names) :]]
+        used_cents = split_cents(fleet_cents, exact) if any(exact) else [0] * len(lines)
         shared_cents = [0] * len(lines)
-        if share_idle != "none" and pool and not names:
-            raise LedgerError("no team used GPUs in the month: nothing to share the pool among")
     else:
-        # used lines to the cent first, then the pool's cents shared by the rule
-        used_cents = split_cents(round(sum(used.values()) * 100), [used[n] for n in names]) if names else []
-        pool_cents = fleet_cents - sum(used_cents)
-        weights = (
-            [used[n] for n in names]
-            if share_idle == "proportional"
-            else [1.0 if used[n] > 0 else 0.0 for n in names]
-        )
-        if not names or not any(weights):
-            raise LedgerError("no team used GPUs in the month: nothing to share the pool among")
-        shared_cents = split_cents(pool_cents, weights)
+        # the used lines to the cent first, then the pool's cents (the rest of the fleet's) shared by the rule
+        used_cents = split_cents(round(sum(used.values()) * 100), [used[n] for n in names])
+        shared_cents = split_cents(fleet_cents - sum(used_cents), weights)
     units = _units(con, view, as_of)
     rows = []
     for i, name in enumerate(lines):
@@ -154,6 +153,7 @@ def chargeback(
         "pool_usd": {k: round(v, 2) for k, v in sorted(pool.items())},
         "rows": rows,
         "rgu_reference": f"{RGU_REFERENCE} = {RGU_REFERENCE_UNITS:g}",
+        "note": note,
     }
 
 

@@ -74,7 +74,9 @@ def render(bill: dict[str, Any], fmt: str) -> str:
             f"<body><h1>{html.escape(title)}</h1><table><thead><tr><th>team</th><th>used</th><th>shared idle</th>"
             f"<th>total</th><th>GPU units ({html.escape(bill['rgu_reference'])})</th></tr></thead><tbody>{body}</tbody>"
             f"<tfoot><tr><th>fleet</th><td></td><td></td><td class='num'>{usd(bill['fleet_spend_usd'])}</td><td></td></tr>"
-            "</tfoot></table></body></html>\n"
+            "</tfoot></table>"
+            + (f"<p>{html.escape(bill['note'])}</p>" if bill.get("note") else "")
+            + "</body></html>\n"
         )
     width = max([len(neutral(r["team"])) for r in rows] + [5])
     lines = [title, f"{'team':<{width}}  {'used':>14}  {'shared idle':>14}  {'total':>14}  {'GPU units':>10}"]
@@ -84,6 +86,8 @@ def render(bill: dict[str, Any], fmt: str) -> str:
             f"{neutral(r['team']):<{width}}  {usd(r['used_usd']):>14}  {usd(r['shared_usd']):>14}  {usd(r['total_usd']):>14}  {units:>10}"
         )
     lines.append(f"{'fleet':<{width}}  {'':>14}  {'':>14}  {usd(bill['fleet_spend_usd']):>14}")
+    if bill.get("note"):
+        lines.append(f"note: {bill['note']}")
     return "\n".join(lines) + "\n"
 
 
