@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as dt
 from collections.abc import Callable, Hashable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -394,6 +395,28 @@ def guard_actions(
         "clusters": filters.clusters,
     }
     return guard_actions_.guard_actions(con, **kw), guard_actions_.guard_saved(con, **kw)
+
+
+@cached("Forecasting the budgets…")
+def budgets(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> list[dict[str, Any]]:
+    """``gpuledger budgets --json`` rows; a view that names teams (a lead's always does) keeps those teams'."""
+    from gpuledger.budgets.status import budget_rows
+
+    rows = budget_rows(con, s)
+    if filters.teams:
+        rows = [r for r in rows if r["scope"] == "team" and r["target"] in filters.teams]
+    return rows
+
+
+@cached()
+def budget_days(
+    con: duckdb.DuckDBPyConnection, s: Settings, scope: str, target: str | None, first: dt.date, day: dt.date
+) -> dict[dt.date, float]:
+    """A budget's spend per day of its period up to ``day`` (the Budgets page's chart)."""
+    from gpuledger.budgets.status import as_of, daily
+
+    at = as_of(con, day)
+    return {} if at is None else daily(con, scope, target, first, at, s)
 
 
 # ---------------------------------------------------------------- upload

@@ -564,9 +564,24 @@ SCHEMA_V10: list[str] = [
     """,
 ]
 
-# Version 11: what the guard did (gpuledger/guard/live.py, `gpuledger guard run --enforce`), one row per step it
+# Version 11: the alerts gpuledger sent (gpuledger/alerts/): each crossing once, and a cooldown per rule and scope.
+SCHEMA_V11: list[str] = [
+    """
+    CREATE TABLE IF NOT EXISTS alerts_sent (
+        alert_key   VARCHAR PRIMARY KEY,       -- rule|scope|period|detail: one crossing (gpuledger/alerts/rules.py documents each rule's key)
+        rule        VARCHAR NOT NULL,          -- budget | budget_forecast | spend_change | waste_share | unheld_capacity
+        scope       VARCHAR NOT NULL,          -- team:NAME, cluster:NAME, cluster:NAME/MODEL or fleet
+        judged_day  DATE NOT NULL,             -- the as-of day the ledger was judged at
+        sent_at     TIMESTAMP NOT NULL,        -- UTC wall time it was sent
+        channels    VARCHAR NOT NULL,          -- where it went: mail, webhook (comma-separated)
+        message     VARCHAR NOT NULL           -- the text sent
+    )
+    """,
+]
+
+# Version 12: what the guard did (gpuledger/guard/live.py, `gpuledger guard run --enforce`), one row per step it
 # took on a job, never updated or deleted: warnings mailed, checkpoint signals, cancels, and the scheduler's answer.
-SCHEMA_V11_GUARD: list[str] = [
+SCHEMA_V12_GUARD: list[str] = [
     """
     CREATE SEQUENCE IF NOT EXISTS guard_action_seq START 1
     """,
@@ -601,7 +616,8 @@ MIGRATIONS: list[list[str]] = [
     SCHEMA_V8,
     SCHEMA_V9,
     SCHEMA_V10,
-    SCHEMA_V11_GUARD,
+    SCHEMA_V11,
+    SCHEMA_V12_GUARD,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -632,6 +648,7 @@ TABLES = (
     "ingest_sources",
     "checkpoint_placements",
     "gpu_shares",
+    "alerts_sent",
     "guard_actions",
 )
 
