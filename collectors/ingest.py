@@ -32,8 +32,9 @@ from collectors.provenance import (
     withdraw_source,
 )
 from collectors.registry import PARSERS
+from collectors.row_checks import reader_rejections
 from collectors.source_file import check_path, scan_source
-from collectors.validate import record_rejections, validate_merge, validate_stage
+from collectors.validate import Violation, record_rejections, validate_merge, validate_stage
 from gpuledger.ledger.errors import FormatError
 
 # Files this big get a progress bar on a terminal; smaller ones land before one would be drawn.
@@ -88,9 +89,14 @@ def ingest_file(
             ids.append(next_ingest_id(con))
         ingest_id = ids[0]
         with reading(p):
+            reader_rejections(con)  # none left from an earlier file on this connection
             skipped = parser.stage(con, p, opts)
             priced = price_staged_jobs(con, opts.gpu) if opts.gpu else None
-            bad = validate_stage(con, p, skip_bad_rows=opts.skip_bad_rows, max_job_days=opts.max_job_days)
+            bad = [  # the reader's own checks, under --skip-bad-rows (collectors/row_checks.py)
+                Violation("jobs", line, "", value or "", reason)
+                for line, value, reason in reader_rejections(con)
+            ]
+            bad += validate_stage(con, p, skip_bad_rows=opts.skip_bad_rows, max_job_days=opts.max_job_days)
             bad += validate_merge(con, p, skip_bad_rows=opts.skip_bad_rows)
             tie_to_job(con, p, parser.name, opts.job_id)  # --job on telemetry: its samples, or refused
             if hashing is not None:

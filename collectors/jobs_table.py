@@ -25,13 +25,13 @@ from collectors.base import IngestOptions, Sniff, read_head
 from collectors.common import (
     Check,
     describe_failure,
-    first_violation,
     nullif_tokens,
     session_zone,
     sql_path,
     ts_utc,
 )
 from collectors.lines import file_lines, reader_error_line
+from collectors.row_checks import screen_rows
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.job_states import (
@@ -180,17 +180,6 @@ class JobsTable:
         pending = f"coalesce({state} = '{PENDING}', false)"
         no_end = f"{state} IN ({sql_list(TABLE_FINISHED_STATES)}) AND {col('end')} IS NULL"
         notes: dict[str, int] = {}
-        if opts.skip_bad_rows:
-            left = [
-                r[0]
-                for r in con.execute(f"SELECT line_no FROM raw_jobs WHERE {no_end} ORDER BY 1").fetchall()
-            ]
-            if left:
-                con.execute(f"DELETE FROM raw_jobs WHERE {no_end}")
-                shown = ", ".join(map(str, left[:10])) + (", …" if len(left) > 10 else "")
-                notes[
-                    f'finished jobs with an empty "end", left out (line{"s" if len(left) > 1 else ""} {shown})'
-                ] = len(left)
         checks = [
             Check(f"{col('job_id')} IS NULL", "job_id is empty"),
             Check(
@@ -260,7 +249,7 @@ class JobsTable:
                     )
                 )
         with session_zone(con, opts.tz or "UTC"):
-            first_violation(con, path, "raw_jobs", checks)
+            screen_rows(con, path, "raw_jobs", checks, skip_bad_rows=opts.skip_bad_rows)
             dup = con.execute(
                 f"SELECT {col('job_id')}, list(line_no ORDER BY line_no) FROM raw_jobs GROUP BY 1 HAVING count(*) > 1 LIMIT 1"
             ).fetchall()

@@ -55,12 +55,12 @@ import duckdb
 from collectors.base import IngestOptions, Sniff, quote, read_head
 from collectors.common import (
     Check,
-    first_violation,
     local_zone,
     session_zone,
     sql_path,
     ts_utc,
 )
+from collectors.row_checks import screen_rows
 from collectors.sacct_hosts import _stage_allocations
 from collectors.sacct_hosts import expand_nodelist as expand_nodelist
 from collectors.sacct_hosts import gres_indices as gres_indices
@@ -340,7 +340,16 @@ def stage_from_raw(
     skipped: dict[str, int] = {}
     with session_zone(con, zone):
         try:
-            first_violation(con, path, "sacct_raw r", checks)
+            # a job's line and its steps' lines are one job: a bad one takes the job out whole
+            screen_rows(
+                con,
+                path,
+                "sacct_raw r",
+                checks,
+                skip_bad_rows=opts.skip_bad_rows,
+                group_sql=f"split_part({raw_id}, '.', 1)",
+                line_label=line_label,
+            )
         except FormatError as exc:
             if line_label is None:
                 raise

@@ -32,6 +32,7 @@ import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
 from collectors.common import Check, epoch_ts, first_violation, sql_path
+from collectors.row_checks import screen_rows
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.job_states import PAI_STATUSES, POD_PHASES, mapped_state_sql
@@ -147,7 +148,7 @@ class PaiTrace2020:
         checks.append(
             Check(f"({PAI_STATUS}) IS NULL", 'column "status" is not a PAI task status: "{value}"', "status")
         )
-        first_violation(con, path, "pai_raw", checks)
+        screen_rows(con, path, "pai_raw", checks, skip_bad_rows=opts.skip_bad_rows)
 
         def at(col: str) -> str:
             return epoch_ts(f"TRY_CAST(nullif({col}, '') AS DOUBLE)", f"{epoch}::TIMESTAMP")
@@ -211,7 +212,7 @@ class OpenbTrace2023:
                 "gpu_milli",
             )
         )
-        first_violation(con, path, "ob_raw", checks)
+        screen_rows(con, path, "ob_raw", checks, skip_bad_rows=opts.skip_bad_rows)
 
         def at(col: str) -> str:
             return epoch_ts(f"TRY_CAST(nullif({col}, '') AS DOUBLE)", f"{epoch}::TIMESTAMP")
