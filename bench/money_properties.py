@@ -4,8 +4,9 @@
 
 Runs every example to the end instead of stopping at the first failure (a shrink costs hundreds of examples
 at a few seconds each): prints the examples run, the seconds each took, and each failing shape's assertion,
-pickled into FAILURES_DIR (``pickle.load`` it and pass it to ``check`` to replay; the shape's jobs, samples
-and files are plain dicts). Exits 1 when any failed.
+pickled into FAILURES_DIR as (shape, price rows) (``pickle.load`` it and pass the shape to ``check``, both to
+``check_whatif``, to replay; the shape's jobs, samples and files are plain dicts). Each example also runs
+tests/analytics/test_whatif_properties.py ``check_whatif`` on the same shape under drawn dated price rows. Exits 1 when any failed.
 
 Measured 2026-12-06 09:24 (quiet 2-core machine), seed 1, after the shared-card, MIG-capacity, lone-sample and
 unclaimed-span fixes, with nothing left out of the generated shapes: 200 examples, 0 failed, 2.11 s each, 422 s
@@ -23,8 +24,9 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from tests.analytics.money_shapes import Shape, shapes
+from tests.analytics.money_shapes import Shape, dated_prices, shapes
 from tests.analytics.test_money_properties import check
+from tests.analytics.test_whatif_properties import check_whatif
 
 
 def main(examples: int = 200, rng: int = 0, failures_dir: str = "/tmp/money-failures") -> int:
@@ -40,15 +42,16 @@ def main(examples: int = 200, rng: int = 0, failures_dir: str = "/tmp/money-fail
         phases=[Phase.generate],  # no shrinking: every example runs, every failure is kept
         suppress_health_check=list(HealthCheck),
     )
-    @given(shapes())
-    def run(shape: Shape) -> None:
+    @given(shapes(), dated_prices())
+    def run(shape: Shape, prices: list) -> None:
         start = time.perf_counter()
         try:
             check(shape)
+            check_whatif(shape, prices)  # the same shape under dated price rows (issue 41)
         except AssertionError as e:
             n = len(took) + 1
             out.mkdir(parents=True, exist_ok=True)
-            (out / f"shape-{rng}-{n}.pkl").write_bytes(pickle.dumps(shape))
+            (out / f"shape-{rng}-{n}.pkl").write_bytes(pickle.dumps((shape, prices)))
             where = traceback.extract_tb(e.__traceback__)[-1]
             failed.append((n, f"{where.name}: {where.line} {str(e)[:300]}"))
         finally:
