@@ -87,3 +87,39 @@ def test_skip_bad_rows_lands_the_good_rows_and_names_each_bad_line(tmp_path: Pat
     again = gpuledger("ingest", *common, "--replace", "--skip-bad-rows", str(path))
     for line, reason in bad:
         assert f"rejected {path}:{line}: {reason}" in again.stdout
+
+
+def test_sacct_json_skips_an_entry_that_ends_before_it_starts(tmp_path: Path) -> None:
+    """sacct --json has no lines: the left-out entry is named by its place in jobs[] (entry 2)."""
+    import datetime as dt
+
+    def job(jid: int, start: dt.datetime, end: dt.datetime) -> dict:
+        return {
+            "job_id": jid,
+            "account": "nlp",
+            "user": "alice",
+            "nodes": f"g0{jid}",
+            "state": {"current": ["COMPLETED"]},
+            "time": {"start": int(start.timestamp()), "end": int(end.timestamp()), "elapsed": 7200},
+            "tres": {"allocated": [{"type": "gres", "name": "gpu:h100", "count": 1}]},
+        }
+
+    t = dt.datetime(2026, 11, 20, 10, tzinfo=dt.UTC)
+    jobs = [
+        job(1, t, t + dt.timedelta(hours=2)),
+        job(2, t, t - dt.timedelta(hours=1)),
+        job(3, t, t + dt.timedelta(hours=2)),
+    ]
+    db, settings = str(tmp_path / "l.duckdb"), str(write(tmp_path, "settings.toml", PRICE))
+    path = write(tmp_path, "sacct.json", json.dumps({"meta": {"Slurm": {}}, "jobs": jobs}))
+    common = ("--db", db, "--settings", settings, "--tz", "UTC")
+    refused = gpuledger("ingest", *common, str(path))
+    assert refused.returncode == 1 and "jobs[] entry 2: job ends before it starts" in refused.stderr
+    done = gpuledger("ingest", *common, "--skip-bad-rows", "--json", str(path))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)[0]
+    assert [(r["line"], r["reason"].split(" (")[0]) for r in report["rejected_rows"]] == [
+        (None, "jobs[] entry 2: job ends before it starts")
+    ]
+    summary = json.loads(gpuledger("summary", "--json", "--db", db, "--settings", settings).stdout)
+    assert summary["spend_usd"] == pytest.approx(8.0)  # jobs 1 and 3: 2 × 1 GPU × 2 h × $2.00
