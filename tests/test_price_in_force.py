@@ -130,6 +130,8 @@ def whatif(db: str, settings: str, *args: str) -> dict:
         (("--model", "H100-SXM-80GB=A100-80GB"), 100.0, 85.0),
         # the 20th: $50 now; cloud 10 × $0.40 = $4, edge 10 × $0.20 = $2
         (("--model", "H100-SXM-80GB=A100-80GB", *DAY_ONE), 50.0, 44.0),
+        # the models named as a jobs file names them ("A100 80GB": the catalog's A100-80GB)
+        (("--model", "H100=A100 80GB"), 100.0, 85.0),
     ],
 )
 def test_whatif_prices_each_day_at_the_row_in_force(
