@@ -1,25 +1,62 @@
-"""A job file's row-level checks, one rule for every reader that has them (sacct text and JSON, the generic
-jobs table, the PAI and openb job traces).
+"""Rules a staged row must keep, checked in SQL: the earliest line that breaks one as a FormatError, or under
+``--skip-bad-rows`` every bad row left out and named — one rule for every job-file reader that has row checks
+(sacct text and JSON, the generic jobs table, the PAI and openb job traces).
 
 Without ``--skip-bad-rows`` the file is refused with its first bad line (``error: FILE:LINE: reason``, nothing
-lands). With it, every bad row leaves the stage, each reported with its own line and reason (the ingest's
-``rejected`` list, ``rejected_rows`` in the ledger, ``rejected FILE:LINE: reason`` on the terminal), and the
-good rows land: docs/metrics.md, "Plausibility". Before, the readers' own checks refused the whole file even
-under the flag, and only the ledger's physical ranges (collectors/validate.py) let the rest land.
-
-A reader names ``group_sql`` where several raw rows make one job (sacct: a job's line and its steps' lines):
-a bad row then takes its whole job out with it, never a job without one of its lines.
+lands). With it (:func:`screen_rows`), every bad row leaves the stage, each reported with its own line and
+reason (the ingest's ``rejected`` list, ``rejected_rows`` in the ledger, ``rejected FILE:LINE: reason`` on the
+terminal), and the good rows land: docs/metrics.md, "Plausibility". Before, the readers' own checks refused the
+whole file even under the flag, and only the ledger's physical ranges (collectors/validate.py) let the rest
+land. A reader names ``group_sql`` where several raw rows make one job (sacct: a job's line and its steps'
+lines): a bad row then takes its whole job out with it, never a job without one of its lines.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
-from collectors.common import Check, first_violation
+from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.text import clip
+
+
+@dataclass(frozen=True)
+class Check:
+    """A rule a staged row must keep: ``bad_sql`` is true for a bad row; ``reason`` may use {value}."""
+
+    bad_sql: str
+    reason: str
+    value_sql: str = "NULL"
+
+
+def first_violation(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    table: str,
+    checks: Sequence[Check],
+    *,
+    line_col: str = "line_no",
+    where: str = "true",
+) -> None:
+    """Raise FormatError for the earliest line (by ``line_col``) that breaks any check, among the rows
+    ``where`` keeps (rows a reader skips are not checked)."""
+    if not checks:
+        return
+    arms = " ".join(f"WHEN {c.bad_sql} THEN {i}" for i, c in enumerate(checks))
+    values = " ".join(f"WHEN {c.bad_sql} THEN CAST({c.value_sql} AS VARCHAR)" for c in checks)
+    rows = con.execute(
+        f"""SELECT {line_col}, CASE {arms} END AS which, CASE {values} END AS val
+            FROM {table} WHERE ({where}) AND CASE {arms} END IS NOT NULL ORDER BY {line_col} LIMIT 1"""
+    ).fetchall()
+    if rows:
+        line, which, val = rows[0]
+        raise FormatError(
+            path, int(line) if line is not None else None, checks[which].reason.format(value=clip(val))
+        )
+
 
 REJECTS = "reader_rejects"  # temp table: the rows the readers left out of this ingest (line, value, reason)
 

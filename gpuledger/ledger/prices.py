@@ -26,8 +26,7 @@ dated 2099 the whole past.
 from __future__ import annotations
 
 import datetime as dt
-import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import duckdb
 
@@ -128,6 +127,10 @@ class PriceBook:
     """The ledger's prices after rule 1, answering rules 2 and 3 in Python (the SQL's twin)."""
 
     rows: tuple[BookRow, ...]
+    # each key's periods, worked out once per book (a what-if asks for them once per job)
+    _memo: dict[tuple[str | None, str, str | None, bool], list[Period]] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
     def periods(
         self, model: str | None, tier: str, cluster: str | None = None, *, fallback: bool = True
@@ -135,7 +138,10 @@ class PriceBook:
         """The rows in force for a job of ``model`` on ``cluster`` asking for ``tier``, as periods: each
         [from, to) with its row, the first open to the past, the last to the future (rules 2-3). Without
         ``fallback``, the tier's own series only. Empty when no candidate row exists."""
-        return _periods(self, model, tier, cluster, fallback)
+        key = (model, tier, cluster, fallback)
+        if key not in self._memo:
+            self._memo[key] = _periods(self.rows, model, tier, cluster, fallback)
+        return self._memo[key]
 
     def _at(
         self, model: str | None, tier: str, cluster: str | None, on: dt.date | None, fallback: bool
@@ -189,14 +195,13 @@ class PriceBook:
         return total
 
 
-@functools.lru_cache(maxsize=4096)
 def _periods(
-    book: PriceBook, model: str | None, tier: str, cluster: str | None, fallback: bool
+    rows: tuple[BookRow, ...], model: str | None, tier: str, cluster: str | None, fallback: bool
 ) -> list[Period]:
     if model is None:
         return []
     cand: list[tuple[int, BookRow]] = []
-    for r in book.rows:
+    for r in rows:
         if r.gpu_model != model or not (r.cluster is None or r.cluster == cluster):
             continue
         if r.tier == tier:
