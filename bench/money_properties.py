@@ -12,6 +12,9 @@ Measured 2026-12-06 09:24 (quiet 2-core machine), seed 1, after the shared-card,
 unclaimed-span fixes, with nothing left out of the generated shapes: 200 examples, 0 failed, 2.11 s each, 422 s
 in all. An earlier run (seed 0) failed at example 46 on a MIG instance held twice, since fixed
 (docs/metrics.md, "Additivity on shared cards").
+
+With check_whatif added (dated price rows, issue 41), measured 2026-12-07 05:53 on the shared 2-core machine at
+load 13-14: seed 1, 6 examples, 0 failed, 57 s each (343 s); the 200-example run is left to a quiet machine.
 """
 
 from __future__ import annotations
