@@ -138,19 +138,19 @@ def stage_long(
     con.execute(
         f"""CREATE TEMP TABLE stage_samples AS
             SELECT ts, gpu_id,
-                coalesce(max(value) FILTER (measure = 'util'), {pct}max(value) FILTER (measure = 'gr_active'))::FLOAT
+                coalesce(max(value) FILTER (measure = 'util'), {pct}max(value) FILTER (measure = 'gr_active'))::DOUBLE
                     AS util_pct,
-                max(value) FILTER (measure = 'mem_util')::FLOAT AS mem_util_pct,
-                max(value) FILTER (measure = 'fb_used')::FLOAT AS mem_used_mib,
+                max(value) FILTER (measure = 'mem_util')::DOUBLE AS mem_util_pct,
+                max(value) FILTER (measure = 'fb_used')::DOUBLE AS mem_used_mib,
                 coalesce(max(value) FILTER (measure = 'fb_total'),
-                         max(value) FILTER (measure = 'fb_used') + max(value) FILTER (measure = 'fb_free'))::FLOAT
+                         max(value) FILTER (measure = 'fb_used') + max(value) FILTER (measure = 'fb_free'))::DOUBLE
                     AS mem_total_mib,
-                max(value) FILTER (measure = 'power')::FLOAT AS power_w,
+                max(value) FILTER (measure = 'power')::DOUBLE AS power_w,
                 (max(value) FILTER (measure = 'energy_mj') / 1000.0)::DOUBLE AS energy_j,
-                max(value) FILTER (measure = 'temp')::FLOAT AS temp_c,
-                ({pct}max(value) FILTER (measure = 'sm_active'))::FLOAT AS sm_active_pct,
-                ({pct}max(value) FILTER (measure = 'tensor_active'))::FLOAT AS tensor_active_pct,
-                max(value) FILTER (measure = 'sm_clock')::FLOAT AS sm_clock_mhz,
+                max(value) FILTER (measure = 'temp')::DOUBLE AS temp_c,
+                ({pct}max(value) FILTER (measure = 'sm_active'))::DOUBLE AS sm_active_pct,
+                ({pct}max(value) FILTER (measure = 'tensor_active'))::DOUBLE AS tensor_active_pct,
+                max(value) FILTER (measure = 'sm_clock')::DOUBLE AS sm_clock_mhz,
                 max(value) FILTER (measure = 'throttle')::UBIGINT AS throttle_reasons,
                 -- several jobs' series on one GPU at one time (time-slicing, MPS, shared pods): the sample
                 -- is no one job's; the jobs are kept in stage_processes below
