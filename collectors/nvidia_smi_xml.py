@@ -26,6 +26,7 @@ import duckdb
 
 from collectors.base import IngestOptions, Sniff
 from collectors.sql_text import NULL_TOKENS
+from collectors.stage_rows import temp_table
 from collectors.time_zones import LocalClock, local_zone
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import normalize_model
@@ -245,12 +246,12 @@ class NvidiaSmiXml:
                 "line_no": "INTEGER",
                 **{f"line_no__{c}": "INTEGER" for c in VALUE_ELEMENTS},
             }
-            _temp_table(con, "stage_samples", cols, [(*s, *ln) for s, ln in zip(samples, lines, strict=True)])
+            temp_table(con, "stage_samples", cols, [(*s, *ln) for s, ln in zip(samples, lines, strict=True)])
         else:
-            _temp_table(con, "stage_samples", SAMPLE_COLS, samples)
-        _temp_table(con, "stage_gpus", GPU_COLS, list(gpus.values()))
+            temp_table(con, "stage_samples", SAMPLE_COLS, samples)
+        temp_table(con, "stage_gpus", GPU_COLS, list(gpus.values()))
         if processes:
-            _temp_table(con, "stage_processes", PROCESS_COLS, processes)
+            temp_table(con, "stage_processes", PROCESS_COLS, processes)
         return {}
 
     @staticmethod
@@ -323,12 +324,3 @@ class NvidiaSmiXml:
                         number(proc, "used_memory"),
                     )
                 )
-
-
-def _temp_table(
-    con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, str], rows: list[tuple[object, ...]]
-) -> None:
-    """A small temp table from Python rows (a snapshot holds a handful of GPUs and processes)."""
-    con.execute(f"CREATE TEMP TABLE {name} ({', '.join(f'{c} {t}' for c, t in columns.items())})")
-    placeholders = ", ".join("?" for _ in columns)
-    con.executemany(f"INSERT INTO {name} VALUES ({placeholders})", [list(r) for r in rows])
