@@ -92,6 +92,7 @@ FAMILIES: dict[str, list[str]] = {
         "repo:tests/fixtures/rocm_smi/mi300x_time_lines.log",
         "repo:tests/fixtures/training/seq2seq/trainer_state.json",
         "repo:tests/fixtures/training/trl-sft/trainer_state.json",
+        "repo:tests/fixtures/gpustat/gpustat_two_polls.json",
     ],
     "traces": [
         "alibaba-gpu-v2023/openb_pod_list_default.csv",

@@ -38,7 +38,7 @@ RATIO_AFTER_BYTES = 16 * 2**20
 DEFAULT_MAX_GZIP_RATIO = 250.0
 # formats whose file is one document (JSON, XML) that may well be one long line: no line limit
 DOCUMENT_FORMATS = frozenset(
-    {"sacct_json", "hf_trainer_state", "wandb_metadata", "nvidia_smi_xml", "prometheus_json"}
+    {"sacct_json", "hf_trainer_state", "wandb_metadata", "nvidia_smi_xml", "prometheus_json", "gpustat_json"}
 )
 # line-oriented formats with no header line (the first line is data like the others)
 HEADERLESS_FORMATS = frozenset({"alibaba_pai2020", "dcgm", "nvidia_smi_pmon", "sacct"})
