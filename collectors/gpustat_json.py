@@ -128,7 +128,7 @@ class GpustatJson:
                     value_lines = [lines[c][i] if i < len(lines[c]) else None for c in VALUES]
                     samples.append((ts, gpu_id, *values, at, *value_lines))
                     host = opts.host or doc.get("hostname")
-                    first = gpus.get(gpu_id, (None,) * 8 + (ts,))[8]
+                    first = gpus[gpu_id][8] if gpu_id in gpus else ts  # first_seen
                     name = gpu.get("name")
                     gpus[gpu_id] = (
                         gpu_id,
