@@ -470,7 +470,7 @@ def stage_from_raw(
         ORDER BY r.line_no
         """
     )
-    _stage_allocations(con, path)
+    _stage_allocations(con, path, line_label)
     if line_label:  # a JSON document's lines say nothing: a bad row names its entry (jobs[] entry 3)
         for t in ("stage_jobs", "stage_allocations"):
             con.execute(f"ALTER TABLE {t} ADD COLUMN row_label VARCHAR")
