@@ -3,7 +3,7 @@ what its cancels saved, for the Guard page, ``guard actions`` and the weekly rep
 
 Saved by a live cancel (docs/metrics.md, "Guard"): the job's GPUs × the time from the cancel to the end its
 scheduler had planned for it (``planned_end_ts``: Slurm's start + time limit, read just before the cancel), at
-the prices in force (each UTC day's part at that day's, gpuledger/ledger/prices.py held_usd). It is an upper bound: the owner might have
+the prices in force (each moment at the price in force then, gpuledger/ledger/prices.py PriceBook.usd). It is an upper bound: the owner might have
 ended the job sooner. A cancel with no planned end (a pod, a job without a time limit) counts as a cancel and
 saves 0 here. Only cancels the scheduler accepted count.
 """
@@ -98,6 +98,7 @@ def guard_saved(
     for _job, at, gpus, end, model, tier, cluster in rows:
         h = (gpus or 0.0) * max((end - at).total_seconds(), 0.0) / 3600.0 if end else 0.0
         hours += h
-        money = book.held_usd(model, tier or "on_demand", cluster, gpus or 0.0, at, end) if end else 0.0
+        one = book.usd(model, tier or "on_demand", cluster, at, end) if end and end > at else 0.0
+        money = None if one is None else (gpus or 0.0) * one
         usd = None if usd is None or money is None else usd + money
     return {"jobs_cancelled": len(rows), "saved_gpu_hours": hours, "saved_usd": usd, "jobs_warned": warned}

@@ -8,9 +8,9 @@ would have taken, marked ``exempt``, and counts in no total. QOS and label exemp
 (``guard run`` asks it); the ledger holds neither, so the replay cannot apply them.
 
 Saved by a cancel (docs/metrics.md, "Guard"): the GPUs the job held (``gpu_count``) × the time from the cancel
-to the job's real end (``end_ts``; a job still running: its last telemetry, so a lower bound), each UTC day's
-part priced at the price in force that day for the job's GPU model, tier and cluster
-(gpuledger/ledger/prices.py ``PriceBook.rate``; None when the model has no price). The idle GPU-hours of a step: ``gpu_count`` × the idle
+to the job's real end (``end_ts``; a job still running: its last telemetry, so a lower bound), each moment at
+the price in force then for the job's GPU model, tier and cluster (gpuledger/ledger/prices.py ``PriceBook.usd``;
+None when the model has no price). The idle GPU-hours of a step: ``gpu_count`` × the idle
 run's length at that step.
 """
 
@@ -153,8 +153,9 @@ def evaluate(
 
 
 def usd(book: PriceBook, job: Job, t0: dt.datetime, t1: dt.datetime) -> float | None:
-    """$ of the job's GPUs held from ``t0`` to ``t1`` at the prices in force (``PriceBook.held_usd``)."""
-    return book.held_usd(job.gpu_model, job.tier, job.cluster, job.gpu_count, t0, t1)
+    """$ of the job's GPUs held from ``t0`` to ``t1``, each moment at the price in force then (``PriceBook.usd``)."""
+    one = book.usd(job.gpu_model, job.tier, job.cluster, t0, t1) if t1 > t0 else 0.0
+    return None if one is None else job.gpu_count * one
 
 
 def step_dict(book: PriceBook, job: Job, step: Step) -> dict[str, Any]:

@@ -222,28 +222,6 @@ def _periods(
         out.append((lo, hi, row))
     return out
 
-    def held_usd(
-        self,
-        model: str | None,
-        tier: str,
-        cluster: str | None,
-        gpus: float,
-        start: dt.datetime,
-        end: dt.datetime,
-    ) -> float | None:
-        """$ of ``gpus`` GPUs held from ``start`` to ``end`` (naive UTC): each UTC day's part at :meth:`rate` in
-        force that day (rule 4: a row is in force from a date); 0 for an empty span, None when the model has
-        no price."""
-        total = 0.0
-        while start < end:
-            cut = min(end, dt.datetime.combine(start.date() + dt.timedelta(days=1), dt.time()))
-            rate = self.rate(model, tier, cluster, start.date())
-            if rate is None:
-                return None
-            total += gpus * (cut - start).total_seconds() / 3600.0 * rate
-            start = cut
-        return total
-
 
 def price_book(con: duckdb.DuckDBPyConnection) -> PriceBook:
     """The ledger's price rows in force (rule 1), ordered by model, tier, cluster and date."""
