@@ -206,7 +206,7 @@ def unknown_names(
 @cached("Splitting the spend by team and week…")
 def team_weeks(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, parts: bool) -> pl.DataFrame:
     """week, team, spend_usd: ``analytics.waste.spend_by_week(by="team")`` (the Overview's bars), or with
-    ``parts`` ``waste_by_week``, which adds the taxonomy's parts and waste_usd. Each job's cost is cut at week
+    ``parts`` ``waste_by_week``, which adds the taxonomy's parts and team_waste_usd. Each job's cost is cut at week
     boundaries (one query for all weeks), so the rows sum exactly to the view's spend; rows under half a cent
     are left out."""
     by_week = waste.waste_by_week if parts else waste.spend_by_week
@@ -216,7 +216,7 @@ def team_weeks(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, pa
 
 @cached()
 def waste_by(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, by: str) -> pl.DataFrame:
-    """``analytics.waste.waste_by`` for the view (key, spend_usd, the parts, waste_usd)."""
+    """``analytics.waste.waste_by`` for the view (key, spend_usd, the parts, team_waste_usd)."""
     return waste.waste_by(con, by=by, filters=filters, settings=s)
 
 
@@ -224,7 +224,8 @@ def waste_by(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, by: 
 def top_wasted_jobs(
     con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, limit: int = 20
 ) -> pl.DataFrame:
-    """The view's jobs with the most wasted $ (``analytics.waste.job_waste``, sorted by waste_usd)."""
+    """The view's jobs with the most wasted $ (``analytics.waste.job_waste``, sorted by waste_usd: a job's idle +
+    under-used + failed, its part of the waste teams control)."""
     found = waste.job_waste(con, filters=filters, settings=s)
     return found.filter(pl.col("waste_usd") > 0).sort("waste_usd", descending=True).head(limit)
 

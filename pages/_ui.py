@@ -14,6 +14,8 @@ import plotly.graph_objects as go
 import polars as pl
 import streamlit as st
 
+from analytics.money import usd as money_usd
+
 NA = "n/a"
 # Five KPI cards; money with cents needs room ("$1,234,567.89"), so the first and last are wider.
 KPI_WIDTHS = [1.45, 1.1, 1.0, 1.15, 1.3]
@@ -54,12 +56,9 @@ def require_router() -> None:
 
 
 def usd(value: float | None, *, cents: bool = True) -> str:
-    """``$12,345.67`` (or ``$12,346`` without cents); ``n/a`` for unknown."""
-    if value is None:
-        return NA
-    if abs(value) < 0.005:
-        value = 0.0  # no "$-0.00" from float noise
-    return f"${value:,.2f}" if cents else f"${value:,.0f}"
+    """``$12,345.67`` (or ``$12,346`` without cents), ``−$3.20`` for a negative amount; ``n/a`` for unknown
+    (the one money format of pages, CLI and reports: analytics.money.usd)."""
+    return money_usd(value, 2 if cents else 0, na=NA)
 
 
 def _unsigned_zero(value: float, digits: int) -> float:

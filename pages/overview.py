@@ -105,8 +105,8 @@ with money[2].container(border=True):
     else:
         st.metric(
             "Capacity no job held (platform)",
-            usd(s["unallocated_usd"]),
-            **change(s["unallocated_usd"], "unallocated_usd"),
+            usd(s["unheld_capacity_usd"]),
+            **change(s["unheld_capacity_usd"], "unheld_capacity_usd"),
             help="Paid-for GPU-hours no job held (unallocated capacity): the cluster operators' to release or "
             f"fill, not a team's waste. {num(s['unallocated_gpu_hours'], 1)} GPU-hours.",
         )
@@ -259,8 +259,8 @@ else:
             st.markdown(md(r["action"]))
     cov = total_saving.get("coverage") or {}
     cov_text = (
-        f"; they address {pct(cov['addressed_pct'])} of this view's waste "
-        f"({usd(cov['addressed_usd'])} of {usd(cov['waste_usd'])})"
+        f"; they address {pct(cov['addressed_pct'])} of this view's waste teams control and capacity no job "
+        f"held ({usd(cov['addressed_usd'])} of {usd(cov['addressable_usd'])})"
         if cov.get("addressed_pct") is not None
         else ""
     )

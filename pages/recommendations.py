@@ -149,7 +149,8 @@ else:
     cols[1].metric(
         "Waste addressed",
         pct(cov.get("addressed_pct")) if cov.get("addressed_pct") is not None else "n/a (no waste in view)",
-        help=f"Of this view's waste ({usd(cov.get('waste_usd'))}), the dollars at least one recommendation "
+        help=f"Of this view's waste teams control and capacity no job held ({usd(cov.get('addressable_usd'))}), "
+        "the dollars at least one recommendation "
         f"acts on ({usd(cov.get('addressed_usd'))}): recommend --total's coverage, over the whole list.",
     )
     cols[2].metric(

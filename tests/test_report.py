@@ -102,7 +102,7 @@ def test_last_full_week_ends_on_or_before_the_data():
         (-0.001, "$0.00"),
         (-0.004999, "$0.00"),
         (0.0, "$0.00"),
-        (-3.2, "-$3.20"),
+        (-3.2, "\u2212$3.20"),
         (1019.07, "$1,019.07"),
         (None, "n/a"),
         (float("nan"), "n/a"),
@@ -176,7 +176,7 @@ def test_html_report_is_mail_safe_and_matches_summary(ledger_file, tmp_path: Pat
     seen = re.sub(r"<[^>]+>", "", html)
     summary = json.loads(cli("summary", "--json", *WEEK, "--db", ledger_file).stdout)
     assert f"${summary['spend_usd']:,.2f}" in html
-    assert f"${summary['waste_usd']:,.2f}" in html
+    assert f"${summary['team_waste_usd']:,.2f}" in html
     assert f"{summary['gpu_hours']:,.1f}" in html
     assert "+$552.81 (+1,848.9 %)" in seen  # $582.71 against $29.90 the week before
     assert "$8.52" in html  # dash-3 FAILED training: its whole cost is failed_usd

@@ -17,7 +17,7 @@ import polars as pl
 from analytics.money import clean_float
 from gpuledger.reports.content import WASTE_PARTS, ReportData, definitions, kind_label, owner
 
-GROUP_FIELDS = ("spend_usd", "waste_usd", *(k for k, _ in WASTE_PARTS))
+GROUP_FIELDS = ("spend_usd", "team_waste_usd", *(k for k, _ in WASTE_PARTS))
 JOB_FIELDS = (
     "job_id",
     "name",
@@ -54,7 +54,9 @@ CHANGE_KEYS = (
     "mean_util_pct",
     "idle_gpu_hours",
     "idle_usd",
-    "waste_usd",
+    "team_waste_usd",
+    "unheld_capacity_usd",
+    "unmeasured_usd",
     "jobs",
     "unpriced_gpu_hours",
     "energy_kwh",

@@ -158,8 +158,8 @@ def test_overview_deltas_actions_and_capacity(view: Page, server: Server) -> Non
     assert f"{total['coverage']['addressed_pct']:.1f} % of this view's waste" in text
     # unallocated capacity is drawn as itself, never as a team
     legend = page.locator("[data-testid='stPlotlyChart'] .legend").first.text_content() or ""
-    assert "unallocated capacity (no team)" in legend
-    assert "unallocated" not in legend.replace("unallocated capacity (no team)", "")
+    assert "capacity no job held (no team)" in legend
+    assert "unallocated" not in legend.replace("capacity no job held (no team)", "")
     page.get_by_role("link", name="All recommendations").click()
     page.wait_for_url("**/recommendations**")
     assert "since=2026-11-21" in page.url

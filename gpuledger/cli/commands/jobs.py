@@ -6,6 +6,7 @@ import argparse
 
 import polars as pl
 
+from analytics.money import usd
 from analytics.jobs import jobs_table
 from analytics.shared import sharing
 from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
@@ -52,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
         print(  # one line a row: no name's control character, line end or bidi override reaches the terminal
             neutral(
                 f"{str(r['job_id'])[:28]:<28} {str(r['team'] or '')[:12]:<12} {r['kind'][:11]:<11} "
-                f"{r['state'][:10]:<10} {r['gpu_hours']:>9,.1f} {_fmt(r['cost_usd'], '${:,.2f}'):>11} "
-                f"{_fmt(r['mean_util_pct'], '{:.0f} %'):>6} {_fmt(r['waste_usd'], '${:,.2f}'):>11}"
+                f"{r['state'][:10]:<10} {r['gpu_hours']:>9,.1f} {usd(r['cost_usd']):>11} "
+                f"{_fmt(r['mean_util_pct'], '{:.0f} %'):>6} {usd(r['waste_usd']):>11}"
             )
         )
     return 0

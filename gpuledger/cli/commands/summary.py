@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from analytics.money import usd
 from analytics.filters import Filters
 from analytics.shared import sharing
 from analytics.summary import summary
@@ -37,7 +38,7 @@ def filters_from(args: argparse.Namespace) -> Filters:
 
 
 def _money(v: float | None) -> str:
-    return "n/a" if v is None else f"${v:,.2f}"
+    return usd(v)
 
 
 def _num(v: float | None, fmt: str = "{:,.1f}", unit: str = "") -> str:
@@ -59,13 +60,13 @@ def render(s: dict[str, Any]) -> str:
         ("jobs", f"{s['jobs']:,}"),
         ("mean utilization", _num(s["mean_util_pct"], unit=" %")),
         ("idle GPU-hours", _num(s["idle_gpu_hours"])),
-        ("waste", _money(s["waste_usd"]) + share(s["waste_usd"])),
-        ("  productive", _money(w["productive_usd"]) + share(w["productive_usd"])),
-        ("  idle (allocated)", _money(w["idle_allocated_usd"]) + share(w["idle_allocated_usd"])),
+        ("waste teams control", _money(s["team_waste_usd"]) + share(s["team_waste_usd"])),
+        ("  idle while allocated", _money(w["idle_allocated_usd"]) + share(w["idle_allocated_usd"])),
         ("  under-used", _money(w["underused_usd"]) + share(w["underused_usd"])),
-        ("  failed", _money(w["failed_usd"]) + share(w["failed_usd"])),
-        ("  unallocated capacity", _money(w["unallocated_usd"]) + share(w["unallocated_usd"])),
-        ("  unmeasured", _money(w["unmeasured_usd"]) + share(w["unmeasured_usd"])),
+        ("  failed runs (badput)", _money(w["failed_usd"]) + share(w["failed_usd"])),
+        ("capacity no job held", _money(s["unheld_capacity_usd"]) + share(s["unheld_capacity_usd"])),
+        ("unmeasured (no telemetry)", _money(s["unmeasured_usd"]) + share(s["unmeasured_usd"])),
+        ("productive", _money(w["productive_usd"]) + share(w["productive_usd"])),
         ("energy", _num(s["energy_kwh"], unit=" kWh")),
         ("CO2e", _num(s["co2e_kg"], unit=" kg")),
         ("training $ per 1M tokens", _money(s["training_usd_per_mtok"])),
