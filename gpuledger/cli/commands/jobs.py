@@ -6,8 +6,8 @@ import argparse
 
 import polars as pl
 
-from analytics.money import usd
 from analytics.jobs import jobs_table
+from analytics.money import usd
 from analytics.shared import sharing
 from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
 from gpuledger.cli.commands.summary import filters_from

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from analytics.money import usd
 from analytics.filters import Filters
+from analytics.money import usd
 from analytics.recommend import KIND_LABELS, as_json, recommendations, savings_total, view_coverage
 from analytics.shared import sharing
 from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known

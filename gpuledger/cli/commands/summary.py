@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from analytics.money import usd
 from analytics.filters import Filters
+from analytics.money import usd
 from analytics.shared import sharing
 from analytics.summary import summary
 from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known

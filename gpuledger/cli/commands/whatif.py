@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from analytics.money import usd
 from analytics.filters import Filters
+from analytics.money import usd
 from analytics.shared import sharing
 from analytics.whatif import what_if_view
 from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
