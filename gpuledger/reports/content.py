@@ -347,11 +347,12 @@ def _with_notes(con: duckdb.DuckDBPyConnection, data: ReportData) -> ReportData:
 # ---------------------------------------------------------------- shared rows
 
 
-def headline(data: ReportData) -> list[tuple[str, str, str]]:
-    """(figure, this period, change vs the previous period) — the report's first table."""
-    s, p = data.summary, data.previous or {}
-    rows = [
-        ("Spend", fmt.usd(s["spend_usd"]), fmt.change(s["spend_usd"], p.get("spend_usd"), money=True)),
+def waste_figures(s: dict[str, Any], previous: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """(words, this period, change vs the period before) for the three figures every face names apart
+    (analytics.waste_jobs.HEADLINE_WORDS): the report's headline, the notices' dry run and mail use it.
+    ``s`` and ``previous`` are ``summary --json`` objects."""
+    p = previous or {}
+    return [
         (
             HEADLINE_WORDS["team_waste_usd"],
             f"{fmt.usd(s['team_waste_usd'])} "
@@ -368,6 +369,15 @@ def headline(data: ReportData) -> list[tuple[str, str, str]]:
             fmt.usd(s["unmeasured_usd"]),
             fmt.change(s["unmeasured_usd"], p.get("unmeasured_usd"), money=True),
         ),
+    ]
+
+
+def headline(data: ReportData) -> list[tuple[str, str, str]]:
+    """(figure, this period, change vs the previous period) — the report's first table."""
+    s, p = data.summary, data.previous or {}
+    rows = [
+        ("Spend", fmt.usd(s["spend_usd"]), fmt.change(s["spend_usd"], p.get("spend_usd"), money=True)),
+        *waste_figures(s, data.previous),
         (
             "Idle while allocated",
             fmt.usd(s["idle_usd"]),
