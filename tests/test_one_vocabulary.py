@@ -174,3 +174,37 @@ def test_the_pages_say_the_same(fleet: str, expected: dict, page: str, labels: d
         assert m.value == usd(value), (page, key)
         # st.metric reads a leading ASCII '-' as "down": its delta keeps it
         assert str(m.delta).startswith(_signed(change).replace(MINUS, "-")), (page, key, m.delta)
+
+
+def test_a_range_without_data_says_so_and_names_the_range_the_data_cover(fleet: str) -> None:
+    done = gpuledger("summary", "--since", "2026-12-01", "--db", fleet)
+    assert done.returncode == 0
+    # the demo's 2 days: 2026-11-15 and 2026-11-16
+    assert (
+        "no data in 2026-12-01 – latest (UTC days); the ledger's data cover 2026-11-15 – 2026-11-16"
+        in done.stderr
+    )
+    week = gpuledger("jobs", "--since", "2026-11-16", "--until", "2026-11-22", "--db", fleet)
+    assert "period: 2026-11-16 – 2026-11-22 (UTC days)" in week.stderr
+
+
+def test_no_dollar_minus_on_the_cli_or_in_the_report(fleet: str) -> None:
+    """One money format (analytics.money.usd): a negative amount reads −$3.20, never $-3.20."""
+    from analytics.money import signed_usd
+
+    assert (
+        usd(-3.2) == f"{MINUS}$3.20" and signed_usd(-3.2) == f"{MINUS}$3.20" and signed_usd(3.2) == "+$3.20"
+    )
+    assert usd(-0.001) == "$0.00" and usd(None) == "n/a" and usd(-1234.5, 0) == f"{MINUS}$1,234"
+    for args in (
+        ("summary",),
+        ("jobs", "--limit", "20"),
+        ("recommend",),
+        ("recommend", "--total"),
+        ("whatif", "--spot", "llm-core"),
+        ("report", *WEEK, "--format", "txt"),
+        ("notify", "--dry-run", *WEEK),
+    ):
+        done = gpuledger(*args, "--db", fleet)
+        assert done.returncode == 0, (args, done.stderr)
+        assert "$-" not in done.stdout and "-$" not in done.stdout.replace("--", ""), args

@@ -9,7 +9,13 @@ import polars as pl
 from analytics.jobs import jobs_table
 from analytics.money import usd
 from analytics.shared import sharing
-from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
+from gpuledger.cli.commands._common import (
+    add_db_options,
+    add_filter_options,
+    print_json,
+    require_known,
+    say_range,
+)
 from gpuledger.cli.commands.summary import filters_from
 from gpuledger.ledger.db import reader, sync_reference
 from gpuledger.ledger.settings import load_settings
@@ -41,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     with reader(args.db) as con, sharing(con):
         require_known(con, filters)
         table = jobs_table(con, filters=filters, settings=settings, sort=args.sort, limit=args.limit)
+        say_range(con, filters, empty=table.height == 0)
     if args.json:
         print_json(table.with_columns(pl.col(pl.Datetime).dt.strftime("%Y-%m-%dT%H:%M:%S")).to_dicts())
         return 0

@@ -8,7 +8,13 @@ from analytics.filters import Filters
 from analytics.money import usd
 from analytics.recommend import KIND_LABELS, as_json, recommendations, savings_total, view_coverage
 from analytics.shared import sharing
-from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
+from gpuledger.cli.commands._common import (
+    add_db_options,
+    add_filter_options,
+    print_json,
+    require_known,
+    say_range,
+)
 from gpuledger.ledger.db import reader, sync_reference
 from gpuledger.ledger.settings import load_settings
 from gpuledger.ledger.text import neutral
@@ -106,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         )
         total = savings_total(recs, whole=True)  # over every item of the view, whatever --limit shows
         total["coverage"] = view_coverage(con, recs, filters=filters, settings=settings)
+        say_range(con, filters, empty=False)
     if args.total:
         if args.json:
             print_json(total)

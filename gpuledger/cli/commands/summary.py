@@ -9,7 +9,13 @@ from analytics.filters import Filters
 from analytics.money import usd
 from analytics.shared import sharing
 from analytics.summary import summary
-from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
+from gpuledger.cli.commands._common import (
+    add_db_options,
+    add_filter_options,
+    print_json,
+    require_known,
+    say_range,
+)
 from gpuledger.ledger.db import reader, sync_reference
 from gpuledger.ledger.settings import load_settings
 
@@ -84,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     with reader(args.db) as con, sharing(con):
         require_known(con, filters)
         result = summary(con, filters=filters, settings=settings)
+        say_range(con, filters, empty=not (result["jobs"] or abs(result["spend_usd"]) >= 0.005))
     if args.json:
         print_json(result)
     else:
