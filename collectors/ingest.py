@@ -19,7 +19,6 @@ from typing import TextIO
 import duckdb
 
 from collectors.checkpoints import record_placements
-from collectors.common import Restage, reading
 from collectors.contract import IngestOptions, IngestReport, Parser, choose_parser
 from collectors.gpu_facts import price_staged_jobs
 from collectors.job_option import tie_to_job
@@ -31,6 +30,7 @@ from collectors.provenance import (
     sha256_file,
     withdraw_source,
 )
+from collectors.reader_errors import Restage, reading
 from collectors.registry import PARSERS
 from collectors.source_file import check_path, scan_source
 from collectors.validate import record_rejections, validate_merge, validate_stage

@@ -25,7 +25,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import duckdb
 
 from collectors.base import IngestOptions, Sniff
-from collectors.common import NULL_TOKENS, LocalClock, local_zone
+from collectors.sql_text import NULL_TOKENS
+from collectors.time_zones import LocalClock, local_zone
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import normalize_model
 

@@ -59,8 +59,9 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
-from collectors.common import NULL_TOKENS, local_zone, session_zone, sql_path, ts_utc
 from collectors.nvidia_smi_csv import file_time_utc
+from collectors.sql_text import NULL_TOKENS, sql_path, ts_utc
+from collectors.time_zones import local_zone, session_zone
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import model_sql_case

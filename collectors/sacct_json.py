@@ -10,8 +10,8 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff
-from collectors.common import json_object_limit, sql_path
 from collectors.sacct import stage_from_raw
+from collectors.sql_text import json_object_limit, sql_path
 from gpuledger.ledger.errors import FormatError
 
 

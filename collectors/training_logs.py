@@ -25,16 +25,10 @@ import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
 from collectors.checkpoints import after_hf_stage, after_lightning_stage, after_llamafactory_stage
-from collectors.common import (
-    Check,
-    JsonLines,
-    csv_layout_problem,
-    first_violation,
-    json_lines,
-    json_object_limit,
-    sql_path,
-)
-from collectors.lines import file_lines, reader_error_line
+from collectors.json_lines import JsonLines, json_lines
+from collectors.lines import csv_layout_problem, file_lines, reader_error_line
+from collectors.row_checks import Check, first_violation
+from collectors.sql_text import json_object_limit, sql_path
 from collectors.validate import find_violations, name_columns
 from gpuledger.ledger.errors import FormatError
 
