@@ -120,7 +120,7 @@ if s is not None:
     cols[1].metric("GPU-hours", na_ if unpriced else num(s["gpu_hours"], 1))
     cols[2].metric("Mean utilization", pct(s["mean_util_pct"]) if telemetry else na_)
     cols[3].metric("Idle $", usd(s["idle_usd"]) if telemetry else na_)
-    cols[4].metric("Waste $", usd(s["waste_usd"]) if telemetry and not unpriced else na_)
+    cols[4].metric("Waste teams control", usd(s["team_waste_usd"]) if telemetry and not unpriced else na_)
     unknown = []
     if unpriced:
         unknown.append(
