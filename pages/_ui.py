@@ -61,6 +61,15 @@ def usd(value: float | None, *, cents: bool = True) -> str:
     return money_usd(value, 2 if cents else 0, na=NA)
 
 
+def saves(usd_per_week: float | None, saving_usd: float | None) -> str:
+    """What an action saves, one text for one number on every page (Recommendations, a job's page, the
+    Overview): ``$215.60/week`` for a recurring item, ``$1,506.96 once`` for a one-off (what it would have
+    saved, a one-time $, never per week)."""
+    if usd_per_week is not None:
+        return f"{usd(usd_per_week)}/week"
+    return f"{usd(saving_usd)} once"
+
+
 def _unsigned_zero(value: float, digits: int) -> float:
     """0.0 for a value that rounds to zero at ``digits`` (no "-0.0" from float noise)."""
     return 0.0 if round(value, digits) == 0 else value

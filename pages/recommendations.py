@@ -41,9 +41,7 @@ def my_teams(recs: pl.DataFrame) -> tuple[str, ...]:
 
 def saves(it: Recommendation) -> str:
     """$/week for a recurring item, what it would have saved for a one-off."""
-    if it.usd_per_week is not None:
-        return f"{usd(it.usd_per_week)}/week"
-    return f"{usd(it.saving_usd)} once"
+    return _ui.saves(it.usd_per_week, it.saving_usd)
 
 
 def groups(shown: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:

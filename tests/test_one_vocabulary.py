@@ -208,3 +208,34 @@ def test_no_dollar_minus_on_the_cli_or_in_the_report(fleet: str) -> None:
         done = gpuledger(*args, "--db", fleet)
         assert done.returncode == 0, (args, done.stderr)
         assert "$-" not in done.stdout and "-$" not in done.stdout.replace("--", ""), args
+
+
+def test_a_jobs_page_gives_the_saving_the_recommendations_list_gives(fleet: str) -> None:
+    """One number per action (issue 44 item 3): the job's page shows the item of the view's list, not a rate
+    over the job's own days (which made a one-day job's saving 7 × the list's)."""
+    recs = json.loads(
+        gpuledger(
+            "recommend", "--json", "--since", "2026-11-16", "--until", "2026-11-22", "--db", fleet
+        ).stdout
+    )
+    item = next(r for r in recs if r["target_type"] == "job" and len(r["job_ids"]) == 1)
+    job = item["job_ids"][0]
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    for k, v in (("since", "2026-11-16"), ("until", "2026-11-22"), ("job", job)):
+        at.query_params[k] = v
+    at.run()
+    at.switch_page("pages/jobs.py")
+    at.query_params["job"] = job
+    at.run()
+    assert not at.exception, at.exception
+    want = (
+        f"{usd(item['usd_per_week'])}/week"
+        if item["usd_per_week"] is not None
+        else f"{usd(item['saving_usd'])} once"
+    )
+    shown = [
+        m.value
+        for m in at.markdown
+        if m.value.startswith("**") and " · " in m.value and "confidence" in m.value
+    ]
+    assert any(want in v for v in shown), (want, shown)
