@@ -118,6 +118,7 @@ DIAGNOSIS_LABELS = {
     "input_bound": "Waiting on input (data loading)",
     "poor_scaling": "Scales poorly across GPUs",
     "throttling": "Thermal or power throttling",
+    "idle_gpus": "Half or more of its GPUs idle",
     "oversized_gpu": "GPU bigger than needed",
 }
 
