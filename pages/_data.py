@@ -221,6 +221,17 @@ def waste_by(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, by: 
 
 
 @cached()
+def user_waste(
+    con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, limit: int = 15
+) -> pl.DataFrame:
+    """``analytics.waste_users.user_waste``: users by the waste teams control, each with the costliest
+    wasteful job (the report's table)."""
+    from analytics.waste_users import user_waste as user_waste_
+
+    return user_waste_(con, filters=filters, settings=s, limit=limit)
+
+
+@cached()
 def top_wasted_jobs(
     con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, limit: int = 20
 ) -> pl.DataFrame:

@@ -187,6 +187,10 @@ def label(column: str) -> str:
         "card_mem_mib": "card memory (MiB)",
         "predicted_peak_mem_mib": "predicted peak memory (MiB)",
         "key": "",
+        "team_waste_usd": "waste teams control ($)",
+        "top_job_id": "costliest wasteful job",
+        "top_job_name": "its name",
+        "top_job_waste_usd": "its waste ($)",
     }
     if column in special:
         return special[column]

@@ -184,6 +184,29 @@ with right:
         fig.update_layout(barmode="stack", height=360, margin={"t": 10, "b": 10})
         _ui.plotly_chart(fig, key="waste_week")
 
+st.subheader("Users by the waste teams control")
+users = _data.user_waste(filters)
+if users.is_empty():
+    no_rows("No user's jobs wasted money in this view.")
+else:
+    _ui.dataframe(
+        users.select(
+            "user_name",
+            "team_waste_usd",
+            "idle_allocated_usd",
+            "underused_usd",
+            "failed_usd",
+            "spend_usd",
+            "top_job_id",
+            "top_job_name",
+            "top_job_waste_usd",
+        )
+    )
+    st.caption(
+        "Largest first: each user's jobs' idle while allocated + under-used + failed runs (badput), and the one "
+        "job with the most of it (the report's table)."
+    )
+
 st.subheader("Jobs that wasted the most")
 if top.is_empty():
     no_rows("No job in this view wasted money.")

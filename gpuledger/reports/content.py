@@ -128,7 +128,7 @@ class ReportData:
     by_team: (
         pl.DataFrame
     )  # team, spend_usd, team_waste_usd + the parts (waste_by; "unallocated" is not a team)
-    by_user: pl.DataFrame  # user_name, … (top TOP_ROWS by spend)
+    by_user: pl.DataFrame  # analytics.waste_users.user_waste: top TOP_ROWS by the waste teams control
     by_gpu_model: pl.DataFrame  # gpu_model, …
     recommendations: pl.DataFrame  # the top TOP_ACTIONS of analytics.recommend.recommendations
     savings: dict[str, Any]  # analytics.savings.savings_total over the whole list: each dollar once
@@ -178,6 +178,7 @@ def _collect(
     from analytics.recommend import recommendations
     from analytics.summary import summary
     from analytics.waste import waste_by
+    from analytics.waste_users import user_waste
 
     as_of = horizon(con)
     kw = {"filters": filters, "settings": settings, "as_of": as_of}
@@ -185,7 +186,7 @@ def _collect(
     prev_filters = previous_period(filters)
     previous = summary(con, filters=prev_filters, settings=settings, as_of=as_of) if prev_filters else None
     by_team = waste_by(con, by="team", **kw).rename({"key": "team"})
-    by_user = waste_by(con, by="user_name", **kw).rename({"key": "user_name"})
+    by_user = user_waste(con, **kw, limit=TOP_ROWS)
     by_model = waste_by(con, by="gpu_model", **kw).rename({"key": "gpu_model"})
     recs = recommendations(con, **kw)
     jobs = jobs_table(con, **kw, sort="cost", limit=TOP_ROWS, percentiles=False)
@@ -196,7 +197,7 @@ def _collect(
         previous=previous,
         # every name in a table as it is shown: no control character, line end or bidi override
         by_team=neutral_frame(by_team),
-        by_user=neutral_frame(by_user.filter(pl.col("user_name") != UNALLOCATED).head(TOP_ROWS)),
+        by_user=neutral_frame(by_user),
         by_gpu_model=neutral_frame(by_model),
         recommendations=neutral_frame(top_actions(recs, TOP_ACTIONS)),
         savings=_savings(con, recs, kw),

@@ -159,6 +159,7 @@ def _group_section(data: ReportData, title: str, frame_key: str, key: str, label
     spend = data.summary["spend_usd"]
     rows, chart = [], []
     colours = team_colours(frame[key].to_list()) if key == "team" else {}
+    unheld = key != "user_name"
     for r in frame.iter_rows(named=True):
         name = r[key]
         shown = NOT_A_TEAM_LABELS.get(name, str(name)) if key in ("team", "user_name") else str(name)
@@ -174,8 +175,15 @@ def _group_section(data: ReportData, title: str, frame_key: str, key: str, label
                 fmt.share(r["team_waste_usd"], held),
                 fmt.usd(r["idle_allocated_usd"]),
                 fmt.usd(r["failed_usd"]),
-                fmt.usd(r["unallocated_usd"]),
             ]
+            + ([fmt.usd(r["unallocated_usd"])] if unheld else [])  # a user holds none: no column
+            + (
+                [f"{r['top_job_id']} ({r['top_job_name'] or '—'}): {fmt.usd(r['top_job_waste_usd'])}"]
+                if "top_job_id" in frame.columns and r.get("top_job_id")
+                else [""]
+                if "top_job_id" in frame.columns
+                else []
+            )
         )
         if bars and not is_team(name):  # a pseudo-row: drawn, in its own grey, labelled as no team
             chart.append(
@@ -210,10 +218,11 @@ def _group_section(data: ReportData, title: str, frame_key: str, key: str, label
                 "Of the jobs' spend",
                 "Idle",
                 "Failed (badput)",
-                "Capacity no job held",
+                *(["Capacity no job held"] if unheld else []),
+                *(["Costliest wasteful job"] if "top_job_id" in frame.columns else []),
             ],
             rows,
-            frozenset({1, 2, 3, 4, 5, 6, 7}),
+            frozenset({1, 2, 3, 4, 5, 6, 7} if unheld else {1, 2, 3, 4, 5, 6}),
         ),
     )
 
@@ -326,7 +335,12 @@ def sections(data: ReportData) -> list[Section]:
         _parts(data),
         _group_section(data, "Spend and waste by team", "by_team", "team", "Team", bars=True),
         _group_section(
-            data, f"Spend and waste by user (top {TOP_ROWS})", "by_user", "user_name", "User", bars=False
+            data,
+            f"Users by the waste teams control (top {TOP_ROWS})",
+            "by_user",
+            "user_name",
+            "User",
+            bars=False,
         ),
         _group_section(
             data, "Spend and waste by GPU model", "by_gpu_model", "gpu_model", "GPU model", bars=False

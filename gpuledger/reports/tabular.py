@@ -118,7 +118,9 @@ def report_dict(data: ReportData) -> dict[str, Any]:
         "change": change(s, data.previous),
         "actions": {**data.savings, "coverage": data.coverage, "top": actions},
         "by_team": _records(data.by_team, ("team", *GROUP_FIELDS)),
-        "by_user": _records(data.by_user, ("user_name", *GROUP_FIELDS)),
+        "by_user": _records(
+            data.by_user, ("user_name", *GROUP_FIELDS, "top_job_id", "top_job_name", "top_job_waste_usd")
+        ),
         "by_gpu_model": _records(data.by_gpu_model, ("gpu_model", *GROUP_FIELDS)),
         "costliest_jobs": _records(data.costliest_jobs, JOB_FIELDS),
         "trends": [
