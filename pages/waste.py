@@ -129,8 +129,8 @@ fig.update_yaxes(tickprefix="$", separatethousands=True, rangemode="tozero")
 fig.update_layout(height=380, margin={"t": 30, "b": 10}, showlegend=False, bargap=0.3)
 _ui.plotly_chart(fig, key="waste_waterfall")
 st.caption(
-    "Each bar after the first takes its part out of the spend; what is left is productive spend. No telemetry: "
-    "held time with no utilization reading (unknown, neither idle nor busy). Percentages are of the spend."
+    "Each bar after the first takes its part out of the spend; what is left is productive spend. Unmeasured (no "
+    "telemetry): held time with no utilization reading (unknown, neither idle nor busy). Percentages are of the spend."
 )
 
 
