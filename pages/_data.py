@@ -221,6 +221,30 @@ def waste_by(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, by: 
 
 
 @cached()
+def allocation(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, by: str) -> pl.DataFrame:
+    """key (``cluster`` or ``gpu_model``), capacity_gpu_hours, allocated_gpu_hours, allocation_pct (allocated ÷
+    capacity × 100, NULL without capacity), idle_allocated_usd and unallocated_usd: the Fleet's per cluster
+    and per GPU model money (analytics.waste.unallocated and waste_by, docs/metrics.md "Fleet")."""
+    cap = waste.unallocated(con, filters=filters, settings=s)
+    money = waste.waste_by(con, by=by, filters=filters, settings=s).select(
+        "key", "idle_allocated_usd", "unallocated_usd"
+    )
+    if cap.height:
+        hours = cap.group_by(pl.col(by).alias("key")).agg(
+            pl.col("capacity_gpu_hours").sum(), pl.col("allocated_gpu_hours").sum()
+        )
+    else:
+        hours = pl.DataFrame(
+            schema={"key": pl.Utf8, "capacity_gpu_hours": pl.Float64, "allocated_gpu_hours": pl.Float64}
+        )
+    return money.join(hours, on="key", how="left").with_columns(
+        pl.when(pl.col("capacity_gpu_hours") > 0)
+        .then(100.0 * pl.col("allocated_gpu_hours") / pl.col("capacity_gpu_hours"))
+        .alias("allocation_pct")
+    )
+
+
+@cached()
 def user_waste(
     con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, limit: int = 15
 ) -> pl.DataFrame:

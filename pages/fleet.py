@@ -281,11 +281,15 @@ for key, title in (("by_model", "By GPU model"), ("by_cluster", "By cluster")):
         no_rows("No jobs in this view.")
     else:
         name = "GPU model" if key == "by_model" else "cluster"
-        df = df.select(
+        alloc = _data.allocation(filters, "gpu_model" if key == "by_model" else "cluster")
+        df = df.join(alloc, on="key", how="left").select(
             pl.col("key").fill_null("unknown").alias(name),
             "held_gpu_h",
+            "allocation_pct",
             "mean_util_pct",
             "idle_gpu_h",
+            "idle_allocated_usd",
+            "unallocated_usd",
             (100.0 * pl.col("unknown_share")).alias("no_telemetry_pct"),
         )
         NC = st.column_config.NumberColumn
@@ -294,6 +298,22 @@ for key, title in (("by_model", "By GPU model"), ("by_cluster", "By cluster")):
             {
                 name: st.column_config.TextColumn(name),
                 "held_gpu_h": NC("held (GPU-h)", format="%,.1f", help="GPU-hours jobs held in the view."),
+                "allocation_pct": NC(
+                    "allocation (%)",
+                    format="%.1f %%",
+                    help="GPU-hours jobs held ÷ the capacity (declared or observed GPUs × hours) × 100; empty: "
+                    "no capacity known for it.",
+                ),
+                "idle_allocated_usd": NC(
+                    "idle while allocated ($)",
+                    format="dollar",
+                    help="The cost of the idle stretches of held GPUs: part of the waste teams control.",
+                ),
+                "unallocated_usd": NC(
+                    "capacity no job held ($)",
+                    format="dollar",
+                    help="Paid-for capacity no job held, at its price: the platform's, not a team's waste.",
+                ),
                 "mean_util_pct": NC(
                     "mean utilization (%)",
                     format="%.1f %%",
