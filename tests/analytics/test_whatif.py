@@ -54,6 +54,8 @@ JOBS = pl.DataFrame(
 SUMMARY = {
     "spend_usd": 97.8,
     "team_waste_usd": 35.0,  # idle 20 + under-used 10 + failed 5 (the $5 unallocated is not a team's)
+    "unheld_capacity_usd": 5.0,
+    "unmeasured_usd": 7.8,
     "idle_usd": 20.0,
     "gpu_hours": 34.0,
     "mean_util_pct": 50.0,
