@@ -26,7 +26,8 @@ total_view = _data.savings(filters)
 
 def my_teams(recs: pl.DataFrame) -> tuple[str, ...]:
     """The teams "Mine" keeps: a signed-in lead's own (gpuledger/ledger/access.py); else (sign-in off, or an
-    admin) the team picked here, among the teams that own an item."""
+    admin) the team picked here, among the teams that own an item: the sidebar's team when it names one, else
+    nothing until asked (the first team in the alphabet is nobody's team). ("?",) while none is picked."""
     scope = _scope.viewer()
     if scope is not None and not scope.admin:
         return scope.teams
@@ -35,8 +36,9 @@ def my_teams(recs: pl.DataFrame) -> tuple[str, ...]:
         return ()
     preset = next((t for t in filters.teams if t in teams), None)  # the sidebar's team, when it names one
     picked = st.session_state.get("rec_team")
-    index = teams.index(picked) if picked in teams else teams.index(preset) if preset else 0
-    return (st.selectbox("Your team", teams, index=index, key="rec_team"),)
+    index = teams.index(picked) if picked in teams else teams.index(preset) if preset else None
+    chosen = st.selectbox("Your team", teams, index=index, key="rec_team", placeholder="Which team is yours?")
+    return (chosen,) if chosen else ("?",)
 
 
 def saves(it: Recommendation) -> str:
@@ -158,6 +160,8 @@ else:
     )
     if mine is not None and not mine:
         no_rows("No team owns a recommendation in this view.")
+    elif mine == ("?",):
+        no_rows("Choose your team above to see its recommendations.")
     elif shown.is_empty():
         no_rows("No recommendation for " + (", ".join(md(t) for t in mine) if mine else "these kinds") + ".")
     else:

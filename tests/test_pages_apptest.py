@@ -565,7 +565,10 @@ def test_mine_keeps_the_team_picked_without_sign_in(reco_ledger: str) -> None:
     at = run_page("pages/recommendations.py", RECO_DAY)
     at.radio(key="rec_show").set_value("Mine").run()
     assert not at.exception, at.exception
-    assert at.selectbox(key="rec_team").value == "nlp"  # the first team that owns an item
+    # no sign-in and no team in the sidebar: it asks, rather than take the first team in the alphabet
+    assert at.selectbox(key="rec_team").value is None
+    assert [h for h, _ in _reco_groups(at)] == []
+    at.selectbox(key="rec_team").set_value("nlp").run()
     assert [h for h, _ in _reco_groups(at)] == ["Team: nlp"]
     at.selectbox(key="rec_team").set_value("vision").run()
     assert [h for h, _ in _reco_groups(at)] == ["Team: vision"]
