@@ -174,6 +174,11 @@ def test_the_pages_say_the_same(fleet: str, expected: dict, page: str, labels: d
         assert m.value == usd(value), (page, key)
         # st.metric reads a leading ASCII '-' as "down": its delta keeps it
         assert str(m.delta).startswith(_signed(change).replace(MINUS, "-")), (page, key, m.delta)
+    if page == "pages/overview.py":  # the top actions as two short lists: for the teams, for the platform
+        shown = [m.value for m in at.markdown]
+        assert "**For the teams**" in shown and "**For the platform**" in shown
+        after = shown[shown.index("**For the platform**") + 1 :]
+        assert after and "the cluster's operators" in after[0]  # a capacity item names its operators
 
 
 def test_a_range_without_data_says_so_and_names_the_range_the_data_cover(fleet: str) -> None:
