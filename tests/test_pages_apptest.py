@@ -675,8 +675,8 @@ def test_the_fleet_heatmap_draws_idle_while_held_and_unallocated_in_two_colours(
         traces["idle while held"],
         traces["unallocated (no job held it)"],
     )
-    rows = [y.split(" · ")[-1] for y in util["y"]]  # host · model · id
-    assert rows == ["GPU-00000000", "GPU-10000000", "GPU-20000000"], util["y"]
+    # one name for a GPU (host:index, as the idle table's), then its model
+    assert list(util["y"]) == ["n0:0 · H100-SXM-80GB", "n0:1 · H100-SXM-80GB", "n0:2 · H100-SXM-80GB"]
 
     def cells(trace: dict) -> set[tuple[int, int]]:
         return {(r, c) for r, row in enumerate(array(trace["z"])) for c, v in enumerate(row) if v is not None}
