@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as dt
 from collections.abc import Callable, Hashable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -271,6 +272,14 @@ def jobs_table(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) ->
     return jobs.jobs_table(con, filters=filters, settings=s)
 
 
+@cached("Loading jobs…")
+def whatif_jobs(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> pl.DataFrame:
+    """``analytics.whatif.whatif_jobs``: the view's jobs with the span and tier a what-if reprices by."""
+    from analytics.whatif import whatif_jobs as read
+
+    return read(con, filters=filters, settings=s)
+
+
 def job_timeline(job_id: str, lines: str) -> pl.DataFrame:
     """``analytics.timeline.job_timeline``: one line per GPU, per host, or the mean over the job's GPUs
     (``lines``: gpu, host, job; no rows for a job of a team the viewer may not see)."""
@@ -394,6 +403,28 @@ def savings(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> di
     total = recommend.savings_total(recs, whole=True)
     total["coverage"] = recommend.view_coverage(con, recs, filters=filters, settings=s)
     return total
+
+
+@cached("Forecasting the budgets…")
+def budgets(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> list[dict[str, Any]]:
+    """``gpuledger budgets --json`` rows; a view that names teams (a lead's always does) keeps those teams'."""
+    from gpuledger.budgets.status import budget_rows
+
+    rows = budget_rows(con, s)
+    if filters.teams:
+        rows = [r for r in rows if r["scope"] == "team" and r["target"] in filters.teams]
+    return rows
+
+
+@cached()
+def budget_days(
+    con: duckdb.DuckDBPyConnection, s: Settings, scope: str, target: str | None, first: dt.date, day: dt.date
+) -> dict[dt.date, float]:
+    """A budget's spend per day of its period up to ``day`` (the Budgets page's chart)."""
+    from gpuledger.budgets.status import as_of, daily
+
+    at = as_of(con, day)
+    return {} if at is None else daily(con, scope, target, first, at, s)
 
 
 # ---------------------------------------------------------------- upload

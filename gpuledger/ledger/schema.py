@@ -564,6 +564,21 @@ SCHEMA_V10: list[str] = [
     """,
 ]
 
+# Version 11: the alerts gpuledger sent (gpuledger/alerts/): each crossing once, and a cooldown per rule and scope.
+SCHEMA_V11: list[str] = [
+    """
+    CREATE TABLE IF NOT EXISTS alerts_sent (
+        alert_key   VARCHAR PRIMARY KEY,       -- rule|scope|period|detail: one crossing (gpuledger/alerts/rules.py documents each rule's key)
+        rule        VARCHAR NOT NULL,          -- budget | budget_forecast | spend_change | waste_share | unheld_capacity
+        scope       VARCHAR NOT NULL,          -- team:NAME, cluster:NAME, cluster:NAME/MODEL or fleet
+        judged_day  DATE NOT NULL,             -- the as-of day the ledger was judged at
+        sent_at     TIMESTAMP NOT NULL,        -- UTC wall time it was sent
+        channels    VARCHAR NOT NULL,          -- where it went: mail, webhook (comma-separated)
+        message     VARCHAR NOT NULL           -- the text sent
+    )
+    """,
+]
+
 MIGRATIONS: list[list[str]] = [
     SCHEMA_V1,
     SCHEMA_V2,
@@ -575,6 +590,7 @@ MIGRATIONS: list[list[str]] = [
     SCHEMA_V8,
     SCHEMA_V9,
     SCHEMA_V10,
+    SCHEMA_V11,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -605,6 +621,7 @@ TABLES = (
     "ingest_sources",
     "checkpoint_placements",
     "gpu_shares",
+    "alerts_sent",
 )
 
 # Tables whose rows belong to one ingest (deleted with it on --replace; collectors/provenance.py delete_ingests first
