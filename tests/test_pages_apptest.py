@@ -264,8 +264,8 @@ def test_a_fleet_of_many_hosts_opens_by_cluster_then_hosts_then_gpus(
 def test_gpus_whose_ids_share_their_first_characters_keep_a_row_each(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A heatmap row is labelled with the GPU id's first 12 characters, which a host:index id of a long host
-    name (gpu-node-0001:0, gpu-node-0001:1) shares with its neighbours: they must not merge into one row."""
+    """A heatmap row is labelled with the GPU's one name, host:index (then its model): two GPUs of one long host
+    name (gpu-node-0001:0, gpu-node-0001:1) share their first characters and must not merge into one row."""
     import json
 
     rows = "".join(
@@ -279,10 +279,7 @@ def test_gpus_whose_ids_share_their_first_characters_keep_a_row_each(
         {"node.csv": ("timestamp, hostname, index, utilization.gpu [%]\n" + rows, None)},
     )
     heat = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
-    assert heat["y"] == [
-        "gpu-node-0001 · unknown model · gpu-node-0001:0",
-        "gpu-node-0001 · unknown model · gpu-node-0001:1",
-    ]
+    assert heat["y"] == ["gpu-node-0001:0 · unknown model", "gpu-node-0001:1 · unknown model"]
 
 
 def test_a_host_of_more_gpus_than_rows_opens_onto_60_rows(
