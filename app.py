@@ -139,6 +139,7 @@ def page_failed() -> None:
 try:
     with _data.one_connection():
         _view.remember_asked_names()  # before the sidebar's URL-bound filters drop names they do not offer
+        _view.open_on_default_period()  # every page opens on the last complete week, in its date fields
         sidebar()
         with _ui.routed():
             page.run()
