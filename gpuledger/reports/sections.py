@@ -316,16 +316,9 @@ def _energy(data: ReportData) -> Section:
 def _guard(data: ReportData) -> Section:
     """The guard's line (gpuledger guard run --enforce; analytics/guard_actions.py): its own section, shown only
     in a period where the guard took a step."""
-    g = data.guard or {}
-    usd = g.get("saved_usd")
-    money = "n/a (a model without a price)" if usd is None else fmt.usd(usd)
-    return Section(
-        "Idle jobs the guard acted on",
-        paragraphs=[
-            f"{g.get('jobs_cancelled', 0)} jobs cancelled, {g.get('saved_gpu_hours', 0.0):,.1f} GPU-hours, "
-            f"{money} saved (to each job's planned end); {g.get('jobs_warned', 0)} jobs warned."
-        ],
-    )
+    from analytics.guard_actions import saved_line
+
+    return Section("Idle jobs the guard acted on", paragraphs=[saved_line(data.guard or {})])
 
 
 def _budgets(data: ReportData) -> Section:
