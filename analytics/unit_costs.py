@@ -35,10 +35,16 @@ from analytics.query import frame
 
 ALL_FILTERS = Filters()  # the whole ledger
 ASSUMED_PRECISION = "bf16"  # MFU's precision when a run logs none (said in mfu_basis)
+NO_RUN_REASON = "no training metrics for this job"  # the reasons of a job with no training_runs row
 PEAK_PRECISIONS = ("bf16", "fp16", "fp32", "tf32", "fp8")  # the catalog has a peak column for each
 
 UNIT_COST_COLUMNS = {
     "job_id": "",
+    "name": "the job's name (jobs.name): what a lead calls the run",
+    "user_name": "who ran it",
+    "team": "the team that pays",
+    "model": "the model trained or served (training_runs.model)",
+    "week": "Monday of the ISO week the job's in-view span starts in",
     "kind": "",
     "gpu_model": "",
     "gpu_count": "",
@@ -75,7 +81,9 @@ def job_unit_costs_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str
     sql = f"""
     WITH jc AS ({jobs_sql}),
     b AS (
-        SELECT jc.job_id, jc.kind, jc.gpu_model, jc.gpu_count, jc.cost_usd,
+        SELECT jc.job_id, jc.name, jc.user_name, jc.team, tr.model,
+               CAST(date_trunc('week', jc.span_start) AS DATE) AS week,
+               jc.kind, jc.gpu_model, jc.gpu_count, jc.cost_usd,
                epoch(jc.span_end - jc.span_start)
                    / nullif(epoch(coalesce(jc.end_ts, greatest(?::TIMESTAMP, jc.start_ts)) - jc.start_ts), 0)
                    AS view_share,
@@ -115,7 +123,7 @@ def job_unit_costs_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str
                CASE WHEN NOT inference THEN total_flos / nullif(runtime_s, 0) END AS flops_s
         FROM bi
     )
-    SELECT job_id, kind, gpu_model, gpu_count, cost_usd, view_share,
+    SELECT job_id, name, user_name, team, model, week, kind, gpu_model, gpu_count, cost_usd, view_share,
            tok AS tokens, tok * view_share AS tokens_in_view, generated_tokens, tok_s AS tokens_per_s,
            tok_s / nullif(gpu_count, 0) AS tokens_per_s_per_gpu,
            cost_usd / nullif(tok * view_share, 0) * 1e6 AS usd_per_mtok,
@@ -131,7 +139,7 @@ def job_unit_costs_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str
            fpt AS flops_per_token,
            peak AS peak_tflops,
            coalesce(tok_s * fpt, flops_s) / nullif(gpu_count * peak * 1e12, 0) AS mfu,
-           CASE WHEN NOT has_run THEN 'no training metrics for this job'
+           CASE WHEN NOT has_run THEN '{NO_RUN_REASON}'
                 WHEN flops_s IS NOT NULL AND fpt IS NULL AND gpu_model IS NOT NULL AND peak IS NOT NULL
                      AND gpu_count > 0 THEN NULL
                 WHEN tok_s IS NULL THEN 'no token count or tokens/s logged'
@@ -142,7 +150,7 @@ def job_unit_costs_sql(filters: Filters, as_of: dt.datetime | None) -> tuple[str
                 WHEN peak IS NULL THEN 'the catalog has no ' || precision || ' peak for ' || gpu_model
                 WHEN gpu_count <= 0 THEN 'GPU count is 0'
            END AS mfu_reason,
-           CASE WHEN NOT has_run THEN 'no training metrics for this job'
+           CASE WHEN NOT has_run THEN '{NO_RUN_REASON}'
                 WHEN tok IS NULL THEN 'no token count or tokens/s logged'
                 WHEN cost_usd IS NULL THEN 'GPU model has no price'
                 WHEN coalesce(tok * view_share, 0) = 0 THEN 'no tokens inside the view'
@@ -208,3 +216,31 @@ def view_usd_per_mtok(
         params,
     ).fetchall()[0]
     return tuple(None if v is None else float(v) for v in row)  # type: ignore[return-value]
+
+
+def weekly_usd_per_mtok(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    by: str = "team",
+    filters: Filters = ALL_FILTERS,
+    as_of: dt.datetime | None = None,
+) -> pl.DataFrame:
+    """Training $ per 1M tokens per week and per ``by`` (``team`` or ``name``): the same sum as
+    :func:`training_usd_per_mtok`, Σ in-view cost ÷ Σ in-view tokens × 1e6 over the jobs that are not
+    inference, grouped by the week the job's in-view span starts in (a job is counted once, in its first
+    week). Columns: week, ``by``, cost_usd, tokens_in_view, usd_per_mtok, runs."""
+    if by not in ("team", "name"):
+        raise ValueError(f"by must be team or name, not {by!r}")
+    as_of = as_of or horizon(con)
+    sql, params = job_unit_costs_sql(filters, as_of)
+    return frame(
+        con,
+        f"""SELECT week, coalesce({by}, '(none)') AS {by}, sum(cost_usd) AS cost_usd,
+                   sum(tokens * view_share) AS tokens_in_view,
+                   sum(cost_usd) / nullif(sum(tokens * view_share), 0) * 1e6 AS usd_per_mtok,
+                   count(*) AS runs
+            FROM ({sql})
+            WHERE kind IS DISTINCT FROM 'inference' AND tokens * view_share > 0 AND cost_usd IS NOT NULL
+            GROUP BY ALL ORDER BY week, {by}""",
+        params,
+    )

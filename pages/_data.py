@@ -389,6 +389,7 @@ def training(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> T
     return Training(
         unit_costs=unit_costs.job_unit_costs(con, filters=filters),
         batch=recommend.recommendations(con, filters=filters, settings=s, kinds=("larger_batch",)),
+        weekly=unit_costs.weekly_usd_per_mtok(con, by="team", filters=filters),
     )
 
 

@@ -35,7 +35,9 @@ class Fleet:
 
 @dataclass(frozen=True)
 class Training:
-    """unit_costs (analytics.unit_costs.job_unit_costs) and batch (the larger_batch recommendations)."""
+    """unit_costs (analytics.unit_costs.job_unit_costs), batch (the larger_batch recommendations) and weekly
+    (analytics.unit_costs.weekly_usd_per_mtok by team)."""
 
     unit_costs: pl.DataFrame
     batch: pl.DataFrame
+    weekly: pl.DataFrame

@@ -238,6 +238,8 @@ def _text(column: str, value: object) -> str:
         return NA
     if isinstance(value, bool) or not isinstance(value, int | float):
         return str(value)
+    if column.startswith(("usd_per_mtok", "usd_per_k")):  # cents of a unit cost: $0.0199 per 1M, not $0.02
+        return money_usd(value, 4, na=NA)
     if column.endswith("_usd") or column.startswith("usd_"):
         return usd(value)
     if column.endswith("_pct"):

@@ -789,14 +789,14 @@ def test_the_training_scatter_compares_runs_per_billion_parameters(small_ledger:
     per parameter: what the raw $ per 1M tokens (the bigger model's dearer tokens) hid."""
     at = run_page("pages/training.py")
     assert not at.exception, at.exception
-    points = [(x, y) for t in chart(at)["data"] for x, y in zip(array(t["x"]), array(t["y"]), strict=True)]
+    points = [(x, y) for t in chart(at, 1)["data"] for x, y in zip(array(t["x"]), array(t["y"]), strict=True)]
     ys = sorted(y for _, y in points)
     assert ys == pytest.approx([239.2 / 864 / 7, 287.04 / 432 / 1.5], rel=1e-6)
     assert any("billions of parameters" in c.value for c in at.caption)
     at.radio(key="training_scatter").set_value("$ per 1M tokens, by model size").run()
-    ys = sorted(y for t in chart(at)["data"] for y in array(t["y"]))
+    ys = sorted(y for t in chart(at, 1)["data"] for y in array(t["y"]))
     assert ys == pytest.approx([239.2 / 864, 287.04 / 432], rel=1e-6)
-    names = {t["name"] for t in chart(at)["data"]}
+    names = {t["name"] for t in chart(at, 1)["data"]}
     assert all(n.startswith("1–10 B") for n in names), names  # coloured by size band
 
 
@@ -805,11 +805,11 @@ def test_the_training_tables_print_thousands_separators(small_ledger: str) -> No
     import json
 
     at = run_page("pages/training.py")
-    config = json.loads(at.dataframe[0].proto.columns)
+    config = json.loads(at.dataframe[1].proto.columns)
     formats = {k: v.get("type_config", {}).get("format") for k, v in config.items()}
     assert formats["gpu_count"] == "localized", formats
     # a column with unknown cells is text in its unit's format: dash-5 ran 5,000 tokens/s on 4 GPUs
-    rows = at.dataframe[0].value.set_index("job_id")
+    rows = at.dataframe[1].value.set_index("job_id")
     assert (
         rows.loc["dash-5", "tokens_per_s_per_gpu"] == "1,250"
         and rows.loc["dash-2", "tokens_per_s_per_gpu"] == "n/a"
@@ -817,6 +817,37 @@ def test_the_training_tables_print_thousands_separators(small_ledger: str) -> No
     from pages._ui import column_config
 
     assert column_config(["peak_mem_mib"])["peak_mem_mib"]["type_config"]["format"] == "%,.0f"
+
+
+def test_the_training_page_lists_named_runs_and_their_weekly_trend(small_ledger: str) -> None:
+    """tests/fixtures/dashboard/jobs.csv by hand, H100 at the sheet's $2.99/GPU-h, bf16 peak 989.4 TFLOP/s:
+    whisper-ft (erin, speech) 4 GPUs × 24 h = $287.04 for 432 M tokens = $0.664444 per 1M, MFU 5,000 tok/s ×
+    6 × 1.5e9 ÷ (4 × 989.4e12) = 1.1371 %; llm-pretrain-a (alice, nlp) 8 × 10 h = $239.20 for 864 M tokens =
+    $0.276852 per 1M, MFU 24,000 × 6 × 7e9 ÷ (8 × 989.4e12) = 12.7350 %. Neither logged epochs. The jobs
+    with no training metrics (notebook-bob, serve-detector) are not runs. Both runs start in the week of
+    Monday 2026-11-16: one point per team, the run's own $ per 1M tokens."""
+    at = run_page("pages/training.py")
+    assert not at.exception, at.exception
+    runs = at.dataframe[0].value
+    assert list(runs.columns[:4]) == ["name", "user_name", "team", "model"]
+    assert list(runs["name"]) == ["whisper-ft", "llm-pretrain-a", "resnet-sweep"]  # by $ per run
+    by = runs.set_index("name")
+    assert (by.loc["whisper-ft", "user_name"], by.loc["whisper-ft", "team"]) == ("erin", "speech")
+    assert (by.loc["llm-pretrain-a", "user_name"], by.loc["llm-pretrain-a", "team"]) == ("alice", "nlp")
+    assert float(by.loc["whisper-ft", "cost_usd"]) == pytest.approx(4 * 24 * 2.99)
+    assert float(by.loc["llm-pretrain-a", "cost_usd"]) == pytest.approx(8 * 10 * 2.99)
+    # a column with an unknown cell is text: $ per 1M tokens to 4 decimals, MFU to 0.1 %
+    assert by.loc["whisper-ft", "usd_per_mtok"] == "$0.6644"  # 287.04 / 432
+    assert by.loc["llm-pretrain-a", "usd_per_mtok"] == "$0.2769"  # 239.20 / 864
+    assert by.loc["whisper-ft", "mfu"] == "1.1 %"  # 5,000 × 6 × 1.5e9 / (4 × 989.4e12) = 1.137 %
+    assert by.loc["llm-pretrain-a", "mfu"] == "12.7 %"  # 24,000 × 6 × 7e9 / (8 × 989.4e12) = 12.735 %
+    assert by.loc["whisper-ft", "usd_per_epoch"] == "n/a" and by.loc["resnet-sweep", "usd_per_mtok"] == "n/a"
+    trend = {t["name"]: (list(t["x"]), array(t["y"])) for t in chart(at, 0)["data"]}
+    assert set(trend) == {"nlp", "speech"}, trend
+    assert trend["nlp"][1] == pytest.approx([8 * 10 * 2.99 / 864], rel=1e-9)
+    assert trend["speech"][1] == pytest.approx([4 * 24 * 2.99 / 432], rel=1e-9)
+    assert all(str(x[0]).startswith("2026-11-16") for x, _ in trend.values())
+    assert "Detail" in at.expander[0].label
 
 
 def test_settings_labels_thresholds_in_words_and_lists_a_clusters_own_price(

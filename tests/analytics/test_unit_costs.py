@@ -155,3 +155,44 @@ def test_mfu_peak_for_the_precision_and_bf16_when_none_is_logged(ledger, precisi
     assert row["peak_tflops"] == pytest.approx(peak)
     assert row["mfu_basis"] == basis
     assert row["precision"] == (precision or "bf16")
+
+
+def test_weekly_usd_per_mtok_by_team_by_hand_and_by_plain_sql(ledger):
+    """At the test price ($4/GPU-h): nlp's a (2 GPUs × 10 h = $80, 1e9 tokens) and b (1 GPU × 5 h = $20,
+    1e9 tokens) start in T0's week: ($80 + $20) / 2e9 × 1e6 = $0.05 per 1M tokens; vision's v, 8 days
+    later (the next week), 1 GPU × 10 h = $40 for 4e8 tokens = $0.10; the inference job is left out."""
+    import datetime as dt
+
+    from analytics.unit_costs import weekly_usd_per_mtok
+    from tests.analytics.build import T0
+
+    set_test_prices(ledger)
+    day = 24 * 60
+    ingest(
+        ledger,
+        jobs=[
+            job("a", 0, 600, gpu_count=2.0),
+            job("b", 60, 360),
+            job("v", 8 * day, 8 * day + 600, team="vision"),
+            job("i", 0, 600, kind="inference"),
+        ],
+        training_runs=[
+            _run("a", tokens=1.0e9),
+            _run("b", tokens=1.0e9),
+            _run("v", tokens=4.0e8),
+            _run("i", tokens=1.0e9, generated_tokens=1.0e8),
+        ],
+    )
+    got = {(r["week"], r["team"]): r for r in weekly_usd_per_mtok(ledger).iter_rows(named=True)}
+    monday = (T0 - dt.timedelta(days=T0.weekday())).date()
+    assert got.keys() == {(monday, "nlp"), (monday + dt.timedelta(days=7), "vision")}
+    assert got[(monday, "nlp")]["usd_per_mtok"] == pytest.approx(100 / 2e9 * 1e6)
+    assert got[(monday, "nlp")]["runs"] == 2
+    assert got[(monday + dt.timedelta(days=7), "vision")]["usd_per_mtok"] == pytest.approx(40 / 4e8 * 1e6)
+    # the same sums in plain SQL over jobs and training_runs (every job whole in the view, one price)
+    plain = ledger.execute(
+        """SELECT CAST(date_trunc('week', j.start_ts) AS DATE), j.team,
+                  sum(j.gpu_count * epoch(j.end_ts - j.start_ts) / 3600 * 4.0) / sum(tr.tokens) * 1e6
+           FROM jobs j JOIN training_runs tr USING (job_id) WHERE j.kind <> 'inference' GROUP BY ALL"""
+    ).fetchall()
+    assert {(w, t): v for w, t, v in plain} == pytest.approx({k: r["usd_per_mtok"] for k, r in got.items()})
