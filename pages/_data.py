@@ -474,11 +474,13 @@ def analyse_upload(
     tz: str | None,
     gpu_model: str | None = None,
     gpu_count: float | None = None,
+    wall_hours: float | None = None,
 ) -> UploadResult:
     """gpuledger.upload.analyse_isolated (a worker process within the settings' limits); ``gpu_model`` and
-    ``gpu_count``, given on the page: the ingest option ``--gpu-model``/``--gpu-count``."""
+    ``gpu_count``, given on the page: the ingest option ``--gpu-model``/``--gpu-count``; ``wall_hours``: the
+    run's wall time typed on the page for a log that records no runtime (collectors/gpu_facts.py)."""
     s = settings()
-    gpu = gpu_facts(gpu_model, gpu_count) if gpu_model and gpu_count else None
+    gpu = gpu_facts(gpu_model, gpu_count, wall_hours or None) if gpu_model and gpu_count else None
     return _analyse_upload(name, data, cluster or None, tz or None, gpu, s.fingerprint(), s)
 
 

@@ -13,6 +13,7 @@ import plotly.express as px
 import polars as pl
 import streamlit as st
 
+from collectors.gpu_facts import MAX_WALL_HOURS
 from collectors.registry import PARSERS
 from gpuledger.ledger.reference import catalog
 from gpuledger.upload import UploadResult
@@ -93,21 +94,22 @@ if run is not None and is_training_log:
         + (f" · job {_ui.code(job_ids[0])}" if len(job_ids) == 1 else "")
     )
 
-untimed = (
-    facts != (None, None)
-    and not result.gpu_assumed
+no_runtime = (  # the log says for how long nowhere (collectors/gpu_facts.py times a run by it)
+    not result.gpu_assumed
     and result.training_runs is not None
     and not result.training_runs.is_empty()
     and "runtime_s" in result.training_runs.columns
     and result.training_runs["runtime_s"].is_null().all()
 )
-if untimed:  # GPUs given, but the log says for how long nowhere (collectors/gpu_facts.py times a run by it)
+if no_runtime:
     st.warning(
-        f"Priced nothing: {_ui.md(', '.join(result.needs_gpu[:3]) or 'this run')} records no runtime (a "
-        "checkpoint's `trainer_state.json` has no `train_runtime`; only the final one written at the end of "
-        "training does), so gpuledger cannot tell how long the GPUs ran. Upload the run's final "
-        "`trainer_state.json`, or a job record with its start and end (`gpuledger ingest` of a jobs CSV or "
-        "sacct), to price it.",
+        f"{_ui.md(', '.join(result.needs_gpu[:3]) or 'This run')} records no runtime (a checkpoint's "
+        "`trainer_state.json` has no `train_runtime`; only the final one written at the end of training does), "
+        "so gpuledger cannot tell how long the GPUs ran"
+        + (": nothing was priced." if facts != (None, None) else ".")
+        + " Type the run's wall time below (hours, e.g. from your scheduler or the checkpoint folders' "
+        "times), upload the run's final `trainer_state.json`, or ingest a job record with its start and end "
+        "(`gpuledger ingest` of a jobs CSV or sacct).",
         icon=":material/schedule:",
     )
 if result.needs_gpu and not result.gpu_assumed:
@@ -116,14 +118,33 @@ if result.needs_gpu and not result.gpu_assumed:
             f"**Which GPUs ran it?** {_ui.md(', '.join(result.needs_gpu[:3]))} names no GPU model or count, so "
             "it cannot be priced. Say what ran it (the ingest's `--gpu-model` and `--gpu-count`):"
         )
-        c1, c2 = st.columns([3, 1])
+        c1, c2, c3 = st.columns([3, 1, 1]) if no_runtime else (*st.columns([3, 1]), None)
         model = c1.selectbox("GPU model", sorted(m.model for m in catalog()), key="upload_gpu_model")
         count = c2.number_input(
             "GPUs", min_value=1, max_value=100_000, value=1, step=1, key="upload_gpu_count"
         )
+        hours = (
+            c3.number_input(
+                "Wall time (hours)",
+                min_value=0.0,
+                max_value=float(MAX_WALL_HOURS),
+                value=None,
+                step=0.5,
+                key="upload_wall_hours",
+                help="How long the run held its GPUs: the log records no runtime. Priced as GPUs × hours × "
+                "the price in force today.",
+            )
+            if c3 is not None
+            else None
+        )
         if st.form_submit_button("Price the run", icon=":material/paid:"):
-            st.session_state["upload_gpu"] = gpu_facts | {uploaded.file_id: (model, int(count))}
-            st.rerun()
+            if no_runtime and not hours:
+                st.error(
+                    "Type the run's wall time in hours: the log records none.", icon=":material/schedule:"
+                )
+            else:
+                st.session_state["upload_gpu"] = gpu_facts | {uploaded.file_id: (model, int(count), hours)}
+                st.rerun()
 elif result.gpu_assumed:
     st.info(f"Priced as {_ui.md(result.gpu_assumed)}.", icon=":material/paid:")
 

@@ -114,3 +114,48 @@ def test_a_checkpoint_trainer_state_without_a_runtime_is_not_priced_and_the_page
     assert r.error is None and not r.gpu_assumed and r.needs_gpu
     assert r.training_runs is not None and r.training_runs["runtime_s"].is_null().all()
     assert r.summary is not None and r.summary["spend_usd"] == 0.0
+
+
+def test_a_checkpoint_trainer_state_is_priced_for_the_wall_time_typed_on_the_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same checkpoint log (no train_runtime) with 8 GPUs and a typed wall time of 3.5 h, at a test price
+    of $5.00/GPU-h for H100-SXM-80GB on demand (in force from 30 days ago): 8 × 3.5 × $5.00 = $140.00 of
+    spend and 28 GPU-hours, the job held for exactly 3.5 h (issue 44 item 8). A runtime the log records
+    wins over a typed one: the final trainer_state.json keeps its own 371,992 s."""
+    import datetime as dt
+
+    from pages import _data
+    from tests.conftest import ROOT
+
+    since = dt.date.today() - dt.timedelta(days=30)
+    settings = tmp_path / "settings.toml"
+    settings.write_text(
+        f'[[price]]\ngpu_model = "H100-SXM-80GB"\ntier = "on_demand"\nusd_per_gpu_hour = 5.0\n'
+        f'effective_from = {since.isoformat()}\nsource = "test"\n'
+        f'[[price]]\ngpu_model = "A10"\ntier = "on_demand"\nusd_per_gpu_hour = 1.0\n'
+        f'effective_from = {since.isoformat()}\nsource = "test"\n'
+    )
+    monkeypatch.setenv("GPULEDGER_SETTINGS", str(settings))
+    data = (ROOT / "tests" / "fixtures" / "training" / "trl-sft" / "trainer_state.json").read_bytes()
+    page = _data.analyse_upload("trainer_state.json", data, None, None, "H100-SXM-80GB", 8, 3.5)
+    assert page.error is None, page.error
+    assert page.gpu_assumed and "the wall time you gave (3.50 h)" in page.gpu_assumed
+    assert page.summary is not None
+    assert page.summary["spend_usd"] == pytest.approx(8 * 3.5 * 5.0)  # $140.00
+    assert page.summary["gpu_hours"] == pytest.approx(8 * 3.5)
+    assert page.jobs is not None and page.jobs["cost_usd"].to_list() == pytest.approx([140.0])
+    # the final log's own runtime wins over a typed wall time: 371,992.1593 s on one A10 at $1.00/h
+    final = _data.analyse_upload("trainer_state.json", dataset(LOG).read_bytes(), None, None, "A10", 1, 3.5)
+    assert final.summary is not None
+    assert final.summary["spend_usd"] == pytest.approx(371992.1593 / 3600 * 1.0, rel=1e-6)
+    assert final.gpu_assumed and "the logged runtime" in final.gpu_assumed
+
+
+def test_a_wall_time_outside_its_bounds_is_refused() -> None:
+    from collectors.gpu_facts import gpu_facts
+    from gpuledger.ledger.errors import LedgerError
+
+    with pytest.raises(LedgerError, match="wall time"):
+        gpu_facts("H100-SXM-80GB", 8, -1.0)
+    assert gpu_facts("H100-SXM-80GB", 8, 2).hours == 2.0
