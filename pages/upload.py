@@ -183,7 +183,7 @@ if s is not None:
 SMOOTH = 25  # log entries in the loss curve's moving mean
 
 
-def training_log(result: UploadResult, unpriced: bool) -> None:
+def training_log(result: UploadResult, unpriced: bool, typed_hours: float | None = None) -> None:
     """The run's log drawn: loss (and eval loss) by step, throughput, $ per epoch and MFU."""
     log = result.train_log
     runs = result.training_runs
@@ -212,7 +212,14 @@ def training_log(result: UploadResult, unpriced: bool) -> None:
         unit, thr, thr_help = "", _ui.NA, "the log has no runtime"
     cols[0].metric(f"Throughput ({unit})" if unit else "Throughput", thr, help=thr_help)
     runtime = r.get("runtime_s")
-    cols[1].metric("Runtime", f"{num(runtime / 3600, 1)} h" if runtime else na("not logged"))
+    cols[1].metric(
+        "Runtime",
+        f"{num(runtime / 3600, 1)} h"
+        if runtime
+        else f"{num(typed_hours, 1)} h (typed)"
+        if typed_hours
+        else na("not logged"),
+    )
     epoch = uc.get("usd_per_epoch")
     cols[2].metric(
         "$ per epoch",
@@ -307,7 +314,7 @@ def training_log(result: UploadResult, unpriced: bool) -> None:
 
 
 if result.train_log is not None:
-    training_log(result, unpriced)
+    training_log(result, unpriced, facts[2] if len(facts) > 2 and result.gpu_assumed else None)
 
 
 def utilization_lines(frame: pl.DataFrame, color: str, key: str, legend: str) -> None:

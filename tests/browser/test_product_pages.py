@@ -315,6 +315,32 @@ def test_upload_a_training_log_asks_for_its_gpus_and_prices_the_run(page: Page, 
     assert metric(page, "GPU-hours")[0] == "5.7"
 
 
+def test_upload_a_checkpoint_log_without_a_runtime_takes_its_wall_time(page: Page, server: Server) -> None:
+    """A checkpoint's trainer_state.json (no train_runtime) says so and asks for the wall time; 8 H100 for
+    3.5 h at the shipped on-demand $2.99/GPU-h = 28 GPU-hours, $83.72 (by hand; issue 44 item 8)."""
+    from tests.conftest import ROOT
+
+    log = ROOT / "tests" / "fixtures" / "training" / "trl-sft" / "trainer_state.json"
+    goto(page, server, "upload")
+    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(log))
+    page.get_by_text("records no runtime").wait_for(timeout=60_000)
+    wait_for_app(page)
+    page.get_by_test_id("stSelectbox").filter(has_text="GPU model").click()
+    page.get_by_role("option", name="H100-SXM-80GB", exact=True).click()
+    page.get_by_role("spinbutton", name="GPUs", exact=True).fill("8")
+    page.get_by_role("spinbutton", name="Wall time (hours)").fill("3.5")
+    page.get_by_role("button", name="Price the run").click()
+    page.get_by_text("Priced as 8 × H100-SXM-80GB for the wall time you gave (3.50 h)").wait_for(
+        timeout=60_000
+    )
+    wait_for_app(page)
+    shots(page, "upload-wall-time")
+    assert_clean(main_text(page))
+    assert metric(page, "Spend")[0] == money(8 * 3.5 * 2.99)
+    assert metric(page, "GPU-hours")[0] == "28.0"
+    assert metric(page, "Runtime")[0] == "3.5 h (typed)"
+
+
 def test_upload_of_a_many_gpu_log_draws_a_line_per_host_and_opens_one(
     page: Page, server: Server, tmp_path: Path
 ) -> None:
