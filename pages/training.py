@@ -76,18 +76,19 @@ else:
     if trend.is_empty():
         no_rows("No training run with a token count in this view.")
     else:
-        fig = px.line(
-            trend.sort("week"),
-            x="week",
+        fig = px.line(  # ISO weeks as categories: one week's point sits on its label, not on a ms axis
+            trend.sort("week").with_columns(pl.col("week").dt.strftime("%G-W%V").alias("iso_week")),
+            x="iso_week",
             y="usd_per_mtok",
             color="team",
             markers=True,
             hover_data={"runs": True, "cost_usd": ":$,.2f"},
             color_discrete_sequence=px.colors.qualitative.Safe,
-            labels={"week": "week (Monday)", "usd_per_mtok": "$ per 1M tokens", "cost_usd": "cost"},
+            labels={"iso_week": "week", "usd_per_mtok": "$ per 1M tokens", "cost_usd": "cost"},
         )
         fig.update_layout(height=280, margin={"t": 20, "b": 10})
         fig.update_yaxes(tickprefix="$", rangemode="tozero")
+        fig.update_xaxes(type="category")
         _ui.plotly_chart(fig, key="weekly_usd_per_mtok")
         st.caption(
             "Per team, each training run's in-view cost ÷ its in-view tokens, summed over the runs whose "
