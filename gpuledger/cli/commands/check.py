@@ -15,11 +15,12 @@ from collections import Counter
 
 import duckdb
 
+from analytics.model_mismatch import describe as describe_mismatch
 from collectors.validate import JOB_CHILDREN, Violation, ledger_violations
 from gpuledger.cli.commands._common import add_db_options, print_json
-from gpuledger.ledger.db import reader, writer
+from gpuledger.ledger.db import reader, sync_reference, writer
 from gpuledger.ledger.sample_time import reach_sql
-from gpuledger.ledger.settings import load_settings
+from gpuledger.ledger.settings import Settings, load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,9 +61,23 @@ def run(args: argparse.Namespace) -> int:
     else:
         with reader(args.db) as con:
             found = ledger_violations(con, max_job_days=days)
+    sync_reference(args.db, settings)  # the prices and rollups the figures are read with, as every reader's
+    with reader(args.db) as con:
+        money, mismatches = allocation_findings(con, settings)
     if args.json:
-        print_json({"rows": [_as_dict(v) for v in found], "removed": removed})
+        print_json(
+            {
+                "rows": [_as_dict(v) for v in found],
+                "removed": removed,
+                "money": money,
+                "model_mismatches": mismatches,
+            }
+        )
     else:
+        for line in money:
+            print(f"money: {line}")
+        for m in mismatches:
+            print(f"note: {describe_mismatch(m)}")
         for v in found[: args.limit]:
             print(describe(v))
         if len(found) > args.limit:
@@ -74,7 +89,20 @@ def run(args: argparse.Namespace) -> int:
             print(f"removed {sum(removed.values()):,} row(s) in one transaction: {parts}")
         else:
             print(f"{len(found):,} row(s) outside their physical range: gpuledger check --fix removes them")
-    return 0 if (not found or args.fix) else 1
+    return 0 if ((not found or args.fix) and not money) else 1
+
+
+def allocation_findings(
+    con: duckdb.DuckDBPyConnection, settings: Settings
+) -> tuple[list[str], list[dict[str, object]]]:
+    """(the money invariants the ledger breaks, one sentence each: analytics/money_checks.py; the jobs booked as
+    another GPU model than their cards report: analytics/model_mismatch.py). A broken invariant makes check
+    exit 1 (no --fix removes it: it is a fault to report); a mismatch is a note: such a job is priced as
+    booked and its card counted once."""
+    from analytics.model_mismatch import model_mismatches
+    from analytics.money_checks import money_problems
+
+    return money_problems(con, settings), model_mismatches(con).to_dicts()
 
 
 def describe(v: Violation) -> str:
