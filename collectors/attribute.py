@@ -269,7 +269,9 @@ def _deal_instances(
     report is dealt free instances of its size: the first size whose whole multiple it is (3/7 = one 3g.40gb
     of an A100; 6/7 two of them) with that many instances free over its span, lowest id first. ``exact``
     (``remainder``) where exactly that many of that size are free and every other hold on them is known,
-    else ``by_share`` (``dealt``). A whole-card allocation is left to rules 4-7 (the host's cards)."""
+    else ``by_share`` (``dealt``). Where no size has enough free, the job time-slices the instances of its
+    size least held over its span (``by_share``, ``shared``, as rule 7 does cards): the shared-GPU rule
+    splits each instance's slices among its holders. A whole-card allocation is left to rules 4-7."""
     if not instances:
         return
     sizes = sorted({share for _, share in instances}, reverse=True)
@@ -295,6 +297,19 @@ def _deal_instances(
                 )  # fmt: skip
             need[i] = 0
             break
+        else:
+            for size in sizes:
+                n = round(a.gpus / size)
+                same = [gid for gid, share in instances if abs(share - size) < 1e-9]
+                if n < 1 or abs(n * size - a.gpus) > 1e-6 or len(same) < n:
+                    continue
+                least = sorted(same, key=lambda g, lo=a.start, hi=hi: len(book._overlapping(g, lo, hi)))
+                for gid in least[:n]:
+                    book.take(gid, a.start, hi, False)
+                    mine[i].add(gid)
+                    ties.append(Tie(a.job_id, gid, a.start, a.end, "by_share", "shared"))
+                need[i] = 0
+                break
 
 
 def attribute_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
