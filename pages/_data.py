@@ -312,6 +312,22 @@ def recommendations(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filter
     return recommend.recommendations(con, filters=filters, settings=s)
 
 
+@cached("Following the actions across weeks…", entries=CACHE_VERSIONS)
+def action_items(
+    con: duckdb.DuckDBPyConnection, s: Settings, teams: tuple[str, ...] | None
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The items ``gpuledger actions --json`` lists, of ``teams`` (None: all), and their last complete week's
+    groups: new, still open, done, the quarter's measured savings (gpuledger/items/tracker.py)."""
+    from gpuledger.items import scan, tracker
+
+    sc = scan.scan(con, settings=s)
+    its = tracker.items(con, week_scan=sc)
+    if teams is not None:
+        its = [it for it in its if it["team"] in teams]
+    week = tracker.groups(its, sc.weeks[-1], sc) if sc.weeks else None
+    return [tracker.public(it) for it in its], week
+
+
 @cached("Diagnosing jobs…")
 def diagnoses(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> pl.DataFrame:
     """``analytics.diagnoses.diagnoses`` for the view: one row per (job, diagnosis) with its evidence."""

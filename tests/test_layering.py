@@ -88,13 +88,15 @@ MAY_IMPORT: dict[str, set[str]] = {
     "gpuledger.ledger": set(),
     "collectors": {"gpuledger.ledger"},
     "analytics": {"gpuledger.ledger"},
-    "gpuledger.reports": {"analytics", "gpuledger.ledger"},
+    "gpuledger.reports": {"analytics", "gpuledger.items", "gpuledger.ledger"},
+    "gpuledger.items": {"analytics", "gpuledger.ledger"},
     "gpuledger.upload": {"analytics", "collectors", "gpuledger.ledger"},
     "gpuledger.demo": {"collectors", "gpuledger.ledger"},
     "gpuledger.cli": {
         "gpuledger",
         "gpuledger.reports",
         "gpuledger.demo",
+        "gpuledger.items",
         "analytics",
         "collectors",
         "gpuledger.ledger",
@@ -103,6 +105,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "gpuledger",
         "gpuledger.reports",
         "gpuledger.upload",
+        "gpuledger.items",
         "analytics",
         "collectors",
         "gpuledger.ledger",
@@ -120,7 +123,7 @@ def layer_of(module: str) -> str | None:
     if (
         parts[0] == "gpuledger"
         and len(parts) > 1
-        and parts[1] in ("ledger", "reports", "demo", "cli", "upload")
+        and parts[1] in ("ledger", "reports", "demo", "cli", "upload", "items")
     ):
         return ".".join(parts[:2])
     return parts[0]

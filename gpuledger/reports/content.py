@@ -134,6 +134,7 @@ class ReportData:
     notes: tuple[str, ...]  # data-quality notes, plain sentences
     settings: Settings
     generated_at: dt.datetime
+    items: dict[str, Any] | None = None  # the week's items: new, still open, done (reports/items_section.py)
 
     @property
     def coverage(self) -> dict[str, Any] | None:
@@ -203,7 +204,15 @@ def _collect(
         settings=settings,
         generated_at=dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0),
     )
+    data = replace(data, items=_items(con, filters, settings))
     return _with_notes(con, data)
+
+
+def _items(con: duckdb.DuckDBPyConnection, filters: Filters, settings: Settings) -> dict[str, Any] | None:
+    """The view's last week of items (gpuledger/reports/items_section.py)."""
+    from gpuledger.reports.items_section import items_week
+
+    return items_week(con, filters=filters, settings=settings)
 
 
 def _savings(con: duckdb.DuckDBPyConnection, recs: pl.DataFrame, kw: dict[str, Any]) -> dict[str, Any]:

@@ -306,12 +306,42 @@ def _definitions(data: ReportData) -> Section:
     )
 
 
+def _items(data: ReportData) -> Section:
+    """New, still open and done items of the week, measured savings (gpuledger/reports/items_section.py)."""
+    from gpuledger.reports.items_section import lines
+
+    g = data.items
+    if g is None:
+        return Section("Actions: new, still open, done", empty="No complete week scanned yet.")
+    by = lines(g)
+    bullets = [
+        f"{word}: {text}"
+        for word, key in (
+            ("New", "new"),
+            ("Still open", "still_open"),
+            ("Done", "done"),
+            ("Measured", "measured"),
+        )
+        for text in by[key]
+    ]
+    return Section(
+        f"Actions: new, still open, done ({g['week']})",
+        paragraphs=[
+            f"{len(g['new'])} new, {len(g['still_open'])} still open, {len(g['done'])} done this week. "
+            f"Measured savings in {g['quarter']} so far: {fmt.usd(g['quarter_measured_usd'])} "
+            f"(done items now save {fmt.usd(g['measured_usd_per_week'])}/week, measured)."
+        ],
+        bullets=bullets,
+    )
+
+
 def sections(data: ReportData) -> list[Section]:
     """The report's content in order: headline, actions, spend and waste (parts, teams, users, GPU models),
     costliest jobs, unit-cost trends, energy, data-quality notes, definitions."""
     return [
         _headline(data),
         _actions(data),
+        _items(data),
         _parts(data),
         _group_section(data, "Spend and waste by team", "by_team", "team", "Team", bars=True),
         _group_section(
