@@ -11,7 +11,13 @@ card, reporting at every scrape together, and no row of the card itself. Jobs ho
 - a one-card host by name (host-level, as sacct), inside its card's stretch: two such jobs overlapping
   time-slice the card;
 - a host with no telemetry (unmeasured: billed by allocation);
-- the last stretch of a card reporting to the data's end, still RUNNING.
+- the last stretch of a card reporting to the data's end, still RUNNING;
+- (issue 41) the MIG instances of a one-card host by host-level allocations: a pod per instance labelled in
+  the instance's series, two pods time-sharing the 3g instance (the series naming each in turn), or Slurm MIG
+  gres jobs whose instance series carry no label (dealt by size); a second node with no telemetry beside a
+  job's card (a multi-node job with a silent node); a card held by id across the silence between its two
+  stretches; a host-level job of 2 GPUs on a one-card host (GPUs beyond what the host reports); a job booked as
+  another model (BOOKED_OTHER, priced as the H100 so the oracle's card-hours × price still holds).
 
 A job is COMPLETED or FAILED (with or without a checkpoint inside its run), or RUNNING. About one in four is
 requeued, as collectors/sacct.py lands ``sacct -D``: an earlier attempt ``<id>#1`` (attempt 1, attempt_of
@@ -22,7 +28,8 @@ The samples land as two telemetry files meeting at a drawn moment (``split_at``)
 the second first lands as a draft (its earliest samples, with other readings) that ``--replace`` of the whole
 file then withdraws (collectors/provenance.py), as a cron job re-ingesting a growing log does.
 
-Jobs lie inside their card's stretches, so every dollar has an independent answer: a claimed card costs its
+Jobs lie inside their card's stretches (but the silent-stretch jobs, alone on their card), so every dollar has an
+independent answer: a claimed card costs its
 samples' time (a MIG card's instances report together, so each scrape's time once), an unclaimed one (no job
 names it, one of its instances or its host) its first sample to its last sample's end, a host without
 telemetry its jobs' held time, each minute at the price in force (an optional price change at the second
