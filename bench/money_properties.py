@@ -11,6 +11,13 @@ Measured 2026-12-06 09:24 (quiet 2-core machine), seed 1, after the shared-card,
 unclaimed-span fixes, with nothing left out of the generated shapes: 200 examples, 0 failed, 2.11 s each, 422 s
 in all. An earlier run (seed 0) failed at example 46 on a MIG instance held twice, since fixed
 (docs/metrics.md, "Additivity on shared cards").
+
+Measured 2026-12-07 06:10 (shared 2-core machine, load 14-18 from other helpers), with issue 41's shapes
+generated (MIG pods one per instance and time-shared, Slurm MIG gres on unlabelled instances, a silent second
+node, a card held across its silence, more GPUs than the host reports, a job booked as another model): seed 0,
+40 examples, 0 failed, 42.6 s each (the load: about 6 s of CPU each), 1,705 s in all; 200 did not fit the
+time left. Seed 3 failed at example 9 before its fix (a pod's label tie took the instance an earlier pod was
+dealt by size: collectors/attribute.py rule 3b now time-slices the least-held instance of its size).
 """
 
 from __future__ import annotations
