@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as dt
 from collections.abc import Callable, Hashable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -19,6 +20,7 @@ import polars as pl
 import streamlit as st
 
 from analytics import diagnoses as diagnoses_
+from analytics import guard_actions as guard_actions_
 from analytics import jobs, recommend, timeline, unit_costs, utilization, waste
 from analytics import overview as overview_
 from analytics import summary as summary_
@@ -26,7 +28,9 @@ from analytics.filters import Filters, UnknownName, horizon, known_names
 from analytics.filters import unknown_names as unknown_names_
 from analytics.job_detail import JobDetail, job_detail
 from analytics.shared import sharing
+from gpuledger.guard.replay import replay as guard_replay_
 from gpuledger.ledger.db import data_version, one_reader, reader, sync_reference
+from gpuledger.ledger.guard_policy import Policy
 from gpuledger.ledger.prices import PriceBook, price_book
 from gpuledger.ledger.settings import Settings
 from gpuledger.ledger.sql import job_count_sql
@@ -235,6 +239,14 @@ def jobs_table(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) ->
     return jobs.jobs_table(con, filters=filters, settings=s)
 
 
+@cached("Loading jobs…")
+def whatif_jobs(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> pl.DataFrame:
+    """``analytics.whatif.whatif_jobs``: the view's jobs with the span and tier a what-if reprices by."""
+    from analytics.whatif import whatif_jobs as read
+
+    return read(con, filters=filters, settings=s)
+
+
 def job_timeline(job_id: str, lines: str) -> pl.DataFrame:
     """``analytics.timeline.job_timeline``: one line per GPU, per host, or the mean over the job's GPUs
     (``lines``: gpu, host, job; no rows for a job of a team the viewer may not see)."""
@@ -358,6 +370,61 @@ def savings(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> di
     total = recommend.savings_total(recs, whole=True)
     total["coverage"] = recommend.view_coverage(con, recs, filters=filters, settings=s)
     return total
+
+
+# ---------------------------------------------------------------- guard
+
+
+@cached("Replaying the policy…", entries=16)
+def guard_replay(
+    con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, policy: Policy, since: Any, until: Any
+) -> dict[str, Any]:
+    """``gpuledger guard replay --json --policy NAME`` for the view's days, its jobs kept to the view's teams
+    and clusters. The policy travels as an argument: it is not part of the settings' fingerprint."""
+    out = guard_replay_(con, since=since, until=until, settings=s, policies=(policy,))["policies"][0]
+    keep = [
+        j
+        for j in out["jobs"]
+        if (not filters.teams or j["team"] in filters.teams)
+        and (not filters.clusters or j["cluster"] in filters.clusters)
+    ]
+    return dict(out, jobs=keep)
+
+
+@cached()
+def guard_actions(
+    con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters
+) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """``gpuledger guard actions --json`` for the view: the steps taken and what the cancels saved."""
+    kw = {
+        "since": filters.since,
+        "until": filters.until,
+        "teams": filters.teams,
+        "clusters": filters.clusters,
+    }
+    return guard_actions_.guard_actions(con, **kw), guard_actions_.guard_saved(con, **kw)
+
+
+@cached("Forecasting the budgets…")
+def budgets(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> list[dict[str, Any]]:
+    """``gpuledger budgets --json`` rows; a view that names teams (a lead's always does) keeps those teams'."""
+    from gpuledger.budgets.status import budget_rows
+
+    rows = budget_rows(con, s)
+    if filters.teams:
+        rows = [r for r in rows if r["scope"] == "team" and r["target"] in filters.teams]
+    return rows
+
+
+@cached()
+def budget_days(
+    con: duckdb.DuckDBPyConnection, s: Settings, scope: str, target: str | None, first: dt.date, day: dt.date
+) -> dict[dt.date, float]:
+    """A budget's spend per day of its period up to ``day`` (the Budgets page's chart)."""
+    from gpuledger.budgets.status import as_of, daily
+
+    at = as_of(con, day)
+    return {} if at is None else daily(con, scope, target, first, at, s)
 
 
 # ---------------------------------------------------------------- upload

@@ -88,13 +88,21 @@ MAY_IMPORT: dict[str, set[str]] = {
     "gpuledger.ledger": set(),
     "collectors": {"gpuledger.ledger"},
     "analytics": {"gpuledger.ledger"},
-    "gpuledger.reports": {"analytics", "gpuledger.items", "gpuledger.ledger"},
+    "gpuledger.reports": {"analytics", "gpuledger.budgets", "gpuledger.items", "gpuledger.ledger"},
     "gpuledger.items": {"analytics", "gpuledger.ledger"},
+    "gpuledger.budgets": {"analytics", "gpuledger.ledger"},
+    "gpuledger.chargeback": {"analytics", "gpuledger.budgets", "gpuledger.ledger"},
+    "gpuledger.alerts": {"analytics", "gpuledger.budgets", "gpuledger.reports", "gpuledger.ledger"},
     "gpuledger.upload": {"analytics", "collectors", "gpuledger.ledger"},
     "gpuledger.demo": {"collectors", "gpuledger.ledger"},
+    "gpuledger.guard": {"analytics", "gpuledger.reports", "gpuledger.ledger"},
     "gpuledger.cli": {
         "gpuledger",
+        "gpuledger.guard",
         "gpuledger.reports",
+        "gpuledger.budgets",
+        "gpuledger.alerts",
+        "gpuledger.chargeback",
         "gpuledger.demo",
         "gpuledger.items",
         "analytics",
@@ -103,7 +111,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     },
     "pages": {
         "gpuledger",
+        "gpuledger.guard",
         "gpuledger.reports",
+        "gpuledger.budgets",
         "gpuledger.upload",
         "gpuledger.items",
         "analytics",
@@ -123,7 +133,8 @@ def layer_of(module: str) -> str | None:
     if (
         parts[0] == "gpuledger"
         and len(parts) > 1
-        and parts[1] in ("ledger", "reports", "demo", "cli", "upload", "items")
+        and parts[1]
+        in ("ledger", "reports", "demo", "cli", "upload", "items", "budgets", "alerts", "chargeback", "guard")
     ):
         return ".".join(parts[:2])
     return parts[0]

@@ -29,7 +29,9 @@ PAGES = {
     "pages/upload.py": "Upload a file",
     "pages/reports.py": "Weekly report",
     "pages/whatif.py": "What if",
+    "pages/budgets.py": "Budgets",
     "pages/settings.py": "Settings",
+    "pages/guard.py": "Guard",
 }
 
 

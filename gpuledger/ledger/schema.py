@@ -564,6 +564,47 @@ SCHEMA_V10: list[str] = [
     """,
 ]
 
+# Version 11: the alerts gpuledger sent (gpuledger/alerts/): each crossing once, and a cooldown per rule and scope.
+SCHEMA_V11: list[str] = [
+    """
+    CREATE TABLE IF NOT EXISTS alerts_sent (
+        alert_key   VARCHAR PRIMARY KEY,       -- rule|scope|period|detail: one crossing (gpuledger/alerts/rules.py documents each rule's key)
+        rule        VARCHAR NOT NULL,          -- budget | budget_forecast | spend_change | waste_share | unheld_capacity
+        scope       VARCHAR NOT NULL,          -- team:NAME, cluster:NAME, cluster:NAME/MODEL or fleet
+        judged_day  DATE NOT NULL,             -- the as-of day the ledger was judged at
+        sent_at     TIMESTAMP NOT NULL,        -- UTC wall time it was sent
+        channels    VARCHAR NOT NULL,          -- where it went: mail, webhook (comma-separated)
+        message     VARCHAR NOT NULL           -- the text sent
+    )
+    """,
+]
+
+# Version 12: what the guard did (gpuledger/guard/live.py, `gpuledger guard run --enforce`), one row per step it
+# took on a job, never updated or deleted: warnings mailed, checkpoint signals, cancels, and the scheduler's answer.
+SCHEMA_V12_GUARD: list[str] = [
+    """
+    CREATE SEQUENCE IF NOT EXISTS guard_action_seq START 1
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS guard_actions (
+        action_id      BIGINT PRIMARY KEY,     -- from guard_action_seq, in the order the actions were taken
+        job_id         VARCHAR NOT NULL,       -- jobs.job_id the step was taken on
+        policy         VARCHAR NOT NULL,       -- [[guard.policy]] name
+        step           VARCHAR NOT NULL,       -- warn | warn_again | signal | cancel
+        run_start      TIMESTAMP NOT NULL,     -- start of the idle run the step belongs to (UTC); with job_id, policy and step the step's key
+        due_ts         TIMESTAMP NOT NULL,     -- when the policy made the step due (UTC)
+        acted_ts       TIMESTAMP NOT NULL,     -- when the guard took it (UTC)
+        gpu_count      DOUBLE NOT NULL,        -- jobs.gpu_count at the time
+        idle_gpu_hours DOUBLE NOT NULL,        -- gpu_count × the idle run's length at due_ts (GPU-hours)
+        idle_usd       DOUBLE,                 -- those GPU-hours at the prices in force, each UTC day at its own (USD; NULL: no price for the model)
+        mail_id        VARCHAR,                -- Message-ID of the owner's warning (NULL: not mailed: cooldown, quiet, no address, or not a warning)
+        answer         VARCHAR,                -- the scheduler's answer to a signal or cancel (scancel's exit and output, the API's status); NULL for a warning
+        accepted       BOOLEAN,                -- the scheduler accepted the signal or cancel; NULL for a warning
+        planned_end_ts TIMESTAMP               -- a cancelled job's end as its scheduler planned it (Slurm: start + time limit, squeue %e; UTC); NULL: none known (a pod, no limit)
+    )
+    """,
+]
+
 MIGRATIONS: list[list[str]] = [
     SCHEMA_V1,
     SCHEMA_V2,
@@ -575,6 +616,8 @@ MIGRATIONS: list[list[str]] = [
     SCHEMA_V8,
     SCHEMA_V9,
     SCHEMA_V10,
+    SCHEMA_V11,
+    SCHEMA_V12_GUARD,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -605,6 +648,8 @@ TABLES = (
     "ingest_sources",
     "checkpoint_placements",
     "gpu_shares",
+    "alerts_sent",
+    "guard_actions",
 )
 
 # Tables whose rows belong to one ingest (deleted with it on --replace; collectors/provenance.py delete_ingests first

@@ -134,7 +134,11 @@ class ReportData:
     notes: tuple[str, ...]  # data-quality notes, plain sentences
     settings: Settings
     generated_at: dt.datetime
+    guard: dict[str, Any] | None = (
+        None  # analytics.guard_actions.guard_saved for the view; None: no guard step
+    )
     items: dict[str, Any] | None = None  # the week's items: new, still open, done (reports/items_section.py)
+    budgets: tuple[dict[str, Any], ...] = ()  # gpuledger.budgets.status rows as of the view's end, its teams'
 
     @property
     def coverage(self) -> dict[str, Any] | None:
@@ -203,9 +207,21 @@ def _collect(
         notes=(),
         settings=settings,
         generated_at=dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0),
+        guard=_guard(con, filters),
+        budgets=_budgets(con, filters, settings),
     )
     data = replace(data, items=_items(con, filters, settings))
     return _with_notes(con, data)
+
+
+def _guard(con: duckdb.DuckDBPyConnection, filters: Filters) -> dict[str, Any] | None:
+    """What the guard did in the view (its own small section of the report), None when it took no step."""
+    from analytics.guard_actions import guard_saved
+
+    found = guard_saved(
+        con, since=filters.since, until=filters.until, teams=filters.teams, clusters=filters.clusters
+    )
+    return found if found["jobs_cancelled"] or found["jobs_warned"] else None
 
 
 def _items(con: duckdb.DuckDBPyConnection, filters: Filters, settings: Settings) -> dict[str, Any] | None:
@@ -213,6 +229,21 @@ def _items(con: duckdb.DuckDBPyConnection, filters: Filters, settings: Settings)
     from gpuledger.reports.items_section import items_week
 
     return items_week(con, filters=filters, settings=settings)
+
+
+def _budgets(
+    con: duckdb.DuckDBPyConnection, filters: Filters, settings: Settings
+) -> tuple[dict[str, Any], ...]:
+    """The budgets as of the view's last day (the report's week's Sunday), the view's teams' only when it names
+    teams (a team's report shows no cluster's or fleet's budget)."""
+    from gpuledger.budgets.status import budget_rows
+
+    if not settings.budgets:
+        return ()
+    rows = budget_rows(con, settings, filters.until)
+    if filters.teams:
+        rows = [r for r in rows if r["scope"] == "team" and r["target"] in filters.teams]
+    return tuple(rows)
 
 
 def _savings(con: duckdb.DuckDBPyConnection, recs: pl.DataFrame, kw: dict[str, Any]) -> dict[str, Any]:

@@ -293,6 +293,51 @@ def _energy(data: ReportData) -> Section:
     )
 
 
+def _guard(data: ReportData) -> Section:
+    """The guard's line (gpuledger guard run --enforce; analytics/guard_actions.py): its own section, shown only
+    in a period where the guard took a step."""
+    g = data.guard or {}
+    usd = g.get("saved_usd")
+    money = "n/a (a model without a price)" if usd is None else fmt.usd(usd)
+    return Section(
+        "Idle jobs the guard acted on",
+        paragraphs=[
+            f"{g.get('jobs_cancelled', 0)} jobs cancelled, {g.get('saved_gpu_hours', 0.0):,.1f} GPU-hours, "
+            f"{money} saved (to each job's planned end); {g.get('jobs_warned', 0)} jobs warned."
+        ],
+    )
+
+
+def _budgets(data: ReportData) -> Section:
+    """Each budget of the view as of the report's last day: spent, budget, forecast with its interval, status
+    (gpuledger/budgets/status.py: the numbers of ``gpuledger budgets --as-of``)."""
+    rows = [
+        [
+            f"{b['name']} ({b['period_label']})",
+            fmt.usd(b["spent_usd"]),
+            fmt.usd(b["budget_usd"]),
+            f"{b['spent_pct']:.1f} %",
+            f"{fmt.usd(b['forecast_usd'])} ({fmt.usd(b['forecast_low_usd'])}–{fmt.usd(b['forecast_high_usd'])})",
+            {"ok": "on track", "at_risk": "forecast over", "over": "over budget"}[b["status"]],
+        ]
+        for b in data.budgets
+    ]
+    return Section(
+        "Budgets",
+        paragraphs=[
+            f"As of {data.budgets[0]['as_of']}; the forecast runs to the period's end (75 % interval)."
+        ]
+        if data.budgets
+        else [],
+        table=Table(
+            ["Budget", "Spent", "Budget", "Used", "Forecast", "Status"], rows, frozenset({1, 2, 3, 4})
+        )
+        if rows
+        else None,
+        empty="No budget for this view ([[budget]] in the settings).",
+    )
+
+
 def _notes(data: ReportData) -> Section:
     return Section(
         "Data-quality notes", bullets=list(data.notes), empty="Nothing to note: every figure is complete."
@@ -352,7 +397,9 @@ def sections(data: ReportData) -> list[Section]:
         ),
         _jobs(data),
         _trends(data),
+        *([_budgets(data)] if data.budgets else []),
         _energy(data),
+        *([_guard(data)] if data.guard else []),
         _notes(data),
         _definitions(data),
     ]

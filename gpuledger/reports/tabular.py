@@ -136,10 +136,13 @@ def report_dict(data: ReportData) -> dict[str, Any]:
             "previous_energy_kwh": prev_kwh,
             "previous_co2e_kg": (data.previous or {}).get("co2e_kg"),
         },
+        "budgets": [dict(b) for b in data.budgets],
         "notes": list(data.notes),
         "items": data.items,
         "definitions": dict(definitions(data.settings)),
     }
+    if data.guard:  # the guard's line, only in a period where it took a step (analytics/guard_actions.py)
+        out["guard"] = dict(data.guard)
     return _clean(out)
 
 
