@@ -20,7 +20,8 @@ Measured 2026-12-07 06:10 (shared 2-core machine, load 14-18 from other helpers)
 generated (MIG pods one per instance and time-shared, Slurm MIG gres on unlabelled instances, a silent second
 node, a card held across its silence, more GPUs than the host reports, a job booked as another model), the money
 invariants only (before check_whatif joined this bench in the merge): seed 0,
-40 examples, 0 failed, 42.6 s each (the load: about 6 s of CPU each), 1,705 s in all; 200 did not fit the
+40 examples, 0 failed, 42.6 s each (the load: about 6 s of CPU each), 1,705 s in all; seed 1, 25 examples, 0
+failed, 28.3 s each, 707 s; 200 did not fit the
 time left. Seed 3 failed at example 9 before its fix (a pod's label tie took the instance an earlier pod was
 dealt by size: collectors/attribute.py rule 3b now time-slices the least-held instance of its size).
 """
