@@ -374,9 +374,47 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
         return Settings()
     p = Path(chosen)
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SettingsError(p, "(file)", "does not exist") from None
+        data = tomllib.loads(read_settings_text(p))
     except tomllib.TOMLDecodeError as exc:
         raise SettingsError(p, "(syntax)", str(exc)) from None
     return from_dict(data, p)
+
+
+MAX_SETTINGS_BYTES = 2**20  # a settings file is a few KB; /dev/zero or a log named by mistake is not one
+
+
+def read_settings_text(p: Path) -> str:
+    """The text of settings file ``p``: a regular file (a FIFO is opened without waiting for a writer, then
+    refused, like a directory or a device), of at most MAX_SETTINGS_BYTES, in UTF-8; else a SettingsError
+    saying which."""
+    import stat
+
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise SettingsError(p, "(file)", "does not exist") from None
+    except OSError as exc:
+        raise SettingsError(p, "(file)", f"cannot be read: {(exc.strerror or str(exc)).lower()}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "a pipe" if stat.S_ISFIFO(mode) else "a device"
+        raise SettingsError(p, "(file)", f"is {kind}, not a settings file (a regular TOML file)")
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            data = fh.read(MAX_SETTINGS_BYTES + 1)
+        except OSError as exc:
+            raise SettingsError(
+                p, "(file)", f"cannot be read: {(exc.strerror or str(exc)).lower()}"
+            ) from None
+    if len(data) > MAX_SETTINGS_BYTES:
+        raise SettingsError(
+            p, "(file)", f"is larger than {MAX_SETTINGS_BYTES // 2**20} MiB: not a settings file"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise SettingsError(
+            p, "(file)", f"line {line} holds a byte that is not UTF-8 text (save it as UTF-8)"
+        ) from None
