@@ -16,11 +16,14 @@ import streamlit as st
 from streamlit.errors import StreamlitAuthError, StreamlitMissingAuthlibError
 from streamlit.logger import get_logger
 
+from gpuledger.ledger.paths import shipped
 from pages import _data, _scope, _ui, _view
 
 LOG = get_logger("gpuledger.dashboard")
 
-st.set_page_config(page_title="gpuledger", page_icon=":material/paid:", layout="wide")
+# The favicon is a file the package ships, served by this server: a ":material/…" icon or an emoji is
+# fetched by the browser from a font CDN, and the dashboard makes no request off this machine (issue 43).
+st.set_page_config(page_title="gpuledger", page_icon=str(shipped("data/favicon.png")), layout="wide")
 # Safe under a bare `streamlit run app.py` too (gpuledger dashboard passes the same on its command line): no
 # exception details in the browser, and no built-in table export, which writes formula cells as they are.
 st.set_option("client.showErrorDetails", "none")

@@ -461,11 +461,40 @@ def test_a_lead_sees_only_their_team_on_every_page(signed_ledger: str, page: str
 def test_a_lead_sees_their_team_spend_and_cannot_widen_it_by_url(signed_ledger: str) -> None:
     lead = {"is_logged_in": True, "email_verified": True, "email": "sam@example.com"}
     assert _spend(_run("pages/overview.py", lead)) == SPEND["speech"]
-    # a shared link naming another team does not show it: the view falls back to the lead's own team
-    assert _spend(_run("pages/overview.py", lead, {"team": ["nlp"]})) == SPEND["speech"]
+    # a shared link naming another team does not show it: it is a team the lead's view does not have
+    other = _run("pages/overview.py", lead, {"team": ["nlp"]})
+    assert not other.metric and "no team 'nlp'" in other.warning[0].value.replace("\\", "")
     both = {"is_logged_in": True, "email_verified": True, "email": "ana@example.com"}  # nlp and vision
     assert _spend(_run("pages/overview.py", both)) == "$295.67"  # 275.08 + 20.592 = 295.672
     assert _spend(_run("pages/overview.py", both, {"team": ["vision"]})) == SPEND["vision"]
+
+
+@pytest.mark.parametrize(
+    ("key", "outside", "missing", "theirs"),
+    [
+        ("team", "nlp", "robotics", "speech"),  # another team / no team
+        ("user", "alice", "zzz", "erin"),  # nlp's user / nobody
+        ("cluster", "cirrus", "nowhere", "atlas"),  # a cluster only vision's jobs ran on / none
+    ],
+)
+def test_a_name_outside_a_leads_teams_is_answered_as_one_that_does_not_exist(
+    signed_ledger: str, key: str, outside: str, missing: str, theirs: str
+) -> None:
+    """Issue 43: ``?user=alice`` (nlp's) said "No jobs in this view" to speech's lead while ``?user=zzz`` said
+    "no user 'zzz' in the ledger": the difference told which names exist elsewhere. Now both say the same,
+    listing only the lead's own names, and show no figures."""
+    lead = {"is_logged_in": True, "email_verified": True, "email": "sam@example.com"}
+    said = {}
+    for name in (outside, missing):
+        at = _run("pages/overview.py", lead, {key: [name]})
+        assert not at.metric and not at.dataframe, (key, name)
+        said[name] = "\n".join(w.value for w in at.warning).replace("\\", "")
+    assert said[outside] == said[missing].replace(missing, outside), said
+    assert f"no {key} '{outside}' in the ledger ({key}s: {theirs})" in said[outside]
+    for other in ("nlp", "vision", "alice", "bob", "carol", "dave", "cirrus"):
+        assert other == outside or other not in said[outside], other
+    admin = {"is_logged_in": True, "email_verified": True, "email": "boss@example.com"}
+    assert _run("pages/overview.py", admin, {key: [outside]}).metric  # it does exist, for an admin
 
 
 def test_an_admin_sees_the_fleet(signed_ledger: str) -> None:

@@ -181,3 +181,66 @@ def test_exit_codes_are_the_readmes(tmp_path: Path) -> None:
     done = _run("ingest", str(bad), "--db", db)
     assert done.returncode == 1 and done.stderr.startswith(f"error: {bad}:2: "), done.stderr
     assert _run("summary", "--no-such-flag", "--db", db).returncode == 2
+
+
+# ---------------------------------------------------------------- a ledger that is no DuckDB file
+
+
+def _sqlite(path: Path) -> Path:
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE jobs (job_id TEXT)")
+    con.commit()
+    con.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("sqlite", "is not a DuckDB ledger (an SQLite database)"),
+        ("text", "is not a DuckDB ledger (a file of another kind)"),
+        ("empty", "is an empty file, not a DuckDB ledger"),
+        ("folder", "is a folder, not a ledger file"),
+        ("fifo", "is a pipe, not a ledger file"),
+    ],
+)
+def test_a_ledger_that_is_no_duckdb_file_is_refused_before_duckdb_opens_it(
+    tmp_path: Path, case: str, said: str
+) -> None:
+    """On 0c9145f an SQLite file as --db made DuckDB try to download sqlite_scanner from
+    extensions.duckdb.org. The magic bytes are checked first; HOME is a fresh folder, and DuckDB's extension
+    folder in it stays absent (nothing was fetched or installed)."""
+    db = tmp_path / "ledger.duckdb"
+    if case == "sqlite":
+        _sqlite(db)
+    elif case == "text":
+        db.write_text("job_id,user\nj1,u\n")
+    elif case == "empty":
+        db.touch()
+    elif case == "folder":
+        db.mkdir()
+    else:
+        os.mkfifo(db)
+    home = tmp_path / "home"
+    home.mkdir()
+    done = _run("summary", "--db", str(db), timeout=60, HOME=str(home), XDG_DATA_HOME=str(home))
+    assert done.returncode == 1
+    assert done.stderr == f"error: {db}: {said}" + done.stderr.split(said, 1)[1], done.stderr
+    assert done.stderr.count("\n") == 1 and "download" not in done.stderr
+    assert not (home / ".duckdb").exists()
+
+
+def test_a_ledger_connection_never_installs_or_autoloads_an_extension(tmp_path: Path) -> None:
+    from gpuledger.ledger.db import memory_ledger, writer
+
+    with writer(str(tmp_path / "l.duckdb")) as con:
+        assert con.execute(
+            "SELECT current_setting('autoinstall_known_extensions'), current_setting('autoload_known_extensions')"
+        ).fetchone() == (False, False)
+    mem = memory_ledger()
+    try:
+        assert mem.execute("SELECT current_setting('autoinstall_known_extensions')").fetchone() == (False,)
+    finally:
+        mem.close()
