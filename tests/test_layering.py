@@ -91,8 +91,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     "gpuledger.reports": {"analytics", "gpuledger.ledger"},
     "gpuledger.upload": {"analytics", "collectors", "gpuledger.ledger"},
     "gpuledger.demo": {"collectors", "gpuledger.ledger"},
+    "gpuledger.web": set(),
     "gpuledger.cli": {
         "gpuledger",
+        "gpuledger.web",
         "gpuledger.reports",
         "gpuledger.demo",
         "analytics",
@@ -120,7 +122,7 @@ def layer_of(module: str) -> str | None:
     if (
         parts[0] == "gpuledger"
         and len(parts) > 1
-        and parts[1] in ("ledger", "reports", "demo", "cli", "upload")
+        and parts[1] in ("ledger", "reports", "demo", "cli", "upload", "web")
     ):
         return ".".join(parts[:2])
     return parts[0]

@@ -85,6 +85,8 @@ class Settings:
         120.0  # the Upload page's worker is stopped past this (gpuledger/upload/worker.py)
     )
     upload_worker_mb: float = 2048.0  # ... or past this resident memory (DuckDB's share: upload_memory_mb)
+    # host names the dashboard answers to besides localhost, 127.0.0.1, ::1 and its bind address
+    allowed_hosts: tuple[str, ...] = ()  # dashboard.allowed_hosts (gpuledger/web/hosts.py)
     max_gzip_ratio: float = 250.0  # a .gz that inflates past this many times its size is refused (a bomb)
     auth: AuthSettings | None = None  # [auth]: OIDC sign-in for the dashboard (None: off)
     access: AccessSettings = field(default_factory=AccessSettings)  # [access]: who sees which teams
@@ -111,6 +113,7 @@ class Settings:
             "upload_memory_mb",
             "upload_seconds",
             "upload_worker_mb",
+            "allowed_hosts",
             "max_gzip_ratio",
             "auth",
             "access",
@@ -325,6 +328,19 @@ def _kubernetes(path: Path, raw: Any) -> dict[str, Any]:
     return out
 
 
+def _host_names(path: Path, raw: Any) -> tuple[str, ...]:
+    """``dashboard.allowed_hosts``: a list of host names or addresses (no scheme, port or path)."""
+    key = "dashboard.allowed_hosts"
+    if not isinstance(raw, list):
+        raise SettingsError(path, key, 'must be a list of host names, like ["gpu.example.com"]')
+    for name in raw:
+        if not isinstance(name, str) or not name.strip() or any(c in name for c in "/@ *,\t"):
+            raise SettingsError(
+                path, key, f"must hold host names (no scheme, path or wildcard), got {name!r}"
+            )
+    return tuple(n.strip().lower() for n in raw)
+
+
 def from_dict(data: dict[str, Any], path: Path) -> Settings:
     unknown = data.keys() - _SECTIONS
     if unknown:
@@ -339,7 +355,7 @@ def from_dict(data: dict[str, Any], path: Path) -> Settings:
             values[fld] = _number(path, dotted, sect[name], lo, hi)
     for section in ("thresholds", "energy", "recommend", "dashboard", "ingest"):
         known = {k.split(".", 1)[1] for k in _SCALARS if k.startswith(section + ".")}
-        extra = set(data.get(section, {})) - known
+        extra = set(data.get(section, {})) - known - ({"allowed_hosts"} if section == "dashboard" else set())
         if extra:
             raise SettingsError(path, f"{section}.{sorted(extra)[0]}", "is not a known setting")
     pricing = data.get("pricing", {})
@@ -354,6 +370,8 @@ def from_dict(data: dict[str, Any], path: Path) -> Settings:
         values["clusters"] = _clusters(path, data["clusters"])
     if "kubernetes" in data:
         values.update(_kubernetes(path, data["kubernetes"]))
+    if "allowed_hosts" in data.get("dashboard", {}):
+        values["allowed_hosts"] = _host_names(path, data["dashboard"]["allowed_hosts"])
     values["auth"] = parse_auth(path, data.get("auth"))
     values["access"] = parse_access(path, data.get("access"))
     if "reports" in data:
