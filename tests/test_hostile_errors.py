@@ -244,3 +244,12 @@ def test_a_ledger_connection_never_installs_or_autoloads_an_extension(tmp_path: 
         assert mem.execute("SELECT current_setting('autoinstall_known_extensions')").fetchone() == (False,)
     finally:
         mem.close()
+
+
+def test_a_report_written_to_a_full_device_says_disk_full(tmp_path: Path) -> None:
+    """/dev/full answers every write with ENOSPC: the report's one line says the disk is full."""
+    db = str(tmp_path / "ledger.duckdb")
+    assert _run("ingest", str(_jobs_csv(tmp_path / "ok.csv", 3)), "--db", db).returncode == 0
+    done = _run("report", "--db", db, "--out", "/dev/full")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("error: /dev/full: cannot write the report: disk full"), done.stderr
