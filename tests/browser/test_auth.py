@@ -289,7 +289,9 @@ def test_sign_out_ends_the_sign_in_on_the_server(signed_server: Server, context_
         thief.add_cookies(copied)  # type: ignore[arg-type]
         other = thief.new_page()
         other.goto(signed_server.url)
-        other.wait_for_selector("[data-testid='stMetric']", timeout=60_000)  # the copy works while signed in
+        # the copy works while signed in: the lead's view
+        expect(other.get_by_test_id("stSidebar")).to_contain_text("you see speech.", timeout=120_000)
+        expect(other.get_by_test_id("stMetric").first).to_be_visible(timeout=60_000)
         other.goto("about:blank")
 
         page.get_by_role("button", name="Sign out").click()
