@@ -90,6 +90,7 @@ PAGES = [
         url_path="recommendations",
     ),
     st.Page("pages/whatif.py", title="What if", icon=":material/science:", url_path="whatif"),
+    st.Page("pages/budgets.py", title="Budgets", icon=":material/savings:", url_path="budgets"),
     st.Page("pages/training.py", title="Training", icon=":material/model_training:", url_path="training"),
     st.Page("pages/upload.py", title="Upload", icon=":material/upload_file:", url_path="upload"),
     st.Page("pages/reports.py", title="Reports", icon=":material/summarize:", url_path="reports"),

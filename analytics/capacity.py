@@ -484,3 +484,22 @@ def unallocated_weeks(
             .sort(pl.col("cluster"), pl.col("gpu_model").fill_null(""), nulls_last=True)
         )
     return view, rows.filter(pl.col("w_id") != "").rename({"w_id": "week"})
+
+
+def unallocated_periods(
+    con: duckdb.DuckDBPyConnection,
+    periods: list[tuple[str, Filters]],
+    *,
+    filters: Filters = ALL_FILTERS,
+    settings: Settings = DEFAULT_SETTINGS,
+    as_of: dt.datetime | None = None,
+) -> pl.DataFrame:
+    """UNALLOCATED_COLUMNS plus ``period`` for each (label, the view narrowed to its dates) of ``periods``
+    (days, months: any cut, see analytics/daily.py), in one statement; each period's rows equal
+    :func:`unallocated` for its filters. Empty when the view cannot see capacity or the ledger is empty."""
+    as_of = as_of or horizon(con)
+    start = _data_start(con) if _sees_unallocated(filters) else None
+    built = _unallocated_windows_sql(filters, periods, settings, as_of, start, _data_end(con, as_of), con)
+    if built is None:
+        return pl.DataFrame()
+    return frame(con, *built).rename({"w_id": "period"})

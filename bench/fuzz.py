@@ -93,6 +93,19 @@ FAMILIES: dict[str, list[str]] = {
         "repo:tests/fixtures/training/seq2seq/trainer_state.json",
         "repo:tests/fixtures/training/trl-sft/trainer_state.json",
     ],
+    # the shapes of issue 42 (tests/fixtures): Slurm 24.11's NO_VAL starts, older amd-smi names, a masked UUID
+    # on two cards, a Lightning test row, single pods and spec-less CPU pods, real telegraf XML (DTD v10-v13)
+    "readers_round3": [
+        "repo:tests/fixtures/sacct/slurm_24_11_never_started.json",
+        "repo:tests/fixtures/rocm_smi/amd_smi_metric_older_names.csv",
+        "repo:tests/fixtures/nvidia_smi_xml/masked_uuid_2gpu_from_rtx-3060-v12.xml",
+        "repo:tests/fixtures/nvidia_smi_xml/telegraf_gtx-1660-ti.xml",
+        "repo:tests/fixtures/nvidia_smi_xml/telegraf_rtx-3080-v13.xml",
+        "repo:tests/fixtures/training/lightning-test-row/metrics.csv",
+        "repo:tests/fixtures/kubernetes/pod_failed_gpu_single.json",
+        "repo:tests/fixtures/kubernetes/api_pod_without_kind.json",
+        "repo:tests/fixtures/kubernetes/api_podlist_cpu_pods_without_spec.json",
+    ],
     "traces": [
         "alibaba-gpu-v2023/openb_pod_list_default.csv",
         "alibaba-v2026-genai/pod_gpu_duty_cycle_anon.head30k.csv",

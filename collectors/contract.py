@@ -104,6 +104,12 @@ class IngestReport:
     rejected: list[dict[str, object]] = field(default_factory=list)  # --skip-bad-rows: rows left out, why
     priced: str | None = None  # --gpu-model: what the jobs that name no GPU were priced as, in words
     unpriced: list[str] = field(default_factory=list)  # its jobs that still name no GPU model or count
+    unpriced_hosts: list[str] = field(
+        default_factory=list
+    )  # of those, priced once their hosts' telemetry lands
+    held_no_gpu: list[str] = field(
+        default_factory=list
+    )  # of those, never started or asked for no GPU: held none
     bytes_read: int = 0  # of the file, every one (collectors/source_file.py): its size
 
     def as_dict(self) -> dict[str, object]:
@@ -119,6 +125,8 @@ class IngestReport:
             "rejected_rows": self.rejected,
             "priced_as": self.priced,
             "jobs_without_gpu": self.unpriced,
+            "jobs_priced_by_host_telemetry": self.unpriced_hosts,
+            "jobs_held_no_gpu": self.held_no_gpu,
             "bytes_read": self.bytes_read,
         }
 

@@ -35,8 +35,8 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
-from collectors.common import sql_path
 from collectors.nvidia_smi_csv import file_time_utc
+from collectors.sql_text import sql_path
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import model_sql_case

@@ -19,7 +19,6 @@ from typing import TextIO
 import duckdb
 
 from collectors.checkpoints import record_placements
-from collectors.common import Restage, reading
 from collectors.contract import IngestOptions, IngestReport, Parser, choose_parser
 from collectors.gpu_facts import price_staged_jobs
 from collectors.job_option import tie_to_job
@@ -31,6 +30,7 @@ from collectors.provenance import (
     sha256_file,
     withdraw_source,
 )
+from collectors.reader_errors import Restage, reading
 from collectors.registry import PARSERS
 from collectors.source_file import check_path, scan_source
 from collectors.validate import record_rejections, validate_merge, validate_stage
@@ -38,6 +38,25 @@ from gpuledger.ledger.errors import FormatError
 
 # Files this big get a progress bar on a terminal; smaller ones land before one would be drawn.
 PROGRESS_MIN_BYTES = 4 * 2**20
+
+
+# The jobs of one ingest that name no GPU model or count, and what will price them: ``hosts`` when the job
+# held hosts (allocations): the GPU samples those hosts' telemetry lands are tied to it and carry the model
+# (collectors/attribute.py); ``held_no_gpu`` when a scheduler's record (sacct, Kubernetes: they say what was
+# asked for and when it ran) has no host and either no start (a pending job, or one cancelled before it
+# started) or no GPU asked for (a CPU job): nothing is owed; else ``gpu_option``
+# (a training log: ``--gpu-model MODEL --gpu-count N``, collectors/gpu_facts.py).
+UNPRICED_SQL = """
+    SELECT j.job_id,
+           CASE WHEN EXISTS (SELECT 1 FROM allocations a WHERE a.job_id = j.job_id AND a.host IS NOT NULL)
+                THEN 'hosts'
+                WHEN (j.start_ts IS NULL OR coalesce(j.gpu_count, 0) = 0)
+                     AND (j.source = 'sacct' OR j.source LIKE 'kubernetes%')
+                     AND NOT EXISTS (SELECT 1 FROM training_runs t WHERE t.job_id = j.job_id)
+                THEN 'held_no_gpu'
+                ELSE 'gpu_option' END AS priced_by
+    FROM jobs j WHERE j.ingest_id = ? AND (j.gpu_model IS NULL OR coalesce(j.gpu_count, 0) = 0)
+    ORDER BY 1"""
 
 
 def ingest_file(
@@ -100,11 +119,7 @@ def ingest_file(
         with reading(p, landing=True):
             rows, notes = split_sample_notes(land(con, ingest_id, opts))
         record_placements(con, ingest_id)  # checkpoints a training log placed (collectors/checkpoints.py)
-        unpriced = con.execute(
-            "SELECT job_id FROM jobs WHERE ingest_id = ? AND (gpu_model IS NULL OR coalesce(gpu_count, 0) = 0)"
-            " ORDER BY 1",
-            [ingest_id],
-        ).fetchall()
+        unpriced = con.execute(UNPRICED_SQL, [ingest_id]).fetchall()
         skipped = {**skipped, **notes}
         if bad:
             record_rejections(con, ingest_id, str(p.resolve()), bad)
@@ -134,6 +149,8 @@ def ingest_file(
             ],
             priced=priced,
             unpriced=[r[0] for r in unpriced],
+            unpriced_hosts=[r[0] for r in unpriced if r[1] == "hosts"],
+            held_no_gpu=[r[0] for r in unpriced if r[1] == "held_no_gpu"],
         )
 
     progress = wants_progress(opts, p.stat().st_size)

@@ -22,16 +22,11 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, read_head
-from collectors.common import (
-    Check,
-    describe_failure,
-    first_violation,
-    nullif_tokens,
-    session_zone,
-    sql_path,
-    ts_utc,
-)
 from collectors.lines import file_lines, reader_error_line
+from collectors.reader_errors import describe_failure
+from collectors.row_checks import Check, first_violation
+from collectors.sql_text import nullif_tokens, sql_path, ts_utc
+from collectors.time_zones import session_zone
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.job_states import (

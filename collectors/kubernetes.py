@@ -54,6 +54,10 @@ PHASES = POD_PHASES  # gpuledger/ledger/job_states.py: the one table of pod phas
 LIVE_STATES = ("RUNNING", "UNKNOWN")
 MAX_GPUS_PER_POD = 1024  # a request past this is not a real pod (validate.py caps job counts too)
 _QUANTITY = re.compile(r"^\d+(?:\.\d+)?$")
+# a pod object's first key (an API pod without kind/apiVersion), and fields only a pod spec/status holds
+_API_POD = re.compile(r'^\{\s*"(?:metadata|spec|status|api_version|apiVersion|items|kind)"\s*:')
+_POD_FIELDS = ('"containers"', '"restartPolicy"', '"containerStatuses"', '"schedulerName"', '"restart_policy"',
+               '"container_statuses"', '"scheduler_name"')  # fmt: skip
 
 
 def mig_share(g: int, mem_gb: int) -> float:
@@ -178,20 +182,72 @@ def _latest(path: Path, label: str, meta: dict[str, Any], status: dict[str, Any]
     return max(seen, default=None)
 
 
+# maps whose keys are the user's (labels, resource names), not API field names: never renamed
+_USER_MAPS = frozenset(
+    {"labels", "annotations", "limits", "requests", "node_selector", "capacity", "allocatable"}
+)
+
+
+def camel_keys(value: Any, *, user_map: bool = False) -> Any:
+    """The Kubernetes Python client's ``to_dict()`` form (``api_version``, ``container_statuses``,
+    ``started_at``) in the API's camelCase; labels, annotations and resource maps keep their keys."""
+    if isinstance(value, list):
+        return [camel_keys(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for k, v in value.items():
+        key = (
+            k if user_map or not isinstance(k, str) else re.sub(r"_([a-z])", lambda m: m.group(1).upper(), k)
+        )
+        out[key] = v if user_map else camel_keys(v, user_map=k in _USER_MAPS)
+    return out
+
+
+def _snake_case(doc: dict[str, Any]) -> bool:
+    """Is ``doc`` a client's ``to_dict()`` (snake_case API fields) rather than the API's JSON?"""
+    return "api_version" in doc or any(
+        isinstance(item, dict)
+        and ("api_version" in item or "container_statuses" in (item.get("status") or {}))
+        for item in ([doc] + (doc.get("items") if isinstance(doc.get("items"), list) else []))[:50]
+    )
+
+
+def pod_items(path: Path, doc: Any) -> tuple[list[Any], bool]:
+    """The pod items of a document and whether it is one pod: a list (``kubectl get pods -o json``, a
+    ``PodList`` from the API, ``pods,nodes``), or a single pod — ``kubectl get pod NAME -o json``
+    (``kind: Pod``) or an API pod object without ``kind``/``apiVersion`` (an item of a list saved on its own:
+    the API leaves both out of list items), recognised by its ``metadata`` and ``spec`` or ``status``. The
+    Python client's ``to_dict()`` form (snake_case fields) is read as the API's."""
+    if not isinstance(doc, dict):
+        raise FormatError(path, 1, "not a Kubernetes list: the document is not a JSON object")
+    if _snake_case(doc):
+        doc = camel_keys(doc)
+    if doc.get("kind") == "Pod" or (
+        "items" not in doc and "kind" not in doc and isinstance(doc.get("metadata"), dict)
+        and ("spec" in doc or "status" in doc)
+    ):  # fmt: skip
+        return [doc], True
+    items = doc.get("items")
+    if not isinstance(items, list):
+        raise FormatError(path, 1, 'no "items" list: not the output of kubectl get pods -o json')
+    return items, False
+
+
 def read_pods(
     path: Path, doc: Any, opts: IngestOptions, listed_at: dt.datetime | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """The job rows (one per pod that requests a GPU) of a pod list, and the notes for the report.
+    """The job rows (one per pod that requests a GPU) of a pod list or a single pod, and the report's notes.
 
     ``listed_at``: when the list was taken (a poll knows); a file does not say, and its latest timestamp (any
     pod's creation, start, finish or condition change) stands for it: the list was taken no earlier, so a
     running pod is held at least until then, the same for the same bytes whenever and however the file is
-    read (its modification time changes with every copy and upload)."""
-    if not isinstance(doc, dict):
-        raise FormatError(path, 1, "not a Kubernetes list: the document is not a JSON object")
-    items = doc.get("items") if doc.get("kind") != "Pod" else [doc]
-    if not isinstance(items, list):
-        raise FormatError(path, 1, 'no "items" list: not the output of kubectl get pods -o json')
+    read (its modification time changes with every copy and upload).
+
+    A pod without ``spec`` (a CPU pod trimmed from a capture) asks for no GPU. In a list, a pod that cannot be
+    read (a GPU count of ``-1``, a time that is none, no name) is left out and counted with its name and
+    reason, so one bad item does not refuse the pods beside it; a single pod that cannot be read is an error."""
+    items, single = pod_items(path, doc)
     products: dict[str, str] = {}
     for item in items:
         if isinstance(item, dict) and item.get("kind") == "Node":
@@ -201,74 +257,106 @@ def read_pods(
                 products[meta["name"]] = product
     rows: list[dict[str, Any]] = []
     notes = {"pods that request no GPU": 0, "non-pod items": 0}
-    prefix = f"{opts.cluster}/" if opts.cluster else ""
+    unreadable: list[str] = []
     latest: dt.datetime | None = None  # the latest time the document shows (without listed_at)
     for i, pod in enumerate(items):
         if not isinstance(pod, dict) or pod.get("kind", "Pod") != "Pod":
             notes["non-pod items"] += int(not (isinstance(pod, dict) and pod.get("kind") == "Node"))
             continue
-        meta, spec, status = pod.get("metadata"), pod.get("spec"), pod.get("status") or {}
-        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-            raise FormatError(path, None, f"items[{i}]: a pod without metadata.name")
-        if not isinstance(spec, dict) or not isinstance(status, dict):
-            raise FormatError(path, None, f"items[{i}] ({meta['name']}): spec and status must be objects")
-        namespace = str(meta.get("namespace") or "default")
-        label = f"items[{i}] ({namespace}/{meta['name']})"
-        if listed_at is None and (seen := _latest(path, label, meta, status)) is not None:
-            latest = seen if latest is None else max(latest, seen)
-        apps = [container_gpus(path, label, c) for c in spec.get("containers") or []]
-        inits = [container_gpus(path, label, c) for c in spec.get("initContainers") or []]
-        gpus = max(sum(apps), max(inits, default=0.0))
-        if gpus <= 0:
-            notes["pods that request no GPU"] += 1
+        try:
+            row, seen = _read_pod(path, i, pod, products, opts, listed_at, single)
+        except FormatError as exc:
+            if single:
+                raise
+            unreadable.append(exc.reason)
             continue
-        starts, ends = _times(path, label, status)
-        start = min(starts) if starts else _time(path, label, "status.startTime", status.get("startTime"))
-        state, why = _state(status.get("phase"), status)
-        end = None
-        if state not in (*OPEN_STATES, *LIVE_STATES) and start is not None:
-            # a finished pod ends at its containers' last finishedAt, else at its last condition change
-            # (a pod killed before its statuses were written), else it held its GPUs for no time
-            changed = [
-                t
-                for c in status.get("conditions") or []
-                if isinstance(c, dict)
-                and (t := _time(path, label, "conditions.lastTransitionTime", c.get("lastTransitionTime")))
-            ]
-            end = max(ends) if ends else max([t for t in changed if t >= start], default=start)
-        if end is not None and start is not None and end < start:
-            raise FormatError(path, None, f"{label}: finishedAt {end} is before startedAt {start}")
-        pod_labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
-        owners = [o for o in meta.get("ownerReferences") or [] if isinstance(o, dict)]
-        owner = next((o.get("name") for o in owners if o.get("controller")), None)
-        node = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) else None
-        selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), dict) else {}
-        model = products.get(node or "") or selector.get(PRODUCT_LABEL)
-        rows.append(
-            {
-                "job_id": f"{prefix}{namespace}/{meta['name']}",
-                "cluster": opts.cluster,
-                "user_name": pod_labels.get("user") if isinstance(pod_labels.get("user"), str) else None,
-                "team": _pod_team(pod_labels, namespace, opts),
-                "project": namespace,
-                "name": str(owner or meta["name"]),
-                "gpu_model_raw": str(model) if model else None,
-                "gpu_count": gpus,
-                "submit_ts": _time(path, label, "metadata.creationTimestamp", meta.get("creationTimestamp")),
-                "start_ts": start,
-                "end_ts": end,
-                "held_until_ts": start if state in LIVE_STATES else None,
-                "state": state,
-                "exit_reason": why,
-                "host": node,
-                "row_label": label,
-            }
-        )
+        if seen is not None:
+            latest = seen if latest is None else max(latest, seen)
+        if row is None:
+            notes["pods that request no GPU"] += 1
+        else:
+            rows.append(row)
     until = listed_at or latest
     for r in rows:  # a running pod is held until the list was taken
         if r["held_until_ts"] is not None and until is not None:
             r["held_until_ts"] = max(until, r["held_until_ts"])
+    if unreadable:
+        shown = "; ".join(unreadable[:3]) + (
+            f"; and {len(unreadable) - 3} more" if len(unreadable) > 3 else ""
+        )
+        notes[f"pods left out, unreadable ({shown})"] = len(unreadable)
     return rows, {k: v for k, v in notes.items() if v}
+
+
+def _read_pod(
+    path: Path,
+    i: int,
+    pod: dict[str, Any],
+    products: dict[str, str],
+    opts: IngestOptions,
+    listed_at: dt.datetime | None,
+    single: bool,
+) -> tuple[dict[str, Any] | None, dt.datetime | None]:
+    """One pod's job row (None when it asks for no GPU) and the latest time it shows (None with
+    ``listed_at``); a pod that cannot be read raises FormatError naming it."""
+    meta, spec, status = pod.get("metadata"), pod.get("spec"), pod.get("status")
+    where = "the pod" if single else f"items[{i}]"
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        raise FormatError(path, None, f"{where}: a pod without metadata.name")
+    spec = {} if spec is None else spec  # no spec: a trimmed CPU pod, it asks for no GPU
+    status = {} if status is None else status
+    if not isinstance(spec, dict) or not isinstance(status, dict):
+        raise FormatError(path, None, f"{where} ({meta['name']}): spec and status must be objects")
+    namespace = str(meta.get("namespace") or "default")
+    label = f"{where} ({namespace}/{meta['name']})"
+    seen = _latest(path, label, meta, status) if listed_at is None else None
+    apps = [container_gpus(path, label, c) for c in spec.get("containers") or []]
+    inits = [container_gpus(path, label, c) for c in spec.get("initContainers") or []]
+    gpus = max(sum(apps), max(inits, default=0.0))
+    if gpus <= 0:
+        return None, seen
+    starts, ends = _times(path, label, status)
+    start = min(starts) if starts else _time(path, label, "status.startTime", status.get("startTime"))
+    state, why = _state(status.get("phase"), status)
+    end = None
+    if state not in (*OPEN_STATES, *LIVE_STATES) and start is not None:
+        # a finished pod ends at its containers' last finishedAt, else at its last condition change
+        # (a pod killed before its statuses were written), else it held its GPUs for no time
+        changed = [
+            t
+            for c in status.get("conditions") or []
+            if isinstance(c, dict)
+            and (t := _time(path, label, "conditions.lastTransitionTime", c.get("lastTransitionTime")))
+        ]
+        end = max(ends) if ends else max([t for t in changed if t >= start], default=start)
+    if end is not None and start is not None and end < start:
+        raise FormatError(path, None, f"{label}: finishedAt {end} is before startedAt {start}")
+    pod_labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    owners = [o for o in meta.get("ownerReferences") or [] if isinstance(o, dict)]
+    owner = next((o.get("name") for o in owners if o.get("controller")), None)
+    node = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) else None
+    selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), dict) else {}
+    model = products.get(node or "") or selector.get(PRODUCT_LABEL)
+    prefix = f"{opts.cluster}/" if opts.cluster else ""
+    row = {
+        "job_id": f"{prefix}{namespace}/{meta['name']}",
+        "cluster": opts.cluster,
+        "user_name": pod_labels.get("user") if isinstance(pod_labels.get("user"), str) else None,
+        "team": _pod_team(pod_labels, namespace, opts),
+        "project": namespace,
+        "name": str(owner or meta["name"]),
+        "gpu_model_raw": str(model) if model else None,
+        "gpu_count": gpus,
+        "submit_ts": _time(path, label, "metadata.creationTimestamp", meta.get("creationTimestamp")),
+        "start_ts": start,
+        "end_ts": end,
+        "held_until_ts": start if state in LIVE_STATES else None,
+        "state": state,
+        "exit_reason": why,
+        "host": node,
+        "row_label": label,
+    }
+    return row, seen
 
 
 class KubernetesPods:
@@ -281,9 +369,13 @@ class KubernetesPods:
         text = head.lstrip("\ufeff").lstrip()
         if not text.startswith("{"):
             return Sniff(0)
-        if '"apiVersion"' in text and ('"kind": "List"' in text or '"PodList"' in text or '"kind": "Pod"' in text
+        if ('"apiVersion"' in text or '"api_version"' in text) and ('"kind": "List"' in text or '"PodList"' in text or '"kind": "Pod"' in text
                                        or '"kind":"List"' in text or '"kind":"Pod"' in text):  # fmt: skip
             return Sniff(0.95 if '"containers"' in text or '"items": []' in text else 0.6)
+        if _API_POD.match(text) and sum(f in text for f in _POD_FIELDS) >= 2:
+            return Sniff(
+                0.8
+            )  # a pod without kind/apiVersion (a list's item saved alone), a client's to_dict()
         return Sniff(0)
 
     def stage(

@@ -28,11 +28,11 @@ import duckdb
 
 from collectors.array_tasks import unify_array_tasks
 from collectors.attempts import match_attempts, renumber_attempts
-from collectors.common import MERGE_KEPT
 from collectors.interleave import extend_merged, settle_interleaved
 from collectors.lone_samples import settle_lone_samples
 from collectors.names import neutralize_names
 from collectors.provenance import record_ingest
+from collectors.validate import MERGE_KEPT
 from gpuledger.ledger.job_states import OPEN_STATES, PENDING, REQUEUE_STATES
 from gpuledger.ledger.sample_time import cadence_sql, interval_sql
 from gpuledger.ledger.sql import quote, sql_list

@@ -1,4 +1,4 @@
-"""File lines against DuckDB's record numbers, so that ``error: FILE:LINE`` names the line an editor shows.
+"""File lines against DuckDB's record numbers and byte offsets: ``error: FILE:LINE`` names an editor's line.
 
 DuckDB's CSV and JSON readers number records, not lines: they skip blank lines (whitespace-only ones in JSON
 Lines), a quoted CSV value may run over several lines, and their messages count in three ways (a malformed
@@ -119,3 +119,83 @@ def reader_error_line(path: Path, message: str, *, csv: bool) -> int | None:
         return None
     record = int(m.group(2)) - (1 if "Malformed JSON" in message else 0)
     return file_lines(path, csv=False).line(record) if record >= 1 else None
+
+
+def line_at_byte(path: str | Path, offset: int) -> int | None:
+    """The 1-based line holding byte ``offset`` of a file (DuckDB's JSON errors give a byte, not a line)."""
+    try:
+        with Path(path).open("rb") as fh:
+            line, left = 1, offset
+            while left > 0:
+                chunk = fh.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                line += chunk.count(b"\n")
+                left -= len(chunk)
+            return line
+    except OSError:
+        return None
+
+
+def csv_layout_problem(path: str | Path, delimiter: str = ",") -> tuple[int, str] | None:
+    """The first line that breaks a CSV file's layout, as (line, sentence), for a reader that only says it
+    could not lay the file out (DuckDB's sniffer): an empty line or a stray carriage return inside the
+    table, a quote that is never closed, or a record with more or fewer values than the header. None when
+    no line does (then the file as a whole is the problem). Blank lines at the end are not a problem."""
+    import csv
+
+    try:
+        text = Path(path).read_bytes().decode("utf-8", "replace").removeprefix("\ufeff")
+    except OSError:
+        return None
+    lines = text.split("\n")
+    while lines and lines[-1].strip("\r") == "":
+        lines.pop()
+    header: int | None = None
+    i = 0
+    while i < len(lines):
+        start = i + 1
+        record = lines[i].removesuffix("\r")
+        while record.count('"') % 2 and i + 1 < len(lines):  # a quoted field goes on on the next line
+            i += 1
+            record += "\n" + lines[i].removesuffix("\r")
+        i += 1
+        if record.count('"') % 2:
+            return start, 'a quote (") that is never closed'
+        if "\r" in record and '"' not in record:  # inside quotes a CR is part of a value
+            return start, "a stray carriage return (\\r) inside the line"
+        if record == "":
+            return start, "an empty line inside the table (a blank or broken line)"
+        try:
+            values = next(csv.reader([record], delimiter=delimiter, strict=True), [])
+        except csv.Error:
+            return start, "not well-formed CSV (a stray quote or a broken line)"
+        if header is None:
+            header = len(values)
+        elif len(values) != header:
+            return start, f"{len(values)} values where the header has {header} (a truncated or mixed line?)"
+    return None
+
+
+def first_non_utf8_line(path: str | Path, limit: int = 256 * 2**20) -> int | None:
+    """The 1-based line of the first byte that is not UTF-8 (readers that do not say where), else None."""
+    import codecs
+
+    try:
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        line = 1
+        with Path(path).open("rb") as fh:
+            read = 0
+            while read < limit:
+                chunk = fh.read(1 << 20)
+                if not chunk:
+                    return None
+                read += len(chunk)
+                try:
+                    decoder.decode(chunk)
+                except UnicodeDecodeError as exc:
+                    return line + chunk[: exc.start].count(b"\n")
+                line += chunk.count(b"\n")
+    except OSError:
+        return None
+    return None

@@ -44,7 +44,6 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import HEAD_BYTES, IngestOptions, Sniff, quote, read_head
-from collectors.common import NULL_TOKENS, Restage, local_zone, resolve_fall_back, sql_path
 from collectors.nvidia_smi_layout import (
     APP_FIELDS,
     GPU_FIELDS,
@@ -62,6 +61,9 @@ from collectors.nvidia_smi_layout import (
     read_layout,
     split_header,
 )
+from collectors.reader_errors import Restage
+from collectors.sql_text import NULL_TOKENS, sql_path
+from collectors.time_zones import local_zone, resolve_fall_back
 from collectors.validate import line_sql, lines_by_rowid, name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import model_sql_case

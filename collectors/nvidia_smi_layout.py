@@ -17,7 +17,7 @@ from typing import BinaryIO
 import duckdb
 
 from collectors.base import HEAD_BYTES, quote, read_head
-from collectors.common import sql_path
+from collectors.sql_text import sql_path
 from gpuledger.ledger.errors import FormatError
 
 SCAN_BLOCK = 8 * 2**20  # bytes read at a time when a file is searched for its header again (_repeats_in)

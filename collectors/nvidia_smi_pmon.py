@@ -50,7 +50,7 @@ from zoneinfo import ZoneInfo
 import duckdb
 
 from collectors.base import IngestOptions, Sniff
-from collectors.common import LocalClock, local_zone
+from collectors.time_zones import LocalClock, local_zone
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.sample_time import cadence_sql, interval_sql
@@ -126,7 +126,7 @@ class _Layout:
 
 class _Passes:
     """Each poll's time text as the key its rows share, with :data:`SECOND_PASS` on a time met on the second
-    pass through an hour the clocks repeat (a DST end; collectors.common.LocalClock). Rows of one poll come
+    pass through an hour the clocks repeat (a DST end; collectors.time_zones.LocalClock). Rows of one poll come
     together, so the clock reads each poll's time once."""
 
     def __init__(self, clock: LocalClock) -> None:

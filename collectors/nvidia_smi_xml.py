@@ -11,6 +11,12 @@ Per GPU: ``uuid`` (gpu_id), ``minor_number`` (gpu_index), ``product_name``, ``fb
 folded into NVML's bitmask. MIG instances (``mig_devices``) become GPUs ``<parent uuid>/<gpu_instance_id>``
 with ``mig_profile`` (``1g.20gb``: slices from the SM count, memory rounded up to GB) and their own memory
 sample; a process with a ``gpu_instance_id`` is charged to its MIG instance.
+
+Identity inside one snapshot is unique. A UUID that two ``<gpu>`` elements of one snapshot share (masked by
+whoever shared the file: ``GPU-XXXXXXXX-…`` twice) names neither: each of those GPUs is ``HOST:<PCI bus id>``
+(the ``<gpu id="…">`` attribute, else ``pci/pci_bus_id``), else ``HOST:<minor_number>``, HOST being ``--host``
+or ``localhost``; the report counts their readings ("readings of GPUs sharing one UUID in a snapshot, told
+apart by …").
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import duckdb
 
 from collectors.base import IngestOptions, Sniff
-from collectors.common import NULL_TOKENS, LocalClock, local_zone
+from collectors.sql_text import NULL_TOKENS
+from collectors.time_zones import LocalClock, local_zone
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import normalize_model
 
@@ -181,6 +188,7 @@ class NvidiaSmiXml:
         processes: list[tuple[object, ...]] = []
         text = path.read_text(encoding="utf-8", errors="replace")
         clock = LocalClock(zone)  # the snapshots' local times, in file order
+        notes: dict[str, int] = {}
         for first_line, doc in _snapshots(text):
             try:
                 root = ET.fromstring(doc)
@@ -191,7 +199,7 @@ class NvidiaSmiXml:
                 raise FormatError(path, first_line, f"expected <nvidia_smi_log>, found <{root.tag}>")
             try:
                 ts = _snapshot_time(root, clock)
-                self._read_snapshot(root, ts, opts, samples, gpus, processes)
+                self._read_snapshot(root, ts, opts, samples, gpus, processes, notes)
             except ValueError as exc:
                 raise FormatError(path, first_line, f"snapshot: {exc}") from None
         if not samples:
@@ -200,7 +208,7 @@ class NvidiaSmiXml:
         _temp_table(con, "stage_gpus", GPU_COLS, list(gpus.values()))
         if processes:
             _temp_table(con, "stage_processes", PROCESS_COLS, processes)
-        return {}
+        return notes
 
     @staticmethod
     def _read_snapshot(
@@ -210,12 +218,22 @@ class NvidiaSmiXml:
         samples: list[tuple[object, ...]],
         gpus: dict[str, tuple[object, ...]],
         processes: list[tuple[object, ...]],
+        notes: dict[str, int],
     ) -> None:
-        for gpu in root.findall("gpu"):
+        elements = root.findall("gpu")
+        shared = _shared_uuids(elements)
+        for gpu in elements:
             uuid = text_of(gpu, "uuid")
             minor = number(gpu, "minor_number")
             index = int(minor) if minor is not None else None
-            gpu_id = uuid or f"localhost:{index if index is not None else gpu.get('id')}"
+            shared_by = uuid is not None and uuid in shared
+            if shared_by:
+                gpu_id, by = _fallback_id(gpu, index, opts.host or "localhost")
+                key = f"readings of GPUs sharing one UUID in a snapshot, told apart by {by} (UUID {uuid} masked?)"
+                notes[key] = notes.get(key, 0) + 1
+                uuid = None
+            else:
+                gpu_id = uuid or f"localhost:{index if index is not None else gpu.get('id')}"
             name = text_of(gpu, "product_name")
             fb = gpu.find("fb_memory_usage")
             total = number(fb, "total")
@@ -234,7 +252,7 @@ class NvidiaSmiXml:
                     throttle_mask(gpu),
                 )
             )
-            host = None if uuid else "localhost"
+            host = None if uuid else (opts.host or "localhost") if shared_by else "localhost"
             model = normalize_model(name)
             gpus[gpu_id] = (gpu_id, uuid, host, index, model, name, total, opts.cluster, None, None, ts, ts)
             arch = text_of(gpu, "product_architecture")
@@ -272,6 +290,27 @@ class NvidiaSmiXml:
                         number(proc, "used_memory"),
                     )
                 )
+
+
+def _shared_uuids(elements: list[ET.Element]) -> set[str]:
+    """UUIDs that more than one ``<gpu>`` of one snapshot carries."""
+    seen: dict[str, int] = {}
+    for gpu in elements:
+        uuid = text_of(gpu, "uuid")
+        if uuid is not None:
+            seen[uuid] = seen.get(uuid, 0) + 1
+    return {u for u, n in seen.items() if n > 1}
+
+
+def _fallback_id(gpu: ET.Element, index: int | None, host: str) -> tuple[str, str]:
+    """(gpu_id, what it was told by) for a GPU whose UUID is not its own: its PCI bus id, else its minor
+    number; a GPU with neither keeps its position among the snapshot's ``<gpu>`` elements' ``id``."""
+    bus = gpu.get("id") or text_of(gpu, "pci/pci_bus_id")
+    if bus:
+        return f"{host}:{bus}", "PCI bus id"
+    if index is not None:
+        return f"{host}:{index}", "minor number"
+    raise ValueError("two <gpu> elements share a UUID and neither has a PCI bus id or minor number")
 
 
 def _temp_table(

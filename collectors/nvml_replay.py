@@ -22,8 +22,8 @@ from pathlib import Path
 
 import duckdb
 
-from collectors.common import nullif_tokens, ts_utc
 from collectors.nvml_api import DeviceInfo, DeviceLost, DeviceReading, NvmlUnavailable, ProcessReading
+from collectors.sql_text import nullif_tokens, ts_utc
 from gpuledger.ledger.errors import FormatError
 
 MIB = 1024 * 1024

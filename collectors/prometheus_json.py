@@ -17,8 +17,8 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff
-from collectors.common import json_object_limit, sql_path
 from collectors.dcgm import stage_long
+from collectors.sql_text import json_object_limit, sql_path
 from gpuledger.ledger.errors import FormatError
 
 

@@ -41,6 +41,15 @@ else the junction (``hotspot``) sensor → temp_c (MI300 reports no edge sensor)
 ``Card Series`` / ``Device Name`` / ``market_name`` → the GPU model (``AMD Instinct MI300X`` → MI300X);
 ``PCI Bus``; a ``hostname``/``host`` column a wrapper adds. Other fields are counted in the report.
 
+Older amd-smi names, one alias table (:data:`FIELDS`) read from ROCm/amdsmi ``amdsmi_cli/amdsmi_commands.py``
+at aa70b77 (CLI 0.0.1, 2023-03) and 6dcfd4a (2023-09), where ``metric --csv`` wrote ``gfx_usage`` (=
+``gfx_activity``), ``mem_usage`` (= ``umc_activity``: memory-controller busy %, not memory held),
+``mm_usage_list``, ``fb_total`` / ``fb_used`` (= ``vram_total`` / ``vram_used``, MB as the library reports
+them, stored as MiB), ``power`` (0.0.1: the average socket power), ``current_power`` / ``average_power`` /
+``average_socket_power`` / ``current_socket_power`` (W) and ``edge_temperature`` / ``hotspot_temperature``.
+When a header names one reading twice (``current_power`` N/A beside ``average_socket_power`` 61), a row's
+value is the first of them that holds one.
+
 GPU identity: ``HOST:BUS`` when the row has a PCI bus, else ``HOST:INDEX`` (the ``cardN`` / ``gpu`` index),
 HOST the ``hostname`` column, else ``--host``, else ``localhost``: rocm-smi does not say which machine
 wrote it. A card twice at one time is refused with its line.
@@ -53,14 +62,15 @@ a few set operations whatever the file's length.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
-from collectors.common import NULL_TOKENS, local_zone, session_zone, sql_path, ts_utc
 from collectors.nvidia_smi_csv import file_time_utc
+from collectors.sql_text import NULL_TOKENS, sql_path, ts_utc
+from collectors.time_zones import local_zone, session_zone
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import model_sql_case
@@ -80,21 +90,34 @@ FIELDS: dict[str, str] = {
     "host": "host",
     "gpu use (%)": "util",
     "gfx_activity": "util",
+    "gfx_usage": "util",
     "gpu memory use (%)": "mem_util",
     "gpu memory read/write activity (%)": "mem_util",
     "umc_activity": "mem_util",
+    "mem_usage": "mem_util",
     "gpu memory allocated (vram%)": "vram_pct",
     "vram total memory (b)": "total_b",
     "vram total used memory (b)": "used_b",
     "total_vram": "total_mib",
     "used_vram": "used_mib",
+    "fb_total": "total_mib",
+    "fb_used": "used_mib",
+    "vram_total": "total_mib",
+    "vram_used": "used_mib",
     "average graphics package power (w)": "power",
     "current socket graphics package power (w)": "power",
     "socket_power": "power",
+    "current_socket_power": "power",
+    "current_power": "power",
+    "average_socket_power": "power",
+    "average_power": "power",
+    "power": "power",
     "temperature (sensor edge) (c)": "temp_edge",
     "edge": "temp_edge",
+    "edge_temperature": "temp_edge",
     "temperature (sensor junction) (c)": "temp_junction",
     "hotspot": "temp_junction",
+    "hotspot_temperature": "temp_junction",
     "sclk clock speed:": "sclk",
     "gfx_0_clk": "sclk",
     "accumulated energy (uj)": "energy_uj",
@@ -158,21 +181,31 @@ class Header:
     pos: dict[str, int]
     names: dict[str, str]  # kind → the field name as written
     ignored: tuple[str, ...]
+    every: dict[str, tuple[int, ...]] = field(default_factory=dict)  # kind → each field naming it, in order
 
 
 def read_header(text: str) -> Header:
     pos: dict[str, int] = {}
     names: dict[str, str] = {}
+    every: dict[str, tuple[int, ...]] = {}
     ignored = []
     fields = split_fields(text)
     for i, name in enumerate(fields, start=1):
         kind = FIELDS.get(field_key(name))
         if kind is None:
             ignored.append(name)
-        elif kind not in pos:  # the first of two spellings in one header wins
+            continue
+        every[kind] = (*every.get(kind, ()), i)
+        if kind not in pos:  # the first of two spellings in one header names it in messages
             pos[kind] = i
             names[kind] = name
-    return Header(text, len(fields), pos, names, tuple(ignored))
+    return Header(text, len(fields), pos, names, tuple(ignored), every)
+
+
+def _value(kind: str) -> str:
+    """SQL: a row's reading of ``kind``: the first of the header's fields naming it that holds one (older
+    amd-smi writes ``current_power`` N/A beside ``average_socket_power`` 61), NULL when none does."""
+    return f"list_filter(list_transform(p_{kind}, lambda i: v[i]), lambda x: NOT {_is_null('x')})[1]"
 
 
 def _number(v: str) -> str:
@@ -206,6 +239,7 @@ class RocmSmiCsv:
                     "power",
                     "vram_pct",
                     "used_b",
+                    "used_mib",
                 }:
                     return Sniff(0.9)
                 if "card" in header.pos:
@@ -248,12 +282,12 @@ class RocmSmiCsv:
         kinds = sorted({k for h in headers for k in h.pos})
         con.execute(
             "CREATE TEMP TABLE rs_hdr (hdr_text VARCHAR, n INTEGER, "
-            + ", ".join(f"p_{k} INTEGER" for k in kinds)
+            + ", ".join(f"p_{k} INTEGER[]" for k in kinds)
             + ")"
         )
         con.executemany(
             f"INSERT INTO rs_hdr VALUES ({', '.join('?' * (2 + len(kinds)))})",
-            [[h.text, h.n, *(h.pos.get(k) for k in kinds)] for h in headers],
+            [[h.text, h.n, *(list(h.every[k]) if k in h.every else None for k in kinds)] for h in headers],
         )
         con.execute(
             f"""CREATE TEMP TABLE rs_rows AS
@@ -294,7 +328,7 @@ class RocmSmiCsv:
 
     @staticmethod
     def _v(kind: str, kinds: list[str]) -> str:
-        return f"v[p_{kind}]" if kind in kinds else "NULL::VARCHAR"
+        return _value(kind) if kind in kinds else "NULL::VARCHAR"
 
     def _check_values(
         self, con: duckdb.DuckDBPyConnection, path: Path, kinds: list[str], headers: list[Header]
@@ -303,25 +337,25 @@ class RocmSmiCsv:
         ``cardN`` / index, are errors naming their line."""
         if "card" not in kinds:
             raise FormatError(path, None, "no device/gpu column")
+        # (the position of the first bad field of a row, what is wrong with it)
         checks = [
             (
-                "regexp_extract(v[p_card], '^(?:card)?([0-9]+)$', 1) = ''",
-                "p_card",
+                "CASE WHEN regexp_extract(v[p_card[1]], '^(?:card)?([0-9]{1,5})$', 1) = '' THEN p_card[1] END",
                 "the card is {value!r}, not cardN or a GPU index",
             )
         ]
         checks += [
             (
-                f"NOT {_is_null(f'v[p_{k}]')} AND {_reading(k, f'v[p_{k}]')} IS NULL",
-                f"p_{k}",
+                f"list_filter(p_{k}, lambda i: NOT {_is_null('v[i]')} AND {_reading(k, 'v[i]')} IS NULL)[1]",
                 "{name} is {value!r}, not a number",
             )
             for k in kinds
             if k in NUMERIC
         ]
-        for bad, pos, reason in checks:
+        for bad, reason in checks:
             hit = con.execute(
-                f"SELECT line_no, hdr_text, {pos}, v[{pos}] FROM rs_rows WHERE {bad} ORDER BY line_no LIMIT 1"
+                f"SELECT line_no, hdr_text, pos, v[pos] FROM (SELECT *, {bad} AS pos FROM rs_rows) "
+                "WHERE pos IS NOT NULL ORDER BY line_no LIMIT 1"
             ).fetchall()
             if hit:
                 line, text, p, value = hit[0]
@@ -355,11 +389,11 @@ class RocmSmiCsv:
         self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions, kinds: list[str], ts: str
     ) -> None:
         def num(kind: str) -> str:
-            return _reading(kind, f"v[p_{kind}]") if kind in kinds else "NULL::DOUBLE"
+            return _reading(kind, _value(kind)) if kind in kinds else "NULL::DOUBLE"
 
         host = f"coalesce(nullif({self._v('host', kinds)}, ''), {quote(opts.host or 'localhost')})"
         bus = f"CASE WHEN NOT {_is_null(self._v('bus', kinds))} THEN {self._v('bus', kinds)} END"
-        index = "CAST(regexp_extract(v[p_card], '^(?:card)?([0-9]+)$', 1) AS INTEGER)"
+        index = "CAST(regexp_extract(v[p_card[1]], '^(?:card)?([0-9]{1,5})$', 1) AS INTEGER)"
         con.execute(
             f"""CREATE TEMP TABLE rs_read AS
                 SELECT line_no, {ts} AS ts, {host} AS host, {index} AS gpu_index, {bus} AS bus,

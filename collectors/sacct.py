@@ -53,18 +53,13 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote, read_head
-from collectors.common import (
-    Check,
-    first_violation,
-    local_zone,
-    session_zone,
-    sql_path,
-    ts_utc,
-)
+from collectors.row_checks import Check, first_violation
 from collectors.sacct_hosts import _stage_allocations
 from collectors.sacct_hosts import expand_nodelist as expand_nodelist
 from collectors.sacct_hosts import gres_indices as gres_indices
 from collectors.sacct_tres import _gres_as_tres, _model_sql, _parse_tres, _step_means_sql
+from collectors.sql_text import sql_path, ts_utc
+from collectors.time_zones import local_zone, session_zone
 from collectors.validate import find_violations, name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.job_states import (

@@ -1,6 +1,31 @@
-"""Slurm ``sacct --json`` (data_parser v0.0.37–v0.0.41) → the same VARCHAR fields ``sacct -P`` prints, one
-row per job and one per step, then the text reader's pipeline (collectors/sacct.py ``stage_from_raw``), so
-validation and conversion are written once. The meaning of every field is in collectors/sacct.py.
+"""Slurm ``sacct --json`` (data_parser v0.0.37–v0.0.42, Slurm 21.08–24.11, and the later v0.0.4x shapes) → the
+same VARCHAR fields ``sacct -P`` prints, one row per job and one per step, then the text reader's pipeline
+(collectors/sacct.py ``stage_from_raw``), so validation and conversion are written once. The meaning of every
+field is in collectors/sacct.py.
+
+"No value" and "unlimited", one rule for every number read here (:func:`slurm_number_sql`). Slurm writes them
+as markers (``slurm/slurm.h``, SchedMD/slurm @ 284c3b95f08a2dc2478499837b03355e1b9c5c75, lines 103–111)::
+
+    #define INFINITE   (0xffffffff)              4294967295
+    #define INFINITE64 (0xffffffffffffffff)      18446744073709551615
+    #define NO_VAL     (0xfffffffe)              4294967294
+    #define NO_VAL64   (0xfffffffffffffffe)      18446744073709551614
+    #define NO_CONSUME_VAL64 (0xfffffffffffffffd)
+
+and, in the data parsers since v0.0.39, as an object (``src/plugins/data_parser/v0.0.44/parsers.c``, the
+``*_NO_VAL_STRUCT`` parsers: ``set`` "True if number has been set; False if number is unset", ``infinite``
+"True if number has been set to infinite; "set" and "number" will be ignored", ``number``). Slurm 24.11
+(v0.0.42) still writes some fields bare, so a never-started job's ``time.start`` is ``4294967294`` — NO_VAL
+written as a number — beside a real ``time.end`` (when it was cancelled) and ``elapsed`` 0. A number is "no
+value" (NULL) when it is: an object with ``set`` false or ``infinite`` true; one of the 32-bit markers
+(NO_VAL, INFINITE); ≥ 9.2e18 (the 64-bit markers, signed or not, which a DOUBLE cannot tell apart); or
+negative (a 64-bit marker read as a signed number, e.g. ``-9223372036854771968``). The 16- and 8-bit markers
+(NO_VAL16 = 65534 …) are not applied: 65534 s is a real elapsed time, and Slurm writes the fields that use
+them (priorities, CPU counts per task) nowhere this reader looks. A TRES list item whose count is a marker is
+left out of the list. Nothing read here needs "unlimited" apart from "no value" (time limits are not read).
+
+A job that never started (``time.start`` no value) keeps no start: the pipeline stores it as pending, or as
+cancelled before it started, and allocates it nothing (collectors/sacct_hosts.py needs a start).
 """
 
 from __future__ import annotations
@@ -10,25 +35,42 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff
-from collectors.common import json_object_limit, sql_path
 from collectors.sacct import stage_from_raw
+from collectors.sql_text import json_object_limit, sql_path
 from gpuledger.ledger.errors import FormatError
 
+# slurm/slurm.h (see the module docstring): the 32-bit markers a DOUBLE can still tell from real numbers.
+NO_VAL = 0xFFFFFFFE
+INFINITE = 0xFFFFFFFF
+# the 64-bit ones (NO_VAL64, INFINITE64, NO_CONSUME_VAL64, and as signed numbers) are all ≥ this as a DOUBLE
+MARKER64_FLOOR = 9.2e18
 
-def _num(j: str, p: str) -> str:
-    """A number at JSON path ``p`` that may be a ``{set, infinite, number}`` wrapper; NULL when unset,
-    infinite, or one of Slurm's sentinels (NO_VAL64 and friends, any negative number)."""
+
+def marker_sql(v: str) -> str:
+    """SQL: is DOUBLE ``v`` one of Slurm's "no value"/"unlimited" markers (or negative)?"""
+    return f"({v} < 0 OR {v} IN ({NO_VAL}, {INFINITE}) OR {v} >= {MARKER64_FLOOR})"
+
+
+def slurm_number_sql(j: str, p: str) -> str:
+    """SQL: the number at JSON path ``p`` as DOUBLE — bare, or a ``{set, infinite, number}`` object — NULL when
+    it is no value or unlimited by the module's one rule."""
     wrapped = (
         f"CASE WHEN (json_extract({j}, '{p}.set'))::BOOLEAN AND NOT coalesce((json_extract({j}, '{p}.infinite'))::BOOLEAN, false) "
         f"THEN TRY_CAST(json_extract_string({j}, '{p}.number') AS DOUBLE) END"
     )
     val = f"(CASE json_type({j}, '{p}') WHEN 'OBJECT' THEN {wrapped} ELSE TRY_CAST(json_extract_string({j}, '{p}') AS DOUBLE) END)"
-    return f"(CASE WHEN {val} < 0 OR {val} >= 9.2e18 THEN NULL ELSE {val} END)"
+    return f"(CASE WHEN {marker_sql(val)} THEN NULL ELSE {val} END)"
+
+
+_num = slurm_number_sql
 
 
 def _tres_list(j: str, p: str) -> str:
-    """A JSON TRES list ``[{type, name, count}]`` → sacct's text form ``cpu=4,gres/gpu=2,gres/gpu:a100=2``."""
-    items = f'from_json(json_extract({j}, \'{p}\'), \'[{{"type":"VARCHAR","name":"VARCHAR","count":"VARCHAR"}}]\')'
+    """A JSON TRES list ``[{type, name, count}]`` → sacct's text form ``cpu=4,gres/gpu=2,gres/gpu:a100=2``; an
+    item whose count is a marker (NO_VAL64 …) is left out, as sacct -P leaves it out."""
+    raw = f'from_json(json_extract({j}, \'{p}\'), \'[{{"type":"VARCHAR","name":"VARCHAR","count":"VARCHAR"}}]\')'
+    count = "TRY_CAST(x.count AS DOUBLE)"
+    items = f"list_filter({raw}, lambda x: {count} IS NULL OR NOT {marker_sql(count)})"
     return (
         f"(CASE WHEN json_type({j}, '{p}') = 'ARRAY' THEN nullif(array_to_string(list_transform({items}, "
         f"lambda x: x.type || CASE WHEN coalesce(x.name, '') <> '' THEN '/' || x.name ELSE '' END || '=' || x.count), ','), '') "
@@ -38,7 +80,7 @@ def _tres_list(j: str, p: str) -> str:
 
 class SacctJson:
     name = "sacct_json"
-    description = "Slurm sacct --json (data_parser v0.0.37–v0.0.41: Slurm 21.08–24.11)"
+    description = "Slurm sacct --json (data_parser v0.0.37–v0.0.42 and later: Slurm 21.08–24.11+)"
 
     def sniff(self, path: Path, head: str) -> Sniff:
         text = head.lstrip("\ufeff").lstrip()

@@ -31,7 +31,8 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
-from collectors.common import Check, epoch_ts, first_violation, sql_path
+from collectors.row_checks import Check, first_violation
+from collectors.sql_text import epoch_ts, sql_path
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.job_states import PAI_STATUSES, POD_PHASES, mapped_state_sql

@@ -25,16 +25,10 @@ import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
 from collectors.checkpoints import after_hf_stage, after_lightning_stage, after_llamafactory_stage
-from collectors.common import (
-    Check,
-    JsonLines,
-    csv_layout_problem,
-    first_violation,
-    json_lines,
-    json_object_limit,
-    sql_path,
-)
-from collectors.lines import file_lines, reader_error_line
+from collectors.json_lines import JsonLines, json_lines
+from collectors.lines import csv_layout_problem, file_lines, reader_error_line
+from collectors.row_checks import Check, first_violation
+from collectors.sql_text import json_object_limit, sql_path
 from collectors.validate import find_violations, name_columns
 from gpuledger.ledger.errors import FormatError
 
@@ -419,6 +413,21 @@ HPARAMS = {
 }
 LOSS_COLS = ("train_loss_step", "train_loss", "loss", "train/loss")
 EVAL_COLS = ("val_loss", "valid_loss", "eval_loss", "val/loss")
+# A Lightning column logged by trainer.test() / trainer.predict() after training (``test_RMSE``, ``test/acc``,
+# ``acc_test``): a row holding only such metrics is not an epoch trained, though Lightning writes it with the
+# next epoch number (a run of epochs 0-99 ends with a test row at epoch 100).
+TEST_COL = re.compile(r"^(test|predict)([_/.\-]|$)|[_/.\-](test|predict)$", re.IGNORECASE)
+PL_INDEX_COLS = ("epoch", "step", "line_no")
+
+
+def trained_row_sql(cols: list[str]) -> str:
+    """SQL: does a Lightning row hold a metric of training or validation — any non-empty cell but its epoch,
+    its step and test/predict metrics? Only such rows count as epochs trained (the step count keeps every
+    row: a test row's step is the global step training ended at)."""
+    metric = [c for c in cols if c not in PL_INDEX_COLS and not TEST_COL.search(c)]
+    if not metric:
+        return "false"
+    return "(" + " OR ".join(f"nullif(trim(\"{c}\"), '') IS NOT NULL" for c in metric) + ")"
 
 
 def read_flat_yaml(path: Path) -> dict[str, str]:
@@ -557,25 +566,28 @@ class LightningMetrics:
         hp = _hparams_for(path)
         hp_sql = "".join(f", {v}::INTEGER AS {k}" for k, v in hp.items())
         epoch_time = first_of(("epoch_time",))
+        trained = trained_row_sql(cols)
+        epoch_n = f"CASE WHEN {trained} THEN TRY_CAST(epoch AS DOUBLE) END"
         con.execute(
             f"""
             CREATE TEMP TABLE stage_training_runs AS
             SELECT {quote(job_id)} AS job_id, 'lightning' AS source,
-                   max(TRY_CAST(epoch AS DOUBLE)) + 1 AS epochs,  -- Lightning counts epochs from 0
+                   max({epoch_n}) + 1 AS epochs,  -- Lightning counts epochs from 0; test rows are none
                    max(CAST(TRY_CAST(step AS DOUBLE) AS BIGINT)) AS steps,
                    sum({epoch_time}) AS runtime_s {hp_sql},
                    -- the line each run figure came from: the largest value (NaN sorts above all numbers),
                    -- the smallest epoch_time for a negative sum
-                   arg_max(line_no, TRY_CAST(epoch AS DOUBLE)) AS line_no__epochs,
+                   arg_max(line_no, {epoch_n}) AS line_no__epochs,
                    arg_max(line_no, TRY_CAST(step AS DOUBLE)) AS line_no__steps,
                    CASE WHEN sum({epoch_time}) < 0 THEN arg_min(line_no, {epoch_time})
                         ELSE arg_max(line_no, {epoch_time}) END AS line_no__runtime_s
             FROM pl_raw
             """
         )
-        other = con.execute(
-            f"SELECT count(*) FROM pl_raw WHERE {loss} IS NULL AND {eval_loss} IS NULL AND {has_step}"
-        ).fetchall()[0][0]
+        other, tested = con.execute(
+            f"""SELECT count(*) FILTER ({trained}), count(*) FILTER (NOT {trained})
+                FROM pl_raw WHERE {loss} IS NULL AND {eval_loss} IS NULL AND {has_step}"""
+        ).fetchall()[0]
         stepless = con.execute(f"SELECT count(*) FROM pl_raw WHERE NOT {has_step}").fetchall()[0][0]
         if not opts.job_id:
             stage_own_job(con, job_id, "lightning", False)
@@ -583,4 +595,9 @@ class LightningMetrics:
         con.execute("DROP TABLE temp.pl_raw")
         if stepless:
             notes = {STEPLESS_NOTE: int(stepless), **notes}
+        if tested:
+            notes = {
+                "test/predict rows (no training or validation metric: not epochs trained)": int(tested),
+                **notes,
+            }
         return {**({"epoch-summary rows (folded into the run)": int(other)} if other else {}), **notes}

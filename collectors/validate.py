@@ -39,9 +39,11 @@ from pathlib import Path
 
 import duckdb
 
-from collectors.common import MERGE_KEPT
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.text import clip
+
+# Sample columns a second series for the same (gpu_id, ts) never changes (collectors/landing.py _land_samples).
+MERGE_KEPT = frozenset({"ts", "gpu_id", "interval_s", "ingest_id"})
 
 EARLIEST = dt.datetime(2000, 1, 1)
 MAX_GPU_COUNT = 100_000

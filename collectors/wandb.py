@@ -26,8 +26,10 @@ import duckdb
 
 from collectors.attribute import VIEW_PREFIX
 from collectors.base import IngestOptions, Sniff, quote
-from collectors.common import Check, epoch_ts, first_violation, json_lines, sql_path
+from collectors.json_lines import json_lines
 from collectors.lines import file_lines
+from collectors.row_checks import Check, first_violation
+from collectors.sql_text import epoch_ts, sql_path
 from collectors.training_logs import _duckdb_failure
 from collectors.validate import MAX_GPU_COUNT, name_columns
 from gpuledger.ledger.errors import FormatError

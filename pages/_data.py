@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as dt
 from collections.abc import Callable, Hashable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -326,6 +327,22 @@ def recommendations(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filter
     return recommend.recommendations(con, filters=filters, settings=s)
 
 
+@cached("Following the actions across weeks…", entries=CACHE_VERSIONS)
+def action_items(
+    con: duckdb.DuckDBPyConnection, s: Settings, teams: tuple[str, ...] | None
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The items ``gpuledger actions --json`` lists, of ``teams`` (None: all), and their last complete week's
+    groups: new, still open, done, the quarter's measured savings (gpuledger/items/tracker.py)."""
+    from gpuledger.items import scan, tracker
+
+    sc = scan.scan(con, settings=s)
+    its = tracker.items(con, week_scan=sc)
+    if teams is not None:
+        its = [it for it in its if it["team"] in teams]
+    week = tracker.groups(its, sc.weeks[-1], sc) if sc.weeks else None
+    return [tracker.public(it) for it in its], week
+
+
 @cached("Diagnosing jobs…")
 def diagnoses(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> pl.DataFrame:
     """``analytics.diagnoses.diagnoses`` for the view: one row per (job, diagnosis) with its evidence."""
@@ -356,6 +373,28 @@ def savings(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> di
     total = recommend.savings_total(recs, whole=True)
     total["coverage"] = recommend.view_coverage(con, recs, filters=filters, settings=s)
     return total
+
+
+@cached("Forecasting the budgets…")
+def budgets(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> list[dict[str, Any]]:
+    """``gpuledger budgets --json`` rows; a view that names teams (a lead's always does) keeps those teams'."""
+    from gpuledger.budgets.status import budget_rows
+
+    rows = budget_rows(con, s)
+    if filters.teams:
+        rows = [r for r in rows if r["scope"] == "team" and r["target"] in filters.teams]
+    return rows
+
+
+@cached()
+def budget_days(
+    con: duckdb.DuckDBPyConnection, s: Settings, scope: str, target: str | None, first: dt.date, day: dt.date
+) -> dict[dt.date, float]:
+    """A budget's spend per day of its period up to ``day`` (the Budgets page's chart)."""
+    from gpuledger.budgets.status import as_of, daily
+
+    at = as_of(con, day)
+    return {} if at is None else daily(con, scope, target, first, at, s)
 
 
 # ---------------------------------------------------------------- upload

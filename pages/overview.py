@@ -16,7 +16,7 @@ from analytics.overview import Overview
 from analytics.waste import PARTS
 from gpuledger.ledger.palette import NOT_A_TEAM_LABELS, PART_COLOURS, PART_LABELS, is_team, team_colours
 from gpuledger.reports.content import previous_period
-from pages import _data, _ui, _view
+from pages import _budget_view, _data, _items, _ui, _view
 from pages._ui import delta, md, na, no_rows, num, pct, usd
 
 CHART_WEEKS = 8  # the weekly bars of a one-week view show this many weeks up to it
@@ -274,6 +274,7 @@ else:
         icon=":material/lightbulb:",
         query_params=link_query,
     )
+_items.overview_line()
 
 # ---------------------------------------------------------------- spend per team per week
 st.subheader("Spend per team per week")
@@ -353,3 +354,4 @@ st.caption(
     "Idle while allocated, under-used and failed runs (badput) are the teams' waste; unallocated capacity is "
     "the platform's (docs/metrics.md)."
 )
+_budget_view.card(filters)

@@ -12,7 +12,7 @@ from analytics.advice_common import Recommendation
 from analytics.problems import OPERATORS
 from analytics.recommend import KIND_LABELS
 from analytics.savings import savings_total
-from pages import _data, _scope, _ui, _view
+from pages import _data, _items, _scope, _ui, _view
 from pages._ui import diagnosis_label, md, no_rows, pct, usd
 
 ROWS_SHOWN = 8  # lines a group's table shows before it scrolls (the page stays a few screens on the demo)
@@ -168,6 +168,8 @@ else:
         )
         for owner_type, owner, items in groups(shown):
             group(owner_type, owner, items)
+
+_items.section()
 
 st.subheader("Diagnoses")
 diags = _data.diagnoses(filters)

@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from collectors.common import describe_failure
+from collectors.reader_errors import describe_failure
 from gpuledger.ledger.errors import DISK_FULL, FILE_SIZE_LIMIT, out_of_space
 from tests.conftest import ROOT
 

@@ -88,7 +88,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "gpuledger.ledger": set(),
     "collectors": {"gpuledger.ledger"},
     "analytics": {"gpuledger.ledger"},
-    "gpuledger.reports": {"analytics", "gpuledger.ledger"},
+    "gpuledger.reports": {"analytics", "gpuledger.budgets", "gpuledger.items", "gpuledger.ledger"},
+    "gpuledger.items": {"analytics", "gpuledger.ledger"},
+    "gpuledger.budgets": {"analytics", "gpuledger.ledger"},
+    "gpuledger.chargeback": {"analytics", "gpuledger.budgets", "gpuledger.ledger"},
+    "gpuledger.alerts": {"analytics", "gpuledger.budgets", "gpuledger.reports", "gpuledger.ledger"},
     "gpuledger.upload": {"analytics", "collectors", "gpuledger.ledger"},
     "gpuledger.demo": {"collectors", "gpuledger.ledger"},
     "gpuledger.web": set(),
@@ -96,7 +100,11 @@ MAY_IMPORT: dict[str, set[str]] = {
         "gpuledger",
         "gpuledger.web",
         "gpuledger.reports",
+        "gpuledger.budgets",
+        "gpuledger.alerts",
+        "gpuledger.chargeback",
         "gpuledger.demo",
+        "gpuledger.items",
         "analytics",
         "collectors",
         "gpuledger.ledger",
@@ -104,7 +112,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "pages": {
         "gpuledger",
         "gpuledger.reports",
+        "gpuledger.budgets",
         "gpuledger.upload",
+        "gpuledger.items",
         "analytics",
         "collectors",
         "gpuledger.ledger",
@@ -122,7 +132,8 @@ def layer_of(module: str) -> str | None:
     if (
         parts[0] == "gpuledger"
         and len(parts) > 1
-        and parts[1] in ("ledger", "reports", "demo", "cli", "upload", "web")
+        and parts[1]
+        in ("ledger", "reports", "demo", "cli", "upload", "items", "budgets", "alerts", "chargeback", "web")
     ):
         return ".".join(parts[:2])
     return parts[0]

@@ -29,6 +29,7 @@ PAGES = {
     "pages/upload.py": "Upload a file",
     "pages/reports.py": "Weekly report",
     "pages/whatif.py": "What if",
+    "pages/budgets.py": "Budgets",
     "pages/settings.py": "Settings",
 }
 

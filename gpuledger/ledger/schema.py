@@ -530,6 +530,55 @@ SCHEMA_V9: list[str] = [
     """,
 ]
 
+# Version 10: recommendations as items with an owner and a status across weeks (gpuledger/items/). An item's
+# identity is its key (kind:target_type:target, gpuledger/items/key.py); its status is the latest of its changes,
+# which are only ever appended (who, what, when it took effect), so the history is the record.
+SCHEMA_V10: list[str] = [
+    """
+    CREATE TABLE IF NOT EXISTS action_items (
+        item_id      VARCHAR PRIMARY KEY,      -- short hash of item_key (gpuledger/items/key.py item_id): the id `gpuledger actions set` takes
+        item_key     VARCHAR NOT NULL,         -- kind:target_type:target, the problem's identity across weeks (docs/recommendations.md, "Items across weeks")
+        kind         VARCHAR NOT NULL,         -- the recommendation kind (analytics.recommend.KINDS)
+        target_type  VARCHAR NOT NULL,         -- family | user | cluster | team (a job's item is its run family's)
+        target       VARCHAR NOT NULL,         -- user/family stem, user, cluster/GPU model
+        team         VARCHAR,                  -- the team whose lead may change it; NULL: an operators' item (admins only)
+        first_seen   DATE NOT NULL,            -- Monday (UTC) of the first ISO week the problem was listed
+        recorded_at  TIMESTAMP NOT NULL        -- UTC wall time the item was first recorded
+    )
+    """,
+    """
+    CREATE SEQUENCE IF NOT EXISTS action_change_seq START 1
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS action_history (
+        change_id    BIGINT PRIMARY KEY,       -- from action_change_seq: the order changes were recorded in
+        item_id      VARCHAR NOT NULL,         -- action_items.item_id
+        effective_at TIMESTAMP NOT NULL,       -- when the change took effect (UTC; `actions set --at`, default the time it was recorded)
+        status       VARCHAR NOT NULL,         -- open | acknowledged | done | dismissed | snoozed
+        until_day    DATE,                     -- snoozed: the last UTC day of the snooze; NULL otherwise
+        owner        VARCHAR,                  -- who owns the item from this change on; NULL: unchanged
+        note         VARCHAR,                  -- why (a dismissal's reason, what was done); the ledger's own reopen says what came back
+        changed_by   VARCHAR NOT NULL,         -- who: the signed-in email, the CLI's OS user, or gpuledger for a reopen
+        recorded_at  TIMESTAMP NOT NULL        -- UTC wall time it was written
+    )
+    """,
+]
+
+# Version 11: the alerts gpuledger sent (gpuledger/alerts/): each crossing once, and a cooldown per rule and scope.
+SCHEMA_V11: list[str] = [
+    """
+    CREATE TABLE IF NOT EXISTS alerts_sent (
+        alert_key   VARCHAR PRIMARY KEY,       -- rule|scope|period|detail: one crossing (gpuledger/alerts/rules.py documents each rule's key)
+        rule        VARCHAR NOT NULL,          -- budget | budget_forecast | spend_change | waste_share | unheld_capacity
+        scope       VARCHAR NOT NULL,          -- team:NAME, cluster:NAME, cluster:NAME/MODEL or fleet
+        judged_day  DATE NOT NULL,             -- the as-of day the ledger was judged at
+        sent_at     TIMESTAMP NOT NULL,        -- UTC wall time it was sent
+        channels    VARCHAR NOT NULL,          -- where it went: mail, webhook (comma-separated)
+        message     VARCHAR NOT NULL           -- the text sent
+    )
+    """,
+]
+
 MIGRATIONS: list[list[str]] = [
     SCHEMA_V1,
     SCHEMA_V2,
@@ -540,6 +589,8 @@ MIGRATIONS: list[list[str]] = [
     SCHEMA_V7,
     SCHEMA_V8,
     SCHEMA_V9,
+    SCHEMA_V10,
+    SCHEMA_V11,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -570,6 +621,7 @@ TABLES = (
     "ingest_sources",
     "checkpoint_placements",
     "gpu_shares",
+    "alerts_sent",
 )
 
 # Tables whose rows belong to one ingest (deleted with it on --replace; collectors/provenance.py delete_ingests first

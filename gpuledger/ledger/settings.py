@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuledger.ledger.access import AccessSettings, AuthSettings, parse_access, parse_auth
+from gpuledger.ledger.addresses import address_problem
+from gpuledger.ledger.budget_settings import AlertSettings, Budget, parse_alerts, parse_budgets
 from gpuledger.ledger.errors import SettingsError
 from gpuledger.ledger.text import neutral
 
@@ -96,6 +98,9 @@ class Settings:
     # else the namespace itself
     kubernetes_team_label: str | None = None
     kubernetes_namespace_teams: dict[str, str] = field(default_factory=dict)
+    # [[budget]] (gpuledger/ledger/budget_settings.py); in the fingerprint: a page's budget figures follow it
+    budgets: tuple[Budget, ...] = ()
+    alerts: AlertSettings = field(default_factory=AlertSettings)  # [alerts]
     source: str = "defaults"
 
     def cluster_tier(self, cluster: str | None) -> str:
@@ -164,6 +169,8 @@ _SECTIONS = {
     "access",
     "reports",
     "kubernetes",
+    "budget",
+    "alerts",
 }
 
 
@@ -260,18 +267,6 @@ def _clusters(path: Path, raw: Any) -> dict[str, ClusterSettings]:
             )
         out[name] = ClusterSettings(tier=tier, capacity=tuple(caps), billing=str(billing))
     return out
-
-
-def address_problem(address: str) -> str | None:
-    """Why ``address`` is not a mail address (None when it is one): ``local@domain``, nothing that would
-    end a header or split a list (space, ``<>``, ``,;``, a control character such as CR or LF). The one check for every address gpuledger
-    sends to (--mail-to, [reports.team_mail])."""
-    local, at, domain = address.rpartition("@")
-    if not at or not local or not domain:
-        return "is not a mail address (local@domain)"
-    if any(c in " <>,;" or ord(c) < 32 or 127 <= ord(c) < 160 for c in address):
-        return "is not a mail address (it holds a space, <, >, a comma, a semicolon or a control character)"
-    return None
 
 
 def _team_mail(path: Path, raw: Any) -> dict[str, tuple[str, ...]]:
@@ -376,6 +371,9 @@ def from_dict(data: dict[str, Any], path: Path) -> Settings:
     values["access"] = parse_access(path, data.get("access"))
     if "reports" in data:
         values["team_mail"] = _team_mail(path, data["reports"])
+    if "budget" in data:
+        values["budgets"] = parse_budgets(path, data["budget"])
+    values["alerts"] = parse_alerts(path, data.get("alerts"))
     settings = Settings(**values, source=str(path))
     if settings.idle_util_pct >= settings.target_util_pct:
         raise SettingsError(path, "thresholds.idle_util_pct", "must be below thresholds.target_util_pct")

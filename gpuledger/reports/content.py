@@ -134,6 +134,8 @@ class ReportData:
     notes: tuple[str, ...]  # data-quality notes, plain sentences
     settings: Settings
     generated_at: dt.datetime
+    items: dict[str, Any] | None = None  # the week's items: new, still open, done (reports/items_section.py)
+    budgets: tuple[dict[str, Any], ...] = ()  # gpuledger.budgets.status rows as of the view's end, its teams'
 
     @property
     def coverage(self) -> dict[str, Any] | None:
@@ -202,8 +204,32 @@ def _collect(
         notes=(),
         settings=settings,
         generated_at=dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0),
+        budgets=_budgets(con, filters, settings),
     )
+    data = replace(data, items=_items(con, filters, settings))
     return _with_notes(con, data)
+
+
+def _items(con: duckdb.DuckDBPyConnection, filters: Filters, settings: Settings) -> dict[str, Any] | None:
+    """The view's last week of items (gpuledger/reports/items_section.py)."""
+    from gpuledger.reports.items_section import items_week
+
+    return items_week(con, filters=filters, settings=settings)
+
+
+def _budgets(
+    con: duckdb.DuckDBPyConnection, filters: Filters, settings: Settings
+) -> tuple[dict[str, Any], ...]:
+    """The budgets as of the view's last day (the report's week's Sunday), the view's teams' only when it names
+    teams (a team's report shows no cluster's or fleet's budget)."""
+    from gpuledger.budgets.status import budget_rows
+
+    if not settings.budgets:
+        return ()
+    rows = budget_rows(con, settings, filters.until)
+    if filters.teams:
+        rows = [r for r in rows if r["scope"] == "team" and r["target"] in filters.teams]
+    return tuple(rows)
 
 
 def _savings(con: duckdb.DuckDBPyConnection, recs: pl.DataFrame, kw: dict[str, Any]) -> dict[str, Any]:

@@ -293,6 +293,36 @@ def _energy(data: ReportData) -> Section:
     )
 
 
+def _budgets(data: ReportData) -> Section:
+    """Each budget of the view as of the report's last day: spent, budget, forecast with its interval, status
+    (gpuledger/budgets/status.py: the numbers of ``gpuledger budgets --as-of``)."""
+    rows = [
+        [
+            f"{b['name']} ({b['period_label']})",
+            fmt.usd(b["spent_usd"]),
+            fmt.usd(b["budget_usd"]),
+            f"{b['spent_pct']:.1f} %",
+            f"{fmt.usd(b['forecast_usd'])} ({fmt.usd(b['forecast_low_usd'])}–{fmt.usd(b['forecast_high_usd'])})",
+            {"ok": "on track", "at_risk": "forecast over", "over": "over budget"}[b["status"]],
+        ]
+        for b in data.budgets
+    ]
+    return Section(
+        "Budgets",
+        paragraphs=[
+            f"As of {data.budgets[0]['as_of']}; the forecast runs to the period's end (75 % interval)."
+        ]
+        if data.budgets
+        else [],
+        table=Table(
+            ["Budget", "Spent", "Budget", "Used", "Forecast", "Status"], rows, frozenset({1, 2, 3, 4})
+        )
+        if rows
+        else None,
+        empty="No budget for this view ([[budget]] in the settings).",
+    )
+
+
 def _notes(data: ReportData) -> Section:
     return Section(
         "Data-quality notes", bullets=list(data.notes), empty="Nothing to note: every figure is complete."
@@ -306,12 +336,42 @@ def _definitions(data: ReportData) -> Section:
     )
 
 
+def _items(data: ReportData) -> Section:
+    """New, still open and done items of the week, measured savings (gpuledger/reports/items_section.py)."""
+    from gpuledger.reports.items_section import lines
+
+    g = data.items
+    if g is None:
+        return Section("Actions: new, still open, done", empty="No complete week scanned yet.")
+    by = lines(g)
+    bullets = [
+        f"{word}: {text}"
+        for word, key in (
+            ("New", "new"),
+            ("Still open", "still_open"),
+            ("Done", "done"),
+            ("Measured", "measured"),
+        )
+        for text in by[key]
+    ]
+    return Section(
+        f"Actions: new, still open, done ({g['week']})",
+        paragraphs=[
+            f"{len(g['new'])} new, {len(g['still_open'])} still open, {len(g['done'])} done this week. "
+            f"Measured savings in {g['quarter']} so far: {fmt.usd(g['quarter_measured_usd'])} "
+            f"(done items now save {fmt.usd(g['measured_usd_per_week'])}/week, measured)."
+        ],
+        bullets=bullets,
+    )
+
+
 def sections(data: ReportData) -> list[Section]:
     """The report's content in order: headline, actions, spend and waste (parts, teams, users, GPU models),
     costliest jobs, unit-cost trends, energy, data-quality notes, definitions."""
     return [
         _headline(data),
         _actions(data),
+        _items(data),
         _parts(data),
         _group_section(data, "Spend and waste by team", "by_team", "team", "Team", bars=True),
         _group_section(
@@ -322,6 +382,7 @@ def sections(data: ReportData) -> list[Section]:
         ),
         _jobs(data),
         _trends(data),
+        *([_budgets(data)] if data.budgets else []),
         _energy(data),
         _notes(data),
         _definitions(data),

@@ -136,7 +136,9 @@ def report_dict(data: ReportData) -> dict[str, Any]:
             "previous_energy_kwh": prev_kwh,
             "previous_co2e_kg": (data.previous or {}).get("co2e_kg"),
         },
+        "budgets": [dict(b) for b in data.budgets],
         "notes": list(data.notes),
+        "items": data.items,
         "definitions": dict(definitions(data.settings)),
     }
     return _clean(out)
@@ -186,12 +188,43 @@ def render_csv(data: ReportData) -> str:
         rows.append(("energy", "", k, v, None, _unit(k)))
     for n in d["notes"]:
         rows.append(("note", "", "text", n, None, ""))
+    rows += _item_rows(d.get("items"))
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["section", "name", "figure", "value", "previous_value", "unit"])
     for r in rows:
         w.writerow([_cell(c) for c in r])
     return buf.getvalue()
+
+
+ITEM_CSV_FIELDS = (
+    "key",
+    "status",
+    "team",
+    "owner",
+    "first_seen",
+    "weeks_open",
+    "cost_since_first_seen_usd",
+    "predicted_usd_per_week",
+    "measured_usd_per_week",
+    "measured_weeks",
+)
+
+
+def _item_rows(items: dict[str, Any] | None) -> list[tuple[Any, ...]]:
+    """The week's items (gpuledger/reports/items_section.py): section ``item_new``, ``item_still_open``,
+    ``item_done``, named by item id; then the quarter's measured savings."""
+    if not items:
+        return []
+    rows: list[tuple[Any, ...]] = []
+    for group in ("new", "still_open", "done"):
+        for it in items[group]:
+            for f in ITEM_CSV_FIELDS:
+                rows.append((f"item_{group}", it["id"], f, it.get(f), None, _unit(f)))
+    rows.append(
+        ("items", items["quarter"], "quarter_measured_usd", items["quarter_measured_usd"], None, "usd")
+    )
+    return rows
 
 
 def _unit(key: str) -> str:

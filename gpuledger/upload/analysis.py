@@ -108,7 +108,9 @@ def analyse_file(
             summary=summary(con, filters=filters, settings=s),
             jobs=jobs_table(con, filters=filters, settings=s),
             recommendations=recommendations(con, filters=filters, settings=s),
-            needs_gpu=() if report.priced else tuple(report.unpriced),
+            needs_gpu=()
+            if report.priced
+            else tuple(j for j in report.unpriced if j not in report.held_no_gpu),
             gpu_assumed=report.priced,
             **timelines(con, filters),
         )

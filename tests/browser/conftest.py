@@ -266,6 +266,7 @@ NAV = {
     "fleet": ("Fleet", "Fleet"),
     "recommendations": ("Recommendations", "Recommendations"),
     "whatif": ("What if", "What if"),
+    "budgets": ("Budgets", "Budgets"),
     "training": ("Training", "Training"),
     "upload": ("Upload", "Upload a file"),
     "reports": ("Reports", "Weekly report"),

@@ -28,7 +28,6 @@ from analytics.jobs import jobs_table
 from collectors.base import IngestOptions
 from collectors.ingest import ingest_file
 from collectors.kubernetes import mig_share
-from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.settings import from_dict
 from tests.conftest import ROOT, gpuledger, write
 
@@ -120,13 +119,22 @@ def test_dcgm_samples_labelled_with_the_pod_join_its_job(ledger, tmp_path):
         (lambda d: d["items"][1]["metadata"].pop("name"), "items[1]: a pod without metadata.name"),
     ],
 )  # fmt: skip
-def test_a_bad_pod_names_itself_and_leaves_the_ledger_untouched(ledger, tmp_path, mutate, message):
+def test_a_bad_pod_in_a_list_is_left_out_and_named_the_others_land(ledger, tmp_path, mutate, message):
+    """Issue 42: one unreadable item no longer refuses the whole list; it is counted with its name."""
     doc = json.loads((FIXTURES / "pods.json").read_text())
+    i = int(message[6])  # items[i]
+    bad = f"{doc['items'][i]['metadata']['namespace']}/{doc['items'][i]['metadata']['name']}"
+    ingest_file(ledger, FIXTURES / "pods.json", fmt="kubernetes_pods", opts=IngestOptions(cluster="a"))
+    whole = {
+        r[0].removeprefix("a/")
+        for r in ledger.execute("SELECT job_id FROM jobs WHERE cluster = 'a'").fetchall()
+    }
+    assert bad in whole
     mutate(doc)
-    with pytest.raises(FormatError) as err:
-        ingest_file(ledger, write(tmp_path, "bad.json", json.dumps(doc)), fmt="kubernetes_pods")
-    assert err.value.reason == message
-    assert ledger.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+    report = ingest_file(ledger, write(tmp_path, "bad.json", json.dumps(doc)), fmt="kubernetes_pods")
+    assert report.skipped[f"pods left out, unreadable ({message})"] == 1
+    rest = {r[0] for r in ledger.execute("SELECT job_id FROM jobs WHERE cluster IS NULL").fetchall()}
+    assert rest == whole - {bad}
 
 
 def test_broken_json_is_one_line_with_its_line_number(tmp_path):

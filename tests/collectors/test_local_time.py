@@ -1,4 +1,4 @@
-"""Local times around a DST end (collectors/common.py fall_backs, LocalClock), worked out by hand from the
+"""Local times around a DST end (collectors/time_zones.py fall_backs, LocalClock), worked out by hand from the
 zones' published rules."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from collectors.common import LocalClock, fall_backs
+from collectors.time_zones import LocalClock, fall_backs
 
 T = dt.datetime
 H = dt.timedelta(hours=1)

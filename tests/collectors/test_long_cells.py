@@ -146,7 +146,7 @@ def test_a_long_cell_costs_time_in_proportion_to_its_length(fmt, tmp_path):
 def test_an_unterminated_json_string_of_escaped_quotes_is_scanned_in_linear_time(tmp_path: Path) -> None:
     # `"\"\"\"…` with no closing quote: the old token pattern tried every quote as a new string start and
     # backtracked through the rest (5,000 pairs 0.54 s, 20,000 pairs 22.8 s); now the string is one token
-    from collectors.common import json_lines
+    from collectors.json_lines import json_lines
 
     def scan(n: int) -> float:
         path = tmp_path / f"s{n}.json"
@@ -161,7 +161,7 @@ def test_an_unterminated_json_string_of_escaped_quotes_is_scanned_in_linear_time
 
 
 def test_json_lines_still_places_keys_and_entries_by_line(tmp_path: Path) -> None:
-    from collectors.common import json_lines
+    from collectors.json_lines import json_lines
 
     path = tmp_path / "state.json"
     path.write_text('{"a": "q\\"x",\n "log_history": [\n {"step": 1, "loss": 2},\n {"step": 2}\n ]}\n')
@@ -175,7 +175,7 @@ def test_the_json_object_limit_of_a_gz_file_is_what_it_inflates_to(tmp_path: Pat
     # a whole-file JSON document is one object: a .gz of 30 MB of JSON is 30 MB to DuckDB, not its 30 KB
     import gzip
 
-    from collectors.common import json_object_limit
+    from collectors.sql_text import json_object_limit
 
     path = tmp_path / "sacct.json.gz"
     with gzip.open(path, "wb") as f:

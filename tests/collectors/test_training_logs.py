@@ -311,7 +311,7 @@ def test_lightning_blank_line_inside_a_real_log_names_its_line(ledger, tmp_path)
     ],
 )
 def test_csv_layout_problem_finds_the_first_line_that_breaks_the_layout(tmp_path, text, found):
-    from collectors.common import csv_layout_problem
+    from collectors.lines import csv_layout_problem
 
     path = tmp_path / "m.csv"
     path.write_bytes(text.encode("utf-8"))
@@ -319,7 +319,7 @@ def test_csv_layout_problem_finds_the_first_line_that_breaks_the_layout(tmp_path
 
 
 def test_json_lines_counts_entries_of_any_kind_and_skips_nested_lists(tmp_path):
-    from collectors.common import json_lines
+    from collectors.json_lines import json_lines
 
     path = tmp_path / "s.json"
     # line 1 "{", 2 "a", 3 "log_history": [, 4 the scalar 7, 5-6 an object with a nested list, 7 "],", 8 "b"

@@ -16,8 +16,8 @@ import duckdb
 import pytest
 
 from collectors.base import IngestOptions
-from collectors.common import sql_path
 from collectors.ingest import ingest_file
+from collectors.sql_text import sql_path
 from gpuledger.ledger.errors import FormatError
 from tests.conftest import dataset, write
 

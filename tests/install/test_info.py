@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.common import local_zone
+from collectors.time_zones import local_zone
 from gpuledger.ledger import paths
 from gpuledger.ledger.settings import load_settings
 from tests.conftest import ROOT

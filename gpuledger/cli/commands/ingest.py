@@ -187,10 +187,7 @@ def describe(report: IngestReport) -> str:
     if report.priced:
         text += f"\n  priced as {report.priced}"
     elif report.unpriced:
-        text += (
-            f"\n  {len(report.unpriced):,} job(s) name no GPU model or count and cost nothing "
-            f"({', '.join(report.unpriced[:3])}): ingest again with --replace --gpu-model MODEL --gpu-count N"
-        )
+        text += unpriced_lines(report)
     for r in report.rejected[:MAX_REJECTED_SHOWN]:
         where = f"{report.path}:{r['line']}" if r["line"] is not None else report.path
         text += f"\n  rejected {where}: {r['reason']}"
@@ -200,6 +197,37 @@ def describe(report: IngestReport) -> str:
 
 
 MAX_REJECTED_SHOWN = 20
+
+
+def unpriced_lines(report: IngestReport) -> str:
+    """The jobs that name no GPU model or count, grouped by what will price them (collectors/ingest.py
+    ``UNPRICED_SQL``): their hosts' telemetry, nothing (never started, or no GPU asked for), or ``--gpu-model``."""
+    by_hosts, never = set(report.unpriced_hosts), set(report.held_no_gpu)
+    rest = [j for j in report.unpriced if j not in by_hosts and j not in never]
+    hosts = [j for j in report.unpriced if j in by_hosts]
+    idle = [j for j in report.unpriced if j in never]
+
+    def some(ids: list[str]) -> str:
+        return ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
+
+    text = ""
+    if hosts:
+        text += (
+            f"\n  {len(hosts):,} job(s) name no GPU model ({some(hosts)}): they cost nothing until telemetry "
+            "from their hosts lands (nvidia-smi, dcgm-exporter, rocm-smi: it names the GPU model), or ingest "
+            "again with --replace --gpu-model MODEL"
+        )
+    if idle:
+        text += (
+            f"\n  {len(idle):,} job(s) held no GPU ({some(idle)}): they never started or asked for none, "
+            "so nothing is owed"
+        )
+    if rest:
+        text += (
+            f"\n  {len(rest):,} job(s) name no GPU model or count and cost nothing "
+            f"({some(rest)}): ingest again with --replace --gpu-model MODEL --gpu-count N"
+        )
+    return text
 
 
 def run(args: argparse.Namespace) -> int:
