@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from tests.browser.conftest import (
     CHROMIUM,
@@ -138,24 +138,26 @@ def test_only_listed_hosts_and_origins_are_served_over_http_and_websocket(
     assert _upgrade(dashboard, host, origin) == (101 if status == 200 else 403)
 
 
-def test_chromium_reaching_the_server_under_a_foreign_name_gets_403(dashboard: Server) -> None:
-    """The DNS-rebinding attack itself: the browser resolves evil.example to 127.0.0.1 and loads it."""
+def test_chromium_reaching_the_server_under_a_foreign_name_gets_403(
+    dashboard: Server, browser: Browser
+) -> None:
+    """The DNS-rebinding attack itself: the browser resolves evil.example to 127.0.0.1 and loads it (a second
+    Chromium of the session's Playwright, started with the resolver rule)."""
     port = _port(dashboard)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=[*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {FOREIGN} 127.0.0.1, MAP {LISTED} 127.0.0.1"],
-        )
-        try:
-            page = browser.new_page()
-            resp = page.goto(f"http://{FOREIGN}:{port}/settings")
-            assert resp is not None and resp.status == 403
-            assert "Settings" not in page.content() and "$" not in page.inner_text("body")
-            resp = page.goto(f"http://{LISTED}:{port}/")
-            assert resp is not None and resp.status == 200  # the listed name is the dashboard
-            page.wait_for_selector("[data-testid='stApp']", timeout=60_000)
-        finally:
-            browser.close()
+    rebound = browser.browser_type.launch(
+        executable_path=str(CHROMIUM),
+        args=[*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {FOREIGN} 127.0.0.1, MAP {LISTED} 127.0.0.1"],
+    )
+    try:
+        page = rebound.new_page()
+        resp = page.goto(f"http://{FOREIGN}:{port}/settings")
+        assert resp is not None and resp.status == 403
+        assert "Settings" not in page.content() and "$" not in page.inner_text("body")
+        resp = page.goto(f"http://{LISTED}:{port}/")
+        assert resp is not None and resp.status == 200  # the listed name is the dashboard
+        page.wait_for_selector("[data-testid='stApp']", timeout=60_000)
+    finally:
+        rebound.close()
 
 
 def test_a_page_load_requests_nothing_outside_this_machine(server: Server, page: Page) -> None:
