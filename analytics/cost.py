@@ -1,13 +1,13 @@
 """What each job cost: GPUs × hours × the price in force for its GPU model, pricing tier, cluster and date.
 
 Price rules (docs/metrics.md, "Cost"):
-- a price row is in force from its ``effective_from`` day until the next row of the same model, tier and
-  cluster; the earliest row also covers any time before it (traces from 2020 are priced at today's sheet
-  rather than not at all);
-- rows for the job's own cluster replace the generic rows of that model and tier (per-cluster override,
-  e.g. an on-prem amortized rate);
-- a tier with no price for the model (generic or for the job's cluster) falls back to ``on_demand``
-  (``price_tier`` says which was used);
+- the price in force is gpuledger/ledger/prices.py's one rule (docs/metrics.md "Cost"): a row is in force
+  from its ``effective_from`` day on, never before, until the next row of the same model, tier and cluster;
+  each moment pays the most preferred row in force then among the cluster's own rows of the asked tier, the
+  generic ones, then the cluster's own on_demand rows and the generic on_demand ones (``price_tier``: the
+  asked tier where the model has rows of it there, else on_demand); only time before all of them is priced
+  as on the earliest row's day (traces from 2020 are priced at today's sheet rather than not at all), so a
+  row dated after the data changes nothing in it;
 - prices come from the shipped sheet, from sources that declare their own (``stage_prices``: the demo's
   on-prem rate) and from the user's settings; for the same model, tier, cluster and day the settings win,
   then the source, then the sheet;

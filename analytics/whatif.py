@@ -9,12 +9,15 @@ A change removes only the time and the part it touches (docs/metrics.md, "What-i
 
 - **team X on spot**: each job of team X on a cluster whose capacity is *elastic* (its tier in settings,
   ``[clusters.X] tier`` else ``pricing.default_tier``, is on_demand or spot: capacity bought by the hour) is
-  repriced at the spot price of its GPU model (``gpu_hours × spot $/GPU-h``); every part of *that job* shrinks
-  by the same factor. Unallocated capacity never moves. On owned or reserved capacity (on_prem, reserved)
-  the same GPU-hours are paid for whether a job runs on spot or not: nothing is saved unless capacity is
-  released, and the change says so;
-- **GPU model Y instead of Z**: each job on Z is repriced at Y's price of the same tier (the same GPU-hours:
-  no speed-up assumed); its parts scale with its cost;
+  repriced at the spot price of its GPU model in force each day for its cluster (the job's GPU-hours spread
+  over its span inside the view, each moment at the row in force then: gpuledger/ledger/prices.py, the rule its
+  cost was billed by; on a day with no spot row in force yet, the on_demand one, as a job asking for spot is
+  billed); every part of *that job* shrinks by the same factor. Unallocated capacity never moves. On owned or
+  reserved capacity (on_prem, reserved) the same GPU-hours are paid for whether a job runs on spot or not:
+  nothing is saved unless capacity is released, and the change says so;
+- **GPU model Y instead of Z**: each job on Z is repriced at Y's price in force each day for the job's own tier
+  and cluster (the same GPU-hours: no speed-up assumed), exactly as if the ledger had booked Y; its parts
+  scale with its cost;
 - **a recommendation taken**: its counted saving (analytics.savings: a dollar two chosen items both claim is
   counted once) comes out of the part(s) its kind names (``addresses``), split over them by their size and
   capped at what is left of them.
@@ -41,7 +44,8 @@ from gpuledger.ledger.settings import Settings
 WASTE_KEYS = WASTE_PARTS
 PART_KEYS = PARTS
 JOB_PARTS = tuple(k for k in PART_KEYS if k != "unallocated_usd")  # a job's own parts
-ELASTIC_TIERS = ("on_demand", "spot")  # capacity bought by the hour: a job that does not run is not paid for
+SPOT = "spot"
+ELASTIC_TIERS = ("on_demand", SPOT)  # capacity bought by the hour: a job that does not run is not paid for
 
 
 def capacity_utilization_pct(
@@ -84,13 +88,47 @@ class WhatIf:
     notes: list[str] = field(default_factory=list)
 
 
+REPRICE_COLUMNS = ("span_start", "span_end", "pricing_tier")  # what a reprice needs beside jobs_table's
+
+
 def _job_rows(jobs: pl.DataFrame) -> list[dict[str, Any]]:
+    missing = [c for c in REPRICE_COLUMNS if c not in jobs.columns]
+    if missing and jobs.height:
+        raise ValueError(
+            f"the jobs frame lacks {', '.join(missing)} (analytics.whatif.whatif_jobs adds them)"
+        )
     cols = [
         c
-        for c in ("job_id", "team", "cluster", "gpu_model", "gpu_hours", "cost_usd", *JOB_PARTS)
+        for c in (
+            "job_id",
+            "team",
+            "cluster",
+            "gpu_model",
+            "gpu_hours",
+            "cost_usd",
+            *REPRICE_COLUMNS,
+            *JOB_PARTS,
+        )
         if c in jobs.columns
     ]
     return jobs.filter(pl.col("cost_usd").is_not_null()).select(cols).to_dicts()
+
+
+def repriced_usd(
+    j: dict[str, Any], model: str | None, tier: str | None, prices: PriceBook, *, fallback: bool = True
+) -> float | None:
+    """Job ``j`` (gpu_hours, cluster, span_start, span_end) at ``model``'s ``tier`` price: its GPU-hours
+    spread over its span inside the view, each moment at the price in force then for the job's cluster
+    (gpuledger/ledger/prices.py: the rule its cost was billed by, docs/metrics.md "What-if"); None when
+    unpriced. ``fallback``: on days the tier has no row in force, the on_demand price in force, as a job
+    asking for the tier is billed."""
+    start, end, hours = j["span_start"], j["span_end"], j["gpu_hours"] or 0.0
+    if start is None or end is None or end <= start:
+        return None if hours > 0 else 0.0
+    per_gpu = prices.usd(model, tier or "", j.get("cluster"), start, end, fallback=fallback)
+    if per_gpu is None:
+        return None
+    return hours * per_gpu / ((end - start).total_seconds() / 3600.0)
 
 
 def _scaled(rows: list[dict[str, Any]], factor: dict[str, float]) -> dict[str, float]:
@@ -108,7 +146,8 @@ def _scaled(rows: list[dict[str, Any]], factor: dict[str, float]) -> dict[str, f
 def reprice_team_on_spot(
     jobs: pl.DataFrame, team: str, prices: PriceBook, settings: Settings | None = None
 ) -> Change:
-    """Team ``team``'s jobs on elastic capacity at their GPU model's spot price (see the module docstring)."""
+    """Team ``team``'s jobs on elastic capacity at their GPU model's spot price in force each day (see the
+    module docstring)."""
     settings = settings or Settings()
     factor: dict[str, float] = {}
     no_price: set[str] = set()
@@ -118,12 +157,11 @@ def reprice_team_on_spot(
         hours, cost, model = j["gpu_hours"] or 0.0, j["cost_usd"], j["gpu_model"]
         if cost is None or cost <= 0 or hours <= 0 or model is None:
             continue
-        spot = prices.offered(model, "spot", j.get("cluster"))
-        if spot is None:
+        if not prices.periods(model, SPOT, j.get("cluster"), fallback=False):
             no_price.add(model)
             continue
-        new = hours * spot
-        if new >= cost - 0.005:
+        new = repriced_usd(j, model, SPOT, prices)
+        if new is None or new >= cost - 0.005:
             continue
         tier = settings.cluster_tier(j.get("cluster"))
         if tier not in ELASTIC_TIERS:
@@ -133,9 +171,9 @@ def reprice_team_on_spot(
         factor[j["job_id"]] = new / cost
     parts = _scaled(rows, factor)
     text = (
-        "the same GPU-hours at the spot price of each job's GPU model, on clusters whose capacity is bought by "
-        "the hour; each moved job's parts shrink with its cost, unallocated capacity does not move; restarts "
-        "after a preemption are not counted (checkpoint often)"
+        "the same GPU-hours at the spot price in force each day for each job's GPU model and cluster, on "
+        "clusters whose capacity is bought by the hour; each moved job's parts shrink with its cost, "
+        "unallocated capacity does not move; restarts after a preemption are not counted (checkpoint often)"
     )
     if owned:
         text += (
@@ -149,47 +187,60 @@ def reprice_team_on_spot(
     return Change(f"team {team} on spot", sum(parts.values()), text, len(factor), parts)
 
 
-def reprice_model(jobs: pl.DataFrame, old: str, new: str, prices: PriceBook, tier: str) -> Change:
-    """Jobs on ``old`` repriced at ``new``'s ``tier`` price (the same GPU-hours); their parts scale with it."""
-    new_price = prices.offered(new, tier)  # fleet-wide: the generic rows
-    if new_price is None:
-        return Change(f"{new} instead of {old}", 0.0, f"no {tier} price for {new}: nothing repriced", 0)
+def _model_costs(rows: list[dict[str, Any]], old: str, new: str, prices: PriceBook) -> dict[str, float]:
+    """The new cost of each priced job on ``old`` were it on ``new``: the same GPU-hours, the job's own tier
+    and cluster, the price in force each day (:func:`repriced_usd`)."""
+    out: dict[str, float] = {}
+    for j in rows:
+        if j["gpu_model"] != old or (j["cost_usd"] or 0) <= 0:
+            continue
+        usd = repriced_usd(j, new, j.get("pricing_tier"), prices)
+        if usd is not None:
+            out[j["job_id"]] = usd
+    return out
+
+
+def reprice_model(jobs: pl.DataFrame, old: str, new: str, prices: PriceBook) -> Change:
+    """Jobs on ``old`` repriced at ``new``'s price in force each day for their tier and cluster (the same
+    GPU-hours); their parts scale with it."""
     rows = [j for j in _job_rows(jobs) if j["gpu_model"] == old]
-    factor = {
-        j["job_id"]: (j["gpu_hours"] or 0.0) * new_price / j["cost_usd"]
-        for j in rows
-        if (j["cost_usd"] or 0) > 0
-    }
+    costs = _model_costs(rows, old, new, prices)
+    if rows and not costs:
+        return Change(f"{new} instead of {old}", 0.0, f"no price for {new}: nothing repriced", 0)
+    factor = {k: v / next(j["cost_usd"] for j in rows if j["job_id"] == k) for k, v in costs.items()}
     parts = _scaled(rows, factor)
-    hours = sum(j["gpu_hours"] or 0.0 for j in rows)
+    hours = sum(j["gpu_hours"] or 0.0 for j in rows if j["job_id"] in costs)
+    mean = sum(costs.values()) / hours if hours > 0 else 0.0
     return Change(
         f"{new} instead of {old}",
         sum(parts.values()),
-        f"the same {hours:,.1f} GPU-hours at {new}'s {tier} price (${new_price:,.2f}/GPU-h): no speed-up or "
-        "slow-down assumed; each job's parts scale with its cost; a negative saving means the change costs more",
-        len(rows),
+        f"the same {hours:,.1f} GPU-hours at {new}'s price in force each day for each job's tier and cluster "
+        f"(${mean:,.2f}/GPU-h on average): no speed-up or slow-down assumed; each job's parts scale with its "
+        "cost; a negative saving means the change costs more",
+        len(costs),
         parts,
     )
 
 
-def after_model_change(jobs: pl.DataFrame, old: str, new: str, prices: PriceBook, tier: str) -> pl.DataFrame:
-    """``jobs`` as they would be after :func:`reprice_model`: the jobs on ``old`` now on ``new`` at its
-    ``tier`` price, their parts scaled with it, so that a later change (a team on spot) reprices them once,
-    from there."""
-    new_price = prices.offered(new, tier)  # fleet-wide: the generic rows
-    if new_price is None:
+def after_model_change(jobs: pl.DataFrame, old: str, new: str, prices: PriceBook) -> pl.DataFrame:
+    """``jobs`` as they would be after :func:`reprice_model`: the jobs on ``old`` now on ``new`` at its price
+    in force, their parts scaled with it, so that a later change (a team on spot) reprices them once, from
+    there."""
+    costs = _model_costs(_job_rows(jobs), old, new, prices)
+    if not costs:
         return jobs
-    on_old = (pl.col("gpu_model") == old) & pl.col("cost_usd").is_not_null() & (pl.col("cost_usd") > 0)
-    factor = pl.col("gpu_hours") * new_price / pl.col("cost_usd")
+    new_cost = pl.col("job_id").replace_strict(costs, default=None, return_dtype=pl.Float64)
+    moved = new_cost.is_not_null()
+    factor = new_cost / pl.col("cost_usd")
     scaled = [
-        pl.when(on_old).then(pl.col(k) * factor).otherwise(pl.col(k)).alias(k)
+        pl.when(moved).then(pl.col(k) * factor).otherwise(pl.col(k)).alias(k)
         for k in JOB_PARTS
         if k in jobs.columns
     ]
     return jobs.with_columns(
         *scaled,
-        pl.when(on_old).then(pl.col("gpu_hours") * new_price).otherwise(pl.col("cost_usd")).alias("cost_usd"),
-        pl.when(on_old).then(pl.lit(new)).otherwise(pl.col("gpu_model")).alias("gpu_model"),
+        pl.when(moved).then(new_cost).otherwise(pl.col("cost_usd")).alias("cost_usd"),
+        pl.when(moved).then(pl.lit(new)).otherwise(pl.col("gpu_model")).alias("gpu_model"),
     )
 
 
@@ -270,8 +321,8 @@ def what_if(
     for old, new in models:
         if new == old:
             continue
-        changes.append(reprice_model(repriced, old, new, prices, settings.default_tier))
-        repriced = after_model_change(repriced, old, new, prices, settings.default_tier)
+        changes.append(reprice_model(repriced, old, new, prices))
+        repriced = after_model_change(repriced, old, new, prices)
     for team in spot:
         changes.append(reprice_team_on_spot(repriced, team, prices, settings))
     if take:
@@ -308,12 +359,11 @@ def what_if_view(
     take: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """``gpuledger whatif --json``: {now, with_changes (each with the keys of summary --json), changes}."""
-    from analytics.jobs import jobs_table
     from analytics.recommend import recommendations
     from analytics.summary import summary as view_summary
 
     now = view_summary(con, filters=filters, settings=settings)
-    jobs = jobs_table(con, filters=filters, settings=settings) if (spot or models) else pl.DataFrame()
+    jobs = whatif_jobs(con, filters=filters, settings=settings) if (spot or models) else pl.DataFrame()
     recs = recommendations(con, filters=filters, settings=settings) if take else pl.DataFrame()
     result = what_if(now, jobs, recs, price_book(con), settings, spot=spot, models=models, take=take)
     return {
@@ -321,3 +371,15 @@ def what_if_view(
         "with_changes": result.after,
         "changes": [c.as_dict() for c in result.changes],
     }
+
+
+def whatif_jobs(con: duckdb.DuckDBPyConnection, *, filters: Filters, settings: Settings) -> pl.DataFrame:
+    """The view's jobs with their parts (analytics.jobs.jobs_table) and what a reprice needs beside them:
+    each job's span inside the view and the tier it asked for (analytics.cost.job_costs, the same view and
+    horizon), so that a change prices each day at the price in force then."""
+    from analytics.cost import job_costs
+    from analytics.jobs import jobs_table
+
+    jobs = jobs_table(con, filters=filters, settings=settings)
+    spans = job_costs(con, filters=filters).select("job_id", *REPRICE_COLUMNS)
+    return jobs.join(spans, on="job_id", how="left")

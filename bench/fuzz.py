@@ -92,6 +92,7 @@ FAMILIES: dict[str, list[str]] = {
         "repo:tests/fixtures/rocm_smi/mi300x_time_lines.log",
         "repo:tests/fixtures/training/seq2seq/trainer_state.json",
         "repo:tests/fixtures/training/trl-sft/trainer_state.json",
+        "repo:tests/fixtures/gpustat/gpustat_two_polls.json",
     ],
     # the shapes of issue 42 (tests/fixtures): Slurm 24.11's NO_VAL starts, older amd-smi names, a masked UUID
     # on two cards, a Lightning test row, single pods and spec-less CPU pods, real telegraf XML (DTD v10-v13)

@@ -42,7 +42,14 @@ from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import model_sql_case
 
 SENTINEL = 9.2e18  # DCGM_FT_*_BLANK and friends start at 2^63 - 2^10; nothing real comes near
-LINE_RE = r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?[ \t]+(\S+)(?:[ \t]+(-?[0-9]+))?[ \t]*$"
+# NAME{LABELS} VALUE [TIMESTAMP] [# {EXEMPLAR LABELS} VALUE [TIMESTAMP]]: a label value may hold } and #, so
+# the braces are matched over quoted strings; an OpenMetrics exemplar is read past (nothing stores it).
+_QUOTED_OR_OTHER = r'(?:[^"}]|"(?:[^"\\]|\\.)*")*'
+LINE_RE = (
+    r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(" + _QUOTED_OR_OTHER + r")\})?[ \t]+(\S+)"
+    r"(?:[ \t]+([-+]?[0-9][0-9.eE+-]*))?"
+    r"(?:[ \t]+#[ \t]+\{" + _QUOTED_OR_OTHER + r"\}[ \t]+\S+(?:[ \t]+\S+)?)?[ \t]*$"
+)
 LABEL_RE = r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"'
 # A label value's escapes (the exposition format: \\ \" \n) undone in one left-to-right pass: escaped
 # backslashes first become chr(0), so "\\n" stays a backslash and an n.
@@ -138,19 +145,19 @@ def stage_long(
     con.execute(
         f"""CREATE TEMP TABLE stage_samples AS
             SELECT ts, gpu_id,
-                coalesce(max(value) FILTER (measure = 'util'), {pct}max(value) FILTER (measure = 'gr_active'))::FLOAT
+                coalesce(max(value) FILTER (measure = 'util'), {pct}max(value) FILTER (measure = 'gr_active'))::DOUBLE
                     AS util_pct,
-                max(value) FILTER (measure = 'mem_util')::FLOAT AS mem_util_pct,
-                max(value) FILTER (measure = 'fb_used')::FLOAT AS mem_used_mib,
+                max(value) FILTER (measure = 'mem_util')::DOUBLE AS mem_util_pct,
+                max(value) FILTER (measure = 'fb_used')::DOUBLE AS mem_used_mib,
                 coalesce(max(value) FILTER (measure = 'fb_total'),
-                         max(value) FILTER (measure = 'fb_used') + max(value) FILTER (measure = 'fb_free'))::FLOAT
+                         max(value) FILTER (measure = 'fb_used') + max(value) FILTER (measure = 'fb_free'))::DOUBLE
                     AS mem_total_mib,
-                max(value) FILTER (measure = 'power')::FLOAT AS power_w,
+                max(value) FILTER (measure = 'power')::DOUBLE AS power_w,
                 (max(value) FILTER (measure = 'energy_mj') / 1000.0)::DOUBLE AS energy_j,
-                max(value) FILTER (measure = 'temp')::FLOAT AS temp_c,
-                ({pct}max(value) FILTER (measure = 'sm_active'))::FLOAT AS sm_active_pct,
-                ({pct}max(value) FILTER (measure = 'tensor_active'))::FLOAT AS tensor_active_pct,
-                max(value) FILTER (measure = 'sm_clock')::FLOAT AS sm_clock_mhz,
+                max(value) FILTER (measure = 'temp')::DOUBLE AS temp_c,
+                ({pct}max(value) FILTER (measure = 'sm_active'))::DOUBLE AS sm_active_pct,
+                ({pct}max(value) FILTER (measure = 'tensor_active'))::DOUBLE AS tensor_active_pct,
+                max(value) FILTER (measure = 'sm_clock')::DOUBLE AS sm_clock_mhz,
                 max(value) FILTER (measure = 'throttle')::UBIGINT AS throttle_reasons,
                 -- several jobs' series on one GPU at one time (time-slicing, MPS, shared pods): the sample
                 -- is no one job's; the jobs are kept in stage_processes below
@@ -263,76 +270,130 @@ class DcgmText:
         return Sniff(0)
 
     def stage(self, con: duckdb.DuckDBPyConnection, path: Path, opts: IngestOptions) -> dict[str, int]:
-        con.execute(
-            f"""CREATE TEMP TABLE prom_lines AS
-                SELECT generate_subscripts(parts, 1) AS line_no, rtrim(unnest(parts), chr(13)) AS line
-                FROM (SELECT string_split(content, chr(10)) AS parts FROM read_text({sql_path(path)}))"""
-        )
-        con.execute(
-            f"""CREATE TEMP TABLE prom_parsed AS
-                SELECT line_no, line, regexp_extract(line, {quote(LINE_RE)},
-                                                     ['metric', 'braces', 'labels', 'value', 'ts']) AS p
-                FROM prom_lines WHERE trim(line) <> '' AND NOT starts_with(ltrim(line), '#')"""
-        )
-        bad = con.execute(
-            """SELECT line_no, line FROM prom_parsed
-               WHERE p.metric = '' OR TRY_CAST(p.value AS DOUBLE) IS NULL
-               ORDER BY line_no LIMIT 1"""
-        ).fetchall()
-        if bad:
-            line_no, line = bad[0]
-            raise FormatError(path, int(line_no), f"not a Prometheus sample line: {line[:120]!r}")
-        with_ts, total = con.execute("SELECT count_if(p.ts <> ''), count(*) FROM prom_parsed").fetchall()[0]
-        if total == 0:
-            raise FormatError(path, None, "no sample lines (only comments)")
-        notes: dict[str, int] = {}
-        if with_ts == 0:
-            repeat = con.execute(
-                """SELECT max(line_no) FROM prom_parsed GROUP BY p.metric, p.labels HAVING count(*) > 1
-                   ORDER BY 1 LIMIT 1"""
-            ).fetchall()
-            if repeat:
-                raise FormatError(
-                    path,
-                    int(repeat[0][0]),
-                    "a series repeats but the samples carry no timestamps, so the scrapes cannot be told "
-                    "apart: ingest one scrape per file, or save samples with timestamps",
-                )
-            # the values are stored, timed by the file: not a skip (docs/formats-telemetry.md says so)
-            ts_sql = file_time_utc(path)
-        elif with_ts < total:
-            missing = con.execute("SELECT min(line_no) FROM prom_parsed WHERE p.ts = ''").fetchall()[0][0]
-            raise FormatError(path, int(missing), "this sample has no timestamp but others in the file do")
-        else:
-            odd = con.execute(
-                """SELECT line_no, p.ts FROM prom_parsed
-                   WHERE NOT abs(coalesce(TRY_CAST(p.ts AS DOUBLE), 1e300)) < 1e14 ORDER BY line_no LIMIT 1"""
-            ).fetchall()
-            if odd:  # Prometheus timestamps are milliseconds since 1970: 1e14 is the year 5138
-                raise FormatError(
-                    path, int(odd[0][0]), f"the timestamp is not milliseconds since 1970: {odd[0][1]!r}"
-                )
-            ts_sql = "make_timestamp(CAST(p.ts AS BIGINT) * 1000)"
-        dup = con.execute(
-            f"""SELECT line_no, names FROM (
-                    SELECT line_no, regexp_extract_all(p.labels, {quote(LABEL_RE)}, 1) AS names FROM prom_parsed)
-                WHERE len(names) <> len(list_distinct(names)) ORDER BY line_no LIMIT 1"""
-        ).fetchall()
-        if dup:
-            line_no, names = dup[0]
-            twice = next(n for n in names if names.count(n) > 1)
-            raise FormatError(
-                path, int(line_no), f'the label "{twice}" appears twice in one series (duplicate labels)'
-            )
-        con.execute(
-            f"""CREATE TEMP TABLE prom_long AS
-                SELECT line_no, p.metric AS metric,
-                       map(regexp_extract_all(p.labels, {quote(LABEL_RE)}, 1),
-                           list_transform(regexp_extract_all(p.labels, {quote(LABEL_RE)}, 2),
-                                          lambda v: {UNESCAPE_SQL})) AS labels,
-                       CAST({ts_sql} AS TIMESTAMP) AS ts, CAST(p.value AS DOUBLE) AS value
-                FROM prom_parsed"""
-        )
-        con.execute("DROP TABLE temp.prom_lines")
-        con.execute("DROP TABLE temp.prom_parsed")
+        notes = read_exposition(con, path)
+        _refuse_infinite(con, path)
         return {**notes, **stage_long(con, path, opts)}
+
+
+def read_exposition(con: duckdb.DuckDBPyConnection, path: Path) -> dict[str, int]:
+    """The Prometheus text exposition (or OpenMetrics) in ``path`` as TEMP ``prom_long(line_no, metric,
+    labels MAP, ts TIMESTAMP, value DOUBLE)``, one row per sample line; notes by reason.
+
+    Values are Go's floats as Prometheus writes them (``1``, ``-2.5e3``, ``NaN``, ``+Inf``, ``-Inf``).
+    Timestamps: integer milliseconds since 1970 in Prometheus text; seconds, with a fraction or not, in an
+    OpenMetrics file (one with a ``# EOF`` line, as OpenMetrics ends every exposition). Exemplars
+    (``# {trace_id="…"} 1.0``) are read past. Tested against prometheus_client's two parsers on generated
+    expositions (tests/collectors/test_prometheus_text.py)."""
+    con.execute(
+        f"""CREATE TEMP TABLE prom_lines AS
+            SELECT generate_subscripts(parts, 1) AS line_no, rtrim(unnest(parts), chr(13)) AS line
+            FROM (SELECT string_split(content, chr(10)) AS parts FROM read_text({sql_path(path)}))"""
+    )
+    con.execute(
+        f"""CREATE TEMP TABLE prom_parsed AS
+            SELECT line_no, line, regexp_extract(line, {quote(LINE_RE)},
+                                                 ['metric', 'braces', 'labels', 'value', 'ts']) AS p
+            FROM prom_lines WHERE trim(line) <> '' AND NOT starts_with(ltrim(line), '#')"""
+    )
+    bad = con.execute(
+        """SELECT line_no, line FROM prom_parsed
+           WHERE p.metric = '' OR TRY_CAST(p.value AS DOUBLE) IS NULL
+           ORDER BY line_no LIMIT 1"""
+    ).fetchall()
+    if bad:
+        line_no, line = bad[0]
+        raise FormatError(path, int(line_no), f"not a Prometheus sample line: {line[:120]!r}")
+    with_ts, total, seconds = con.execute(
+        """SELECT count_if(p.ts <> ''), count(*),
+                  (SELECT count(*) > 0 FROM prom_lines WHERE trim(line) = '# EOF')
+           FROM prom_parsed"""
+    ).fetchall()[0]
+    if total == 0:
+        raise FormatError(path, None, "no sample lines (only comments)")
+    notes: dict[str, int] = {}
+    if with_ts == 0:
+        repeat = con.execute(
+            """SELECT max(line_no) FROM prom_parsed GROUP BY p.metric, p.labels HAVING count(*) > 1
+               ORDER BY 1 LIMIT 1"""
+        ).fetchall()
+        if repeat:
+            raise FormatError(
+                path,
+                int(repeat[0][0]),
+                "a series repeats but the samples carry no timestamps, so the scrapes cannot be told "
+                "apart: ingest one scrape per file, or save samples with timestamps",
+            )
+        # the values are stored, timed by the file: not a skip (docs/formats-telemetry.md says so)
+        ts_sql = file_time_utc(path)
+    elif with_ts < total:
+        missing = con.execute("SELECT min(line_no) FROM prom_parsed WHERE p.ts = ''").fetchall()[0][0]
+        raise FormatError(path, int(missing), "this sample has no timestamp but others in the file do")
+    elif seconds:  # OpenMetrics: seconds since 1970, a fraction allowed
+        odd = con.execute(
+            """SELECT line_no, p.ts FROM prom_parsed
+               WHERE NOT abs(coalesce(TRY_CAST(p.ts AS DOUBLE), 1e300)) < 1e11 ORDER BY line_no LIMIT 1"""
+        ).fetchall()
+        if odd:  # 1e11 s is the year 5138
+            raise FormatError(
+                path,
+                int(odd[0][0]),
+                f"the timestamp is not seconds since 1970 (an OpenMetrics file, it ends with # EOF): {odd[0][1]!r}",
+            )
+        ts_sql = "make_timestamp(CAST(round(CAST(p.ts AS DOUBLE) * 1e6) AS BIGINT))"
+    else:
+        odd = con.execute(
+            """SELECT line_no, p.ts FROM prom_parsed
+               WHERE NOT regexp_full_match(p.ts, '[-+]?[0-9]+')
+                      OR NOT abs(coalesce(TRY_CAST(p.ts AS DOUBLE), 1e300)) < 1e14 ORDER BY line_no LIMIT 1"""
+        ).fetchall()
+        if odd:  # Prometheus timestamps are milliseconds since 1970: 1e14 is the year 5138
+            raise FormatError(
+                path,
+                int(odd[0][0]),
+                f"the timestamp is not milliseconds since 1970: {odd[0][1]!r}"
+                + (
+                    " (seconds with a fraction are OpenMetrics, whose files end with # EOF)"
+                    if "." in odd[0][1]
+                    else ""
+                ),
+            )
+        ts_sql = "make_timestamp(CAST(p.ts AS BIGINT) * 1000)"
+    dup = con.execute(
+        f"""SELECT line_no, names FROM (
+                SELECT line_no, regexp_extract_all(p.labels, {quote(LABEL_RE)}, 1) AS names FROM prom_parsed)
+            WHERE len(names) <> len(list_distinct(names)) ORDER BY line_no LIMIT 1"""
+    ).fetchall()
+    if dup:
+        line_no, names = dup[0]
+        twice = next(n for n in names if names.count(n) > 1)
+        raise FormatError(
+            path, int(line_no), f'the label "{twice}" appears twice in one series (duplicate labels)'
+        )
+    con.execute(
+        f"""CREATE TEMP TABLE prom_long AS
+            SELECT line_no, p.metric AS metric,
+                   map(regexp_extract_all(p.labels, {quote(LABEL_RE)}, 1),
+                       list_transform(regexp_extract_all(p.labels, {quote(LABEL_RE)}, 2),
+                                      lambda v: {UNESCAPE_SQL})) AS labels,
+                   CAST({ts_sql} AS TIMESTAMP) AS ts, CAST(p.value AS DOUBLE) AS value
+            FROM prom_parsed"""
+    )
+    con.execute("DROP TABLE temp.prom_lines")
+    con.execute("DROP TABLE temp.prom_parsed")
+    return notes
+
+
+def _refuse_infinite(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """+Inf or -Inf as the value of a metric the ledger stores is refused with its line: no GPU reading is
+    infinite, and a DCGM blank is a finite sentinel (NaN, DCGM's other blank, stays a missing reading: NULL).
+    An infinite value of a metric not stored is counted with the other values not stored."""
+    names = ", ".join(quote(k) for k in METRICS)
+    bad = con.execute(
+        f"""SELECT line_no, metric, value FROM prom_long
+            WHERE isinf(value) AND lower(metric) IN ({names}) ORDER BY line_no LIMIT 1"""
+    ).fetchall()
+    if bad:
+        line_no, metric, value = bad[0]
+        raise FormatError(
+            path, int(line_no), f"{metric} is {'+' if value > 0 else '-'}Inf: no GPU reading is infinite"
+        )

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
@@ -32,8 +35,9 @@ from collectors.provenance import (
 )
 from collectors.reader_errors import Restage, reading
 from collectors.registry import PARSERS
-from collectors.source_file import check_path, scan_source
-from collectors.validate import record_rejections, validate_merge, validate_stage
+from collectors.row_checks import reader_rejections
+from collectors.source_file import check_path, scan_source, unpadded_copy
+from collectors.validate import Violation, record_rejections, validate_merge, validate_stage
 from gpuledger.ledger.errors import FormatError
 
 # Files this big get a progress bar on a terminal; smaller ones land before one would be drawn.
@@ -98,6 +102,9 @@ def ingest_file(
 
     with reading(p):  # every byte read: no line too long, no NUL, no gzip bomb (collectors/source_file.py)
         scan = scan_source(p, parser.name, max_gzip_ratio=opts.max_gzip_ratio)
+    padded = tempfile.TemporaryDirectory(prefix="gpuledger-") if scan.padding else None
+    # a .gz with zero padding is staged from a copy without it (DuckDB refuses the padding gzip skips)
+    staged = unpadded_copy(p, scan.padding, Path(padded.name)) if padded else p
     ids: list[int] = []  # the ingest's id, kept for a second run (Restage): a sequence is not rolled back
 
     def work() -> IngestReport:
@@ -106,10 +113,15 @@ def ingest_file(
         if not ids:
             ids.append(next_ingest_id(con))
         ingest_id = ids[0]
-        with reading(p):
-            skipped = parser.stage(con, p, opts)
+        with reading(p), as_source(staged, p):
+            reader_rejections(con)  # none left from an earlier file on this connection
+            skipped = parser.stage(con, staged, opts)
             priced = price_staged_jobs(con, opts.gpu) if opts.gpu else None
-            bad = validate_stage(con, p, skip_bad_rows=opts.skip_bad_rows, max_job_days=opts.max_job_days)
+            bad = [  # the reader's own checks, under --skip-bad-rows (collectors/row_checks.py)
+                Violation("jobs", line, "", value or "", reason)
+                for line, value, reason in reader_rejections(con)
+            ]
+            bad += validate_stage(con, p, skip_bad_rows=opts.skip_bad_rows, max_job_days=opts.max_job_days)
             bad += validate_merge(con, p, skip_bad_rows=opts.skip_bad_rows)
             tie_to_job(con, p, parser.name, opts.job_id)  # --job on telemetry: its samples, or refused
             if hashing is not None:
@@ -169,8 +181,21 @@ def ingest_file(
     finally:
         if hashing is not None:
             hashing.result(raise_errors=False)  # never leave the thread reading the file
+        if padded is not None:
+            padded.cleanup()
         if progress:
             con.execute("SET enable_progress_bar = false")
+
+
+@contextmanager
+def as_source(staged: Path, source: Path) -> Iterator[None]:
+    """A FormatError about the copy a parser staged from names the user's file instead."""
+    try:
+        yield
+    except FormatError as exc:
+        if staged == source or exc.path != str(staged):
+            raise
+        raise FormatError(source, exc.line, exc.reason) from exc
 
 
 # Files this big are hashed on a second thread while DuckDB stages them, unless their source was ingested

@@ -24,7 +24,7 @@ import duckdb
 from collectors.base import IngestOptions, Sniff, read_head
 from collectors.lines import file_lines, reader_error_line
 from collectors.reader_errors import describe_failure
-from collectors.row_checks import Check, first_violation
+from collectors.row_checks import Check, screen_rows
 from collectors.sql_text import nullif_tokens, sql_path, ts_utc
 from collectors.time_zones import session_zone
 from collectors.validate import name_columns
@@ -175,17 +175,6 @@ class JobsTable:
         pending = f"coalesce({state} = '{PENDING}', false)"
         no_end = f"{state} IN ({sql_list(TABLE_FINISHED_STATES)}) AND {col('end')} IS NULL"
         notes: dict[str, int] = {}
-        if opts.skip_bad_rows:
-            left = [
-                r[0]
-                for r in con.execute(f"SELECT line_no FROM raw_jobs WHERE {no_end} ORDER BY 1").fetchall()
-            ]
-            if left:
-                con.execute(f"DELETE FROM raw_jobs WHERE {no_end}")
-                shown = ", ".join(map(str, left[:10])) + (", …" if len(left) > 10 else "")
-                notes[
-                    f'finished jobs with an empty "end", left out (line{"s" if len(left) > 1 else ""} {shown})'
-                ] = len(left)
         checks = [
             Check(f"{col('job_id')} IS NULL", "job_id is empty"),
             Check(
@@ -255,7 +244,7 @@ class JobsTable:
                     )
                 )
         with session_zone(con, opts.tz or "UTC"):
-            first_violation(con, path, "raw_jobs", checks)
+            screen_rows(con, path, "raw_jobs", checks, skip_bad_rows=opts.skip_bad_rows)
             dup = con.execute(
                 f"SELECT {col('job_id')}, list(line_no ORDER BY line_no) FROM raw_jobs GROUP BY 1 HAVING count(*) > 1 LIMIT 1"
             ).fetchall()

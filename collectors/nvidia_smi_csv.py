@@ -414,8 +414,8 @@ class NvidiaSmiCsv:
         # a column the file does not have is not staged (the landing writes NULL for it): 2 M rows of two
         # NULL columns were 32 MB more for the stage to hold, or to spill under the writer's memory limit
         select = {c: v for c, v in select.items() if v != "NULL"}
-        casts = {"ts": "TIMESTAMP", "gpu_id": "VARCHAR", "energy_j": "DOUBLE", "throttle_reasons": "UBIGINT"}
-        body = ", ".join(f"CAST({sql} AS {casts.get(c, 'FLOAT')}) AS {c}" for c, sql in select.items())
+        casts = {"ts": "TIMESTAMP", "gpu_id": "VARCHAR", "throttle_reasons": "UBIGINT"}
+        body = ", ".join(f"CAST({sql} AS {casts.get(c, 'DOUBLE')}) AS {c}" for c, sql in select.items())
         # What is one value per GPU is not copied into every staged row: the name goes in as a one-byte code
         # (the names the file's head shows, _name_codes; a name it did not show goes in as read, in
         # name_other, NULL on every other row: one read of the file whatever the head shows), the uuid is the

@@ -367,9 +367,9 @@ class NvidiaSmiPmon:
                     )
                     SELECT r.ts, g.gpu_id, r.pid, arg_max(r.process_name, coalesce(r.sm_pct, -1)) AS process_name,
                            max(r.used_mem_mib) AS used_mem_mib, ?::VARCHAR AS job_id,
-                           max(r.sm_pct)::FLOAT AS sm_pct, max(r.mem_util_pct)::FLOAT AS mem_util_pct,
-                           max(r.enc_pct)::FLOAT AS enc_pct, max(r.dec_pct)::FLOAT AS dec_pct,
-                           any_value(iv.interval_s)::FLOAT AS interval_s, min(r.line_no) AS line_no
+                           max(r.sm_pct)::DOUBLE AS sm_pct, max(r.mem_util_pct)::DOUBLE AS mem_util_pct,
+                           max(r.enc_pct)::DOUBLE AS enc_pct, max(r.dec_pct)::DOUBLE AS dec_pct,
+                           any_value(iv.interval_s)::DOUBLE AS interval_s, min(r.line_no) AS line_no
                     FROM pmon_rows r JOIN pmon_gpus g USING (gpu_index)
                          JOIN iv ON iv.gpu_index = r.gpu_index AND iv.ts = r.ts
                     GROUP BY r.ts, g.gpu_id, r.pid
@@ -381,7 +381,7 @@ class NvidiaSmiPmon:
                 con.execute(
                     f"""CREATE TEMP TABLE stage_pmon_polls AS
                         WITH cadence AS (SELECT gpu_index, {_CADENCE} AS cad_s FROM pmon_gaps GROUP BY gpu_index)
-                        SELECT g.gpu_id, p.ts, CAST({_INTERVAL} AS FLOAT) AS interval_s
+                        SELECT g.gpu_id, p.ts, CAST({_INTERVAL} AS DOUBLE) AS interval_s
                         FROM pmon_gaps p JOIN cadence c USING (gpu_index) JOIN pmon_gpus g USING (gpu_index)"""
                 )
             cluster = opts.cluster

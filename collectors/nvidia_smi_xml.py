@@ -32,6 +32,7 @@ import duckdb
 
 from collectors.base import IngestOptions, Sniff
 from collectors.sql_text import NULL_TOKENS
+from collectors.stage_rows import temp_table
 from collectors.time_zones import LocalClock, local_zone
 from gpuledger.ledger.errors import FormatError
 from gpuledger.ledger.reference import normalize_model
@@ -57,15 +58,31 @@ SM_SLICES = {
 SAMPLE_COLS = {
     "ts": "TIMESTAMP",
     "gpu_id": "VARCHAR",
-    "util_pct": "FLOAT",
-    "mem_util_pct": "FLOAT",
-    "mem_used_mib": "FLOAT",
-    "mem_total_mib": "FLOAT",
-    "power_w": "FLOAT",
-    "temp_c": "FLOAT",
-    "sm_clock_mhz": "FLOAT",
+    "util_pct": "DOUBLE",
+    "mem_util_pct": "DOUBLE",
+    "mem_used_mib": "DOUBLE",
+    "mem_total_mib": "DOUBLE",
+    "power_w": "DOUBLE",
+    "temp_c": "DOUBLE",
+    "sm_clock_mhz": "DOUBLE",
     "throttle_reasons": "UBIGINT",
 }
+# Where each sample column's value sits in a <gpu> (or <mig_device>) element: (enclosing element, element),
+# in the order _power prefers; for the line a range error names (collectors/validate.py ``line_no__<column>``).
+VALUE_ELEMENTS = {
+    "util_pct": (("utilization", "gpu_util"),),
+    "mem_util_pct": (("utilization", "memory_util"),),
+    "mem_used_mib": (("fb_memory_usage", "used"),),
+    "mem_total_mib": (("fb_memory_usage", "total"),),
+    "power_w": tuple(
+        (block, tag)
+        for block in ("gpu_power_readings", "power_readings")
+        for tag in ("power_draw", "average_power_draw", "instant_power_draw")
+    ),
+    "temp_c": (("temperature", "gpu_temp"),),
+    "sm_clock_mhz": (("clocks", "sm_clock"),),
+}
+_DEVICE_OPEN = re.compile(r"<(?:gpu|mig_device)[\s>]")
 GPU_COLS = {
     "gpu_id": "VARCHAR",
     "uuid": "VARCHAR",
@@ -157,6 +174,30 @@ def _snapshot_time(root: ET.Element, clock: LocalClock) -> dt.datetime:
     return clock.utc(dt.datetime.strptime(" ".join(raw.split()), "%a %b %d %H:%M:%S %Y"))
 
 
+def _sample_lines(doc: str, first_line: int) -> list[tuple[object, ...]]:
+    """For each sample a snapshot gives, in the order :meth:`NvidiaSmiXml._read_snapshot` appends them (each
+    <gpu>, then its <mig_device>s: document order), the line of its element and of each value in
+    :data:`VALUE_ELEMENTS` that holds a number (None where none does). ElementTree keeps no line numbers,
+    so the opening tags are found in the text."""
+    starts = [m.start() for m in _DEVICE_OPEN.finditer(doc)]
+    out: list[tuple[object, ...]] = []
+    for i, start in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else len(doc)
+        block = doc[start:end]
+        base = first_line + doc.count("\n", 0, start)
+        lines: list[object] = [base]
+        for places in VALUE_ELEMENTS.values():
+            found = None
+            for outer, tag in places:
+                m = re.search(rf"<{outer}>.*?<{tag}>\s*-?[0-9]", block, re.S)
+                if m:
+                    found = base + block.count("\n", 0, m.end())
+                    break
+            lines.append(found)
+        out.append(tuple(lines))
+    return out
+
+
 def _snapshots(text: str) -> list[tuple[int, str]]:
     """(first line, document) for each ``<?xml`` document in the file."""
     starts = [m.start() for m in re.finditer(r"<\?xml", text)] or [0]
@@ -188,8 +229,10 @@ class NvidiaSmiXml:
         processes: list[tuple[object, ...]] = []
         text = path.read_text(encoding="utf-8", errors="replace")
         clock = LocalClock(zone)  # the snapshots' local times, in file order
+        lines: list[tuple[object, ...]] = []
         notes: dict[str, int] = {}
         for first_line, doc in _snapshots(text):
+            lines += _sample_lines(doc, first_line)
             try:
                 root = ET.fromstring(doc)
             except ET.ParseError as exc:
@@ -204,10 +247,18 @@ class NvidiaSmiXml:
                 raise FormatError(path, first_line, f"snapshot: {exc}") from None
         if not samples:
             raise FormatError(path, None, "no <gpu> element in any snapshot")
-        _temp_table(con, "stage_samples", SAMPLE_COLS, samples)
-        _temp_table(con, "stage_gpus", GPU_COLS, list(gpus.values()))
+        if len(lines) == len(samples):  # else a <gpu> outside the shape read: messages name no line
+            cols = {
+                **SAMPLE_COLS,
+                "line_no": "INTEGER",
+                **{f"line_no__{c}": "INTEGER" for c in VALUE_ELEMENTS},
+            }
+            temp_table(con, "stage_samples", cols, [(*s, *ln) for s, ln in zip(samples, lines, strict=True)])
+        else:
+            temp_table(con, "stage_samples", SAMPLE_COLS, samples)
+        temp_table(con, "stage_gpus", GPU_COLS, list(gpus.values()))
         if processes:
-            _temp_table(con, "stage_processes", PROCESS_COLS, processes)
+            temp_table(con, "stage_processes", PROCESS_COLS, processes)
         return notes
 
     @staticmethod
@@ -311,12 +362,3 @@ def _fallback_id(gpu: ET.Element, index: int | None, host: str) -> tuple[str, st
     if index is not None:
         return f"{host}:{index}", "minor number"
     raise ValueError("two <gpu> elements share a UUID and neither has a PCI bus id or minor number")
-
-
-def _temp_table(
-    con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, str], rows: list[tuple[object, ...]]
-) -> None:
-    """A small temp table from Python rows (a snapshot holds a handful of GPUs and processes)."""
-    con.execute(f"CREATE TEMP TABLE {name} ({', '.join(f'{c} {t}' for c, t in columns.items())})")
-    placeholders = ", ".join("?" for _ in columns)
-    con.executemany(f"INSERT INTO {name} VALUES ({placeholders})", [list(r) for r in rows])

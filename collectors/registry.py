@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collectors.contract import Parser
 from collectors.dcgm import DcgmText
+from collectors.gpustat_json import GpustatJson
 from collectors.jobs_table import JobsJsonl, JobsTable
 from collectors.kubernetes import KubernetesPods
 from collectors.nvidia_smi_csv import NvidiaSmiAppsCsv, NvidiaSmiCsv
@@ -46,6 +47,7 @@ PARSERS.update(
             DcgmText(),
             PrometheusJson(),
             RocmSmiCsv(),
+            GpustatJson(),
         )
     }
 )

@@ -416,11 +416,11 @@ class RocmSmiCsv:
         con.execute(
             """CREATE TEMP TABLE stage_samples AS
                 SELECT ts, gpu_id,
-                       util::FLOAT AS util_pct, mem_util::FLOAT AS mem_util_pct,
+                       util::DOUBLE AS util_pct, mem_util::DOUBLE AS mem_util_pct,
                        -- memory held: bytes or MiB as reported, else VRAM% of the card's own total
-                       coalesce(used, vram_pct / 100.0 * card_total)::FLOAT AS mem_used_mib,
-                       total::FLOAT AS mem_total_mib, power::FLOAT AS power_w, energy::DOUBLE AS energy_j,
-                       temp::FLOAT AS temp_c, sclk::FLOAT AS sm_clock_mhz, line_no,
+                       coalesce(used, vram_pct / 100.0 * card_total)::DOUBLE AS mem_used_mib,
+                       total::DOUBLE AS mem_total_mib, power::DOUBLE AS power_w, energy::DOUBLE AS energy_j,
+                       temp::DOUBLE AS temp_c, sclk::DOUBLE AS sm_clock_mhz, line_no,
                        host, gpu_index, name
                 FROM (SELECT *, max(total) OVER (PARTITION BY gpu_id) AS card_total
                       FROM (SELECT *, host || ':' || coalesce(bus, CAST(gpu_index AS VARCHAR)) AS gpu_id

@@ -53,7 +53,7 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote, read_head
-from collectors.row_checks import Check, first_violation
+from collectors.row_checks import Check, screen_rows
 from collectors.sacct_hosts import _stage_allocations
 from collectors.sacct_hosts import expand_nodelist as expand_nodelist
 from collectors.sacct_hosts import gres_indices as gres_indices
@@ -335,7 +335,16 @@ def stage_from_raw(
     skipped: dict[str, int] = {}
     with session_zone(con, zone):
         try:
-            first_violation(con, path, "sacct_raw r", checks)
+            # a job's line and its steps' lines are one job: a bad one takes the job out whole
+            screen_rows(
+                con,
+                path,
+                "sacct_raw r",
+                checks,
+                skip_bad_rows=opts.skip_bad_rows,
+                group_sql=f"split_part({raw_id}, '.', 1)",
+                line_label=line_label,
+            )
         except FormatError as exc:
             if line_label is None:
                 raise
@@ -461,7 +470,7 @@ def stage_from_raw(
         ORDER BY r.line_no
         """
     )
-    _stage_allocations(con, path)
+    _stage_allocations(con, path, line_label)
     if line_label:  # a JSON document's lines say nothing: a bad row names its entry (jobs[] entry 3)
         for t in ("stage_jobs", "stage_allocations"):
             con.execute(f"ALTER TABLE {t} ADD COLUMN row_label VARCHAR")

@@ -21,46 +21,68 @@ MAX_HOSTS_PER_RANGE = 100_000
 
 
 def expand_nodelist(text: str) -> list[str]:
-    """Slurm's compressed host list → host names, like ``scontrol show hostnames``.
+    """Slurm's compressed host list → host names, as ``scontrol show hostnames`` gives them.
 
-    ``gpu[01-04,07],cpu1`` → gpu01 gpu02 gpu03 gpu04 gpu07 cpu1 (zero padding kept; several bracket groups
-    in one name expand as a product). ``None assigned`` (pending) and ``(null)`` give no hosts.
-    """
+    ``gpu[01-04,07],cpu1`` → gpu01 gpu02 gpu03 gpu04 gpu07 cpu1 (a range is as wide as its first bound:
+    ``n[009-011]``, ``n[9-11]``; several bracket groups in one name expand as a product). ``None assigned``
+    (pending) and ``(null)`` give no hosts. What scontrol calls an invalid host list is a ValueError saying
+    why: a reversed range (``n[5-3]``), an empty or non-numeric one, a bracket never closed (``gpu[01-04``,
+    which scontrol turns into a host ``gpu]``), a ``]`` with no ``[``, a bracket inside a bracket, or a name
+    going on after its last bracket group (``n[1-2].ib``). Checked against scontrol on generated lists
+    (tests/collectors/test_sacct_hosts.py)."""
     text = text.strip()
     if not text or text in ("None assigned", "(null)", "None"):
         return []
+    shown = repr(text[:80] + ("…" if len(text) > 80 else ""))
     parts: list[str] = []
     depth, cur = 0, ""
     for ch in text:
         if ch == "[":
+            if depth:
+                raise ValueError(f"host list {shown}: a bracket inside a bracket")
             depth += 1
         elif ch == "]":
+            if not depth:
+                raise ValueError(f"host list {shown}: a ']' with no '[' before it")
             depth -= 1
         if ch == "," and depth == 0:
             parts.append(cur)
             cur = ""
         else:
             cur += ch
+    if depth:
+        raise ValueError(f"host list {shown}: a '[' that is never closed")
     parts.append(cur)
     hosts: list[str] = []
     for part in filter(None, (p.strip() for p in parts)):
+        pieces = re.split(r"(\[[^\[\]]*\])", part)
+        if len(pieces) > 1 and pieces[-1]:
+            raise ValueError(
+                f"host list {shown}: {pieces[-1][:40]!r} after the last bracket group (Slurm ends a name there)"
+            )
         choices: list[list[str]] = []
-        for piece in re.split(r"(\[[^\[\]]*\])", part):
+        for piece in pieces:
             if not piece.startswith("["):
                 choices.append([piece])
                 continue
             options: list[str] = []
             for rng in piece[1:-1].split(","):
                 lo, sep, hi = rng.partition("-")
+                if not (lo.isdigit() and (hi.isdigit() or not sep)):
+                    raise ValueError(f"host list {shown}: [{rng[:40]}] is not a number or a range of numbers")
                 if not sep:
                     options.append(lo)
                     continue
-                if not (lo.isdigit() and hi.isdigit()) or int(hi) - int(lo) > MAX_HOSTS_PER_RANGE:
-                    raise ValueError(f"bad host range [{rng}] in {text!r}")
+                if int(hi) < int(lo):
+                    raise ValueError(f"host list {shown}: a reversed range [{rng[:40]}]")
+                if int(hi) - int(lo) > MAX_HOSTS_PER_RANGE:
+                    raise ValueError(
+                        f"host list {shown}: the range [{rng[:40]}] names more than {MAX_HOSTS_PER_RANGE:,} hosts"
+                    )
                 options.extend(str(i).zfill(len(lo)) for i in range(int(lo), int(hi) + 1))
             choices.append(options)
         if math.prod(len(c) for c in choices) + len(hosts) > MAX_HOSTS_PER_RANGE:
-            raise ValueError(f"host list {text[:80]!r} names more than {MAX_HOSTS_PER_RANGE:,} hosts")
+            raise ValueError(f"host list {shown}: more than {MAX_HOSTS_PER_RANGE:,} hosts")
         hosts.extend("".join(c) for c in itertools.product(*choices))
     return hosts
 
@@ -97,22 +119,24 @@ def _idx_specs(detail: str) -> list[str]:
     return out
 
 
-def _stage_allocations(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+def _stage_allocations(con: duckdb.DuckDBPyConnection, path: Path, line_label: str | None = None) -> None:
     """One row per host of each started GPU job (gpu_count on a host = the job's GPUs / its hosts), or,
     where ``gres_detail`` names a host's GPU indices, one row per index (gpu_count 1, ``gpu_index``).
 
     A running job's rows end at ``held_until_ts`` (Start + Elapsed); its job record keeps end_ts NULL.
     """
     pairs = con.execute(
-        """SELECT DISTINCT nodelist, gres_detail FROM stage_jobs
-           WHERE nodelist IS NOT NULL AND gpu_count > 0"""
+        """SELECT nodelist, gres_detail, min(line_no) FROM stage_jobs
+           WHERE nodelist IS NOT NULL AND gpu_count > 0 GROUP BY ALL ORDER BY 3"""
     ).fetchall()
     lists, hosts_of, indices_of = [], [], []
-    for text, detail in pairs:
+    for text, detail, line in pairs:
         try:
             hosts = expand_nodelist(text)
         except ValueError as exc:
-            raise FormatError(path, None, f'column "NodeList": {exc}') from None
+            if line_label:  # a JSON document: its entry, not a line
+                raise FormatError(path, None, f'{line_label} {line}: "nodes": {exc}') from None
+            raise FormatError(path, line, f'column "NodeList": {exc}') from None
         entries: list[str] = []
         if detail:
             parsed = json.loads(detail)

@@ -38,7 +38,7 @@ RATIO_AFTER_BYTES = 16 * 2**20
 DEFAULT_MAX_GZIP_RATIO = 250.0
 # formats whose file is one document (JSON, XML) that may well be one long line: no line limit
 DOCUMENT_FORMATS = frozenset(
-    {"sacct_json", "hf_trainer_state", "wandb_metadata", "nvidia_smi_xml", "prometheus_json"}
+    {"sacct_json", "hf_trainer_state", "wandb_metadata", "nvidia_smi_xml", "prometheus_json", "gpustat_json"}
 )
 # line-oriented formats with no header line (the first line is data like the others)
 HEADERLESS_FORMATS = frozenset({"alibaba_pai2020", "dcgm", "nvidia_smi_pmon", "sacct"})
@@ -51,6 +51,9 @@ class SourceScan:
 
     bytes_read: int
     text_bytes: int
+    # (start, end) file offsets of the zero padding after a gzip member, which Python's gzip skips and
+    # DuckDB's reader refuses ("Input is not a GZIP stream"): the ingest stages a copy without them
+    padding: tuple[tuple[int, int], ...] = ()
 
 
 def check_path(path: Path) -> None:
@@ -85,8 +88,10 @@ def _head(path: Path, size: int = 256) -> bytes:
     with path.open("rb") as fh:
         raw = fh.read(size)
     if raw.startswith(b"\x1f\x8b"):
+        with path.open("rb") as fh:  # the head only: a .gz of gigabytes is not read here
+            start = fh.read(HEAD_BYTES)
         try:
-            return zlib.decompressobj(wbits=47).decompress(path.read_bytes()[:65536], size)
+            return zlib.decompressobj(wbits=47).decompress(start, size)
         except zlib.error:
             return b""
     return raw
@@ -130,11 +135,12 @@ def scan_source(path: Path, fmt: str, *, max_gzip_ratio: float = DEFAULT_MAX_GZI
     header = lines_limited and fmt not in HEADERLESS_FORMATS
     read = text = 0
     line_start = 0  # offset in the text where the current line starts
+    padding: list[tuple[int, int]] = []
     with path.open("rb") as fh:
         zipped = fh.read(2) == b"\x1f\x8b"
         fh.seek(0)
         archive = False
-        for got, block in _blocks(path, fh, zipped, max_gzip_ratio):
+        for got, block in _blocks(path, fh, zipped, max_gzip_ratio, padding):
             read = got
             if text == 0 and block[257:262] == b"ustar":
                 # a tar archive (traces' .tar.gz): NUL-padded by design, its members read by the parser;
@@ -171,7 +177,7 @@ def scan_source(path: Path, fmt: str, *, max_gzip_ratio: float = DEFAULT_MAX_GZI
             if last_nl >= 0:
                 line_start = text + last_nl + 1
             text += len(block)
-    return SourceScan(bytes_read=read, text_bytes=text)
+    return SourceScan(bytes_read=read, text_bytes=text, padding=tuple(padding))
 
 
 def _line_at(path: Path, offset: int) -> int:
@@ -189,10 +195,17 @@ def _line_at(path: Path, offset: int) -> int:
     return line
 
 
-def _blocks(path: Path, fh: BinaryIO, zipped: bool, max_ratio: float) -> Iterator[tuple[int, bytes]]:
+def _blocks(
+    path: Path, fh: BinaryIO, zipped: bool, max_ratio: float, padding: list[tuple[int, int]] | None = None
+) -> Iterator[tuple[int, bytes]]:
     """(bytes of the file read so far, the next block of its text), gzip inflated a block at a time (every
     member of a concatenated file, as gzip and DuckDB read them) and refused past ``max_ratio`` (gigabytes
-    from megabytes: a decompression bomb) before it is all inflated."""
+    from megabytes: a decompression bomb) before it is all inflated.
+
+    Between and after members, zero bytes are padding, skipped as Python's gzip skips them (tape and block
+    devices pad a file to their block size); their (start, end) offsets go to ``padding``. Anything else
+    there that is not another member's magic bytes is refused at its offset, as gzip refuses it: never read
+    as text, and never read to its end (200 MB appended to a .csv.gz stop at its first byte)."""
     read = 0
     if not zipped:
         while chunk := fh.read(BLOCK_BYTES):
@@ -200,7 +213,8 @@ def _blocks(path: Path, fh: BinaryIO, zipped: bool, max_ratio: float) -> Iterato
             yield read, chunk
         return
     inflate = zlib.decompressobj(wbits=47)
-    pending, produced, midway = b"", 0, False
+    pending, produced, midway, members = b"", 0, False, 0
+    zeros_from: int | None = None  # where the run of padding being read started
     while True:
         if not pending:
             chunk = fh.read(BLOCK_BYTES)
@@ -208,6 +222,29 @@ def _blocks(path: Path, fh: BinaryIO, zipped: bool, max_ratio: float) -> Iterato
                 break
             read += len(chunk)
             pending = chunk
+        if members and not midway:  # between members: padding, or the next member's magic
+            stripped = pending.lstrip(b"\x00")
+            if len(stripped) < len(pending) and zeros_from is None:
+                zeros_from = read - len(pending)
+            if not stripped:
+                pending = b""
+                continue
+            if len(stripped) < 2 and (more := fh.read(BLOCK_BYTES)):
+                read += len(more)
+                stripped += more
+            at = read - len(stripped)
+            if zeros_from is not None:
+                if padding is not None:
+                    padding.append((zeros_from, at))
+                zeros_from = None
+            if not stripped.startswith(b"\x1f\x8b"):
+                raise FormatError(
+                    path,
+                    None,
+                    f"bytes after the end of the gzip data (from byte {at:,}) that are neither zero padding "
+                    "nor another gzip member: a damaged file, or something appended to it",
+                )
+            pending = stripped
         try:
             piece = inflate.decompress(pending, BLOCK_BYTES)
         except zlib.error as exc:
@@ -217,6 +254,7 @@ def _blocks(path: Path, fh: BinaryIO, zipped: bool, max_ratio: float) -> Iterato
         if inflate.eof:  # a member ends; another may follow
             pending = inflate.unused_data + pending
             inflate, midway = zlib.decompressobj(wbits=47), False
+            members += 1
         produced += len(piece)
         if produced > RATIO_AFTER_BYTES and produced > max_ratio * read:
             raise FormatError(
@@ -227,8 +265,29 @@ def _blocks(path: Path, fh: BinaryIO, zipped: bool, max_ratio: float) -> Iterato
             )
         if piece:
             yield read, piece
+    if zeros_from is not None and padding is not None:
+        padding.append((zeros_from, read))
     if midway:
         raise FormatError(path, None, "a gzip file that ends early (truncated?)")
+
+
+def unpadded_copy(path: Path, padding: tuple[tuple[int, int], ...], folder: Path) -> Path:
+    """A copy of ``path`` in ``folder`` (same name) without its gzip zero ``padding`` (from
+    :func:`scan_source`), for DuckDB's reader, which refuses padding Python's gzip skips. Copied a block at a
+    time: memory stays that of one block whatever the padding's size; the disk holds the gzip data only."""
+    out = folder / path.name
+    with path.open("rb") as src, out.open("wb") as dst:
+        at = 0
+        for start, end in (*padding, (path.stat().st_size, path.stat().st_size)):
+            while at < start:
+                chunk = src.read(min(BLOCK_BYTES, start - at))
+                if not chunk:
+                    break
+                dst.write(chunk)
+                at += len(chunk)
+            src.seek(end)
+            at = end
+    return out
 
 
 def _too_long(path: Path, line: int, header: bool) -> NoReturn:

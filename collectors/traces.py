@@ -31,7 +31,7 @@ from pathlib import Path
 import duckdb
 
 from collectors.base import IngestOptions, Sniff, quote
-from collectors.row_checks import Check, first_violation
+from collectors.row_checks import Check, first_violation, screen_rows
 from collectors.sql_text import epoch_ts, sql_path
 from collectors.validate import name_columns
 from gpuledger.ledger.errors import FormatError
@@ -148,7 +148,7 @@ class PaiTrace2020:
         checks.append(
             Check(f"({PAI_STATUS}) IS NULL", 'column "status" is not a PAI task status: "{value}"', "status")
         )
-        first_violation(con, path, "pai_raw", checks)
+        screen_rows(con, path, "pai_raw", checks, skip_bad_rows=opts.skip_bad_rows)
 
         def at(col: str) -> str:
             return epoch_ts(f"TRY_CAST(nullif({col}, '') AS DOUBLE)", f"{epoch}::TIMESTAMP")
@@ -212,7 +212,7 @@ class OpenbTrace2023:
                 "gpu_milli",
             )
         )
-        first_violation(con, path, "ob_raw", checks)
+        screen_rows(con, path, "ob_raw", checks, skip_bad_rows=opts.skip_bad_rows)
 
         def at(col: str) -> str:
             return epoch_ts(f"TRY_CAST(nullif({col}, '') AS DOUBLE)", f"{epoch}::TIMESTAMP")

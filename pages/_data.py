@@ -250,6 +250,14 @@ def jobs_table(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) ->
     return jobs.jobs_table(con, filters=filters, settings=s)
 
 
+@cached("Loading jobs…")
+def whatif_jobs(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> pl.DataFrame:
+    """``analytics.whatif.whatif_jobs``: the view's jobs with the span and tier a what-if reprices by."""
+    from analytics.whatif import whatif_jobs as read
+
+    return read(con, filters=filters, settings=s)
+
+
 def job_timeline(job_id: str, lines: str) -> pl.DataFrame:
     """``analytics.timeline.job_timeline``: one line per GPU, per host, or the mean over the job's GPUs
     (``lines``: gpu, host, job; no rows for a job of a team the viewer may not see)."""

@@ -46,6 +46,7 @@ def require_router() -> None:
     """
     if getattr(_ROUTER, "on", False) or st.session_state.get("_gpuledger_rerouted"):
         return
+    # private API, guarded by tests/test_streamlit_private_api.py (fails when an upgrade changes it)
     from streamlit.runtime.pages_manager import PagesManager
 
     st.session_state["_gpuledger_rerouted"] = True

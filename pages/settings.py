@@ -13,8 +13,8 @@ else sees the settings in force, read-only, and never the server's file path.
 from __future__ import annotations
 
 import datetime as dt
-import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -23,6 +23,7 @@ import streamlit as st
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.reference import catalog, effective_prices
 from gpuledger.ledger.settings import BILLING, TIERS, Settings, from_dict
+from gpuledger.ledger.settings_edit import add_price, set_key
 from pages import _data, _scope, _ui
 from pages._ui import code, column_config, md
 
@@ -83,44 +84,6 @@ LABELS = {
 }
 
 
-def _toml_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(float(value)) if isinstance(value, float) else str(value)
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
-    return f'"{text}"'
-
-
-def set_key(text: str, section: str, key: str, value: object) -> str:
-    """``text`` (a TOML file) with ``key = value`` under ``[section]``: the key's line replaced, or added at
-    the end of the section, or the section added at the end. Other lines (comments too) stay."""
-    lines = text.splitlines()
-    header = re.compile(r"^\s*\[\s*" + re.escape(section) + r"\s*\]\s*(#.*)?$")
-    any_header = re.compile(r"^\s*\[")
-    line_re = re.compile(r"^\s*" + re.escape(key) + r"\s*=")
-    new = f"{key} = {_toml_value(value)}"
-    start = next((i for i, line in enumerate(lines) if header.match(line)), None)
-    if start is None:
-        body = "\n".join(lines).rstrip("\n")
-        return (body + "\n\n" if body else "") + f"[{section}]\n{new}\n"
-    end = next((i for i in range(start + 1, len(lines)) if any_header.match(lines[i])), len(lines))
-    for i in range(start + 1, end):
-        if line_re.match(lines[i]):
-            lines[i] = new
-            return "\n".join(lines) + "\n"
-    last = max(i for i in range(start, end) if lines[i].strip() and not lines[i].lstrip().startswith("#"))
-    lines.insert(last + 1, new)
-    return "\n".join(lines) + "\n"
-
-
-def add_price(text: str, row: dict[str, object]) -> str:
-    block = "\n".join(["[[price]]", *(f"{k} = {_toml_value(v)}" for k, v in row.items() if v is not None)])
-    return text.rstrip("\n") + ("\n\n" if text.strip() else "") + block + "\n"
-
-
 def check(text: str, path: Path) -> Settings:
     """The settings ``text`` would give, checked as every command checks them; LedgerError when not."""
     try:
@@ -132,10 +95,16 @@ def check(text: str, path: Path) -> Settings:
     return s
 
 
-def save(path: Path, text: str, what: str) -> None:
-    """Check, then write, then say so on the next run (the page reruns to show the new values)."""
+def save(path: Path, edit: Callable[[], str], what: str) -> None:
+    """Make the edit (gpuledger.ledger.settings_edit), check it, then write, then say so on the next run (the
+    page reruns to show the new values); an edit that cannot keep the file's other settings writes nothing."""
     if not _scope.may_write():  # the forms are not drawn for them; this holds even if one were submitted
         st.session_state["settings_error"] = "error: only an admin may change the settings"
+        return
+    try:
+        text = edit()
+    except LedgerError as exc:
+        st.session_state["settings_error"] = f"error: {path}: {exc}"
         return
     try:
         check(text, path)
@@ -237,7 +206,7 @@ if writable:  # only for those who may write
                 "source_date": dt.date.today(),
                 "cluster": cluster.strip() or None,
             }
-            save(path, add_price(current, row), f"{model} {tier} ${usd:,.2f}/GPU-h from {since}")
+            save(path, lambda: add_price(current, row), f"{model} {tier} ${usd:,.2f}/GPU-h from {since}")
             st.rerun()
 
 # ---------------------------------------------------------------- thresholds
@@ -256,14 +225,20 @@ if writable:  # only for those who may write
                 format="%.2f" if step < 1 else "%.1f",
             )
         if st.form_submit_button("Save thresholds", icon=":material/save:"):
-            text = current
-            changed = []
-            for (section, key, fld, _, _), value in zip(THRESHOLDS, values.values(), strict=True):
-                if abs(float(value) - float(getattr(s, fld))) > 1e-9:
-                    text = set_key(text, section, key, float(value))
-                    changed.append(f"{section}.{key} {getattr(s, fld):g} → {value:g}")
-            if changed:
-                save(path, text, "; ".join(changed))
+            edits = [
+                (section, key, float(value), f"{section}.{key} {getattr(s, fld):g} → {value:g}")
+                for (section, key, fld, _, _), value in zip(THRESHOLDS, values.values(), strict=True)
+                if abs(float(value) - float(getattr(s, fld))) > 1e-9
+            ]
+
+            def edit_thresholds() -> str:
+                text = current
+                for section, key, value, _ in edits:
+                    text = set_key(text, (section,), key, value)
+                return text
+
+            if edits:
+                save(path, edit_thresholds, "; ".join(e[3] for e in edits))
             else:
                 st.session_state.pop("settings_error", None)
             st.rerun()
@@ -318,9 +293,10 @@ if names and writable:  # only for those who may write
             "Billing", BILLING, index=BILLING.index(old.billing) if old else 0, key="cluster_billing"
         )
         if st.form_submit_button("Save cluster", icon=":material/save:"):
-            section = (
-                f'clusters."{name}"' if not re.fullmatch(r"[A-Za-z0-9_-]+", name) else f"clusters.{name}"
+            section = ("clusters", name)
+            save(
+                path,
+                lambda: set_key(set_key(current, section, "tier", new_tier), section, "billing", new_billing),
+                f"cluster {name}: tier {new_tier}, billing {new_billing}",
             )
-            text = set_key(set_key(current, section, "tier", new_tier), section, "billing", new_billing)
-            save(path, text, f"cluster {name}: tier {new_tier}, billing {new_billing}")
             st.rerun()

@@ -17,7 +17,7 @@ NONE = "(no change)"
 filters = _view.open_page("What if")
 s = _data.summary(filters)
 recs = _data.recommendations(filters)
-jobs = _data.jobs_table(filters)
+jobs = _data.whatif_jobs(filters)
 if jobs.is_empty():
     no_rows("No jobs in this view.")
     st.stop()

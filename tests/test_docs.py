@@ -74,3 +74,52 @@ def test_every_summary_field_is_defined_in_metrics_doc():
 
     for key in SUMMARY_KEYS:
         assert key in METRICS_DOC or key in ("filters", "as_of"), f"docs/metrics.md does not define {key}"
+
+
+ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+
+
+def test_the_architecture_tables_keep_their_cells_short():
+    """A table cell of a few words; what runs longer is a list under the table (issue 48: one ran to 1,150)."""
+    long = [
+        (n, len(cell.strip()))
+        for n, line in enumerate(ARCHITECTURE.splitlines(), 1)
+        if line.startswith("|")
+        for cell in line.strip("|").split("|")
+        if len(cell.strip()) > 300
+    ]
+    assert not long, f"docs/architecture.md cells over 300 characters (line, length): {long}"
+
+
+def test_the_format_guide_names_every_file_the_tests_walk_per_format():
+    """The guide's list holds what fails for a new parser left out of it (test_long_cells.py walks PARSERS)."""
+    guide = ARCHITECTURE[ARCHITECTURE.index("## Adding an input format") :]
+    guide = guide[: guide.index("\n## ", 5)]
+    for name in (
+        "collectors/registry.py",
+        "collectors/source_file.py",
+        "tests/collectors/test_long_cells.py",
+        "bench/fuzz.py",
+        "README.md",
+        "tests/test_docs.py",
+        "collectors/nvidia_smi_xml.py",
+        "collectors/rocm_smi.py",
+        "Registry order decides",
+    ):
+        assert name in guide, name
+
+
+def test_registry_order_decides_a_tie_as_the_guide_says(tmp_path):
+    from collectors.contract import Sniff, choose_parser
+
+    class Sure:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def sniff(self, path, head):  # type: ignore[no-untyped-def]
+            return Sniff(0.5)
+
+    path = tmp_path / "x.txt"
+    path.write_text("x\n")
+    assert choose_parser(path, "auto", {"first": Sure("first"), "second": Sure("second")}).name == "first"
+    assert choose_parser(path, "auto", {"second": Sure("second"), "first": Sure("first")}).name == "second"

@@ -85,25 +85,30 @@ def self_signed_cert(folder: Path) -> tuple[Path, Path]:
 
 @contextmanager
 def smtp_server(
-    *, login: tuple[str, str] | None = None, tls: str | None = None, cert: tuple[Path, Path] | None = None
+    *,
+    login: tuple[str, str] | None = None,
+    tls: str | None = None,
+    cert: tuple[Path, Path] | None = None,
+    host: str = "127.0.0.1",
 ) -> Iterator[Inbox]:
-    """Serve SMTP on 127.0.0.1 until the block ends. ``login`` = (user, password) the server accepts (and
-    requires); ``tls`` = "starttls" or "implicit" with ``cert`` = (cert, key). Both need aiosmtpd."""
+    """Serve SMTP on ``host`` (127.0.0.1) until the block ends. ``login`` = (user, password) the server
+    accepts (and requires); ``tls`` = "starttls" or "implicit" with ``cert`` = (cert, key). Both need
+    aiosmtpd."""
     if HAVE_AIOSMTPD:
-        yield from _aiosmtpd(login, tls, cert)
+        yield from _aiosmtpd(login, tls, cert, host)
         return
     if login or tls:
         pytest.skip("aiosmtpd is not installed (pip install aiosmtpd): needed for login and TLS tests")
     yield from _stdlib()
 
 
-def _aiosmtpd(login, tls, cert):  # type: ignore[no-untyped-def]
+def _aiosmtpd(login, tls, cert, host="127.0.0.1"):  # type: ignore[no-untyped-def]
     import ssl
 
     from aiosmtpd.controller import Controller
     from aiosmtpd.smtp import AuthResult, LoginPassword
 
-    inbox = Inbox("127.0.0.1", free_port())
+    inbox = Inbox(host, free_port())
 
     class Handler:
         async def handle_DATA(self, server, session, envelope):
@@ -129,7 +134,7 @@ def _aiosmtpd(login, tls, cert):  # type: ignore[no-untyped-def]
             kwargs.update(tls_context=ctx, require_starttls=True)
         else:
             kwargs.update(ssl_context=ctx)
-    controller = Controller(Handler(), hostname="127.0.0.1", port=inbox.port, **kwargs)
+    controller = Controller(Handler(), hostname=host, port=inbox.port, **kwargs)
     controller.start()
     try:
         yield inbox
@@ -388,6 +393,68 @@ def test_login_reads_the_password_from_the_environment(ledger_file):
     assert set(inbox.logins[1:]) == {("lead", "wrong")}  # smtplib tries each mechanism the server offers
     assert len(inbox.messages) == 1
     assert bad.returncode == 1 and "login as lead refused" in bad.stderr
+
+
+def _own_address() -> str:
+    """A non-loopback IPv4 address of this machine (the one its default route leaves from): a server bound
+    there is reached over a network interface, where a plain-text password could be read."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # UDP: picks a route, sends nothing
+        except OSError:
+            pytest.skip("no network interface besides the loopback")
+        address = s.getsockname()[0]
+    if address.startswith("127."):
+        pytest.skip("no network interface besides the loopback")
+    return address
+
+
+@NEEDS_AIOSMTPD
+@pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS:UserWarning")
+def test_no_plain_text_login_to_a_host_beyond_the_loopback(ledger_file):
+    """The server offers AUTH without TLS on a network address: the password is never sent (the server sees
+    no login and no mail), one error line says what to do. The same plain login to 127.0.0.1 or localhost
+    goes through: it never leaves the machine."""
+    address = _own_address()
+    args = ("report", *WEEK, "--db", ledger_file, "--mail-to", "a@example.org", "--smtp")
+    pw = {"GPULEDGER_SMTP_PASSWORD": "s3cret"}
+    with smtp_server(login=("lead", "s3cret"), host=address) as inbox:
+        url = f"smtp://lead@{address}:{inbox.port}"
+        done = cli(*args, url, env=pw)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"error: {url}: logging in as lead without TLS would send the password in plain text to {address}: "
+        "add ?starttls=1 (or --starttls), or use smtps:// (plain login is for this machine only: 127.0.0.1, "
+        "::1, localhost)"
+    )
+    assert inbox.logins == [] and inbox.messages == []
+    with smtp_server(login=("lead", "s3cret")) as local:
+        for host in ("127.0.0.1", "localhost"):
+            ok = cli(*args, f"smtp://lead@{host}:{local.port}", env=pw)
+            assert ok.returncode == 0, (host, ok.stderr)
+    assert local.logins == [("lead", "s3cret")] * 2 and len(local.messages) == 2
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.8.9.10", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("LOCALHOST.", True),
+        ("mail.localhost", True),
+        ("192.0.2.2", False),
+        ("::ffff:10.0.0.1", False),
+        ("localhost.example.org", False),
+        ("mail.example.org", False),
+    ],
+)
+def test_loopback_is_decided_from_the_url_alone(host, loopback):
+    from gpuledger.reports.mail import is_loopback
+
+    assert is_loopback(host) is loopback
 
 
 @NEEDS_AIOSMTPD

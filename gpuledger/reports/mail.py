@@ -5,12 +5,14 @@ through an SMTP server named by a URL.
 STARTTLS before logging in) or ``smtps://[user@]host[:port]`` (TLS from the start, default port 465). With
 a user the client logs in with the password read from an environment variable (default
 ``GPULEDGER_SMTP_PASSWORD``): a password never travels on the command line, where ``ps`` and the shell
-history would show it, so a URL that carries one is refused. The server's certificate is verified against
+history would show it, so a URL that carries one is refused; and never in plain text over a network, so a
+login without TLS is refused unless the host is this machine's loopback (:func:`is_loopback`). The server's certificate is verified against
 the system's CAs, or ``cafile`` (a site's own CA; the tests' self-signed one).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import smtplib
 import socket
@@ -159,6 +161,12 @@ class Mailer:
     def __enter__(self) -> Mailer:
         t = self.target
         password = None
+        if t.user and t.scheme == "smtp" and not t.starttls and not is_loopback(t.host):
+            raise LedgerError(
+                f"{t.display}: logging in as {t.user} without TLS would send the password in plain text to "
+                f"{t.host}: add ?starttls=1 (or --starttls), or use smtps:// (plain login is for this machine "
+                "only: 127.0.0.1, ::1, localhost)"
+            )
         if t.user:
             password = os.environ.get(self.password_env)
             if password is None:
@@ -225,6 +233,19 @@ class Mailer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address of this machine's loopback (127.0.0.0/8, ::1) or the name ``localhost`` (and
+    ``*.localhost``, which RFC 6761 keeps on the loopback): where a password sent in plain text never crosses
+    a network. Decided from the URL's text, without a DNS lookup a network could answer falsely."""
+    name = host.strip("[]").rstrip(".").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def _reason(exc: BaseException) -> str:

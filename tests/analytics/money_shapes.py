@@ -418,3 +418,100 @@ def oracle(con: duckdb.DuckDBPyConnection, change: bool) -> tuple[float, float]:
         usd += n * _priced_hours(lo, hi, change)
         hours += n * (hi - lo).total_seconds() / 3600
     return usd, hours
+
+
+# -- dated price rows inside a what-if (issue 41; tests/analytics/test_whatif_properties.py) -----------------
+
+A100 = "A100-80GB"  # the model a what-if moves the H100 jobs to
+PRICE_CLUSTERS = (None, "c0", "c1")  # generic rows, and rows of two of the generated clusters
+ON_DEMAND_USD = (2.0, 3.0, 4.0)  # every on-demand row dearer than every spot row: spot never costs more
+SPOT_USD = (0.5, 1.0, 1.5)
+
+
+def price_days() -> tuple[dt.date, ...]:
+    """Where a drawn row takes effect: long before the data, its first midnight, the midnight inside it (the
+    second day), and after it (a row dated after the data must change nothing in it)."""
+    return (
+        (T0 - dt.timedelta(days=30)).date(),
+        T0.date(),
+        (T0 + dt.timedelta(days=1)).date(),
+        (T0 + dt.timedelta(days=5)).date(),
+    )
+
+
+@st.composite
+def dated_prices(draw: st.DrawFn) -> list[tuple[str, str, str | None, dt.date, float]]:
+    """Price rows (model, tier, cluster, effective_from, $/GPU-h) for H100 and A100, on-demand and spot, generic
+    and per cluster, each series 0-2 rows on :func:`price_days`; H100's generic on-demand row from before the
+    data is always there, so every generated job is priced."""
+    days = price_days()
+    rows = [(H100, "on_demand", None, days[0], draw(st.sampled_from(ON_DEMAND_USD)))]
+    for model in (H100, A100):
+        for tier, usd in (("on_demand", ON_DEMAND_USD), ("spot", SPOT_USD)):
+            for cluster in PRICE_CLUSTERS:
+                for day in draw(st.lists(st.sampled_from(days), max_size=2, unique=True)):
+                    if (model, tier, cluster, day) not in {r[:4] for r in rows}:
+                        rows.append((model, tier, cluster, day, draw(st.sampled_from(usd))))
+    return rows
+
+
+def put_prices(
+    con: duckdb.DuckDBPyConnection, rows: list[tuple[str, str, str | None, dt.date, float]]
+) -> None:
+    """The ledger's prices become ``rows`` (the shipped sheet's origin: nothing else competes with them)."""
+    con.execute("DELETE FROM prices")
+    for model, tier, cluster, day, usd in rows:
+        con.execute(
+            "INSERT INTO prices VALUES (?, ?, ?, ?, ?, 'test price', ?, 'sheet', NULL)",
+            [model, tier, cluster, day, usd, day],
+        )
+
+
+def hand_rate(
+    rows: list[tuple[str, str, str | None, dt.date, float]],
+    model: str,
+    tier: str,
+    cluster: str | None,
+    day: dt.date,
+    *,
+    fallback: bool = True,
+) -> float | None:
+    """docs/metrics.md "Cost", read literally: the candidates (the cluster's rows of the tier, the generic ones
+    of the tier, then the same two of on_demand), the most preferred with a row in force on ``day`` (its latest
+    such row); before every candidate row, as on the earliest one's day."""
+    order = [(tier, cluster), (tier, None)] + (
+        [("on_demand", cluster), ("on_demand", None)] if fallback else []
+    )
+    cands = [r for r in rows if r[0] == model and (r[1], r[2]) in order and (r[2] is None or r[2] == cluster)]
+    if not cands:
+        return None
+    if all(r[3] > day for r in cands):
+        day = min(r[3] for r in cands)
+    for key in order:
+        if key[1] is None or key[1] == cluster:
+            live = [r for r in cands if (r[1], r[2]) == key and r[3] <= day]
+            if live:
+                return max(live, key=lambda r: r[3])[4]
+    return None  # pragma: no cover - the earliest row is in force on its own day
+
+
+def hand_usd(
+    rows: list[tuple[str, str, str | None, dt.date, float]],
+    model: str,
+    tier: str,
+    cluster: str | None,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    fallback: bool = True,
+) -> float | None:
+    """One GPU over [start, end), cut at each midnight, each day at :func:`hand_rate`."""
+    total, t = 0.0, start
+    while t < end:
+        nxt = min(end, dt.datetime.combine(t.date() + dt.timedelta(days=1), dt.time()))
+        rate = hand_rate(rows, model, tier, cluster, t.date(), fallback=fallback)
+        if rate is None:
+            return None
+        total += (nxt - t).total_seconds() / 3600 * rate
+        t = nxt
+    return total

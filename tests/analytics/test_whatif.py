@@ -49,6 +49,10 @@ JOBS = pl.DataFrame(
         "underused_usd": [3.0, 0.0, 7.0],
         "failed_usd": [3.0, 0.0, 2.0],
         "unmeasured_usd": [0.0, 0.0, 7.8],
+        # one GPU each, from 2025-07-01 (after the $1.50 spot row took effect) for its GPU-hours
+        "span_start": [dt.datetime(2025, 7, 1)] * 3,
+        "span_end": [dt.datetime(2025, 7, 1) + dt.timedelta(hours=h) for h in (10.0, 4.0, 20.0)],
+        "pricing_tier": ["on_demand"] * 3,
     }
 )
 SUMMARY = {
@@ -119,17 +123,17 @@ def test_spot_on_owned_capacity_saves_nothing_and_says_so() -> None:
 
 
 def test_model_instead_of_model() -> None:
-    c = reprice_model(JOBS, "H100-SXM-80GB", "A100-80GB", PRICES, "on_demand")
+    c = reprice_model(JOBS, "H100-SXM-80GB", "A100-80GB", PRICES)
     # jobs a + c: $90 for 30 GPU-h; at $2.00: $60 → $30 saved, each job's parts × (1 − 2/3)
     assert c.saving_usd == pytest.approx(30.0)
     assert c.parts["idle_allocated_usd"] == pytest.approx((6.0 + 14.0) / 3)
     assert c.jobs == 2
-    worse = reprice_model(JOBS, "L4", "A100-80GB", PRICES, "on_demand")
+    worse = reprice_model(JOBS, "L4", "A100-80GB", PRICES)
     assert worse.saving_usd == pytest.approx(2.8 - 4 * 2.0)  # costs $5.20 more: a negative saving
 
 
 def test_model_change_then_spot_counts_each_job_once() -> None:
-    moved = after_model_change(JOBS, "L4", "H100-SXM-80GB", PRICES, "on_demand")
+    moved = after_model_change(JOBS, "L4", "H100-SXM-80GB", PRICES)
     # job b: 4 GPU-h on H100 at $3.00 = $12.00 (was $2.80 on L4), its productive part with it
     assert moved.filter(pl.col("job_id") == "b")["cost_usd"].item() == pytest.approx(12.0)
     assert moved.filter(pl.col("job_id") == "b")["productive_usd"].item() == pytest.approx(12.0)

@@ -36,6 +36,14 @@ notify = ["lead@example.org"]
 
 [alerts]
 mail_to = ["admin@example.org"]
+
+# the test price (tests/analytics/build.py) as the settings' own row: every CLI call syncs the price sheet
+[[price]]
+gpu_model = "H100-SXM-80GB"
+tier = "on_demand"
+usd_per_gpu_hour = 4.0
+effective_from = 2025-01-01
+source = "test"
 """
 
 W14 = 28  # day index of W14's Monday
@@ -256,3 +264,35 @@ def test_budgets_as_of_gives_the_hand_worked_figures(planted):
     )
     assert json.loads(fleet.stdout)[0]["forecast_usd"] == 280.0
     assert dt.date.fromisoformat(json.loads(fleet.stdout)[0]["as_of"]) == day(W14 + 6)
+
+
+def test_the_weekly_report_carries_the_budgets_as_of_its_last_day(planted):
+    db, settings = planted
+    cli = gpuledger(
+        "budgets", "--db", db, "--settings", settings, "--as-of", day(W14 + 6).isoformat(), "--json"
+    )
+    (want,) = json.loads(cli.stdout)
+    out = gpuledger("report", "--db", db, "--settings", settings, "--week", "2025-W14", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    (got,) = json.loads(out.stdout)["budgets"]
+    assert got == want
+    assert (got["spent_usd"], got["status"]) == (280.0, "over")
+    html = gpuledger(
+        "report", "--db", db, "--settings", settings, "--week", "2025-W14", "--format", "html"
+    ).stdout
+    assert "Budgets" in html and "team:nlp (2025-W14)" in html and "over budget" in html
+    # a team's report shows its own budget; another team's shows none
+    other = gpuledger(
+        "report",
+        "--db",
+        db,
+        "--settings",
+        settings,
+        "--week",
+        "2025-W14",
+        "--team",
+        "nlp",
+        "--format",
+        "json",
+    )
+    assert json.loads(other.stdout)["budgets"] == [want]

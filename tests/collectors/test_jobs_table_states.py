@@ -112,5 +112,7 @@ def test_skip_bad_rows_leaves_a_finished_job_without_its_end_out_and_says_on_whi
     )
     report = ingest_file(ledger, path, opts=IngestOptions(skip_bad_rows=True))
     assert report.rows == {"jobs": 2}
-    assert report.skipped == {'finished jobs with an empty "end", left out (line 3)': 1}
+    assert [(r["line"], r["reason"].split(":")[0]) for r in report.rejected] == [
+        (3, 'column "end" is empty for a COMPLETED job')
+    ]
     assert ledger.execute("SELECT job_id FROM jobs ORDER BY job_id").fetchall() == [("p1",), ("p2",)]

@@ -76,6 +76,10 @@ WRITTEN: dict[str, tuple[str, str]] = {
         "20250301   10:00:00      0        4242     C     57     12      -      -      -      -   3000      0    python\n"
         "20250301   10:00:01      0        4242     C     58     12      -      -      -      -   3000      0    python\n",
     ),
+    "gpustat_json": (
+        "gpus.json",
+        (ROOT / "tests" / "fixtures" / "gpustat" / "gpustat_two_polls.json").read_text(),
+    ),
     "prometheus_json": (
         "query.json",
         '{"status": "success", "data": {"resultType": "matrix", "result": [\n'

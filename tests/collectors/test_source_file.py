@@ -18,7 +18,7 @@ from collectors.base import IngestOptions
 from collectors.ingest import ingest_file
 from collectors.source_file import HEAD_BYTES, MAX_LINE_BYTES, scan_source
 from gpuledger.ledger.errors import FormatError
-from tests.conftest import gpuledger
+from tests.conftest import ROOT, gpuledger
 
 UTC = IngestOptions(tz="UTC", host="n1", quiet=True)
 JOBS = (
@@ -189,3 +189,104 @@ def test_the_cli_refuses_with_exit_1_and_leaves_the_ledger_as_it_was(tmp_path):
         == f"error: {bad}:3: a NUL byte: the decompressed data is not text here (a damaged or padded file?)"
     )
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+
+
+# ---------------------------------------------------------------- gzip padding and appended bytes (issue 48)
+
+
+def _smi_rows(n: int) -> bytes:
+    rows = "".join(
+        f"2025/03/01 {10 + i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}.000, NVIDIA H100 80GB HBM3, "
+        f"00000000:01:00.0, {i % 100} %, 1000 MiB\n"
+        for i in range(n)
+    )
+    return (SMI.splitlines(keepends=True)[0] + rows).encode()
+
+
+def test_zero_padding_after_a_gzip_is_skipped_as_python_gzip_skips_it(ledger, tmp_path):
+    """Python's gzip reads a member, zeros, another member, zeros; DuckDB's reader refuses the zeros ("Input
+    is not a GZIP stream"), so the ingest stages a copy without them. Every byte is still read and counted."""
+    first, second = _smi_rows(3), _smi_rows(5).replace(b"2025/03/01", b"2025/03/02")
+    data = gzip.compress(first) + b"\0" * 1000 + gzip.compress(second) + b"\0" * 4096
+    assert gzip.decompress(data) == first + second  # the reference reading
+    path = tmp_path / "padded.csv.gz"
+    path.write_bytes(data)
+    scan = scan_source(path, "nvidia_smi_csv")
+    a = len(gzip.compress(first))
+    b = a + 1000 + len(gzip.compress(second))
+    assert scan.padding == ((a, a + 1000), (b, b + 4096))
+    report = ingest_file(ledger, path, opts=UTC)
+    assert report.bytes_read == len(data)
+    assert ledger.execute("SELECT count(*), sum(util_pct) FROM samples").fetchall() == [
+        (8, 0 + 1 + 2 + 0 + 1 + 2 + 3 + 4)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("tail", "said"),
+    [
+        (b"hello", "from byte {n:,}"),
+        (b"\0" * 10 + b"PK\x03\x04", "from byte {m:,}"),
+        (b"\x1f", "from byte {n:,}"),
+    ],
+    ids=["text", "zeros-then-zip", "one-byte"],
+)
+def test_other_bytes_after_a_gzip_are_refused_as_gzip_refuses_them(ledger, tmp_path, tail, said):
+    data = gzip.compress(JOBS.encode())
+    path = tmp_path / "jobs.csv.gz"
+    path.write_bytes(data + tail)
+    with pytest.raises(gzip.BadGzipFile):  # the reference: Python's gzip refuses it too
+        gzip.decompress(path.read_bytes())
+    err = _refused(ledger, path, fmt="jobs_csv")
+    assert "neither zero padding nor another gzip member" in err.reason
+    assert said.format(n=len(data), m=len(data) + 10) in err.reason
+
+
+def _peak_rss_mib(path: Path, db: Path) -> tuple[float, str]:
+    """Peak resident memory of a fresh process that ingests ``path`` (MiB), and how it ended."""
+    import subprocess
+    import sys
+
+    code = (
+        "import resource, sys\n"
+        "from collectors.base import IngestOptions\n"
+        "from collectors.ingest import ingest_file\n"
+        "from gpuledger.ledger.db import writer\n"
+        "from gpuledger.ledger.errors import FormatError\n"
+        "with writer(sys.argv[2]) as con:\n"
+        "    try:\n"
+        "        r = ingest_file(con, sys.argv[1], opts=IngestOptions(tz='UTC', quiet=True))\n"
+        "        said = f'landed {r.rows}'\n"
+        "    except FormatError as exc:\n"
+        "        said = f'refused {exc.reason}'\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, said)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code, str(path), str(db)], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    peak, said = run.stdout.strip().split(" ", 1)
+    return float(peak), said
+
+
+def test_200_mb_after_a_csv_gz_cost_no_more_memory_than_the_csv_gz_alone(tmp_path):
+    """The head is read alone (it was ``path.read_bytes()[:65536]``: the whole file in memory), padding is
+    read a block at a time and copied around, other bytes stop the scan at their first byte."""
+    data = gzip.compress(_smi_rows(20_000))
+    alone = tmp_path / "alone.csv.gz"
+    alone.write_bytes(data)
+    padded, junk = tmp_path / "padded.csv.gz", tmp_path / "junk.csv.gz"
+    for path, filler in ((padded, b"\0"), (junk, b"\xa5")):
+        with path.open("wb") as fh:
+            fh.write(data)
+            for _ in range(50):
+                fh.write(filler * (4 * 2**20))  # 200 MiB
+    base, said = _peak_rss_mib(alone, tmp_path / "a.duckdb")
+    assert said.startswith("landed"), said
+    with_zeros, said = _peak_rss_mib(padded, tmp_path / "b.duckdb")
+    assert said == "landed {'samples': 20000, 'gpus': 1}" or said.startswith("landed"), said
+    with_junk, said = _peak_rss_mib(junk, tmp_path / "c.duckdb")
+    assert said.startswith("refused bytes after the end of the gzip data"), said
+    print(
+        f"peak RSS MiB: .csv.gz alone {base:.1f}, + 200 MiB zeros {with_zeros:.1f}, + 200 MiB other {with_junk:.1f}"
+    )
+    assert with_zeros < base + 16 and with_junk < base + 16, (base, with_zeros, with_junk)

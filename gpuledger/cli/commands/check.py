@@ -14,12 +14,13 @@ import argparse
 from collections import Counter
 
 import duckdb
+import polars as pl
 
 from collectors.validate import JOB_CHILDREN, Violation, ledger_violations
 from gpuledger.cli.commands._common import add_db_options, print_json
 from gpuledger.ledger.db import reader, writer
 from gpuledger.ledger.sample_time import reach_sql
-from gpuledger.ledger.settings import load_settings
+from gpuledger.ledger.settings import Settings, load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,6 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print a JSON object: rows and removed counts")
     p.add_argument("--limit", type=int, default=50, help="list at most N rows (default 50; all are fixed)")
+    p.add_argument(
+        "--no-money",
+        action="store_true",
+        help="skip the money invariants (the what-if against the ledger repriced in SQL, no negative money)",
+    )
     add_db_options(p)
     p.set_defaults(func=run)
 
@@ -60,21 +66,76 @@ def run(args: argparse.Namespace) -> int:
     else:
         with reader(args.db) as con:
             found = ledger_violations(con, max_job_days=days)
+    # the money invariants read figures: on a ledger that still holds rows outside their range (a job ending at
+    # infinity) they would measure those rows, not the rules
+    money = [] if (args.no_money or (found and not args.fix)) else money_invariants(args.db, settings)
     if args.json:
-        print_json({"rows": [_as_dict(v) for v in found], "removed": removed})
+        print_json({"rows": [_as_dict(v) for v in found], "removed": removed, "money": money})
+        return 0 if ((not found or args.fix) and not money) else 1
+    for m in money:
+        print(f"money: {m}")
+    for v in found[: args.limit]:
+        print(describe(v))
+    if len(found) > args.limit:
+        print(f"... and {len(found) - args.limit:,} more")
+    if not found:
+        print("no rows outside their physical range")
+    elif removed:
+        parts = ", ".join(f"{n:,} {t}" for t, n in removed.items())
+        print(f"removed {sum(removed.values()):,} row(s) in one transaction: {parts}")
     else:
-        for v in found[: args.limit]:
-            print(describe(v))
-        if len(found) > args.limit:
-            print(f"... and {len(found) - args.limit:,} more")
-        if not found:
-            print("no rows outside their physical range")
-        elif removed:
-            parts = ", ".join(f"{n:,} {t}" for t, n in removed.items())
-            print(f"removed {sum(removed.values()):,} row(s) in one transaction: {parts}")
-        else:
-            print(f"{len(found):,} row(s) outside their physical range: gpuledger check --fix removes them")
-    return 0 if (not found or args.fix) else 1
+        print(f"{len(found):,} row(s) outside their physical range: gpuledger check --fix removes them")
+    return 0 if ((not found or args.fix) and not money) else 1
+
+
+def money_invariants(db: str, settings: Settings) -> list[str]:
+    """The what-if and price invariants over the whole ledger (issue 41), one line per breach: no negative
+    dollar or GPU-hour in the summary or a job; the what-if's "now" is the summary and with no change its
+    figures are "now"; moving each team to spot, and each GPU model to another priced one, saves what the same
+    ledger repriced in SQL saves (analytics/whatif_audit.py: the SQL form of the price in force against the
+    what-if's Python form)."""
+    from analytics.filters import Filters
+    from analytics.shared import sharing
+    from analytics.summary import summary
+    from analytics.whatif import what_if, whatif_jobs
+    from analytics.whatif_audit import TOLERANCE_USD, model_saving_sql, negative_money, spot_saving_sql
+    from gpuledger.ledger.db import sync_reference
+    from gpuledger.ledger.prices import price_book
+
+    sync_reference(db, settings)
+    out: list[str] = []
+    view = Filters()
+    with reader(db) as con, sharing(con):
+        now = summary(con, filters=view, settings=settings)
+        jobs = whatif_jobs(con, filters=view, settings=settings)
+        out += negative_money(now, jobs)
+        book = price_book(con)
+        nothing = what_if(now, jobs, pl.DataFrame(), book, settings)
+        if nothing.after != now:
+            out.append("what-if with no change differs from the summary")
+        teams = sorted(t for t in jobs["team"].drop_nulls().unique().to_list()) if jobs.height else []
+        for team in teams:
+            got = what_if(now, jobs, pl.DataFrame(), book, settings, spot=(team,)).changes[0].saving_usd
+            want = spot_saving_sql(con, team, settings, view)
+            if abs(got - want) > TOLERANCE_USD:
+                out.append(
+                    f"team {team} on spot: the what-if saves ${got:,.2f}, the ledger repriced ${want:,.2f}"
+                )
+        models = sorted(m for m in jobs["gpu_model"].drop_nulls().unique().to_list()) if jobs.height else []
+        priced = sorted({r.gpu_model for r in book.rows})
+        for old in models:
+            new = next((m for m in priced if m > old), None) or next((m for m in priced if m != old), None)
+            if new is None:
+                continue
+            got = (
+                what_if(now, jobs, pl.DataFrame(), book, settings, models=((old, new),)).changes[0].saving_usd
+            )
+            want = model_saving_sql(con, old, new, view)
+            if abs(got - (want or 0.0)) > TOLERANCE_USD:
+                out.append(
+                    f"{new} instead of {old}: the what-if saves ${got:,.2f}, the ledger repriced ${want or 0:,.2f}"
+                )
+    return out
 
 
 def describe(v: Violation) -> str:

@@ -13,14 +13,17 @@ from gpuledger.cli.commands._common import add_db_options, add_filter_options, p
 from gpuledger.cli.commands.summary import filters_from
 from gpuledger.ledger.db import reader, sync_reference
 from gpuledger.ledger.errors import LedgerError
+from gpuledger.ledger.reference import normalize_model
 from gpuledger.ledger.settings import load_settings
 
 
 def _model_pair(text: str) -> tuple[str, str]:
+    """FROM=TO, each side named as a file may name it ("H100", "a100"): read to its catalog model by the rule
+    the ingest applies (gpuledger.ledger.reference.normalize_model), else kept as written."""
     old, sep, new = text.partition("=")
     if not sep or not old.strip() or not new.strip():
         raise argparse.ArgumentTypeError(f"expected FROM=TO (two GPU models), got {text!r}")
-    return old.strip(), new.strip()
+    return normalize_model(old.strip()) or old.strip(), normalize_model(new.strip()) or new.strip()
 
 
 def register(sub: argparse._SubParsersAction) -> None:

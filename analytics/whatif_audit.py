@@ -1,0 +1,122 @@
+"""The what-if held to the same ledger repriced in SQL, and no negative money: ``gpuledger check``'s invariants.
+
+The what-if reprices jobs in Python (:class:`gpuledger.ledger.prices.PriceBook`: a page holds a few thousand
+jobs in a frame). :func:`repriced_sql` reprices the same jobs inside one query with the SQL form of the same
+rule (``PRICE_PERIODS_CTE``), as the job costs are billed: the ledger's jobs with their model or tier swapped,
+each GPU-hour at the row in force then. The two must agree job by job; a disagreement means the two forms of
+the price in force have drifted apart, or a change priced one day at another day's row (issue 41: the latest
+row applied to every day).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from analytics.cost import job_costs_sql
+from analytics.filters import Filters, horizon
+from analytics.query import frame
+from gpuledger.ledger.cte import Cte, with_ctes
+from gpuledger.ledger.prices import PRICE_PERIODS_CTE, price_cluster_sql, price_tier_sql
+from gpuledger.ledger.settings import Settings
+
+ALL = Filters()
+TOLERANCE_USD = 0.01  # a cent over the whole comparison: float sums of the same dollars in another order
+
+
+def repriced_sql(
+    filters: Filters, as_of: dt.datetime | None, *, model: str | None = None, tier: str | None = None
+) -> tuple[str, list[object]]:
+    """Each priced job of the view (job_id, team, cluster, booked_model, gpu_model, pricing_tier, gpu_hours, cost_usd) and
+    ``new_usd``: its GPU-hours spread over its span inside the view, each moment at the price in force then
+    for ``model`` (default: its own) asked at ``tier`` (default: its own) on its cluster; ``key_tier``: the
+    tier of the key (on_demand where the model has no row of the asked tier there)."""
+    jobs_sql, jobs_params = job_costs_sql(filters, as_of)
+    moved = """
+        SELECT job_id, team, cluster, gpu_hours, cost_usd, span_start, span_end, gpu_model AS booked_model,
+               coalesce(?::VARCHAR, gpu_model) AS gpu_model, coalesce(?::VARCHAR, pricing_tier) AS pricing_tier
+        FROM jc WHERE cost_usd IS NOT NULL AND span_end > span_start"""
+    select = """
+        SELECT kc.job_id, any_value(kc.team) AS team, any_value(kc.cluster) AS cluster,
+               any_value(kc.booked_model) AS booked_model, any_value(kc.gpu_model) AS gpu_model,
+               any_value(kc.pricing_tier) AS pricing_tier,
+               any_value(kc.key_tier) AS key_tier, any_value(kc.gpu_hours) AS gpu_hours,
+               any_value(kc.cost_usd) AS cost_usd,
+               any_value(kc.gpu_hours) / (epoch(any_value(kc.span_end) - any_value(kc.span_start)) / 3600.0)
+                 * sum(epoch(least(kc.span_end, p.p_to) - greatest(kc.span_start, p.p_from)) / 3600.0
+                       * p.usd_per_gpu_hour) AS new_usd
+        FROM kc LEFT JOIN periods p
+          ON p.gpu_model = kc.gpu_model AND p.tier = kc.key_tier AND p.cluster IS NOT DISTINCT FROM kc.key_cluster
+         AND p.p_from < kc.span_end AND p.p_to > kc.span_start
+        GROUP BY kc.job_id"""
+    return with_ctes(
+        [
+            Cte("jc", jobs_sql, tuple(jobs_params)),
+            Cte("moved", moved, (model, tier)),
+            Cte("kt", f"SELECT m.*, {price_tier_sql('m', 'm.pricing_tier')} AS key_tier FROM moved m"),
+            Cte("kc", f"SELECT kt.*, {price_cluster_sql('kt', 'kt.key_tier')} AS key_cluster FROM kt"),
+            PRICE_PERIODS_CTE,
+        ],
+        select,
+    )
+
+
+def repriced(
+    con: duckdb.DuckDBPyConnection,
+    filters: Filters = ALL,
+    *,
+    model: str | None = None,
+    tier: str | None = None,
+) -> pl.DataFrame:
+    """:func:`repriced_sql` as a frame."""
+    sql, params = repriced_sql(filters, horizon(con), model=model, tier=tier)
+    return frame(con, sql, params)
+
+
+def spot_saving_sql(con: duckdb.DuckDBPyConnection, team: str, settings: Settings, filters: Filters) -> float:
+    """What moving ``team`` to spot saves, from :func:`repriced`: each of its jobs on elastic capacity whose
+    model has a spot row for its cluster and that spot makes cheaper, cost − the spot cost."""
+    from analytics.whatif import ELASTIC_TIERS, SPOT
+
+    r = repriced(con, filters, tier=SPOT).filter(pl.col("team") == team)
+    out = 0.0
+    for j in r.iter_rows(named=True):
+        if j["key_tier"] != SPOT or j["new_usd"] is None or (j["gpu_hours"] or 0) <= 0:
+            continue
+        if settings.cluster_tier(j["cluster"]) not in ELASTIC_TIERS or j["new_usd"] >= j["cost_usd"] - 0.005:
+            continue
+        out += j["cost_usd"] - j["new_usd"]
+    return out
+
+
+def model_saving_sql(con: duckdb.DuckDBPyConnection, old: str, new: str, filters: Filters) -> float | None:
+    """What running ``old``'s jobs on ``new`` saves, from :func:`repriced` (None when ``new`` prices none)."""
+    moved = repriced(con, filters, model=new).filter(
+        (pl.col("booked_model") == old) & (pl.col("cost_usd") > 0)
+    )
+    priced = moved.filter(pl.col("new_usd").is_not_null())
+    if moved.height and not priced.height:
+        return None
+    return float((priced["cost_usd"] - priced["new_usd"]).sum()) if priced.height else 0.0
+
+
+def negative_money(summary: dict[str, Any], jobs: pl.DataFrame) -> list[str]:
+    """Every negative dollar or GPU-hour in the view's summary and its jobs' rows, one line each."""
+    out = [
+        f"summary: {k} is {v:,.2f}"
+        for k, v in (
+            ("spend_usd", summary["spend_usd"]),
+            ("gpu_hours", summary["gpu_hours"]),
+            *summary["waste"].items(),
+        )
+        if v is not None and v < -1e-9
+    ]
+    cols = [c for c in jobs.columns if c.endswith("_usd") or c in ("gpu_hours", "idle_gpu_hours")]
+    for c in cols:
+        if jobs.schema[c].is_numeric():
+            for r in jobs.filter(pl.col(c) < -1e-9).select("job_id", c).head(20).iter_rows():
+                out.append(f"job {r[0]}: {c} is {r[1]:,.2f}")
+    return out
