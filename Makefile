@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup dashboard test lint system-deps bench constraints screenshots
+.PHONY: setup dashboard test check lint system-deps bench constraints screenshots
 
 setup: $(VENV)/.installed
 
@@ -32,6 +32,17 @@ lint: setup
 # venv), and each one compiling our modules again costs 0.2-0.3 s (measured: imports 0.88-1.02 s vs 0.64-0.76 s).
 test: setup system-deps lint
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n 2 --dist loadscope --no-loadscope-reorder
+
+# The edit loop (under 90 s): ruff, then the fast unit tests in one process: the layering and docs checks, the
+# ledger's schema and migrations, settings, and the budgets' and alerts' rules. No browser, service or real
+# dataset (markers), no Hypothesis money runs, no six-week item scans; `make test` runs everything.
+CHECK_TESTS := tests/test_layering.py tests/test_docs.py tests/test_settings.py tests/ledger \
+	tests/budgets/test_alert_rules.py tests/budgets/test_forecast.py tests/budgets/test_daily.py
+check: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/pytest -q -p no:cacheprovider -m "not browser and not service and not datasets" \
+		-k "not every_reading_command" $(CHECK_TESTS)
 
 # The browser tests with every page they visit saved in test-artifacts/ (make test saves only failed pages).
 screenshots: setup system-deps

@@ -10,6 +10,9 @@ recommendations.md explains each one):
 - ``poor_scaling``: one run family (model, GPU model, precision, per-GPU batch, sequence length) measured
   at several GPU counts, whose per-GPU throughput at this count is < 80 % of that at the smallest count;
 - ``throttling``: ≥ 10 % of samples carry a power or thermal throttle bit, or sit at ≥ 85 °C;
+- ``idle_gpus``: half or more of the job's GPUs sat at or under the idle threshold over the whole view
+  (each GPU's time-weighted mean utilization, job_signals ``unused_gpus``), so the job's chart, one line per
+  GPU, and its diagnosis say the same;
 - ``oversized_gpu``: a cheaper catalog GPU holds the job's peak memory under the safety fraction and would
   run the same work at most 80 % busy, so the same work costs less per unit.
 """
@@ -40,7 +43,7 @@ DIAGNOSIS_COLUMNS = {
     "name": "",
     "user_name": "",
     "team": "",
-    "diagnosis": "busy_but_unproductive | input_bound | poor_scaling | throttling | oversized_gpu",
+    "diagnosis": "busy_but_unproductive | input_bound | poor_scaling | throttling | idle_gpus | oversized_gpu",
     "statistic": "name of the figure the rule tests",
     "value": "its value",
     "threshold": "the rule's threshold",
@@ -467,8 +470,17 @@ def diagnoses(
             (pl.col("throttled_share").fill_null(0) >= t["throttle_share"])
             | (pl.col("hot_share").fill_null(0) >= t["throttle_share"])
         ).alias("_throttle"),
+        # the GPUs the job held (its record's count, or more when telemetry saw more), half or more idle
+        pl.max_horizontal(pl.col("gpu_count").fill_null(0), pl.col("gpus_seen").fill_null(0)).alias("_gpus"),
+    ).with_columns(
+        (
+            (pl.col("unused_gpus").fill_null(0) >= 1)
+            & (pl.col("unused_gpus").fill_null(0) >= t["idle_gpus_share"] * pl.col("_gpus"))
+        ).alias("_idle_gpus")
     )
-    flagged = rules.filter(pl.col("_busy").is_not_null() | pl.col("_input") | pl.col("_throttle"))
+    flagged = rules.filter(
+        pl.col("_busy").is_not_null() | pl.col("_input") | pl.col("_throttle") | pl.col("_idle_gpus")
+    )
     for j in flagged.to_dicts():
         who = _who(j)
         util, sm, tensor, mfu_pct = (
@@ -518,6 +530,23 @@ def diagnoses(
                 f"{who} swings between bursts and near-zero dips: {j['dip_share'] * 100:.0f} % of samples under "
                 f"10 %, {j['burst_share'] * 100:.0f} % over 70 %, {j['swing_rate'] * 100:.0f} % of consecutive samples "
                 "swing; the data pipeline is starving the GPU (more loader workers, prefetch, faster storage).",
+            )
+        if j["_idle_gpus"]:
+            n, idle = int(j["_gpus"]), int(j["unused_gpus"])
+            flag(
+                j,
+                "idle_gpus",
+                "idle_gpu_share",
+                idle / n,
+                t["idle_gpus_share"],
+                (
+                    f"{who} held {n} GPU(s) and {idle} of them stayed idle (mean utilization at or under the "
+                    "idle threshold over the view): ask for fewer GPUs, or check that the job uses them all "
+                    "(device count, DDP world size)."
+                    if idle < n
+                    else f"{who} held {n} GPU(s) and none did work (mean utilization at or under the idle "
+                    "threshold over the view): release them when nothing runs."
+                ),
             )
         if j["_throttle"]:
             thr, hot = j["throttled_share"] or 0, j["hot_share"] or 0

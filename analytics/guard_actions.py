@@ -102,3 +102,20 @@ def guard_saved(
         money = None if one is None else (gpus or 0.0) * one
         usd = None if usd is None or money is None else usd + money
     return {"jobs_cancelled": len(rows), "saved_gpu_hours": hours, "saved_usd": usd, "jobs_warned": warned}
+
+
+def _jobs(n: int) -> str:
+    return f"{n:,} job{'' if n == 1 else 's'}"
+
+
+def saved_line(saved: dict[str, Any]) -> str:
+    """The guard's one sentence for :func:`guard_saved`'s totals, as the CLI, the Guard page and the weekly
+    report print it: ``1 job cancelled, 3.0 GPU-hours, $12.00 saved (to each job's planned end); 2 jobs
+    warned.``"""
+    from analytics.money import usd
+
+    money = usd(saved.get("saved_usd"), na="n/a (a model without a price)")
+    return (
+        f"{_jobs(int(saved.get('jobs_cancelled') or 0))} cancelled, {float(saved.get('saved_gpu_hours') or 0.0):,.1f} "
+        f"GPU-hours, {money} saved (to each job's planned end); {_jobs(int(saved.get('jobs_warned') or 0))} warned."
+    )

@@ -29,3 +29,27 @@ def clean_float(value: float | None) -> float | None:
     if not math.isfinite(v):
         return None
     return 0.0 if abs(v) < RESIDUE else v
+
+
+MINUS = "\u2212"  # "−": the sign of a negative amount, before the "$" (−$3.20), never "$-3.20" nor "-$3.20"
+
+
+def usd(value: float | None, digits: int = 2, *, na: str = "n/a") -> str:
+    """The one money format of pages, CLI and reports: ``$1,234.56``, ``−$3.20`` for a negative amount (the
+    minus sign U+2212 before the "$"), ``$0.00`` for float residue and for an amount that rounds to zero
+    (no signed zero), ``na`` for a missing or non-finite one. ``digits=0`` gives whole dollars."""
+    v = clean_float(value)
+    if v is None:
+        return na
+    text = f"{abs(v):,.{digits}f}"
+    negative = v < 0 and any(c in "123456789" for c in text)
+    return f"{MINUS}${text}" if negative else f"${text}"
+
+
+def signed_usd(value: float | None, digits: int = 2, *, na: str = "n/a") -> str:
+    """A change of money: ``+$12.00``, ``−$3.20``, ``$0.00`` when it rounds to nothing."""
+    text = usd(value, digits, na=na)
+    v = clean_float(value)
+    if v is None or text.startswith(MINUS) or not any(c in "123456789" for c in text):
+        return text
+    return "+" + text

@@ -23,13 +23,10 @@ import polars as pl
 from analytics.filters import Filters
 from analytics.job_count import job_count, with_job_of
 from analytics.summary import summary
-from analytics.waste import UNALLOCATED, job_waste, unallocated
+from analytics.waste import TEAM_WASTE_PARTS, UNALLOCATED, job_waste, unallocated
 from analytics.whatif import capacity_utilization_pct
 from gpuledger.ledger.settings import Settings
 
-# The waste parts a team controls: its own jobs' held time. Unallocated capacity (the fourth waste part,
-# analytics.waste.WASTE_PARTS) is the platform's: no job held it.
-TEAM_WASTE_PARTS = ("idle_allocated_usd", "underused_usd", "failed_usd")
 DEMO_FORMAT = "demo"  # ingests.format of the demo fleet (gpuledger/demo/build.py)
 
 TEAM_COLUMNS = {
@@ -103,9 +100,10 @@ def headline(
 ) -> dict[str, Any]:
     """The period's headline: the summary's figures (``summary --json``) and
 
-    - ``team_waste_usd`` = idle while allocated + under-used + failed (badput): the waste teams control;
-      ``team_waste_pct`` = that ÷ the jobs' spend (spend − unallocated) × 100;
-    - ``unallocated_usd`` / ``unallocated_gpu_hours``: paid-for capacity no job held (the platform's);
+    - ``team_waste_usd`` (the summary's) = idle while allocated + under-used + failed (badput): the waste
+      teams control; ``team_waste_pct`` = that ÷ the jobs' spend (spend − unheld capacity) × 100;
+    - ``unheld_capacity_usd`` (the summary's) / ``unallocated_gpu_hours``: paid-for capacity no job held (the
+      platform's);
     - ``held_util_pct``: the summary's ``mean_util_pct`` (GPUs a job held);
     - ``capacity_util_pct``: held utilization spread over held + unallocated GPU-hours
       (analytics.whatif.capacity_utilization_pct); None where the view sees no capacity (a team filter)."""
@@ -113,13 +111,11 @@ def headline(
     waste = s["waste"]
     cap = unallocated(con, filters=filters, settings=settings, as_of=as_of)
     un_hours = float(cap["unallocated_gpu_hours"].fill_null(0).sum()) if cap.height else None
-    team_waste = sum(waste[p] for p in TEAM_WASTE_PARTS)
-    jobs_spend = s["spend_usd"] - waste["unallocated_usd"]
+    team_waste = s["team_waste_usd"]
+    jobs_spend = s["spend_usd"] - s["unheld_capacity_usd"]
     return s | {
-        "team_waste_usd": team_waste,
         "team_waste_pct": 100.0 * team_waste / jobs_spend if abs(jobs_spend) >= 0.005 else None,
         "badput_usd": waste["failed_usd"],
-        "unallocated_usd": waste["unallocated_usd"],
         "unallocated_gpu_hours": un_hours,
         "held_util_pct": s["mean_util_pct"],
         "capacity_util_pct": (

@@ -236,7 +236,9 @@ def savings_total(recs: pl.DataFrame, *, whole: bool = False) -> dict[str, objec
 
 
 def coverage(recs: pl.DataFrame, waste: pl.DataFrame, unallocated: pl.DataFrame) -> dict[str, object]:
-    """``{waste_usd, addressed_usd, addressed_pct, by_part: {part: {waste_usd, addressed_usd}}}``.
+    """``{addressable_usd, addressed_usd, addressed_pct, by_part: {part: {usd, addressed_usd}}}``:
+    addressable_usd = the waste teams control + the capacity no job held (the parts an action can take away;
+    not "waste": docs/metrics.md names the two apart).
 
     ``waste``: analytics.waste.job_waste rows (a job's waste parts); ``unallocated``: analytics.waste.
     unallocated rows (cluster, gpu_model, unallocated_usd). A job's part counts as addressed, in full and
@@ -266,23 +268,23 @@ def coverage(recs: pl.DataFrame, waste: pl.DataFrame, unallocated: pl.DataFrame)
         .iter_rows()
     )
     by_part = {
-        p: {"waste_usd": float(waste_usd.get(p, 0.0)), "addressed_usd": float(addressed_usd.get(p, 0.0))}
+        p: {"usd": float(waste_usd.get(p, 0.0)), "addressed_usd": float(addressed_usd.get(p, 0.0))}
         for p in WASTE_PARTS
     }
     capacity_hit = set(hit.filter(pl.col("part") == "unallocated_usd")["job_id"].to_list())
     for row in unallocated.iter_rows(named=True):
         usd = row["unallocated_usd"] or 0.0
-        by_part["unallocated_usd"]["waste_usd"] += usd
+        by_part["unallocated_usd"]["usd"] += usd
         if f"{CAPACITY_PREFIX}{row['cluster']}:{row['gpu_model']}" in capacity_hit:
             by_part["unallocated_usd"]["addressed_usd"] += usd
-    total = sum(p["waste_usd"] for p in by_part.values())
+    total = sum(p["usd"] for p in by_part.values())
     addressed = sum(p["addressed_usd"] for p in by_part.values())
     return {
-        "waste_usd": cents(total),
+        "addressable_usd": cents(total),
         "addressed_usd": cents(addressed),
         "addressed_pct": round(addressed / total * 100.0, 1) if total else None,
         "by_part": {
-            k: {"waste_usd": cents(v["waste_usd"]), "addressed_usd": cents(v["addressed_usd"])}
+            k: {"usd": cents(v["usd"]), "addressed_usd": cents(v["addressed_usd"])}
             for k, v in by_part.items()
         },
     }

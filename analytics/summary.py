@@ -15,7 +15,8 @@ import duckdb
 from analytics.filters import Filters, horizon
 from analytics.unit_costs import view_usd_per_mtok
 from analytics.utilization import ROLLUPS, Source
-from analytics.waste import PARTS, WASTE_PARTS, job_waste, unallocated
+from analytics.waste import PARTS, job_waste, unallocated
+from analytics.waste_jobs import headline_figures
 from gpuledger.ledger.settings import Settings
 from gpuledger.ledger.sql import job_count_sql
 
@@ -28,7 +29,9 @@ SUMMARY_KEYS = (
     "mean_util_pct",
     "idle_gpu_hours",
     "idle_usd",
-    "waste_usd",
+    "team_waste_usd",
+    "unheld_capacity_usd",
+    "unmeasured_usd",
     "cancelled_usd",
     "jobs",
     "unpriced_gpu_hours",
@@ -97,7 +100,8 @@ def summary(
     - gpu_hours: held GPU-hours of the view's jobs (priced or not); unpriced_gpu_hours: those without price;
     - mean_util_pct: time-weighted over the samples attributed to the view's jobs (NULL when none);
     - idle_gpu_hours: GPU-hours inside idle stretches; idle_usd = waste.idle_allocated_usd;
-    - waste_usd = idle_allocated + underused + failed + unallocated;
+    - team_waste_usd = idle_allocated + underused + failed (the waste teams control), unheld_capacity_usd =
+      unallocated (capacity no job held), unmeasured_usd: each apart (analytics.waste_jobs.headline_figures);
     - cancelled_usd: the in-view cost of cancelled jobs, a person's decision and not waste (its dollars are
       inside the parts, classified by telemetry like a completed job's);
     - energy_kwh over the jobs' samples (NULL without power/energy readings), co2e_kg at the settings'
@@ -144,7 +148,7 @@ def summary(
         "mean_util_pct": None if mean_util is None else float(mean_util),
         "idle_gpu_hours": float(idle_h),
         "idle_usd": waste["idle_allocated_usd"],
-        "waste_usd": sum(waste[p] for p in WASTE_PARTS),
+        **headline_figures(waste),
         "cancelled_usd": float(cancelled),
         "jobs": int(n_jobs),
         "unpriced_gpu_hours": float(unpriced_h),

@@ -81,6 +81,7 @@ def _from_for(filters: Filters, grain: str = "minute") -> str:
 
 HEATMAP_COLUMNS = {
     "gpu_id": "GPU (UUID, else host:index)",
+    "gpu_label": "host:index (gpu_label_sql: the one name pages give a GPU); NULL on the pooled row",
     "host": "host of the GPU (NULL when the source names none)",
     "gpu_model": "catalog model (NULL when unknown)",
     "hour": "UTC hour (start)",
@@ -182,7 +183,8 @@ def gpu_hour_heatmap(
                sum(unallocated_s) AS unallocated_s, others
         FROM placed GROUP BY ALL
     )
-    SELECT p.gpu_id, g.host, g.model AS gpu_model, p.hour, p.mean_util_pct, p.covered_s,
+    SELECT p.gpu_id, CASE WHEN p.gpu_id IS NULL THEN NULL ELSE {gpu_label_sql("g", "p.gpu_id")} END AS gpu_label,
+           g.host, g.model AS gpu_model, p.hour, p.mean_util_pct, p.covered_s,
            coalesce(p.held_idle_s, 0) AS held_idle_s, coalesce(p.unallocated_s, 0) AS unallocated_s, p.others
     FROM pooled p LEFT JOIN gpus g USING (gpu_id)
     ORDER BY p.others, g.host NULLS LAST, p.gpu_id, p.hour

@@ -18,7 +18,9 @@ The taxonomy (docs/metrics.md, "Waste"; /work contract shared with the recommend
   checkpoint inside a day is not a cut point);
 - **unallocated_usd**: for clusters with declared capacity, capacity GPU-hours minus allocated GPU-hours of
   that cluster and GPU model (≥ 0), at the cluster's tier; it belongs to the team and user "unallocated";
-- ``waste_usd`` = idle_allocated + underused + failed + unallocated.
+- the three figures every face names apart (``headline_figures``): ``team_waste_usd`` = idle_allocated +
+  underused + failed (the waste teams control), ``unheld_capacity_usd`` = unallocated (capacity no job held)
+  and ``unmeasured_usd``; no "waste" adds the first two.
 
 Jobs whose GPU model has no price have NULL money everywhere (reported as unpriced GPU-hours, never $0).
 """
@@ -41,7 +43,9 @@ from analytics.waste_jobs import (
     DEFAULT_SETTINGS,
     JOB_WASTE_COLUMNS,
     PARTS,
+    TEAM_WASTE_PARTS,
     WASTE_PARTS,
+    headline_figures,
     job_waste,
     job_waste_sql,
 )
@@ -54,10 +58,12 @@ __all__ = [
     "CHECKPOINT_SOURCES",
     "JOB_WASTE_COLUMNS",
     "PARTS",
+    "TEAM_WASTE_PARTS",
     "UNALLOCATED",
     "UNALLOCATED_COLUMNS",
     "WASTE_PARTS",
     "WEEK_KEYS",
+    "headline_figures",
     "job_waste",
     "job_waste_by_week",
     "job_waste_sql",
@@ -80,7 +86,7 @@ def waste_by(
     as_of: dt.datetime | None = None,
     source: Source = ROLLUPS,
 ) -> pl.DataFrame:
-    """The parts (PARTS, plus spend_usd and waste_usd) summed by ``team``, ``user_name``, ``cluster``,
+    """The parts (PARTS, plus spend_usd and team_waste_usd: idle + under-used + failed) summed by ``team``, ``user_name``, ``cluster``,
     ``gpu_model``, ``kind`` or ``week``. Unallocated capacity appears under the key "unallocated" (team,
     user) or its cluster / model; by week it is not split (key "unallocated")."""
     as_of = as_of or horizon(con)
@@ -106,9 +112,9 @@ def waste_by(
         )
     out = out.with_columns(
         pl.sum_horizontal(*PARTS).alias("spend_usd"),
-        pl.sum_horizontal(*WASTE_PARTS).alias("waste_usd"),
+        pl.sum_horizontal(*TEAM_WASTE_PARTS).alias("team_waste_usd"),
     )
-    return out.select("key", "spend_usd", *PARTS, "waste_usd").sort("spend_usd", descending=True)
+    return out.select("key", "spend_usd", *PARTS, "team_waste_usd").sort("spend_usd", descending=True)
 
 
 def waste_totals(
@@ -119,7 +125,8 @@ def waste_totals(
     as_of: dt.datetime | None = None,
     source: Source = ROLLUPS,
 ) -> dict[str, float]:
-    """The view's parts as plain floats (0 where not applicable), plus spend_usd, waste_usd, failed_lost_usd
+    """The view's parts as plain floats (0 where not applicable), plus spend_usd, the three figures of
+    ``headline_figures`` (team_waste_usd, unheld_capacity_usd, unmeasured_usd), failed_lost_usd
     (= failed_usd), failed_checkpointed_usd (failed jobs' cost up to their checkpoint, inside the other
     parts), failed_no_checkpoint_usd (the part of failed_usd from jobs with no known checkpoint),
     idle_gpu_hours, unpriced_gpu_hours, oversubscribed_gpu_hours (shared GPUs' time beyond the jobs'
@@ -151,5 +158,5 @@ def waste_totals(
         float(un["oversubscribed_gpu_hours"].fill_null(0).sum()) if un.height else 0.0
     )
     out["spend_usd"] = sum(out[p] for p in PARTS)
-    out["waste_usd"] = sum(out[p] for p in WASTE_PARTS)
+    out.update(headline_figures(out))
     return out

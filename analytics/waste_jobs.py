@@ -44,6 +44,27 @@ PARTS = (
     "unmeasured_usd",
 )
 WASTE_PARTS = ("idle_allocated_usd", "underused_usd", "failed_usd", "unallocated_usd")
+# The three figures every face names apart, with the same words (docs/metrics.md, "Waste: the three figures"):
+# the waste teams control (their own jobs' held time), the capacity no job held (the platform's), and the
+# held time nobody measured (unknown, neither waste nor productive).
+TEAM_WASTE_PARTS = ("idle_allocated_usd", "underused_usd", "failed_usd")
+HEADLINE_WORDS = {
+    "team_waste_usd": "Waste teams control",
+    "unheld_capacity_usd": "Capacity no job held",
+    "unmeasured_usd": "Unmeasured (no telemetry)",
+}
+
+
+def headline_figures(parts: dict[str, float]) -> dict[str, float]:
+    """The three figures of HEADLINE_WORDS from a view's parts (PARTS → $): team_waste_usd = idle while
+    allocated + under-used + failed (badput); unheld_capacity_usd = unallocated; unmeasured_usd = unmeasured.
+    Never one "waste" that adds the first two: a team lead controls only the first."""
+    return {
+        "team_waste_usd": sum(float(parts.get(p) or 0.0) for p in TEAM_WASTE_PARTS),
+        "unheld_capacity_usd": float(parts.get("unallocated_usd") or 0.0),
+        "unmeasured_usd": float(parts.get("unmeasured_usd") or 0.0),
+    }
+
 
 JOB_WASTE_COLUMNS = {
     "job_id": "",

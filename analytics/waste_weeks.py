@@ -15,7 +15,7 @@ from analytics.filters import Filters, horizon
 from analytics.periods import buckets_sql, job_bucket_costs_sql, view_weeks
 from analytics.query import frame
 from analytics.utilization import ROLLUPS, Source, job_bucket_totals_sql
-from analytics.waste_jobs import ALL_FILTERS, DEFAULT_SETTINGS, PARTS, WASTE_PARTS, job_waste, parts_sql
+from analytics.waste_jobs import ALL_FILTERS, DEFAULT_SETTINGS, PARTS, TEAM_WASTE_PARTS, job_waste, parts_sql
 from gpuledger.ledger.settings import Settings
 
 WEEK_KEYS = ("team", "user_name", "cluster", "gpu_model", "kind")
@@ -56,7 +56,7 @@ def waste_by_week(
     as_of: dt.datetime | None = None,
     source: Source = ROLLUPS,
 ) -> pl.DataFrame:
-    """Columns week, key (``by``: team, user_name, cluster, gpu_model or kind), spend_usd, PARTS, waste_usd:
+    """Columns week, key (``by``: team, user_name, cluster, gpu_model or kind), spend_usd, PARTS, team_waste_usd:
     each week's rows equal ``waste_by(by=by)`` for the view narrowed to that week (:func:`view_weeks`), so
     every job's cost is cut at week boundaries (unlike ``waste_by(by="week")``, which puts a whole job in the
     week it starts) and all rows sum exactly to the view's spend; ``spend_usd`` is :func:`spend_by_week`'s,
@@ -84,9 +84,9 @@ def waste_by_week(
     spend = spend_by_week(con, by=by, filters=filters, settings=settings, as_of=as_of)
     out = out.join(spend, on=["week", "key"], how="left").with_columns(
         pl.coalesce("spend_usd", pl.sum_horizontal(*PARTS)).alias("spend_usd"),
-        pl.sum_horizontal(*WASTE_PARTS).alias("waste_usd"),
+        pl.sum_horizontal(*TEAM_WASTE_PARTS).alias("team_waste_usd"),
     )
-    return out.select("week", "key", "spend_usd", *PARTS, "waste_usd").sort(
+    return out.select("week", "key", "spend_usd", *PARTS, "team_waste_usd").sort(
         ["week", "spend_usd", "key"], descending=[False, True, False]
     )
 

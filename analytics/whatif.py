@@ -37,7 +37,7 @@ import duckdb
 import polars as pl
 
 from analytics.filters import Filters
-from analytics.waste_jobs import PARTS, WASTE_PARTS
+from analytics.waste_jobs import PARTS, WASTE_PARTS, headline_figures
 from gpuledger.ledger.prices import PriceBook, price_book
 from gpuledger.ledger.settings import Settings
 
@@ -295,7 +295,7 @@ def apply(summary: dict[str, Any], changes: list[Change]) -> dict[str, Any]:
         for k, v in c.parts.items():
             w[k] = (w.get(k) or 0.0) - v
     after["spend_usd"] = sum(w[k] for k in PART_KEYS)
-    after["waste_usd"] = sum(w[k] for k in WASTE_KEYS)
+    after.update(headline_figures(w))
     after["idle_usd"] = w["idle_allocated_usd"]
     return after
 

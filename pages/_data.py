@@ -131,9 +131,19 @@ def _ctx() -> tuple[str, tuple[int, int], str, Settings]:
 
 
 def filter_choices() -> Choices:
-    """The sidebar's choices; a lead's team list holds only their teams."""
+    """The sidebar's choices; a lead's team and cluster lists hold only their teams and the clusters their
+    teams' jobs ran on (analytics.filters.known_names ``within_teams``)."""
     choices, scope = _filter_choices(), viewer()
-    return choices if scope is None or scope.admin else dataclasses.replace(choices, teams=scope.teams)
+    if scope is None or scope.admin:
+        return choices
+    return dataclasses.replace(choices, teams=scope.teams, clusters=_scoped_names("cluster", scope.teams))
+
+
+@cached(entries=CACHE_VERSIONS)
+def _scoped_names(
+    con: duckdb.DuckDBPyConnection, s: Settings, what: str, teams: tuple[str, ...]
+) -> tuple[str, ...]:
+    return known_names(con, what, within_teams=teams)
 
 
 @cached(entries=CACHE_VERSIONS)
@@ -201,16 +211,20 @@ def unknown_names(
     teams: tuple[str, ...],
     clusters: tuple[str, ...],
     users: tuple[str, ...],
+    within_teams: tuple[str, ...] | None = None,
 ) -> list[UnknownName]:
-    """``analytics.filters.unknown_names``: the values the whole ledger lacks (names, not a Filters view:
-    a lead's scope must not turn another team's name into one of theirs before it is checked)."""
-    return unknown_names_(con, Filters(teams=teams, clusters=clusters, users=users))
+    """``analytics.filters.unknown_names``: the values the ledger lacks, or with ``within_teams`` (a lead's
+    teams) the values outside them, answered alike (names, not a Filters view: a lead's scope must not turn
+    another team's name into one of theirs before it is checked)."""
+    return unknown_names_(
+        con, Filters(teams=teams, clusters=clusters, users=users), within_teams=within_teams
+    )
 
 
 @cached("Splitting the spend by team and week…")
 def team_weeks(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, parts: bool) -> pl.DataFrame:
     """week, team, spend_usd: ``analytics.waste.spend_by_week(by="team")`` (the Overview's bars), or with
-    ``parts`` ``waste_by_week``, which adds the taxonomy's parts and waste_usd. Each job's cost is cut at week
+    ``parts`` ``waste_by_week``, which adds the taxonomy's parts and team_waste_usd. Each job's cost is cut at week
     boundaries (one query for all weeks), so the rows sum exactly to the view's spend; rows under half a cent
     are left out."""
     by_week = waste.waste_by_week if parts else waste.spend_by_week
@@ -220,15 +234,51 @@ def team_weeks(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, pa
 
 @cached()
 def waste_by(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, by: str) -> pl.DataFrame:
-    """``analytics.waste.waste_by`` for the view (key, spend_usd, the parts, waste_usd)."""
+    """``analytics.waste.waste_by`` for the view (key, spend_usd, the parts, team_waste_usd)."""
     return waste.waste_by(con, by=by, filters=filters, settings=s)
+
+
+@cached()
+def allocation(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, by: str) -> pl.DataFrame:
+    """key (``cluster`` or ``gpu_model``), capacity_gpu_hours, allocated_gpu_hours, allocation_pct (allocated ÷
+    capacity × 100, NULL without capacity), idle_allocated_usd and unallocated_usd: the Fleet's per cluster
+    and per GPU model money (analytics.waste.unallocated and waste_by, docs/metrics.md "Fleet")."""
+    cap = waste.unallocated(con, filters=filters, settings=s)
+    money = waste.waste_by(con, by=by, filters=filters, settings=s).select(
+        "key", "idle_allocated_usd", "unallocated_usd"
+    )
+    if cap.height:
+        hours = cap.group_by(pl.col(by).alias("key")).agg(
+            pl.col("capacity_gpu_hours").sum(), pl.col("allocated_gpu_hours").sum()
+        )
+    else:
+        hours = pl.DataFrame(
+            schema={"key": pl.Utf8, "capacity_gpu_hours": pl.Float64, "allocated_gpu_hours": pl.Float64}
+        )
+    return money.join(hours, on="key", how="left").with_columns(
+        pl.when(pl.col("capacity_gpu_hours") > 0)
+        .then(100.0 * pl.col("allocated_gpu_hours") / pl.col("capacity_gpu_hours"))
+        .alias("allocation_pct")
+    )
+
+
+@cached()
+def user_waste(
+    con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, limit: int = 15
+) -> pl.DataFrame:
+    """``analytics.waste_users.user_waste``: users by the waste teams control, each with the costliest
+    wasteful job (the report's table)."""
+    from analytics.waste_users import user_waste as user_waste_
+
+    return user_waste_(con, filters=filters, settings=s, limit=limit)
 
 
 @cached()
 def top_wasted_jobs(
     con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters, limit: int = 20
 ) -> pl.DataFrame:
-    """The view's jobs with the most wasted $ (``analytics.waste.job_waste``, sorted by waste_usd)."""
+    """The view's jobs with the most wasted $ (``analytics.waste.job_waste``, sorted by waste_usd: a job's idle +
+    under-used + failed, its part of the waste teams control)."""
     found = waste.job_waste(con, filters=filters, settings=s)
     return found.filter(pl.col("waste_usd") > 0).sort("waste_usd", descending=True).head(limit)
 

@@ -14,6 +14,8 @@ import plotly.graph_objects as go
 import polars as pl
 import streamlit as st
 
+from analytics.money import usd as money_usd
+
 NA = "n/a"
 # Five KPI cards; money with cents needs room ("$1,234,567.89"), so the first and last are wider.
 KPI_WIDTHS = [1.45, 1.1, 1.0, 1.15, 1.3]
@@ -55,12 +57,18 @@ def require_router() -> None:
 
 
 def usd(value: float | None, *, cents: bool = True) -> str:
-    """``$12,345.67`` (or ``$12,346`` without cents); ``n/a`` for unknown."""
-    if value is None:
-        return NA
-    if abs(value) < 0.005:
-        value = 0.0  # no "$-0.00" from float noise
-    return f"${value:,.2f}" if cents else f"${value:,.0f}"
+    """``$12,345.67`` (or ``$12,346`` without cents), ``−$3.20`` for a negative amount; ``n/a`` for unknown
+    (the one money format of pages, CLI and reports: analytics.money.usd)."""
+    return money_usd(value, 2 if cents else 0, na=NA)
+
+
+def saves(usd_per_week: float | None, saving_usd: float | None) -> str:
+    """What an action saves, one text for one number on every page (Recommendations, a job's page, the
+    Overview): ``$215.60/week`` for a recurring item, ``$1,506.96 once`` for a one-off (what it would have
+    saved, a one-time $, never per week)."""
+    if usd_per_week is not None:
+        return f"{usd(usd_per_week)}/week"
+    return f"{usd(saving_usd)} once"
 
 
 def _unsigned_zero(value: float, digits: int) -> float:
@@ -111,6 +119,7 @@ DIAGNOSIS_LABELS = {
     "input_bound": "Waiting on input (data loading)",
     "poor_scaling": "Scales poorly across GPUs",
     "throttling": "Thermal or power throttling",
+    "idle_gpus": "Half or more of its GPUs idle",
     "oversized_gpu": "GPU bigger than needed",
 }
 
@@ -179,6 +188,10 @@ def label(column: str) -> str:
         "card_mem_mib": "card memory (MiB)",
         "predicted_peak_mem_mib": "predicted peak memory (MiB)",
         "key": "",
+        "team_waste_usd": "waste teams control ($)",
+        "top_job_id": "costliest wasteful job",
+        "top_job_name": "its name",
+        "top_job_waste_usd": "its waste ($)",
     }
     if column in special:
         return special[column]

@@ -8,11 +8,12 @@ from typing import Any
 
 import streamlit as st
 
-from analytics.filters import Filters, UnknownName
+from analytics.filters import Filters
 from gpuledger.reports.content import last_full_week, previous_period, week_range
 from pages import _data
 from pages._scope import db, scoped, viewer
 
+OPENED = "_gpuledger_opened"  # session key: the default period was put in the URL once
 ASKED = "_gpuledger_asked"  # session key: the URL's team/cluster values the sidebar could not offer
 BOUND = (("team", "teams"), ("cluster", "clusters"))  # the sidebar's filters bound to the URL, as in Filters
 
@@ -83,8 +84,9 @@ def remember_asked_names() -> None:
 def unknown_names(filters: Filters) -> list[str]:
     """What the view names that the ledger does not hold, each in a sentence with the names the viewer can
     choose: the URL's team and cluster values the sidebar dropped, and the ``?user=`` values
-    (analytics.filters.unknown_names). A lead's link to a team that exists but is not theirs is not unknown:
-    their view stays their teams' (pages/_scope.py), and the names of other teams are never listed."""
+    (analytics.filters.unknown_names). For a lead, a name outside their teams (another team, a user or
+    cluster only other teams' jobs have) is answered exactly as a name the ledger lacks, with only the names
+    of their own teams listed: what they are told never says what exists elsewhere (issue 43)."""
     pending = st.session_state.get(ASKED)
     dropped: dict[str, tuple[str, ...]] = {"team": (), "cluster": ()}
     if pending is not None:
@@ -95,18 +97,16 @@ def unknown_names(filters: Filters) -> list[str]:
             dropped = pending["dropped"]
     if not (any(dropped.values()) or filters.users):
         return []
-    unknown = _data.unknown_names(dropped["team"], dropped["cluster"], filters.users)
-    scope = viewer()
-    if scope is None or scope.admin:
-        return [u.message for u in unknown]
-    choices = _data.filter_choices()
-    known = {"team": choices.teams, "cluster": choices.clusters}
+    # a lead: a name outside their teams is answered exactly as one the ledger lacks, listing only theirs
     return [
-        UnknownName(u.what, u.value, tuple(known[u.what])).message
-        if u.what in known
-        else f"no {u.what} '{u.value}' in the ledger"
-        for u in unknown
+        u.message for u in _data.unknown_names(dropped["team"], dropped["cluster"], filters.users, _within())
     ]
+
+
+def _within() -> tuple[str, ...] | None:
+    """The viewer's teams when they are a lead (the scope every name is checked in); None for an admin."""
+    scope = viewer()
+    return None if scope is None or scope.admin else scope.teams
 
 
 def warn_unknown_names(filters: Filters) -> None:
@@ -125,7 +125,7 @@ def warn_unknown_names(filters: Filters) -> None:
     if st.button("Show the view without them", icon=":material/filter_alt_off:", key="drop_unknown"):
         st.session_state.pop(ASKED, None)
         if filters.users:
-            gone = {u.value for u in _data.unknown_names((), (), filters.users)}
+            gone = {u.value for u in _data.unknown_names((), (), filters.users, _within())}
             if keep := [v for v in filters.users if v not in gone]:
                 st.query_params["user"] = keep
             else:
@@ -187,21 +187,52 @@ def previous_summary(filters: Filters) -> tuple[Filters | None, dict[str, Any] |
     return prev, _data.summary(prev)
 
 
+def default_week() -> tuple[str, dt.date, dt.date] | None:
+    """The period every page opens on: the last complete ISO week of the ledger's data (the weekly report's
+    default week, gpuledger.reports.content.last_full_week) as (name, Monday, Sunday); None when no
+    complete week holds data (a ledger whose data all lie in the week still in progress)."""
+    as_of = _data.as_of()
+    first = _data.filter_choices().first_day
+    if as_of is None or first is None:
+        return None
+    week = last_full_week(dt.datetime.fromisoformat(as_of))
+    since, until = week_range(week)
+    if until < first:
+        return None
+    return week, since, until
+
+
+def open_on_default_period() -> None:
+    """Once a session, before the sidebar's URL-bound date fields are drawn: a URL without dates gets the
+    default week's (:func:`default_week`), so every page opens on the same period, shows it in its date
+    fields, and the URL carries it to the next page and into a copied link. Clearing the fields afterwards
+    shows all the data (the session does not put the week back)."""
+    if st.session_state.get(OPENED):
+        return
+    st.session_state[OPENED] = True
+    if "since" in st.query_params or "until" in st.query_params or not _data.has_data():
+        return
+    found = default_week()
+    if found is not None:
+        _, since, until = found
+        st.session_state["since"], st.session_state["until"] = since, until  # the date fields
+        st.query_params["since"], st.query_params["until"] = since.isoformat(), until.isoformat()  # the link
+
+
 def opening_period(filters: Filters) -> tuple[Filters, str | None]:
     """The period the Overview opens on: the sidebar's dates when any is chosen (or the URL's), else the last
     complete ISO week of the ledger's data (gpuledger.reports.content.last_full_week, the weekly report's
     default week), returned with its name (``2026-W47``). A ledger whose data all lie in the week still in
     progress has no complete week: then its whole span (name None)."""
     if filters.since or filters.until:
+        found = default_week()
+        if found is not None and (filters.since, filters.until) == found[1:]:
+            return filters, found[0]  # the default week, from the URL: still named
         return filters, None
-    as_of = _data.as_of()
-    first = _data.filter_choices().first_day
-    if as_of is None or first is None:
+    found = default_week()
+    if found is None:  # no complete week holds data
         return filters, None
-    week = last_full_week(dt.datetime.fromisoformat(as_of))
-    since, until = week_range(week)
-    if until < first:  # no complete week holds data
-        return filters, None
+    week, since, until = found
     return Filters(since, until, filters.teams, filters.clusters, filters.users), week
 
 

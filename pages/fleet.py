@@ -124,18 +124,9 @@ def heatmap(cells: pl.DataFrame, key: str, row: pl.Expr, title: str) -> None:
     )
 
 
+# one name for a GPU on every table and chart: host:index (analytics.timeline.gpu_label_sql), with its model
 GPU_LABEL = _ui.pooled_name(
-    pl.concat_str(
-        pl.col("host").fill_null("unknown host"),
-        pl.lit(" · "),
-        pl.col("gpu_model").fill_null("unknown model"),
-        pl.lit(" · "),
-        # the id's first 12 characters (GPU-xxxxxxxx) when they tell it apart, else the whole id
-        # (host:index ids of a long host name, MIG instances of one GPU)
-        pl.when(pl.col("gpu_id").n_unique().over(pl.col("gpu_id").str.slice(0, 12)) == 1)
-        .then(pl.col("gpu_id").str.slice(0, 12))
-        .otherwise(pl.col("gpu_id")),
-    ),
+    pl.concat_str(pl.col("gpu_label"), pl.lit(" · "), pl.col("gpu_model").fill_null("unknown model")),
     "GPU",
 )
 
@@ -179,7 +170,7 @@ n_gpus = f.n_gpus
 if n_gpus == 0:
     no_rows("No telemetry in this view.")
 elif f.heatmap is not None:  # up to _data.FLEET_GROUP_PAST GPUs: one row per GPU
-    heatmap(f.heatmap, "fleet_heatmap", GPU_LABEL, "host · model · GPU id")
+    heatmap(f.heatmap, "fleet_heatmap", GPU_LABEL, "host:index · model")
 else:
     # One row per host, unless the view's hosts would be too many rows themselves: then one per cluster, a
     # cluster opening onto its hosts when it has more GPUs than a per-GPU heatmap shows, and a host onto its
@@ -281,11 +272,15 @@ for key, title in (("by_model", "By GPU model"), ("by_cluster", "By cluster")):
         no_rows("No jobs in this view.")
     else:
         name = "GPU model" if key == "by_model" else "cluster"
-        df = df.select(
+        alloc = _data.allocation(filters, "gpu_model" if key == "by_model" else "cluster")
+        df = df.join(alloc, on="key", how="left").select(
             pl.col("key").fill_null("unknown").alias(name),
             "held_gpu_h",
+            "allocation_pct",
             "mean_util_pct",
             "idle_gpu_h",
+            "idle_allocated_usd",
+            "unallocated_usd",
             (100.0 * pl.col("unknown_share")).alias("no_telemetry_pct"),
         )
         NC = st.column_config.NumberColumn
@@ -294,6 +289,22 @@ for key, title in (("by_model", "By GPU model"), ("by_cluster", "By cluster")):
             {
                 name: st.column_config.TextColumn(name),
                 "held_gpu_h": NC("held (GPU-h)", format="%,.1f", help="GPU-hours jobs held in the view."),
+                "allocation_pct": NC(
+                    "allocation (%)",
+                    format="%.1f %%",
+                    help="GPU-hours jobs held ÷ the capacity (declared or observed GPUs × hours) × 100; empty: "
+                    "no capacity known for it.",
+                ),
+                "idle_allocated_usd": NC(
+                    "idle while allocated ($)",
+                    format="dollar",
+                    help="The cost of the idle stretches of held GPUs: part of the waste teams control.",
+                ),
+                "unallocated_usd": NC(
+                    "capacity no job held ($)",
+                    format="dollar",
+                    help="Paid-for capacity no job held, at its price: the platform's, not a team's waste.",
+                ),
                 "mean_util_pct": NC(
                     "mean utilization (%)",
                     format="%.1f %%",

@@ -8,6 +8,7 @@ import datetime as dt
 import polars as pl
 import streamlit as st
 
+from analytics.guard_actions import saved_line
 from pages import _data, _scope, _view
 from pages._ui import code, dataframe, no_rows, num, usd
 
@@ -72,10 +73,7 @@ else:
 
 st.subheader("What the guard did")
 actions, saved = _data.guard_actions(filters)
-st.write(
-    f"**{saved['jobs_cancelled']:,} jobs cancelled, {saved['saved_gpu_hours']:,.1f} GPU-hours, "
-    f"{usd(saved['saved_usd'])} saved** (to each job's planned end); {saved['jobs_warned']:,} jobs warned."
-)
+st.write(f"**{saved_line(saved)}**")
 if actions.is_empty():
     no_rows(
         "The guard took no step in this view: `gpuledger guard run --enforce` warns, and cancels where "

@@ -10,6 +10,7 @@ import polars as pl
 import streamlit as st
 from plotly.subplots import make_subplots
 
+from analytics.filters import Filters
 from analytics.job_count import jobs_in
 from analytics.slurm_usage import SLURM_BASIS
 from gpuledger.ledger.job_states import FAILED_STATES
@@ -293,7 +294,7 @@ def job_marks(fig: go.Figure, r: dict[str, object], first: object, last: object)
     return said
 
 
-def job_view(job_id: str) -> None:
+def job_view(job_id: str, filters: Filters) -> None:
     """One job: figures, timeline with idle stretches, training metrics, diagnoses, recommendations."""
     data = _data.job(job_id)
     st.page_link("pages/jobs.py", label="All jobs", icon=":material/arrow_back:", query_params=filter_query())
@@ -466,15 +467,23 @@ def job_view(job_id: str) -> None:
         st.markdown(f"- **{diagnosis_label(d['diagnosis'])}**: {md(d['evidence'])}")
 
     st.markdown("**Recommendations**")
-    recs = data.recommendations
+    # one number per action: the items of the Recommendations page's own list (the same view, the same
+    # cached call) that name this job; a job outside the view gets those of its own days, as one-time $
+    # (a job's own days made a weekly rate about 7× the list's: $1,506.96/week against $215.60/week)
+    recs = _data.recommendations(filters).filter(pl.col("job_ids").list.contains(job_id))
+    own_days = recs.is_empty() and not data.recommendations.is_empty()
+    if own_days:
+        recs = data.recommendations.with_columns(pl.lit(None, pl.Float64).alias("usd_per_week"))
+        st.caption(
+            "This job is outside the view's dates: what each action would have saved over the job's own days, "
+            "once."
+        )
+    elif recs.height:
+        st.caption(f"As on the Recommendations page for this view ({_view.describe_filters(filters)}).")
     if recs.is_empty():
         st.caption("No recommendation names this job.")
     for x in recs.iter_rows(named=True):
-        money = (
-            f"{usd(x['usd_per_week'])} / week"
-            if x["usd_per_week"] is not None
-            else f"one-off: {usd(x['saving_usd'])}"
-        )
+        money = _ui.saves(x["usd_per_week"], x["saving_usd"])
         with st.container(border=True):
             st.markdown(f"**{md(x['kind_label'])}** · {money} · {md(x['confidence'])} confidence")
             st.markdown(md(x["evidence"]))
@@ -489,7 +498,7 @@ def filter_query() -> dict[str, list[str]]:
 filters = _view.open_page("Jobs")
 wanted = st.query_params.get("job")
 if wanted:
-    job_view(wanted)
+    job_view(wanted, filters)
     st.stop()
 
 jobs = _data.jobs_table(filters)

@@ -13,6 +13,7 @@ import streamlit as st
 
 from analytics.filters import Filters
 from analytics.overview import Overview
+from analytics.problems import OPERATORS, owner_of
 from analytics.waste import PARTS
 from gpuledger.ledger.palette import NOT_A_TEAM_LABELS, PART_COLOURS, PART_LABELS, is_team, team_colours
 from gpuledger.reports.content import previous_period
@@ -105,8 +106,8 @@ with money[2].container(border=True):
     else:
         st.metric(
             "Capacity no job held (platform)",
-            usd(s["unallocated_usd"]),
-            **change(s["unallocated_usd"], "unallocated_usd"),
+            usd(s["unheld_capacity_usd"]),
+            **change(s["unheld_capacity_usd"], "unheld_capacity_usd"),
             help="Paid-for GPU-hours no job held (unallocated capacity): the cluster operators' to release or "
             f"fill, not a team's waste. {num(s['unallocated_gpu_hours'], 1)} GPU-hours.",
         )
@@ -247,20 +248,37 @@ link_query = {k: st.query_params.get_all(k) for k in st.query_params}
 if recs.is_empty():
     st.caption("Nothing to recommend in this period: nothing measured wastes more than the minimum.")
 else:
-    top = recs.filter(pl.col("usd_per_week").is_not_null()).head(3)
-    for col, r in zip(st.columns(3), top.iter_rows(named=True), strict=False):
+    # two short lists: what the teams can change (their jobs' waste) and what the platform can (capacity no
+    # job held), so a team lead always gets something of their own (analytics.problems.owner_of decides)
+    weekly_recs = recs.filter(pl.col("usd_per_week").is_not_null())
+    platform = pl.Series(
+        [
+            owner_of(t, g, None, None)[0] == OPERATORS
+            for t, g in zip(weekly_recs["target_type"], weekly_recs["target"], strict=True)
+        ],
+        dtype=pl.Boolean,
+    )
+    for col, (title, rows, empty) in zip(
+        st.columns(2),
+        (
+            ("For the teams", weekly_recs.filter(~platform).head(3), "No recurring action for a team."),
+            ("For the platform", weekly_recs.filter(platform).head(3), "No recurring action on capacity."),
+        ),
+        strict=True,
+    ):
         with col.container(border=True):
-            st.markdown(f"**{usd(r['usd_per_week'])} / week** · {md(r['kind_label'])}")
-            owner = r.get("user_name") or r.get("team")
-            owner_text = (
-                md(owner) if owner and is_team(owner) else "the cluster's owner (capacity belongs to no team)"
-            )
-            st.caption(f"{md(r['target'])} · owner: {owner_text}")
-            st.markdown(md(r["action"]))
+            st.markdown(f"**{title}**")
+            if rows.is_empty():
+                st.caption(empty)
+            for r in rows.iter_rows(named=True):
+                owner = r.get("user_name") or r.get("team")
+                owner_text = md(owner) if owner and is_team(owner) else "the cluster's operators"
+                st.markdown(f"**{usd(r['usd_per_week'])} / week** · {md(r['kind_label'])} · {owner_text}")
+                st.caption(md(r["action"]))
     cov = total_saving.get("coverage") or {}
     cov_text = (
-        f"; they address {pct(cov['addressed_pct'])} of this view's waste "
-        f"({usd(cov['addressed_usd'])} of {usd(cov['waste_usd'])})"
+        f"; they address {pct(cov['addressed_pct'])} of this view's waste teams control and capacity no job "
+        f"held ({usd(cov['addressed_usd'])} of {usd(cov['addressable_usd'])})"
         if cov.get("addressed_pct") is not None
         else ""
     )

@@ -26,7 +26,8 @@ total_view = _data.savings(filters)
 
 def my_teams(recs: pl.DataFrame) -> tuple[str, ...]:
     """The teams "Mine" keeps: a signed-in lead's own (gpuledger/ledger/access.py); else (sign-in off, or an
-    admin) the team picked here, among the teams that own an item."""
+    admin) the team picked here, among the teams that own an item: the sidebar's team when it names one, else
+    nothing until asked (the first team in the alphabet is nobody's team). ("?",) while none is picked."""
     scope = _scope.viewer()
     if scope is not None and not scope.admin:
         return scope.teams
@@ -35,15 +36,14 @@ def my_teams(recs: pl.DataFrame) -> tuple[str, ...]:
         return ()
     preset = next((t for t in filters.teams if t in teams), None)  # the sidebar's team, when it names one
     picked = st.session_state.get("rec_team")
-    index = teams.index(picked) if picked in teams else teams.index(preset) if preset else 0
-    return (st.selectbox("Your team", teams, index=index, key="rec_team"),)
+    index = teams.index(picked) if picked in teams else teams.index(preset) if preset else None
+    chosen = st.selectbox("Your team", teams, index=index, key="rec_team", placeholder="Which team is yours?")
+    return (chosen,) if chosen else ("?",)
 
 
 def saves(it: Recommendation) -> str:
     """$/week for a recurring item, what it would have saved for a one-off."""
-    if it.usd_per_week is not None:
-        return f"{usd(it.usd_per_week)}/week"
-    return f"{usd(it.saving_usd)} once"
+    return _ui.saves(it.usd_per_week, it.saving_usd)
 
 
 def groups(shown: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
@@ -149,7 +149,8 @@ else:
     cols[1].metric(
         "Waste addressed",
         pct(cov.get("addressed_pct")) if cov.get("addressed_pct") is not None else "n/a (no waste in view)",
-        help=f"Of this view's waste ({usd(cov.get('waste_usd'))}), the dollars at least one recommendation "
+        help=f"Of this view's waste teams control and capacity no job held ({usd(cov.get('addressable_usd'))}), "
+        "the dollars at least one recommendation "
         f"acts on ({usd(cov.get('addressed_usd'))}): recommend --total's coverage, over the whole list.",
     )
     cols[2].metric(
@@ -159,6 +160,8 @@ else:
     )
     if mine is not None and not mine:
         no_rows("No team owns a recommendation in this view.")
+    elif mine == ("?",):
+        no_rows("Choose your team above to see its recommendations.")
     elif shown.is_empty():
         no_rows("No recommendation for " + (", ".join(md(t) for t in mine) if mine else "these kinds") + ".")
     else:

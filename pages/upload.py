@@ -93,6 +93,23 @@ if run is not None and is_training_log:
         + (f" · job {_ui.code(job_ids[0])}" if len(job_ids) == 1 else "")
     )
 
+untimed = (
+    facts != (None, None)
+    and not result.gpu_assumed
+    and result.training_runs is not None
+    and not result.training_runs.is_empty()
+    and "runtime_s" in result.training_runs.columns
+    and result.training_runs["runtime_s"].is_null().all()
+)
+if untimed:  # GPUs given, but the log says for how long nowhere (collectors/gpu_facts.py times a run by it)
+    st.warning(
+        f"Priced nothing: {_ui.md(', '.join(result.needs_gpu[:3]) or 'this run')} records no runtime (a "
+        "checkpoint's `trainer_state.json` has no `train_runtime`; only the final one written at the end of "
+        "training does), so gpuledger cannot tell how long the GPUs ran. Upload the run's final "
+        "`trainer_state.json`, or a job record with its start and end (`gpuledger ingest` of a jobs CSV or "
+        "sacct), to price it.",
+        icon=":material/schedule:",
+    )
 if result.needs_gpu and not result.gpu_assumed:
     with st.form("upload_gpu_form", border=True):
         st.markdown(
@@ -120,7 +137,7 @@ if s is not None:
     cols[1].metric("GPU-hours", na_ if unpriced else num(s["gpu_hours"], 1))
     cols[2].metric("Mean utilization", pct(s["mean_util_pct"]) if telemetry else na_)
     cols[3].metric("Idle $", usd(s["idle_usd"]) if telemetry else na_)
-    cols[4].metric("Waste $", usd(s["waste_usd"]) if telemetry and not unpriced else na_)
+    cols[4].metric("Waste teams control", usd(s["team_waste_usd"]) if telemetry and not unpriced else na_)
     unknown = []
     if unpriced:
         unknown.append(

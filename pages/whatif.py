@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
+from analytics.money import MINUS, signed_usd
 from analytics.whatif import what_if
 from gpuledger.ledger.palette import PART_LABELS, is_team
 from gpuledger.ledger.reference import catalog
@@ -69,7 +70,7 @@ def figure(d: dict, key: str) -> float | None:
 
 rows = [
     ("Spend", "spend_usd", usd),
-    ("Waste $", "waste_usd", usd),
+    ("Waste teams control", "team_waste_usd", usd),
     *(
         (PART_LABELS[k], k, usd)
         for k in ("idle_allocated_usd", "underused_usd", "failed_usd", "unallocated_usd")
@@ -89,7 +90,7 @@ for col, (title, key, fmt) in zip(cols, [*rows[:2], rows[-3]], strict=True):
         title,
         fmt(after),
         (
-            f"{'-' if d < -0.005 else '+'}${abs(d):,.2f} vs now"
+            f"{signed_usd(d).replace(MINUS, '-')} vs now"  # st.metric reads a leading '-' as down
             if d is not None and key.endswith("_usd")
             else None
         ),

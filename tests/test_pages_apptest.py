@@ -265,8 +265,8 @@ def test_a_fleet_of_many_hosts_opens_by_cluster_then_hosts_then_gpus(
 def test_gpus_whose_ids_share_their_first_characters_keep_a_row_each(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A heatmap row is labelled with the GPU id's first 12 characters, which a host:index id of a long host
-    name (gpu-node-0001:0, gpu-node-0001:1) shares with its neighbours: they must not merge into one row."""
+    """A heatmap row is labelled with the GPU's one name, host:index (then its model): two GPUs of one long host
+    name (gpu-node-0001:0, gpu-node-0001:1) share their first characters and must not merge into one row."""
     import json
 
     rows = "".join(
@@ -280,10 +280,7 @@ def test_gpus_whose_ids_share_their_first_characters_keep_a_row_each(
         {"node.csv": ("timestamp, hostname, index, utilization.gpu [%]\n" + rows, None)},
     )
     heat = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
-    assert heat["y"] == [
-        "gpu-node-0001 · unknown model · gpu-node-0001:0",
-        "gpu-node-0001 · unknown model · gpu-node-0001:1",
-    ]
+    assert heat["y"] == ["gpu-node-0001:0 · unknown model", "gpu-node-0001:1 · unknown model"]
 
 
 def test_a_host_of_more_gpus_than_rows_opens_onto_60_rows(
@@ -567,7 +564,10 @@ def test_mine_keeps_the_team_picked_without_sign_in(reco_ledger: str) -> None:
     at = run_page("pages/recommendations.py", RECO_DAY)
     at.radio(key="rec_show").set_value("Mine").run()
     assert not at.exception, at.exception
-    assert at.selectbox(key="rec_team").value == "nlp"  # the first team that owns an item
+    # no sign-in and no team in the sidebar: it asks, rather than take the first team in the alphabet
+    assert at.selectbox(key="rec_team").value is None
+    assert [h for h, _ in _reco_groups(at)] == []
+    at.selectbox(key="rec_team").set_value("nlp").run()
     assert [h for h, _ in _reco_groups(at)] == ["Team: nlp"]
     at.selectbox(key="rec_team").set_value("vision").run()
     assert [h for h, _ in _reco_groups(at)] == ["Team: vision"]
@@ -674,8 +674,8 @@ def test_the_fleet_heatmap_draws_idle_while_held_and_unallocated_in_two_colours(
         traces["idle while held"],
         traces["unallocated (no job held it)"],
     )
-    rows = [y.split(" · ")[-1] for y in util["y"]]  # host · model · id
-    assert rows == ["GPU-00000000", "GPU-10000000", "GPU-20000000"], util["y"]
+    # one name for a GPU (host:index, as the idle table's), then its model
+    assert list(util["y"]) == ["n0:0 · H100-SXM-80GB", "n0:1 · H100-SXM-80GB", "n0:2 · H100-SXM-80GB"]
 
     def cells(trace: dict) -> set[tuple[int, int]]:
         return {(r, c) for r, row in enumerate(array(trace["z"])) for c, v in enumerate(row) if v is not None}

@@ -102,7 +102,7 @@ def test_last_full_week_ends_on_or_before_the_data():
         (-0.001, "$0.00"),
         (-0.004999, "$0.00"),
         (0.0, "$0.00"),
-        (-3.2, "-$3.20"),
+        (-3.2, "\u2212$3.20"),
         (1019.07, "$1,019.07"),
         (None, "n/a"),
         (float("nan"), "n/a"),
@@ -176,7 +176,7 @@ def test_html_report_is_mail_safe_and_matches_summary(ledger_file, tmp_path: Pat
     seen = re.sub(r"<[^>]+>", "", html)
     summary = json.loads(cli("summary", "--json", *WEEK, "--db", ledger_file).stdout)
     assert f"${summary['spend_usd']:,.2f}" in html
-    assert f"${summary['waste_usd']:,.2f}" in html
+    assert f"${summary['team_waste_usd']:,.2f}" in html
     assert f"{summary['gpu_hours']:,.1f}" in html
     assert "+$552.81 (+1,848.9 %)" in seen  # $582.71 against $29.90 the week before
     assert "$8.52" in html  # dash-3 FAILED training: its whole cost is failed_usd
@@ -205,7 +205,7 @@ def test_sections_come_in_the_issue_order(ledger_file):
         "## Top 5 actions",
         "## Where the money went",
         "## Spend and waste by team",
-        "## Spend and waste by user",
+        "## Users by the waste teams control",
         "## Spend and waste by GPU model",
         "## Costliest 10 jobs",
         "## Unit-cost trends of recurring run families",
@@ -253,7 +253,10 @@ def test_per_team_writes_one_file_per_team_with_only_its_jobs(ledger_file, tmp_p
     vision = json.loads((folder / "vision.json").read_text())
     assert vision["headline"]["spend_usd"] == pytest.approx(2 * 6 * 0.71 + 12 * 1.006)
     assert vision["headline"]["filters"]["teams"] == ["vision"]
-    assert {u["user_name"] for u in vision["by_user"]} == {"carol", "dave"}
+    # users ranked by their waste: carol's dash-3 FAILED ($8.52 badput); dave's dash-4 has no telemetry and did
+    # not fail, so no waste and no row
+    assert [(u["user_name"], u["top_job_id"]) for u in vision["by_user"]] == [("carol", "dash-3")]
+    assert vision["by_user"][0]["team_waste_usd"] == pytest.approx(2 * 6 * 0.71)
     assert {j["job_id"] for j in vision["costliest_jobs"]} == {"dash-3", "dash-4"}
     nlp = json.loads((folder / "nlp.json").read_text())
     assert nlp["previous"]["spend_usd"] == pytest.approx(29.9)  # prev-1 was nlp's

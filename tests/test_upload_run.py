@@ -90,3 +90,27 @@ def test_a_log_not_priced_yet_has_no_cost_per_epoch_or_mfu(plain_settings: Path)
     # no GPUs known, no held time: no unit-cost row at all (the page shows n/a), never a $0 or a 0 % figure
     assert page.unit_costs is not None and page.unit_costs.is_empty()
     assert page.train_log is not None and page.train_log.height == 1742  # the curve needs no price
+
+
+def test_a_checkpoint_trainer_state_without_a_runtime_is_not_priced_and_the_page_can_say_why(
+    tmp_path: Path,
+) -> None:
+    """A checkpoint's trainer_state.json (TRL SFT here) has no train_runtime: given the GPUs, nothing can be
+    timed, so nothing is priced (collectors/gpu_facts.py), and the Upload page's 'records no runtime' warning
+    keys on exactly this: GPUs given, none assumed, every run's runtime_s unknown (issue 44 item 8)."""
+    import shutil
+
+    from collectors.gpu_facts import gpu_facts
+    from gpuledger.ledger.settings import Settings
+    from gpuledger.upload.analysis import analyse_file
+    from tests.conftest import ROOT
+
+    src = ROOT / "tests" / "fixtures" / "training" / "trl-sft" / "trainer_state.json"
+    assert "train_runtime" not in src.read_text()
+    (tmp_path / "up").mkdir()
+    path = tmp_path / "up" / "trainer_state.json"
+    shutil.copy(src, path)
+    r = analyse_file(str(path), "trainer_state.json", Settings(), None, None, gpu_facts("H100-SXM-80GB", 8))
+    assert r.error is None and not r.gpu_assumed and r.needs_gpu
+    assert r.training_runs is not None and r.training_runs["runtime_s"].is_null().all()
+    assert r.summary is not None and r.summary["spend_usd"] == 0.0

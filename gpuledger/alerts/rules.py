@@ -21,13 +21,13 @@ import polars as pl
 from analytics.capacity import unallocated_periods
 from analytics.daily import narrowed, spend_by_period
 from analytics.filters import Filters
-from analytics.waste import WASTE_PARTS
+from analytics.money import usd
+from analytics.waste import TEAM_WASTE_PARTS
 from analytics.waste_weeks import job_waste_by_week
 from gpuledger.budgets.status import AsOf, budget_rows
 from gpuledger.ledger.settings import Settings
 
 RULES = ("budget", "budget_forecast", "spend_change", "waste_share", "unheld_capacity")
-TEAM_WASTE = tuple(p for p in WASTE_PARTS if p != "unallocated_usd")  # the waste teams control
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,6 @@ class Alert:
     team: str | None = None  # whose [reports.team_mail] is told
     notify: tuple[str, ...] = ()  # further addresses (a budget's own)
     covers: tuple[str, ...] = field(default=())  # lower crossings this one stands for (recorded as sent too)
-
-
-def _usd(v: float) -> str:
-    return f"-${-v:,.2f}" if v < 0 else f"${v:,.2f}"
 
 
 def last_complete_week(day: dt.date) -> tuple[dt.date, dt.date]:
@@ -70,9 +66,9 @@ def budget_alerts(con: duckdb.DuckDBPyConnection, settings: Settings, at: AsOf) 
                     rule="budget",
                     scope=r["name"],
                     message=(
-                        f"{r['name']} has spent {_usd(r['spent_usd'])} of its {r['period']}ly budget "
-                        f"{_usd(r['budget_usd'])} for {r['period_label']} ({r['spent_pct']:.1f} %, threshold {top:g} %) "
-                        f"as of {r['as_of']}; forecast {_usd(r['forecast_usd'])} by {r['period_end']}"
+                        f"{r['name']} has spent {usd(r['spent_usd'])} of its {r['period']}ly budget "
+                        f"{usd(r['budget_usd'])} for {r['period_label']} ({r['spent_pct']:.1f} %, threshold {top:g} %) "
+                        f"as of {r['as_of']}; forecast {usd(r['forecast_usd'])} by {r['period_end']}"
                     ),
                     team=team,
                     notify=tuple(r["notify"]),
@@ -88,10 +84,10 @@ def budget_alerts(con: duckdb.DuckDBPyConnection, settings: Settings, at: AsOf) 
                     rule="budget_forecast",
                     scope=r["name"],
                     message=(
-                        f"{r['name']} is forecast to spend {_usd(r['forecast_usd'])} "
-                        f"({_usd(r['forecast_low_usd'])}..{_usd(r['forecast_high_usd'])}, 75 %) by {r['period_end']}: "
-                        f"{r['forecast_pct']:.1f} % of its {r['period']}ly budget {_usd(r['budget_usd'])} "
-                        f"(threshold {top:g} %); spent {_usd(r['spent_usd'])} as of {r['as_of']}"
+                        f"{r['name']} is forecast to spend {usd(r['forecast_usd'])} "
+                        f"({usd(r['forecast_low_usd'])}..{usd(r['forecast_high_usd'])}, 75 %) by {r['period_end']}: "
+                        f"{r['forecast_pct']:.1f} % of its {r['period']}ly budget {usd(r['budget_usd'])} "
+                        f"(threshold {top:g} %); spent {usd(r['spent_usd'])} as of {r['as_of']}"
                     ),
                     team=team,
                     notify=tuple(r["notify"]),
@@ -136,8 +132,8 @@ def spend_change_alerts(con: duckdb.DuckDBPyConnection, settings: Settings, at: 
                         rule="spend_change",
                         scope=scope,
                         message=(
-                            f"{scope} spent {_usd(now)} in {week}, {'+' if change > 0 else '−'}{abs(change):.1f} % "
-                            f"against its baseline {_usd(weekly)}/week (the {days} days before)"
+                            f"{scope} spent {usd(now)} in {week}, {'+' if change > 0 else '−'}{abs(change):.1f} % "
+                            f"against its baseline {usd(weekly)}/week (the {days} days before)"
                         ),
                         team=key if by else None,
                     )
@@ -155,7 +151,9 @@ def waste_share_alerts(con: duckdb.DuckDBPyConnection, settings: Settings, at: A
     teams = (
         jobs.filter(pl.col("team").is_not_null() & ~pl.col("team").is_in(["unallocated", "unattributed"]))
         .group_by("team")
-        .agg(pl.col("cost_usd").sum().alias("spend"), pl.sum_horizontal(*TEAM_WASTE).sum().alias("waste"))
+        .agg(
+            pl.col("cost_usd").sum().alias("spend"), pl.sum_horizontal(*TEAM_WASTE_PARTS).sum().alias("waste")
+        )
     )
     week = _week_label(monday)
     out = []
@@ -167,7 +165,7 @@ def waste_share_alerts(con: duckdb.DuckDBPyConnection, settings: Settings, at: A
                     rule="waste_share",
                     scope=f"team:{team}",
                     message=(
-                        f"team:{team}: {_usd(waste)} of its {_usd(spend)} in {week} was waste it controls "
+                        f"team:{team}: {usd(waste)} of its {usd(spend)} in {week} was waste it controls "
                         f"(idle, under-used, failed: {100 * waste / spend:.1f} %, limit {settings.alerts.waste_share_pct:g} %)"
                     ),
                     team=team,
@@ -209,8 +207,8 @@ def unheld_alerts(con: duckdb.DuckDBPyConnection, settings: Settings, at: AsOf) 
                     rule="unheld_capacity",
                     scope=scope,
                     message=(
-                        f"{cluster}: {_usd(now)} of {model} capacity no job held in {week} "
-                        f"({_usd(before)} the week before)"
+                        f"{cluster}: {usd(now)} of {model} capacity no job held in {week} "
+                        f"({usd(before)} the week before)"
                     ),
                 )
             )

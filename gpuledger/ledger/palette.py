@@ -26,9 +26,9 @@ PART_LABELS: dict[str, str] = {
     "productive_usd": "productive",
     "idle_allocated_usd": "idle while allocated",
     "underused_usd": "under-used",
-    "failed_usd": "failed runs",
-    "unallocated_usd": "unallocated capacity",
-    "unmeasured_usd": "no telemetry",
+    "failed_usd": "failed runs (badput)",
+    "unallocated_usd": "capacity no job held",
+    "unmeasured_usd": "unmeasured (no telemetry)",
 }
 SPEND_COLOUR = "#0072B2"  # a total (spend), Okabe–Ito blue
 # a total (waste): near-black, no waste part's or team's colour (it was the failed-runs vermillion, so a
@@ -59,7 +59,7 @@ HEATMAP_STATE_LABELS: dict[str, str] = {
 }
 NOT_A_TEAM: dict[str, str] = {"unallocated": "#9E9E9E", "unattributed": "#D0D0D0"}
 NOT_A_TEAM_LABELS: dict[str, str] = {
-    "unallocated": "unallocated capacity (no team)",
+    "unallocated": "capacity no job held (no team)",
     "unattributed": "unattributed telemetry (no team)",
 }
 

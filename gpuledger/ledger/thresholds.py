@@ -69,6 +69,7 @@ class Thresholds:
     input_min_samples: int = 20
     scaling_efficiency: float = 0.80
     throttle_share: float = 0.10
+    idle_gpus_share: float = 0.5  # idle_gpus: at least this share of a job's GPUs idle the whole time
     oversized_min_saving: float = 0.10  # a candidate must be at least 10 % cheaper per GPU-hour
     oversized_max_busy_pct: float = (
         80.0  # ...and run the same work at most this busy (busy × peak ÷ its peak)
@@ -87,6 +88,7 @@ DIAGNOSIS_KEYS = (
     "input_min_samples",
     "scaling_efficiency",
     "throttle_share",
+    "idle_gpus_share",
     "oversized_min_saving",
     "oversized_max_busy_pct",
 )

@@ -22,6 +22,7 @@ import polars as pl
 
 from analytics.filters import Filters
 from analytics.job_count import job_count, with_job_of
+from analytics.waste_jobs import HEADLINE_WORDS
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.settings import Settings
 from gpuledger.ledger.sql import job_count_sql
@@ -39,8 +40,8 @@ WASTE_PARTS = (
     ("productive_usd", "Productive"),
     ("idle_allocated_usd", "Idle while allocated"),
     ("underused_usd", "Under-used (below target utilization)"),
-    ("failed_usd", "Failed runs"),
-    ("unallocated_usd", "Unallocated capacity"),
+    ("failed_usd", "Failed runs (badput)"),
+    ("unallocated_usd", "Capacity no job held (unallocated)"),
     ("unmeasured_usd", "No telemetry (unmeasured)"),
 )
 UNALLOCATED = "unallocated"
@@ -124,8 +125,10 @@ class ReportData:
     filters: Filters
     summary: dict[str, Any]  # analytics.summary.summary: the `summary --json` object
     previous: dict[str, Any] | None  # the same for the period before (None when the view is open-ended)
-    by_team: pl.DataFrame  # team, spend_usd, waste_usd + the parts (waste_by; "unallocated" is not a team)
-    by_user: pl.DataFrame  # user_name, … (top TOP_ROWS by spend)
+    by_team: (
+        pl.DataFrame
+    )  # team, spend_usd, team_waste_usd + the parts (waste_by; "unallocated" is not a team)
+    by_user: pl.DataFrame  # analytics.waste_users.user_waste: top TOP_ROWS by the waste teams control
     by_gpu_model: pl.DataFrame  # gpu_model, …
     recommendations: pl.DataFrame  # the top TOP_ACTIONS of analytics.recommend.recommendations
     savings: dict[str, Any]  # analytics.savings.savings_total over the whole list: each dollar once
@@ -180,6 +183,7 @@ def _collect(
     from analytics.recommend import recommendations
     from analytics.summary import summary
     from analytics.waste import waste_by
+    from analytics.waste_users import user_waste
 
     as_of = horizon(con)
     kw = {"filters": filters, "settings": settings, "as_of": as_of}
@@ -187,7 +191,7 @@ def _collect(
     prev_filters = previous_period(filters)
     previous = summary(con, filters=prev_filters, settings=settings, as_of=as_of) if prev_filters else None
     by_team = waste_by(con, by="team", **kw).rename({"key": "team"})
-    by_user = waste_by(con, by="user_name", **kw).rename({"key": "user_name"})
+    by_user = user_waste(con, **kw, limit=TOP_ROWS)
     by_model = waste_by(con, by="gpu_model", **kw).rename({"key": "gpu_model"})
     recs = recommendations(con, **kw)
     jobs = jobs_table(con, **kw, sort="cost", limit=TOP_ROWS, percentiles=False)
@@ -198,7 +202,7 @@ def _collect(
         previous=previous,
         # every name in a table as it is shown: no control character, line end or bidi override
         by_team=neutral_frame(by_team),
-        by_user=neutral_frame(by_user.filter(pl.col("user_name") != UNALLOCATED).head(TOP_ROWS)),
+        by_user=neutral_frame(by_user),
         by_gpu_model=neutral_frame(by_model),
         recommendations=neutral_frame(top_actions(recs, TOP_ACTIONS)),
         savings=_savings(con, recs, kw),
@@ -384,16 +388,37 @@ def _with_notes(con: duckdb.DuckDBPyConnection, data: ReportData) -> ReportData:
 # ---------------------------------------------------------------- shared rows
 
 
+def waste_figures(s: dict[str, Any], previous: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """(words, this period, change vs the period before) for the three figures every face names apart
+    (analytics.waste_jobs.HEADLINE_WORDS): the report's headline, the notices' dry run and mail use it.
+    ``s`` and ``previous`` are ``summary --json`` objects."""
+    p = previous or {}
+    return [
+        (
+            HEADLINE_WORDS["team_waste_usd"],
+            f"{fmt.usd(s['team_waste_usd'])} "
+            f"({fmt.share(s['team_waste_usd'], s['spend_usd'] - s['unheld_capacity_usd'])} of the jobs' spend)",
+            fmt.change(s["team_waste_usd"], p.get("team_waste_usd"), money=True),
+        ),
+        (
+            HEADLINE_WORDS["unheld_capacity_usd"],
+            f"{fmt.usd(s['unheld_capacity_usd'])} ({fmt.share(s['unheld_capacity_usd'], s['spend_usd'])} of spend)",
+            fmt.change(s["unheld_capacity_usd"], p.get("unheld_capacity_usd"), money=True),
+        ),
+        (
+            HEADLINE_WORDS["unmeasured_usd"],
+            fmt.usd(s["unmeasured_usd"]),
+            fmt.change(s["unmeasured_usd"], p.get("unmeasured_usd"), money=True),
+        ),
+    ]
+
+
 def headline(data: ReportData) -> list[tuple[str, str, str]]:
     """(figure, this period, change vs the previous period) — the report's first table."""
     s, p = data.summary, data.previous or {}
     rows = [
         ("Spend", fmt.usd(s["spend_usd"]), fmt.change(s["spend_usd"], p.get("spend_usd"), money=True)),
-        (
-            "Waste",
-            f"{fmt.usd(s['waste_usd'])} ({fmt.share(s['waste_usd'], s['spend_usd'])} of spend)",
-            fmt.change(s["waste_usd"], p.get("waste_usd"), money=True),
-        ),
+        *waste_figures(s, data.previous),
         (
             "Idle while allocated",
             fmt.usd(s["idle_usd"]),
@@ -459,13 +484,14 @@ def definitions(settings: Settings) -> list[tuple[str, str]]:
             f"cost × ({s.target_util_pct:g} − utilization) ÷ {s.target_util_pct:g} for samples under the target.",
         ),
         (
-            "Failed runs",
+            "Failed runs (badput)",
             "the whole cost of training, fine-tune and other jobs that ended FAILED, CANCELLED, TIMEOUT, OOM, "
             "NODE_FAIL, BOOT_FAIL or DEADLINE.",
         ),
         (
-            "Unallocated capacity",
-            "declared capacity GPU-hours minus the GPU-hours jobs held, at the cluster's price.",
+            "Capacity no job held (unallocated)",
+            "declared capacity GPU-hours minus the GPU-hours jobs held, at the cluster's price: the platform's "
+            "to release or fill, not a team's waste.",
         ),
         (
             "No telemetry (unmeasured)",
@@ -475,7 +501,11 @@ def definitions(settings: Settings) -> list[tuple[str, str]]:
             "Productive",
             "the rest of the measured cost: spend = productive + the waste parts + unmeasured, to the cent.",
         ),
-        ("Waste", "idle while allocated + under-used + failed runs + unallocated capacity."),
+        (
+            "Waste teams control",
+            "idle while allocated + under-used + failed runs (badput): time the teams' own jobs held. Capacity no "
+            "job held and unmeasured time are figures of their own, never added to it.",
+        ),
         (
             "Change",
             "this period's figure minus the same figure for the period of equal length just before it (the week "

@@ -6,6 +6,10 @@ from __future__ import annotations
 import math
 import re
 
+from analytics.money import signed_usd
+from analytics.money import usd as money_usd
+from gpuledger.ledger.filenames import safe_component
+
 NA = "n/a"
 
 
@@ -22,12 +26,9 @@ def _unsigned_zero(text: str) -> str:
 
 
 def usd(value: float | None, digits: int = 2) -> str:
-    """$1,234.56; '-$3.20' for a negative amount; 'n/a' for a missing or non-finite one."""
-    v = _finite(value)
-    if v is None:
-        return NA
-    text = _unsigned_zero(f"{v:,.{digits}f}")
-    return f"-${text[1:]}" if text.startswith("-") else f"${text}"
+    """$1,234.56; '−$3.20' for a negative amount; 'n/a' for a missing or non-finite one (the one money
+    format of pages, CLI and reports: analytics.money.usd)."""
+    return money_usd(value, digits, na=NA)
 
 
 def unit_usd(value: float | None) -> str:
@@ -69,8 +70,7 @@ def change(
         return f"{NA} (no figure for the previous period)"
     diff = n - b
     if money:
-        body = usd(diff, digits=2 if abs(n) >= 1 or abs(b) >= 1 else 4)
-        body = body if body.startswith("-") or body == "$0.00" else "+" + body
+        body = signed_usd(diff, digits=2 if abs(n) >= 1 or abs(b) >= 1 else 4, na=NA)
     else:
         body = num(diff, digits)
         body = body if body.startswith("-") or not re.search(r"[1-9]", body) else "+" + body
@@ -129,6 +129,7 @@ def csv_cell(value: object) -> object:
 
 
 def slug(text: str) -> str:
-    """A file-name-safe form of a team name: letters, digits, '-' and '_' only ('(none)' → 'none')."""
+    """A file-name-safe form of a team name: letters, digits, '-' and '_' only ('(none)' → 'none'), held to
+    the one rule for names that become paths (gpuledger/ledger/filenames.py: no Windows device names)."""
     s = re.sub(r"[^A-Za-z0-9_-]+", "-", text).strip("-")
-    return s[:60] or "team"
+    return safe_component(s[:60], fallback="team")

@@ -122,11 +122,11 @@ def _actions(data: ReportData) -> Section:
         )
     paragraphs = [text]
     cov = data.coverage
-    if cov is not None and cov.get("waste_usd"):
-        waste, addressed = cov.get("waste_usd"), cov.get("addressed_usd")
+    if cov is not None and cov.get("addressable_usd"):
+        waste, addressed = cov.get("addressable_usd"), cov.get("addressed_usd")
         paragraphs.append(
-            f"Coverage: these actions address {fmt.share(addressed, waste)} of this period's waste "
-            f"({fmt.usd(addressed)} of {fmt.usd(waste)})."
+            f"Coverage: these actions address {fmt.share(addressed, waste)} of this period's waste teams "
+            f"control and capacity no job held ({fmt.usd(addressed)} of {fmt.usd(waste)})."
         )
     rows = []
     for i, r in enumerate(data.recommendations.iter_rows(named=True)):
@@ -159,21 +159,31 @@ def _group_section(data: ReportData, title: str, frame_key: str, key: str, label
     spend = data.summary["spend_usd"]
     rows, chart = [], []
     colours = team_colours(frame[key].to_list()) if key == "team" else {}
+    unheld = key != "user_name"
     for r in frame.iter_rows(named=True):
         name = r[key]
         shown = NOT_A_TEAM_LABELS.get(name, str(name)) if key in ("team", "user_name") else str(name)
         if name == UNALLOCATED:
             shown = NOT_A_TEAM_LABELS[UNALLOCATED].capitalize()
+        held = float(r["spend_usd"] or 0.0) - float(r["unallocated_usd"] or 0.0)  # the jobs' spend
         rows.append(
             [
                 shown,
                 fmt.usd(r["spend_usd"]),
                 fmt.share(r["spend_usd"], spend),
-                fmt.usd(r["waste_usd"]),
-                fmt.share(r["waste_usd"], r["spend_usd"]),
+                fmt.usd(r["team_waste_usd"]),
+                fmt.share(r["team_waste_usd"], held),
                 fmt.usd(r["idle_allocated_usd"]),
                 fmt.usd(r["failed_usd"]),
             ]
+            + ([fmt.usd(r["unallocated_usd"])] if unheld else [])  # a user holds none: no column
+            + (
+                [f"{r['top_job_id']} ({r['top_job_name'] or '—'}): {fmt.usd(r['top_job_waste_usd'])}"]
+                if "top_job_id" in frame.columns and r.get("top_job_id")
+                else [""]
+                if "top_job_id" in frame.columns
+                else []
+            )
         )
         if bars and not is_team(name):  # a pseudo-row: drawn, in its own grey, labelled as no team
             chart.append(
@@ -184,13 +194,13 @@ def _group_section(data: ReportData, title: str, frame_key: str, key: str, label
                 )
             )
         elif bars:
-            waste = max(0.0, float(r["waste_usd"] or 0.0))
+            waste = max(0.0, float(r["team_waste_usd"] or 0.0))
             rest = max(0.0, float(r["spend_usd"] or 0.0) - waste)
             chart.append(
                 Bar(
                     shown,
                     [
-                        (waste, WASTE_COLOUR, "waste"),
+                        (waste, WASTE_COLOUR, "waste teams control"),
                         (rest, colours.get(name, SPEND_COLOUR), f"{shown}: rest of spend"),
                     ],
                     fmt.usd(r["spend_usd"]),
@@ -200,9 +210,19 @@ def _group_section(data: ReportData, title: str, frame_key: str, key: str, label
         title,
         bars=chart,
         table=Table(
-            [label, "Spend", "Share of spend", "Waste", "Waste share", "Idle", "Failed"],
+            [
+                label,
+                "Spend",
+                "Share of spend",
+                "Waste teams control",
+                "Of the jobs' spend",
+                "Idle",
+                "Failed (badput)",
+                *(["Capacity no job held"] if unheld else []),
+                *(["Costliest wasteful job"] if "top_job_id" in frame.columns else []),
+            ],
             rows,
-            frozenset({1, 2, 3, 4, 5, 6}),
+            frozenset({1, 2, 3, 4, 5, 6, 7} if unheld else {1, 2, 3, 4, 5, 6}),
         ),
     )
 
@@ -296,16 +316,9 @@ def _energy(data: ReportData) -> Section:
 def _guard(data: ReportData) -> Section:
     """The guard's line (gpuledger guard run --enforce; analytics/guard_actions.py): its own section, shown only
     in a period where the guard took a step."""
-    g = data.guard or {}
-    usd = g.get("saved_usd")
-    money = "n/a (a model without a price)" if usd is None else fmt.usd(usd)
-    return Section(
-        "Idle jobs the guard acted on",
-        paragraphs=[
-            f"{g.get('jobs_cancelled', 0)} jobs cancelled, {g.get('saved_gpu_hours', 0.0):,.1f} GPU-hours, "
-            f"{money} saved (to each job's planned end); {g.get('jobs_warned', 0)} jobs warned."
-        ],
-    )
+    from analytics.guard_actions import saved_line
+
+    return Section("Idle jobs the guard acted on", paragraphs=[saved_line(data.guard or {})])
 
 
 def _budgets(data: ReportData) -> Section:
@@ -390,7 +403,12 @@ def sections(data: ReportData) -> list[Section]:
         _parts(data),
         _group_section(data, "Spend and waste by team", "by_team", "team", "Team", bars=True),
         _group_section(
-            data, f"Spend and waste by user (top {TOP_ROWS})", "by_user", "user_name", "User", bars=False
+            data,
+            f"Users by the waste teams control (top {TOP_ROWS})",
+            "by_user",
+            "user_name",
+            "User",
+            bars=False,
         ),
         _group_section(
             data, "Spend and waste by GPU model", "by_gpu_model", "gpu_model", "GPU model", bars=False

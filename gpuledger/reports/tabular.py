@@ -17,7 +17,7 @@ import polars as pl
 from analytics.money import clean_float
 from gpuledger.reports.content import WASTE_PARTS, ReportData, definitions, kind_label, owner
 
-GROUP_FIELDS = ("spend_usd", "waste_usd", *(k for k, _ in WASTE_PARTS))
+GROUP_FIELDS = ("spend_usd", "team_waste_usd", *(k for k, _ in WASTE_PARTS))
 JOB_FIELDS = (
     "job_id",
     "name",
@@ -54,7 +54,9 @@ CHANGE_KEYS = (
     "mean_util_pct",
     "idle_gpu_hours",
     "idle_usd",
-    "waste_usd",
+    "team_waste_usd",
+    "unheld_capacity_usd",
+    "unmeasured_usd",
     "jobs",
     "unpriced_gpu_hours",
     "energy_kwh",
@@ -116,7 +118,9 @@ def report_dict(data: ReportData) -> dict[str, Any]:
         "change": change(s, data.previous),
         "actions": {**data.savings, "coverage": data.coverage, "top": actions},
         "by_team": _records(data.by_team, ("team", *GROUP_FIELDS)),
-        "by_user": _records(data.by_user, ("user_name", *GROUP_FIELDS)),
+        "by_user": _records(
+            data.by_user, ("user_name", *GROUP_FIELDS, "top_job_id", "top_job_name", "top_job_waste_usd")
+        ),
         "by_gpu_model": _records(data.by_gpu_model, ("gpu_model", *GROUP_FIELDS)),
         "costliest_jobs": _records(data.costliest_jobs, JOB_FIELDS),
         "trends": [

@@ -108,11 +108,13 @@ def diagnosis_ledger(con: duckdb.DuckDBPyConnection) -> None:
         job("tiny1", 0, 360, gpu_model=A100, kind="inference", name="tiny-1"),
         job("sc8", EARLIER, EARLIER + 60, gpu_count=8.0, name="scaling-8"),
         job("sc16", 0, 120, gpu_count=16.0, name="scaling-16"),
+        job("half", 0, 60, gpu_count=4.0, name="half-idle-1"),  # 2 of 4 GPUs idle: idle_gpus
+        job("quarter", 0, 60, gpu_count=4.0, name="quarter-idle-1"),  # 1 of 4: a look-alike, not flagged
     ]
     allocations = [
         alloc(j, f"h{j}:0", 0, 60 if j != "tiny1" else 360)
         for j in ("busy", "healthy", "input", "serve", "hot", "tiny1")
-    ]
+    ] + [alloc(j, f"h{j}:{i}", 0, 60) for j in ("half", "quarter") for i in range(4)]
     samples = (
         series("hbusy:0", 0, [95.0] * 60, sm_active_pct=20.0, tensor_active_pct=1.0)
         + series("hhealthy:0", 0, [95.0] * 60, sm_active_pct=80.0, tensor_active_pct=50.0)
@@ -121,6 +123,17 @@ def diagnosis_ledger(con: duckdb.DuckDBPyConnection) -> None:
         + series("hhot:0", 0, [90.0] * 30, temp_c=88.0, throttle_reasons=0x40)
         + series("hhot:0", 30, [90.0] * 30, temp_c=70.0, throttle_reasons=0)
         + series("htiny1:0", 0, [20.0] * 360, mem_used_mib=6000.0, sm_active_pct=15.0)
+        # busy GPUs at 90 % with 80 % SM-active (healthy), idle ones at 0 %
+        + [
+            s
+            for i in range(4)
+            for s in series(f"hhalf:{i}", 0, [90.0 if i < 2 else 0.0] * 60, sm_active_pct=80.0)
+        ]
+        + [
+            s
+            for i in range(4)
+            for s in series(f"hquarter:{i}", 0, [90.0 if i < 3 else 0.0] * 60, sm_active_pct=80.0)
+        ]
     )
     scaling = {"model": "s-13b", "precision": "bf16", "batch_size": 4, "seq_len": 4096}
     runs = [run("sc8", tokens_per_s=80000.0, **scaling), run("sc16", tokens_per_s=112000.0, **scaling)]

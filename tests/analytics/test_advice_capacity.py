@@ -111,7 +111,7 @@ def test_coverage_counts_the_unallocated_dollars_once(con):
     recs = recommendations(con, filters=Filters(), settings=SETTINGS, min_usd_per_week=0.0, problems=False)
     cov = view_coverage(con, recs, settings=SETTINGS)
     # two items (release, off-peak) concern c1's capacity: its $372 counts once
-    assert cov["by_part"]["unallocated_usd"] == {"waste_usd": 372.0, "addressed_usd": 372.0}
-    assert cov["waste_usd"] == pytest.approx(sum(p["waste_usd"] for p in cov["by_part"].values()))
+    assert cov["by_part"]["unallocated_usd"] == {"usd": 372.0, "addressed_usd": 372.0}
+    assert cov["addressable_usd"] == pytest.approx(sum(p["usd"] for p in cov["by_part"].values()))
     without = view_coverage(con, recs.filter(pl.col("kind") != "release_capacity").head(0), settings=SETTINGS)
     assert without["addressed_usd"] == 0.0 and without["addressed_pct"] == 0.0

@@ -33,6 +33,7 @@ EXPECTED = [
     ("hot", "throttling", "throttled_share", 30 / 60),  # 30 of 60 samples with HwThermalSlowdown 0x40
     ("sc16", "poor_scaling", "scaling_efficiency", (112000 / 16) / (80000 / 8)),
     ("tiny1", "oversized_gpu", "peak_mem_mib", 6000.0),  # L4 holds it: 6000 ≤ 0.9 × 23034
+    ("half", "idle_gpus", "idle_gpu_share", 2 / 4),  # GPUs 2 and 3 at 0 % the whole hour, as its chart shows
 ]
 
 
@@ -48,7 +49,8 @@ def test_each_diagnosis_with_its_evidence(flags, job_id, diagnosis, statistic, v
 
 
 def test_look_alikes_are_not_flagged(flags):
-    # healthy: 95 % util with 80 % SM-active; serve: the input-bound pattern on an inference job
+    # healthy: 95 % util with 80 % SM-active; serve: the input-bound pattern on an inference job; quarter: 1
+    # of 4 GPUs idle, under half
     assert set(flags["job_id"]) == {e[0] for e in EXPECTED}
     assert flags.height == len(EXPECTED)
 

@@ -388,7 +388,7 @@ def test_cli_recommend_json_and_text(tmp_path):
         sum(i["counted_usd_per_week"] or 0 for i in every), abs=0.05
     )
     assert total["listed_usd_per_week"] == pytest.approx(sum(i["usd_per_week"] or 0 for i in every), abs=0.05)
-    assert {"waste_usd", "addressed_usd", "by_part"} <= total["coverage"].keys()
+    assert {"addressable_usd", "addressed_usd", "by_part"} <= total["coverage"].keys()
     # one problem, one action: alice's notebook (reclaim_idle nb1 and stop_idle_notebooks alice share its idle
     # seconds) is one item, the other its alternative; no target twice, and the total is the problems' sum
     assert total["total_usd_per_week"] == total["listed_usd_per_week"]
@@ -551,7 +551,7 @@ def test_whole_list_total_and_coverage_equal_a_recount_and_a_plain_loop(demo_db)
                 expect[p][1] += (row[p] or 0.0) if (row["job_id"], p) in hit else 0.0
         for p, (waste_usd, addressed_usd) in expect.items():
             assert got["by_part"][p] == {
-                "waste_usd": round(waste_usd, 2),
+                "usd": round(waste_usd, 2),
                 "addressed_usd": round(addressed_usd, 2),
             }
         assert any(v[1] > 0 for v in expect.values())

@@ -53,7 +53,9 @@ def test_summary_has_the_contract_keys_and_hand_worked_values(ledger):
     assert s["idle_gpu_hours"] == pytest.approx(40 / 60)
     assert s["idle_usd"] == pytest.approx(40 / 60 * 4.0)
     assert s["waste"]["failed_usd"] == pytest.approx(4.0)
-    assert s["waste_usd"] == pytest.approx(40 / 60 * 4.0 + 4.0)
+    assert s["team_waste_usd"] == pytest.approx(40 / 60 * 4.0 + 4.0)  # idle 40 min + the failed run
+    assert s["unheld_capacity_usd"] == 0.0  # no cluster declares capacity
+    assert "waste_usd" not in s  # the ambiguous sum is gone (issue 44)
     assert s["energy_kwh"] == pytest.approx(0.3 * 2)  # 300 W × 2 h
     assert s["co2e_kg"] == pytest.approx(0.6 * 390 / 1000)
     assert s["training_usd_per_mtok"] == pytest.approx(8.0 / 2000)  # $8 / 2,000 M tokens
@@ -99,7 +101,7 @@ def test_cli_summary_json_and_table(db_path, tmp_path):
     assert json.loads(team.stdout)["filters"]["teams"] == ["nlp"]
     table = gpuledger("summary", "--db", db_path, "--settings", str(settings), env=unset)
     assert table.returncode == 0
-    assert "spend" in table.stdout and "$12.00" in table.stdout and "idle (allocated)" in table.stdout
+    assert "spend" in table.stdout and "$12.00" in table.stdout and "idle while allocated" in table.stdout
     bad = _cli("summary", "--since", "yesterday", "--db", db_path, env=env)
     assert bad.returncode == 2 and "not a date" in bad.stderr
 

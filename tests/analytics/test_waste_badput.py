@@ -108,7 +108,7 @@ def test_a_cancelled_run_is_classified_by_telemetry_and_shown_as_cancelled_spend
     totals = waste_totals(con, source=source)
     assert totals["cancelled_usd"] == pytest.approx(2 * RATE)
     assert totals["failed_usd"] == 0.0
-    assert totals["waste_usd"] == pytest.approx(RATE)  # the idle hour only
+    assert totals["team_waste_usd"] == pytest.approx(RATE)  # the idle hour only
 
 
 @pytest.mark.parametrize("source", [ROLLUPS, ORACLE], ids=["rollups", "oracle"])

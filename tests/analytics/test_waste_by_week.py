@@ -66,7 +66,7 @@ def per_week_loop(con, filters: Filters, source: TelemetrySource) -> pl.DataFram
         )
         for week, f in view_weeks(con, filters)
     ]
-    cols = ["week", "key", "spend_usd", *PARTS, "waste_usd"]
+    cols = ["week", "key", "spend_usd", *PARTS, "team_waste_usd"]
     return pl.concat(frames).select(cols).sort("week", "key")
 
 

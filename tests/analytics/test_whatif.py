@@ -57,7 +57,9 @@ JOBS = pl.DataFrame(
 )
 SUMMARY = {
     "spend_usd": 97.8,
-    "waste_usd": 40.0,
+    "team_waste_usd": 35.0,  # idle 20 + under-used 10 + failed 5 (the $5 unallocated is not a team's)
+    "unheld_capacity_usd": 5.0,
+    "unmeasured_usd": 7.8,
     "idle_usd": 20.0,
     "gpu_hours": 34.0,
     "mean_util_pct": 50.0,
@@ -110,7 +112,8 @@ def test_team_on_spot_takes_only_its_jobs_parts_never_unallocated() -> None:
     assert "no spot price for L4" in c.assumption
     after = apply(SUMMARY, [c])
     assert after["waste"]["unallocated_usd"] == 5.0  # capacity never moves
-    assert after["waste_usd"] == pytest.approx(40.0 - 6.0)  # at most nlp's own waste (12) leaves
+    assert after["team_waste_usd"] == pytest.approx(35.0 - 6.0)  # at most nlp's own waste (12) leaves
+    assert after["unheld_capacity_usd"] == 5.0
     assert after["spend_usd"] == pytest.approx(97.8 - 15.0)
 
 
@@ -179,7 +182,7 @@ def test_before_and_after_spot_then_a_recommendation() -> None:
     assert out.after["waste"]["idle_allocated_usd"] == pytest.approx(9.0)
     assert out.after["idle_usd"] == pytest.approx(9.0)
     assert out.after["spend_usd"] == pytest.approx(97.8 - 15.0 - 8.0)
-    assert out.after["waste_usd"] == pytest.approx(40.0 - 6.0 - 8.0)
+    assert out.after["team_waste_usd"] == pytest.approx(35.0 - 6.0 - 8.0)
     # money never disappears: the parts after still sum to the spend after
     assert sum(out.after["waste"].values()) == pytest.approx(out.after["spend_usd"])
     assert set(out.after) == set(SUMMARY)  # the keys of summary --json
@@ -222,7 +225,7 @@ def test_whatif_cli_on_the_demo_spot_for_one_team_touches_only_that_team(demo_db
         now, after = out["now"], out["with_changes"]
         assert after["waste"]["unallocated_usd"] == now["waste"]["unallocated_usd"]
         own = json.loads(gpuledger("summary", "--json", "--team", team, "--db", demo_db).stdout)
-        assert now["waste_usd"] - after["waste_usd"] <= own["waste_usd"] + 1e-6, team
+        assert now["team_waste_usd"] - after["team_waste_usd"] <= own["team_waste_usd"] + 1e-6, team
         assert now["spend_usd"] - after["spend_usd"] == pytest.approx(out["changes"][0]["saving_usd"])
     nothing = json.loads(gpuledger("whatif", "--json", "--db", demo_db).stdout)
     assert nothing["changes"] == [] and nothing["with_changes"] == nothing["now"]

@@ -295,7 +295,7 @@ def assert_no_exception(page: Page) -> None:
     assert failed.count() == 0, "a page raised; its traceback is in the streamlit server log"
 
 
-BAD_TEXT = re.compile(r"\bNone\b|\bnan\b|\bNaN\b|-0\.0\b|\$-0\.00")
+BAD_TEXT = re.compile(r"\bNone\b|\bnan\b|\bNaN\b|-0\.0\b|\$-\d")  # one money format: −$3.20
 
 
 def assert_clean(text: str) -> None:

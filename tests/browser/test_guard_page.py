@@ -61,7 +61,7 @@ def test_the_guard_page_in_chromium(page: Page, guard_server: Server) -> None:
     for text in (
         "Replay a policy over history",
         "What the guard did",
-        "1 jobs cancelled, 3.0 GPU-hours, $12.00 saved",
+        "1 job cancelled, 3.0 GPU-hours, $12.00 saved",
     ):
         expect(main).to_contain_text(text, timeout=30_000)
     screenshot(page, "page-guard")

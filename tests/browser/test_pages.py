@@ -90,4 +90,4 @@ def test_filters_in_the_url_reproduce_the_view_and_survive_moving_to_another_pag
     before = page.url.split("?", 1)[1]
     navigate(page, "waste")
     assert page.url.split("?", 1)[1] == before and "team=nlp" in before, page.url
-    assert metric_value(page, "Waste $") == money(expected["waste_usd"])
+    assert metric_value(page, "Waste teams control") == money(expected["team_waste_usd"])

@@ -158,8 +158,8 @@ def test_overview_deltas_actions_and_capacity(view: Page, server: Server) -> Non
     assert f"{total['coverage']['addressed_pct']:.1f} % of this view's waste" in text
     # unallocated capacity is drawn as itself, never as a team
     legend = page.locator("[data-testid='stPlotlyChart'] .legend").first.text_content() or ""
-    assert "unallocated capacity (no team)" in legend
-    assert "unallocated" not in legend.replace("unallocated capacity (no team)", "")
+    assert "capacity no job held (no team)" in legend
+    assert "unallocated" not in legend.replace("capacity no job held (no team)", "")
     page.get_by_role("link", name="All recommendations").click()
     page.wait_for_url("**/recommendations**")
     assert "since=2026-11-21" in page.url
@@ -215,7 +215,8 @@ def test_waste_waterfall(view: Page, server: Server) -> None:
     shots(page, "waste")
     assert_clean(text)
     now = json_cli(server, "summary", *VIEW_ARGS)
-    assert metric(page, "Waste $")[0] == money(now["waste_usd"])
+    assert metric(page, "Waste teams control")[0] == money(now["team_waste_usd"])
+    assert metric(page, "Capacity no job held")[0] == money(now["unheld_capacity_usd"])
     assert "From spend to productive spend" in text
     # spend, five parts taken out of it, productive: seven bars, each part visible
     bars = page.get_by_test_id("stPlotlyChart").first.locator(".bars .point")
@@ -285,7 +286,9 @@ def test_what_if_before_and_after(view: Page, server: Server) -> None:
     expect_metric(page, "Spend", money(now["spend_usd"] - first["saving_usd"]))
     wait_for_app(page)
     shots(page, "whatif")
-    assert metric(page, "Waste $")[0] == money(now["waste_usd"] - first["saving_usd"])
+    # the saving comes out of the part its kind names: the waste teams control or the capacity no job held
+    after = json_cli(server, "whatif", "--take", first["id"], *VIEW_ARGS)["with_changes"]
+    assert metric(page, "Waste teams control")[0] == money(after["team_waste_usd"])
     # the change is listed with its saving (the sentence "every saved dollar was waste" went with the what-if
     # rebuilt on each change's own part, 64e2e75: a saving now names the part it comes out of)
     assert f"{money(first['saving_usd'])} out of the spend" in main_text(page)

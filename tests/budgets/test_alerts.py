@@ -17,8 +17,10 @@ from __future__ import annotations
 import datetime as dt
 import http.server
 import json
+import shutil
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -84,16 +86,30 @@ def webhook() -> Iterator[str]:
     server.server_close()
 
 
-@pytest.fixture
-def planted(tmp_path):
-    from gpuledger.ledger.db import writer
+@pytest.fixture(scope="module")
+def _template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The planted ledger, built once for the module and already synced with SETTINGS (the sync the first
+    command on a fresh ledger would write): each test copies it, so each starts from the same file that
+    building it in the test would give, without paying the build and the first sync again."""
+    from gpuledger.ledger.db import sync_reference, writer
+    from gpuledger.ledger.settings import load_settings
 
-    db = str(tmp_path / "l.duckdb")
-    with writer(db) as con:
+    folder = tmp_path_factory.mktemp("alerts-template")
+    db, settings = folder / "l.duckdb", folder / "s.toml"
+    settings.write_text(SETTINGS)
+    with writer(str(db)) as con:
         daily_jobs(con, 5, [1, 1, 1, 1, 2])
+    sync_reference(str(db), load_settings(str(settings)))
+    return db, settings
+
+
+@pytest.fixture
+def planted(tmp_path, _template):
+    db = tmp_path / "l.duckdb"
+    shutil.copyfile(_template[0], db)
     settings = tmp_path / "s.toml"
     settings.write_text(SETTINGS)
-    return db, str(settings)
+    return str(db), str(settings)
 
 
 def expected_forecast(spend: list[float], as_of: int, first: int, last: int) -> float:

@@ -70,8 +70,8 @@ def test_the_page_shows_the_replay_and_the_actions(guarded: str) -> None:
         "$ saved": "$22.00",
         "False alarms": "1",
     }
-    line = next(m.value for m in at.markdown if "jobs cancelled" in m.value)
-    assert line.startswith("**1 jobs cancelled, 3.0 GPU-hours, $12.00 saved**")
+    line = next(m.value for m in at.markdown if " cancelled, " in m.value)
+    assert line.startswith("**1 job cancelled, 3.0 GPU-hours, $12.00 saved (to each job's planned end)")
     assert len(at.dataframe) == 2  # the replay's jobs and the actions
 
 
@@ -82,5 +82,5 @@ def test_the_weekly_report_has_the_guard_line(guarded: str) -> None:
                             settings=settings, fmt="txt")  # fmt: skip
         other = build_report(con, filters=Filters(since=dt.date(2025, 3, 10), until=dt.date(2025, 3, 16)),
                              settings=settings, fmt="txt")  # fmt: skip
-    assert "1 jobs cancelled, 3.0 GPU-hours, $12.00 saved (to each job's planned end); 1 jobs warned." in text
+    assert "1 job cancelled, 3.0 GPU-hours, $12.00 saved (to each job's planned end); 1 job warned." in text
     assert "guard" not in other.lower()  # a week without guard steps has no such section

@@ -65,3 +65,29 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value]
     return value
+
+
+def data_span(con: duckdb.DuckDBPyConnection) -> tuple[Any, Any]:
+    """The first and last UTC day the ledger holds a job or a sample (None, None when empty)."""
+    row = con.execute(
+        """SELECT least((SELECT min(start_ts) FROM jobs), (SELECT min(ts) FROM samples))::DATE,
+                  greatest((SELECT max(coalesce(end_ts, start_ts)) FROM jobs), (SELECT max(ts) FROM samples))::DATE"""
+    ).fetchall()[0]
+    return row[0], row[1]
+
+
+def say_range(con: duckdb.DuckDBPyConnection, filters: Filters, *, empty: bool) -> None:
+    """On stderr, before the figures: the range a command covers; when it holds no data, that it holds none
+    and the range the data cover (``summary --since 7d`` on a ledger that ended weeks ago printed zeros
+    without a word)."""
+    import sys
+
+    first, last = data_span(con)
+    end = filters.until or (
+        last if last is not None and (filters.since is None or filters.since <= last) else None
+    )
+    asked = f"{filters.since or first or 'start'} – {end or 'latest'} (UTC days)"
+    if empty and first is not None and (filters.since or filters.until):
+        print(f"note: no data in {asked}; the ledger's data cover {first} – {last}", file=sys.stderr)
+    else:
+        print(f"period: {asked}", file=sys.stderr)

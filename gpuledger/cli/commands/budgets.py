@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from analytics.money import usd
 from analytics.shared import sharing
 from gpuledger.budgets.status import budget_rows, forecast_row
 from gpuledger.cli.commands._common import add_db_options, print_json
@@ -38,20 +39,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _usd(v: float) -> str:
-    return f"-${-v:,.2f}" if v < 0 else f"${v:,.2f}"
-
-
 def render(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "no budgets: add [[budget]] tables to the settings (docs/settings.md)"
     lines = []
     for r in rows:
         head = f"{neutral(r['name'])}  {r['period_label']} ({r['period_start']}..{r['period_end']}, as of {r['as_of']})"
-        spent = f"spent {_usd(r['spent_usd'])}"
+        spent = f"spent {usd(r['spent_usd'])}"
         if "budget_usd" in r:
-            spent += f" of {_usd(r['budget_usd'])} ({r['spent_pct']:.1f} %)"
-        fc = f"forecast {_usd(r['forecast_usd'])} ({_usd(r['forecast_low_usd'])}..{_usd(r['forecast_high_usd'])}, 75 %)"
+            spent += f" of {usd(r['budget_usd'])} ({r['spent_pct']:.1f} %)"
+        fc = f"forecast {usd(r['forecast_usd'])} ({usd(r['forecast_low_usd'])}..{usd(r['forecast_high_usd'])}, 75 %)"
         status = f"  [{r['status']}]" if "status" in r else ""
         lines.append(f"{head}\n  {spent}; {fc}{status}")
     return "\n".join(lines)

@@ -16,7 +16,7 @@ import datetime as dt
 import sys
 
 from analytics.guard_actions import guard_actions, guard_saved
-from analytics.money import cents
+from analytics.money import cents, usd
 from gpuledger.cli import times
 from gpuledger.cli.commands._common import UsageError, add_db_options, print_json
 from gpuledger.cli.live.repeat import poll_until_stopped
@@ -108,7 +108,7 @@ def _policies(settings: Settings, names: list[str]) -> tuple[Policy, ...]:
 
 
 def _money(v: float | None) -> str:
-    return "n/a (no price)" if v is None else f"${v:,.2f}"
+    return usd(v, na="n/a (no price)")
 
 
 def run_replay(args: argparse.Namespace) -> int:
@@ -169,10 +169,9 @@ def run_actions(args: argparse.Namespace) -> int:
             f"{r['acted_ts']:%Y-%m-%d %H:%M} {r['step']:<10} {neutral(r['job_id'])} ({r['policy']}) "
             f"{r['idle_gpu_hours']:.2f} idle GPU-h" + (f"  {neutral(r['answer'])}" if r["answer"] else "")
         )
-    print(
-        f"{totals['jobs_cancelled']} jobs cancelled, {totals['saved_gpu_hours']:,.1f} GPU-hours, "
-        f"{_money(totals['saved_usd'])} saved"
-    )
+    from analytics.guard_actions import saved_line
+
+    print(saved_line(totals))
     return 0
 
 

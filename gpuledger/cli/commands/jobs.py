@@ -7,8 +7,15 @@ import argparse
 import polars as pl
 
 from analytics.jobs import jobs_table
+from analytics.money import usd
 from analytics.shared import sharing
-from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
+from gpuledger.cli.commands._common import (
+    add_db_options,
+    add_filter_options,
+    print_json,
+    require_known,
+    say_range,
+)
 from gpuledger.cli.commands.summary import filters_from
 from gpuledger.ledger.db import reader, sync_reference
 from gpuledger.ledger.settings import load_settings
@@ -40,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     with reader(args.db) as con, sharing(con):
         require_known(con, filters)
         table = jobs_table(con, filters=filters, settings=settings, sort=args.sort, limit=args.limit)
+        say_range(con, filters, empty=table.height == 0)
     if args.json:
         print_json(table.with_columns(pl.col(pl.Datetime).dt.strftime("%Y-%m-%dT%H:%M:%S")).to_dicts())
         return 0
@@ -52,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
         print(  # one line a row: no name's control character, line end or bidi override reaches the terminal
             neutral(
                 f"{str(r['job_id'])[:28]:<28} {str(r['team'] or '')[:12]:<12} {r['kind'][:11]:<11} "
-                f"{r['state'][:10]:<10} {r['gpu_hours']:>9,.1f} {_fmt(r['cost_usd'], '${:,.2f}'):>11} "
-                f"{_fmt(r['mean_util_pct'], '{:.0f} %'):>6} {_fmt(r['waste_usd'], '${:,.2f}'):>11}"
+                f"{r['state'][:10]:<10} {r['gpu_hours']:>9,.1f} {usd(r['cost_usd']):>11} "
+                f"{_fmt(r['mean_util_pct'], '{:.0f} %'):>6} {usd(r['waste_usd']):>11}"
             )
         )
     return 0

@@ -17,7 +17,7 @@ from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.settings import load_settings
 from gpuledger.ledger.text import neutral
 from gpuledger.reports import mail, notices
-from gpuledger.reports.content import last_full_week, week_range
+from gpuledger.reports.content import last_full_week, previous_period, waste_figures, week_range
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -83,6 +83,21 @@ def _thresholds(args: argparse.Namespace) -> notices.Thresholds:
     )
 
 
+def _figures(con: object, filters: Filters, settings: object, period: str) -> str:
+    """The view's three figures (the waste teams control, capacity no job held, unmeasured) with their
+    changes vs the period before, in the report's words and numbers (gpuledger.reports.content.waste_figures):
+    what the notices are part of."""
+    from analytics.summary import summary
+
+    now = summary(con, filters=filters, settings=settings)  # type: ignore[arg-type]
+    before_filters = previous_period(filters)
+    before = summary(con, filters=before_filters, settings=settings) if before_filters else None  # type: ignore[arg-type]
+    lines = [f"{period}, this view:"]
+    for words, value, change in waste_figures(now, before):
+        lines.append(f"  {words}: {value}" + (f"; {change} vs the period before" if before else ""))
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.print_template:
         sys.stdout.write(notices.DEFAULT_TEMPLATE)
@@ -119,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
             users=tuple(args.user),
         )
         require_known(con, filters)
+        figures = _figures(con, filters, settings, period)
         found = notices.build_notices(
             con,
             filters=filters,
@@ -154,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
             to = neutral(n.address) if n.address else "(no address: give --mail-domain)"
             print(f"To: {to}\nSubject: {subject}\n\n{body}")
             print("-" * 72)
+        print(figures)
         print(
             f"{len(mails)} notice(s) due, {held} user(s) only with notices in cooldown; dry run: nothing sent"
         )

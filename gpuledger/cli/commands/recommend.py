@@ -5,9 +5,16 @@ from __future__ import annotations
 import argparse
 
 from analytics.filters import Filters
+from analytics.money import usd
 from analytics.recommend import KIND_LABELS, as_json, recommendations, savings_total, view_coverage
 from analytics.shared import sharing
-from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
+from gpuledger.cli.commands._common import (
+    add_db_options,
+    add_filter_options,
+    print_json,
+    require_known,
+    say_range,
+)
 from gpuledger.ledger.db import reader, sync_reference
 from gpuledger.ledger.settings import load_settings
 from gpuledger.ledger.text import neutral
@@ -46,25 +53,25 @@ def register(sub: argparse._SubParsersAction) -> None:
 def render_total(total: dict[str, object]) -> str:
     """The deduplicated weekly total (recurring items), what one-offs would have saved, and coverage."""
     line = (
-        f"Possible savings: ${total['total_usd_per_week']:,.2f}/week from {total.get('recurring_items', 0):,} "
+        f"Possible savings: {usd(total['total_usd_per_week'])}/week from {total.get('recurring_items', 0):,} "
         "recurring recommendation(s), each dollar counted once"
     )
     if total["overlap_usd_per_week"]:
         line += (
-            f" (the items add up to ${total['listed_usd_per_week']:,.2f}; ${total['overlap_usd_per_week']:,.2f} "
+            f" (the items add up to {usd(total['listed_usd_per_week'])}; {usd(total['overlap_usd_per_week'])} "
             "of that is the same dollars under two items)"
         )
     line += "."
     if total.get("one_off_items"):
         line += (
-            f" {total['one_off_items']:,} one-off item(s) would have saved ${total['one_off_saved_usd']:,.2f} "
+            f" {total['one_off_items']:,} one-off item(s) would have saved {usd(total['one_off_saved_usd'])} "
             "in this view (not a weekly figure)."
         )
     cov = total.get("coverage")
     if cov and cov.get("addressed_pct") is not None:
         line += (
-            f" These actions address {cov['addressed_pct']:.0f} % of this view's waste "
-            f"(${cov['addressed_usd']:,.2f} of ${cov['waste_usd']:,.2f})."
+            f" These actions address {cov['addressed_pct']:.0f} % of this view's waste teams control and "
+            f"capacity no job held ({usd(cov['addressed_usd'])} of {usd(cov['addressable_usd'])})."
         )
     return line
 
@@ -79,11 +86,11 @@ def render(items: list[dict[str, object]]) -> str:
         if it["usd_per_week"] is not None:
             counted = it["counted_usd_per_week"] or 0.0
             shared = counted < it["usd_per_week"] - 0.005  # part of its dollars is in items above it
-            money = f"${it['usd_per_week']:,.2f}/week" + (
-                f" (adds ${counted:,.2f} beyond the items above)" if shared else ""
+            money = f"{usd(it['usd_per_week'])}/week" + (
+                f" (adds {usd(counted)} beyond the items above)" if shared else ""
             )
         else:
-            money = f"one-off: would have saved ${it['saving_usd']:,.2f}"
+            money = f"one-off: would have saved {usd(it['saving_usd'])}"
         lines.append(
             f"{i}. {label} · {it['target_type']} {it['target']} · {money} · confidence {it['confidence']}"
         )
@@ -105,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         )
         total = savings_total(recs, whole=True)  # over every item of the view, whatever --limit shows
         total["coverage"] = view_coverage(con, recs, filters=filters, settings=settings)
+        say_range(con, filters, empty=False)
     if args.total:
         if args.json:
             print_json(total)

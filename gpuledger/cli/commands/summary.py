@@ -6,9 +6,16 @@ import argparse
 from typing import Any
 
 from analytics.filters import Filters
+from analytics.money import usd
 from analytics.shared import sharing
 from analytics.summary import summary
-from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
+from gpuledger.cli.commands._common import (
+    add_db_options,
+    add_filter_options,
+    print_json,
+    require_known,
+    say_range,
+)
 from gpuledger.ledger.db import reader, sync_reference
 from gpuledger.ledger.settings import load_settings
 
@@ -37,7 +44,7 @@ def filters_from(args: argparse.Namespace) -> Filters:
 
 
 def _money(v: float | None) -> str:
-    return "n/a" if v is None else f"${v:,.2f}"
+    return usd(v)
 
 
 def _num(v: float | None, fmt: str = "{:,.1f}", unit: str = "") -> str:
@@ -59,13 +66,13 @@ def render(s: dict[str, Any]) -> str:
         ("jobs", f"{s['jobs']:,}"),
         ("mean utilization", _num(s["mean_util_pct"], unit=" %")),
         ("idle GPU-hours", _num(s["idle_gpu_hours"])),
-        ("waste", _money(s["waste_usd"]) + share(s["waste_usd"])),
-        ("  productive", _money(w["productive_usd"]) + share(w["productive_usd"])),
-        ("  idle (allocated)", _money(w["idle_allocated_usd"]) + share(w["idle_allocated_usd"])),
+        ("waste teams control", _money(s["team_waste_usd"]) + share(s["team_waste_usd"])),
+        ("  idle while allocated", _money(w["idle_allocated_usd"]) + share(w["idle_allocated_usd"])),
         ("  under-used", _money(w["underused_usd"]) + share(w["underused_usd"])),
-        ("  failed", _money(w["failed_usd"]) + share(w["failed_usd"])),
-        ("  unallocated capacity", _money(w["unallocated_usd"]) + share(w["unallocated_usd"])),
-        ("  unmeasured", _money(w["unmeasured_usd"]) + share(w["unmeasured_usd"])),
+        ("  failed runs (badput)", _money(w["failed_usd"]) + share(w["failed_usd"])),
+        ("capacity no job held", _money(s["unheld_capacity_usd"]) + share(s["unheld_capacity_usd"])),
+        ("unmeasured (no telemetry)", _money(s["unmeasured_usd"]) + share(s["unmeasured_usd"])),
+        ("productive", _money(w["productive_usd"]) + share(w["productive_usd"])),
         ("energy", _num(s["energy_kwh"], unit=" kWh")),
         ("CO2e", _num(s["co2e_kg"], unit=" kg")),
         ("training $ per 1M tokens", _money(s["training_usd_per_mtok"])),
@@ -83,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     with reader(args.db) as con, sharing(con):
         require_known(con, filters)
         result = summary(con, filters=filters, settings=settings)
+        say_range(con, filters, empty=not (result["jobs"] or abs(result["spend_usd"]) >= 0.005))
     if args.json:
         print_json(result)
     else:

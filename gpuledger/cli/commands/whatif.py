@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from analytics.filters import Filters
+from analytics.money import usd
 from analytics.shared import sharing
 from analytics.whatif import what_if_view
 from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
@@ -63,15 +64,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _render(out: dict[str, Any]) -> str:
     now, after = out["now"], out["with_changes"]
     lines = [f"{'figure':<24}{'now':>16}{'with the changes':>20}"]
-    keys = [("spend", "spend_usd"), ("waste", "waste_usd")] + [
-        (k.removesuffix("_usd").replace("_", " "), k) for k in now["waste"]
-    ]
+    keys = [
+        ("spend", "spend_usd"),
+        ("waste teams control", "team_waste_usd"),
+        ("capacity no job held", "unheld_capacity_usd"),
+    ] + [(k.removesuffix("_usd").replace("_", " "), k) for k in now["waste"] if k != "unallocated_usd"]
     for label, k in keys:
         a = now[k] if k in now else now["waste"][k]
         b = after[k] if k in after else after["waste"][k]
-        lines.append(f"{label:<24}{f'${a:,.2f}':>16}{f'${b:,.2f}':>20}")
+        lines.append(f"{label:<24}{f'{usd(a)}':>16}{f'{usd(b)}':>20}")
     for c in out["changes"]:
-        lines.append(f"- {c['what']}: ${c['saving_usd']:,.2f} out of the spend. {c['assumption']}.")
+        lines.append(f"- {c['what']}: {usd(c['saving_usd'])} out of the spend. {c['assumption']}.")
     if not out["changes"]:
         lines.append("No change chosen: the figures are the view's as they are.")
     return "\n".join(lines)
