@@ -7,7 +7,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from analytics.money import MINUS, signed_usd
+from analytics.money import signed_usd
 from analytics.whatif import default_speedup, per_week, what_if
 from gpuledger.ledger.palette import PART_LABELS, is_team
 from gpuledger.ledger.reference import catalog
@@ -84,7 +84,7 @@ speedup = speed.number_input(
     + (basis if swap else "the new model's catalog peak ÷ the old one's at the jobs' precision"),
 )
 if swap:
-    speed.caption(f"catalog: {factor:,.2f}×")
+    speed.caption(f"catalog: {factor:,.2f}×", help=basis)
 
 chosen_models = ((old, new, float(speedup)),) if swap else ()
 try:
@@ -124,12 +124,14 @@ for col, (title, key, fmt) in zip(cols, [*rows[:2], rows[-3]], strict=True):
         title,
         fmt(after),
         (
-            # st.metric reads a leading '-' as down: the "−" of −$ becomes '-' for the arrow only
-            f"{signed_usd(d).replace(MINUS, '-')} vs now ({signed_usd(per_week(d, days)).replace(MINUS, '-')}/week)"
+            f"{signed_usd(d)} vs now ({signed_usd(per_week(d, days))}/week)"
             if d is not None and key.endswith("_usd")
             else None
         ),
-        delta_color="inverse",
+        # st.metric reads only a leading '-' as down: the −$ keeps its sign, the arrow and colour are set here
+        # (less money is good for spend and waste: green down; productive up is red like any rise in spend)
+        delta_color="off" if d is None else ("green" if d < 0 else "red"),
+        delta_arrow="off" if d is None else ("down" if d < 0 else "up"),
         help=f"over the view's days; now: {fmt(before)} ({weekly(before)})"
         if key.endswith("_usd")
         else f"now: {fmt(before)}",
@@ -142,7 +144,7 @@ def change(key: str, *, week: bool = False) -> str:
     if a is None or b is None or not changes:
         return ""
     if not key.endswith("_usd"):
-        return num(b - a, 1) if key == "gpu_hours" else ""
+        return ("+" if b - a >= 0.05 else "") + num(b - a, 1) if key == "gpu_hours" else ""
     return signed_usd(per_week(b - a, days) if week else b - a)
 
 

@@ -53,7 +53,7 @@ def test_the_figures_are_gpuledger_whatifs(ledger: str) -> None:
     assert spend.value == f"${cli['with_changes']['spend_usd']:,.2f}"
     saved = cli["now"]["spend_usd"] - cli["with_changes"]["spend_usd"]
     assert saved > 0  # nlp's H100 jobs on atlas (on-demand by default) repriced at spot
-    assert spend.delta.startswith(f"-${saved:,.2f} vs now (")  # and its $/week beside it
+    assert spend.delta.startswith(f"−${saved:,.2f} vs now (")  # −$ (U+2212), its $/week beside it
 
 
 def test_a_model_swap_at_a_speed_up_in_one_unit_with_minus_dollars(ledger: str) -> None:
@@ -73,12 +73,13 @@ def test_a_model_swap_at_a_speed_up_in_one_unit_with_minus_dollars(ledger: str) 
     table = at.dataframe[0].value
     spend = table.iloc[0]
     assert spend["change"] == "+$110.92" and spend["change $/week"] == "+$155.29"
-    assert table.iloc[7]["change"] == "188.0"  # GPU-hours: 188 ÷ 0.5 − 188
+    assert table.iloc[7]["change"] == "+188.0"  # GPU-hours: 188 ÷ 0.5 − 188
     # twice the speed: 94 GPU-h × $1.79 = $168.26, $393.86 saved
     box.set_value(2.0).run()
     text = " ".join(m.value for m in at.markdown)
     assert "$393.86 out of the spend over the view ($551.40/week)" in text
     page = " ".join(str(e.value) for e in (*at.markdown, *at.caption, *at.metric))
+    page += " ".join(str(m.delta) for m in at.metric)
     assert "$-" not in page
 
 
