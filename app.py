@@ -16,11 +16,14 @@ import streamlit as st
 from streamlit.errors import StreamlitAuthError, StreamlitMissingAuthlibError
 from streamlit.logger import get_logger
 
+from gpuledger.ledger.paths import shipped
 from pages import _data, _scope, _ui, _view
 
 LOG = get_logger("gpuledger.dashboard")
 
-st.set_page_config(page_title="gpuledger", page_icon=":material/paid:", layout="wide")
+# The favicon is a file the package ships, served by this server: a ":material/…" icon or an emoji is
+# fetched by the browser from a font CDN, and the dashboard makes no request off this machine (issue 43).
+st.set_page_config(page_title="gpuledger", page_icon=str(shipped("data/favicon.png")), layout="wide")
 # Safe under a bare `streamlit run app.py` too (gpuledger dashboard passes the same on its command line): no
 # exception details in the browser, and no built-in table export, which writes formula cells as they are.
 st.set_option("client.showErrorDetails", "none")
@@ -51,18 +54,27 @@ def sign_in_page() -> None:
 def no_team_page() -> None:
     st.title("gpuledger")
     who = _scope.viewer()
-    st.warning(
-        f"You are signed in as {_ui.md(who.who if who else '')}, but no team is mapped to you. Ask a "
-        "gpuledger admin to add you under [access] in the settings (docs/settings.md).",
-        icon=":material/lock:",
-    )
+    if who is not None and who.email_unverified is not None:
+        st.error(
+            f"Your sign-in provider did not confirm that {_ui.md(who.who)} is your email (its "
+            f"email_verified claim is {_ui.md(who.email_unverified)}, not true), so gpuledger does not "
+            "match it to a team. Verify the email with your provider and sign in again, or ask a gpuledger "
+            "admin to map you by group (docs/settings.md, [access]).",
+            icon=":material/gpp_bad:",
+        )
+    else:
+        st.warning(
+            f"You are signed in as {_ui.md(who.who if who else '')}, but no team is mapped to you. Ask a "
+            "gpuledger admin to add you under [access] in the settings (docs/settings.md).",
+            icon=":material/lock:",
+        )
     if st.button("Sign out", icon=":material/logout:", key="sign_out"):
-        st.logout()
+        _scope.sign_out()
 
 
 viewer = _scope.viewer()
 if viewer is not None and not viewer.sees_anything:  # sign-in on: only the sign-in (or no-team) page
-    gate = no_team_page if st.user.is_logged_in else sign_in_page
+    gate = no_team_page if _scope.signed_in() else sign_in_page
     st.navigation([st.Page(gate, title="Sign in", icon=":material/lock:")], position="hidden").run()
     st.stop()
 
@@ -122,7 +134,7 @@ def sidebar() -> None:
             seen = "every team" if viewer.admin else ", ".join(_ui.md(t) for t in viewer.teams)
             st.caption(f"Signed in as {_ui.md(viewer.who)}: you see {seen}.")
             if st.button("Sign out", icon=":material/logout:", key="sign_out"):
-                st.logout()
+                _scope.sign_out()
 
 
 def page_failed() -> None:

@@ -23,6 +23,7 @@ from analytics.shared import kept, shared
 from gpuledger.ledger.cte import Cte, with_ctes
 from gpuledger.ledger.prices import PRICE_PERIODS_CTE, price_cluster_sql, price_tier_sql
 from gpuledger.ledger.settings import Settings
+from gpuledger.ledger.shares import HOLDS_SQL
 from gpuledger.ledger.sql import PSEUDO_PREFIX
 
 ALL_FILTERS = Filters()  # the whole ledger
@@ -200,8 +201,9 @@ DECLARED_SQL = """
 def _held_ctes(
     view: Filters, bounds: list[tuple[str, Filters, dt.datetime, dt.datetime]], as_of: dt.datetime | None
 ) -> list[Cte]:
-    """CTEs hj (each job's held span in each window), seen_cards, seen_gpus, hj_unseen (held jobs on no card
-    that reports) and held (hj less a shared GPU's oversubscribed stretches).
+    """CTEs hj (each job's held span in each window), hold, seen, js, jl and held_ev: the held time as level
+    changes, what is seen on reporting cards in their cluster and model, the rest in the job's (docs/metrics.md,
+    "Unallocated capacity").
 
     Held time is every job's (whatever the team filter) inside each window. One window: the jobs of its dates
     (job_costs); several: each job cut at the windows' bounds and the telemetry-only GPUs' pseudo-jobs per
@@ -223,39 +225,97 @@ def _held_ctes(
         -- a running job holds its GPUs to the window's end (its cost stops at the horizon; the last
         -- sample's interval after it is not unallocated)
         SELECT j.w_id, j.job_id, j.cluster, j.gpu_model, j.gpu_count, greatest(j.span_start, w.lo) AS t_from,
-               CASE WHEN j.end_ts IS NULL THEN w.hi ELSE least(j.span_end, w.hi) END AS t_to
+               CASE WHEN j.end_ts IS NULL THEN w.hi ELSE least(j.span_end, w.hi) END AS t_to,
+               j.end_ts IS NULL AS running, starts_with(j.job_id, '{PSEUDO_PREFIX}') AS pseudo
         FROM ({held_jobs_sql}) j JOIN uw w ON w.w_id = j.w_id"""
-    # a shared GPU's oversubscribed stretches hold one GPU, not the sum of what its jobs declared
-    held = f"""
-        SELECT w_id, cluster, gpu_model, gpu_count, t_from, t_to FROM hj
-        UNION ALL
-        SELECT hj.w_id, hj.cluster, hj.gpu_model, -c.cut, greatest(c.s_from, hj.t_from), least(c.s_to, hj.t_to)
-        FROM ({shared_segments_sql()}) c JOIN hj ON hj.job_id = c.job_id"""
     return [
         Cte("hj", hj, tuple(held_jobs_params), materialized=True),
-        # the cards that report (a MIG instance or a W&B view reports for its card) and every GPU row of them
-        Cte("seen_cards", SEEN_CARDS_SQL),
-        Cte("seen_gpus", SEEN_GPUS_SQL),
-        Cte("hj_unseen", HELD_UNSEEN_SQL),
-        Cte("held", held),
+        Cte("hold", HOLD_SQL.format(shared=shared_segments_sql())),
+        Cte("seen", SEEN_HELD_SQL, materialized=True),
+        Cte("js", JOB_STREAM_SQL),
+        Cte("jl", JOB_LEVEL_SQL),
+        Cte("held_ev", HELD_EVENTS_SQL, materialized=True),
     ]
 
 
-SEEN_CARDS_SQL = """SELECT DISTINCT coalesce(parent_gpu_id, gpu_id) AS card FROM gpus
-                   WHERE gpu_id IN (SELECT gpu_id FROM samples_day)"""
-SEEN_GPUS_SQL = """SELECT gpu_id, lower(split_part(host, '.', 1)) AS hk FROM gpus
-                  WHERE coalesce(parent_gpu_id, gpu_id) IN (SELECT card FROM seen_cards)
-                  UNION ALL SELECT card, NULL FROM seen_cards"""
-HELD_UNSEEN_SQL = f"""
-        SELECT * FROM hj
-        WHERE t_to > t_from AND NOT starts_with(job_id, '{PSEUDO_PREFIX}')
-          AND job_id NOT IN (SELECT job_id FROM allocations WHERE gpu_id IN (SELECT gpu_id FROM seen_gpus))
-          AND job_id NOT IN (SELECT job_id FROM allocations
-                             WHERE gpu_id IS NULL AND lower(split_part(host, '.', 1)) IN (SELECT hk FROM seen_gpus))
-          AND job_id NOT IN (SELECT job_id FROM samples_day WHERE job_id IS NOT NULL)"""
+# Every hold of a GPU row by a job (gpuledger/ledger/shares.py HOLDS_SQL: allocations naming the GPU, host
+# ties, each its fraction of a card), d > 0, and every stretch of a shared card's time the job declared beyond
+# its share (``gpu_shares.cut``), d < 0: held time is what the job holds less what is cut.
+HOLD_SQL = f"""
+        SELECT job_id, gpu_id, d, a_from, a_to FROM ({HOLDS_SQL})
+        UNION ALL
+        SELECT job_id, gpu_id, -cut, s_from, s_to FROM ({{shared}}) WHERE job_id IS NOT NULL AND cut > 0"""
+
+# The held time that is seen: each hold (and cut) of a job inside its window's span, on a physical card while
+# that card reports (obs): its cluster and its observed model, whatever model the job booked, so a card is
+# capacity once and its holders' time is taken from it (a job booked as an A100 on a card reporting a V100
+# holds the V100). A running job's hold of a GPU runs to the window's end, as its held span does.
+SEEN_HELD_SQL = """
+        SELECT * FROM (
+            SELECT hj.w_id, hj.job_id, o.cluster, coalesce(o.gpu_model, '') AS mkey, ho.d,
+                   greatest(hj.t_from, ho.a_from, o.t_from) AS t_from,
+                   least(hj.t_to, CASE WHEN hj.running AND ho.d > 0 THEN hj.t_to ELSE ho.a_to END, o.t_to) AS t_to
+            FROM hj JOIN hold ho ON ho.job_id = hj.job_id
+                 -- a hold may name a card only its MIG instances report (no GPU row of its own)
+                 LEFT JOIN gpus g ON g.gpu_id = ho.gpu_id
+                 JOIN obs o ON o.w_id = hj.w_id AND o.phys = coalesce(g.parent_gpu_id, ho.gpu_id)
+            WHERE NOT hj.pseudo)
+        WHERE t_to > t_from"""
+
+# Each job's held time that is not seen, as changes of its level: its GPUs over its span, less the cuts inside
+# it, less what is seen (a cut on a reporting card comes back: it is taken from the seen time instead). A
+# silent node, a silent stretch of a card, GPUs beyond what the host reports are all unseen; a job on no
+# reporting card is unseen whole.
+JOB_STREAM_SQL = """
+        SELECT w_id, job_id, t_from AS ts, gpu_count AS n FROM hj WHERE t_to > t_from AND NOT pseudo
+        UNION ALL
+        SELECT w_id, job_id, t_to, -gpu_count FROM hj WHERE t_to > t_from AND NOT pseudo
+        UNION ALL
+        SELECT hj.w_id, hj.job_id, greatest(hj.t_from, ho.a_from), ho.d
+        FROM hj JOIN hold ho ON ho.job_id = hj.job_id
+        WHERE ho.d < 0 AND NOT hj.pseudo AND least(hj.t_to, ho.a_to) > greatest(hj.t_from, ho.a_from)
+        UNION ALL
+        SELECT hj.w_id, hj.job_id, least(hj.t_to, ho.a_to), -ho.d
+        FROM hj JOIN hold ho ON ho.job_id = hj.job_id
+        WHERE ho.d < 0 AND NOT hj.pseudo AND least(hj.t_to, ho.a_to) > greatest(hj.t_from, ho.a_from)
+        UNION ALL
+        SELECT w_id, job_id, t_from, -d FROM seen
+        UNION ALL
+        SELECT w_id, job_id, t_to, d FROM seen"""
+
+# A job's unseen level at each change, never below 0 (a job whose holds name more than its GPUs: what it
+# holds on reporting cards is all seen and nothing is unseen), as the change from its previous level.
+JOB_LEVEL_SQL = """
+        SELECT w_id, job_id, ts, lvl - coalesce(lag(lvl) OVER (PARTITION BY w_id, job_id ORDER BY ts), 0) AS n
+        FROM (SELECT w_id, job_id, ts,
+                     greatest(0, round(sum(n) OVER (PARTITION BY w_id, job_id ORDER BY ts ROWS UNBOUNDED PRECEDING),
+                                       9)) AS lvl
+              FROM (SELECT w_id, job_id, ts, sum(n) AS n FROM js GROUP BY ALL))"""
+
+# The held time as level changes (k 'h': held; 'u': GPUs only a job on no reporting card proves). Seen held
+# time is held in the card's cluster and model; unseen held time in the job's own, where it also proves
+# capacity: in a cluster without declared capacity the unseen GPUs exist while held, so the unseen time is
+# billed by allocation and takes nothing from the reporting cards' free time. A job whose samples a source
+# labelled but which holds no GPU row (a dcgm hpc_job label without an allocation) proves nothing: its
+# samples' card is observed already. A telemetry-only card's pseudo-job holds its own card.
+HELD_EVENTS_SQL = """
+        SELECT w_id, cluster, mkey, 'h' AS k, t_from AS ts, d AS n FROM seen
+        UNION ALL
+        SELECT w_id, cluster, mkey, 'h', t_to, -d FROM seen
+        UNION ALL
+        SELECT hj.w_id, hj.cluster, coalesce(hj.gpu_model, ''), k.k, jl.ts, jl.n
+        FROM jl JOIN hj ON hj.w_id = jl.w_id AND hj.job_id = jl.job_id
+        CROSS JOIN (VALUES ('h'), ('u')) k(k)
+        WHERE jl.n <> 0
+          AND (k.k = 'h' OR hj.job_id IN (SELECT job_id FROM hold)
+               OR hj.job_id NOT IN (SELECT job_id FROM samples_day WHERE job_id IS NOT NULL))
+        UNION ALL
+        SELECT w_id, cluster, coalesce(gpu_model, ''), 'h', t_from, gpu_count FROM hj WHERE pseudo AND t_to > t_from
+        UNION ALL
+        SELECT w_id, cluster, coalesce(gpu_model, ''), 'h', t_to, -gpu_count FROM hj WHERE pseudo AND t_to > t_from"""
 
 # the level changes: 'd' declared, 'o' observed (reporting cards, telemetry-only cards while held), 'u' GPUs
-# only a job on no reporting card proves, 'h' held
+# only held time on no reporting card proves, 'h' held (:data:`HELD_EVENTS_SQL`)
 EVENTS_SQL = f"""
         SELECT w_id, cluster, coalesce(gpu_model, '') AS mkey, 'd' AS k, t_from AS ts, gpu_count AS n FROM decl
         WHERE t_to > t_from
@@ -278,16 +338,7 @@ EVENTS_SQL = f"""
         SELECT w_id, cluster, coalesce(gpu_model, ''), 'o', t_to, -gpu_count FROM hj
         WHERE starts_with(job_id, '{PSEUDO_PREFIX}') AND t_to > t_from
         UNION ALL
-        -- a job on no card that reports (a host without telemetry) proves GPUs the telemetry does not show:
-        -- in a cluster without declared capacity they are capacity while it holds them, so its unmeasured
-        -- time is billed by allocation and takes nothing from the reporting cards' free time
-        SELECT w_id, cluster, coalesce(gpu_model, ''), 'u', t_from, gpu_count FROM hj_unseen
-        UNION ALL
-        SELECT w_id, cluster, coalesce(gpu_model, ''), 'u', t_to, -gpu_count FROM hj_unseen
-        UNION ALL
-        SELECT w_id, cluster, coalesce(gpu_model, ''), 'h', t_from, gpu_count FROM held WHERE t_to > t_from
-        UNION ALL
-        SELECT w_id, cluster, coalesce(gpu_model, ''), 'h', t_to, -gpu_count FROM held WHERE t_to > t_from"""
+        SELECT w_id, cluster, mkey, k, ts, n FROM held_ev"""
 
 
 def _event_ctes(clusters: tuple[str, ...], settings: Settings) -> list[Cte]:

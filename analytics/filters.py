@@ -90,28 +90,51 @@ class UnknownName:
         return f"no {self.what} '{self.value}' in the ledger ({self.what}s: {shown}){hint}"
 
 
-def known_names(con: duckdb.DuckDBPyConnection, what: str) -> tuple[str, ...]:
+_COLUMN = {"team": "team", "cluster": "cluster", "user": "user_name"}
+
+
+def known_names(
+    con: duckdb.DuckDBPyConnection, what: str, *, within_teams: tuple[str, ...] | None = None
+) -> tuple[str, ...]:
     """The ledger's teams, clusters or users (``what``: team | cluster | user), sorted: the one list the
     sidebar offers and :func:`unknown_names` checks a filter against (clusters: of jobs, GPUs and declared
-    capacity)."""
+    capacity).
+
+    ``within_teams``: a lead's scope (pages/_scope.py). Then only the names of those teams' jobs exist: their
+    teams, the clusters and users their jobs ran on and under. A name outside the scope is then answered
+    exactly as a name the ledger lacks (issue 43: "No jobs in this view" for another team's user, "no user
+    'zzz'" for an unknown one, told a lead which users existed elsewhere)."""
+    if within_teams is not None:
+        if not within_teams:
+            return ()
+        marks = ", ".join("?" for _ in within_teams)
+        column = _COLUMN[what]
+        rows = con.execute(
+            f"SELECT DISTINCT {column} FROM jobs WHERE team IN ({marks}) AND {column} IS NOT NULL",
+            list(within_teams),
+        ).fetchall()
+        return tuple(sorted(r[0] for r in rows))
     sql = next(q for w, _, q in _NAMED if w == what)
     return tuple(sorted(r[0] for r in con.execute(sql).fetchall()))
 
 
-def unknown_names(con: duckdb.DuckDBPyConnection, filters: Filters) -> list[UnknownName]:
+def unknown_names(
+    con: duckdb.DuckDBPyConnection, filters: Filters, *, within_teams: tuple[str, ...] | None = None
+) -> list[UnknownName]:
     """The team, cluster and user values of ``filters`` that name nothing in the ledger, each with what
     exists: a filter on a name that is not there selects nothing, and a view of nothing reads as "$0.00
     spent", so the CLI stops on it (exit 2) and the dashboard warns, instead of dropping it silently.
 
     Teams and users are those of the jobs (and the pseudo-rows unallocated/unattributed); clusters those of
-    the jobs, GPUs and declared capacity."""
+    the jobs, GPUs and declared capacity. With ``within_teams`` (a lead's scope), only the names of those
+    teams' jobs exist (:func:`known_names`), and the pseudo-rows, which are no team's, do not."""
     out: list[UnknownName] = []
     for what, field_name, _ in _NAMED:
         asked: tuple[str, ...] = getattr(filters, field_name)
         if not asked:
             continue
-        held = set(known_names(con, what))
-        pseudo = set(PSEUDO_NAMES) if what != "cluster" else set()
+        held = set(known_names(con, what, within_teams=within_teams))
+        pseudo = set(PSEUDO_NAMES) if what != "cluster" and within_teams is None else set()
         out += [
             UnknownName(what, value, tuple(sorted(held)))
             for value in dict.fromkeys(asked)

@@ -13,6 +13,7 @@ import polars as pl
 
 from analytics.filters import Filters, horizon
 from analytics.job_summaries import fill_from_summaries
+from analytics.model_mismatch import model_mismatches
 from analytics.query import frame
 from analytics.slurm_usage import SLURM_BASIS
 from analytics.unit_costs import job_unit_costs
@@ -62,6 +63,8 @@ JOBS_COLUMNS = {
     "mfu_basis": "training | inference FLOPs per token; ', bf16 assumed' when the run logged no precision",
     "attribution": "how telemetry was tied to the job: exact | by_share | none (docs/metrics.md)",
     "util_basis": "where mean_util_pct comes from: telemetry | Prometheus job summaries | from Slurm accounting",
+    "observed_gpu_model": "the model its cards report where it differs from gpu_model (priced as booked: "
+    "analytics/model_mismatch.py); NULL: they agree or no card of it reports",
 }
 
 
@@ -109,6 +112,8 @@ def jobs_table(
         pl.when(slurm).then(pl.col("_slurm_util")).otherwise(pl.col("mean_util_pct")).alias("mean_util_pct"),
         pl.when(slurm).then(0.0).otherwise(pl.col("unknown_share")).alias("unknown_share"),
     ).drop("_slurm_util")
+    mismatch = model_mismatches(con).select("job_id", "observed_gpu_model")
+    out = out.join(mismatch, on="job_id", how="left")
     has_util = out.select("job_id", "mean_util_pct")
     out = fill_from_summaries(con, out, filters=filters)  # jobs known only from Prometheus summaries
     out = (

@@ -15,6 +15,15 @@ in all. An earlier run (seed 0) failed at example 46 on a MIG instance held twic
 
 With check_whatif added (dated price rows, issue 41), measured 2026-12-07 05:53 on the shared 2-core machine at
 load 13-14: seed 1, 6 examples, 0 failed, 57 s each (343 s); the 200-example run is left to a quiet machine.
+
+Measured 2026-12-07 06:10 (shared 2-core machine, load 14-18 from other helpers), with issue 41's shapes
+generated (MIG pods one per instance and time-shared, Slurm MIG gres on unlabelled instances, a silent second
+node, a card held across its silence, more GPUs than the host reports, a job booked as another model), the money
+invariants only (before check_whatif joined this bench in the merge): seed 0,
+40 examples, 0 failed, 42.6 s each (the load: about 6 s of CPU each), 1,705 s in all; seed 1, 25 examples, 0
+failed, 28.3 s each, 707 s; 200 did not fit the
+time left. Seed 3 failed at example 9 before its fix (a pod's label tie took the instance an earlier pod was
+dealt by size: collectors/attribute.py rule 3b now time-slices the least-held instance of its size).
 """
 
 from __future__ import annotations

@@ -23,6 +23,11 @@ Two paths, both run by :func:`attribute_samples` at the end of every :func:`coll
      ``select/cons_tres`` hands out the lowest free indices too) — ``by_share``, ``dealt``. The host's
      totals are then exact; which job had which card is inferred, so per-job utilization is an estimate.
 
+  3b. a fraction of a card no evidence placed (``gres/gpu:a100_3g.40gb=1``: 3/7) on a host whose MIG instances
+     report: free instances of its size, as many as it holds (:func:`_deal_instances`) — ``exact``,
+     ``remainder`` where exactly those are free, else ``by_share``, ``dealt``. Each tie then holds its
+     allocation's fraction of the card (gpuledger/ledger/shares.py ``HOST_TIES_SQL``), not a whole card.
+
 Rules 4–6 never tie a GPU-second to two jobs: a GPU already held by an allocation that names it, or tied to
 an overlapping job, is not dealt again.
 
@@ -80,6 +85,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from gpuledger.ledger.job_states import HELD_STATES
+from gpuledger.ledger.mig import GPU_SLICES_SQL
 from gpuledger.ledger.sample_time import MAX_REACH, sample_end_sql
 from gpuledger.ledger.sql import sql_list
 
@@ -163,13 +169,15 @@ def deal(
     *,
     held: Iterable[tuple[str, dt.datetime, dt.datetime | None]] = (),
     seen: dict[tuple[str, dt.datetime], dict[str, str]] | None = None,
+    instances: Iterable[tuple[str, float]] = (),
 ) -> list[Tie]:
     """Tie one host's GPU-less allocations to its GPUs (rules 1–6 of the module docstring).
 
     ``gpus``: the host's GPUs as (gpu_id, index); ``held``: (gpu_id, start, end) of allocations that name
     their GPU; ``seen``: per allocation (job_id, start), GPUs observed running the job → evidence
-    (``process`` / ``sample_label``). Returns the ties: rules 1-6 tie at most one job per GPU-second; rule 7
-    adds ``shared`` ties where jobs hold more of the host than it has.
+    (``process`` / ``sample_label``); ``instances``: the host's MIG instances as (gpu_id, share of the card),
+    dealt to fractional allocations of their size (rule 3b). Returns the ties: rules 1-6 tie at most one job
+    per GPU-second; rule 7 adds ``shared`` ties where jobs hold more of the host than it has.
     """
     seen = seen or {}
     order = sorted(gpus, key=lambda g: (g[1] is None, g[1] if g[1] is not None else 0, g[0]))
@@ -192,6 +200,7 @@ def deal(
             mine[i].add(gid)
             ties.append(Tie(a.job_id, gid, a.start, a.end, "exact", pinned[gid]))
         need[i] = max(1, round(a.gpus)) - len(pinned) if a.gpus > 0 else 0
+    _deal_instances(allocs, need, mine, book, ties, sorted(instances))
     # rule 4: the job holds every GPU the host reports
     for i, a in enumerate(allocs):
         if need[i] > 0 and not mine[i] and round(a.gpus) >= len(order) > 0:
@@ -245,6 +254,62 @@ def deal(
             book.take(gid, a.start, hi, False)
             ties.append(Tie(a.job_id, gid, a.start, a.end, "by_share", "shared"))
     return ties
+
+
+def _deal_instances(
+    allocs: list[HostAlloc],
+    need: dict[int, int],
+    mine: dict[int, set[str]],
+    book: _Book,
+    ties: list[Tie],
+    instances: list[tuple[str, float]],
+) -> None:
+    """Rule 3b: an allocation of a fraction of a card that no evidence placed (a Slurm
+    ``gres/gpu:a100_3g.40gb=1``, 3/7; a pod's ``nvidia.com/mig-3g.40gb``) on a host whose MIG instances
+    report is dealt free instances of its size: the first size whose whole multiple it is (3/7 = one 3g.40gb
+    of an A100; 6/7 two of them) with that many instances free over its span, lowest id first. ``exact``
+    (``remainder``) where exactly that many of that size are free and every other hold on them is known,
+    else ``by_share`` (``dealt``). Where no size has enough free, the job time-slices the instances of its
+    size least held over its span (``by_share``, ``shared``, as rule 7 does cards): the shared-GPU rule
+    splits each instance's slices among its holders. A whole-card allocation is left to rules 4-7."""
+    if not instances:
+        return
+    sizes = sorted({share for _, share in instances}, reverse=True)
+    for i, a in enumerate(allocs):
+        if need[i] <= 0 or mine[i] or a.gpus <= 0 or abs(a.gpus - round(a.gpus)) < 1e-9:
+            continue
+        hi = a.end or FOREVER
+        for size in sizes:
+            n = round(a.gpus / size)
+            if n < 1 or abs(n * size - a.gpus) > 1e-6:
+                continue
+            same = [gid for gid, share in instances if abs(share - size) < 1e-9]
+            free = [gid for gid in same if book.free(gid, a.start, hi)]
+            if len(free) < n:
+                continue
+            exact = len(free) == n and book.overlapping_exact([g for g in same if g not in free], a.start, hi)
+            for gid in free[:n]:
+                book.take(gid, a.start, hi, exact)
+                mine[i].add(gid)
+                ties.append(
+                    Tie(a.job_id, gid, a.start, a.end, "exact" if exact else "by_share",
+                        "remainder" if exact else "dealt")
+                )  # fmt: skip
+            need[i] = 0
+            break
+        else:
+            for size in sizes:
+                n = round(a.gpus / size)
+                same = [gid for gid, share in instances if abs(share - size) < 1e-9]
+                if n < 1 or abs(n * size - a.gpus) > 1e-6 or len(same) < n:
+                    continue
+                least = sorted(same, key=lambda g, lo=a.start, hi=hi: len(book._overlapping(g, lo, hi)))
+                for gid in least[:n]:
+                    book.take(gid, a.start, hi, False)
+                    mine[i].add(gid)
+                    ties.append(Tie(a.job_id, gid, a.start, a.end, "by_share", "shared"))
+                need[i] = 0
+                break
 
 
 def attribute_samples(con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
@@ -501,6 +566,14 @@ def attribute_hosts(con: duckdb.DuckDBPyConnection, hosts: list[str], ingest_id:
             WHERE parent_gpu_id IS NULL AND {host_key("host")} IN (SELECT hk FROM attr_hosts)"""
     ).fetchall():
         gpus[hk].append((gid, idx))
+    # the hosts' MIG instances with their share of the card (gpuledger/ledger/mig.py sizes them): rule 3b
+    instances: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for hk, gid, share in con.execute(
+        f"""SELECT {host_key("g.host")}, z.gpu_id, z.slice_units / z.slices
+            FROM ({GPU_SLICES_SQL}) z JOIN gpus g USING (gpu_id)
+            WHERE z.instance AND {host_key("g.host")} IN (SELECT hk FROM attr_hosts)"""
+    ).fetchall():
+        instances[hk].append((gid, float(share)))
     # the host allocations, with a running job's span left open (its end is what sacct measured so far)
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE attr_allocs AS
@@ -563,7 +636,13 @@ def attribute_hosts(con: duckdb.DuckDBPyConnection, hosts: list[str], ingest_id:
     ties = [
         (hk, t.job_id, t.gpu_id, t.start, t.end, t.method, t.evidence)
         for hk in hosts
-        for t in deal(gpus.get(hk, []), allocs.get(hk, []), held=held.get(hk, ()), seen=seen.get(hk))
+        for t in deal(
+            gpus.get(hk, []),
+            allocs.get(hk, []),
+            held=held.get(hk, ()),
+            seen=seen.get(hk),
+            instances=instances.get(hk, ()),
+        )
     ]
     con.execute(
         """CREATE OR REPLACE TEMP TABLE attr_new (host VARCHAR, job_id VARCHAR, gpu_id VARCHAR,

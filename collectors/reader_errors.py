@@ -12,7 +12,7 @@ import duckdb
 
 from collectors.lines import first_non_utf8_line, line_at_byte
 from gpuledger.ledger.db import RAISE_MEMORY_LIMIT
-from gpuledger.ledger.errors import FormatError
+from gpuledger.ledger.errors import FormatError, out_of_space
 from gpuledger.ledger.text import clip
 
 # DuckDB/Arrow/Python reader messages → the sentence a user reads. First match wins; ``{0}``… are the groups,
@@ -46,7 +46,7 @@ _SENTENCES: tuple[tuple[str, str], ...] = (
         "an impossible time: {0}",
     ),
     (
-        r"(?:INT\d{0,3}|HUGEINT|UBIGINT|BIGINT|INTEGER|DECIMAL)[^\n]{0,200}out of range|Overflow|too large|"
+        r"(?:INT\d{0,3}|HUGEINT|UBIGINT|BIGINT|INTEGER|DECIMAL)[^\n]{0,200}out of range|Overflow|(?<!File )too large|"
         r"out of range for",
         "a number too large to store",
     ),
@@ -94,7 +94,9 @@ def describe_failure(path: str | Path, exc: BaseException, *, landing: bool = Fa
     text = str(exc)
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
     line = _line_of(exc, text)
-    if isinstance(exc, RecursionError):
+    if (full := out_of_space(exc)) is not None:
+        sentence = full
+    elif isinstance(exc, RecursionError):
         sentence = "nested too deeply to read"
     elif isinstance(exc, UnicodeError):
         sentence = "a byte that is not UTF-8 text (save the file as UTF-8)"

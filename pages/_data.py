@@ -131,9 +131,19 @@ def _ctx() -> tuple[str, tuple[int, int], str, Settings]:
 
 
 def filter_choices() -> Choices:
-    """The sidebar's choices; a lead's team list holds only their teams."""
+    """The sidebar's choices; a lead's team and cluster lists hold only their teams and the clusters their
+    teams' jobs ran on (analytics.filters.known_names ``within_teams``)."""
     choices, scope = _filter_choices(), viewer()
-    return choices if scope is None or scope.admin else dataclasses.replace(choices, teams=scope.teams)
+    if scope is None or scope.admin:
+        return choices
+    return dataclasses.replace(choices, teams=scope.teams, clusters=_scoped_names("cluster", scope.teams))
+
+
+@cached(entries=CACHE_VERSIONS)
+def _scoped_names(
+    con: duckdb.DuckDBPyConnection, s: Settings, what: str, teams: tuple[str, ...]
+) -> tuple[str, ...]:
+    return known_names(con, what, within_teams=teams)
 
 
 @cached(entries=CACHE_VERSIONS)
@@ -201,10 +211,14 @@ def unknown_names(
     teams: tuple[str, ...],
     clusters: tuple[str, ...],
     users: tuple[str, ...],
+    within_teams: tuple[str, ...] | None = None,
 ) -> list[UnknownName]:
-    """``analytics.filters.unknown_names``: the values the whole ledger lacks (names, not a Filters view:
-    a lead's scope must not turn another team's name into one of theirs before it is checked)."""
-    return unknown_names_(con, Filters(teams=teams, clusters=clusters, users=users))
+    """``analytics.filters.unknown_names``: the values the ledger lacks, or with ``within_teams`` (a lead's
+    teams) the values outside them, answered alike (names, not a Filters view: a lead's scope must not turn
+    another team's name into one of theirs before it is checked)."""
+    return unknown_names_(
+        con, Filters(teams=teams, clusters=clusters, users=users), within_teams=within_teams
+    )
 
 
 @cached("Splitting the spend by team and week…")

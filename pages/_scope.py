@@ -14,6 +14,7 @@ from gpuledger.ledger.db import resolve_db
 from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.paths import choose_settings, user_config_dir
 from gpuledger.ledger.settings import Settings, load_settings
+from gpuledger.ledger.signouts import record_sign_out, signed_out
 
 
 def db() -> str:
@@ -38,10 +39,24 @@ def viewer() -> Scope | None:
     s = settings()
     if s.auth is None:
         return None
-    user = st.user.to_dict()
-    if not user.get("is_logged_in"):
+    if not signed_in():
         return Scope(who="")
-    return resolve_scope(s.access, user)
+    return resolve_scope(s.access, st.user.to_dict())
+
+
+def signed_in() -> bool:
+    """Whether the browser holds a sign-in this server has not seen signed out (a copied cookie of an
+    ended sign-in is no sign-in: gpuledger/ledger/signouts.py)."""
+    user = st.user.to_dict()
+    return bool(user.get("is_logged_in")) and not signed_out(user)
+
+
+def sign_out() -> None:
+    """End the sign-in on the server (the cookie it rode on is refused from now on), then in the browser."""
+    user = st.user.to_dict()
+    if user.get("is_logged_in"):
+        record_sign_out(user)
+    st.logout()
 
 
 def may_write() -> bool:

@@ -8,7 +8,7 @@ from typing import Any
 
 import streamlit as st
 
-from analytics.filters import Filters, UnknownName
+from analytics.filters import Filters
 from gpuledger.reports.content import last_full_week, previous_period, week_range
 from pages import _data
 from pages._scope import db, scoped, viewer
@@ -84,8 +84,9 @@ def remember_asked_names() -> None:
 def unknown_names(filters: Filters) -> list[str]:
     """What the view names that the ledger does not hold, each in a sentence with the names the viewer can
     choose: the URL's team and cluster values the sidebar dropped, and the ``?user=`` values
-    (analytics.filters.unknown_names). A lead's link to a team that exists but is not theirs is not unknown:
-    their view stays their teams' (pages/_scope.py), and the names of other teams are never listed."""
+    (analytics.filters.unknown_names). For a lead, a name outside their teams (another team, a user or
+    cluster only other teams' jobs have) is answered exactly as a name the ledger lacks, with only the names
+    of their own teams listed: what they are told never says what exists elsewhere (issue 43)."""
     pending = st.session_state.get(ASKED)
     dropped: dict[str, tuple[str, ...]] = {"team": (), "cluster": ()}
     if pending is not None:
@@ -96,18 +97,16 @@ def unknown_names(filters: Filters) -> list[str]:
             dropped = pending["dropped"]
     if not (any(dropped.values()) or filters.users):
         return []
-    unknown = _data.unknown_names(dropped["team"], dropped["cluster"], filters.users)
-    scope = viewer()
-    if scope is None or scope.admin:
-        return [u.message for u in unknown]
-    choices = _data.filter_choices()
-    known = {"team": choices.teams, "cluster": choices.clusters}
+    # a lead: a name outside their teams is answered exactly as one the ledger lacks, listing only theirs
     return [
-        UnknownName(u.what, u.value, tuple(known[u.what])).message
-        if u.what in known
-        else f"no {u.what} '{u.value}' in the ledger"
-        for u in unknown
+        u.message for u in _data.unknown_names(dropped["team"], dropped["cluster"], filters.users, _within())
     ]
+
+
+def _within() -> tuple[str, ...] | None:
+    """The viewer's teams when they are a lead (the scope every name is checked in); None for an admin."""
+    scope = viewer()
+    return None if scope is None or scope.admin else scope.teams
 
 
 def warn_unknown_names(filters: Filters) -> None:
@@ -126,7 +125,7 @@ def warn_unknown_names(filters: Filters) -> None:
     if st.button("Show the view without them", icon=":material/filter_alt_off:", key="drop_unknown"):
         st.session_state.pop(ASKED, None)
         if filters.users:
-            gone = {u.value for u in _data.unknown_names((), (), filters.users)}
+            gone = {u.value for u in _data.unknown_names((), (), filters.users, _within())}
             if keep := [v for v in filters.users if v not in gone]:
                 st.query_params["user"] = keep
             else:

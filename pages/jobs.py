@@ -43,6 +43,7 @@ FIRST = [
     "user_name",
     "state",
     "gpu_model",
+    "observed_gpu_model",
     "gpu_count",
     "mean_util_pct",
     "idle_allocated_usd",
@@ -532,6 +533,16 @@ st.caption(
     f"{jobs_in(table):,} of {jobs_in(jobs):,} jobs{rows_note}. Click a row to open the job (its page has its own "
     "link); click a column header to sort the table itself. Empty cells: unknown (no telemetry or no price)."
 )
+booked_as_other = (
+    table.filter(pl.col("observed_gpu_model").is_not_null())
+    if "observed_gpu_model" in table.columns
+    else table.head(0)
+)
+if booked_as_other.height:  # analytics/model_mismatch.py: priced as booked, the card counted once
+    st.caption(
+        f"{booked_as_other.height:,} job(s) booked as another GPU model than their cards report (column "
+        "'reported model'): priced as booked; the card is capacity once, as the model it reports."
+    )
 TEXT = st.column_config.TextColumn
 event = _ui.dataframe(
     shown,
@@ -539,6 +550,9 @@ event = _ui.dataframe(
         "job_id": TEXT("job", width=115, pinned=True),
         "name": TEXT("name", width=190),
         "gpu_model": TEXT("GPU model", width=135),
+        "observed_gpu_model": TEXT(
+            "reported model", width=135, help="the model its cards report, where it differs"
+        ),
         "state": TEXT("state", width=100),
     },
     height=TABLE_HEIGHT,

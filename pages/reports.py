@@ -8,7 +8,7 @@ import datetime as dt
 import streamlit as st
 
 from analytics.filters import Filters
-from gpuledger.reports.fmt import demote_headings
+from gpuledger.reports.fmt import demote_headings, slug
 from gpuledger.reports.weekly import FORMATS, MIME, last_full_week, week_range
 from pages import _data, _view
 from pages._ui import code, md
@@ -53,7 +53,7 @@ st.caption(
 files = _data.report(scope)
 
 buttons = st.columns(len(FORMATS))
-stem = f"gpuledger-report-{week}" + ("" if team == ALL else f"-{team}")
+stem = f"gpuledger-report-{week}" + ("" if team == ALL else f"-{slug(team)}")
 for col, fmt in zip(buttons, FORMATS, strict=True):
     col.download_button(
         FORMAT_NAMES.get(fmt, fmt),

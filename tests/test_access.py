@@ -121,16 +121,26 @@ def test_bad_sign_in_settings_name_their_key(tmp_path: Path, text: str, message:
 # ---------------------------------------------------------------- who sees what
 
 
+OK = {"email_verified": True}
+
+
 @pytest.mark.parametrize(
     ("claims", "admin", "teams"),
     [
-        ({"email": "boss@example.com"}, True, ()),
-        ({"email": "someone@example.com", "groups": ["gpu-platform"]}, True, ()),
-        ({"email": "Ana@Example.com"}, False, ("nlp", "vision")),  # emails compare case-insensitively
-        ({"email": "new.hire@nlp.example.com"}, False, ("nlp",)),  # by domain
-        ({"email": "x@evil-nlp.example.com"}, False, ()),  # a domain is matched whole, after the @
+        ({"email": "boss@example.com", **OK}, True, ()),
+        ({"email": "someone@example.com", "groups": ["gpu-platform"]}, True, ()),  # a group needs no email
+        ({"email": "Ana@Example.com", **OK}, False, ("nlp", "vision")),  # emails compare case-insensitively
+        ({"email": "new.hire@nlp.example.com", **OK}, False, ("nlp",)),  # by domain
+        ({"email": "x@evil-nlp.example.com", **OK}, False, ()),  # a domain is matched whole, after the @
         ({"email": "lee@example.com", "groups": "vision-leads"}, False, ("vision",)),  # a one-group claim
-        ({"email": "ana@example.com", "email_verified": False}, False, ()),  # unverified email: no match
+        # an email counts only when email_verified is the boolean true (issue 43: "nOAuth")
+        ({"email": "ana@example.com", "email_verified": False}, False, ()),
+        ({"email": "ana@example.com", "email_verified": "false"}, False, ()),
+        ({"email": "ana@example.com", "email_verified": "true"}, False, ()),
+        ({"email": "ana@example.com", "email_verified": 1}, False, ()),
+        ({"email": "ana@example.com", "email_verified": None}, False, ()),
+        ({"email": "ana@example.com"}, False, ()),  # missing: not vouched for
+        ({"email": "boss@example.com", "email_verified": "True"}, False, ()),
         ({"sub": "u-17"}, False, ()),
     ],
 )
@@ -418,14 +428,30 @@ def test_a_visitor_sees_only_the_sign_in(signed_ledger: str) -> None:
 
 
 def test_someone_without_a_team_sees_no_data(signed_ledger: str) -> None:
-    at = _run("pages/overview.py", {"is_logged_in": True, "email": "stranger@example.com"})
+    at = _run(
+        "pages/overview.py", {"is_logged_in": True, "email_verified": True, "email": "stranger@example.com"}
+    )
     assert "no team is mapped to you" in at.warning[0].value
     assert not at.dataframe and not at.metric
 
 
+@pytest.mark.parametrize("verified", ["false", "missing", "true"])
+def test_an_unverified_email_is_refused_with_a_page_saying_why(signed_ledger: str, verified: str) -> None:
+    """sam@example.com leads speech, but only when the provider vouches for the address (issue 43)."""
+    user: dict[str, object] = {"is_logged_in": True, "email": "sam@example.com"}
+    if verified != "missing":
+        user["email_verified"] = verified  # a string, as some providers send it
+    at = _run("pages/overview.py", user)
+    shown = "'true'" if verified == "true" else ("'false'" if verified == "false" else "missing")
+    said = at.error[0].value.replace("\\", "")  # markdown escapes, as the browser resolves them
+    assert "did not confirm" in said and f"claim is {shown}, not true" in said
+    assert not at.metric and not at.dataframe and not at.sidebar.multiselect
+    assert "$" not in _text(at)
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_a_lead_sees_only_their_team_on_every_page(signed_ledger: str, page: str) -> None:
-    at = _run(page, {"is_logged_in": True, "email": "sam@example.com"})
+    at = _run(page, {"is_logged_in": True, "email_verified": True, "email": "sam@example.com"})
     text = _text(at)
     for other in ("nlp", "vision", "alice", "carol", "dash-1", "dash-3"):
         assert other not in text, (page, other)
@@ -433,17 +459,48 @@ def test_a_lead_sees_only_their_team_on_every_page(signed_ledger: str, page: str
 
 
 def test_a_lead_sees_their_team_spend_and_cannot_widen_it_by_url(signed_ledger: str) -> None:
-    lead = {"is_logged_in": True, "email": "sam@example.com"}
+    lead = {"is_logged_in": True, "email_verified": True, "email": "sam@example.com"}
     assert _spend(_run("pages/overview.py", lead)) == SPEND["speech"]
-    # a shared link naming another team does not show it: the view falls back to the lead's own team
-    assert _spend(_run("pages/overview.py", lead, {"team": ["nlp"]})) == SPEND["speech"]
-    both = {"is_logged_in": True, "email": "ana@example.com"}  # nlp and vision
+    # a shared link naming another team does not show it: it is a team the lead's view does not have
+    other = _run("pages/overview.py", lead, {"team": ["nlp"]})
+    assert not other.metric and "no team 'nlp'" in other.warning[0].value.replace("\\", "")
+    both = {"is_logged_in": True, "email_verified": True, "email": "ana@example.com"}  # nlp and vision
     assert _spend(_run("pages/overview.py", both)) == "$295.67"  # 275.08 + 20.592 = 295.672
     assert _spend(_run("pages/overview.py", both, {"team": ["vision"]})) == SPEND["vision"]
 
 
+@pytest.mark.parametrize(
+    ("key", "outside", "missing", "theirs"),
+    [
+        ("team", "nlp", "robotics", "speech"),  # another team / no team
+        ("user", "alice", "zzz", "erin"),  # nlp's user / nobody
+        ("cluster", "cirrus", "nowhere", "atlas"),  # a cluster only vision's jobs ran on / none
+    ],
+)
+def test_a_name_outside_a_leads_teams_is_answered_as_one_that_does_not_exist(
+    signed_ledger: str, key: str, outside: str, missing: str, theirs: str
+) -> None:
+    """Issue 43: ``?user=alice`` (nlp's) said "No jobs in this view" to speech's lead while ``?user=zzz`` said
+    "no user 'zzz' in the ledger": the difference told which names exist elsewhere. Now both say the same,
+    listing only the lead's own names, and show no figures."""
+    lead = {"is_logged_in": True, "email_verified": True, "email": "sam@example.com"}
+    said = {}
+    for name in (outside, missing):
+        at = _run("pages/overview.py", lead, {key: [name]})
+        assert not at.metric and not at.dataframe, (key, name)
+        said[name] = "\n".join(w.value for w in at.warning).replace("\\", "")
+    assert said[outside] == said[missing].replace(missing, outside), said
+    assert f"no {key} '{outside}' in the ledger ({key}s: {theirs})" in said[outside]
+    for other in ("nlp", "vision", "alice", "bob", "carol", "dave", "cirrus"):
+        assert other == outside or other not in said[outside], other
+    admin = {"is_logged_in": True, "email_verified": True, "email": "boss@example.com"}
+    assert _run("pages/overview.py", admin, {key: [outside]}).metric  # it does exist, for an admin
+
+
 def test_an_admin_sees_the_fleet(signed_ledger: str) -> None:
-    at = _run("pages/overview.py", {"is_logged_in": True, "email": "boss@example.com"})
+    at = _run(
+        "pages/overview.py", {"is_logged_in": True, "email_verified": True, "email": "boss@example.com"}
+    )
     assert _spend(at) == SPEND[None]
     assert set(at.sidebar.multiselect(key="team").options) == {"nlp", "speech", "vision"}
 
@@ -473,7 +530,7 @@ def test_only_an_admin_may_change_the_settings_and_others_see_them_read_only(own
     the server's path; an admin still saves."""
     before = own_settings.read_bytes()
     for who in ("sam@example.com", "ana@example.com"):  # a lead of one team, of two (no team: no pages)
-        at = _run("pages/settings.py", {"is_logged_in": True, "email": who})
+        at = _run("pages/settings.py", {"is_logged_in": True, "email_verified": True, "email": who})
         labels = [b.label for b in at.button]
         assert not {"Save price", "Save thresholds", "Save cluster"} & set(labels), (who, labels)
         assert not at.number_input and not at.text_input, who
@@ -481,7 +538,9 @@ def test_only_an_admin_may_change_the_settings_and_others_see_them_read_only(own
         assert str(own_settings) not in text and own_settings.name not in text, who
         assert "read-only" in text and "target_util_pct" in text, who  # the settings in force are shown
         assert own_settings.read_bytes() == before
-    admin = _run("pages/settings.py", {"is_logged_in": True, "email": "boss@example.com"})
+    admin = _run(
+        "pages/settings.py", {"is_logged_in": True, "email_verified": True, "email": "boss@example.com"}
+    )
     assert str(own_settings) in _text(admin)
     _save_threshold(admin, 70.0)
     assert not admin.exception, admin.exception
@@ -503,7 +562,7 @@ def test_a_save_is_refused_for_a_lead_even_if_the_form_were_drawn(own_settings: 
 
     monkeypatch.setattr(data, "may_write", first_yes)
     before = own_settings.read_bytes()
-    at = _run("pages/settings.py", {"is_logged_in": True, "email": "sam@example.com"})
+    at = _run("pages/settings.py", {"is_logged_in": True, "email_verified": True, "email": "sam@example.com"})
     calls["n"] = 0
     _save_threshold(at, 95.0)
     assert own_settings.read_bytes() == before
@@ -549,3 +608,18 @@ def test_the_signed_in_dashboard_removes_its_secrets_when_stopped(tmp_path: Path
             proc.kill()
             proc.wait()
     assert list(temp.iterdir()) == [], list(temp.rglob("*"))
+
+
+def test_a_sign_out_is_remembered_for_that_sign_in_only(tmp_path: Path) -> None:
+    """gpuledger/ledger/signouts.py: the ended sign-in's claims are refused, also by a restarted server (the
+    file), while a new sign-in of the same person (new iat and nonce) is not."""
+    from gpuledger.ledger import signouts
+
+    ended = {"is_logged_in": True, "email": "sam@example.com", "sub": "s", "iat": 1000, "nonce": "a"}
+    fresh = dict(ended, iat=2000, nonce="b")
+    assert not signouts.signed_out(ended, tmp_path)
+    signouts.record_sign_out(ended, tmp_path)
+    assert signouts.signed_out(ended, tmp_path) and not signouts.signed_out(fresh, tmp_path)
+    signouts._MEMORY.clear()  # a restarted server reads the file
+    assert signouts.signed_out(ended, tmp_path) and not signouts.signed_out(fresh, tmp_path)
+    assert len((tmp_path / signouts.FILE_NAME).read_text().splitlines()) == 1

@@ -96,9 +96,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "gpuledger.upload": {"analytics", "collectors", "gpuledger.ledger"},
     "gpuledger.demo": {"collectors", "gpuledger.ledger"},
     "gpuledger.guard": {"analytics", "gpuledger.reports", "gpuledger.ledger"},
+    "gpuledger.web": set(),
     "gpuledger.cli": {
         "gpuledger",
         "gpuledger.guard",
+        "gpuledger.web",
         "gpuledger.reports",
         "gpuledger.budgets",
         "gpuledger.alerts",
@@ -134,7 +136,19 @@ def layer_of(module: str) -> str | None:
         parts[0] == "gpuledger"
         and len(parts) > 1
         and parts[1]
-        in ("ledger", "reports", "demo", "cli", "upload", "items", "budgets", "alerts", "chargeback", "guard")
+        in (
+            "ledger",
+            "reports",
+            "demo",
+            "cli",
+            "upload",
+            "items",
+            "budgets",
+            "alerts",
+            "chargeback",
+            "guard",
+            "web",
+        )
     ):
         return ".".join(parts[:2])
     return parts[0]

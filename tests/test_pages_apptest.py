@@ -906,3 +906,28 @@ def test_after_another_process_rebuilds_the_rollups_a_page_syncs_them_back(
     assert not at.exception, at.exception
     with writer(db) as con:
         assert stored_thresholds(con) == custom
+
+
+def test_a_job_booked_as_another_model_shows_the_model_its_card_reports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sacct books job 8 as an a100 on n1 for 2 h; n1's only card reports as a V100 (tests/analytics/
+    allocation_files.py). The Jobs page shows the booked A100-40GB with V100-32GB in its 'reported model'
+    column and a note that such jobs are priced as booked, their card counted once (docs/metrics.md)."""
+    from collectors.base import IngestOptions
+    from tests.analytics.test_allocation_shapes import booked_as_v100
+
+    db = str(tmp_path / "booked.duckdb")
+    with writer(db) as con:
+        for f in booked_as_v100(tmp_path):
+            ingest_file(con, f, opts=IngestOptions(cluster="c1", tz="UTC"))
+    monkeypatch.setenv("GPULEDGER_DB", db)
+    monkeypatch.setenv("GPULEDGER_SETTINGS", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    at = run_page("pages/jobs.py")
+    assert not at.exception, at.exception
+    table = at.dataframe[0].value
+    assert list(zip(table["gpu_model"], table["observed_gpu_model"], strict=True)) == [
+        ("A100-40GB", "V100-32GB")
+    ]
+    assert any("1 job(s) booked as another GPU model than their cards report" in c.value for c in at.caption)

@@ -16,7 +16,7 @@ import duckdb
 
 from gpuledger import __version__
 from gpuledger.cli.commands._common import DB_HELP, SETTINGS_HELP, UsageError
-from gpuledger.ledger.errors import LedgerError
+from gpuledger.ledger.errors import LedgerError, out_of_space
 
 
 def command_names() -> list[str]:
@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
 def unexpected(exc: Exception) -> str:
     """One line for an error no command turned into a LedgerError (a bug, or DuckDB out of memory)."""
     first = (str(exc).strip().splitlines() or [""])[0][:300]
+    if (full := out_of_space(exc)) is not None:
+        return f"{full} ({first})"
     if isinstance(exc, duckdb.OutOfMemoryException):
         from gpuledger.ledger.db import RAISE_MEMORY_LIMIT
 

@@ -10,7 +10,12 @@ through the provider, and ``[access]`` decides what each signed-in person sees:
 
 A principal in ``[access]`` is one of ``ana@example.com`` (that email), ``@example.com`` (every email of
 that domain) or ``group:nlp-leads`` (everyone whose group claim, ``access.group_claim``, lists that group).
-An email only counts when the provider does not say it is unverified (``email_verified = false``).
+An email only counts when the provider vouches for it: the ID token's ``email_verified`` claim must be the
+JSON boolean ``true``. A string (``"false"``, ``"true"``: some providers send strings), a number or a missing
+claim does not count, so whoever can put any address on a provider account cannot borrow a lead's view (the
+"nOAuth" hole known from Microsoft Entra ID, which sends no ``email_verified`` at all). The per-provider rule:
+for a provider that never sends the claim (Entra ID, some SAML bridges), map people by ``group:NAME`` (their
+group claim), not by email; docs/settings.md says so.
 
 The client secret never sits in the settings file (which people commit): it comes from the environment
 variable named by ``auth.client_secret_env`` or from ``client_secret`` under ``[auth]`` in
@@ -61,6 +66,9 @@ class Scope:
     who: str
     admin: bool = False
     teams: tuple[str, ...] = ()
+    # the email was not matched because the provider did not vouch for it: what its email_verified said
+    # (repr, "missing" when absent), None when it did vouch or sent no email
+    email_unverified: str | None = None
 
     @property
     def sees_anything(self) -> bool:
@@ -199,14 +207,22 @@ def may_change_settings(scope: Scope | None) -> bool:
 def resolve_scope(access: AccessSettings, claims: Mapping[str, Any]) -> Scope:
     """The Scope of a signed-in person, from their identity-token claims (``st.user``)."""
     raw_email = claims.get("email")
-    verified = claims.get("email_verified") is not False
+    verified = email_verified(claims)
     email = raw_email.strip().lower() if isinstance(raw_email, str) and verified else None
     groups = _claim_groups(claims, access.group_claim)
     who = str(raw_email or claims.get("name") or claims.get("sub") or "unknown")
     if any(_matches(p, email, groups) for p in access.admins):
         return Scope(who=who, admin=True)
     teams = tuple(team for team, who_may in access.teams if any(_matches(p, email, groups) for p in who_may))
-    return Scope(who=who, teams=teams)
+    unverified = None
+    if isinstance(raw_email, str) and not verified:
+        unverified = repr(claims["email_verified"]) if "email_verified" in claims else "missing"
+    return Scope(who=who, teams=teams, email_unverified=unverified)
+
+
+def email_verified(claims: Mapping[str, Any]) -> bool:
+    """Whether the provider vouches for the email: ``email_verified`` is the boolean true, nothing else."""
+    return claims.get("email_verified") is True
 
 
 # ---------------------------------------------------------------- what Streamlit reads

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from gpuledger.ledger.errors import DatabaseBusyError
+from gpuledger.ledger.errors import DatabaseBusyError, LedgerError
 from gpuledger.ledger.paths import choose_db
 from gpuledger.ledger.reference import (
     load_reference,
@@ -61,12 +61,61 @@ def _is_lock_error(exc: Exception) -> bool:
     return "Could not set lock" in text or "Conflicting lock" in text
 
 
+# A ledger open never reaches the network: DuckDB would otherwise download an extension to read a file it
+# recognises as another engine's (an SQLite file named as the ledger fetched sqlite_scanner), or one a query
+# names. What gpuledger uses (core, icu, json, parquet) is built into the duckdb wheel.
+OFFLINE: dict[str, object] = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+DUCKDB_MAGIC = b"DUCK"  # bytes 8-11 of every DuckDB database file
+_OTHER_FILES = (
+    (b"SQLite format 3\x00", "an SQLite database"),
+    (b"PAR1", "a Parquet file"),
+    (b"PK\x03\x04", "a zip file"),
+)
+
+
+def check_ledger_file(path: str) -> None:
+    """Refuse a ``--db`` that is no DuckDB file before DuckDB opens it: a regular file whose bytes 8-11 are
+    DuckDB's magic, or a missing one (a new ledger). A FIFO is looked at without waiting on it."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise LedgerError(
+            f"{path}: the ledger cannot be read: {(exc.strerror or str(exc)).lower()}"
+        ) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a folder" if stat.S_ISDIR(mode) else "a pipe" if stat.S_ISFIFO(mode) else "a device"
+            raise LedgerError(f"{path}: is {kind}, not a ledger file (a gpuledger .duckdb file)")
+        head = os.read(fd, 16)
+    finally:
+        os.close(fd)
+    if not head:
+        raise LedgerError(
+            f"{path}: is an empty file, not a DuckDB ledger; remove it to start a new ledger there"
+        )
+    if head[8:12] != DUCKDB_MAGIC:
+        kind = next(
+            (name for magic, name in _OTHER_FILES if head.startswith(magic)), "a file of another kind"
+        )
+        raise LedgerError(
+            f"{path}: is not a DuckDB ledger ({kind}); point --db at a gpuledger .duckdb file, or at a new "
+            "path to start one"
+        )
+
+
 def _connect(path: str, *, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
+    if path != MEMORY:
+        check_ledger_file(path)
     deadline = time.monotonic() + timeout_s
     delay = 0.02
     while True:
         try:
-            return duckdb.connect(path, read_only=read_only)
+            return duckdb.connect(path, read_only=read_only, config=OFFLINE)
         except (duckdb.IOException, duckdb.ConnectionException) as exc:
             # Another process holds the file (a lock error), or this process has it open the other way: DuckDB
             # refuses a read-only and a read-write connection to one file in one process at once (the dashboard
@@ -228,7 +277,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
 
 def memory_ledger() -> duckdb.DuckDBPyConnection:
     """An in-memory ledger with the current schema: for tests and the upload page."""
-    con = duckdb.connect(MEMORY)
+    con = duckdb.connect(MEMORY, config=OFFLINE)
     _configure(con)
     ensure_schema(con)
     return con

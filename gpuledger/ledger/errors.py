@@ -58,3 +58,36 @@ class RollupMismatch(LedgerError):
 
     Every entry point syncs the ledger first (gpuledger.ledger.db.sync_reference rebuilds the rollups for the
     settings), so this is a caller that skipped the sync: a programming error, never a second path."""
+
+
+# A write that fails for lack of room says so, whoever raised it (DuckDB's "Could not write file …: No space
+# left on device", Python's OSError ENOSPC/EDQUOT, a file past ``ulimit -f``): once it was "a number too large
+# to store", because "too large" matched the sentence for an integer overflow first.
+DISK_FULL = (
+    "disk full: no space left on the device to write to (free space on the ledger's disk and the temp "
+    "folder, or point --db or TMPDIR at a disk with room); the ledger is left as it was"
+)
+FILE_SIZE_LIMIT = (
+    "a file grew past the size this process may write (ulimit -f, or the file system's largest file); "
+    "the ledger is left as it was"
+)
+_NO_SPACE_WORDS = ("No space left on device", "Disk quota exceeded", "ENOSPC", "EDQUOT")
+_FILE_LIMIT_WORDS = ("File too large", "EFBIG", "File size limit exceeded")
+
+
+def out_of_space(exc: BaseException | str) -> str | None:
+    """DISK_FULL or FILE_SIZE_LIMIT when ``exc`` (an exception or its text) is a write that ran out of room;
+    None otherwise."""
+    import errno
+
+    code = getattr(exc, "errno", None)
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return DISK_FULL
+    if code == errno.EFBIG:
+        return FILE_SIZE_LIMIT
+    text = exc if isinstance(exc, str) else str(exc)
+    if any(w in text for w in _NO_SPACE_WORDS):
+        return DISK_FULL
+    if any(w in text for w in _FILE_LIMIT_WORDS):
+        return FILE_SIZE_LIMIT
+    return None

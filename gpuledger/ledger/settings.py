@@ -88,6 +88,8 @@ class Settings:
         120.0  # the Upload page's worker is stopped past this (gpuledger/upload/worker.py)
     )
     upload_worker_mb: float = 2048.0  # ... or past this resident memory (DuckDB's share: upload_memory_mb)
+    # host names the dashboard answers to besides localhost, 127.0.0.1, ::1 and its bind address
+    allowed_hosts: tuple[str, ...] = ()  # dashboard.allowed_hosts (gpuledger/web/hosts.py)
     max_gzip_ratio: float = 250.0  # a .gz that inflates past this many times its size is refused (a bomb)
     auth: AuthSettings | None = None  # [auth]: OIDC sign-in for the dashboard (None: off)
     access: AccessSettings = field(default_factory=AccessSettings)  # [access]: who sees which teams
@@ -120,6 +122,7 @@ class Settings:
             "upload_memory_mb",
             "upload_seconds",
             "upload_worker_mb",
+            "allowed_hosts",
             "max_gzip_ratio",
             "auth",
             "access",
@@ -326,6 +329,19 @@ def _kubernetes(path: Path, raw: Any) -> dict[str, Any]:
     return out
 
 
+def _host_names(path: Path, raw: Any) -> tuple[str, ...]:
+    """``dashboard.allowed_hosts``: a list of host names or addresses (no scheme, port or path)."""
+    key = "dashboard.allowed_hosts"
+    if not isinstance(raw, list):
+        raise SettingsError(path, key, 'must be a list of host names, like ["gpu.example.com"]')
+    for name in raw:
+        if not isinstance(name, str) or not name.strip() or any(c in name for c in "/@ *,\t"):
+            raise SettingsError(
+                path, key, f"must hold host names (no scheme, path or wildcard), got {name!r}"
+            )
+    return tuple(n.strip().lower() for n in raw)
+
+
 def from_dict(data: dict[str, Any], path: Path) -> Settings:
     unknown = data.keys() - _SECTIONS
     if unknown:
@@ -340,7 +356,7 @@ def from_dict(data: dict[str, Any], path: Path) -> Settings:
             values[fld] = _number(path, dotted, sect[name], lo, hi)
     for section in ("thresholds", "energy", "recommend", "dashboard", "ingest"):
         known = {k.split(".", 1)[1] for k in _SCALARS if k.startswith(section + ".")}
-        extra = set(data.get(section, {})) - known
+        extra = set(data.get(section, {})) - known - ({"allowed_hosts"} if section == "dashboard" else set())
         if extra:
             raise SettingsError(path, f"{section}.{sorted(extra)[0]}", "is not a known setting")
     pricing = data.get("pricing", {})
@@ -355,6 +371,8 @@ def from_dict(data: dict[str, Any], path: Path) -> Settings:
         values["clusters"] = _clusters(path, data["clusters"])
     if "kubernetes" in data:
         values.update(_kubernetes(path, data["kubernetes"]))
+    if "allowed_hosts" in data.get("dashboard", {}):
+        values["allowed_hosts"] = _host_names(path, data["dashboard"]["allowed_hosts"])
     values["auth"] = parse_auth(path, data.get("auth"))
     values["access"] = parse_access(path, data.get("access"))
     if "reports" in data:
@@ -380,9 +398,47 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
         return Settings()
     p = Path(chosen)
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SettingsError(p, "(file)", "does not exist") from None
+        data = tomllib.loads(read_settings_text(p))
     except tomllib.TOMLDecodeError as exc:
         raise SettingsError(p, "(syntax)", str(exc)) from None
     return from_dict(data, p)
+
+
+MAX_SETTINGS_BYTES = 2**20  # a settings file is a few KB; /dev/zero or a log named by mistake is not one
+
+
+def read_settings_text(p: Path) -> str:
+    """The text of settings file ``p``: a regular file (a FIFO is opened without waiting for a writer, then
+    refused, like a directory or a device), of at most MAX_SETTINGS_BYTES, in UTF-8; else a SettingsError
+    saying which."""
+    import stat
+
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise SettingsError(p, "(file)", "does not exist") from None
+    except OSError as exc:
+        raise SettingsError(p, "(file)", f"cannot be read: {(exc.strerror or str(exc)).lower()}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "a pipe" if stat.S_ISFIFO(mode) else "a device"
+        raise SettingsError(p, "(file)", f"is {kind}, not a settings file (a regular TOML file)")
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            data = fh.read(MAX_SETTINGS_BYTES + 1)
+        except OSError as exc:
+            raise SettingsError(
+                p, "(file)", f"cannot be read: {(exc.strerror or str(exc)).lower()}"
+            ) from None
+    if len(data) > MAX_SETTINGS_BYTES:
+        raise SettingsError(
+            p, "(file)", f"is larger than {MAX_SETTINGS_BYTES // 2**20} MiB: not a settings file"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise SettingsError(
+            p, "(file)", f"line {line} holds a byte that is not UTF-8 text (save it as UTF-8)"
+        ) from None

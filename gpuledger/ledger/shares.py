@@ -27,7 +27,7 @@ from gpuledger.ledger.mig import GPU_SLICES_SQL
 from gpuledger.ledger.sample_time import sample_end_sql
 
 # Shared GPUs: every stretch of a physical GPU during which the allocations (or the host-level card ties of
-# collectors/attribute.py, a whole card each) of several jobs name it, and every stretch a job holds a MIG
+# collectors/attribute.py, each its allocation's fraction) of several jobs name it, and every stretch a job holds a MIG
 # instance (one holder: its samples stand for the instance's share of the card, in card units like its cost,
 # so its covered time never exceeds its held time). Where their declared fractions
 # (allocations.gpu_count, in cards) fit in the GPU row (sum to at most its capacity ``cap``: one card, or a MIG
@@ -41,17 +41,39 @@ from gpuledger.ledger.sample_time import sample_end_sql
 #   2. else (a job without a reading, or no SM activity at all) by declared fraction: the capacity ×
 #      fraction over the sum (whole cards: 1/k each).
 # Rows are pieces of stretches (cut at every poll's bounds) with a constant share; the shares of a piece sum
-# to the capacity; ``cut`` is what the job declared beyond its share (0 where the fractions fit; negative where its
-# processes used more of the SMs than it declared). No parameters.
+# to the capacity; a share is never negative nor above what its job declared (a job whose processes used more of
+# the SMs than it declared keeps what it declared, the rest going to the others); ``cut`` is what the job
+# declared beyond its share, never negative (0 where the fractions fit). No parameters.
 _POLL_END = sample_end_sql("p.ts", "p.interval_s")  # the end of a process poll p
+
+# Every host-level card tie (collectors/attribute.py, table host_attribution) with the fraction of a card its
+# allocation holds there, ``d`` (in cards): the host allocation's GPUs over the cards it is tied to, at most
+# one card each. A pod's ``nvidia.com/mig-3g.40gb`` (3/7) tied to its instance holds 3/7; a Slurm job of 4
+# GPUs tied to 4 cards holds one of each; 4 GPUs on a host reporting 2 cards hold those 2 whole (the rest has
+# no telemetry: analytics/capacity.py counts it as unseen). Columns: job_id, gpu_id, d, a_from, a_to (the
+# tie's span, a running job's open end far in the future). No parameters.
+HOST_TIES_SQL = """
+    SELECT h.job_id, h.gpu_id,
+           least(1.0, coalesce(a.gpus / count(*) OVER (PARTITION BY h.job_id, h.host, h.start_ts), 1.0)) AS d,
+           h.start_ts AS a_from, coalesce(h.end_ts, TIMESTAMP '9999-12-31') AS a_to
+    FROM host_attribution h
+    LEFT JOIN (SELECT job_id, lower(split_part(host, '.', 1)) AS hk, start_ts, sum(gpu_count) AS gpus
+               FROM allocations WHERE gpu_id IS NULL AND host IS NOT NULL GROUP BY ALL) a
+      ON a.job_id = h.job_id AND a.hk = h.host AND a.start_ts = h.start_ts
+"""
+
+# Every hold of a GPU row by a job, in cards: allocations that name the GPU (their gpu_count: 1, a declared
+# fraction, a MIG instance's share) and host-level ties (:data:`HOST_TIES_SQL`). Columns: job_id, gpu_id, d,
+# a_from, a_to. No parameters. The split below and the capacity's seen held time (analytics/capacity.py)
+# read it, so both count a hold the same way.
+HOLDS_SQL = f"""
+    SELECT job_id, gpu_id, gpu_count AS d, start_ts AS a_from, coalesce(end_ts, TIMESTAMP '9999-12-31') AS a_to
+    FROM allocations WHERE gpu_id IS NOT NULL AND gpu_count > 0
+    UNION ALL
+    SELECT job_id, gpu_id, d, a_from, a_to FROM ({HOST_TIES_SQL})
+"""
 SHARED_SEGMENTS_SQL = f"""
-    WITH ga AS (
-        SELECT job_id, gpu_id, gpu_count AS d, start_ts AS a_from,
-               coalesce(end_ts, TIMESTAMP '9999-12-31') AS a_to
-        FROM allocations WHERE gpu_id IS NOT NULL AND gpu_count > 0
-        UNION ALL  -- a host-level allocation's card ties (collectors/attribute.py): one whole card each
-        SELECT job_id, gpu_id, 1.0, start_ts, coalesce(end_ts, TIMESTAMP '9999-12-31') FROM host_attribution
-    ),
+    WITH ga AS ({HOLDS_SQL}),  -- allocations naming the GPU, and host ties, each with its fraction
     -- GPUs where two jobs' extents (first to last of a job's rows on the GPU) overlap: every GPU that two
     -- jobs' allocations name at overlapping times, and a few more (a job's two rows around another job's),
     -- which the stretches below, of more than one job only, leave out again. One sort per GPU instead of
@@ -144,13 +166,27 @@ SHARED_SEGMENTS_SQL = f"""
         JOIN nc ON nc.gpu_id = jr.gpu_id AND nc.s_from = jr.s_from AND nc.q_from = jr.q_from
         WINDOW pw AS (PARTITION BY jr.gpu_id, jr.s_from, jr.q_from)
     ),
+    -- a job's share is never above what it declared: by SM activity a job may come out above (its
+    -- processes ran on more than it asked for); it keeps what it declared and what is left of the capacity
+    -- goes to the jobs below what they declared, in proportion to what they miss (their misses sum to more
+    -- than what is left, since the fractions sum to more than the capacity: none is lifted above its own)
+    s0 AS (
+        SELECT pk.*,
+               CASE WHEN sum_d <= cap THEN d  -- fractions that fit: each job's own, as declared
+                    WHEN known AND sm_sum > 0 THEN least(d, cap * coalesce(own, 0) / sm_sum)
+                    ELSE cap * d / sum_d END AS share0
+        FROM pk
+    ),
+    s1 AS (
+        SELECT s0.*, cap - sum(share0) OVER pw AS left_over, sum(d - share0) OVER pw AS missed
+        FROM s0 WINDOW pw AS (PARTITION BY gpu_id, s_from, q_from)
+    ),
     shares AS (
         SELECT job_id, gpu_id, q_from AS s_from, q_to AS s_to, d,
-               CASE WHEN sum_d <= cap THEN d  -- fractions that fit: each job's own, as declared
-                    WHEN known AND sm_sum > 0 THEN cap * coalesce(own, 0) / sm_sum ELSE cap * d / sum_d END
-                   AS share,
+               CASE WHEN sum_d > cap AND left_over > 0 AND missed > 0
+                    THEN share0 + left_over * (d - share0) / missed ELSE share0 END AS share,
                sum_d, cap
-        FROM pk
+        FROM s1
     )
     SELECT job_id, gpu_id, s_from, s_to, share, d - share AS cut FROM shares
     UNION ALL  -- where the fractions fit, the rest of the GPU row is no job's

@@ -8,6 +8,7 @@ import re
 
 from analytics.money import signed_usd
 from analytics.money import usd as money_usd
+from gpuledger.ledger.filenames import safe_component
 
 NA = "n/a"
 
@@ -128,6 +129,7 @@ def csv_cell(value: object) -> object:
 
 
 def slug(text: str) -> str:
-    """A file-name-safe form of a team name: letters, digits, '-' and '_' only ('(none)' → 'none')."""
+    """A file-name-safe form of a team name: letters, digits, '-' and '_' only ('(none)' → 'none'), held to
+    the one rule for names that become paths (gpuledger/ledger/filenames.py: no Windows device names)."""
     s = re.sub(r"[^A-Za-z0-9_-]+", "-", text).strip("-")
-    return s[:60] or "team"
+    return safe_component(s[:60], fallback="team")

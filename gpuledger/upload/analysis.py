@@ -6,7 +6,6 @@ ingest refuses gives the CLI's ``FILE:LINE: reason`` with the uploaded name inst
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from collectors.gpu_facts import GpuFacts
 from collectors.ingest import ingest_file
 from gpuledger.ledger.db import memory_ledger
 from gpuledger.ledger.errors import FormatError, LedgerError
+from gpuledger.ledger.filenames import inside
 from gpuledger.ledger.reference import sync_reference_in
 from gpuledger.ledger.settings import Settings
 from gpuledger.upload.naming import RunIdentity, run_identity
@@ -59,12 +59,6 @@ class UploadResult:
     train_log: pl.DataFrame | None = None  # the logged steps (loss, learning rate, time), at most LOG_POINTS
     training_runs: pl.DataFrame | None = None  # the runs' summaries (runtime, samples/s, total_flos, …)
     unit_costs: pl.DataFrame | None = None  # analytics.unit_costs.job_unit_costs ($/epoch, MFU and its basis)
-
-
-def safe_name(name: str) -> str:
-    """The uploaded name as a plain file name (no folders, no odd characters) for the temp copy."""
-    base = os.path.basename(name.replace("\\", "/")).strip() or "upload"
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in base)
 
 
 def error_sentence(exc: LedgerError, tmp_path: str, name: str) -> str:
@@ -128,7 +122,7 @@ def named_copy(path: str, run: RunIdentity) -> str:
     """The upload's copy moved into a folder named after its run (inside the same temp folder), so that a log
     with its tool's own file name gets the run's name as the ingest gives it: ``hf:<run>``."""
     src = Path(path)
-    dst = src.parent.parent / safe_name(run.folder) / src.name
+    dst = inside(inside(src.parent.parent, run.folder, fallback="run"), src.name, fallback="upload")
     if dst != src:
         dst.parent.mkdir(exist_ok=True)
         src.rename(dst)

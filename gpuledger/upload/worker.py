@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from collectors.gpu_facts import GpuFacts
+from gpuledger.ledger.filenames import inside
 from gpuledger.ledger.settings import Settings
-from gpuledger.upload.analysis import UploadResult, analyse_file, safe_name
+from gpuledger.upload.analysis import UploadResult, analyse_file
 
 R = TypeVar("R")
 POLL_S = 0.05  # how often the memory is read and the clock checked
@@ -113,7 +114,7 @@ def analyse_isolated(
     with tempfile.TemporaryDirectory(prefix="gpuledger-upload-") as tmp:
         # a fixed folder name, not the random temp one: the worker moves the copy into a folder named after
         # the run the file names (gpuledger/upload/naming.py), or after the uploaded file, before ingesting
-        path = Path(tmp) / UPLOAD_FOLDER / safe_name(name)
+        path = inside(Path(tmp) / UPLOAD_FOLDER, name, fallback="upload")
         path.parent.mkdir()
         path.write_bytes(data)
         try:

@@ -11,7 +11,13 @@ card, reporting at every scrape together, and no row of the card itself. Jobs ho
 - a one-card host by name (host-level, as sacct), inside its card's stretch: two such jobs overlapping
   time-slice the card;
 - a host with no telemetry (unmeasured: billed by allocation);
-- the last stretch of a card reporting to the data's end, still RUNNING.
+- the last stretch of a card reporting to the data's end, still RUNNING;
+- (issue 41) the MIG instances of a one-card host by host-level allocations: a pod per instance labelled in
+  the instance's series, two pods time-sharing the 3g instance (the series naming each in turn), or Slurm MIG
+  gres jobs whose instance series carry no label (dealt by size); a second node with no telemetry beside a
+  job's card (a multi-node job with a silent node); a card held by id across the silence between its two
+  stretches; a host-level job of 2 GPUs on a one-card host (GPUs beyond what the host reports); a job booked as
+  another model (BOOKED_OTHER, priced as the H100 so the oracle's card-hours × price still holds).
 
 A job is COMPLETED or FAILED (with or without a checkpoint inside its run), or RUNNING. About one in four is
 requeued, as collectors/sacct.py lands ``sacct -D``: an earlier attempt ``<id>#1`` (attempt 1, attempt_of
@@ -22,7 +28,8 @@ The samples land as two telemetry files meeting at a drawn moment (``split_at``)
 the second first lands as a draft (its earliest samples, with other readings) that ``--replace`` of the whole
 file then withdraws (collectors/provenance.py), as a cron job re-ingesting a growing log does.
 
-Jobs lie inside their card's stretches, so every dollar has an independent answer: a claimed card costs its
+Jobs lie inside their card's stretches (but the silent-stretch jobs, alone on their card), so every dollar has an
+independent answer: a claimed card costs its
 samples' time (a MIG card's instances report together, so each scrape's time once), an unclaimed one (no job
 names it, one of its instances or its host) its first sample to its last sample's end, a host without
 telemetry its jobs' held time, each minute at the price in force (an optional price change at the second
@@ -92,6 +99,7 @@ class Place:
     one_card: bool = (
         False  # the host's only card: a job may name the host instead (sacct without gres detail)
     )
+    reserved: bool = False  # held by a job of its own (a silent stretch, more GPUs than the host): no others
 
 
 def _stretches(draw: st.DrawFn, to_end: bool) -> list[tuple[int, int]]:
@@ -133,6 +141,8 @@ def shapes() -> st.SearchStrategy[Shape]:
 def _shapes(draw: st.DrawFn) -> Shape:
     shape = Shape(price_change=draw(st.booleans()))
     places: list[Place] = []
+    # one-card hosts whose MIG instances host-level jobs hold: (cluster, host, card, stretches, mode, series)
+    mig_hosts: list[tuple[str, str, str, list[tuple[int, int]], str, dict[str, list[dict[str, Any]]]]] = []
     for c in range(draw(st.integers(1, 3))):
         cluster = f"c{c}"
         for h in range(draw(st.integers(1, 2))):
@@ -146,6 +156,9 @@ def _shapes(draw: st.DrawFn) -> Shape:
                 gid = f"{host}:{k}"
                 stretches = _stretches(draw, to_end=first and k == 0)
                 if draw(st.integers(0, 3)) == 0:  # a card in MIG mode: two instances, 3 and 4 of its 7 slices
+                    # on a one-card host, the instances may be held by host-level allocations instead of by id
+                    mode = draw(st.sampled_from(MIG_HOST_MODES)) if cards == 1 else "by_id"
+                    series: dict[str, list[dict[str, Any]]] = {}
                     for gi, slices in ((1, 3), (2, 4)):
                         iid = f"{gid}/{gi}"
                         shape.gpus.append(
@@ -153,16 +166,25 @@ def _shapes(draw: st.DrawFn) -> Shape:
                              "parent_gpu_id": gid, "mig_profile": f"{slices}g.{slices * 10}gb"}
                         )  # fmt: skip
                         for lo, hi in stretches:  # every scrape reports both instances
-                            shape.samples += _series(draw, iid, lo, hi)
-                            places.append(Place(cluster, host, iid, lo, hi, slices / 7))
+                            rows = _series(draw, iid, lo, hi)
+                            series.setdefault(iid, []).extend(rows)
+                            shape.samples += rows
+                            if mode == "by_id":
+                                places.append(Place(cluster, host, iid, lo, hi, slices / 7))
+                    if mode != "by_id":
+                        mig_hosts.append((cluster, host, gid, stretches, mode, series))
                     continue
                 shape.gpus.append({"gpu_id": gid, "host": host, "model": H100, "cluster": cluster})
                 for lo, hi in stretches:
                     shape.samples += _series(draw, gid, lo, hi)
                     places.append(Place(cluster, host, gid, lo, hi, one_card=cards == 1))
-    jobs = 0
+    jobs = _reserved_jobs(draw, shape, places)
+    jobs = _mig_host_jobs(draw, shape, mig_hosts, jobs)
+    silent = {p.cluster: p.host for p in places if p.gpu_id is None}  # a host without telemetry per cluster
     running_done = False
     for place in places:
+        if place.reserved:
+            continue
         for _ in range(draw(st.integers(0, 2))):
             ja = draw(st.integers(place.lo, place.hi - 1))
             jb = draw(st.integers(ja + 1, place.hi))
@@ -170,7 +192,7 @@ def _shapes(draw: st.DrawFn) -> Shape:
             team = draw(st.sampled_from(TEAMS))
             # a requeued job (sacct -D): an earlier attempt <id>#1, disrupted, then the job's own row on a
             # place of its cluster that reports after that attempt ends
-            later = [p for p in places if p.cluster == place.cluster and p.hi > jb]
+            later = [p for p in places if p.cluster == place.cluster and p.hi > jb and not p.reserved]
             if later and draw(st.integers(0, 3)) == 0:
                 frac, gid = _holds(draw, place)
                 cp = draw(st.one_of(st.none(), st.integers(ja, jb)))
@@ -189,10 +211,18 @@ def _shapes(draw: st.DrawFn) -> Shape:
             cp = draw(st.one_of(st.none(), st.integers(ja, jb))) if state == "FAILED" else None
             frac, gid = _holds(draw, place)
             end = None if running else jb
-            shape.jobs.append(
-                _job(jid, place, ja, end, frac, team, state, cp, attempt, jid if attempt else None)
-            )
+            row = _job(jid, place, ja, end, frac, team, state, cp, attempt, jid if attempt else None)
+            if draw(st.integers(0, 7)) == 0:  # booked as another model than its card reports
+                row["gpu_model"] = BOOKED_OTHER
             shape.allocations.append(_alloc(jid, place, gid, ja, end, frac))
+            other = silent.get(place.cluster)
+            if other and gid is not None and attempt is None and draw(st.integers(0, 4)) == 0:
+                # a multi-node job whose second node reports nothing: one more GPU there, same span
+                shape.allocations.append(
+                    _alloc(jid, Place(place.cluster, other, None, 0, 0), None, ja, end, 1.0)
+                )
+                row["gpu_count"] = frac + 1.0
+            shape.jobs.append(row)
     shape.split_at = at(draw(st.integers(1, 2 * DAY_SLOTS - 1))) + dt.timedelta(
         minutes=draw(st.integers(0, 29))
     )
@@ -207,6 +237,99 @@ def _shapes(draw: st.DrawFn) -> Shape:
 
 
 REQUEUED = ("REQUEUED", "PREEMPTED", "NODE_FAIL")  # how sacct -D ends an attempt that was requeued
+BOOKED_OTHER = "A100-80GB"  # a model a scheduler may book for an H100 card; priced as the H100 (set_prices)
+# how a one-card host's MIG instances are held: by id (Place per instance), by pods labelled in the dcgm series
+# (one per instance), by two pods time-sharing the 3g instance (the series labelled with each in turn), or by
+# Slurm MIG gres jobs whose instance series carry no label (collectors/attribute.py rule 3b)
+MIG_HOST_MODES = ("by_id", "pods", "shared_pods", "slurm")
+
+
+def _span(draw: st.DrawFn, lo: int, hi: int) -> tuple[int, int]:
+    a = draw(st.integers(lo, hi - 1))
+    return a, draw(st.integers(a + 1, hi))
+
+
+def _label(rows: list[dict[str, Any]], jid: str, a: int, b: int, every: int = 1, first: int = 0) -> None:
+    """Label the samples of ``rows`` inside [a, b) slots with job ``jid`` (every ``every``-th from ``first``),
+    as dcgm-exporter's pod or hpc_job label does."""
+    inside = [r for r in rows if at(a) <= r["ts"] < at(b)]
+    for r in inside[first::every]:
+        r["job_id"] = jid
+
+
+def _reserved_jobs(draw: st.DrawFn, shape: Shape, places: list[Place]) -> int:
+    """Jobs that hold a card alone: by id across a silence between two stretches of a whole card (held time
+    on a card that does not report: unseen), and host-level jobs of 2 GPUs on a one-card host (one GPU beyond
+    what the host reports). Their places are reserved: no other job holds them. Returns the jobs made."""
+    n = 0
+    by_card: dict[str, list[Place]] = {}
+    for p in places:
+        if p.gpu_id is not None and p.share == 1.0:
+            by_card.setdefault(p.gpu_id, []).append(p)
+    for gid, ps in by_card.items():
+        if len(ps) == 2 and draw(st.integers(0, 2)) == 0:
+            first, second = ps
+            ja = draw(st.integers(first.lo, first.hi - 1))
+            jb = draw(st.integers(second.lo + 1, second.hi))
+            jid, n = f"s{n}", n + 1
+            shape.jobs.append(_job(jid, first, ja, jb, 1.0, TEAMS[0], "COMPLETED", None, None, None))
+            shape.allocations.append(_alloc(jid, first, gid, ja, jb, 1.0))
+            first.reserved = second.reserved = True
+        elif ps[0].one_card and draw(st.integers(0, 4)) == 0:
+            place = draw(st.sampled_from(ps))
+            ja, jb = _span(draw, place.lo, place.hi)
+            jid, n = f"s{n}", n + 1
+            shape.jobs.append(_job(jid, place, ja, jb, 2.0, TEAMS[1], "COMPLETED", None, None, None))
+            shape.allocations.append(_alloc(jid, place, None, ja, jb, 2.0))
+            for p in ps:
+                p.reserved = True
+    return n
+
+
+def _mig_host_jobs(
+    draw: st.DrawFn,
+    shape: Shape,
+    mig_hosts: list[tuple[str, str, str, list[tuple[int, int]], str, dict[str, list[dict[str, Any]]]]],
+    n: int,
+) -> int:
+    """Host-level jobs on the MIG instances of one-card hosts (MIG_HOST_MODES), inside each stretch: a pod or
+    a Slurm job per instance, or two pods time-sharing the 3g instance (and maybe a pod on the 4g one).
+    Returns the jobs made so far."""
+    for cluster, host, gid, stretches, mode, series in mig_hosts:
+        for lo, hi in stretches:
+            place = Place(cluster, host, None, lo, hi)
+            holds: list[tuple[str, float]] = []  # (instance, share) per job
+            if mode == "shared_pods":
+                holds = [(f"{gid}/1", 3 / 7), (f"{gid}/1", 3 / 7)]
+                holds += [(f"{gid}/2", 4 / 7)] if draw(st.booleans()) else []
+            else:
+                holds = [(f"{gid}/{gi}", k / 7) for gi, k in ((1, 3), (2, 4)) if draw(st.booleans())]
+            spans = []
+            for iid, share in holds:
+                ja, jb = _span(draw, lo, hi)
+                jid, n = f"m{n}", n + 1
+                shape.jobs.append(
+                    _job(
+                        jid, place, ja, jb, share, draw(st.sampled_from(TEAMS)), "COMPLETED", None, None, None
+                    )
+                )
+                shape.allocations.append(_alloc(jid, place, None, ja, jb, share))
+                spans.append((jid, iid, ja, jb))
+            if mode == "pods":
+                for jid, iid, ja, jb in spans:
+                    _label(series[iid], jid, ja, jb)
+            elif mode == "shared_pods":
+                (p, iid, pa, pb), (q, _, qa, qb) = spans[:2]
+                # each pod's own stretch labelled with it; where both run, the series names each in turn
+                _label(series[iid], p, pa, pb)
+                _label(series[iid], q, qa, qb)
+                lo2, hi2 = max(pa, qa), min(pb, qb)
+                if hi2 > lo2:
+                    _label(series[iid], p, lo2, hi2, every=2)
+                    _label(series[iid], q, lo2, hi2, every=2, first=1)
+                for jid, iid4, ja, jb in spans[2:]:
+                    _label(series[iid4], jid, ja, jb)
+    return n
 
 
 def _holds(draw: st.DrawFn, place: Place) -> tuple[float, str | None]:
@@ -362,11 +485,12 @@ def set_prices(con: duckdb.DuckDBPyConnection, change: bool) -> None:
     rows = [(dt.date(2025, 1, 1), PRICE_1)]
     if change:
         rows.append(((T0 + dt.timedelta(days=1)).date(), PRICE_2))
-    for day, usd in rows:
-        con.execute(
-            "INSERT INTO prices VALUES (?, 'on_demand', NULL, ?, ?, 'test price', ?, 'sheet', NULL)",
-            [H100, day, usd, day],
-        )
+    for model in (H100, BOOKED_OTHER):  # a job booked as another model is priced as its card would be
+        for day, usd in rows:
+            con.execute(
+                "INSERT INTO prices VALUES (?, 'on_demand', NULL, ?, ?, 'test price', ?, 'sheet', NULL)",
+                [model, day, usd, day],
+            )
 
 
 def _priced_hours(lo: dt.datetime, hi: dt.datetime, change: bool) -> float:
@@ -383,7 +507,9 @@ def oracle(con: duckdb.DuckDBPyConnection, change: bool) -> tuple[float, float]:
     """(spend, card-hours billed) from the raw tables in plain SQL, by the rules of the module docstring:
     a claimed card costs its samples' time (a MIG card's instances report together: each scrape once); an
     unclaimed card its first sample to its last sample's end; a host with no telemetry its jobs' held time
-    (running jobs to the data's end)."""
+    (running jobs to the data's end); a card's silence inside a job holding it by id, and the GPUs a
+    host-level job holds beyond its host's cards, their held time (unseen held time is billed by allocation
+    and takes nothing from the reporting cards' free time)."""
     horizon = con.execute(
         "SELECT max(ts + to_microseconds(CAST(interval_s * 1e6 AS BIGINT))) FROM samples"
     ).fetchall()[0][0]
@@ -417,6 +543,34 @@ def oracle(con: duckdb.DuckDBPyConnection, change: bool) -> tuple[float, float]:
     ).fetchall():
         usd += n * _priced_hours(lo, hi, change)
         hours += n * (hi - lo).total_seconds() / 3600
+    # held time on a card while it does not report (a job across a silence): billed by allocation
+    for gid, lo, hi, n in con.execute(
+        "SELECT gpu_id, start_ts, coalesce(end_ts, ?), gpu_count FROM allocations WHERE gpu_id IS NOT NULL",
+        [horizon],
+    ).fetchall():
+        t = lo
+        for ts, iv in con.execute(
+            "SELECT ts, interval_s FROM samples WHERE gpu_id = ? AND ts < ? ORDER BY ts", [gid, hi]
+        ).fetchall():
+            end = ts + dt.timedelta(seconds=iv)
+            if end <= t:
+                continue
+            if ts > t:
+                usd += n * _priced_hours(t, ts, change)
+                hours += n * (ts - t).total_seconds() / 3600
+            t = max(t, end)
+        if t < hi:
+            usd += n * _priced_hours(t, hi, change)
+            hours += n * (hi - t).total_seconds() / 3600
+    # GPUs a host-level job holds beyond the cards its (reporting) host has: billed by allocation
+    for lo, hi, extra in con.execute(
+        f"""SELECT a.start_ts, coalesce(a.end_ts, ?), a.gpu_count - c.cards FROM allocations a
+            JOIN (SELECT g.host, count(DISTINCT {card}) AS cards FROM gpus g GROUP BY g.host) c ON c.host = a.host
+            WHERE a.gpu_id IS NULL AND a.gpu_count > c.cards""",
+        [horizon],
+    ).fetchall():
+        usd += extra * _priced_hours(lo, hi, change)
+        hours += extra * (hi - lo).total_seconds() / 3600
     return usd, hours
 
 

@@ -6,7 +6,10 @@ own authorization form.
 - the lead of one team ("speech") sees that team's spend, equal to ``gpuledger summary --team speech --json``,
   only that team in the sidebar, and a jobs download holding only that team's rows;
 - an admin (through the provider's group claim) sees the whole fleet, equal to ``gpuledger summary --json``;
-- someone the provider knows but ``[access]`` does not sees a sentence saying so, and no data.
+- someone the provider knows but ``[access]`` does not sees a sentence saying so, and no data;
+- a provider that sends ``email_verified`` as the string ``"false"`` for a lead's address gets a page saying
+  the email was not confirmed, and no data (issue 43, the "nOAuth" hole);
+- "Sign out" ends the sign-in on the server: the cookie copied before it is refused afterwards (issue 43).
 
 Screenshots (the sign-in page, a lead's Overview) go to test-artifacts/ and /tmp/shots/.
 """
@@ -43,6 +46,7 @@ werkzeug_serving = pytest.importorskip("werkzeug.serving")
 LEAD = "lucas@example.com"  # speech
 ADMIN = "ops@example.com"  # an admin through the group claim
 STRANGER = "guest@example.com"
+SPOOF = "spoof"  # the provider's account that claims the lead's address without vouching for it
 
 
 def money(value: float) -> str:
@@ -53,11 +57,20 @@ def money(value: float) -> str:
 def provider() -> Iterator[str]:
     """A real OpenID provider on 127.0.0.1 (discovery, authorization form, token endpoint, signed ID tokens)."""
     users = [
-        oidc_provider_mock.User(sub=LEAD, claims={"email": LEAD, "name": "Lucas", "groups": ["speech-team"]}),
         oidc_provider_mock.User(
-            sub=ADMIN, claims={"email": ADMIN, "name": "Ops", "groups": ["gpu-platform"]}
+            sub=LEAD,
+            claims={"email": LEAD, "email_verified": True, "name": "Lucas", "groups": ["speech-team"]},
         ),
-        oidc_provider_mock.User(sub=STRANGER, claims={"email": STRANGER, "name": "Guest"}),
+        oidc_provider_mock.User(
+            sub=ADMIN,
+            claims={"email": ADMIN, "email_verified": True, "name": "Ops", "groups": ["gpu-platform"]},
+        ),
+        oidc_provider_mock.User(
+            sub=STRANGER, claims={"email": STRANGER, "email_verified": True, "name": "Guest"}
+        ),
+        oidc_provider_mock.User(
+            sub=SPOOF, claims={"email": LEAD, "email_verified": "false", "name": "Not Lucas"}
+        ),
     ]
     app = oidc_provider_mock.app(user_claims=users)
     server = werkzeug_serving.make_server("127.0.0.1", 0, app, threaded=True)
@@ -95,6 +108,9 @@ speech = ["{LEAD}"]
         os.environ,
         GPULEDGER_SETTINGS=str(settings),
         GPULEDGER_OIDC_CLIENT_SECRET="test-client-secret",
+        XDG_DATA_HOME=str(
+            tmp / "data"
+        ),  # where the server remembers sign-outs (gpuledger/ledger/signouts.py)
         PYTHONPATH=str(ROOT),
         NO_PROXY="127.0.0.1,localhost",
         no_proxy="127.0.0.1,localhost",
@@ -189,17 +205,20 @@ def test_a_lead_sees_only_their_team(signed_server: Server, context_page: Page) 
     assert options == ["speech"], options
     page.keyboard.press("Escape")
 
-    # a shared link naming another team does not widen the view
-    page.goto(f"{signed_server.url}/?team=llm-core")
-    page.wait_for_selector("[data-testid='stMetric']", timeout=60_000)
-    wait_for_app(page)
-    assert metric_value(page, "Spend") == money(team["spend_usd"])
-    # a team no ledger row has is said, with only the lead's own teams as the ones that exist
+    # a shared link naming another team does not widen the view: it is answered exactly as a team no ledger
+    # row has, with only the lead's own teams as the ones that exist (issue 43: no telling which exist)
     page.goto(f"{signed_server.url}/?team=robotics")
     main = page.get_by_test_id("stMain")
     expect(main).to_contain_text("no team 'robotics' in the ledger (teams: speech)", timeout=60_000)
-    assert "llm-core" not in text(main)
+    wait_for_app(page)
+    missing = text(main)
+    assert "llm-core" not in missing
     page.goto(f"{signed_server.url}/?team=llm-core")
+    expect(main).to_contain_text("no team 'llm-core' in the ledger (teams: speech)", timeout=60_000)
+    wait_for_app(page)
+    assert text(main) == missing.replace("robotics", "llm-core")
+    assert page.get_by_test_id("stMetric").count() == 0
+    page.goto(signed_server.url)
     page.wait_for_selector("[data-testid='stMetric']", timeout=60_000)
     wait_for_app(page)
 
@@ -238,3 +257,56 @@ def test_someone_without_a_team_sees_no_data(signed_server: Server, context_page
     main = text(page.get_by_test_id("stMain"))
     assert f"signed in as {STRANGER}" in main
     assert "$" not in main and page.get_by_test_id("stMetric").count() == 0
+
+
+def test_an_email_the_provider_does_not_vouch_for_is_refused(
+    signed_server: Server, context_page: Page
+) -> None:
+    """The provider says the lead's address with ``"email_verified": "false"`` (a string): no lead's view."""
+    page = context_page
+    page.goto(signed_server.url)
+    wait_for_app(page)
+    page.get_by_role("button", name="Sign in").click()
+    page.locator(f"button[name='sub'][value='{SPOOF}']").click(timeout=30_000)
+    page.wait_for_url(f"{signed_server.url}/**", timeout=30_000)
+    page.get_by_text("did not confirm").wait_for(timeout=60_000)
+    main = text(page.get_by_test_id("stMain"))
+    assert "email_verified claim is 'false', not true" in main, main
+    assert "$" not in main and page.get_by_test_id("stMetric").count() == 0
+    assert page.get_by_test_id("stSidebar").count() == 0
+
+
+def test_sign_out_ends_the_sign_in_on_the_server(signed_server: Server, context_page: Page) -> None:
+    """A cookie copied while signed in works in another browser until "Sign out", and not after it."""
+    page = context_page
+    sign_in(page, signed_server, LEAD)
+    copied = page.context.cookies()
+    assert any(c["name"].startswith("_streamlit_user") for c in copied), copied
+    browser = page.context.browser
+    assert browser is not None
+    thief = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        thief.add_cookies(copied)  # type: ignore[arg-type]
+        other = thief.new_page()
+        other.goto(signed_server.url)
+        # the copy works while signed in: the lead's view
+        expect(other.get_by_test_id("stSidebar")).to_contain_text("you see speech.", timeout=120_000)
+        expect(other.get_by_test_id("stMetric").first).to_be_visible(timeout=60_000)
+        other.goto("about:blank")
+
+        page.get_by_role("button", name="Sign out").click()
+        # the browser's cookie goes at /auth/logout (then the provider's own end-session page shows)
+        page.wait_for_url(lambda url: "/auth/logout" not in url and "end_session" in url, timeout=60_000)
+        assert not any(c["name"].startswith("_streamlit_user") for c in page.context.cookies())
+
+        other.goto(signed_server.url)
+        other.get_by_text("Sign in to continue").wait_for(timeout=60_000)
+        wait_for_app(other)
+        main = text(other.get_by_test_id("stMain"))
+        assert "$" not in main and other.get_by_test_id("stMetric").count() == 0
+        assert other.get_by_test_id("stSidebar").count() == 0
+        assert any(c["name"].startswith("_streamlit_user") for c in thief.cookies())  # refused, not absent
+    finally:
+        thief.close()
+    sign_in(page, signed_server, LEAD)  # a new sign-in works again
+    assert metric_value(page, "Spend") == money(signed_server.summary("--team", "speech")["spend_usd"])

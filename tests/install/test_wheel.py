@@ -86,6 +86,7 @@ def test_the_wheel_carries_the_dashboard_and_the_reference_data(installed: dict[
         "gpuledger/_bundle/pages/overview.py",
         "gpuledger/_bundle/data/gpu_catalog.toml",
         "gpuledger/_bundle/data/prices.toml",
+        "gpuledger/_bundle/data/favicon.png",
         "analytics/waste.py",
         "collectors/base.py",
         "gpuledger/ledger/schema.py",

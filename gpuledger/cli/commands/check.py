@@ -16,6 +16,7 @@ from collections import Counter
 import duckdb
 import polars as pl
 
+from analytics.model_mismatch import describe as describe_mismatch
 from collectors.validate import JOB_CHILDREN, Violation, ledger_violations
 from gpuledger.cli.commands._common import add_db_options, print_json
 from gpuledger.ledger.db import reader, writer
@@ -69,11 +70,25 @@ def run(args: argparse.Namespace) -> int:
     # the money invariants read figures: on a ledger that still holds rows outside their range (a job ending at
     # infinity) they would measure those rows, not the rules
     money = [] if (args.no_money or (found and not args.fix)) else money_invariants(args.db, settings)
+    mismatches: list[dict[str, object]] = []
+    if not (args.no_money or (found and not args.fix)):
+        with reader(args.db) as con:  # read after money_invariants synced the reference
+            allocation, mismatches = allocation_findings(con, settings)
+        money += allocation
     if args.json:
-        print_json({"rows": [_as_dict(v) for v in found], "removed": removed, "money": money})
+        print_json(
+            {
+                "rows": [_as_dict(v) for v in found],
+                "removed": removed,
+                "money": money,
+                "model_mismatches": mismatches,
+            }
+        )
         return 0 if ((not found or args.fix) and not money) else 1
     for m in money:
         print(f"money: {m}")
+    for mm in mismatches:
+        print(f"note: {describe_mismatch(mm)}")
     for v in found[: args.limit]:
         print(describe(v))
     if len(found) > args.limit:
@@ -136,6 +151,19 @@ def money_invariants(db: str, settings: Settings) -> list[str]:
                     f"{new} instead of {old}: the what-if saves ${got:,.2f}, the ledger repriced ${want or 0:,.2f}"
                 )
     return out
+
+
+def allocation_findings(
+    con: duckdb.DuckDBPyConnection, settings: Settings
+) -> tuple[list[str], list[dict[str, object]]]:
+    """(the money invariants the ledger breaks, one sentence each: analytics/money_checks.py; the jobs booked as
+    another GPU model than their cards report: analytics/model_mismatch.py). A broken invariant makes check
+    exit 1 (no --fix removes it: it is a fault to report); a mismatch is a note: such a job is priced as
+    booked and its card counted once."""
+    from analytics.model_mismatch import model_mismatches
+    from analytics.money_checks import money_problems
+
+    return money_problems(con, settings), model_mismatches(con).to_dicts()
 
 
 def describe(v: Violation) -> str:

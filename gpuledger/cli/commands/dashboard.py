@@ -7,8 +7,10 @@ database open while the pages read it.
 
 Safe by default: the server listens on 127.0.0.1 only (``--host 0.0.0.0`` exposes it, with a warning when
 no sign-in is configured), shows no error details in the browser (tracebacks go to this process's log),
-hides Streamlit's built-in table export (the pages' own CSV downloads neutralize formulas) and accepts
-uploads up to ``dashboard.max_upload_mb``. With ``[auth]`` in the settings, the Streamlit secrets that
+hides Streamlit's built-in table export (the pages' own CSV downloads neutralize formulas), accepts
+uploads up to ``dashboard.max_upload_mb`` and answers only to the host names it is reached by (localhost,
+127.0.0.1, ::1, the ``--host`` address and ``dashboard.allowed_hosts``: gpuledger/web/hosts.py, against DNS
+rebinding). With ``[auth]`` in the settings, the Streamlit secrets that
 ``st.login`` needs are written to a private file (mode 0600) and handed to ``streamlit run``.
 """
 
@@ -25,8 +27,12 @@ from gpuledger.cli.commands._common import add_db_options
 from gpuledger.ledger.db import resolve_db, sync_reference
 from gpuledger.ledger.paths import shipped
 from gpuledger.ledger.settings import Settings, load_settings
+from gpuledger.web.hosts import ENV as HOSTS_ENV
+from gpuledger.web.hosts import allowed_hosts
 
 APP = shipped("app.py")
+# what `streamlit run` is given: app.py behind the host check (an st.App with gpuledger/web/hosts.py)
+SERVER = shipped("serve.py")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,7 +64,7 @@ def streamlit_argv(
         "-m",
         "streamlit",
         "run",
-        str(APP),
+        str(SERVER),
         "--server.port",
         str(port),
         "--server.headless",
@@ -162,7 +168,11 @@ def run(args: argparse.Namespace) -> int:
     secrets_file = write_streamlit_secrets(settings, args.port)
     for line in exposure_warnings(settings, args.host, args.port):
         print(f"warning: {line}", file=sys.stderr, flush=True)
-    env = dict(os.environ, GPULEDGER_DB=db)
+    env = dict(
+        os.environ,
+        GPULEDGER_DB=db,
+        **{HOSTS_ENV: ",".join(allowed_hosts(args.host, settings.allowed_hosts))},
+    )
     argv = streamlit_argv(
         args.port, host=args.host, max_upload_mb=settings.max_upload_mb, secrets_file=secrets_file
     )

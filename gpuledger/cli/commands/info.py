@@ -14,6 +14,8 @@ import duckdb
 
 from gpuledger import __version__
 from gpuledger.cli.commands._common import add_db_options, print_json
+from gpuledger.ledger.db import OFFLINE, check_ledger_file
+from gpuledger.ledger.errors import LedgerError
 from gpuledger.ledger.paths import choose_db, choose_settings, in_checkout, settings_candidates, shipped
 from gpuledger.ledger.schema import current_version
 from gpuledger.ledger.sql import job_count_sql
@@ -36,8 +38,9 @@ def _ledger_state(path: str) -> dict[str, object]:
     if not Path(path).exists():
         return {"exists": False}
     try:
-        con = duckdb.connect(path, read_only=True)
-    except duckdb.Error as exc:  # held by a writer, or not a DuckDB file
+        check_ledger_file(path)
+        con = duckdb.connect(path, read_only=True, config=OFFLINE)
+    except (duckdb.Error, LedgerError) as exc:  # held by a writer, or not a DuckDB file
         return {"exists": True, "readable": False, "reason": str(exc).splitlines()[0]}
     try:
         version = current_version(con)

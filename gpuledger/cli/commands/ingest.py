@@ -18,7 +18,7 @@ from collectors.ingest import ingest_file
 from collectors.registry import PARSERS
 from gpuledger.cli.commands._common import add_db_options, print_json
 from gpuledger.ledger.db import MEMORY, resolve_db, writer
-from gpuledger.ledger.errors import FormatError, LedgerError
+from gpuledger.ledger.errors import FormatError, LedgerError, out_of_space
 from gpuledger.ledger.reference import sync_reference_in
 from gpuledger.ledger.settings import load_settings
 
@@ -256,7 +256,9 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, duckdb.Error) as exc:  # the ledger itself (a parser's errors are FormatErrors already)
         if isinstance(exc, LedgerError):
             raise
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
+        why = out_of_space(exc) or (
+            exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
+        )
         where = getattr(exc, "filename", None) or args.db or "the ledger"
         raise LedgerError(f"{where}: the ledger cannot be opened or written: {why}") from exc
     finally:

@@ -13,7 +13,7 @@ from analytics.filters import Filters, horizon
 from analytics.shared import sharing
 from gpuledger.cli.commands._common import add_db_options, add_filter_options, require_known
 from gpuledger.ledger.db import reader, sync_reference
-from gpuledger.ledger.errors import LedgerError
+from gpuledger.ledger.errors import LedgerError, out_of_space
 from gpuledger.ledger.settings import load_settings
 from gpuledger.ledger.text import neutral
 from gpuledger.reports import mail
@@ -90,7 +90,7 @@ def _write(path: Path, text: str) -> None:
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise LedgerError(f"{path}: cannot write the report: {exc.strerror}") from None
+        raise LedgerError(f"{path}: cannot write the report: {out_of_space(exc) or exc.strerror}") from None
 
 
 def team_files(teams: list[str], fmt: str) -> dict[str, str]:
