@@ -15,14 +15,15 @@ A change removes only the time and the part it touches (docs/metrics.md, "What-i
   billed); every part of *that job* shrinks by the same factor. Unallocated capacity never moves. On owned or
   reserved capacity (on_prem, reserved) the same GPU-hours are paid for whether a job runs on spot or not:
   nothing is saved unless capacity is released, and the change says so;
-- **GPU model Y instead of Z**: each job on Z is repriced at Y's price in force each day for the job's own tier
-  and cluster (the same GPU-hours: no speed-up assumed), exactly as if the ledger had booked Y; its parts
-  scale with its cost;
+- **GPU model Y instead of Z** at speed-up S: each job on Z runs its GPU-hours ÷ S on Y (S = 1: the same
+  GPU-hours), repriced at Y's price in force each day for the job's own tier and cluster, exactly as if the
+  ledger had booked Y; its parts scale with its cost. :func:`default_speedup` is S from the catalog: Y's dense
+  peak ÷ Z's at the jobs' precision (bf16 where none is logged);
 - **a recommendation taken**: its counted saving (analytics.savings: a dollar two chosen items both claim is
   counted once) comes out of the part(s) its kind names (``addresses``), split over them by their size and
   capped at what is left of them.
 
-Utilization and GPU-hours are not recomputed (the same work runs).
+Utilization is not recomputed (the same work runs); GPU-hours move only by a model change's speed-up.
 
 :func:`capacity_utilization_pct` is the Overview's capacity figure: held-GPU utilization spread over the
 paid-for capacity, unheld capacity counted at 0 %.
@@ -30,13 +31,14 @@ paid-for capacity, unheld capacity counted at 0 %.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import duckdb
 import polars as pl
 
-from analytics.filters import Filters
+from analytics.diagnoses import peak_tflops
+from analytics.filters import Filters, horizon
 from analytics.waste_jobs import PARTS, WASTE_PARTS, headline_figures
 from gpuledger.ledger.prices import PriceBook, price_book
 from gpuledger.ledger.settings import Settings
@@ -69,6 +71,7 @@ class Change:
     assumption: str
     jobs: int = 0
     parts: dict[str, float] = field(default_factory=dict)
+    gpu_hours_saved: float = 0.0  # a model change's speed-up: the moved jobs' GPU-hours × (1 − 1/S)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -77,6 +80,7 @@ class Change:
             "assumption": self.assumption,
             "jobs": self.jobs,
             "parts": dict(self.parts),
+            "gpu_hours_saved": self.gpu_hours_saved,
         }
 
 
@@ -187,46 +191,76 @@ def reprice_team_on_spot(
     return Change(f"team {team} on spot", sum(parts.values()), text, len(factor), parts)
 
 
-def _model_costs(rows: list[dict[str, Any]], old: str, new: str, prices: PriceBook) -> dict[str, float]:
-    """The new cost of each priced job on ``old`` were it on ``new``: the same GPU-hours, the job's own tier
-    and cluster, the price in force each day (:func:`repriced_usd`)."""
+def _model_costs(
+    rows: list[dict[str, Any]], old: str, new: str, prices: PriceBook, speedup: float = 1.0
+) -> dict[str, float]:
+    """The new cost of each priced job on ``old`` were it on ``new``: its GPU-hours ÷ ``speedup`` over the same
+    span, the job's own tier and cluster, the price in force each day (:func:`repriced_usd`)."""
+    if not speedup > 0:
+        raise ValueError(f"a speed-up must be above 0, got {speedup}")
     out: dict[str, float] = {}
     for j in rows:
         if j["gpu_model"] != old or (j["cost_usd"] or 0) <= 0:
             continue
-        usd = repriced_usd(j, new, j.get("pricing_tier"), prices)
+        usd = repriced_usd(
+            {**j, "gpu_hours": (j["gpu_hours"] or 0.0) / speedup}, new, j.get("pricing_tier"), prices
+        )
         if usd is not None:
             out[j["job_id"]] = usd
     return out
 
 
-def reprice_model(jobs: pl.DataFrame, old: str, new: str, prices: PriceBook) -> Change:
-    """Jobs on ``old`` repriced at ``new``'s price in force each day for their tier and cluster (the same
-    GPU-hours); their parts scale with it."""
+def default_speedup(jobs: pl.DataFrame, old: str, new: str) -> tuple[float, str]:
+    """The speed-up a job on ``old`` gets on ``new`` by the catalog (docs/metrics.md "What-if"): ``new``'s
+    dense peak ÷ ``old``'s at the precision most of ``old``'s jobs logged (``precision``, else bf16, MFU's
+    assumption), and how it was found. 1.0 where the catalog lacks a peak: no speed-up assumed."""
+    prec = None
+    if "precision" in jobs.columns and jobs.height:
+        logged = jobs.filter((pl.col("gpu_model") == old) & pl.col("precision").is_not_null())["precision"]
+        if logged.len():
+            prec = str(logged.mode().sort()[0]).lower()
+    a, b = peak_tflops(old, prec), peak_tflops(new, prec)
+    label = prec or "bf16 (assumed: no precision logged)"
+    if not a or not b:
+        return 1.0, f"no catalog peak at {label} for {old if not a else new}: no speed-up assumed"
+    return b / a, f"{new}'s {label} peak {b:,.1f} TFLOP/s ÷ {old}'s {a:,.1f}"
+
+
+def reprice_model(jobs: pl.DataFrame, old: str, new: str, prices: PriceBook, speedup: float = 1.0) -> Change:
+    """Jobs on ``old`` run their GPU-hours ÷ ``speedup`` on ``new``, at its price in force each day for their
+    tier and cluster; their parts scale with the new cost."""
     rows = [j for j in _job_rows(jobs) if j["gpu_model"] == old]
-    costs = _model_costs(rows, old, new, prices)
+    costs = _model_costs(rows, old, new, prices, speedup)
     if rows and not costs:
         return Change(f"{new} instead of {old}", 0.0, f"no price for {new}: nothing repriced", 0)
     factor = {k: v / next(j["cost_usd"] for j in rows if j["job_id"] == k) for k, v in costs.items()}
     parts = _scaled(rows, factor)
     hours = sum(j["gpu_hours"] or 0.0 for j in rows if j["job_id"] in costs)
     mean = sum(costs.values()) / hours if hours > 0 else 0.0
+    runs = (
+        "no speed-up or slow-down assumed"
+        if speedup == 1.0
+        else f"a speed-up of {speedup:,.2f}× assumed: {hours / speedup:,.1f} GPU-hours instead"
+    )
     return Change(
         f"{new} instead of {old}",
         sum(parts.values()),
-        f"the same {hours:,.1f} GPU-hours at {new}'s price in force each day for each job's tier and cluster "
-        f"(${mean:,.2f}/GPU-h on average): no speed-up or slow-down assumed; each job's parts scale with its "
-        "cost; a negative saving means the change costs more",
+        f"{hours:,.1f} GPU-hours on {old}; {runs}, at {new}'s price in force each day for each job's tier and "
+        f"cluster (${mean * speedup:,.2f}/GPU-h on average); each job's parts scale with its cost; a negative "
+        "saving means the change costs more",
         len(costs),
         parts,
+        hours * (1.0 - 1.0 / speedup),
     )
 
 
-def after_model_change(jobs: pl.DataFrame, old: str, new: str, prices: PriceBook) -> pl.DataFrame:
+def after_model_change(
+    jobs: pl.DataFrame, old: str, new: str, prices: PriceBook, speedup: float = 1.0
+) -> pl.DataFrame:
     """``jobs`` as they would be after :func:`reprice_model`: the jobs on ``old`` now on ``new`` at its price
     in force, their parts scaled with it, so that a later change (a team on spot) reprices them once, from
     there."""
-    costs = _model_costs(_job_rows(jobs), old, new, prices)
+    costs = _model_costs(_job_rows(jobs), old, new, prices, speedup)
     if not costs:
         return jobs
     new_cost = pl.col("job_id").replace_strict(costs, default=None, return_dtype=pl.Float64)
@@ -241,6 +275,7 @@ def after_model_change(jobs: pl.DataFrame, old: str, new: str, prices: PriceBook
         *scaled,
         pl.when(moved).then(new_cost).otherwise(pl.col("cost_usd")).alias("cost_usd"),
         pl.when(moved).then(pl.lit(new)).otherwise(pl.col("gpu_model")).alias("gpu_model"),
+        pl.when(moved).then(pl.col("gpu_hours") / speedup).otherwise(pl.col("gpu_hours")).alias("gpu_hours"),
     )
 
 
@@ -295,6 +330,8 @@ def apply(summary: dict[str, Any], changes: list[Change]) -> dict[str, Any]:
         for k, v in c.parts.items():
             w[k] = (w.get(k) or 0.0) - v
     after["spend_usd"] = sum(w[k] for k in PART_KEYS)
+    if hours := sum(c.gpu_hours_saved for c in changes):
+        after["gpu_hours"] = (summary.get("gpu_hours") or 0.0) - hours
     after.update(headline_figures(w))
     after["idle_usd"] = w["idle_allocated_usd"]
     return after
@@ -308,21 +345,23 @@ def what_if(
     settings: Settings,
     *,
     spot: tuple[str, ...] = (),
-    models: tuple[tuple[str, str], ...] = (),
+    models: tuple[tuple[str, str] | tuple[str, str, float], ...] = (),
     take: tuple[str, ...] = (),
 ) -> WhatIf:
     """The view before and after the chosen changes. ``jobs``: per-job parts (jobs_table / job_waste);
     ``recs``: the view's recommendations with ``id`` (analytics.savings.with_counted); ``take``: their ids.
-    Order: model changes, then teams on spot (from the new model's price), then recommendations (out of the
-    parts as they stand then). With nothing chosen, after is before and there are no changes."""
+    ``models``: (old, new) at the same GPU-hours, or (old, new, speed-up). Order: model changes, then teams on
+    spot (from the new model's price), then recommendations (out of the parts as they stand then). With
+    nothing chosen, after is before and there are no changes."""
     changes: list[Change] = []
     notes: list[str] = []
     repriced = jobs
-    for old, new in models:
-        if new == old:
+    for old, new, *rest in models:
+        speedup = float(rest[0]) if rest else 1.0
+        if new == old and speedup == 1.0:
             continue
-        changes.append(reprice_model(repriced, old, new, prices))
-        repriced = after_model_change(repriced, old, new, prices)
+        changes.append(reprice_model(repriced, old, new, prices, speedup))
+        repriced = after_model_change(repriced, old, new, prices, speedup)
     for team in spot:
         changes.append(reprice_team_on_spot(repriced, team, prices, settings))
     if take:
@@ -355,22 +394,52 @@ def what_if_view(
     filters: Filters,
     settings: Settings,
     spot: tuple[str, ...] = (),
-    models: tuple[tuple[str, str], ...] = (),
+    models: tuple[tuple[str, str, float | None], ...] = (),
     take: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """``gpuledger whatif --json``: {now, with_changes (each with the keys of summary --json), changes}."""
+    """``gpuledger whatif --json``: {now, with_changes (each with the keys of summary --json), changes,
+    days, per_week}. ``models``: (old, new, speed-up), a None speed-up read from the catalog
+    (:func:`default_speedup`). ``per_week``: each change's saving ÷ days × 7 (:func:`per_week`)."""
     from analytics.recommend import recommendations
     from analytics.summary import summary as view_summary
 
     now = view_summary(con, filters=filters, settings=settings)
     jobs = whatif_jobs(con, filters=filters, settings=settings) if (spot or models) else pl.DataFrame()
     recs = recommendations(con, filters=filters, settings=settings) if take else pl.DataFrame()
-    result = what_if(now, jobs, recs, price_book(con), settings, spot=spot, models=models, take=take)
+    basis = {(old, new): default_speedup(jobs, old, new) for old, new, s in models if s is None}
+    pairs = tuple((old, new, basis[old, new][0] if s is None else s) for old, new, s in models)
+    result = what_if(now, jobs, recs, price_book(con), settings, spot=spot, models=pairs, take=take)
+    said = {f"{new} instead of {old}": f"{f:,.2f}× = {why}" for (old, new), (f, why) in basis.items()}
+    result.changes[:] = [
+        replace(c, assumption=f"{c.assumption}; the speed-up from the catalog: {said[c.what]}")
+        if c.what in said
+        else c
+        for c in result.changes
+    ]
+    days = period_days(con, filters)
     return {
         "now": result.before,
         "with_changes": result.after,
-        "changes": [c.as_dict() for c in result.changes],
+        "changes": [
+            {**c.as_dict(), "saving_usd_per_week": per_week(c.saving_usd, days)} for c in result.changes
+        ],
+        "days": days,
     }
+
+
+def period_days(con: duckdb.DuckDBPyConnection, filters: Filters) -> float | None:
+    """The view's length in days, as a recommendation's ``usd_per_week`` is scaled by
+    (analytics.recommend.view_window: first in-view job start to the view's end or the data horizon, at
+    least 1 day); None when the view has no job."""
+    from analytics.recommend import view_window
+
+    window = view_window(con, filters, horizon(con))
+    return None if window is None else window[2]
+
+
+def per_week(usd: float | None, days: float | None) -> float | None:
+    """A total over the period as $/week: ``usd ÷ days × 7`` (None when either is unknown)."""
+    return None if usd is None or not days else usd / days * 7.0
 
 
 def whatif_jobs(con: duckdb.DuckDBPyConnection, *, filters: Filters, settings: Settings) -> pl.DataFrame:
@@ -379,7 +448,15 @@ def whatif_jobs(con: duckdb.DuckDBPyConnection, *, filters: Filters, settings: S
     horizon), so that a change prices each day at the price in force then."""
     from analytics.cost import job_costs
     from analytics.jobs import jobs_table
+    from analytics.query import frame
 
     jobs = jobs_table(con, filters=filters, settings=settings)
     spans = job_costs(con, filters=filters).select("job_id", *REPRICE_COLUMNS)
-    return jobs.join(spans, on="job_id", how="left")
+    # the precision a job's run logged: a model swap's default speed-up is the peaks' ratio at it
+    logged = frame(
+        con,
+        "SELECT job_id, any_value(lower(precision)) AS precision FROM training_runs "
+        "WHERE precision IS NOT NULL GROUP BY job_id",
+    )
+    out = jobs.join(spans, on="job_id", how="left")
+    return out.join(logged.cast({"job_id": out.schema["job_id"]}), on="job_id", how="left")

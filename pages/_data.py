@@ -297,6 +297,14 @@ def whatif_jobs(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -
     return read(con, filters=filters, settings=s)
 
 
+@cached("Loading jobs…")
+def whatif_days(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> float | None:
+    """``analytics.whatif.period_days``: the view's days, as recommendations scale $/week."""
+    from analytics.whatif import period_days
+
+    return period_days(con, filters)
+
+
 def job_timeline(job_id: str, lines: str) -> pl.DataFrame:
     """``analytics.timeline.job_timeline``: one line per GPU, per host, or the mean over the job's GPUs
     (``lines``: gpu, host, job; no rows for a job of a team the viewer may not see)."""

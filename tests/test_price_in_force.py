@@ -126,12 +126,16 @@ def whatif(db: str, settings: str, *args: str) -> dict:
         # the 20th alone: 10 GPU-h at $2.50 = $25 now; at spot 10 × $1.50 = $15 (cloud), 10 × $1.00 (edge)
         (("--spot", "nlp", *DAY_ONE), 50.0, 10.0),
         (("--spot", "cv", *DAY_ONE), 50.0, 15.0),
-        # A100 instead: cloud 10 × $0.40 + 10 × $0.60 = $10, edge 10 × $0.20 + 10 × $0.30 = $5: $15 for $100
-        (("--model", "H100-SXM-80GB=A100-80GB"), 100.0, 85.0),
+        # A100 instead at the same GPU-hours (:1, no speed-up): cloud 10 × $0.40 + 10 × $0.60 = $10, edge 10 × $0.20 + 10 × $0.30 = $5: $15 for $100
+        (("--model", "H100-SXM-80GB=A100-80GB:1"), 100.0, 85.0),
         # the 20th: $50 now; cloud 10 × $0.40 = $4, edge 10 × $0.20 = $2
-        (("--model", "H100-SXM-80GB=A100-80GB", *DAY_ONE), 50.0, 44.0),
+        (("--model", "H100-SXM-80GB=A100-80GB:1", *DAY_ONE), 50.0, 44.0),
         # the models named as a jobs file names them ("A100 80GB": the catalog's A100-80GB)
-        (("--model", "H100=A100 80GB"), 100.0, 85.0),
+        (("--model", "H100=A100 80GB:1"), 100.0, 85.0),
+        # twice as slow (:0.5): 40 GPU-h on A100, $30, $70 saved
+        (("--model", "H100-SXM-80GB=A100-80GB:0.5"), 100.0, 70.0),
+        # no SPEEDUP: the catalog's bf16 peaks, 312 ÷ 989.4: $15 × 989.4 / 312 = $47.567, $52.433 saved
+        (("--model", "H100-SXM-80GB=A100-80GB"), 100.0, 100.0 - 15.0 * 989.4 / 312.0),
     ],
 )
 def test_whatif_prices_each_day_at_the_row_in_force(
@@ -145,3 +149,10 @@ def test_whatif_prices_each_day_at_the_row_in_force(
     # "now" is the summary of the same view
     view = DAY_ONE if "--since" in args else ()
     assert out["now"]["spend_usd"] == pytest.approx(spend(db, settings, *view))
+
+
+def test_whatif_refuses_a_speed_up_that_is_not_above_zero(tmp_path: Path) -> None:
+    db, settings = ledger(tmp_path, WHATIF_JOBS, *WHATIF_PRICES)
+    done = gpuledger("whatif", "--db", db, "--settings", settings, "--model", "H100=A100-80GB:0")
+    assert done.returncode != 0 and "SPEEDUP must be a number above 0" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -11,6 +11,8 @@ from analytics.whatif import (
     after_model_change,
     apply,
     capacity_utilization_pct,
+    default_speedup,
+    per_week,
     reprice_model,
     reprice_team_on_spot,
     what_if,
@@ -135,6 +137,45 @@ def test_model_instead_of_model() -> None:
     assert worse.saving_usd == pytest.approx(2.8 - 4 * 2.0)  # costs $5.20 more: a negative saving
 
 
+def test_model_swap_with_a_speed_up_divides_the_gpu_hours_before_pricing() -> None:
+    # half the speed (0.5×): job a's 10 H100 GPU-h become 20 A100 GPU-h at $2.00 = $40 (was $30), job c's 20
+    # become 40 = $80 (was $60): the swap costs $30 more, and 30 GPU-h more
+    slow = reprice_model(JOBS, "H100-SXM-80GB", "A100-80GB", PRICES, speedup=0.5)
+    assert slow.saving_usd == pytest.approx(-30.0)
+    assert slow.gpu_hours_saved == pytest.approx(-30.0)
+    # each job's parts scale with its cost: idle 6 × 40/30 + 14 × 80/60 = 26.667, so idle "loses" −6.667
+    assert slow.parts["idle_allocated_usd"] == pytest.approx(20.0 - (8.0 + 56.0 / 3))
+    assert "a speed-up of 0.50× assumed: 60.0 GPU-hours instead" in slow.assumption
+    # twice the speed: 5 h × $2 = $10 (was $30) and 10 h × $2 = $20 (was $60): $60 saved, 15 GPU-h fewer
+    fast = reprice_model(JOBS, "H100-SXM-80GB", "A100-80GB", PRICES, speedup=2.0)
+    assert fast.saving_usd == pytest.approx(60.0)
+    out = what_if(SUMMARY, JOBS, NO_RECS, PRICES, CLOUD, models=(("H100-SXM-80GB", "A100-80GB", 0.5),))
+    assert out.after["spend_usd"] == pytest.approx(97.8 + 30.0)
+    assert out.after["gpu_hours"] == pytest.approx(34.0 + 30.0)
+    assert out.before["gpu_hours"] == 34.0  # "now" stays the summary
+    with pytest.raises(ValueError, match="above 0"):
+        reprice_model(JOBS, "H100-SXM-80GB", "A100-80GB", PRICES, speedup=0.0)
+
+
+def test_default_speed_up_is_the_catalog_peaks_ratio_at_the_jobs_precision() -> None:
+    # data/gpu_catalog.toml: dense bf16 H100-SXM-80GB 989.4, A100-80GB 312 TFLOP/s; no precision logged: bf16
+    f, why = default_speedup(JOBS, "H100-SXM-80GB", "A100-80GB")
+    assert f == pytest.approx(312 / 989.4) and "bf16 (assumed" in why
+    # fp32 logged on the H100 jobs: fp32 peaks 19.5 (A100) ÷ 66.9 (H100)
+    fp32 = JOBS.with_columns(pl.lit("fp32").alias("precision"))
+    assert default_speedup(fp32, "H100-SXM-80GB", "A100-80GB")[0] == pytest.approx(19.5 / 66.9)
+    # fp8 on a card with no fp8 path: no speed-up assumed, and it says why
+    fp8 = JOBS.with_columns(pl.lit("fp8").alias("precision"))
+    f, why = default_speedup(fp8, "H100-SXM-80GB", "A100-80GB")
+    assert f == 1.0 and "no catalog peak at fp8 for A100-80GB" in why
+
+
+def test_per_week_is_the_period_total_over_its_days_times_seven() -> None:
+    assert per_week(60.0, 28.0) == pytest.approx(15.0)
+    assert per_week(-30.0, 3.5) == pytest.approx(-60.0)
+    assert per_week(10.0, None) is None
+
+
 def test_model_change_then_spot_counts_each_job_once() -> None:
     moved = after_model_change(JOBS, "L4", "H100-SXM-80GB", PRICES)
     # job b: 4 GPU-h on H100 at $3.00 = $12.00 (was $2.80 on L4), its productive part with it
@@ -220,7 +261,7 @@ def test_whatif_cli_on_the_demo_spot_for_one_team_touches_only_that_team(demo_db
         done = gpuledger("whatif", "--spot", team, "--json", "--db", demo_db)
         assert done.returncode == 0, done.stderr
         out = json.loads(done.stdout)
-        assert set(out) == {"now", "with_changes", "changes"}
+        assert set(out) == {"now", "with_changes", "changes", "days"}
         assert set(out["now"]) == set(out["with_changes"])
         now, after = out["now"], out["with_changes"]
         assert after["waste"]["unallocated_usd"] == now["waste"]["unallocated_usd"]

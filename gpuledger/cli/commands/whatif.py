@@ -7,9 +7,9 @@ import argparse
 from typing import Any
 
 from analytics.filters import Filters
-from analytics.money import usd
+from analytics.money import signed_usd, usd
 from analytics.shared import sharing
-from analytics.whatif import what_if_view
+from analytics.whatif import per_week, what_if_view
 from gpuledger.cli.commands._common import add_db_options, add_filter_options, print_json, require_known
 from gpuledger.cli.commands.summary import filters_from
 from gpuledger.ledger.db import reader, sync_reference
@@ -18,13 +18,24 @@ from gpuledger.ledger.reference import normalize_model
 from gpuledger.ledger.settings import load_settings
 
 
-def _model_pair(text: str) -> tuple[str, str]:
-    """FROM=TO, each side named as a file may name it ("H100", "a100"): read to its catalog model by the rule
-    the ingest applies (gpuledger.ledger.reference.normalize_model), else kept as written."""
-    old, sep, new = text.partition("=")
+def _model_pair(text: str) -> tuple[str, str, float | None]:
+    """FROM=TO[:SPEEDUP], each side named as a file may name it ("H100", "a100"): read to its catalog model by
+    the rule the ingest applies (gpuledger.ledger.reference.normalize_model), else kept as written. SPEEDUP
+    (a number above 0) divides the moved jobs' GPU-hours; without it, the catalog's peaks at the jobs'
+    precision give it (analytics.whatif.default_speedup)."""
+    old, sep, rest = text.partition("=")
+    new, colon, factor = rest.partition(":")
     if not sep or not old.strip() or not new.strip():
-        raise argparse.ArgumentTypeError(f"expected FROM=TO (two GPU models), got {text!r}")
-    return normalize_model(old.strip()) or old.strip(), normalize_model(new.strip()) or new.strip()
+        raise argparse.ArgumentTypeError(f"expected FROM=TO[:SPEEDUP] (two GPU models), got {text!r}")
+    speedup = None
+    if colon:
+        try:
+            speedup = float(factor)
+        except ValueError:
+            speedup = float("nan")
+        if not speedup > 0 or speedup == float("inf"):
+            raise argparse.ArgumentTypeError(f"SPEEDUP must be a number above 0, got {factor!r}")
+    return normalize_model(old.strip()) or old.strip(), normalize_model(new.strip()) or new.strip(), speedup
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,8 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         type=_model_pair,
-        metavar="FROM=TO",
-        help="GPU model TO instead of FROM",
+        metavar="FROM=TO[:SPEEDUP]",
+        help="GPU model TO instead of FROM; the moved jobs' GPU-hours are divided by SPEEDUP (default: TO's "
+        "catalog peak ÷ FROM's at the jobs' precision, bf16 where none is logged; :1 for the same GPU-hours)",
     )
     p.add_argument(
         "--take",
@@ -62,8 +74,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _render(out: dict[str, Any]) -> str:
-    now, after = out["now"], out["with_changes"]
-    lines = [f"{'figure':<24}{'now':>16}{'with the changes':>20}"]
+    now, after, days = out["now"], out["with_changes"], out["days"]
+    lines = [
+        f"Totals over the view's {days:,.1f} days; $/week = total ÷ days × 7."
+        if days
+        else "No job in this view.",
+        f"{'figure':<24}{'now':>16}{'with the changes':>20}{'change':>16}{'change/week':>16}",
+    ]
     keys = [
         ("spend", "spend_usd"),
         ("waste teams control", "team_waste_usd"),
@@ -72,9 +89,15 @@ def _render(out: dict[str, Any]) -> str:
     for label, k in keys:
         a = now[k] if k in now else now["waste"][k]
         b = after[k] if k in after else after["waste"][k]
-        lines.append(f"{label:<24}{f'{usd(a)}':>16}{f'{usd(b)}':>20}")
+        d = None if a is None or b is None else b - a
+        lines.append(
+            f"{label:<24}{usd(a):>16}{usd(b):>20}{signed_usd(d):>16}{signed_usd(per_week(d, days)):>16}"
+        )
     for c in out["changes"]:
-        lines.append(f"- {c['what']}: {usd(c['saving_usd'])} out of the spend. {c['assumption']}.")
+        lines.append(
+            f"- {c['what']}: {usd(c['saving_usd'])} out of the spend "
+            f"({usd(c['saving_usd_per_week'])}/week). {c['assumption']}."
+        )
     if not out["changes"]:
         lines.append("No change chosen: the figures are the view's as they are.")
     return "\n".join(lines)
