@@ -78,7 +78,7 @@ def test_the_headline_splits_team_waste_from_the_capacity_no_job_held(con):
     assert held == pytest.approx(3.0)  # j1 2 h + j2 1 h
     # capacity 2 GPUs × 2 h (week start to the horizon) − 3 held = 1 GPU-h nobody held
     assert h["unallocated_gpu_hours"] == pytest.approx(2 * 2 - held)
-    assert h["unallocated_usd"] == pytest.approx(1 * RATE)
+    assert h["unheld_capacity_usd"] == pytest.approx(1 * RATE)
     assert h["spend_usd"] == pytest.approx(held * RATE + 1 * RATE)  # $16
     # the teams' waste: j1's idle hour ($4) + j2's failed hour, no checkpoint: all badput ($4)
     assert h["waste"]["idle_allocated_usd"] == pytest.approx(1 * RATE)
@@ -136,7 +136,7 @@ def test_a_period_before_with_no_data_gives_no_changes(con):
 def test_a_team_view_has_no_capacity_and_equals_its_team_row(con):
     f = Filters(W10.since, W10.until, teams=("nlp",))
     h = headline(con, filters=f, settings=SETTINGS)
-    assert h["unallocated_usd"] == 0.0 and h["capacity_util_pct"] is None
+    assert h["unheld_capacity_usd"] == 0.0 and h["capacity_util_pct"] is None
     assert h["spend_usd"] == pytest.approx(2 * RATE)
     assert h["team_waste_pct"] == pytest.approx(50.0)
     assert [r["team"] for r in team_rows(con, filters=f, settings=SETTINGS).iter_rows(named=True)] == ["nlp"]

@@ -193,7 +193,7 @@ def test_a_lead_sees_only_their_team(signed_server: Server, context_page: Page) 
     assert metric_value(page, "Spend") == money(team["spend_usd"])
     # a team view's waste is all the team's own: no capacity no job held is in it (issue 37's Overview)
     assert team["waste"]["unallocated_usd"] == 0
-    assert metric_value(page, "Waste teams control") == money(team["waste_usd"])
+    assert metric_value(page, "Waste teams control") == money(team["team_waste_usd"])
     sidebar = text(page.get_by_test_id("stSidebar"))
     assert f"Signed in as {LEAD}: you see speech." in sidebar
     assert page.get_by_test_id("stSidebar").locator("a[href^='mailto:']").count() == 0  # shown, not linked

@@ -28,7 +28,7 @@ admins = ["boss@example.com"]
 nlp = ["nina@example.com"]
 vision = ["victor@example.com"]
 """
-VICTOR = {"is_logged_in": True, "email": "victor@example.com"}
+VICTOR = {"is_logged_in": True, "email": "victor@example.com", "email_verified": True}
 
 
 @pytest.fixture
