@@ -1,8 +1,8 @@
 """The host check's rule (gpuledger/web/hosts.py) and its setting; the real server is tests/browser/test_hostile.py.
 
-Also a guard on the Streamlit hook it rides on: ``gpuledger dashboard`` runs ``streamlit run serve.py``, and
-only Streamlit's discovery of the ``st.App`` in serve.py puts the middleware in front of the app. If an
-upgrade of Streamlit stops discovering it, serve.py would run as a plain script (no dashboard at all, or one
+Also a guard on the Streamlit hook it rides on: ``gpuledger dashboard`` runs ``streamlit run pages/_serve.py``, and
+only Streamlit's discovery of the ``st.App`` in pages/_serve.py puts the middleware in front of the app. If an
+upgrade of Streamlit stops discovering it, pages/_serve.py would run as a plain script (no dashboard at all, or one
 without the check): this test fails first.
 """
 
@@ -73,5 +73,5 @@ def test_the_setting_is_read_and_checked(tmp_path: Path) -> None:
 def test_streamlit_still_discovers_the_app_with_the_host_check() -> None:
     from streamlit.web.server.app_discovery import discover_asgi_app
 
-    found = discover_asgi_app(ROOT / "serve.py")
-    assert found.is_asgi_app and found.import_string == "serve:app", found
+    found = discover_asgi_app(ROOT / "pages" / "_serve.py")
+    assert found.is_asgi_app and found.import_string == "_serve:app", found

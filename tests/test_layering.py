@@ -113,6 +113,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     },
     "pages": {
         "gpuledger",
+        "gpuledger.web",
         "gpuledger.guard",
         "gpuledger.reports",
         "gpuledger.budgets",

@@ -32,7 +32,7 @@ from gpuledger.web.hosts import allowed_hosts
 
 APP = shipped("app.py")
 # what `streamlit run` is given: app.py behind the host check (an st.App with gpuledger/web/hosts.py)
-SERVER = shipped("serve.py")
+SERVER = shipped("pages/_serve.py")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
