@@ -24,8 +24,10 @@ from analytics.filters import Filters
 from analytics.money import usd
 from analytics.waste import TEAM_WASTE_PARTS
 from analytics.waste_weeks import job_waste_by_week
-from gpuledger.budgets.status import AsOf, budget_rows
+from gpuledger.budgets.periods import period_label
+from gpuledger.budgets.status import AsOf, budget_rows, data_first_day
 from gpuledger.ledger.settings import Settings
+from gpuledger.reports.content import last_full_week, week_range
 
 RULES = ("budget", "budget_forecast", "spend_change", "waste_share", "unheld_capacity")
 
@@ -42,14 +44,13 @@ class Alert:
 
 
 def last_complete_week(day: dt.date) -> tuple[dt.date, dt.date]:
-    """The ISO week ending on ``day`` when it is a Sunday, else the one before."""
-    sunday = day if day.isoweekday() == 7 else day - dt.timedelta(days=day.isoweekday())
-    return sunday - dt.timedelta(days=6), sunday
+    """The ISO week ending on ``day`` when it is a Sunday, else the one before: the report's own rule
+    (gpuledger/reports/content.py ``last_full_week``)."""
+    return week_range(last_full_week(dt.datetime.combine(day, dt.time())))
 
 
 def _week_label(monday: dt.date) -> str:
-    y, w, _ = monday.isocalendar()
-    return f"{y}-W{w:02d}"
+    return period_label(monday, "week")
 
 
 def budget_alerts(con: duckdb.DuckDBPyConnection, settings: Settings, at: AsOf) -> list[Alert]:
@@ -107,10 +108,8 @@ def spend_change_alerts(con: duckdb.DuckDBPyConnection, settings: Settings, at: 
     ]
     out = []
     week = _week_label(monday)
-    data_start = con.execute(
-        "SELECT least((SELECT min(start_ts) FROM jobs), (SELECT min(ts) FROM samples))::DATE"
-    ).fetchone()
-    if data_start is None or data_start[0] is None or data_start[0] > base_first:
+    data_start = data_first_day(con)
+    if data_start is None or data_start > base_first:
         return []  # no whole baseline yet
     for by, prefix in (("team", "team:"), (None, "")):
         frame = spend_by_period(con, periods, by=by, settings=settings, as_of=at.moment)

@@ -17,6 +17,7 @@ import duckdb
 from analytics.daily import spend_by_day
 from analytics.filters import Filters, horizon
 from analytics.money import cents
+from analytics.periods import view_days
 from gpuledger.budgets.forecast import CHOSEN, HISTORY_DAYS, WEEKS, Forecast, forecast
 from gpuledger.budgets.periods import period_bounds, period_label
 from gpuledger.ledger.budget_settings import Budget
@@ -91,11 +92,10 @@ def scope_forecast(
     return first, last, forecast(series, first, last, at.day, method=CHOSEN, start=start)
 
 
-def _data_start(con: duckdb.DuckDBPyConnection) -> dt.date | None:
-    row = con.execute(
-        "SELECT least((SELECT min(start_ts) FROM jobs), (SELECT min(ts) FROM samples))::DATE"
-    ).fetchone()
-    return row[0] if row else None
+def data_first_day(con: duckdb.DuckDBPyConnection) -> dt.date | None:
+    """The ledger's first UTC day with a job or a sample (analytics/periods.py ``view_days``' open start)."""
+    days = view_days(con, Filters())
+    return days[0] if days else None
 
 
 def budget_row(
@@ -139,7 +139,7 @@ def budget_rows(
     at = as_of(con, day)
     if at is None or not settings.budgets:
         return []
-    start = _data_start(con)
+    start = data_first_day(con)
     return [budget_row(con, b, at, settings, start) for b in settings.budgets]
 
 
@@ -153,7 +153,7 @@ def forecast_row(
     at = as_of(con, day)
     if at is None:
         raise LedgerError("the ledger holds no data to forecast from")
-    first, last, f = scope_forecast(con, scope, target or None, period, at, settings, _data_start(con))
+    first, last, f = scope_forecast(con, scope, target or None, period, at, settings, data_first_day(con))
     return {
         "scope": scope,
         "name": spec,
