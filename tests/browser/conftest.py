@@ -270,6 +270,7 @@ NAV = {
     "training": ("Training", "Training"),
     "upload": ("Upload", "Upload a file"),
     "reports": ("Reports", "Weekly report"),
+    "guard": ("Guard", "Guard"),
     "settings": ("Settings", "Settings"),
 }
 

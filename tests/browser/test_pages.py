@@ -28,10 +28,12 @@ PAGES = [
         "recommendations",
         ["one per problem", "/ week", "Click a line for its evidence", "Diagnoses"],
     ),
-    ("training", "training", ["Cost per unit of work", "Batch size"]),
+    ("training", "training", ["Runs", "$ per 1M tokens by week", "Batch size"]),
     ("upload", "upload", ["Upload a file", "Accepted formats"]),
     ("reports", "reports", ["Weekly report", "Headline", "Spend and waste by team", "HTML (mail)"]),
     ("whatif", "whatif", ["What if", "Take these recommendations", "Changes and assumptions"]),
+    ("budgets", "budgets", ["Budgets", "budget"]),
+    ("guard", "guard", ["Replay a policy over history", "What the guard did"]),
     ("settings", "settings", ["Prices in force", "Thresholds", "Clusters"]),
 ]
 
