@@ -15,7 +15,7 @@ import itertools
 
 import duckdb
 
-from analytics.cost import job_costs_sql, pseudo_cards_sql, shared_cut_sql, shared_segments_sql
+from analytics.cost import held_cost_sql, job_costs_sql, pseudo_cards_sql, shared_cut_sql, shared_segments_sql
 from analytics.filters import Filters
 from gpuledger.ledger.cte import Cte, with_ctes
 from gpuledger.ledger.prices import PRICE_PERIODS_CTE, price_cluster_sql, price_tier_sql
@@ -140,22 +140,14 @@ def _pseudo_sql() -> str:
         FROM ({pseudo_cards_sql()}) pc JOIN wk ON pc.start_ts < wk.w_hi AND pc.end_ts > wk.w_lo"""
 
 
-# each piece's cost over the price periods it crosses
-PIECE_COSTS_SQL = """
-        SELECT pc.job_id, pc.week,
-               sum(pc.gpu_count * epoch(least(pc.span_end, p.p_to) - greatest(pc.span_start, p.p_from)) / 3600.0
-                   * p.usd_per_gpu_hour) AS cost_usd
-        FROM pc JOIN periods p
-          ON p.gpu_model = pc.gpu_model AND p.tier = pc.price_tier
-         AND p.cluster IS NOT DISTINCT FROM pc.price_cluster
-         AND p.p_from < pc.span_end AND p.p_to > pc.span_start
-        GROUP BY pc.job_id, pc.week"""
+# each piece's cost over the price periods it crosses, each GPU-second at its own rate (analytics.cost)
+PIECE_COSTS_SQL = held_cost_sql("pc", "job_id, week")
 
 PIECES_SELECT = """
     SELECT pc.* EXCLUDE (price_cluster, cut_s, declared_s),
            epoch(pc.span_end - pc.span_start) / 3600.0 AS hours,
            (pc.declared_s - pc.cut_s) / 3600.0 AS gpu_hours,
            pc.cut_s / 3600.0 AS oversubscribed_gpu_hours,
-           priced.cost_usd * CASE WHEN pc.declared_s > 0 THEN 1 - pc.cut_s / pc.declared_s ELSE 1 END AS cost_usd
+           priced.cost_usd
     FROM pc LEFT JOIN priced USING (job_id, week)
     """
