@@ -10,6 +10,7 @@ joined and split by :func:`parts_sql`; where a price changes inside the view eac
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
 import duckdb
 import polars as pl
@@ -285,8 +286,14 @@ def job_waste(
     as_of: dt.datetime | None = None,
     source: Source = ROLLUPS,
 ) -> pl.DataFrame:
-    """One row per job of the view with its cost split into the taxonomy's parts (JOB_WASTE_COLUMNS)."""
+    """One row per job of the view with its cost split into the taxonomy's parts (JOB_WASTE_COLUMNS). Where a
+    price changes inside the view, the sum of :func:`job_waste_pieces`' rows (one statement for both: a what-if
+    reads the pieces beside the jobs)."""
     as_of = as_of or horizon(con)
+    if len(price_pieces(con, filters)) > 1:
+        return summed_pieces(
+            con, job_waste_pieces(con, filters=filters, settings=settings, as_of=as_of, source=source)
+        )
     sql, params = job_waste_sql(con, filters, settings, as_of, source)
     return frame(con, f"SELECT * FROM ({sql}) ORDER BY job_id", params)
 
@@ -311,3 +318,14 @@ def job_waste_pieces(
         return job_waste(con, filters=filters, settings=settings, as_of=as_of, source=source)
     sql, params = _pieces_sql(con, filters, settings, as_of, source, pieces)
     return frame(con, f"SELECT * FROM ({sql}) ORDER BY job_id, span_start", params)
+
+
+def summed_pieces(con: duckdb.DuckDBPyConnection, pieces: pl.DataFrame) -> pl.DataFrame:
+    """:func:`job_waste_pieces`' rows summed per job: :func:`job_waste`'s rows (its columns in the order of a
+    view cut in pieces)."""
+    name = f"job_waste_pieces_{uuid.uuid4().hex}"
+    con.register(name, pieces.to_arrow())
+    try:
+        return frame(con, f"SELECT {_PIECES_TO_JOB} FROM {name} GROUP BY job_id ORDER BY job_id")
+    finally:
+        con.unregister(name)
