@@ -160,12 +160,30 @@ def telemetry_only_gpus_sql() -> str:
     return materialized(("telemetry_only_gpus",), TELEMETRY_ONLY_GPUS_SQL, [])[0]
 
 
-def shared_cut_sql(alias: str) -> str:
+def shared_cut_sql(alias: str, lo: str | None = None, hi: str | None = None) -> str:
     """GPU-seconds the row ``alias`` (job_id, span_start, span_end) declared beyond its shares of shared GPUs
-    inside its span; reads the CTE ``shared`` (:data:`SHARED_SEGMENTS_SQL`)."""
-    return f"""coalesce((SELECT sum(c.cut * greatest(0, epoch(least(c.s_to, {alias}.span_end)
-                                                           - greatest(c.s_from, {alias}.span_start))))
+    inside [``lo``, ``hi``) (SQL expressions; default its span); reads the CTE ``shared``
+    (:data:`SHARED_SEGMENTS_SQL`)."""
+    lo = lo or f"{alias}.span_start"
+    hi = hi or f"{alias}.span_end"
+    return f"""coalesce((SELECT sum(c.cut * greatest(0, epoch(least(c.s_to, {hi}) - greatest(c.s_from, {lo}))))
                          FROM shared c WHERE c.job_id = {alias}.job_id), 0)"""
+
+
+def billed_cost_sql(alias: str) -> str:
+    """SQL aggregate: the cost of the rows ``alias`` (job_id, gpu_count, span_start, span_end, a job's span or a
+    piece of it) joined to the price periods ``p`` they overlap: in each price period, what the row declared
+    less its cut of shared GPUs inside that period (:func:`shared_cut_sql`), × the price in force then.
+
+    A shared GPU's cut is priced when it happened, never at a rate averaged over the row's span: a job whose
+    card was shared only before a price change at midnight pays the cut at the old price, so a span priced
+    whole (a month's bill) equals the same span cut at the change (the summary's price pieces) or at every
+    midnight (the days) to the cent. Before, the span's priced cost was scaled by one ``1 − cut/declared``
+    (a month's bill lost 31 ¢ against its summary on a MIG card shared across a price change)."""
+    lo = f"greatest({alias}.span_start, p.p_from)"
+    hi = f"least({alias}.span_end, p.p_to)"
+    return f"""sum(({alias}.gpu_count * epoch({hi} - {lo}) - {shared_cut_sql(alias, lo, hi)}) / 3600.0
+                   * p.usd_per_gpu_hour)"""
 
 
 def job_costs_sql(
@@ -200,9 +218,7 @@ def job_costs_sql(
     ),
     {PRICE_PERIODS_CTE.strip()},
     priced AS (
-        SELECT jc.job_id,
-               sum(jc.gpu_count * epoch(least(jc.span_end, p.p_to) - greatest(jc.span_start, p.p_from)) / 3600.0
-                   * p.usd_per_gpu_hour) AS cost_usd
+        SELECT jc.job_id, {billed_cost_sql("jc")} AS cost_usd
         FROM jc JOIN periods p
           ON p.gpu_model = jc.gpu_model AND p.tier = jc.price_tier
          AND p.cluster IS NOT DISTINCT FROM jc.price_cluster
@@ -215,8 +231,8 @@ def job_costs_sql(
            epoch(jc.span_end - jc.span_start) / 3600.0 AS hours,
            (jc.declared_s - jc.cut_s) / 3600.0 AS gpu_hours,
            jc.cut_s / 3600.0 AS oversubscribed_gpu_hours,
-           -- a shared GPU's time beyond the job's share is not billed
-           priced.cost_usd * CASE WHEN jc.declared_s > 0 THEN 1 - jc.cut_s / jc.declared_s ELSE 1 END AS cost_usd
+           -- a shared GPU's time beyond the job's share is not billed (billed_cost_sql)
+           priced.cost_usd
     FROM jc LEFT JOIN priced USING (job_id)
     """
     key = ("job_costs", filters, as_of, unattributed)

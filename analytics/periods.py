@@ -15,7 +15,13 @@ import itertools
 
 import duckdb
 
-from analytics.cost import job_costs_sql, pseudo_cards_sql, shared_cut_sql, shared_segments_sql
+from analytics.cost import (
+    billed_cost_sql,
+    job_costs_sql,
+    pseudo_cards_sql,
+    shared_cut_sql,
+    shared_segments_sql,
+)
 from analytics.filters import Filters
 from gpuledger.ledger.cte import Cte, with_ctes
 from gpuledger.ledger.prices import PRICE_PERIODS_CTE, price_cluster_sql, price_tier_sql
@@ -140,11 +146,9 @@ def _pseudo_sql() -> str:
         FROM ({pseudo_cards_sql()}) pc JOIN wk ON pc.start_ts < wk.w_hi AND pc.end_ts > wk.w_lo"""
 
 
-# each piece's cost over the price periods it crosses
-PIECE_COSTS_SQL = """
-        SELECT pc.job_id, pc.week,
-               sum(pc.gpu_count * epoch(least(pc.span_end, p.p_to) - greatest(pc.span_start, p.p_from)) / 3600.0
-                   * p.usd_per_gpu_hour) AS cost_usd
+# each piece's cost over the price periods it crosses, each period's cut of shared GPUs at its own price
+PIECE_COSTS_SQL = f"""
+        SELECT pc.job_id, pc.week, {billed_cost_sql("pc")} AS cost_usd
         FROM pc JOIN periods p
           ON p.gpu_model = pc.gpu_model AND p.tier = pc.price_tier
          AND p.cluster IS NOT DISTINCT FROM pc.price_cluster
@@ -156,6 +160,6 @@ PIECES_SELECT = """
            epoch(pc.span_end - pc.span_start) / 3600.0 AS hours,
            (pc.declared_s - pc.cut_s) / 3600.0 AS gpu_hours,
            pc.cut_s / 3600.0 AS oversubscribed_gpu_hours,
-           priced.cost_usd * CASE WHEN pc.declared_s > 0 THEN 1 - pc.cut_s / pc.declared_s ELSE 1 END AS cost_usd
+           priced.cost_usd
     FROM pc LEFT JOIN priced USING (job_id, week)
     """
