@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import duckdb
@@ -53,48 +54,48 @@ def _week_label(monday: dt.date) -> str:
     return period_label(monday, "week")
 
 
+def _spent_line(r: dict, top: str) -> str:
+    return (
+        f"{r['name']} has spent {usd(r['spent_usd'])} of its {r['period']}ly budget "
+        f"{usd(r['budget_usd'])} for {r['period_label']} ({r['spent_pct']:.1f} %, threshold {top} %) "
+        f"as of {r['as_of']}; forecast {usd(r['forecast_usd'])} by {r['period_end']}"
+    )
+
+
+def _forecast_line(r: dict, top: str) -> str:
+    return (
+        f"{r['name']} is forecast to spend {usd(r['forecast_usd'])} "
+        f"({usd(r['forecast_low_usd'])}..{usd(r['forecast_high_usd'])}, 75 %) by {r['period_end']}: "
+        f"{r['forecast_pct']:.1f} % of its {r['period']}ly budget {usd(r['budget_usd'])} "
+        f"(threshold {top} %); spent {usd(r['spent_usd'])} as of {r['as_of']}"
+    )
+
+
+def _crossing(rule: str, r: dict, thresholds: list[float], line: Callable[[dict, str], str]) -> Alert:
+    """One alert for the highest of ``thresholds`` a budget crossed; the lower ones it stands for are recorded
+    as sent with it, so a budget that jumps past 80 % and 100 % on one day tells once."""
+    base = f"{rule}|{r['name']}|{r['period_label']}"
+    top = max(thresholds)
+    return Alert(
+        key=f"{base}|{top:g}",
+        rule=rule,
+        scope=r["name"],
+        message=line(r, f"{top:g}"),
+        team=r["target"] if r["scope"] == "team" else None,
+        notify=tuple(r["notify"]),
+        covers=tuple(f"{base}|{p:g}" for p in thresholds if p != top),
+    )
+
+
 def budget_alerts(con: duckdb.DuckDBPyConnection, settings: Settings, at: AsOf) -> list[Alert]:
     out = []
     for r in budget_rows(con, settings, at.day):
-        base = f"{r['name']}|{r['period_label']}"
-        crossed, forecast = r["crossed_pct"], r["forecast_crossed_pct"]
-        team = r["target"] if r["scope"] == "team" else None
+        crossed = r["crossed_pct"]
+        ahead = [p for p in r["forecast_crossed_pct"] if p not in crossed]
         if crossed:
-            top = max(crossed)
-            out.append(
-                Alert(
-                    key=f"budget|{base}|{top:g}",
-                    rule="budget",
-                    scope=r["name"],
-                    message=(
-                        f"{r['name']} has spent {usd(r['spent_usd'])} of its {r['period']}ly budget "
-                        f"{usd(r['budget_usd'])} for {r['period_label']} ({r['spent_pct']:.1f} %, threshold {top:g} %) "
-                        f"as of {r['as_of']}; forecast {usd(r['forecast_usd'])} by {r['period_end']}"
-                    ),
-                    team=team,
-                    notify=tuple(r["notify"]),
-                    covers=tuple(f"budget|{base}|{p:g}" for p in crossed if p != top),
-                )
-            )
-        ahead = [p for p in forecast if p not in crossed]
+            out.append(_crossing("budget", r, crossed, _spent_line))
         if ahead:
-            top = max(ahead)
-            out.append(
-                Alert(
-                    key=f"budget_forecast|{base}|{top:g}",
-                    rule="budget_forecast",
-                    scope=r["name"],
-                    message=(
-                        f"{r['name']} is forecast to spend {usd(r['forecast_usd'])} "
-                        f"({usd(r['forecast_low_usd'])}..{usd(r['forecast_high_usd'])}, 75 %) by {r['period_end']}: "
-                        f"{r['forecast_pct']:.1f} % of its {r['period']}ly budget {usd(r['budget_usd'])} "
-                        f"(threshold {top:g} %); spent {usd(r['spent_usd'])} as of {r['as_of']}"
-                    ),
-                    team=team,
-                    notify=tuple(r["notify"]),
-                    covers=tuple(f"budget_forecast|{base}|{p:g}" for p in ahead if p != top),
-                )
-            )
+            out.append(_crossing("budget_forecast", r, ahead, _forecast_line))
     return out
 
 
