@@ -22,8 +22,7 @@ Price rules (docs/metrics.md, "Cost"):
   where it is known for that second (nvidia-smi pmon, table process_shares), else in proportion to what
   each declared (all whole cards: equally) — so the shares of one GPU-second sum to one and the jobs together
   are billed for one GPU. What a job declared beyond its share is ``oversubscribed_gpu_hours``: reported, not
-  billed (:data:`SHARED_SEGMENTS_SQL`), each GPU-second at the price in force that second
-  (:func:`held_cost_sql`). Fractions that fit in one GPU are each job's own and are billed as
+  billed (:data:`SHARED_SEGMENTS_SQL`). Fractions that fit in one GPU are each job's own and are billed as
   declared;
 - telemetry-only cards (samples, but no allocation names the card, one of its MIG instances or its host, and
   no sample of any of them carries a known job) are costed as pseudo-jobs ``unattributed:<card>`` (user and
@@ -161,46 +160,30 @@ def telemetry_only_gpus_sql() -> str:
     return materialized(("telemetry_only_gpus",), TELEMETRY_ONLY_GPUS_SQL, [])[0]
 
 
-def shared_cut_sql(alias: str) -> str:
+def shared_cut_sql(alias: str, lo: str | None = None, hi: str | None = None) -> str:
     """GPU-seconds the row ``alias`` (job_id, span_start, span_end) declared beyond its shares of shared GPUs
-    inside its span; reads the CTE ``shared`` (:data:`SHARED_SEGMENTS_SQL`)."""
-    return f"""coalesce((SELECT sum(c.cut * greatest(0, epoch(least(c.s_to, {alias}.span_end)
-                                                           - greatest(c.s_from, {alias}.span_start))))
+    inside [``lo``, ``hi``) (SQL expressions; default its span); reads the CTE ``shared``
+    (:data:`SHARED_SEGMENTS_SQL`)."""
+    lo = lo or f"{alias}.span_start"
+    hi = hi or f"{alias}.span_end"
+    return f"""coalesce((SELECT sum(c.cut * greatest(0, epoch(least(c.s_to, {hi}) - greatest(c.s_from, {lo}))))
                          FROM shared c WHERE c.job_id = {alias}.job_id), 0)"""
 
 
-def held_cost_sql(
-    jobs: str, key: str, *, tier: str = "price_tier", cluster: str = "price_cluster", model: str = "gpu_model"
-) -> str:
-    """SQL: the dollars of each ``key`` (e.g. ``job_id``; ``job_id, week`` for pieces) of CTE ``jobs`` (with
-    gpu_count, span_start, span_end and the price key columns ``model``, ``tier``, ``cluster``: the key of
-    :data:`gpuledger.ledger.prices.PRICE_PERIODS_CTE`), every GPU-second it is billed for at the price in force
-    that second: its declared GPU-seconds in each price period, less what it declared beyond its share of a
-    shared card (CTE ``shared``'s ``cut``) in that period, × the period's rate. A share cut only after a
-    price change is taken off at the new price, not spread over the job's span (docs/metrics.md "Cost": a
-    20:00-04:00 job whose card is shared 00:00-02:00, $4 then $6 from midnight: 4 × $4 + 3 × $6 = $34, not
-    7/8 of 4 × $4 + 4 × $6 = $35). Reads CTEs ``periods`` and ``shared``; a key with no price has no row."""
-    keys = ", ".join(f"jc.{k.strip()}" for k in key.split(","))
-    on = (
-        f"""p.gpu_model = jc.{model} AND p.tier = jc.{tier} AND p.cluster IS NOT DISTINCT FROM jc.{cluster}"""
-    )
-    return f"""
-        SELECT {key}, sum(usd) AS cost_usd FROM (
-            SELECT {keys},
-                   jc.gpu_count * epoch(least(jc.span_end, p.p_to) - greatest(jc.span_start, p.p_from)) / 3600.0
-                   * p.usd_per_gpu_hour AS usd
-            FROM {jobs} jc JOIN periods p
-              ON {on} AND p.p_from < jc.span_end AND p.p_to > jc.span_start
-            UNION ALL
-            -- a shared GPU's time beyond the job's share is not billed, at the rate of the moment it was cut
-            SELECT {keys},
-                   -c.cut * epoch(least(c.s_to, jc.span_end, p.p_to) - greatest(c.s_from, jc.span_start, p.p_from))
-                   / 3600.0 * p.usd_per_gpu_hour AS usd
-            FROM {jobs} jc JOIN shared c
-              ON c.job_id = jc.job_id AND c.s_from < jc.span_end AND c.s_to > jc.span_start
-            JOIN periods p
-              ON {on} AND p.p_from < least(c.s_to, jc.span_end) AND p.p_to > greatest(c.s_from, jc.span_start)
-        ) GROUP BY {key}"""
+def billed_cost_sql(alias: str) -> str:
+    """SQL aggregate: the cost of the rows ``alias`` (job_id, gpu_count, span_start, span_end, a job's span or a
+    piece of it) joined to the price periods ``p`` they overlap: in each price period, what the row declared
+    less its cut of shared GPUs inside that period (:func:`shared_cut_sql`), × the price in force then.
+
+    A shared GPU's cut is priced when it happened, never at a rate averaged over the row's span: a job whose
+    card was shared only before a price change at midnight pays the cut at the old price, so a span priced
+    whole (a month's bill) equals the same span cut at the change (the summary's price pieces) or at every
+    midnight (the days) to the cent. Before, the span's priced cost was scaled by one ``1 − cut/declared``
+    (a month's bill lost 31 ¢ against its summary on a MIG card shared across a price change)."""
+    lo = f"greatest({alias}.span_start, p.p_from)"
+    hi = f"least({alias}.span_end, p.p_to)"
+    return f"""sum(({alias}.gpu_count * epoch({hi} - {lo}) - {shared_cut_sql(alias, lo, hi)}) / 3600.0
+                   * p.usd_per_gpu_hour)"""
 
 
 def job_costs_sql(
@@ -234,13 +217,21 @@ def job_costs_sql(
         FROM jt
     ),
     {PRICE_PERIODS_CTE.strip()},
-    priced AS ({held_cost_sql("jc", "job_id")})
+    priced AS (
+        SELECT jc.job_id, {billed_cost_sql("jc")} AS cost_usd
+        FROM jc JOIN periods p
+          ON p.gpu_model = jc.gpu_model AND p.tier = jc.price_tier
+         AND p.cluster IS NOT DISTINCT FROM jc.price_cluster
+         AND p.p_from < jc.span_end AND p.p_to > jc.span_start
+        GROUP BY jc.job_id
+    )
     SELECT jc.job_id, jc.cluster, jc.user_name, jc.team, jc.project, jc.name, jc.kind, jc.gpu_model,
            jc.gpu_count, jc.pricing_tier, jc.price_tier, jc.state, jc.start_ts, jc.end_ts,
            jc.span_start, jc.span_end,
            epoch(jc.span_end - jc.span_start) / 3600.0 AS hours,
            (jc.declared_s - jc.cut_s) / 3600.0 AS gpu_hours,
            jc.cut_s / 3600.0 AS oversubscribed_gpu_hours,
+           -- a shared GPU's time beyond the job's share is not billed (billed_cost_sql)
            priced.cost_usd
     FROM jc LEFT JOIN priced USING (job_id)
     """

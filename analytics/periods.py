@@ -15,7 +15,13 @@ import itertools
 
 import duckdb
 
-from analytics.cost import held_cost_sql, job_costs_sql, pseudo_cards_sql, shared_cut_sql, shared_segments_sql
+from analytics.cost import (
+    billed_cost_sql,
+    job_costs_sql,
+    pseudo_cards_sql,
+    shared_cut_sql,
+    shared_segments_sql,
+)
 from analytics.filters import Filters
 from gpuledger.ledger.cte import Cte, with_ctes
 from gpuledger.ledger.prices import PRICE_PERIODS_CTE, price_cluster_sql, price_tier_sql
@@ -140,8 +146,14 @@ def _pseudo_sql() -> str:
         FROM ({pseudo_cards_sql()}) pc JOIN wk ON pc.start_ts < wk.w_hi AND pc.end_ts > wk.w_lo"""
 
 
-# each piece's cost over the price periods it crosses, each GPU-second at its own rate (analytics.cost)
-PIECE_COSTS_SQL = held_cost_sql("pc", "job_id, week")
+# each piece's cost over the price periods it crosses, each period's cut of shared GPUs at its own price
+PIECE_COSTS_SQL = f"""
+        SELECT pc.job_id, pc.week, {billed_cost_sql("pc")} AS cost_usd
+        FROM pc JOIN periods p
+          ON p.gpu_model = pc.gpu_model AND p.tier = pc.price_tier
+         AND p.cluster IS NOT DISTINCT FROM pc.price_cluster
+         AND p.p_from < pc.span_end AND p.p_to > pc.span_start
+        GROUP BY pc.job_id, pc.week"""
 
 PIECES_SELECT = """
     SELECT pc.* EXCLUDE (price_cluster, cut_s, declared_s),

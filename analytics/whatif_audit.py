@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from analytics.cost import held_cost_sql, job_costs_sql, shared_segments_sql
+from analytics.cost import billed_cost_sql, job_costs_sql, shared_segments_sql
 from analytics.filters import Filters, horizon
 from analytics.query import frame
 from gpuledger.ledger.cte import Cte, with_ctes
@@ -27,13 +27,22 @@ ALL = Filters()
 TOLERANCE_USD = 0.01  # a cent over the whole comparison: float sums of the same dollars in another order
 
 
+# each job's dollars at its swapped key, each price period's declared time less its own cut at that period's rate
+NEW_COST_SQL = f"""
+        SELECT kc.job_id, {billed_cost_sql("kc")} AS cost_usd
+        FROM kc JOIN periods p
+          ON p.gpu_model = kc.gpu_model AND p.tier = kc.key_tier AND p.cluster IS NOT DISTINCT FROM kc.key_cluster
+         AND p.p_from < kc.span_end AND p.p_to > kc.span_start
+        GROUP BY kc.job_id"""
+
+
 def repriced_sql(
     filters: Filters, as_of: dt.datetime | None, *, model: str | None = None, tier: str | None = None
 ) -> tuple[str, list[object]]:
     """Each job of the view, priced or not (job_id, team, cluster, booked_model, gpu_model, pricing_tier,
     gpu_hours, cost_usd) and ``new_usd``: the same ledger re-billed with ``model`` (default: its own) asked at
     ``tier`` (default: its own), each GPU-second it is billed for at the price in force then on its cluster
-    (analytics.cost.held_cost_sql, the bill's own form); NULL where that is unpriced. ``key_tier``: the tier
+    (analytics.cost.billed_cost_sql, the bill's own form); NULL where that is unpriced. ``key_tier``: the tier
     of the key (on_demand where the model has no row of the asked tier there)."""
     jobs_sql, jobs_params = job_costs_sql(filters, as_of)
     moved = """
@@ -53,7 +62,7 @@ def repriced_sql(
             Cte("kt", f"SELECT m.*, {price_tier_sql('m', 'm.pricing_tier')} AS key_tier FROM moved m"),
             Cte("kc", f"SELECT kt.*, {price_cluster_sql('kt', 'kt.key_tier')} AS key_cluster FROM kt"),
             PRICE_PERIODS_CTE,
-            Cte("nu", held_cost_sql("kc", "job_id", tier="key_tier", cluster="key_cluster")),
+            Cte("nu", NEW_COST_SQL),
         ],
         select,
     )

@@ -1,6 +1,7 @@
 """No "-0.0" and no float residue in any JSON gpuledger prints (issue 37: ``summary --json`` for a team and
 week printed "unmeasured_usd": -0.0). analytics.money is the one place money is rounded and floats are
-cleaned; every --json command on the demo is read back here and every number in it checked."""
+cleaned; every --json command on the demo is read back here and every number in it checked, and none below zero
+outside the report's week-over-week change (issue 41: no negative cost, GPU-hour or part on any face)."""
 
 from __future__ import annotations
 
@@ -46,11 +47,30 @@ def _signless(text: str) -> None:
         assert x == 0 or abs(x) >= RESIDUE, f"float residue {x!r} in the JSON"
 
 
+SIGNED = frozenset(
+    {"change"}
+)  # the report's week-over-week deltas: the only figures that may fall below zero
+
+
+def _negatives(value: Any, path: tuple[str, ...] = ()) -> Iterator[str]:
+    """Each number below zero outside a SIGNED key: a cost, GPU-hour, energy or count never is (issue 41)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k not in SIGNED:
+                yield from _negatives(v, (*path, str(k)))
+    elif isinstance(value, list):
+        for v in value:
+            yield from _negatives(v, path)
+    elif isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+        yield f"{'/'.join(path)} = {value}"
+
+
 def test_every_json_command_on_the_demo(demo_db: str, tmp_path: Path) -> None:
     def printed(*cmd: str) -> str:
         res = gpuledger(*cmd, "--db", demo_db)
         assert res.returncode == 0, (cmd, res.stderr)
         _signless(res.stdout)
+        assert list(_negatives(json.loads(res.stdout))) == [], cmd
         return res.stdout
 
     # the whole demo; the summary's horizon and the report's teams set the views below
@@ -64,6 +84,9 @@ def test_every_json_command_on_the_demo(demo_db: str, tmp_path: Path) -> None:
         ["check", "--json"],
         ["info", "--json"],
         ["export", "--parquet", str(tmp_path / "pq"), "--json"],
+        ["budgets", "--json"],
+        ["whatif", "--json"],
+        ["chargeback", "--month", day[:7], "--format", "json"],
     ):
         printed(*cmd)
     # the view the issue saw: a team and a single day each (parts of a small view cancel to residue)
@@ -73,6 +96,7 @@ def test_every_json_command_on_the_demo(demo_db: str, tmp_path: Path) -> None:
             ["summary", "--json"],
             ["recommend", "--total", "--json"],
             ["report", "--format", "json"],
+            ["whatif", "--json", "--spot", team],
         ):
             printed(*cmd, "--team", team, "--since", day, "--until", day)
             printed(*cmd, "--team", team)

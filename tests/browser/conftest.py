@@ -275,6 +275,31 @@ NAV = {
 }
 
 
+def choose(page: Page, box: str, option: str, *, exact: bool = True, typed: str | None = None) -> None:
+    """Pick ``option`` in the select box labelled ``box`` as a person does: open it, (type ``typed`` to bring
+    an option of a long, virtual list into view), click the option.
+
+    A box clicked while its page is still settling after a rerun can close again before its list draws (seen
+    on a loaded machine: the box focused, no list); so it is opened again, up to three times, until the option
+    shows."""
+    field = page.get_by_test_id("stSelectbox").filter(has_text=box).locator("input")
+    field.scroll_into_view_if_needed()
+    wanted = page.get_by_role("option", name=option, exact=exact)
+    for attempt in range(3):
+        field.click()
+        if typed is not None:
+            field.fill(typed)
+        try:
+            wanted.wait_for(timeout=10_000)
+            break
+        except Exception:
+            if attempt == 2:
+                raise
+            page.keyboard.press("Escape")
+            wait_for_app(page)
+    wanted.click()
+
+
 def navigate(page: Page, path: str) -> None:
     """Move to another page as a person does, by its sidebar link, and wait for that page's run to end.
 

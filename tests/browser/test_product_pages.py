@@ -21,6 +21,7 @@ from tests.browser.conftest import (
     Server,
     assert_clean,
     assert_no_exception,
+    choose,
     navigate,
     new_context,
     open_page,
@@ -232,10 +233,7 @@ def test_fleet_grouped_with_drill_down_and_idle_dollars(view: Page, server: Serv
     assert_clean(text)
     # the demo has 112 GPUs (> 60): one heatmap row per host, a drill-down into one host's GPUs
     assert "One row per" in text and "one per host, the mean over its GPUs; 112 GPUs in the view" in text
-    box = page.get_by_test_id("stSelectbox").filter(has_text="Open a host")
-    box.scroll_into_view_if_needed()
-    box.locator("input").click()
-    page.get_by_role("option", name="atlas-n00", exact=True).click()
+    choose(page, "Open a host", "atlas-n00")
     expect(page.get_by_test_id("stMain")).to_contain_text("the GPUs of host", timeout=60_000)
     wait_for_app(page)
     expect(page.get_by_test_id("stPlotlyChart")).to_have_count(2, timeout=30_000)
@@ -302,8 +300,7 @@ def test_upload_a_training_log_asks_for_its_gpus_and_prices_the_run(page: Page, 
     page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(log))
     page.get_by_text("Which GPUs ran it?").wait_for(timeout=60_000)
     wait_for_app(page)
-    page.get_by_test_id("stSelectbox").filter(has_text="GPU model").click()
-    page.get_by_role("option", name="A100-80GB", exact=True).click()
+    choose(page, "GPU model", "A100-80GB")
     page.get_by_role("button", name="Price the run").click()
     page.get_by_text("Priced as 1 × A100-80GB").wait_for(timeout=60_000)
     wait_for_app(page)
@@ -325,8 +322,7 @@ def test_upload_a_checkpoint_log_without_a_runtime_takes_its_wall_time(page: Pag
     page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(log))
     page.get_by_text("records no runtime").wait_for(timeout=60_000)
     wait_for_app(page)
-    page.get_by_test_id("stSelectbox").filter(has_text="GPU model").click()
-    page.get_by_role("option", name="H100-SXM-80GB", exact=True).click()
+    choose(page, "GPU model", "H100-SXM-80GB")
     page.get_by_role("spinbutton", name="GPUs", exact=True).fill("8")
     page.get_by_role("spinbutton", name="Wall time (hours)").fill("3.5")
     page.get_by_role("button", name="Price the run").click()
@@ -358,10 +354,7 @@ def test_upload_of_a_many_gpu_log_draws_a_line_per_host_and_opens_one(
         "One line per host (10), the time-weighted mean over its GPUs; 70 GPUs in the file.", timeout=60_000
     )
     wait_for_app(page)
-    box = page.get_by_test_id("stSelectbox").filter(has_text="Open a host")
-    box.scroll_into_view_if_needed()
-    box.locator("input").click()
-    page.get_by_role("option", name="n3", exact=True).click()
+    choose(page, "Open a host", "n3")
     wait_for_app(page)
     expect(page.get_by_test_id("stPlotlyChart")).to_have_count(2, timeout=30_000)
     shots(page, "upload-many-gpus")
@@ -384,11 +377,7 @@ def test_upload_of_more_hosts_than_lines_pools_the_busiest_and_still_opens_them(
     )
     wait_for_app(page)
     expect(page.get_by_test_id("stPlotlyChart").first).to_contain_text("21 other hosts", timeout=30_000)
-    box = page.get_by_test_id("stSelectbox").filter(has_text="Open a host")
-    box.scroll_into_view_if_needed()
-    box.locator("input").click()
-    box.locator("input").fill("h75")  # the list of 80 is virtual: type to bring a pooled host into it
-    page.get_by_role("option", name="h75", exact=True).click()
+    choose(page, "Open a host", "h75", typed="h75")  # the list of 80 is virtual: type to bring h75 into it
     wait_for_app(page)
     expect(page.get_by_test_id("stPlotlyChart")).to_have_count(2, timeout=30_000)
     shots(page, "upload-many-hosts")
