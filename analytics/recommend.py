@@ -67,8 +67,13 @@ __all__ = [
     "KINDS",
     "KIND_LABELS",
     "RECOMMENDATION_COLUMNS",
+    "Advised",
+    "Listing",
     "Recommendation",
+    "advised",
     "as_json",
+    "listing",
+    "recommendation_lists",
     "recommendations",
     "savings_total",
     "view_coverage",
@@ -203,7 +208,47 @@ def recommendations(
     ``problems``: one item per problem, its best action (analytics/problems.py: items sharing a job or a
     target are one problem; the others become its ``alternatives``). False gives every rule's own item, as
     each kind's rule computes it (the tests of each rule's dollars, and a what-if over every action).
+
+    Two lists of one view (another floor, or every rule's item beside the problems): :func:`recommendation_lists`,
+    which runs the rules once for both.
     """
+    found = advised(con, filters=filters, settings=settings, as_of=as_of, source=source, kinds=kinds)
+    return listing(found, Listing(min_usd_per_week, problems))
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Which list of a view's items: the floor (``min_usd_per_week``) and one item per problem or not
+    (``problems``), as :func:`recommendations`' keywords of the same names."""
+
+    min_usd_per_week: float = 1.0
+    problems: bool = True
+
+
+@dataclass(frozen=True)
+class Advised:
+    """A view's items before any list is drawn from them: what every rule found (the kinds asked for and the
+    capacity kinds), merged into family cards, left out where not paid for (analytics.problems.where_paid_for)
+    and marked recurring or one-off (analytics.recurrence.mark); ``days``: the view's days
+    (:func:`view_window`); ``want``: the kinds asked for. Nothing in it depends on the floor or on
+    ``problems``, so any number of :class:`Listing` s are drawn from one."""
+
+    items: tuple[Recommendation, ...]
+    days: float
+    want: frozenset[str]
+
+
+def advised(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters | None = None,
+    settings: Settings | None = None,
+    as_of: dt.datetime | None = None,
+    source: Source = ROLLUPS,
+    kinds: Collection[str] | None = None,
+) -> Advised | None:
+    """The expensive part of :func:`recommendations` (the view, its signals, every advice module): the
+    view's :class:`Advised` items; None when the view has no job. Keywords as :func:`recommendations`."""
     want = set(KINDS) if kinds is None else set(kinds)
     if unknown := want - set(KINDS):
         raise ValueError(f"unknown recommendation kind(s): {', '.join(sorted(unknown))}")
@@ -214,8 +259,7 @@ def recommendations(
     view = frame(con, vj, params)  # read once: every kind below works on these rows
     window = _window(view["span_start"].min(), view["span_end"].max(), filters, as_of)
     if window is None:
-        return pl.DataFrame(schema=RECOMMENDATION_COLUMNS)
-    days = window[2]
+        return None
     stretches, sig = view_signals(con, filters=filters, settings=settings, as_of=as_of, source=source)
     jobs = view.join(sig.drop("held_gpu_s"), on="job_id", how="left").with_columns(
         (pl.col("cost_usd") / pl.col("held_gpu_s")).alias("rate_usd_per_gpu_s")
@@ -228,22 +272,32 @@ def recommendations(
             found += module.advise(v, found)
     # the kinds asked for, and the capacity items where_paid_for reads (a move it frees stays next to them)
     items = _families([f for f in found if f.kind in want or f.kind in CAPACITY_KINDS], jobs)
+    # recurring or one-off by the job's history, the same at every range (analytics/recurrence.py)
+    marked = mark(con, where_paid_for(items, view, settings), as_of)
+    return Advised(tuple(marked), window[2], frozenset(want))
+
+
+def listing(found: Advised | None, lists: Listing) -> pl.DataFrame:
+    """The cheap part of :func:`recommendations`: of ``found``'s items, the kinds asked for that save, at
+    least the floor, one per problem or each rule's own, ranked, with what each adds (``counted_*``)."""
+    if found is None:
+        return pl.DataFrame(schema=RECOMMENDATION_COLUMNS)
+    days = found.days
 
     def per_week(it: Recommendation) -> float:
         return it.saving_usd * 7.0 / days
 
     kept = [
         it.but(usd_per_week=per_week(it) if it.recurring else None)
-        # recurring or one-off by the job's history, the same at every range (analytics/recurrence.py); a
-        # one-off's saving is not a weekly figure, so it is held against the floor as it is
-        for it in mark(con, where_paid_for(items, view, settings), as_of)
-        if it.kind in want
+        # a one-off's saving is not a weekly figure, so it is held against the floor as it is
+        for it in found.items
+        if it.kind in found.want
         and (it.saving_usd or 0) > 0
-        and (per_week(it) if it.recurring else it.saving_usd) >= min_usd_per_week
+        and (per_week(it) if it.recurring else it.saving_usd) >= lists.min_usd_per_week
     ]
     rows = [
         _owned(it).row(KIND_LABELS[it.kind])
-        for it in (one_per_problem(kept, KIND_LABELS) if problems else kept)
+        for it in (one_per_problem(kept, KIND_LABELS) if lists.problems else kept)
     ]
     ranked = pl.DataFrame(rows, schema=RECOMMENDATION_COLUMNS).sort(
         ["saving_usd", "kind", "target"], descending=[True, False, False]
@@ -251,6 +305,25 @@ def recommendations(
     return with_counted(
         ranked.drop("id", "overlaps_with", "counted_saving_usd", "counted_usd_per_week")
     ).select(list(RECOMMENDATION_COLUMNS))
+
+
+def recommendation_lists(
+    con: duckdb.DuckDBPyConnection,
+    lists: Sequence[Listing],
+    *,
+    filters: Filters | None = None,
+    settings: Settings | None = None,
+    as_of: dt.datetime | None = None,
+    source: Source = ROLLUPS,
+    kinds: Collection[str] | None = None,
+) -> tuple[pl.DataFrame, ...]:
+    """One :func:`recommendations` list for each of ``lists``, from ONE pass of the rules over the view
+    (:func:`advised`): each the frame :func:`recommendations` gives for its floor and ``problems``.
+
+    Why: gpuledger/items/scan.py wants each week's list a lead sees and every rule's own item; two calls
+    ran the view's reads and every advice module twice (half the scan's time on the 28-day demo)."""
+    found = advised(con, filters=filters, settings=settings, as_of=as_of, source=source, kinds=kinds)
+    return tuple(listing(found, x) for x in lists)
 
 
 INTERNAL_FIELDS = ("lever", "job_saving_usd", "job_cost_usd", "counted_saving_usd")

@@ -30,13 +30,15 @@ import polars as pl
 
 from analytics.filters import Filters, horizon
 from analytics.problems import OPERATORS
-from analytics.recommend import KIND_LABELS, recommendations
+from analytics.recommend import KIND_LABELS, Listing, recommendation_lists
 from analytics.shared import sharing
 from gpuledger.items.key import ItemKey, job_names, key_of
 from gpuledger.ledger.settings import Settings
 
 SCAN_WEEKS = 26  # two quarters: the quarter's measured savings and the weeks before its first change
 WEEK = dt.timedelta(days=7)
+SHOWN = Listing()  # the list a lead sees: one item per problem, the default floor
+EVERY = Listing(min_usd_per_week=0.0, problems=False)  # every rule's own item, no floor: the waste
 
 
 @dataclass(frozen=True)
@@ -105,10 +107,8 @@ def _scan(con: duckdb.DuckDBPyConnection, settings: Settings) -> WeekScan:
     waste: dict[dt.date, dict[str, float]] = {}
     for w in weeks:
         view = Filters(since=w, until=w + dt.timedelta(days=6))
-        shown = recommendations(con, filters=view, settings=settings, as_of=as_of)
-        every = recommendations(
-            con, filters=view, settings=settings, as_of=as_of, problems=False, min_usd_per_week=0.0
-        )
+        # one pass of the rules for both lists: the list a lead sees and every rule's own item
+        shown, every = recommendation_lists(con, (SHOWN, EVERY), filters=view, settings=settings, as_of=as_of)
         names = job_names(
             con, [r for f in (shown, every) for r in f.filter(f["target_type"] == "job")["target"].to_list()]
         )

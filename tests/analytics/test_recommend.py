@@ -14,7 +14,15 @@ import polars as pl
 import pytest
 
 from analytics.filters import Filters, horizon
-from analytics.recommend import KINDS, RECOMMENDATION_COLUMNS, as_json, recommendations, view_window
+from analytics.recommend import (
+    KINDS,
+    RECOMMENDATION_COLUMNS,
+    Listing,
+    as_json,
+    recommendation_lists,
+    recommendations,
+    view_window,
+)
 from analytics.savings import savings_total
 from gpuledger.ledger.db import memory_ledger, writer
 from gpuledger.ledger.settings import ClusterSettings, Settings
@@ -315,6 +323,43 @@ def test_no_items_below_the_minimum_and_none_for_an_empty_view():
     recommend_ledger(con)
     assert recommendations(con, filters=VIEW, min_usd_per_week=1000, problems=False).is_empty()
     assert recommendations(con, filters=Filters(teams=("nobody",))).is_empty()
+    con.close()
+
+
+def test_one_pass_gives_each_list_that_recommendations_gives():
+    """recommendation_lists runs the rules once and draws every list from that pass (gpuledger/items/scan.py
+    asks for two a week): each list is, frame for frame, what recommendations() gives for its floor and
+    ``problems``; an empty view gives an empty list for each."""
+    con = memory_ledger()
+    recommend_ledger(con)
+    lists = (Listing(), Listing(0.0, False), Listing(0.0, True), Listing(1000.0, False), Listing(60.0, False))
+    got = recommendation_lists(con, lists, filters=VIEW, settings=ELASTIC)
+    assert len(got) == len(lists)
+    for listing_, frame_ in zip(lists, got, strict=True):
+        expected = recommendations(
+            con,
+            filters=VIEW,
+            settings=ELASTIC,
+            min_usd_per_week=listing_.min_usd_per_week,
+            problems=listing_.problems,
+        )
+        assert frame_.to_dicts() == expected.to_dicts()
+        assert frame_.schema == expected.schema
+    # not vacuous: the lists differ (problems merge items; the floor leaves some out; 1000 leaves all out)
+    assert got[0].height < got[1].height and 0 < got[4].height < got[1].height and got[3].is_empty()
+    # the kinds keyword as in recommendations
+    (batch,) = recommendation_lists(
+        con, [Listing(0.0, False)], filters=VIEW, settings=ELASTIC, kinds=["larger_batch"]
+    )
+    assert (
+        batch.to_dicts()
+        == recommendations(
+            con, filters=VIEW, settings=ELASTIC, min_usd_per_week=0.0, problems=False, kinds=["larger_batch"]
+        ).to_dicts()
+    )
+    empty = recommendation_lists(con, lists, filters=Filters(teams=("nobody",)))
+    assert [f.is_empty() for f in empty] == [True] * len(lists)
+    assert all(f.schema == pl.Schema(RECOMMENDATION_COLUMNS) for f in empty)
     con.close()
 
 
