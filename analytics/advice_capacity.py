@@ -32,7 +32,7 @@ import polars as pl
 
 from analytics.advice_common import AdviceView, Found, Recommendation, plural, some
 from analytics.filters import Filters
-from analytics.query import frame
+from analytics.shared import ledger_frame, memo
 from analytics.waste import unallocated
 from gpuledger.ledger.settings import Settings
 
@@ -152,9 +152,14 @@ def hourly_held_many(con: duckdb.DuckDBPyConnection, windows: list[Window]) -> l
 
 def _paid_gpus(con: duckdb.DuckDBPyConnection, pairs: list[tuple[str, str | None]]) -> list[float]:
     """GPUs paid for per (cluster, GPU model): the declared count, or the cluster's physical GPUs of that
-    model seen in telemetry if more; one query for all the pairs."""
+    model seen in telemetry if more; one query for all the pairs, once per sharing block (:func:`memo`: the
+    same pairs each week of the items scan)."""
     if not pairs:
         return []
+    return list(memo(con, ("paid_gpus", tuple(pairs)), lambda: _read_paid_gpus(con, pairs)))
+
+
+def _read_paid_gpus(con: duckdb.DuckDBPyConnection, pairs: list[tuple[str, str | None]]) -> list[float]:
     rows = ", ".join("(?::INTEGER, ?::VARCHAR, ?::VARCHAR)" for _ in pairs)
     params: list[object] = [x for i, (c, m) in enumerate(pairs) for x in (i, c, m)]
     got = con.execute(
@@ -284,7 +289,7 @@ def idle_cluster_items(
     ``waste``: analytics.waste.job_waste rows of the view (idle_allocated_usd, underused_usd per job)."""
     # each job's busy share over all its days (samples_day), joined to the view's jobs: one statement and
     # one join, not a dict of every job's share filtered per cluster in Python
-    busy = frame(
+    busy = ledger_frame(  # all days of every job: once per sharing block (the items scan runs this weekly)
         con,
         """SELECT job_id, sum(util_s) / nullif(sum(util_cov_s), 0) AS busy FROM samples_day
            WHERE job_id IS NOT NULL GROUP BY job_id""",

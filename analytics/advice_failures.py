@@ -30,7 +30,7 @@ import polars as pl
 from analytics.advice_common import AdviceView, Found, Recommendation, family_stem, plural
 from analytics.badput import FAILURE_KINDS
 from analytics.batch_memory import bytes_per_param
-from analytics.query import frame
+from analytics.shared import ledger_frame
 from gpuledger.ledger.job_states import (
     COMPLETED,
     CRASHED_STATES,
@@ -92,7 +92,7 @@ def failure_items(
 ) -> list[Recommendation]:
     """All failure kinds for the view's jobs. ``failed``: job_id → its failed $ (analytics.waste)."""
     early_s = settings.early_fail_minutes * 60.0
-    extra = frame(
+    extra = ledger_frame(  # every job's: once per sharing block (the items scan runs this weekly)
         con,
         """SELECT j.job_id, j.last_checkpoint_ts, j.exit_reason, r.params, r.precision, r.optimizer, r.batch_size,
                   r.model

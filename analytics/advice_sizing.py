@@ -32,8 +32,7 @@ from analytics.advice_common import (
 )
 from analytics.diagnoses import THRESHOLDS, right_size, scaling_table, view_right_size
 from analytics.job_signals import with_active
-from analytics.query import frame
-from analytics.shared import active
+from analytics.shared import active, ledger_frame
 from analytics.telemetry_source import ROLLUPS
 from gpuledger.ledger.settings import Settings
 
@@ -137,7 +136,7 @@ def fewer_gpus(
     scaling = scaling_table(con, as_of=as_of)
     if scaling.is_empty():
         return items
-    runs = frame(
+    runs = ledger_frame(
         con,
         """SELECT r.job_id, concat_ws('|', r.model, j.gpu_model, r.precision, r.batch_size::VARCHAR,
                   r.seq_len::VARCHAR, CASE WHEN r.tokens_per_s IS NOT NULL THEN 'tokens' ELSE 'samples' END) AS family

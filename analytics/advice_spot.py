@@ -13,8 +13,7 @@ import polars as pl
 
 from analytics.advice_common import AdviceView, Found, held, job_item, job_label
 from analytics.diagnoses import TRAINING_KINDS
-from analytics.query import frame
-from gpuledger.ledger.prices import price_book
+from analytics.shared import ledger_frame, ledger_prices
 
 KINDS = ("use_spot",)
 
@@ -22,7 +21,7 @@ KINDS = ("use_spot",)
 def advise(v: AdviceView, found: Found) -> Found:
     """Per job: checkpointed on-demand training; saving = GPU-hours × (rate − spot × (1 + rework))."""
     con, s = v.con, v.settings
-    prices, day = price_book(con), (v.as_of or dt.datetime(9999, 1, 1)).date()
+    prices, day = ledger_prices(con), (v.as_of or dt.datetime(9999, 1, 1)).date()
     rework = s.spot_rework_pct / 100.0
     out: Found = []
     cands = v.jobs.filter(
@@ -31,7 +30,9 @@ def advise(v: AdviceView, found: Found) -> Found:
         & pl.col("cost_usd").is_not_null()
         & (pl.col("gpu_hours") > 0)
     )
-    ckpt = frame(con, "SELECT job_id, last_checkpoint_ts FROM jobs WHERE last_checkpoint_ts IS NOT NULL")
+    ckpt = ledger_frame(
+        con, "SELECT job_id, last_checkpoint_ts FROM jobs WHERE last_checkpoint_ts IS NOT NULL"
+    )
     for j in cands.join(ckpt, on="job_id").to_dicts():
         spot = prices.offered(j["gpu_model"], "spot", j["cluster"], day)  # the cluster's own rows first
         if spot is None:

@@ -74,6 +74,7 @@ from analytics.batch_throughput import (
 from analytics.filters import Filters, horizon
 from analytics.job_signals import view_jobs_sql
 from analytics.query import frame
+from analytics.shared import ledger_frame
 from gpuledger.ledger.job_states import FAILED_STATES, OOM
 from gpuledger.ledger.settings import Settings
 from gpuledger.ledger.thresholds import DEFAULT
@@ -507,7 +508,7 @@ def batch_recommendations(
     filters = filters or Filters()
     settings = settings or Settings()
     as_of = as_of or horizon(con)
-    runs = frame(
+    runs = ledger_frame(  # every run of the ledger: once per sharing block (the items scan: once, not weekly)
         con,
         """
         WITH peak AS (SELECT job_id, max(mem_used_max_mib) AS peak, max(mem_total_mib) AS total,

@@ -19,7 +19,7 @@ from analytics.filters import Filters, horizon
 from analytics.observed_capacity import observed_from_runs, observed_spans_ctes
 from analytics.periods import buckets_sql, job_bucket_costs_sql, view_weeks
 from analytics.query import frame
-from analytics.shared import kept, shared
+from analytics.shared import kept, memo, shared
 from gpuledger.ledger.cte import Cte, with_ctes
 from gpuledger.ledger.prices import PRICE_PERIODS_CTE, price_cluster_sql, price_tier_sql
 from gpuledger.ledger.settings import Settings
@@ -48,6 +48,12 @@ UNALLOCATED_COLUMNS = {
 
 
 def _data_start(con: duckdb.DuckDBPyConnection) -> dt.datetime | None:
+    """The ledger's first sample or job start; once per sharing block (:func:`memo`: each view's capacity
+    asks, the items scan once a week)."""
+    return memo(con, "data_start", lambda: _read_data_start(con))  # type: ignore[no-any-return]
+
+
+def _read_data_start(con: duckdb.DuckDBPyConnection) -> dt.datetime | None:
     row = con.execute(
         "SELECT least((SELECT min(ts) FROM samples), (SELECT min(start_ts) FROM jobs))"
     ).fetchall()

@@ -28,9 +28,9 @@ import polars as pl
 from analytics.filters import Filters, horizon
 from analytics.job_signals import view_jobs_sql, view_signals, with_active
 from analytics.query import frame
-from analytics.shared import active, memo, shared
+from analytics.shared import active, ledger_prices, memo, shared
 from analytics.unit_costs import ASSUMED_PRECISION
-from gpuledger.ledger.prices import PriceBook, price_book
+from gpuledger.ledger.prices import PriceBook
 from gpuledger.ledger.reference import GpuModel, catalog
 from gpuledger.ledger.settings import Settings
 from gpuledger.ledger.thresholds import DEFAULT, DIAGNOSIS_KEYS
@@ -121,6 +121,7 @@ SCALING_COLUMNS = {
 }
 
 
+@shared  # per ledger: the sizing rule asks once per view (the items scan: once a week), the diagnoses again
 def scaling_table(con: duckdb.DuckDBPyConnection, *, as_of: dt.datetime | None = None) -> pl.DataFrame:
     """Per run family measured at ≥ 2 GPU counts: throughput per GPU, efficiency, $ per unit (SCALING_COLUMNS)."""
     runs = _runs(con).with_columns(
@@ -160,7 +161,7 @@ def scaling_table(con: duckdb.DuckDBPyConnection, *, as_of: dt.datetime | None =
         .filter(pl.col("counts") >= 2)
     )
     per = per.join(multi.select("family"), on="family").sort("family", "gpu_count")
-    prices, day = price_book(con), (as_of or dt.datetime(9999, 1, 1)).date()
+    prices, day = ledger_prices(con), (as_of or dt.datetime(9999, 1, 1)).date()
     per = per.with_columns(
         (pl.col("tput_per_gpu") / pl.col("tput_per_gpu").first().over("family", order_by="gpu_count")).alias(
             "efficiency"
@@ -271,7 +272,7 @@ def right_size(
         & (pl.col("unused_gpus").fill_null(0) == 0)
         & (pl.col("sm_active_pct").is_not_null() | util.is_not_null())
     )
-    prices, day = price_book(con), (as_of or dt.datetime(9999, 1, 1)).date()
+    prices, day = ledger_prices(con), (as_of or dt.datetime(9999, 1, 1)).date()
     schema = {c: pl.Float64 for c in RIGHT_SIZE_COLUMNS} | {
         c: pl.Utf8 for c in ("job_id", "gpu_model", "basis", "candidate")
     }

@@ -28,6 +28,7 @@ import polars as pl
 
 from analytics.advice_common import RECURRING_JOB_KINDS, Recommendation, family_stem
 from analytics.query import frame
+from analytics.shared import memo
 
 MIN_RUNS = 2  # a run family (or a user) with at least this many jobs in the ledger recurs
 RECURRING_TARGETS = ("cluster",)  # a cluster's capacity is there every week
@@ -39,6 +40,19 @@ def history(
     """(the jobs of ``job_ids`` that recur, the users with at least MIN_RUNS jobs), from every job of the
     ledger that started up to ``as_of`` (all of them when None)."""
     wanted = {str(j) for j in job_ids}
+    jobs, habits = memo(con, ("recurrence", as_of), lambda: _ledger_history(con, as_of))
+    if jobs is None:
+        return set(), set()
+    recurs = jobs.filter(pl.col("job_id").is_in(list(wanted)))
+    return set(recurs["job_id"].to_list()), set(habits)
+
+
+def _ledger_history(
+    con: duckdb.DuckDBPyConnection, as_of: dt.datetime | None
+) -> tuple[pl.DataFrame | None, frozenset[str]]:
+    """(the ledger's jobs up to ``as_of`` that recur, the users with at least MIN_RUNS jobs): what
+    :func:`history` needs of the whole ledger, read once per sharing block (analytics.shared.memo; the items
+    scan marks each week's items against the same ledger). None for the jobs when the ledger has none."""
     cut = "WHERE start_ts <= ?" if as_of is not None else ""
     jobs = frame(
         con,
@@ -47,7 +61,7 @@ def history(
         [as_of] if as_of is not None else [],
     )
     if jobs.is_empty():
-        return set(), set()
+        return None, frozenset()
     keys = jobs["family_key"].unique().to_list()
     jobs = jobs.with_columns(
         pl.col("user_name").fill_null("(unknown)"),
@@ -57,11 +71,10 @@ def history(
         pl.len().over("user_name").alias("user_jobs"),
     )
     recurs = jobs.filter(
-        pl.col("job_id").is_in(list(wanted))
-        & (pl.col("kind").is_in(list(RECURRING_JOB_KINDS)) | (pl.col("family_runs") >= MIN_RUNS))
-    )
+        pl.col("kind").is_in(list(RECURRING_JOB_KINDS)) | (pl.col("family_runs") >= MIN_RUNS)
+    ).select("job_id")
     habits = jobs.filter(pl.col("user_jobs") >= MIN_RUNS)["user_name"].unique()
-    return set(recurs["job_id"].to_list()), set(habits.to_list())
+    return recurs, frozenset(habits.to_list())
 
 
 def recurring(item: Recommendation, jobs: set[str], users: set[str]) -> bool:

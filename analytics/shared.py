@@ -28,6 +28,9 @@ from typing import Any, TypeVar
 import duckdb
 import polars as pl
 
+from analytics.query import frame
+from gpuledger.ledger.prices import PriceBook, price_book
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 KEPT_STATES = 4  # ledger states (keys) whose results are kept; each holds at most ENTRIES results
@@ -170,6 +173,25 @@ def memo(con: duckdb.DuckDBPyConnection, key: Hashable, compute: Callable[[], An
     with _lock:
         store[key] = value
     return value
+
+
+def ledger_frame(con: duckdb.DuckDBPyConnection, sql: str, params: tuple[object, ...] = ()) -> pl.DataFrame:
+    """``frame(con, sql, params)`` of a statement that reads the ledger whole (no view's dates or filters in
+    it: every run of the ledger, each job's busy share over all its days), once per sharing block
+    (:func:`memo`, keyed by the statement and its parameters); a copy each time.
+
+    Why: the items scan (gpuledger/items/scan.py) runs the rules once a week, and each run read the same
+    whole-ledger rows again (the runs the batch and scaling rules fit, the checkpoints, the failed runs'
+    details): the same statement, the same rows, four times on the 28-day demo."""
+    out = memo(con, ("ledger_frame", sql, params), lambda: frame(con, sql, list(params)))
+    return out.clone()  # type: ignore[no-any-return]
+
+
+def ledger_prices(con: duckdb.DuckDBPyConnection) -> PriceBook:
+    """gpuledger.ledger.prices.price_book (the price rows in force), once per sharing block (:func:`memo`):
+    the rules ask for it three times a run, and the items scan runs them once a week (12 reads, 5 ms each,
+    on the 28-day demo). A PriceBook is frozen: the one object is handed out."""
+    return memo(con, "price_book", lambda: price_book(con))  # type: ignore[no-any-return]
 
 
 def horizon(con: duckdb.DuckDBPyConnection) -> dt.datetime | None:

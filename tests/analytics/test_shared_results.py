@@ -3,6 +3,7 @@ once and equal the plain calls; outside one (or under another key) a write is al
 
 from __future__ import annotations
 
+import datetime as dt
 import subprocess
 import sys
 from pathlib import Path
@@ -283,3 +284,36 @@ def test_recommendations_and_diagnoses_of_one_view_right_size_its_jobs_once(ledg
         assert recommendations(ledger).equals(plain_recs)
         assert diag.diagnoses(ledger).equals(plain_diag)
     assert len(calls) == 1
+
+
+def test_the_whole_ledger_reads_are_made_once_per_block_whatever_the_views(ledger, monkeypatch):
+    """The rules' reads of the whole ledger (analytics.shared.ledger_frame, ledger_prices: every run, every
+    job's checkpoint and busy share, the price book) and the recurrence history do not depend on the view:
+    inside a block two views (the items scan's weeks) read each once, and each view's list equals the plain
+    call; outside a block every call reads again."""
+    import analytics.recurrence as recurrence
+    import analytics.shared as shared_mod
+    from analytics.recommend import recommendations
+    from tests.analytics.recommend_ledgers import DAY, recommend_ledger
+
+    recommend_ledger(ledger)
+    views = (Filters(since=DAY, until=DAY), Filters(since=DAY - dt.timedelta(days=1), until=DAY))
+    plain = [recommendations(ledger, filters=v, problems=False) for v in views]
+    assert plain[0].height > 5  # the hand ledger: most kinds, so the rules that read the ledger whole run
+    reads: list[str] = []
+    real_frame, real_book, real_history = shared_mod.frame, shared_mod.price_book, recurrence._ledger_history
+    monkeypatch.setattr(
+        shared_mod, "frame", lambda con, sql, p=None: reads.append(sql) or real_frame(con, sql, p)
+    )
+    monkeypatch.setattr(shared_mod, "price_book", lambda con: reads.append("price_book") or real_book(con))
+    monkeypatch.setattr(
+        recurrence, "_ledger_history", lambda con, as_of: reads.append("history") or real_history(con, as_of)
+    )
+    with sharing(ledger, ("test", 12)):
+        for v, expected in zip(views, plain, strict=True):
+            assert recommendations(ledger, filters=v, problems=False).equals(expected)
+    assert "price_book" in reads and "history" in reads and len(reads) >= 5, reads
+    assert len(reads) == len(set(reads)), reads  # each read once for both views
+    once = len(reads)
+    recommendations(ledger, filters=views[0], problems=False)  # outside a block: each read again
+    assert set(reads[once:]) == set(reads[:once])
