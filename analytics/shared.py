@@ -282,6 +282,22 @@ def kept(fn: Callable[..., Any], con: duckdb.DuckDBPyConnection, **kwargs: Any) 
     return _copy(store[key])
 
 
+def keep(fn: Callable[..., Any], con: duckdb.DuckDBPyConnection, value: Any, **kwargs: Any) -> None:
+    """Hand ``value`` out in this block's state as what ``fn`` (a :func:`shared` function) returns for these
+    keywords: a result computed beside others in one statement, equal to what ``fn`` gives alone (each
+    week's unallocated capacity: analytics.capacity.prefetch_unallocated). Nothing outside a block."""
+    store = _active(con)
+    if store is None:
+        return
+    _, key = fn.shared_key(con, kwargs)  # type: ignore[attr-defined]
+    if key is None:
+        return
+    with _lock:
+        store[key] = value
+        while len(store) > ENTRIES:
+            store.popitem(last=False)
+
+
 def clear() -> None:
     """Forget every kept result (bench/pages.py's cold runs, like ``st.cache_data.clear``)."""
     with _lock:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import duckdb
 import polars as pl
 
+from analytics.capacity import prefetch_unallocated
 from analytics.filters import Filters, horizon
 from analytics.problems import OPERATORS
 from analytics.recommend import KIND_LABELS, Listing, recommendation_lists
@@ -105,8 +106,10 @@ def _scan(con: duckdb.DuckDBPyConnection, settings: Settings) -> WeekScan:
     weeks = complete_weeks(first[0].date(), as_of)
     listed: dict[dt.date, dict[str, Listed]] = {}
     waste: dict[dt.date, dict[str, float]] = {}
-    for w in weeks:
-        view = Filters(since=w, until=w + dt.timedelta(days=6))
+    views = [Filters(since=w, until=w + dt.timedelta(days=6)) for w in weeks]
+    # the capacity rule's unallocated capacity of every week in one statement, read by each week's pass
+    prefetch_unallocated(con, views, settings=settings, as_of=as_of)
+    for w, view in zip(weeks, views, strict=True):
         # one pass of the rules for both lists: the list a lead sees and every rule's own item
         shown, every = recommendation_lists(con, (SHOWN, EVERY), filters=view, settings=settings, as_of=as_of)
         names = job_names(

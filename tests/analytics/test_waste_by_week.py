@@ -225,3 +225,37 @@ def test_view_weeks_cover_the_data_and_an_unknown_key_is_refused(con):
 
 def test_an_empty_ledger_has_no_rows(ledger):
     assert waste_by_week(ledger).is_empty()
+
+
+def test_prefetched_weeks_capacity_equals_each_week_alone(con, monkeypatch):
+    """The items scan prefetches every week's unallocated capacity in one statement
+    (analytics.capacity.prefetch_unallocated); each week's unallocated() then reads it, and equals the week
+    computed alone, on both sides of the price change. A view outside the data, or views of other teams,
+    are not prefetched: they compute alone; outside a block nothing is kept."""
+    import analytics.capacity as capacity
+
+    weeks = [
+        Filters(since=dt.date(2025, 3, 3), until=dt.date(2025, 3, 9)),
+        Filters(since=dt.date(2025, 3, 10), until=dt.date(2025, 3, 16)),
+    ]
+    outside = Filters(since=dt.date(2030, 1, 7), until=dt.date(2030, 1, 13))
+    nlp = Filters(since=weeks[1].since, until=weeks[1].until, teams=("unallocated", "nlp"))
+    alone = [unallocated(con, filters=f, settings=SETTINGS) for f in weeks]  # outside a block: alone
+    assert all(a["unallocated_usd"].sum() > 0 for a in alone)  # capacity nobody held on both sides
+    calls: list[int] = []
+    real = capacity._unallocated_sql
+    monkeypatch.setattr(capacity, "_unallocated_sql", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with sharing(con):
+        capacity.prefetch_unallocated(con, [*weeks, outside], settings=SETTINGS)
+        read = [unallocated(con, filters=f, settings=SETTINGS) for f in weeks]
+        assert calls == []  # read from the one statement
+        for got, expected in zip(read, alone, strict=True):
+            assert got.equals(expected), (got, expected)  # to the bit (the 28-day demo's four weeks too)
+        assert unallocated(con, filters=outside, settings=SETTINGS).is_empty()
+        assert len(calls) == 1  # the view outside the data: alone
+        capacity.prefetch_unallocated(con, [weeks[0], nlp], settings=SETTINGS)  # other teams: not prefetched
+        unallocated(con, filters=nlp, settings=SETTINGS)
+        assert len(calls) == 2
+    capacity.prefetch_unallocated(con, weeks, settings=SETTINGS)  # outside a block: nothing kept
+    assert unallocated(con, filters=weeks[0], settings=SETTINGS).equals(alone[0])
+    assert len(calls) == 3
