@@ -76,13 +76,14 @@ if not policies:
         "replayed over the view's days."
     )
     example = example_policy()
-    st.markdown(
-        f"**Example policy (not configured): {md(example.name)}**: "
-        + md(spelled_out(example, settings.idle_util_pct))
-    )
-    show_replay(example, "--example")
-    st.markdown("To turn it on, paste this into the settings file (docs/settings.md):")
-    st.code(EXAMPLE_TOML, language="toml")
+    with st.container(border=True, key="guard_example"):
+        st.markdown(
+            f"**Example policy (not configured): {md(example.name)}**: "
+            + md(spelled_out(example, settings.idle_util_pct))
+        )
+        show_replay(example, "--example")
+        st.markdown("To turn it on, paste this into the settings file (docs/settings.md):")
+        st.code(EXAMPLE_TOML, language="toml")
 else:
     names = [p.name for p in policies]
     name = st.selectbox("Policy", names, key="guard_policy")
