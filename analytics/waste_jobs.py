@@ -10,6 +10,7 @@ joined and split by :func:`parts_sql`; where a price changes inside the view eac
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
 import duckdb
 import polars as pl
@@ -79,10 +80,17 @@ JOB_WASTE_COLUMNS = {
     "start_ts": "UTC (pseudo-jobs: first sample in the view)",
     "end_ts": "UTC, NULL while running",
     "week": "ISO week of the job's in-view start (YYYY-Www)",
+    "pricing_tier": "tier the job asked for",
+    "span_start": "start of the job's part inside the view (UTC)",
+    "span_end": "end of the job's part inside the view (UTC)",
     "gpu_hours": "held GPU-hours inside the view (a shared GPU's time beyond the job's share excluded)",
     "oversubscribed_gpu_hours": "GPU-hours declared on an oversubscribed shared GPU beyond the job's share",
     "covered_gpu_hours": "GPU-hours with a utilization reading, clamped to held",
-    "idle_gpu_hours": "GPU-hours in idle stretches outside the badput windows (clamped like covered)",
+    "idle_gpu_hours": "GPU-hours in idle stretches outside the badput windows (clamped like covered): "
+    "idle_allocated_usd's time",
+    "underused_gpu_hours": "underused_usd's GPU-hours",
+    "failed_gpu_hours": "failed_usd's GPU-hours (the badput windows' held time)",
+    "productive_gpu_hours": "productive_usd's GPU-hours (unmeasured_usd's are gpu_hours less the four)",
     "cost_usd": "in-view cost; NULL when unpriced",
     "failed": "true when the job was disrupted (its time after the last checkpoint is failed_usd)",
     "cancelled": "true when a person cancelled the job (its time is classified like a completed job's)",
@@ -122,14 +130,7 @@ def job_waste_sql(
     over the whole view was rate-averaged, $2.9125 where its two days sum to $2.8283)."""
     pieces = price_pieces(con, filters)
     if len(pieces) > 1:
-        buckets = buckets_sql(pieces)
-        sql, params = parts_sql(
-            job_bucket_costs_sql(filters, as_of, buckets),
-            job_bucket_totals_sql(con, filters, settings, as_of, buckets, source),
-            badput_sums_sql(con, filters, settings, as_of, source, buckets),
-            "job_id, week",
-            settings,
-        )
+        sql, params = _pieces_sql(con, filters, settings, as_of, source, pieces)
         return f"SELECT {_PIECES_TO_JOB} FROM ({sql}) GROUP BY job_id", params
     return parts_sql(
         job_costs_sql(filters, as_of),
@@ -140,14 +141,35 @@ def job_waste_sql(
     )
 
 
+def _pieces_sql(
+    con: duckdb.DuckDBPyConnection,
+    filters: Filters,
+    settings: Settings,
+    as_of: dt.datetime | None,
+    source: Source,
+    pieces: list[tuple[str, Filters]],
+) -> tuple[str, list[object]]:
+    """JOB_WASTE_COLUMNS per (job, piece of ``pieces``), each job cut at the pieces' bounds."""
+    buckets = buckets_sql(pieces)
+    return parts_sql(
+        job_bucket_costs_sql(filters, as_of, buckets),
+        job_bucket_totals_sql(con, filters, settings, as_of, buckets, source),
+        badput_sums_sql(con, filters, settings, as_of, source, buckets),
+        "job_id, week",
+        settings,
+    )
+
+
 # JOB_WASTE_COLUMNS of a job from its pieces' rows (one per price period of the view): sums, and the job's
 # descriptive columns; the week is that of its first piece
 _PIECES_TO_JOB = ", ".join(
     [f"any_value({c}) AS {c}" for c in ("team", "user_name", "cluster", "name", "kind", "state", "gpu_model")]
     + ["job_id", "any_value(gpu_count) AS gpu_count", "any_value(start_ts) AS start_ts",
-       "any_value(end_ts) AS end_ts", "min(week) AS week"]
+       "any_value(end_ts) AS end_ts", "min(week) AS week", "any_value(pricing_tier) AS pricing_tier",
+       "min(span_start) AS span_start", "max(span_end) AS span_end"]
     + [f"sum({c}) AS {c}" for c in ("gpu_hours", "oversubscribed_gpu_hours", "covered_gpu_hours",
-                                     "idle_gpu_hours", "cost_usd")]
+                                     "idle_gpu_hours", "underused_gpu_hours", "failed_gpu_hours",
+                                     "productive_gpu_hours", "cost_usd")]
     + ["bool_or(failed) AS failed", "bool_or(cancelled) AS cancelled"]
     + [f"sum({c}) AS {c}" for c in ("productive_usd", "idle_allocated_usd", "underused_usd", "failed_usd",
                                      "unmeasured_usd", "failed_lost_usd", "failed_checkpointed_usd")]
@@ -228,9 +250,14 @@ def parts_sql(
     select = """
     SELECT job_id, team, user_name, cluster, name, kind, state, gpu_model, gpu_count, start_ts, end_ts,
            strftime(span_start, '%G-W%V') AS week,
+           pricing_tier, span_start, span_end,
            held_s / 3600.0 AS gpu_hours, oversubscribed_gpu_hours,
            least(coalesce(util_cov_s, 0), held_s) / 3600.0 AS covered_gpu_hours,
+           -- each money part's GPU-hours (the part is rate × them): a what-if reprices them
            f * k_idle_s / 3600.0 AS idle_gpu_hours,
+           f * k_under_s / 3600.0 AS underused_gpu_hours,
+           lost_s / 3600.0 AS failed_gpu_hours,
+           f * (k_cov_s - k_idle_s - k_under_s) / 3600.0 AS productive_gpu_hours,
            cost_usd, failed, cancelled,
            productive_usd, idle_allocated_usd, underused_usd, failed_usd,
            cost_usd - failed_usd - idle_allocated_usd - underused_usd - productive_usd AS unmeasured_usd,
@@ -259,7 +286,46 @@ def job_waste(
     as_of: dt.datetime | None = None,
     source: Source = ROLLUPS,
 ) -> pl.DataFrame:
-    """One row per job of the view with its cost split into the taxonomy's parts (JOB_WASTE_COLUMNS)."""
+    """One row per job of the view with its cost split into the taxonomy's parts (JOB_WASTE_COLUMNS). Where a
+    price changes inside the view, the sum of :func:`job_waste_pieces`' rows (one statement for both: a what-if
+    reads the pieces beside the jobs)."""
     as_of = as_of or horizon(con)
+    if len(price_pieces(con, filters)) > 1:
+        return summed_pieces(
+            con, job_waste_pieces(con, filters=filters, settings=settings, as_of=as_of, source=source)
+        )
     sql, params = job_waste_sql(con, filters, settings, as_of, source)
     return frame(con, f"SELECT * FROM ({sql}) ORDER BY job_id", params)
+
+
+@shared
+def job_waste_pieces(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    filters: Filters = ALL_FILTERS,
+    settings: Settings = DEFAULT_SETTINGS,
+    as_of: dt.datetime | None = None,
+    source: Source = ROLLUPS,
+) -> pl.DataFrame:
+    """:func:`job_waste`'s rows before they are summed per job: one per (job, price piece of the view,
+    analytics.periods.price_pieces), ``span_start``/``span_end`` the piece's part of the job. Inside a piece
+    every price row in force is one rate (the pieces are cut wherever a row takes effect), so a piece's part
+    GPU-hours × a rate is what the bill gives for them at that rate: the what-if reprices a job from these
+    (analytics/whatif.py). With no price change inside the view, :func:`job_waste` itself."""
+    as_of = as_of or horizon(con)
+    pieces = price_pieces(con, filters)
+    if len(pieces) == 1:
+        return job_waste(con, filters=filters, settings=settings, as_of=as_of, source=source)
+    sql, params = _pieces_sql(con, filters, settings, as_of, source, pieces)
+    return frame(con, f"SELECT * FROM ({sql}) ORDER BY job_id, span_start", params)
+
+
+def summed_pieces(con: duckdb.DuckDBPyConnection, pieces: pl.DataFrame) -> pl.DataFrame:
+    """:func:`job_waste_pieces`' rows summed per job: :func:`job_waste`'s rows (its columns in the order of a
+    view cut in pieces)."""
+    name = f"job_waste_pieces_{uuid.uuid4().hex}"
+    con.register(name, pieces.to_arrow())
+    try:
+        return frame(con, f"SELECT {_PIECES_TO_JOB} FROM {name} GROUP BY job_id ORDER BY job_id")
+    finally:
+        con.unregister(name)

@@ -9,16 +9,19 @@ A change removes only the time and the part it touches (docs/metrics.md, "What-i
 
 - **team X on spot**: each job of team X on a cluster whose capacity is *elastic* (its tier in settings,
   ``[clusters.X] tier`` else ``pricing.default_tier``, is on_demand or spot: capacity bought by the hour) is
-  repriced at the spot price of its GPU model in force each day for its cluster (the job's GPU-hours spread
-  over its span inside the view, each moment at the row in force then: gpuledger/ledger/prices.py, the rule its
-  cost was billed by; on a day with no spot row in force yet, the on_demand one, as a job asking for spot is
-  billed); every part of *that job* shrinks by the same factor. Unallocated capacity never moves. On owned or
+  repriced at the spot price of its GPU model in force each day for its cluster, as the same ledger re-billed
+  with the job asking for spot would bill it: each piece of its time as the bill cut it (``pieces``, one per
+  price period of the view: :func:`whatif_jobs`) at the row in force over that piece
+  (gpuledger/ledger/prices.py, the rule its cost was billed by; on a day with no spot row in force yet, the
+  on_demand one), part by part (each part's GPU-hours at the new rate). A job unpriced as booked that has a
+  spot price is billed at it (its dollars come off the saving). Unallocated capacity never moves. On owned or
   reserved capacity (on_prem, reserved) the same GPU-hours are paid for whether a job runs on spot or not:
   nothing is saved unless capacity is released, and the change says so;
 - **GPU model Y instead of Z** at speed-up S: each job on Z runs its GPU-hours ÷ S on Y (S = 1: the same
-  GPU-hours), repriced at Y's price in force each day for the job's own tier and cluster, exactly as if the
-  ledger had booked Y; its parts scale with its cost. :func:`default_speedup` is S from the catalog: Y's dense
-  peak ÷ Z's at the jobs' precision (bf16 where none is logged);
+  GPU-hours), repriced at Y's price in force each day for the job's own tier and cluster, piece by piece and
+  part by part, exactly as if the ledger had booked Y (a job unpriced on Z is billed on Y).
+  :func:`default_speedup` is S from the catalog: Y's dense peak ÷ Z's at the jobs' precision (bf16 where none
+  is logged);
 - **a recommendation taken**: its counted saving (analytics.savings: a dollar two chosen items both claim is
   counted once) comes out of the part(s) its kind names (``addresses``), split over them by their size and
   capped at what is left of them.
@@ -72,6 +75,7 @@ class Change:
     jobs: int = 0
     parts: dict[str, float] = field(default_factory=dict)
     gpu_hours_saved: float = 0.0  # a model change's speed-up: the moved jobs' GPU-hours × (1 − 1/S)
+    priced_gpu_hours: float = 0.0  # GPU-hours without a price as booked that have one after the change
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -81,6 +85,7 @@ class Change:
             "jobs": self.jobs,
             "parts": dict(self.parts),
             "gpu_hours_saved": self.gpu_hours_saved,
+            "priced_gpu_hours": self.priced_gpu_hours,
         }
 
 
@@ -93,9 +98,21 @@ class WhatIf:
 
 
 REPRICE_COLUMNS = ("span_start", "span_end", "pricing_tier")  # what a reprice needs beside jobs_table's
+# each money part of a job and the column of its GPU-hours (analytics/waste_jobs.py: the part is the rate × them);
+# unmeasured_usd's GPU-hours are the job's gpu_hours less these
+PART_HOURS = {
+    "productive_usd": "productive_gpu_hours",
+    "idle_allocated_usd": "idle_gpu_hours",
+    "underused_usd": "underused_gpu_hours",
+    "failed_usd": "failed_gpu_hours",
+}
+PIECE_COLUMNS = ("span_start", "span_end", "gpu_hours", *PART_HOURS.values())  # a ``pieces`` entry's fields
+UNMEASURED = "unmeasured_usd"
+CENT = 0.005  # a job whose change is under half a cent stays as it is
 
 
 def _job_rows(jobs: pl.DataFrame) -> list[dict[str, Any]]:
+    """The jobs a change may reprice, priced or not (a job without a price at its tier may have one after)."""
     missing = [c for c in REPRICE_COLUMNS if c not in jobs.columns]
     if missing and jobs.height:
         raise ValueError(
@@ -110,74 +127,148 @@ def _job_rows(jobs: pl.DataFrame) -> list[dict[str, Any]]:
             "gpu_model",
             "gpu_hours",
             "cost_usd",
+            "pieces",
             *REPRICE_COLUMNS,
             *JOB_PARTS,
         )
         if c in jobs.columns
     ]
-    return jobs.filter(pl.col("cost_usd").is_not_null()).select(cols).to_dicts()
+    return jobs.select(cols).to_dicts()
+
+
+def _pieces(j: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Job ``j``'s time as the bill cut it (``pieces``, :func:`whatif_jobs`: one per price piece of the view,
+    each with its span and each part's GPU-hours); a frame without them (a page's own copy, a worked
+    example) is one piece, the job's span, each part's GPU-hours read back from its dollars. None when that
+    cannot be done (no span, or an unpriced job without pieces)."""
+    if j.get("pieces"):
+        return j["pieces"]
+    start, end, hours, cost = (
+        j.get("span_start"),
+        j.get("span_end"),
+        j.get("gpu_hours") or 0.0,
+        j.get("cost_usd"),
+    )
+    if hours <= 0:
+        return []
+    if start is None or end is None or end <= start or cost is None or cost <= 0:
+        return None
+    per_hour = cost / hours
+    return [
+        {
+            "span_start": start,
+            "span_end": end,
+            "gpu_hours": hours,
+            **{h: (j.get(k) or 0.0) / per_hour for k, h in PART_HOURS.items()},
+        }
+    ]
+
+
+def repriced_parts(
+    j: dict[str, Any],
+    model: str | None,
+    tier: str | None,
+    prices: PriceBook,
+    *,
+    speedup: float = 1.0,
+    fallback: bool = True,
+) -> dict[str, float] | None:
+    """Job ``j``'s parts (JOB_PARTS → $) were it billed as ``model`` asking for ``tier`` on its cluster, its
+    GPU-hours ÷ ``speedup``: each piece of its time as the bill cut it (:func:`_pieces`; inside a piece every
+    price in force is one rate) at the price in force over that piece (gpuledger/ledger/prices.py, the rule
+    its cost was billed by, docs/metrics.md "What-if"), part by part, so the parts are what the ledger
+    re-billed so would give. None when unpriced. ``fallback``: on days the tier has no row in force, the
+    on_demand price in force, as a job asking for the tier is billed."""
+    pieces = _pieces(j)
+    if pieces is None:
+        return None
+    out = dict.fromkeys(JOB_PARTS, 0.0)
+    for p in pieces:
+        a, b = p["span_start"], p["span_end"]
+        wall = (b - a).total_seconds() / 3600.0 if a is not None and b is not None else 0.0
+        if wall <= 0:
+            continue
+        usd = prices.usd(model, tier or "", j.get("cluster"), a, b, fallback=fallback)
+        if usd is None:
+            return None
+        per_gpu_hour = usd / wall / speedup
+        hours = {k: p.get(h) or 0.0 for k, h in PART_HOURS.items()}
+        hours[UNMEASURED] = (p.get("gpu_hours") or 0.0) - sum(hours.values())
+        for k, h in hours.items():
+            out[k] += per_gpu_hour * h
+    return out
 
 
 def repriced_usd(
     j: dict[str, Any], model: str | None, tier: str | None, prices: PriceBook, *, fallback: bool = True
 ) -> float | None:
-    """Job ``j`` (gpu_hours, cluster, span_start, span_end) at ``model``'s ``tier`` price: its GPU-hours
-    spread over its span inside the view, each moment at the price in force then for the job's cluster
-    (gpuledger/ledger/prices.py: the rule its cost was billed by, docs/metrics.md "What-if"); None when
-    unpriced. ``fallback``: on days the tier has no row in force, the on_demand price in force, as a job
-    asking for the tier is billed."""
-    start, end, hours = j["span_start"], j["span_end"], j["gpu_hours"] or 0.0
-    if start is None or end is None or end <= start:
-        return None if hours > 0 else 0.0
-    per_gpu = prices.usd(model, tier or "", j.get("cluster"), start, end, fallback=fallback)
-    if per_gpu is None:
-        return None
-    return hours * per_gpu / ((end - start).total_seconds() / 3600.0)
+    """Job ``j``'s dollars at ``model``'s ``tier`` price: :func:`repriced_parts` summed (None when unpriced)."""
+    parts = repriced_parts(j, model, tier, prices, fallback=fallback)
+    return None if parts is None else sum(parts.values())
 
 
-def _scaled(rows: list[dict[str, Any]], factor: dict[str, float]) -> dict[str, float]:
-    """Σ over the jobs with a factor of each part × (1 − factor): what each part loses."""
-    out = dict.fromkeys(JOB_PARTS, 0.0)
-    for j in rows:
-        f = factor.get(j["job_id"])
-        if f is None:
-            continue
-        for k in JOB_PARTS:
-            out[k] += (j.get(k) or 0.0) * (1.0 - f)
-    return out
+def _lost(j: dict[str, Any], new: dict[str, float]) -> dict[str, float]:
+    """What each part of job ``j`` loses when its parts become ``new`` (negative: it grows; an unpriced job's
+    parts are $0 before)."""
+    return {k: (j.get(k) or 0.0) - new[k] for k in JOB_PARTS}
+
+
+def _add(total: dict[str, float], more: dict[str, float]) -> None:
+    for k, v in more.items():
+        total[k] = total.get(k, 0.0) + v
+
+
+def _newly_priced(n: int, hours: float, usd: float, what: str) -> str:
+    return (
+        f"; {n:,} job(s) without a price as booked ({hours:,.1f} GPU-hours, not in the spend) are priced "
+        f"{what}: ${usd:,.2f} added to the figures after the change (the saving is net of it)"
+        if n
+        else ""
+    )
 
 
 def reprice_team_on_spot(
     jobs: pl.DataFrame, team: str, prices: PriceBook, settings: Settings | None = None
 ) -> Change:
     """Team ``team``'s jobs on elastic capacity at their GPU model's spot price in force each day (see the
-    module docstring)."""
+    module docstring): each job as the ledger would bill it asking for spot. A job that spot does not make
+    cheaper stays; a job without a price as booked that has one on spot is billed at it."""
     settings = settings or Settings()
-    factor: dict[str, float] = {}
+    lost = dict.fromkeys(JOB_PARTS, 0.0)
+    moved = 0
     no_price: set[str] = set()
     owned: dict[str, float] = {}
-    rows = [j for j in _job_rows(jobs) if j["team"] == team]
-    for j in rows:
+    newly = [0, 0.0, 0.0]  # jobs without a price before, their GPU-hours, their spot dollars
+    for j in _job_rows(jobs):
+        if j["team"] != team:
+            continue
         hours, cost, model = j["gpu_hours"] or 0.0, j["cost_usd"], j["gpu_model"]
-        if cost is None or cost <= 0 or hours <= 0 or model is None:
+        if (cost is not None and cost <= 0) or hours <= 0 or model is None:
             continue
         if not prices.periods(model, SPOT, j.get("cluster"), fallback=False):
             no_price.add(model)
             continue
-        new = repriced_usd(j, model, SPOT, prices)
-        if new is None or new >= cost - 0.005:
+        new = repriced_parts(j, model, SPOT, prices)
+        if new is None:
+            continue
+        new_cost = sum(new.values())
+        if cost is not None and new_cost >= cost - CENT:
             continue
         tier = settings.cluster_tier(j.get("cluster"))
         if tier not in ELASTIC_TIERS:
-            key = f"{j.get('cluster') or '(no cluster)'} ({tier})"
-            owned[key] = owned.get(key, 0.0) + cost - new
+            if cost is not None:
+                key = f"{j.get('cluster') or '(no cluster)'} ({tier})"
+                owned[key] = owned.get(key, 0.0) + cost - new_cost
             continue
-        factor[j["job_id"]] = new / cost
-    parts = _scaled(rows, factor)
+        _add(lost, _lost(j, new))
+        moved += 1
+        if cost is None:
+            newly = [newly[0] + 1, newly[1] + hours, newly[2] + new_cost]
     text = (
         "the same GPU-hours at the spot price in force each day for each job's GPU model and cluster, on "
-        "clusters whose capacity is bought by the hour; each moved job's parts shrink with its cost, "
-        "unallocated capacity does not move; restarts after a preemption are not counted (checkpoint often)"
+        "clusters whose capacity is bought by the hour; each part of a moved job at the new price for its own "
+        "GPU-hours, unallocated capacity does not move; restarts after a preemption are not counted "
+        "(checkpoint often)"
     )
     if owned:
         text += (
@@ -188,25 +279,26 @@ def reprice_team_on_spot(
         )
     if no_price:
         text += f"; no spot price for {', '.join(sorted(no_price))}: those jobs stay as they are"
-    return Change(f"team {team} on spot", sum(parts.values()), text, len(factor), parts)
+    text += _newly_priced(int(newly[0]), newly[1], newly[2], "at spot")
+    return Change(f"team {team} on spot", sum(lost.values()), text, moved, lost, priced_gpu_hours=newly[1])
 
 
-def _model_costs(
+def _model_parts(
     rows: list[dict[str, Any]], old: str, new: str, prices: PriceBook, speedup: float = 1.0
-) -> dict[str, float]:
-    """The new cost of each priced job on ``old`` were it on ``new``: its GPU-hours ÷ ``speedup`` over the same
-    span, the job's own tier and cluster, the price in force each day (:func:`repriced_usd`)."""
+) -> dict[str, dict[str, float]]:
+    """The new parts of each job on ``old`` were it on ``new`` (priced or not as booked): its GPU-hours ÷
+    ``speedup`` over the same pieces of time, the job's own tier and cluster, the price in force each day
+    (:func:`repriced_parts`)."""
     if not speedup > 0:
         raise ValueError(f"a speed-up must be above 0, got {speedup}")
-    out: dict[str, float] = {}
+    out: dict[str, dict[str, float]] = {}
     for j in rows:
-        if j["gpu_model"] != old or (j["cost_usd"] or 0) <= 0:
+        cost = j["cost_usd"]
+        if j["gpu_model"] != old or (cost is not None and cost <= 0) or (j["gpu_hours"] or 0.0) <= 0:
             continue
-        usd = repriced_usd(
-            {**j, "gpu_hours": (j["gpu_hours"] or 0.0) / speedup}, new, j.get("pricing_tier"), prices
-        )
-        if usd is not None:
-            out[j["job_id"]] = usd
+        parts = repriced_parts(j, new, j.get("pricing_tier"), prices, speedup=speedup)
+        if parts is not None:
+            out[j["job_id"]] = parts
     return out
 
 
@@ -228,15 +320,25 @@ def default_speedup(jobs: pl.DataFrame, old: str, new: str) -> tuple[float, str]
 
 def reprice_model(jobs: pl.DataFrame, old: str, new: str, prices: PriceBook, speedup: float = 1.0) -> Change:
     """Jobs on ``old`` run their GPU-hours ÷ ``speedup`` on ``new``, at its price in force each day for their
-    tier and cluster; their parts scale with the new cost."""
+    tier and cluster, part by part, as the ledger would bill them had it booked ``new`` (a job without a
+    price on ``old`` is billed on ``new`` too)."""
     rows = [j for j in _job_rows(jobs) if j["gpu_model"] == old]
-    costs = _model_costs(rows, old, new, prices, speedup)
-    if rows and not costs:
+    moved = _model_parts(rows, old, new, prices, speedup)
+    if rows and not moved:
         return Change(f"{new} instead of {old}", 0.0, f"no price for {new}: nothing repriced", 0)
-    factor = {k: v / next(j["cost_usd"] for j in rows if j["job_id"] == k) for k, v in costs.items()}
-    parts = _scaled(rows, factor)
-    hours = sum(j["gpu_hours"] or 0.0 for j in rows if j["job_id"] in costs)
-    mean = sum(costs.values()) / hours if hours > 0 else 0.0
+    lost = dict.fromkeys(JOB_PARTS, 0.0)
+    newly = [0, 0.0, 0.0]
+    for j in rows:
+        if j["job_id"] in moved:
+            _add(lost, _lost(j, moved[j["job_id"]]))
+            if j["cost_usd"] is None:
+                newly = [
+                    newly[0] + 1,
+                    newly[1] + (j["gpu_hours"] or 0.0),
+                    newly[2] + sum(moved[j["job_id"]].values()),
+                ]
+    hours = sum(j["gpu_hours"] or 0.0 for j in rows if j["job_id"] in moved)
+    mean = sum(sum(p.values()) for p in moved.values()) / hours if hours > 0 else 0.0
     runs = (
         "no speed-up or slow-down assumed"
         if speedup == 1.0
@@ -244,13 +346,15 @@ def reprice_model(jobs: pl.DataFrame, old: str, new: str, prices: PriceBook, spe
     )
     return Change(
         f"{new} instead of {old}",
-        sum(parts.values()),
+        sum(lost.values()),
         f"{hours:,.1f} GPU-hours on {old}; {runs}, at {new}'s price in force each day for each job's tier and "
-        f"cluster (${mean * speedup:,.2f}/GPU-h on average); each job's parts scale with its cost; a negative "
-        "saving means the change costs more",
-        len(costs),
-        parts,
+        f"cluster (${mean * speedup:,.2f}/GPU-h on average); each part of a job at the new price for its own "
+        "GPU-hours; a negative saving means the change costs more"
+        + _newly_priced(int(newly[0]), newly[1], newly[2], f"on {new}"),
+        len(moved),
+        lost,
         hours * (1.0 - 1.0 / speedup),
+        newly[1],
     )
 
 
@@ -258,25 +362,40 @@ def after_model_change(
     jobs: pl.DataFrame, old: str, new: str, prices: PriceBook, speedup: float = 1.0
 ) -> pl.DataFrame:
     """``jobs`` as they would be after :func:`reprice_model`: the jobs on ``old`` now on ``new`` at its price
-    in force, their parts scaled with it, so that a later change (a team on spot) reprices them once, from
-    there."""
-    costs = _model_costs(_job_rows(jobs), old, new, prices, speedup)
-    if not costs:
+    in force, their parts and GPU-hours (and their pieces' GPU-hours) with it, so that a later change (a team
+    on spot) reprices them once, from there."""
+    moved = _model_parts(_job_rows(jobs), old, new, prices, speedup)
+    if not moved:
         return jobs
-    new_cost = pl.col("job_id").replace_strict(costs, default=None, return_dtype=pl.Float64)
-    moved = new_cost.is_not_null()
-    factor = new_cost / pl.col("cost_usd")
-    scaled = [
-        pl.when(moved).then(pl.col(k) * factor).otherwise(pl.col(k)).alias(k)
-        for k in JOB_PARTS
-        if k in jobs.columns
-    ]
-    return jobs.with_columns(
-        *scaled,
-        pl.when(moved).then(new_cost).otherwise(pl.col("cost_usd")).alias("cost_usd"),
-        pl.when(moved).then(pl.lit(new)).otherwise(pl.col("gpu_model")).alias("gpu_model"),
-        pl.when(moved).then(pl.col("gpu_hours") / speedup).otherwise(pl.col("gpu_hours")).alias("gpu_hours"),
+    is_moved = pl.col("job_id").is_in(list(moved))
+
+    def value(k: str | None) -> pl.Expr:
+        got = {jid: (sum(p.values()) if k is None else p[k]) for jid, p in moved.items()}
+        return pl.col("job_id").replace_strict(got, default=None, return_dtype=pl.Float64)
+
+    out = jobs.with_columns(
+        *[
+            pl.when(is_moved).then(value(k)).otherwise(pl.col(k)).alias(k)
+            for k in JOB_PARTS
+            if k in jobs.columns
+        ],
+        pl.when(is_moved).then(value(None)).otherwise(pl.col("cost_usd")).alias("cost_usd"),
+        pl.when(is_moved).then(pl.lit(new)).otherwise(pl.col("gpu_model")).alias("gpu_model"),
+        pl.when(is_moved)
+        .then(pl.col("gpu_hours") / speedup)
+        .otherwise(pl.col("gpu_hours"))
+        .alias("gpu_hours"),
     )
+    if "pieces" in out.columns and speedup != 1.0:
+        hours = ("gpu_hours", *PART_HOURS.values())
+        col = [
+            [{**p, **{c: p[c] / speedup for c in hours if p.get(c) is not None}} for p in ps]
+            if jid in moved and ps
+            else ps
+            for jid, ps in zip(out["job_id"].to_list(), out["pieces"].to_list(), strict=True)
+        ]
+        out = out.with_columns(pl.Series("pieces", col, dtype=out.schema["pieces"]))
+    return out
 
 
 def recommendations_change(chosen: pl.DataFrame, left: dict[str, float]) -> Change | None:
@@ -332,6 +451,8 @@ def apply(summary: dict[str, Any], changes: list[Change]) -> dict[str, Any]:
     after["spend_usd"] = sum(w[k] for k in PART_KEYS)
     if hours := sum(c.gpu_hours_saved for c in changes):
         after["gpu_hours"] = (summary.get("gpu_hours") or 0.0) - hours
+    if (priced := sum(c.priced_gpu_hours for c in changes)) and "unpriced_gpu_hours" in summary:
+        after["unpriced_gpu_hours"] = max(0.0, (summary["unpriced_gpu_hours"] or 0.0) - priced)
     after.update(headline_figures(w))
     after["idle_usd"] = w["idle_allocated_usd"]
     return after
@@ -443,20 +564,23 @@ def per_week(usd: float | None, days: float | None) -> float | None:
 
 
 def whatif_jobs(con: duckdb.DuckDBPyConnection, *, filters: Filters, settings: Settings) -> pl.DataFrame:
-    """The view's jobs with their parts (analytics.jobs.jobs_table) and what a reprice needs beside them:
-    each job's span inside the view and the tier it asked for (analytics.cost.job_costs, the same view and
-    horizon), so that a change prices each day at the price in force then."""
-    from analytics.cost import job_costs
-    from analytics.jobs import jobs_table
+    """The view's jobs with their parts (analytics.waste_jobs.job_waste: the rows ``jobs --json`` and the
+    summary sum, with each job's span inside the view and the tier it asked for) and ``pieces``, each job's
+    time as the bill cut it (job_waste_pieces: one entry per price piece of the view, each with its span, its
+    GPU-hours and each part's), so that a change prices each piece's GPU-seconds at the price in force then,
+    as the same ledger re-billed would. Only what a what-if reads: not jobs_table's utilization percentiles,
+    unit costs and summaries (measured on a generated two-day ledger: 0.9 s → 0.3 s)."""
     from analytics.query import frame
+    from analytics.waste_jobs import job_waste_pieces, summed_pieces
 
-    jobs = jobs_table(con, filters=filters, settings=settings)
-    spans = job_costs(con, filters=filters).select("job_id", *REPRICE_COLUMNS)
+    cut = job_waste_pieces(con, filters=filters, settings=settings, as_of=horizon(con))
+    jobs = summed_pieces(con, cut)  # = job_waste's rows, without computing them again
+    pieces = cut.group_by("job_id").agg(pl.struct(*PIECE_COLUMNS).sort_by("span_start").alias("pieces"))
     # the precision a job's run logged: a model swap's default speed-up is the peaks' ratio at it
     logged = frame(
         con,
         "SELECT job_id, any_value(lower(precision)) AS precision FROM training_runs "
         "WHERE precision IS NOT NULL GROUP BY job_id",
     )
-    out = jobs.join(spans, on="job_id", how="left")
+    out = jobs.join(pieces, on="job_id", how="left")
     return out.join(logged.cast({"job_id": out.schema["job_id"]}), on="job_id", how="left")

@@ -3,7 +3,7 @@
 The what-if reprices jobs in Python (:class:`gpuledger.ledger.prices.PriceBook`: a page holds a few thousand
 jobs in a frame). :func:`repriced_sql` reprices the same jobs inside one query with the SQL form of the same
 rule (``PRICE_PERIODS_CTE``), as the job costs are billed: the ledger's jobs with their model or tier swapped,
-each GPU-hour at the row in force then. The two must agree job by job; a disagreement means the two forms of
+each GPU-second at the row in force then. The two must agree job by job; a disagreement means the two forms of
 the price in force have drifted apart, or a change priced one day at another day's row (issue 41: the latest
 row applied to every day).
 """
@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from analytics.cost import job_costs_sql
+from analytics.cost import billed_cost_sql, job_costs_sql, shared_segments_sql
 from analytics.filters import Filters, horizon
 from analytics.query import frame
 from gpuledger.ledger.cte import Cte, with_ctes
@@ -27,38 +27,42 @@ ALL = Filters()
 TOLERANCE_USD = 0.01  # a cent over the whole comparison: float sums of the same dollars in another order
 
 
-def repriced_sql(
-    filters: Filters, as_of: dt.datetime | None, *, model: str | None = None, tier: str | None = None
-) -> tuple[str, list[object]]:
-    """Each priced job of the view (job_id, team, cluster, booked_model, gpu_model, pricing_tier, gpu_hours, cost_usd) and
-    ``new_usd``: its GPU-hours spread over its span inside the view, each moment at the price in force then
-    for ``model`` (default: its own) asked at ``tier`` (default: its own) on its cluster; ``key_tier``: the
-    tier of the key (on_demand where the model has no row of the asked tier there)."""
-    jobs_sql, jobs_params = job_costs_sql(filters, as_of)
-    moved = """
-        SELECT job_id, team, cluster, gpu_hours, cost_usd, span_start, span_end, gpu_model AS booked_model,
-               coalesce(?::VARCHAR, gpu_model) AS gpu_model, coalesce(?::VARCHAR, pricing_tier) AS pricing_tier
-        FROM jc WHERE cost_usd IS NOT NULL AND span_end > span_start"""
-    select = """
-        SELECT kc.job_id, any_value(kc.team) AS team, any_value(kc.cluster) AS cluster,
-               any_value(kc.booked_model) AS booked_model, any_value(kc.gpu_model) AS gpu_model,
-               any_value(kc.pricing_tier) AS pricing_tier,
-               any_value(kc.key_tier) AS key_tier, any_value(kc.gpu_hours) AS gpu_hours,
-               any_value(kc.cost_usd) AS cost_usd,
-               any_value(kc.gpu_hours) / (epoch(any_value(kc.span_end) - any_value(kc.span_start)) / 3600.0)
-                 * sum(epoch(least(kc.span_end, p.p_to) - greatest(kc.span_start, p.p_from)) / 3600.0
-                       * p.usd_per_gpu_hour) AS new_usd
-        FROM kc LEFT JOIN periods p
+# each job's dollars at its swapped key, each price period's declared time less its own cut at that period's rate
+NEW_COST_SQL = f"""
+        SELECT kc.job_id, {billed_cost_sql("kc")} AS cost_usd
+        FROM kc JOIN periods p
           ON p.gpu_model = kc.gpu_model AND p.tier = kc.key_tier AND p.cluster IS NOT DISTINCT FROM kc.key_cluster
          AND p.p_from < kc.span_end AND p.p_to > kc.span_start
         GROUP BY kc.job_id"""
+
+
+def repriced_sql(
+    filters: Filters, as_of: dt.datetime | None, *, model: str | None = None, tier: str | None = None
+) -> tuple[str, list[object]]:
+    """Each job of the view, priced or not (job_id, team, cluster, booked_model, gpu_model, pricing_tier,
+    gpu_hours, cost_usd) and ``new_usd``: the same ledger re-billed with ``model`` (default: its own) asked at
+    ``tier`` (default: its own), each GPU-second it is billed for at the price in force then on its cluster
+    (analytics.cost.billed_cost_sql, the bill's own form); NULL where that is unpriced. ``key_tier``: the tier
+    of the key (on_demand where the model has no row of the asked tier there)."""
+    jobs_sql, jobs_params = job_costs_sql(filters, as_of)
+    moved = """
+        SELECT job_id, team, cluster, gpu_count, gpu_hours, cost_usd, span_start, span_end,
+               gpu_model AS booked_model, coalesce(?::VARCHAR, gpu_model) AS gpu_model,
+               coalesce(?::VARCHAR, pricing_tier) AS pricing_tier
+        FROM jc WHERE span_end > span_start"""
+    select = """
+        SELECT kc.job_id, kc.team, kc.cluster, kc.booked_model, kc.gpu_model, kc.pricing_tier, kc.key_tier,
+               kc.gpu_hours, kc.cost_usd, nu.cost_usd AS new_usd
+        FROM kc LEFT JOIN nu USING (job_id)"""
     return with_ctes(
         [
             Cte("jc", jobs_sql, tuple(jobs_params)),
+            Cte("shared", shared_segments_sql()),
             Cte("moved", moved, (model, tier)),
             Cte("kt", f"SELECT m.*, {price_tier_sql('m', 'm.pricing_tier')} AS key_tier FROM moved m"),
             Cte("kc", f"SELECT kt.*, {price_cluster_sql('kt', 'kt.key_tier')} AS key_cluster FROM kt"),
             PRICE_PERIODS_CTE,
+            Cte("nu", NEW_COST_SQL),
         ],
         select,
     )
@@ -84,23 +88,28 @@ def spot_saving_sql(con: duckdb.DuckDBPyConnection, team: str, settings: Setting
     r = repriced(con, filters, tier=SPOT).filter(pl.col("team") == team)
     out = 0.0
     for j in r.iter_rows(named=True):
+        cost = j["cost_usd"]
         if j["key_tier"] != SPOT or j["new_usd"] is None or (j["gpu_hours"] or 0) <= 0:
             continue
-        if settings.cluster_tier(j["cluster"]) not in ELASTIC_TIERS or j["new_usd"] >= j["cost_usd"] - 0.005:
+        if (cost is not None and cost <= 0) or settings.cluster_tier(j["cluster"]) not in ELASTIC_TIERS:
             continue
-        out += j["cost_usd"] - j["new_usd"]
+        if cost is not None and j["new_usd"] >= cost - 0.005:
+            continue
+        out += (cost or 0.0) - j["new_usd"]  # a job unpriced as booked is billed on spot: it adds
     return out
 
 
 def model_saving_sql(con: duckdb.DuckDBPyConnection, old: str, new: str, filters: Filters) -> float | None:
     """What running ``old``'s jobs on ``new`` saves, from :func:`repriced` (None when ``new`` prices none)."""
     moved = repriced(con, filters, model=new).filter(
-        (pl.col("booked_model") == old) & (pl.col("cost_usd") > 0)
+        (pl.col("booked_model") == old)
+        & (pl.col("gpu_hours") > 0)
+        & (pl.col("cost_usd").is_null() | (pl.col("cost_usd") > 0))
     )
     priced = moved.filter(pl.col("new_usd").is_not_null())
     if moved.height and not priced.height:
         return None
-    return float((priced["cost_usd"] - priced["new_usd"]).sum()) if priced.height else 0.0
+    return float((priced["cost_usd"].fill_null(0.0) - priced["new_usd"]).sum()) if priced.height else 0.0
 
 
 def negative_money(summary: dict[str, Any], jobs: pl.DataFrame) -> list[str]:
