@@ -475,6 +475,20 @@ def budgets(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> li
     return rows
 
 
+@cached("Forecasting the month…")
+def month_forecasts(con: duckdb.DuckDBPyConnection, s: Settings, filters: Filters) -> list[dict[str, Any]]:
+    """``gpuledger budgets --forecast team:NAME --json`` for each team of the view (every team the ledger knows
+    when the view names none), then ``--forecast fleet`` when it names none: the month's spend so far and its
+    forecast, for the Budgets page of a view without a budget."""
+    from gpuledger.budgets.status import as_of, forecast_row
+
+    if as_of(con) is None:
+        return []
+    teams = filters.teams or tuple(known_names(con, "team"))
+    specs = [f"team:{t}" for t in teams] + ([] if filters.teams else ["fleet"])
+    return [forecast_row(con, spec, "month", s) for spec in specs]
+
+
 @cached()
 def budget_days(
     con: duckdb.DuckDBPyConnection, s: Settings, scope: str, target: str | None, first: dt.date, day: dt.date

@@ -10,11 +10,12 @@ from pages import _budget_view, _data, _ui, _view
 filters = _view.open_page("Budgets", caption=False)
 rows = _data.budgets(filters)
 if not rows:
-    _ui.no_rows(
+    st.info(
         'No budget for this view. Add one to the settings, e.g. `[[budget]]` with `team = "nlp"`, '
         '`amount_usd = 12000` and `period = "month"` (docs/settings.md); `gpuledger budgets --forecast '
         "team:NAME` forecasts any team without one."
     )
+    _budget_view.without_budgets(filters)
     st.stop()
 st.caption(
     f"As of {rows[0]['as_of']}, the ledger's last day. The forecast adds each day left at the team's weekly rhythm "

@@ -157,6 +157,7 @@ def forecast_row(
     return {
         "scope": scope,
         "name": spec,
+        "target": target or None,
         "period": period,
         "period_label": period_label(first, period),
         "period_start": first.isoformat(),

@@ -32,8 +32,17 @@ PAGES = [
     ("upload", "upload", ["Upload a file", "Accepted formats"]),
     ("reports", "reports", ["Weekly report", "Headline", "Spend and waste by team", "HTML (mail)"]),
     ("whatif", "whatif", ["What if", "Take these recommendations", "Changes and assumptions"]),
-    ("budgets", "budgets", ["Budgets", "budget"]),
-    ("guard", "guard", ["Replay a policy over history", "What the guard did"]),
+    ("budgets", "budgets", ["Budgets", "budget", "This month without a budget", "The fleet"]),
+    (
+        "guard",
+        "guard",
+        [
+            "Replay a policy over history",
+            "Example policy (not configured)",
+            "To turn it on",
+            "What the guard did",
+        ],
+    ),
     ("settings", "settings", ["Prices in force", "Thresholds", "Clusters"]),
 ]
 

@@ -1,6 +1,6 @@
 """``gpuledger guard``: act on idle GPUs while they burn, after pricing the policy over history first.
 
-- ``guard replay --since D --until D [--policy NAME] [--json]``: the ``[[guard.policy]]`` tables run over the
+- ``guard replay --since D --until D [--policy NAME | --example] [--json]``: the ``[[guard.policy]]`` tables run over the
   ledger's history (gpuledger/guard/replay.py): per job each warning, the cancel, the GPU-hours and $ the cancel
   would have saved, and the false alarms. Reads only.
 - ``guard run [--every 5m] [--enforce]``: the policies on the jobs running now (gpuledger/guard/live.py). Without
@@ -22,6 +22,7 @@ from gpuledger.cli.commands._common import UsageError, add_db_options, print_jso
 from gpuledger.cli.live.repeat import poll_until_stopped
 from gpuledger.guard import live
 from gpuledger.guard.edge import KubeTarget
+from gpuledger.guard.example import example_policy
 from gpuledger.guard.replay import replay
 from gpuledger.ledger.db import reader, sync_reference, writer
 from gpuledger.ledger.errors import LedgerError
@@ -48,6 +49,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--until", type=times.day, required=True, help="last UTC day included")
     r.add_argument(
         "--policy", action="append", default=[], metavar="NAME", help="only this policy (repeatable)"
+    )
+    r.add_argument(
+        "--example",
+        action="store_true",
+        help="replay the example policy (docs/settings.md) instead of the settings' policies",
     )
     r.add_argument("--json", action="store_true", help="the replay as JSON")
     add_db_options(r)
@@ -115,7 +121,9 @@ def run_replay(args: argparse.Namespace) -> int:
     if args.until < args.since:
         raise UsageError("--until is before --since")
     settings = load_settings(args.settings)
-    policies = _policies(settings, args.policy)
+    if args.example and args.policy:
+        raise UsageError("--example replays the example policy alone: leave out --policy")
+    policies = (example_policy(),) if args.example else _policies(settings, args.policy)
     sync_reference(args.db, settings)
     with reader(args.db) as con:
         out = replay(con, since=args.since, until=args.until, settings=settings, policies=policies)
