@@ -28,6 +28,10 @@ dealt by size: collectors/attribute.py rule 3b now time-slices the least-held in
 After the what-if re-bills each job as the ledger would (issue 41: a job unpriced as booked billed at spot, a
 shared GPU-second priced at its own day's row), measured 2026-12-07 08:50 on the shared 2-core machine: seed 2,
 25 examples, 0 failed, 5.51 s each (138 s); seed 3, 40 examples, 0 failed, 6.10 s each (244 s).
+
+Measured 2026-12-07 09:02-09:44 at main 901194f (issue 41's shapes generated, check_whatif on each example with
+the what-if re-billing and billed_cost_sql fixes), on the 2-core machine at load 3-12 (a full test run and a helper
+beside it): seed 0, **200 examples, 0 failed**, 12.22 s each, 2,445 s in all.
 """
 
 from __future__ import annotations
