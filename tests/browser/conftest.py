@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+from playwright.sync_api import Error as PlaywrightError
 
 from tests.conftest import ROOT, built_once, demo_template, gpuledger, run_folder
 
@@ -276,28 +277,29 @@ NAV = {
 
 
 def choose(page: Page, box: str, option: str, *, exact: bool = True, typed: str | None = None) -> None:
-    """Pick ``option`` in the select box labelled ``box`` as a person does: open it, (type ``typed`` to bring
-    an option of a long, virtual list into view), click the option.
+    """Pick ``option`` in the select box labelled ``box`` as a person does: open it, type to narrow its list
+    (``typed``, else the option itself: a long list is virtual, and a short list moves less), click the option,
+    and see the box show it.
 
-    A box clicked while its page is still settling after a rerun can close again before its list draws (seen
-    on a loaded machine: the box focused, no list); so it is opened again, up to three times, until the option
-    shows."""
-    field = page.get_by_test_id("stSelectbox").filter(has_text=box).locator("input")
-    field.scroll_into_view_if_needed()
+    On a loaded machine a box clicked while its page settles after a rerun can close before its list draws, or
+    keep its list open with the click lost (both seen in CI); so each try ends only when the box shows the
+    option, and up to three are made."""
+    select = page.get_by_test_id("stSelectbox").filter(has_text=box)
+    field = select.locator("input")
     wanted = page.get_by_role("option", name=option, exact=exact)
     for attempt in range(3):
-        field.click()
-        if typed is not None:
-            field.fill(typed)
         try:
-            wanted.wait_for(timeout=10_000)
-            break
-        except Exception:
+            field.scroll_into_view_if_needed()
+            field.click()
+            field.fill(typed if typed is not None else option)
+            wanted.click(timeout=10_000)
+            expect(field).to_have_value(option, timeout=10_000)
+            return
+        except (AssertionError, PlaywrightError):
             if attempt == 2:
                 raise
             page.keyboard.press("Escape")
             wait_for_app(page)
-    wanted.click()
 
 
 def navigate(page: Page, path: str) -> None:

@@ -377,7 +377,7 @@ def test_upload_of_more_hosts_than_lines_pools_the_busiest_and_still_opens_them(
     )
     wait_for_app(page)
     expect(page.get_by_test_id("stPlotlyChart").first).to_contain_text("21 other hosts", timeout=30_000)
-    choose(page, "Open a host", "h75", typed="h75")  # the list of 80 is virtual: type to bring h75 into it
+    choose(page, "Open a host", "h75")  # the list of 80 is virtual: choose() types to bring h75 into it
     wait_for_app(page)
     expect(page.get_by_test_id("stPlotlyChart")).to_have_count(2, timeout=30_000)
     shots(page, "upload-many-hosts")
