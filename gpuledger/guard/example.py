@@ -34,6 +34,11 @@ def _minutes(m: float) -> str:
     return f"{m:g} idle minutes"
 
 
+def _named(*groups: tuple[str, tuple[str, ...]]) -> list[str]:
+    """``label a, b`` for each group with values, in order (the exemptions and the scope alike)."""
+    return [f"{label} {', '.join(values)}" for label, values in groups if values]
+
+
 def spelled_out(policy: Policy, idle_util_pct: float) -> str:
     """A policy's parameters in one sentence (``idle_util_pct``: the ledger's threshold, the default of
     ``util_pct``), e.g. "a job is idle when all of its GPUs sit at or under 0 % utilization …"."""
@@ -59,17 +64,13 @@ def spelled_out(policy: Policy, idle_util_pct: float) -> str:
     )
     parts.append(", ".join(steps))
     ex = policy.exemptions
-    spared = [
-        f"{label} {', '.join(values)}"
-        for label, values in (
-            ("users", ex.users),
-            ("accounts", ex.accounts),
-            ("QOS", ex.qos),
-            ("labels", ex.labels),
-            ("job names", ex.names),
-        )
-        if values
-    ]
+    spared = _named(
+        ("users", ex.users),
+        ("accounts", ex.accounts),
+        ("QOS", ex.qos),
+        ("labels", ex.labels),
+        ("job names", ex.names),
+    )
     if ex.interactive_max_gpus is not None:
         spared.append(
             f"interactive jobs of up to {ex.interactive_max_gpus:g} GPUs for their first "
@@ -78,16 +79,12 @@ def spelled_out(policy: Policy, idle_util_pct: float) -> str:
     if spared:
         parts.append("exempt: " + "; ".join(spared))
     sc = policy.scope
-    within = [
-        f"{label} {', '.join(values)}"
-        for label, values in (
-            ("clusters", sc.clusters),
-            ("partitions", sc.partitions),
-            ("namespaces", sc.namespaces),
-            ("kinds", sc.kinds),
-        )
-        if values
-    ]
+    within = _named(
+        ("clusters", sc.clusters),
+        ("partitions", sc.partitions),
+        ("namespaces", sc.namespaces),
+        ("kinds", sc.kinds),
+    )
     if within:
         parts.append("only " + "; ".join(within))
     return "; ".join(parts) + "."
