@@ -34,10 +34,12 @@ the what-if re-billing and billed_cost_sql fixes), on the 2-core machine at load
 beside it): seed 0, **200 examples, 0 failed**, 12.22 s each, 2,445 s in all.
 
 Then at fd2df73, quiet machine: seed 1, 100 examples, **6 failed** (examples 56-61, variants of one shape), 6.89 s
-each: the two days' productive_usd do not add to the whole ledger's (56: $3.00 + $14.83 vs $17.65). The job is a
-FAILED host-level job (no card named) on a 2-card host across midnight; analytics/waste_jobs.py caps the samples
-at the kept held time per view (``f``), a min() that is not additive when the excess coverage falls unevenly on
-the two days. Pre-existing: the shape fails the same way at a9810ad. Open in issue 41's note.
+each: the two days' productive_usd do not add to the whole ledger's (56: $3.00 + $14.83 vs $17.65). The job (j4,
+FAILED, 1 GPU, 22:30-16:00 across midnight, last checkpoint 05:00) time-slices its host's one card with two other
+jobs, so its held GPU-seconds are cut unevenly over its span; analytics/waste_jobs.py takes the failed (badput)
+seconds as the view's held seconds x (lost wall seconds / span seconds): whole 16 x 11/17.5 = 10.06 GPU-h, the
+days 0 + 14.5 x 11/16 = 9.97. Fix next: the declared GPU-seconds inside the badput windows less the shared cut
+inside them (shared_cut_sql with the window's bounds, as billed_cost_sql does for price periods). Pre-existing: the shape fails the same way at a9810ad. Open in issue 41's note.
 """
 
 from __future__ import annotations
