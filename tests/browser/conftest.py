@@ -147,6 +147,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     port = _free_port()
     log = tmp / "streamlit.log"
     argv = [*streamlit_argv(port), "--server.fileWatcherType", "none", "--server.runOnSave", "false"]
+    with served(argv, port, db, env, log) as server:
+        yield server
+    # A page that failed quietly (a swallowed exception, a deprecation) still leaves a trace in the log.
+    text = log.read_text(errors="replace")
+    for sign in ("Traceback", "Error", "Warning", "deprecated"):
+        assert sign not in text, f"the streamlit server logged {sign!r}:\n{text[-3000:]}"
+
+
+@contextlib.contextmanager
+def served(argv: list[str], port: int, db: str, env: dict[str, str], log: Path) -> Iterator[Server]:
+    """A dashboard server started by ``argv`` on ``port`` (its output in ``log``), the :class:`Server` once its
+    health check answers; stopped (terminated, killed after 10 s) when the block ends."""
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -160,10 +172,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    # A page that failed quietly (a swallowed exception, a deprecation) still leaves a trace in the log.
-    text = log.read_text(errors="replace")
-    for sign in ("Traceback", "Error", "Warning", "deprecated"):
-        assert sign not in text, f"the streamlit server logged {sign!r}:\n{text[-3000:]}"
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,6 @@ import csv
 import io
 import json
 import os
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -34,9 +33,9 @@ from tests.browser.conftest import (
     Server,
     _build_ledger,
     _free_port,
-    _wait_healthy,
     navigate,
     screenshot,
+    served,
     wait_for_app,
 )
 
@@ -120,19 +119,8 @@ speech = ["{LEAD}"]
         _build_ledger(db)
     log = tmp / "dashboard.log"
     argv = [sys.executable, "-m", "gpuledger", "dashboard", "--no-demo", "--port", str(port), "--db", db]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(url, proc, log)
-        yield Server(url, db, env, log)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with served(argv, port, db, env, log) as server:
+        yield server
     text = log.read_text(errors="replace")
     assert "Traceback" not in text, text[-3000:]
     assert "with sign-in" in text and "warning:" not in text  # loopback: no exposure warning

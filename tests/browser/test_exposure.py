@@ -19,7 +19,6 @@ import json
 import os
 import re
 import socket
-import subprocess
 import sys
 import urllib.parse
 from collections.abc import Iterator
@@ -34,11 +33,11 @@ from tests.browser.conftest import (
     Server,
     _build_ledger,
     _free_port,
-    _wait_healthy,
     assert_no_exception,
     navigate,
     open_page,
     screenshot,
+    served,
     wait_for_app,
 )
 
@@ -115,18 +114,8 @@ def exposed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log = tmp / "dashboard.log"
     argv = [sys.executable, "-m", "gpuledger", "dashboard", "--no-demo", "--host", "0.0.0.0"]
     argv += ["--port", str(port), "--db", db]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        _wait_healthy(f"http://127.0.0.1:{port}", proc, log)
-        yield Server(f"http://127.0.0.1:{port}", db, env, log)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with served(argv, port, db, env, log) as server:
+        yield server
 
 
 def number(text: str) -> bool:

@@ -5,7 +5,6 @@ metrics and the actions' line as a person sees them, no exception, no None or na
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,11 +15,11 @@ from tests.browser.conftest import (
     CHROMIUM,
     Server,
     _free_port,
-    _wait_healthy,
     assert_clean,
     assert_no_exception,
     open_page,
     screenshot,
+    served,
 )
 from tests.conftest import ROOT
 from tests.guard.test_guard_page import guarded  # noqa: F401  (the ledger fixture)
@@ -37,19 +36,8 @@ def guard_server(guarded: str) -> Iterator[Server]:  # noqa: F811
     port = _free_port()
     log = Path(guarded).parent / "streamlit.log"
     argv = [*streamlit_argv(port), "--server.fileWatcherType", "none", "--server.runOnSave", "false"]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(url, proc, log)
-        yield Server(url, guarded, env, log)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with served(argv, port, guarded, env, log) as server:
+        yield server
     text = log.read_text(errors="replace")
     for sign in ("Traceback", "Error", "Warning", "deprecated"):
         assert sign not in text, f"the streamlit server logged {sign!r}:\n{text[-3000:]}"

@@ -14,7 +14,6 @@ import base64
 import http.client
 import os
 import socket
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,9 +29,9 @@ from tests.browser.conftest import (
     Server,
     _build_ledger,
     _free_port,
-    _wait_healthy,
     navigate,
     open_page,
+    served,
 )
 
 LISTED = "gpu.example.com"  # dashboard.allowed_hosts in the settings below
@@ -56,19 +55,8 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     port = _free_port()
     log = tmp / "dashboard.log"
     argv = [sys.executable, "-m", "gpuledger", "dashboard", "--no-demo", "--port", str(port), "--db", db]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(url, proc, log)
-        yield Server(url, db, env, log)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with served(argv, port, db, env, log) as server:
+        yield server
     assert "Traceback" not in log.read_text(errors="replace")
 
 
