@@ -15,8 +15,8 @@ import uuid
 import duckdb
 import polars as pl
 
-from analytics.badput import badput_sums_sql, disrupted_sql, lost_wall_s_sql, windows_sql
-from analytics.cost import job_costs_sql
+from analytics.badput import badput_sums_sql, disrupted_sql, lost_held_s_sql, windows_sql
+from analytics.cost import job_costs_sql, shared_segments_sql
 from analytics.filters import Filters, horizon
 from analytics.periods import buckets_sql, job_bucket_costs_sql, price_pieces
 from analytics.query import frame
@@ -215,9 +215,7 @@ def parts_sql(
                CASE WHEN held_s > 0 THEN cost_usd / held_s ELSE 0 END AS rate,
                -- badput (analytics/badput.py): the held GPU-time in the badput windows (a disrupted job's
                -- time after its last checkpoint, all of it when none is known; a retry's restart overhead)
-               CASE WHEN epoch(span_end - span_start) > 0
-                    THEN held_s * least(1.0, {lost_wall_s_sql("b")} / epoch(span_end - span_start))
-                    ELSE 0.0 END AS lost_s,
+               least(held_s, {lost_held_s_sql("b")}) AS lost_s,
                -- the samples outside the badput windows: the rest of the job's time is classified on them
                greatest(0, coalesce(util_cov_s, 0) - bad_cov_s) AS k_cov_s,
                greatest(0, coalesce(idle_s, 0) - bad_idle_s) AS k_idle_s,
@@ -272,7 +270,8 @@ def parts_sql(
     """
     return with_ctes(
         [Cte("jc", jobs[0], tuple(jobs[1])), Cte("t", totals[0], tuple(totals[1])),
-         Cte("bad", bad[0], tuple(bad[1])), Cte("bw", windows_sql()), chain],
+         Cte("bad", bad[0], tuple(bad[1])), Cte("bw", windows_sql()), Cte("shared", shared_segments_sql()),
+         chain],
         select,
     )  # fmt: skip
 

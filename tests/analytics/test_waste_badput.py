@@ -132,3 +132,29 @@ def test_a_retry_loses_its_restart_overhead_up_to_its_first_logged_step(con, sou
     assert row["failed_basis"] == "restart overhead: start to the first logged step"
     # the first attempt (no log) has no restart overhead
     assert job_waste(con, filters=Filters(since=(T0 + dt.timedelta(days=1)).date())).is_empty()
+
+
+@pytest.mark.parametrize("source", [ROLLUPS, ORACLE], ids=["rollups", "oracle"])
+def test_a_failed_run_on_a_card_shared_before_its_checkpoint_loses_what_it_held_after(con, source):
+    # r fails Mon 20:00 → Tue 06:00 on h1:0 (checkpoint 22:00); s time-slices the card with it 20:00–22:00.
+    # r held ½ × 2 h + 8 h = 9 GPU-h; the 8 h after its checkpoint it held alone: 8 × $2.99 lost, 1 h productive.
+    # (A wall-time share of its held hours gave 9 × 8/10 = 7.2 h lost, and its two days 1.5 + 6 = 7.5 h.)
+    ingest(
+        con,
+        jobs=[job("r", 1200, 1800, state="FAILED", last_checkpoint_ts=at(1320)), job("s", 1200, 1320)],
+        allocations=[alloc("r", "h1:0", 1200, 1800), alloc("s", "h1:0", 1200, 1320)],
+        samples=series("h1:0", 1200, [90.0] * 600),
+        gpus=[gpu("h1:0")],
+    )
+    rows = {r["job_id"]: r for r in job_waste(con, source=source).iter_rows(named=True)}
+    r = rows["r"]
+    assert r["cost_usd"] == pytest.approx(9 * RATE)
+    assert r["failed_gpu_hours"] == pytest.approx(8.0)
+    assert r["failed_usd"] == pytest.approx(8 * RATE)
+    assert r["productive_usd"] == pytest.approx(1 * RATE)
+    assert r["unmeasured_usd"] == pytest.approx(0.0, abs=1e-9)
+    assert rows["s"]["productive_usd"] == pytest.approx(1 * RATE)
+    monday, tuesday = (Filters(since=d, until=d) for d in (T0.date(), T0.date() + dt.timedelta(days=1)))
+    days = [job_waste(con, filters=f, source=source).filter(job_id="r").row(0, named=True) for f in (monday, tuesday)]
+    assert [d["failed_gpu_hours"] for d in days] == pytest.approx([2.0, 6.0])  # Monday 22:00-24:00, Tuesday 0-6
+    assert [d["productive_usd"] for d in days] == pytest.approx([RATE, 0.0], abs=1e-9)
