@@ -80,7 +80,9 @@ def lost_held_s_sql(alias: str) -> str:
     restart_hi = f"least(coalesce({a}.restart_to, {a}.span_start), {a}.span_end)"
     declared = f"""{a}.gpu_count * (greatest(0, epoch({a}.span_end - {lost_lo}))
                                      + greatest(0, epoch({restart_hi} - {a}.span_start)))"""
-    cut = f"{shared_cut_sql(a, lost_lo, f'{a}.span_end')} + {shared_cut_sql(a, f'{a}.span_start', restart_hi)}"
+    cut = (
+        f"{shared_cut_sql(a, lost_lo, f'{a}.span_end')} + {shared_cut_sql(a, f'{a}.span_start', restart_hi)}"
+    )
     return f"greatest(0, {declared} - ({cut}))"
 
 

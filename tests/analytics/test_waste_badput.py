@@ -155,6 +155,10 @@ def test_a_failed_run_on_a_card_shared_before_its_checkpoint_loses_what_it_held_
     assert r["unmeasured_usd"] == pytest.approx(0.0, abs=1e-9)
     assert rows["s"]["productive_usd"] == pytest.approx(1 * RATE)
     monday, tuesday = (Filters(since=d, until=d) for d in (T0.date(), T0.date() + dt.timedelta(days=1)))
-    days = [job_waste(con, filters=f, source=source).filter(job_id="r").row(0, named=True) for f in (monday, tuesday)]
-    assert [d["failed_gpu_hours"] for d in days] == pytest.approx([2.0, 6.0])  # Monday 22:00-24:00, Tuesday 0-6
+    days = [
+        job_waste(con, filters=f, source=source).filter(job_id="r").row(0, named=True)
+        for f in (monday, tuesday)
+    ]
+    # Monday 22:00-24:00, Tuesday 00:00-06:00
+    assert [d["failed_gpu_hours"] for d in days] == pytest.approx([2.0, 6.0])
     assert [d["productive_usd"] for d in days] == pytest.approx([RATE, 0.0], abs=1e-9)
