@@ -15,7 +15,7 @@ from typing import Any
 import duckdb
 
 from analytics.filters import Filters, horizon
-from gpuledger.items import tracker
+from gpuledger.items import sidecar, tracker
 from gpuledger.items.scan import WeekScan, monday, scan
 from gpuledger.ledger.settings import Settings
 
@@ -23,8 +23,7 @@ _CACHE: dict[tuple[Any, ...], WeekScan] = {}
 
 
 def _scan(con: duckdb.DuckDBPyConnection, settings: Settings) -> WeekScan:
-    state = con.execute("SELECT max(ingest_id), count(*) FROM ingests").fetchone()
-    key = (id(con), horizon(con), settings.fingerprint(), state)
+    key = (id(con), sidecar.state_key(con, settings.fingerprint(), horizon(con)))
     if key not in _CACHE:
         _CACHE.clear()  # one ledger state at a time
         _CACHE[key] = scan(con, settings=settings)

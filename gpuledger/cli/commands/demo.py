@@ -7,7 +7,8 @@ import time
 
 from gpuledger.cli.commands._common import _date, add_db_options, print_json
 from gpuledger.demo.build import DEFAULT_DAYS, DEFAULT_END, DEFAULT_SEED, MIN_DAYS, build_demo
-from gpuledger.ledger.db import resolve_db, sync_reference, writer
+from gpuledger.items.scan import scan
+from gpuledger.ledger.db import reader, resolve_db, sync_reference, writer
 from gpuledger.ledger.settings import load_settings
 
 
@@ -51,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
     sync_reference(args.db, settings)
     with writer(args.db) as con:
         rows = build_demo(con, days=args.days, seed=args.seed, end=args.end, settings=settings)
+    with reader(args.db) as con:
+        scan(con, settings=settings)  # the items' weeks, kept beside the ledger for every cold page to read
     seconds = time.perf_counter() - started
     if args.json:
         print_json(
