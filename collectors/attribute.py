@@ -42,7 +42,9 @@ smallest job id, so the stamping is the same on every run (gpuledger/ledger/shar
 any shared stretch so, allocations that name the card too, and counts each for every holder by its share). Fractional GPU counts are dealt as whole cards (rounded, at least 1); splitting one card among
 several jobs is the shared-GPU rule's business, not this one's.
 
-Each job then gets ``jobs.attribution``: ``none`` when no sample is tied to it, ``by_share`` when any of its
+Each job then gets ``jobs.attribution`` (gpuledger/ledger/shares.py ``attribution_update_sql``, also run when a
+card's split changes): ``none`` when no sample is tied to it (a sample inside a stretch of a card it shares is
+its too, stamped with the stretch's first holder), ``by_share`` when any of its
 GPUs were dealt by share, else ``exact``. A job whose tied GPUs all report one catalog model of the same
 family as the job's model (``A100-40GB`` from a bare ``gres/gpu:a100`` on cards reporting "NVIDIA
 A100-SXM4-80GB") — or that has no model — takes the telemetry's model, so it is priced as the card it ran on.
@@ -87,6 +89,7 @@ import duckdb
 from gpuledger.ledger.job_states import HELD_STATES
 from gpuledger.ledger.mig import GPU_SLICES_SQL
 from gpuledger.ledger.sample_time import MAX_REACH, sample_end_sql
+from gpuledger.ledger.shares import attribution_update_sql
 from gpuledger.ledger.sql import sql_list
 
 FOREVER = dt.datetime.max
@@ -737,14 +740,7 @@ def _record_methods(con: duckdb.DuckDBPyConnection, ingest_id: int, hosts: list[
            UNION SELECT job_id FROM host_attribution WHERE host IN (SELECT unnest(?::VARCHAR[]))""",
         [ingest_id, ingest_id, hosts],
     )
-    con.execute(
-        """UPDATE jobs SET attribution = CASE
-               WHEN j.job_id NOT IN (SELECT DISTINCT job_id FROM samples
-                                     WHERE job_id IN (SELECT job_id FROM attr_jobs)) THEN 'none'
-               WHEN j.job_id IN (SELECT job_id FROM host_attribution WHERE method = 'by_share') THEN 'by_share'
-               ELSE 'exact' END
-           FROM attr_jobs j WHERE jobs.job_id = j.job_id"""
-    )
+    con.execute(attribution_update_sql("temp.attr_jobs"))
     # telemetry names the card; a scheduler's gres type often only the family (a100 → A100-40GB)
     family = "regexp_extract({}, '^(RTX-)?[A-Za-z]+[0-9]+')"
     con.execute(

@@ -309,7 +309,7 @@ SCHEMA_V2: list[str] = [
     ALTER TABLE allocations ADD COLUMN IF NOT EXISTS gpu_index INTEGER -- GPU index on the host the scheduler named (sacct --json gres_detail IDX); gpu_id stays NULL
     """,
     """
-    ALTER TABLE jobs ADD COLUMN IF NOT EXISTS attribution VARCHAR -- how samples were tied to the job: exact | by_share | none (collectors/attribute.py)
+    ALTER TABLE jobs ADD COLUMN IF NOT EXISTS attribution VARCHAR -- how samples were tied to the job: exact | by_share | none (gpuledger/ledger/shares.py attribution_update_sql: a sample in a stretch of a card the job shares is its too)
     """,
     """
     CREATE TABLE IF NOT EXISTS host_attribution (

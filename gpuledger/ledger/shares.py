@@ -198,6 +198,24 @@ SHARED_SEGMENTS_SQL = f"""
 SHARES_COLUMNS = "job_id, gpu_id, s_from, s_to, share, cut"
 
 
+def attribution_update_sql(jobs: str) -> str:
+    """The one definition of ``jobs.attribution``, as an UPDATE of the jobs whose ids the relation ``jobs``
+    holds: ``none`` when no sample is the job's (stamped with it, or inside a stretch of a card it shares:
+    such a sample is stamped with the stretch's first holder, :func:`_stamp_first_holder`, and counts for
+    every holder by its share), else ``by_share`` when any of its host-level card ties was dealt by share
+    (collectors/attribute.py rules 6 and 7), else ``exact``. Run by the landing for the jobs it touched and
+    by :func:`refresh_shares` for the jobs whose split changed (the split is made after the landing's)."""
+    return f"""UPDATE jobs SET attribution = CASE
+               WHEN j.job_id NOT IN (SELECT DISTINCT job_id FROM samples WHERE job_id IN (SELECT job_id FROM {jobs}))
+                    AND j.job_id NOT IN (SELECT s.job_id FROM gpu_shares s
+                                         WHERE s.job_id IN (SELECT job_id FROM {jobs})
+                                           AND EXISTS (SELECT 1 FROM samples x WHERE x.gpu_id = s.gpu_id
+                                                       AND x.ts >= s.s_from AND x.ts < s.s_to)) THEN 'none'
+               WHEN j.job_id IN (SELECT job_id FROM host_attribution WHERE method = 'by_share') THEN 'by_share'
+               ELSE 'exact' END
+           FROM (SELECT DISTINCT job_id FROM {jobs} WHERE job_id IS NOT NULL) j WHERE jobs.job_id = j.job_id"""
+
+
 def refresh_shares(con: duckdb.DuckDBPyConnection) -> int:
     """Bring ``gpu_shares`` up to date with the allocations, host ties and process shares now in the ledger.
 
@@ -228,6 +246,8 @@ def refresh_shares(con: duckdb.DuckDBPyConnection) -> int:
             """INSERT INTO gpu_shares SELECT * FROM temp.shares_new
                WHERE gpu_id IN (SELECT gpu_id FROM temp.shares_changed) ORDER BY gpu_id, s_from, job_id"""
         )
+        # jobs that gained or lost a share of a card: which samples are theirs changed with it
+        con.execute(attribution_update_sql("temp.shares_changed"))
     con.execute("DROP TABLE temp.shares_new")
     con.execute("DROP TABLE temp.shares_changed")
     _stamp_first_holder(con)

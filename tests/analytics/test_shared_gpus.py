@@ -157,3 +157,27 @@ def test_two_host_level_jobs_on_a_one_card_host_share_its_hour(ledger):
     assert totals["spend_usd"] == pytest.approx(RATE)  # one card-hour
     assert totals["unallocated_usd"] == pytest.approx(0.0)
     assert round(sum(totals[p] for p in PARTS), 9) == round(totals["spend_usd"], 9)
+    # both jobs read the card: b's samples are a's stamped ones, counted for b by its share
+    assert ledger.execute("SELECT job_id, attribution FROM jobs ORDER BY job_id").fetchall() == [
+        ("a", "exact"),
+        ("b", "by_share"),
+    ]
+    assert rows["b"]["gpu_hours"] == pytest.approx(0.5)
+    assert job_waste(ledger).filter(job_id="b")["unmeasured_usd"][0] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_jobs_time_slicing_a_named_card_both_have_its_telemetry(ledger):
+    """Two allocations name card h1:0 for the same hour (time-slicing): its samples are stamped with a, the
+    stretch's first holder, and count for each by its share; neither job is "no telemetry"
+    (jobs.attribution, gpuledger/ledger/shares.py attribution_update_sql), and the summary's note does not
+    say so. Before: b read "none" while its productive dollars came from the same samples."""
+    from analytics.summary import summary
+
+    _shared(ledger, [("a", 0, 60, 1.0), ("b", 0, 60, 1.0)], samples_min=60)
+    assert ledger.execute("SELECT job_id, attribution FROM jobs ORDER BY job_id").fetchall() == [
+        ("a", "exact"),
+        ("b", "exact"),
+    ]
+    quality = summary(ledger)["attribution"]
+    assert quality["none_jobs"] == 0
+    assert quality["exact_jobs"] == 2
