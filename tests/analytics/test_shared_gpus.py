@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from analytics.cost import job_costs
+from analytics.time_sliced import time_sliced_hosts
 from analytics.waste import PARTS, job_waste, job_waste_by_week, unallocated, waste_totals
 from gpuledger.ledger.shares import refresh_shares
 from tests.analytics.build import alloc, at, gpu, ingest, job, series, set_test_prices
@@ -163,6 +164,10 @@ def test_two_host_level_jobs_on_a_one_card_host_share_its_hour(ledger):
         ("b", "by_share"),
     ]
     assert rows["b"]["gpu_hours"] == pytest.approx(0.5)
+    # the reading is named for a maintainer (gpuledger check): b time-sliced b1's one card for an hour
+    assert time_sliced_hosts(ledger).to_dicts() == [
+        {"host": "b1", "jobs": ["b"], "cards": 1, "shared_gpu_hours": pytest.approx(1.0)}
+    ]
     assert job_waste(ledger).filter(job_id="b")["unmeasured_usd"][0] == pytest.approx(0.0, abs=1e-9)
 
 
@@ -181,3 +186,4 @@ def test_jobs_time_slicing_a_named_card_both_have_its_telemetry(ledger):
     quality = summary(ledger)["attribution"]
     assert quality["none_jobs"] == 0
     assert quality["exact_jobs"] == 2
+    assert time_sliced_hosts(ledger).is_empty()  # the allocations name the card: sharing is their word

@@ -17,6 +17,8 @@ import duckdb
 import polars as pl
 
 from analytics.model_mismatch import describe as describe_mismatch
+from analytics.time_sliced import describe as describe_time_sliced
+from analytics.time_sliced import time_sliced_hosts
 from collectors.validate import JOB_CHILDREN, Violation, ledger_violations
 from gpuledger.cli.commands._common import add_db_options, print_json
 from gpuledger.ledger.db import reader, writer
@@ -71,9 +73,11 @@ def run(args: argparse.Namespace) -> int:
     # infinity) they would measure those rows, not the rules
     money = [] if (args.no_money or (found and not args.fix)) else money_invariants(args.db, settings)
     mismatches: list[dict[str, object]] = []
+    sliced: list[dict[str, object]] = []
     if not (args.no_money or (found and not args.fix)):
         with reader(args.db) as con:  # read after money_invariants synced the reference
             allocation, mismatches = allocation_findings(con, settings)
+            sliced = time_sliced_hosts(con).to_dicts()
         money += allocation
     if args.json:
         print_json(
@@ -82,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
                 "removed": removed,
                 "money": money,
                 "model_mismatches": mismatches,
+                "time_sliced_hosts": sliced,
             }
         )
         return 0 if ((not found or args.fix) and not money) else 1
@@ -89,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"money: {m}")
     for mm in mismatches:
         print(f"note: {describe_mismatch(mm)}")
+    for ts in sliced:
+        print(f"note: {describe_time_sliced(ts)}")
     for v in found[: args.limit]:
         print(describe(v))
     if len(found) > args.limit:
