@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -367,6 +368,8 @@ def test_cli_demo_json_then_no_op(db_path: str, capsys: pytest.CaptureFixture[st
     assert main(["demo", "--db", db_path, "--days", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["already"] is False and out["rows"]["samples"] == SAMPLES and out["seconds"] > 0
+    # the items' weeks are scanned once and kept beside the ledger for the first cold page (items/sidecar.py)
+    assert len(list(Path(db_path + ".scans").glob("*.json"))) == 1
     assert main(["demo", "--db", db_path, "--days", "2"]) == 0
     assert "already in the ledger; nothing written" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exc:

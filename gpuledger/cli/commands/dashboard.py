@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from gpuledger.cli.commands._common import add_db_options
-from gpuledger.ledger.db import resolve_db, sync_reference
+from gpuledger.ledger.db import reader, resolve_db, sync_reference
 from gpuledger.ledger.paths import shipped
 from gpuledger.ledger.settings import Settings, load_settings
 from gpuledger.web.hosts import ENV as HOSTS_ENV
@@ -165,6 +165,11 @@ def run(args: argparse.Namespace) -> int:
 
         if ensure_demo(db, before_build=announce):
             print(f"{db}: filled with the demo fleet (gpuledger demo)", flush=True)
+    # the items' weeks, once per ledger state, before the first page asks (gpuledger/items/sidecar.py)
+    from gpuledger.items.scan import scan
+
+    with reader(db) as con:
+        scan(con, settings=settings)
     secrets_file = write_streamlit_secrets(settings, args.port)
     for line in exposure_warnings(settings, args.host, args.port):
         print(f"warning: {line}", file=sys.stderr, flush=True)
