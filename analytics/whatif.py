@@ -108,7 +108,6 @@ PART_HOURS = {
 }
 PIECE_COLUMNS = ("span_start", "span_end", "gpu_hours", *PART_HOURS.values())  # a ``pieces`` entry's fields
 UNMEASURED = "unmeasured_usd"
-CENT = 0.005  # a job whose change is under half a cent stays as it is
 
 
 def _job_rows(jobs: pl.DataFrame) -> list[dict[str, Any]]:
@@ -227,12 +226,35 @@ def _newly_priced(n: int, hours: float, usd: float, what: str) -> str:
     )
 
 
+def cheaper_pieces(
+    j: dict[str, Any], model: str, tier: str, prices: PriceBook
+) -> list[tuple[dict[str, float] | None, dict[str, float]]]:
+    """The price pieces of job ``j`` (:func:`_pieces`) that ``tier`` makes cheaper, each as (its parts as
+    billed: None where it is unpriced as booked, its parts at ``tier``). A piece is one set of rates (every
+    row in force is one rate inside it), so the choice is the same for any part of it: a day of a piece
+    chooses as the whole piece does, and a change over two disjoint date ranges is the sum of the two (a job
+    whose cluster's own on-demand row undercuts spot from the 1st moves only on the days before). Before,
+    one choice per job over whatever view was asked: a job moved in a one-day view stayed in the month's."""
+    out: list[tuple[dict[str, float] | None, dict[str, float]]] = []
+    for p in _pieces(j) or ():
+        piece = {**j, "pieces": [p]}
+        new = repriced_parts(piece, model, tier, prices)
+        if new is None or (p.get("gpu_hours") or 0.0) <= 0:
+            continue
+        was = repriced_parts(piece, model, j.get("pricing_tier"), prices)
+        if was is not None and sum(new.values()) >= sum(was.values()) * (1 - 1e-9):
+            continue
+        out.append((was, new))
+    return out
+
+
 def reprice_team_on_spot(
     jobs: pl.DataFrame, team: str, prices: PriceBook, settings: Settings | None = None
 ) -> Change:
     """Team ``team``'s jobs on elastic capacity at their GPU model's spot price in force each day (see the
-    module docstring): each job as the ledger would bill it asking for spot. A job that spot does not make
-    cheaper stays; a job without a price as booked that has one on spot is billed at it."""
+    module docstring): each job as the ledger would bill it asking for spot, price piece by price piece
+    (:func:`cheaper_pieces`): a piece spot does not make cheaper stays; a job without a price as booked that
+    has one on spot is billed at it."""
     settings = settings or Settings()
     lost = dict.fromkeys(JOB_PARTS, 0.0)
     moved = 0
@@ -248,22 +270,22 @@ def reprice_team_on_spot(
         if not prices.periods(model, SPOT, j.get("cluster"), fallback=False):
             no_price.add(model)
             continue
-        new = repriced_parts(j, model, SPOT, prices)
-        if new is None:
-            continue
-        new_cost = sum(new.values())
-        if cost is not None and new_cost >= cost - CENT:
+        cheaper = cheaper_pieces(j, model, SPOT, prices)
+        if not cheaper:
             continue
         tier = settings.cluster_tier(j.get("cluster"))
         if tier not in ELASTIC_TIERS:
             if cost is not None:
                 key = f"{j.get('cluster') or '(no cluster)'} ({tier})"
-                owned[key] = owned.get(key, 0.0) + cost - new_cost
+                owned[key] = owned.get(key, 0.0) + sum(
+                    sum((was or {}).values()) - sum(new.values()) for was, new in cheaper
+                )
             continue
-        _add(lost, _lost(j, new))
+        for was, new in cheaper:
+            _add(lost, {k: (was or {}).get(k, 0.0) - new[k] for k in JOB_PARTS})
         moved += 1
         if cost is None:
-            newly = [newly[0] + 1, newly[1] + hours, newly[2] + new_cost]
+            newly = [newly[0] + 1, newly[1] + hours, newly[2] + sum(sum(n.values()) for _, n in cheaper)]
     text = (
         "the same GPU-hours at the spot price in force each day for each job's GPU model and cluster, on "
         "clusters whose capacity is bought by the hour; each part of a moved job at the new price for its own "

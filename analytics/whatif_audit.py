@@ -29,35 +29,52 @@ TOLERANCE_USD = 0.01  # a cent over the whole comparison: float sums of the same
 
 # each job's dollars at its swapped key, each price period's declared time less its own cut at that period's rate
 NEW_COST_SQL = f"""
-        SELECT kc.job_id, {billed_cost_sql("kc")} AS cost_usd
+        SELECT kc.job_id, kc.span_start, {billed_cost_sql("kc")} AS cost_usd
         FROM kc JOIN periods p
           ON p.gpu_model = kc.gpu_model AND p.tier = kc.key_tier AND p.cluster IS NOT DISTINCT FROM kc.key_cluster
          AND p.p_from < kc.span_end AND p.p_to > kc.span_start
-        GROUP BY kc.job_id"""
+        GROUP BY kc.job_id, kc.span_start"""
+
+# each job's span cut at every UTC midnight inside it (prices take effect at midnights: one rate a day)
+DAY_PIECES_SQL = """
+        SELECT jc.* REPLACE (greatest(jc.span_start, d.day) AS span_start,
+                             least(jc.span_end, d.day + INTERVAL 1 DAY) AS span_end)
+        FROM jc, LATERAL (SELECT unnest(generate_series(date_trunc('day', jc.span_start),
+                                                        jc.span_end - INTERVAL 1 MICROSECOND,
+                                                        INTERVAL 1 DAY)) AS day) d
+        WHERE jc.span_end > jc.span_start"""
 
 
 def repriced_sql(
-    filters: Filters, as_of: dt.datetime | None, *, model: str | None = None, tier: str | None = None
+    filters: Filters,
+    as_of: dt.datetime | None,
+    *,
+    model: str | None = None,
+    tier: str | None = None,
+    by_day: bool = False,
 ) -> tuple[str, list[object]]:
     """Each job of the view, priced or not (job_id, team, cluster, booked_model, gpu_model, pricing_tier,
     gpu_hours, cost_usd) and ``new_usd``: the same ledger re-billed with ``model`` (default: its own) asked at
     ``tier`` (default: its own), each GPU-second it is billed for at the price in force then on its cluster
     (analytics.cost.billed_cost_sql, the bill's own form); NULL where that is unpriced. ``key_tier``: the tier
-    of the key (on_demand where the model has no row of the asked tier there)."""
+    of the key (on_demand where the model has no row of the asked tier there). ``by_day``: one row per job
+    and UTC day it ran (``span_start`` the day's piece; ``cost_usd`` and ``gpu_hours`` stay the job's)."""
     jobs_sql, jobs_params = job_costs_sql(filters, as_of)
-    moved = """
+    source = "dj" if by_day else "jc"
+    moved = f"""
         SELECT job_id, team, cluster, gpu_count, gpu_hours, cost_usd, span_start, span_end,
                gpu_model AS booked_model, coalesce(?::VARCHAR, gpu_model) AS gpu_model,
                coalesce(?::VARCHAR, pricing_tier) AS pricing_tier
-        FROM jc WHERE span_end > span_start"""
+        FROM {source} WHERE span_end > span_start"""
     select = """
-        SELECT kc.job_id, kc.team, kc.cluster, kc.booked_model, kc.gpu_model, kc.pricing_tier, kc.key_tier,
-               kc.gpu_hours, kc.cost_usd, nu.cost_usd AS new_usd
-        FROM kc LEFT JOIN nu USING (job_id)"""
+        SELECT kc.job_id, kc.span_start, kc.team, kc.cluster, kc.booked_model, kc.gpu_model, kc.pricing_tier,
+               kc.key_tier, kc.gpu_hours, kc.cost_usd, nu.cost_usd AS new_usd
+        FROM kc LEFT JOIN nu USING (job_id, span_start)"""
     return with_ctes(
         [
             Cte("jc", jobs_sql, tuple(jobs_params)),
             Cte("shared", shared_segments_sql()),
+            Cte("dj", DAY_PIECES_SQL),
             Cte("moved", moved, (model, tier)),
             Cte("kt", f"SELECT m.*, {price_tier_sql('m', 'm.pricing_tier')} AS key_tier FROM moved m"),
             Cte("kc", f"SELECT kt.*, {price_cluster_sql('kt', 'kt.key_tier')} AS key_cluster FROM kt"),
@@ -74,28 +91,34 @@ def repriced(
     *,
     model: str | None = None,
     tier: str | None = None,
+    by_day: bool = False,
 ) -> pl.DataFrame:
     """:func:`repriced_sql` as a frame."""
-    sql, params = repriced_sql(filters, horizon(con), model=model, tier=tier)
+    sql, params = repriced_sql(filters, horizon(con), model=model, tier=tier, by_day=by_day)
     return frame(con, sql, params)
 
 
 def spot_saving_sql(con: duckdb.DuckDBPyConnection, team: str, settings: Settings, filters: Filters) -> float:
-    """What moving ``team`` to spot saves, from :func:`repriced`: each of its jobs on elastic capacity whose
-    model has a spot row for its cluster and that spot makes cheaper, cost − the spot cost."""
+    """What moving ``team`` to spot saves, from :func:`repriced` day by day: each day of each of its jobs on
+    elastic capacity whose model has a spot row for its cluster, where spot makes that day cheaper than the
+    same day re-billed as booked, that day's cost − its spot cost (a day unpriced as booked adds its spot
+    cost). The what-if chooses price piece by price piece (analytics.whatif.cheaper_pieces); one row is in
+    force all day, so a day chooses as its piece does."""
     from analytics.whatif import ELASTIC_TIERS, SPOT
 
-    r = repriced(con, filters, tier=SPOT).filter(pl.col("team") == team)
+    keys = ["job_id", "span_start"]
+    new = repriced(con, filters, tier=SPOT, by_day=True).filter(pl.col("team") == team)
+    was = repriced(con, filters, by_day=True).select(*keys, pl.col("new_usd").alias("was_usd"))
     out = 0.0
-    for j in r.iter_rows(named=True):
-        cost = j["cost_usd"]
-        if j["key_tier"] != SPOT or j["new_usd"] is None or (j["gpu_hours"] or 0) <= 0:
+    for j in new.join(was, on=keys, how="left").iter_rows(named=True):
+        cost, day_new, day_was = j["cost_usd"], j["new_usd"], j["was_usd"]
+        if j["key_tier"] != SPOT or day_new is None or (j["gpu_hours"] or 0) <= 0:
             continue
         if (cost is not None and cost <= 0) or settings.cluster_tier(j["cluster"]) not in ELASTIC_TIERS:
             continue
-        if cost is not None and j["new_usd"] >= cost - 0.005:
+        if day_was is not None and day_new >= day_was * (1 - 1e-9):
             continue
-        out += (cost or 0.0) - j["new_usd"]  # a job unpriced as booked is billed on spot: it adds
+        out += (day_was or 0.0) - day_new  # a day unpriced as booked is billed on spot: it adds
     return out
 
 

@@ -119,6 +119,59 @@ def test_team_on_spot_takes_only_its_jobs_parts_never_unallocated() -> None:
     assert after["spend_usd"] == pytest.approx(97.8 - 15.0)
 
 
+def test_spot_moves_each_price_piece_that_it_makes_cheaper_so_days_add_up() -> None:
+    """Job c on cluster k, 1 GPU, Nov 30 12:00 to Dec 1 24:00, all productive: on Nov 30 the generic H100 row
+    ($4) is in force, on Dec 1 cluster k's own ($0.50, dearer spot $2 all along). Spot saves 12 h x ($4 - $2)
+    = $24 on Nov 30 and nothing on Dec 1, and so $24 over both days (the sum of the two days), where one
+    choice per job over the view kept the job ($60 as booked, $72 on spot: $0) but moved it in Nov 30's view."""
+    prices = PriceBook(
+        (
+            row("H100-SXM-80GB", "on_demand", 4.00),
+            row("H100-SXM-80GB", "on_demand", 0.50, dt.date(2026, 12, 1), cluster="k"),
+            row("H100-SXM-80GB", "spot", 2.00),
+        )
+    )
+    nov30, dec1, dec2 = (dt.datetime(2026, 11, 30, 12), dt.datetime(2026, 12, 1), dt.datetime(2026, 12, 2))
+
+    def piece(a: dt.datetime, b: dt.datetime) -> dict[str, object]:
+        h = (b - a).total_seconds() / 3600
+        return {"span_start": a, "span_end": b, "gpu_hours": h, "productive_gpu_hours": h,
+                "idle_gpu_hours": 0.0, "underused_gpu_hours": 0.0, "failed_gpu_hours": 0.0}  # fmt: skip
+
+    def job(pieces: list[dict[str, object]], cost: float) -> pl.DataFrame:
+        return pl.DataFrame(
+            [
+                {
+                    "job_id": "c",
+                    "team": "ml",
+                    "cluster": "k",
+                    "gpu_model": "H100-SXM-80GB",
+                    "gpu_hours": sum(p["gpu_hours"] for p in pieces),
+                    "cost_usd": cost,
+                    "productive_usd": cost,
+                    "idle_allocated_usd": 0.0,
+                    "underused_usd": 0.0,
+                    "failed_usd": 0.0,
+                    "unmeasured_usd": 0.0,
+                    "span_start": pieces[0]["span_start"],
+                    "span_end": pieces[-1]["span_end"],
+                    "pricing_tier": "on_demand",
+                    "pieces": pieces,
+                }
+            ]
+        )
+
+    whole = reprice_team_on_spot(
+        job([piece(nov30, dec1), piece(dec1, dec2)], 12 * 4.0 + 24 * 0.5), "ml", prices
+    )
+    first = reprice_team_on_spot(job([piece(nov30, dec1)], 12 * 4.0), "ml", prices)
+    second = reprice_team_on_spot(job([piece(dec1, dec2)], 24 * 0.5), "ml", prices)
+    assert first.saving_usd == pytest.approx(24.0)
+    assert second.saving_usd == pytest.approx(0.0) and second.jobs == 0
+    assert whole.saving_usd == pytest.approx(24.0) and whole.jobs == 1
+    assert whole.parts["productive_usd"] == pytest.approx(24.0)
+
+
 def test_spot_on_owned_capacity_saves_nothing_and_says_so() -> None:
     owned = Settings(clusters={"cloud": ClusterSettings(tier="on_prem")})
     c = reprice_team_on_spot(JOBS, "nlp", PRICES, owned)

@@ -59,6 +59,8 @@ from tests.analytics.money_shapes import (
 from tests.analytics.test_money_properties import land
 
 EXAMPLES = int(os.environ.get("WHATIF_EXAMPLES", "5"))
+FIRST_DAY = Filters(since=T0.date(), until=T0.date())
+AFTER_FIRST_DAY = Filters(since=(T0 + dt.timedelta(days=1)).date())
 SECOND_DAY = Filters(since=(T0 + dt.timedelta(days=1)).date(), until=(T0 + dt.timedelta(days=1)).date())
 CENT = 0.005  # the what-if leaves a job whose saving is under half a cent as it is
 PriceRows = list[tuple[str, str, str | None, dt.date, float]]
@@ -99,8 +101,9 @@ def hand_job(
 
 def hand_spot_saving(rows: PriceRows, days: Days, jobs: pl.DataFrame, team: str) -> float:
     """docs/metrics.md "What-if" read literally: each of the team's jobs as the ledger would bill it asking
-    for spot, where that is cheaper by half a cent or more; a job with no price as booked is billed on spot
-    (its spot dollars come off the saving)."""
+    for spot, day by day: each UTC day spot makes cheaper moves (one row is in force all day, so a day
+    chooses as its price piece does); a day with no price as booked is billed on spot (its spot dollars
+    come off the saving)."""
     out = 0.0
     for j in jobs.filter(pl.col("team") == team).iter_rows(named=True):
         cost = j["cost_usd"]
@@ -108,14 +111,24 @@ def hand_spot_saving(rows: PriceRows, days: Days, jobs: pl.DataFrame, team: str)
             continue
         if hand_usd(rows, j["gpu_model"], "spot", j["cluster"], T0, T0, fallback=False) is None:
             continue  # no spot row for the model there at all: the job stays
-        new = hand_job(rows, days, j, j["gpu_model"], "spot")
-        if new is None:
-            continue
-        if cost is None:
-            out -= new
-        elif new < cost - CENT:
-            out += cost - new
+        for day in days.get(j["job_id"], []):
+            one = {j["job_id"]: [day]}
+            new = hand_job(rows, one, j, j["gpu_model"], "spot")
+            was = hand_job(rows, one, j, j["gpu_model"], j["pricing_tier"])
+            if new is None or day[2] <= 0:
+                continue
+            if was is None:
+                out -= new
+            elif new < was * (1 - 1e-9):
+                out += was - new
     return out
+
+
+def spot_saving(con, cfg: Settings, book, view: Filters, team: str) -> float:
+    """``whatif --spot TEAM``'s saving over ``view``."""
+    s = summary(con, filters=view, settings=cfg)
+    jobs = whatif_jobs(con, filters=view, settings=cfg)
+    return what_if(s, jobs, pl.DataFrame(), book, cfg, spot=(team,)).changes[0].saving_usd
 
 
 def check_whatif(shape: Shape, rows: PriceRows) -> None:
@@ -146,6 +159,10 @@ def check_whatif(shape: Shape, rows: PriceRows) -> None:
                     want = hand_spot_saving(rows, days, jobs, team)
                     assert got.changes[0].saving_usd == pytest.approx(want, abs=1e-6), ("spot", team, view)
                     assert got.after["spend_usd"] == pytest.approx(s["spend_usd"] - want, abs=1e-6)
+                    if view == SECOND_DAY:  # disjoint views add up: the first day and the rest, to the whole
+                        parts = [spot_saving(con, cfg, book, f, team) for f in (FIRST_DAY, AFTER_FIRST_DAY)]
+                        whole = spot_saving(con, cfg, book, Filters(), team)
+                        assert sum(parts) == pytest.approx(whole, abs=1e-6), ("spot days", team, parts, whole)
                 moved = what_if(s, jobs, pl.DataFrame(), book, cfg, models=((H100, A100),)).changes[0]
                 want = 0.0
                 for j in jobs.filter(
