@@ -44,7 +44,10 @@ inside them (shared_cut_sql with the window's bounds, as billed_cost_sql does fo
 Fixed at 48af400 (analytics/badput.py lost_held_s_sql: the declared GPU-seconds inside the windows less the
 shared cut inside them; hand test tests/analytics/test_waste_badput.py, 7.2 -> 8.0 GPU-h). The six saved
 shapes pass. Measured 2026-12-07 11:17-11:48 on the 2-core machine at load 2-3 (a helper's CLI runs beside
-it): seed 1, **200 examples, 0 failed**, 9.27 s each, 1,853 s in all.
+it): seed 1, **200 examples, 0 failed**, 9.27 s each, 1,853 s in all; then 11:48-12:20 at the same code,
+seed 0, **200 examples, 0 failed**, 8.95 s each, 1,790 s. (Both before 6305dd4, the what-if's spot choice per
+price piece, which check_whatif's hand rule now follows day by day; its generator never makes spot dearer
+than on-demand, so that change is held by tests/analytics/test_whatif.py's hand case instead.)
 """
 
 from __future__ import annotations
