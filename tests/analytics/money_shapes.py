@@ -578,8 +578,11 @@ def oracle(con: duckdb.DuckDBPyConnection, change: bool) -> tuple[float, float]:
 
 A100 = "A100-80GB"  # the model a what-if moves the H100 jobs to
 PRICE_CLUSTERS = (None, "c0", "c1")  # generic rows, and rows of two of the generated clusters
-ON_DEMAND_USD = (2.0, 3.0, 4.0)  # every on-demand row dearer than every spot row: spot never costs more
+ON_DEMAND_USD = (2.0, 3.0, 4.0)  # every generic on-demand row dearer than every spot row
 SPOT_USD = (0.5, 1.0, 1.5)
+# a cluster's own on-demand row may undercut every spot row (a negotiated rate): spot is then dearer there
+# from its date, so a what-if moves a job to spot only on the days before (analytics.whatif.cheaper_pieces)
+CLUSTER_ON_DEMAND_USD = (*ON_DEMAND_USD, 0.25)
 
 
 def price_days() -> tuple[dt.date, ...]:
@@ -603,9 +606,10 @@ def dated_prices(draw: st.DrawFn) -> list[tuple[str, str, str | None, dt.date, f
     for model in (H100, A100):
         for tier, usd in (("on_demand", ON_DEMAND_USD), ("spot", SPOT_USD)):
             for cluster in PRICE_CLUSTERS:
+                choices = CLUSTER_ON_DEMAND_USD if (tier, cluster is not None) == ("on_demand", True) else usd
                 for day in draw(st.lists(st.sampled_from(days), max_size=2, unique=True)):
                     if (model, tier, cluster, day) not in {r[:4] for r in rows}:
-                        rows.append((model, tier, cluster, day, draw(st.sampled_from(usd))))
+                        rows.append((model, tier, cluster, day, draw(st.sampled_from(choices))))
     return rows
 
 

@@ -171,18 +171,22 @@ def check_whatif(shape: Shape, rows: PriceRows) -> None:
                     new = hand_job(rows, days, j, A100, j["pricing_tier"])
                     want += (j["cost_usd"] or 0.0) - new if new is not None else 0.0
                 assert moved.saving_usd == pytest.approx(want, abs=1e-6), ("model", view)
-        # the same ledger re-billed: the first team's jobs ask for spot (a cheaper price every moment a spot row
-        # is in force, never dearer): the spend falls by what the what-if saves, up to half a cent a job
+        # the same ledger re-billed: the first team's jobs ask for spot: where spot is never dearer (no cluster
+        # row under a spot row) the spend falls by what the what-if saves, up to half a cent a job; and always
+        # check's SQL re-bill, day by day, saves what the what-if saves
         team = TEAMS[0]
         with sharing(con):
             jobs = whatif_jobs(con, filters=Filters(), settings=cfg)
             saving = what_if(now, jobs, pl.DataFrame(), book, cfg, spot=(team,)).changes[0].saving_usd
-        n = jobs.filter(pl.col("team") == team).height
-        con.execute("BEGIN TRANSACTION")
-        con.execute("UPDATE jobs SET pricing_tier = 'spot' WHERE team = ?", [team])
-        rebilled = summary(con, settings=cfg)["spend_usd"]
-        con.execute("ROLLBACK")
-        assert rebilled == pytest.approx(now["spend_usd"] - saving, abs=CENT * max(n, 1) + 1e-6)
+            assert spot_saving_sql(con, team, cfg, Filters()) == pytest.approx(saving, abs=1e-6), "sql spot"
+        spots = [r[4] for r in rows if r[1] == "spot"]
+        if not spots or min(r[4] for r in rows if r[1] == "on_demand") >= max(spots):
+            n = jobs.filter(pl.col("team") == team).height
+            con.execute("BEGIN TRANSACTION")
+            con.execute("UPDATE jobs SET pricing_tier = 'spot' WHERE team = ?", [team])
+            rebilled = summary(con, settings=cfg)["spend_usd"]
+            con.execute("ROLLBACK")
+            assert rebilled == pytest.approx(now["spend_usd"] - saving, abs=CENT * max(n, 1) + 1e-6)
         # a row dated after the data changes nothing in it
         later = (T0 + dt.timedelta(days=40)).date()
         put_prices(
@@ -207,10 +211,19 @@ def test_whatif_and_prices_in_force_over_generated_clusters(shape: Shape, rows: 
     check_whatif(shape, rows)
 
 
-def test_a_cluster_row_dated_inside_the_data_applies_from_its_date_only() -> None:
+@pytest.mark.parametrize(
+    ("c0_on_demand", "cost", "saving"),
+    [(2.0, 24.0, 18.0), (0.25, 17.0, 12.0)],
+    ids=["spot-cheaper-both-days", "spot-dearer-on-day-2"],
+)
+def test_a_cluster_row_dated_inside_the_data_applies_from_its_date_only(
+    c0_on_demand: float, cost: float, saving: float
+) -> None:
     """By hand: one card on c0 held whole by j0 from 20:00 to 04:00 the next day (8 GPU-h). Generic H100
-    on-demand $4 from before the data; c0's own $2 from the second day; spot $1 generic, c0's $0.50 from the
-    second day. Cost: 4 h × $4 + 4 h × $2 = $24. On spot: 4 × $1 + 4 × $0.50 = $6, $18 saved."""
+    on-demand $4 from before the data; c0's own from the second day; spot $1 generic, c0's $0.50 from the
+    second day. c0 at $2: cost 4 h × $4 + 4 h × $2 = $24; on spot 4 × $1 + 4 × $0.50 = $6, $18 saved. c0 at
+    $0.25 (under spot): cost 4 × $4 + 4 × $0.25 = $17; the first day moves (4 × $1 instead of $16), the second
+    stays ($0.50 > $0.25): $12 saved (one choice for the whole job moved both days: $11)."""
     place = Place("c0", "c0h0", "c0h0:0", 36, 60)
     samples = [  # 18:00 to 06:00 at 50 %, every 5 minutes
         {"ts": at(36) + dt.timedelta(minutes=CADENCE_MIN * i), "gpu_id": "c0h0:0", "util_pct": 50.0}
@@ -226,7 +239,7 @@ def test_a_cluster_row_dated_inside_the_data_applies_from_its_date_only() -> Non
     day2 = (T0 + dt.timedelta(days=1)).date()
     rows = [
         (H100, "on_demand", None, dt.date(2025, 1, 1), 4.0),
-        (H100, "on_demand", "c0", day2, 2.0),
+        (H100, "on_demand", "c0", day2, c0_on_demand),
         (H100, "spot", None, dt.date(2025, 1, 1), 1.0),
         (H100, "spot", "c0", day2, 0.5),
     ]
@@ -235,11 +248,11 @@ def test_a_cluster_row_dated_inside_the_data_applies_from_its_date_only() -> Non
         put_prices(con, rows)
         cfg = Settings()
         with sharing(con):
-            assert job_costs(con).filter(pl.col("job_id") == "j0")["cost_usd"].item() == pytest.approx(24.0)
+            assert job_costs(con).filter(pl.col("job_id") == "j0")["cost_usd"].item() == pytest.approx(cost)
             s = summary(con, settings=cfg)
             jobs = whatif_jobs(con, filters=Filters(), settings=cfg)
             change = what_if(s, jobs, pl.DataFrame(), price_book(con), cfg, spot=(TEAMS[0],)).changes[0]
-        assert change.saving_usd == pytest.approx(18.0)
+        assert change.saving_usd == pytest.approx(saving)
     finally:
         con.close()
     check_whatif(shape, rows)
