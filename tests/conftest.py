@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -165,6 +166,46 @@ def dataset(relative: str) -> Path:
             f"real dataset not available here: {path} (../shared/datasets is only on the dev/CI machines)"
         )
     return path
+
+
+@contextlib.contextmanager
+def filled_ledger(
+    folder: Path, fill: Callable[[duckdb.DuckDBPyConnection], object], settings_toml: str = ""
+) -> Iterator[str]:
+    """A ledger file in ``folder`` filled by ``fill`` (on a writer), its settings file holding
+    ``settings_toml``, synced, and GPULEDGER_DB / GPULEDGER_SETTINGS pointing at both for the block: what the
+    CLI (:func:`gpuledger`) and the pages (:func:`app_page`) read."""
+    from gpuledger.ledger.db import sync_reference, writer
+    from gpuledger.ledger.settings import load_settings
+
+    db = str(folder / "ledger.duckdb")
+    toml = folder / "s.toml"
+    toml.write_text(settings_toml, encoding="utf-8")
+    with writer(db) as con:
+        fill(con)
+    sync_reference(db, load_settings(toml))
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GPULEDGER_DB", db)
+    mp.setenv("GPULEDGER_SETTINGS", str(toml))
+    try:
+        yield db
+    finally:
+        mp.undo()
+
+
+def app_page(page: str, **query: list[str]) -> Any:
+    """One run of ``page`` (e.g. ``pages/guard.py``) through app.py in Streamlit's AppTest, with ``query``
+    as the URL's query parameters; fails the test on an exception the page raised."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.run()
+    at.switch_page(page)
+    at.run()
+    assert not at.exception, at.exception
+    return at
 
 
 def gpuledger(*args: str, env: Mapping[str, str | None] | None = None) -> subprocess.CompletedProcess[str]:

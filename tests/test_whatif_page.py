@@ -13,7 +13,7 @@ from analytics.whatif import what_if_view
 from collectors.ingest import ingest_file
 from gpuledger.ledger.db import reader, writer
 from gpuledger.ledger.settings import Settings
-from tests.conftest import ROOT
+from tests.conftest import ROOT, app_page
 
 JOBS = ROOT / "tests" / "fixtures" / "dashboard" / "jobs.csv"
 
@@ -30,12 +30,7 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def run_whatif() -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.run()
-    at.switch_page("pages/whatif.py")
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    return app_page("pages/whatif.py")
 
 
 def test_nothing_chosen_draws_no_delta(ledger: str) -> None:

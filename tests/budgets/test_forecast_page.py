@@ -17,10 +17,9 @@ import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from gpuledger.ledger.db import reader, sync_reference, writer
-from gpuledger.ledger.settings import load_settings
+from gpuledger.ledger.db import reader
 from tests.budgets.ledgers import two_days
-from tests.conftest import ROOT, gpuledger
+from tests.conftest import app_page, filled_ledger, gpuledger
 
 HAND = {"nlp": 32.0, "cv": 5.0, "fleet": 117.0}
 PRICE = {"H100-SXM-80GB": 4.0, "T4": 0.5}  # tests/analytics/build.py set_test_prices
@@ -28,18 +27,8 @@ PRICE = {"H100-SXM-80GB": 4.0, "T4": 0.5}  # tests/analytics/build.py set_test_p
 
 @pytest.fixture(scope="module")
 def no_budget(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    tmp = tmp_path_factory.mktemp("forecastpage")
-    db = str(tmp / "ledger.duckdb")
-    toml = tmp / "s.toml"
-    toml.write_text("", encoding="utf-8")
-    with writer(db) as con:
-        two_days(con)
-    sync_reference(db, load_settings(toml))
-    mp = pytest.MonkeyPatch()
-    mp.setenv("GPULEDGER_DB", db)
-    mp.setenv("GPULEDGER_SETTINGS", str(toml))
-    yield db
-    mp.undo()
+    with filled_ledger(tmp_path_factory.mktemp("forecastpage"), two_days) as db:
+        yield db
 
 
 def sql_team_spend(con: duckdb.DuckDBPyConnection) -> dict[str, float]:
@@ -62,14 +51,7 @@ def cli(spec: str) -> dict:
 
 
 def page(**query: list[str]) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    for k, v in query.items():
-        at.query_params[k] = v
-    at.run()
-    at.switch_page("pages/budgets.py")
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    return app_page("pages/budgets.py", **query)
 
 
 def test_each_team_and_the_fleet_month_so_far_and_forecast(no_budget: str) -> None:

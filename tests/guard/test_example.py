@@ -17,13 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from gpuledger.guard.example import EXAMPLE_TOML, example_policy, spelled_out
-from gpuledger.ledger.db import sync_reference, writer
-from gpuledger.ledger.settings import from_dict, load_settings
+from gpuledger.ledger.settings import from_dict
 from tests.analytics.build import T0
-from tests.conftest import ROOT, gpuledger
+from tests.conftest import ROOT, app_page, filled_ledger, gpuledger
 from tests.guard.ledgers import fill_five
 
 
@@ -65,18 +63,8 @@ def test_the_example_loads_as_pasted_settings_would() -> None:
 
 @pytest.fixture(scope="module")
 def no_policy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    tmp = tmp_path_factory.mktemp("guardexample")
-    db = str(tmp / "ledger.duckdb")
-    toml = tmp / "s.toml"
-    toml.write_text("", encoding="utf-8")
-    with writer(db) as con:
-        fill_five(con)
-    sync_reference(db, load_settings(toml))
-    mp = pytest.MonkeyPatch()
-    mp.setenv("GPULEDGER_DB", db)
-    mp.setenv("GPULEDGER_SETTINGS", str(toml))
-    yield db
-    mp.undo()
+    with filled_ledger(tmp_path_factory.mktemp("guardexample"), fill_five) as db:
+        yield db
 
 
 def test_replay_example_by_hand(no_policy: str) -> None:
@@ -101,11 +89,7 @@ def test_replay_example_by_hand(no_policy: str) -> None:
 
 
 def test_the_guard_page_replays_the_example_labelled_not_configured(no_policy: str) -> None:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.run()
-    at.switch_page("pages/guard.py")
-    at.run()
-    assert not at.exception, at.exception
+    at = app_page("pages/guard.py")
     assert "No `[[guard.policy]]` in the settings yet" in at.info[0].value
     head = next(m.value for m in at.markdown if "Example policy (not configured)" in m.value).replace(
         "\\", ""

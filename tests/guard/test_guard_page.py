@@ -9,18 +9,18 @@ import datetime as dt
 from collections.abc import Iterator
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from analytics.filters import Filters
 from gpuledger.guard.edge import Answer
 from gpuledger.guard.live import Plan, record
 from gpuledger.guard.replay import Job
 from gpuledger.guard.steps import Step
-from gpuledger.ledger.db import reader, sync_reference, writer
+from gpuledger.ledger.db import reader, writer
+from gpuledger.ledger.guard_policy import Policy
 from gpuledger.ledger.settings import load_settings
 from gpuledger.reports.weekly import build_report
 from tests.analytics.build import T0
-from tests.conftest import ROOT
+from tests.conftest import app_page, filled_ledger
 from tests.guard.ledgers import fill_five
 from tests.guard.test_replay import SETTINGS_TOML
 
@@ -30,14 +30,12 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The five jobs; the guard warned a/idle2 at 02:00 and cancelled it at 03:00 (answer accepted, planned end
     06:00): saved 1 GPU × (06:00 − 03:00) = 3 GPU-h × $4 = $12."""
     tmp = tmp_path_factory.mktemp("guardpage")
-    db = str(tmp / "ledger.duckdb")
-    toml = tmp / "s.toml"
-    toml.write_text(SETTINGS_TOML, encoding="utf-8")
-    with writer(db) as con:
-        fill_five(con)
-    settings = load_settings(toml)
-    sync_reference(db, settings)
-    policy = settings.guard.policies[0]
+    with filled_ledger(tmp, fill_five, SETTINGS_TOML) as db:
+        yield record_guarded(db, load_settings(tmp / "s.toml").guard.policies[0])
+
+
+def record_guarded(db: str, policy: Policy) -> str:
+    """a/idle2's warning and cancel, as the live guard records them."""
     job = Job("a/idle2", "test", "c1", "alice", "nlp", "a/idle2", "training", None, "H100-SXM-80GB", 1.0,
               "on_demand", T0, T0 + dt.timedelta(hours=3))  # fmt: skip
     run = T0 + dt.timedelta(hours=1)
@@ -48,19 +46,11 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         record(con, Plan(job, policy, Step("cancel", run + dt.timedelta(hours=2), run, False), 2.0, 8.0),
                run + dt.timedelta(hours=2), None, Answer(True, "scancel 7: exit 0", T0 + dt.timedelta(hours=6)))  # fmt: skip
         con.execute("COMMIT")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("GPULEDGER_DB", db)
-    mp.setenv("GPULEDGER_SETTINGS", str(toml))
-    yield db
-    mp.undo()
+    return db
 
 
 def test_the_page_shows_the_replay_and_the_actions(guarded: str) -> None:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.run()
-    at.switch_page("pages/guard.py")
-    at.run()
-    assert not at.exception, at.exception
+    at = app_page("pages/guard.py")
     assert at.title[0].value == "Guard"
     metrics = {m.label: m.value for m in at.metric}
     assert metrics == {
